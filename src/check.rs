@@ -1,0 +1,305 @@
+//! Checks: properties verified by running a scenario and comparing traces.
+//!
+//! [`run_checks`] runs a [`LoadedScenario`] on thread ranks and evaluates its checks:
+//! - `repeat` (CIME's REP): two runs of the same configuration, each under a different
+//!   [`Perturbation`] (seeded delays, a rotated arrival order), compared record by record;
+//! - `replicas`: in each run, every rank's replicated records (data-parallel parameters) equal
+//!   rank 0's.
+//!
+//! Each check has an [`Expectation`]: `identical`, or `diverges` for a negative control, which
+//! holds only when the check finds a divergence. A [`ScenarioReport`] holds the outcomes; it is
+//! data, and a failed check is not an `Err`. `Err` ([`RunError`]) means a run itself failed.
+//!
+//! Determinism: the perturbations are derived from the scenario's seed, so a check is repeatable;
+//! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
+//! more ranks is caught every time.
+
+use crate::comm::{launch_threads, LaunchConfig, LaunchError, Perturbation};
+use crate::compare::{compare_replicas, compare_runs, Comparison, Divergence};
+use crate::digest::Stats;
+use crate::scenario::{LoadedScenario, RankContext};
+use crate::trace::{Record, RecordLevel, Trace};
+use serde::{Deserialize, Serialize};
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+/// A check a scenario can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckKind {
+    /// Two perturbed runs of one configuration give identical records.
+    Repeat,
+    /// Replicated records are identical on every rank.
+    Replicas,
+}
+
+impl fmt::Display for CheckKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CheckKind::Repeat => "repeat",
+            CheckKind::Replicas => "replicas",
+        })
+    }
+}
+
+/// What a check must find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expectation {
+    /// No divergence.
+    Identical,
+    /// At least one divergence: a negative control.
+    Diverges,
+}
+
+/// How checks run.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// The collective deadline of every run.
+    pub deadline: Duration,
+    /// What the recorders compute.
+    pub record_level: RecordLevel,
+    /// The upper bound of the perturbation's seeded delays.
+    pub max_delay: Duration,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            deadline: Duration::from_secs(60),
+            record_level: RecordLevel::Stats,
+            max_delay: Duration::from_micros(100),
+        }
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct CheckOutcome {
+    /// The check.
+    pub kind: CheckKind,
+    /// What it had to find.
+    pub expectation: Expectation,
+    /// What it found.
+    pub comparison: Comparison,
+}
+
+impl CheckOutcome {
+    /// `true` when the finding matches the expectation.
+    #[must_use]
+    pub fn holds(&self) -> bool {
+        match self.expectation {
+            Expectation::Identical => self.comparison.is_identical(),
+            Expectation::Diverges => !self.comparison.is_identical(),
+        }
+    }
+}
+
+/// The checks of one scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct ScenarioReport {
+    /// The scenario's name.
+    pub name: String,
+    /// Its world size.
+    pub world_size: usize,
+    /// Its steps.
+    pub steps: u64,
+    /// One outcome per check, in the scenario's order.
+    pub outcomes: Vec<CheckOutcome>,
+}
+
+impl ScenarioReport {
+    /// `true` when every check holds.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.outcomes.iter().all(CheckOutcome::holds)
+    }
+
+    /// Record pairs compared over all checks.
+    #[must_use]
+    pub fn num_compared(&self) -> u64 {
+        self.outcomes.iter().map(|o| o.comparison.num_compared).sum()
+    }
+
+    /// The first divergence of the first check that found one.
+    #[must_use]
+    pub fn first_divergence(&self) -> Option<(CheckKind, &Divergence)> {
+        self.outcomes
+            .iter()
+            .find_map(|o| o.comparison.first.as_ref().map(|d| (o.kind, d)))
+    }
+
+    /// A plain-text explanation of every check that does not hold (empty when all hold).
+    #[must_use]
+    pub fn explain_failures(&self) -> String {
+        let mut out = String::new();
+        for outcome in self.outcomes.iter().filter(|o| !o.holds()) {
+            let c = &outcome.comparison;
+            match (&c.first, outcome.expectation) {
+                (None, _) => {
+                    let _ = writeln!(
+                        out,
+                        "{}: negative control not caught: expected a divergence, but all {} \
+                         compared records are identical",
+                        outcome.kind, c.num_compared
+                    );
+                }
+                (Some(first), _) => {
+                    let _ = writeln!(
+                        out,
+                        "{}: expected identical, but {} of {} compared records differ",
+                        outcome.kind, c.num_differing, c.num_compared
+                    );
+                    let (left, right) = match outcome.kind {
+                        CheckKind::Repeat => ("run 1", "run 2"),
+                        CheckKind::Replicas => ("rank 0", "this rank"),
+                    };
+                    let _ = write!(out, "{}", describe_divergence(first, left, right));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A multi-line description of a divergence: where, and both records' md5s and stats.
+#[must_use]
+pub(crate) fn describe_divergence(d: &Divergence, left_label: &str, right_label: &str) -> String {
+    let mut out = format!("  first divergence: {d}\n");
+    for (label, record) in [(left_label, &d.left), (right_label, &d.right)] {
+        let _ = match record {
+            Some(r) => writeln!(out, "    {label:<9} {}", describe_record(r)),
+            None => writeln!(out, "    {label:<9} (no record)"),
+        };
+    }
+    out
+}
+
+fn describe_record(r: &Record) -> String {
+    let shape: Vec<String> = r.shape.iter().map(ToString::to_string).collect();
+    format!(
+        "rank {} {} {}[{}] md5 {} {}",
+        r.rank,
+        r.name,
+        r.dtype,
+        shape.join(","),
+        r.md5,
+        describe_stats(&r.stats)
+    )
+}
+
+fn describe_stats(s: &Stats) -> String {
+    let show = |x: Option<crate::digest::ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
+    let mut text = format!(
+        "max {} min {} mean {} norm {}",
+        show(s.max),
+        show(s.min),
+        show(s.mean),
+        show(s.norm)
+    );
+    if s.nan + s.pos_inf + s.neg_inf > 0 {
+        let _ = write!(text, " nan {} +inf {} -inf {}", s.nan, s.pos_inf, s.neg_inf);
+    }
+    text
+}
+
+/// Why a check could not be evaluated: a run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A run's ranks failed.
+    #[error("scenario `{scenario}`, run {run}: {source}")]
+    Launch {
+        /// The scenario.
+        scenario: String,
+        /// Which run (1 or 2).
+        run: usize,
+        /// What failed.
+        source: LaunchError,
+    },
+}
+
+/// Runs `scenario` once on thread ranks and returns its trace.
+///
+/// # Errors
+/// [`RunError::Launch`] when a rank fails; `run` numbers the run in the message.
+pub fn run_once(
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    perturbation: Option<Perturbation>,
+    run: usize,
+) -> Result<Trace, RunError> {
+    let spec = &scenario.spec;
+    let mut config = LaunchConfig::new(spec.world_size).with_deadline(options.deadline);
+    config.perturbation = perturbation;
+    let (program, level) = (scenario.program.clone(), options.record_level);
+    let (seed, steps, mode) = (spec.seed, spec.steps, spec.effective_mode());
+    let ranks = launch_threads(&config, move |comm| {
+        let mut ctx = RankContext::new(comm, level, seed, steps, mode);
+        program.run_rank(&mut ctx)?;
+        Ok(ctx.into_recorder().finish())
+    })
+    .map_err(|source| RunError::Launch {
+        scenario: scenario.name.clone(),
+        run,
+        source,
+    })?;
+    Ok(Trace { ranks })
+}
+
+/// The perturbation of run `run` (1 or 2) of a scenario seeded with `seed`.
+fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
+    Perturbation {
+        seed: seed ^ 0x9e37_79b9_7f4a_7c15,
+        rotation: run - 1,
+        max_delay: options.max_delay,
+    }
+}
+
+/// Runs the scenario's checks and reports each outcome.
+///
+/// # Errors
+/// [`RunError`] when a run fails (a rank errors, panics or misses a deadline).
+pub fn run_checks(scenario: &LoadedScenario, options: &CheckOptions) -> Result<ScenarioReport, RunError> {
+    let spec = &scenario.spec;
+    let first = run_once(scenario, options, Some(perturbation(spec.seed, 1, options)), 1)?;
+    let second = if scenario.checks.contains(&CheckKind::Repeat) {
+        Some(run_once(scenario, options, Some(perturbation(spec.seed, 2, options)), 2)?)
+    } else {
+        None
+    };
+    let outcomes = scenario
+        .checks
+        .iter()
+        .map(|&kind| {
+            let comparison = match kind {
+                CheckKind::Repeat => {
+                    let second = second.as_ref().expect("repeat runs twice");
+                    compare_runs(&first, second).expect("both runs have the spec's world size")
+                }
+                CheckKind::Replicas => {
+                    // Both runs must hold replicas; report the first run that does not.
+                    let in_first = compare_replicas(&first);
+                    match &second {
+                        Some(second) if in_first.is_identical() => compare_replicas(second),
+                        _ => in_first,
+                    }
+                }
+            };
+            CheckOutcome {
+                kind,
+                expectation: spec.expect,
+                comparison,
+            }
+        })
+        .collect();
+    Ok(ScenarioReport {
+        name: scenario.name.clone(),
+        world_size: spec.world_size,
+        steps: spec.steps,
+        outcomes,
+    })
+}

@@ -1,0 +1,134 @@
+//! Collective communication between ranks.
+//!
+//! [`Communicator`] is what a rank program talks to: barrier, broadcast, allgather and allreduce.
+//! Backends implement it; the embedded one runs N ranks as threads of one process
+//! ([`launch_threads`]). How an allreduce combines contributions is a [`ReductionMode`]
+//! (see [`crate::reduce`]).
+//!
+//! Determinism: in every mode, every rank receives identical bits from every collective (each
+//! element's result is computed once and shared); whether the bits repeat from run to run is the
+//! mode's promise.
+//!
+//! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
+
+mod threads;
+
+pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
+
+use crate::reduce::{ReduceOp, ReductionMode};
+use crate::tensor::Tensor;
+use std::fmt;
+use std::time::Duration;
+
+/// A collective call as reports name it: its kind and its number on the calling rank, from 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectiveId {
+    /// `barrier`, `broadcast`, `allgather` or `allreduce`.
+    pub kind: &'static str,
+    /// How many collectives the rank had called before this one.
+    pub call: u64,
+}
+
+impl fmt::Display for CollectiveId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} #{}", self.kind, self.call)
+    }
+}
+
+/// Why a collective failed. Every variant names the collective and the ranks involved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommError {
+    /// Some ranks did not arrive before the deadline.
+    #[error("rank {rank} waited {waited:?} in {collective} for rank(s) {missing:?}, which never arrived")]
+    Timeout {
+        /// The waiting rank.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// The deadline that passed.
+        waited: Duration,
+        /// The ranks that had not arrived.
+        missing: Vec<usize>,
+    },
+    /// Another rank failed, so this collective can never complete.
+    #[error("rank {rank} left {collective} because rank {failed_rank} failed")]
+    PeerFailed {
+        /// The rank that was waiting.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// The rank that failed first.
+        failed_rank: usize,
+    },
+    /// A rank finished its program without joining this collective.
+    #[error("rank {exited_rank} finished without joining {collective}, which rank {rank} was waiting in")]
+    PeerExited {
+        /// The rank that was waiting.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// The rank that exited.
+        exited_rank: usize,
+    },
+    /// Ranks called different collectives, or the same one with different arguments.
+    #[error("rank {rank} called {collective} with {mine}, but rank {other_rank} called it with {theirs}")]
+    Mismatch {
+        /// The rank that noticed.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// What this rank called.
+        mine: String,
+        /// The other rank.
+        other_rank: usize,
+        /// What the other rank called.
+        theirs: String,
+    },
+    /// An argument is invalid on its own (a root out of range, for instance).
+    #[error("rank {rank} called {collective} with an invalid argument: {reason}")]
+    InvalidArgument {
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Collective operations among the ranks of one world.
+///
+/// All ranks must call the same collectives in the same order with matching arguments; a backend
+/// reports a mismatch as [`CommError::Mismatch`] where it can see one.
+pub trait Communicator {
+    /// This rank, from 0.
+    fn rank(&self) -> usize;
+    /// The number of ranks.
+    fn size(&self) -> usize;
+    /// Returns once every rank has called it.
+    ///
+    /// # Errors
+    /// A [`CommError`] naming the rank and collective when the world fails.
+    fn barrier(&self) -> Result<(), CommError>;
+    /// Replaces `tensor` on every rank with `root`'s.
+    ///
+    /// # Errors
+    /// As [`Communicator::barrier`], and a mismatch when the tensors' dtypes or lengths differ.
+    fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError>;
+    /// Every rank's `tensor`, in rank order.
+    ///
+    /// # Errors
+    /// As [`Communicator::broadcast`].
+    fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError>;
+    /// Replaces `tensor` on every rank with the elementwise reduction of all ranks' tensors.
+    ///
+    /// # Errors
+    /// As [`Communicator::broadcast`], and a mismatch when ranks use different ops or modes.
+    fn allreduce(
+        &self,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<(), CommError>;
+}

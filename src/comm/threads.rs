@@ -1,0 +1,818 @@
+//! Thread ranks: N ranks as threads of one process, the embedded default backend.
+//!
+//! [`launch_threads`] starts one named thread per rank (`rank-0`, `rank-1`, …), hands each a
+//! [`ThreadComm`], and collects the results. Every collective is a sequence of *rounds*: each rank
+//! deposits its contribution in the round's slot, waits until all ranks have, and reads them all.
+//! An allreduce takes two rounds: each rank reduces one chunk of every contribution in the
+//! mode's order, then all ranks gather the chunks. So each element is reduced exactly once and
+//! every rank gets the same bits.
+//!
+//! Failure: every wait has a deadline ([`LaunchConfig::deadline`]). A rank that returns an error,
+//! panics, or finishes without joining a collective releases the waiting ranks at once; a rank that
+//! never arrives makes them fail when the deadline passes. The launch returns the first failure,
+//! which names the rank and the collective. A rank thread that never returns is detached, not
+//! joined, so the caller is never held by it.
+//!
+//! Perturbation: a [`Perturbation`] makes a run change what must not matter. Before each round a
+//! rank sleeps a seeded delay, and contributions are deposited in a seeded, permuted order. Two
+//! runs with different `rotation`s deposit in a different order in every round: this is how the
+//! `arrival_order` control is caught every time rather than by luck.
+//!
+//! Determinism: the arrival order is the only timing-dependent value here, and only
+//! `arrival_order` reads it. Deadlines use the monotonic clock, never on a data path.
+
+use super::{CollectiveId, CommError, Communicator};
+use crate::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
+use crate::seed::{derive_stream, Stream};
+use crate::tensor::{Tensor, TensorData};
+use std::any::Any;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Stream numbers of the perturbation's own random draws (kept apart from user streams).
+const PERTURB_ORDER_STREAM: u64 = 0x7065_7274_6f72_6400;
+const PERTURB_DELAY_STREAM: u64 = 0x7065_7274_646c_7900;
+
+/// How to launch thread ranks.
+#[derive(Debug, Clone)]
+pub struct LaunchConfig {
+    /// Number of ranks.
+    pub world_size: usize,
+    /// The longest any rank waits in one collective.
+    pub deadline: Duration,
+    /// The longest a whole run may take before the ranks still running are reported as stuck.
+    pub run_timeout: Duration,
+    /// Seeded changes to timing and arrival order, or `None` for a plain run.
+    pub perturbation: Option<Perturbation>,
+}
+
+impl LaunchConfig {
+    /// `world_size` ranks, a 60 s collective deadline, a 1 h run limit, no perturbation.
+    #[must_use]
+    pub fn new(world_size: usize) -> Self {
+        LaunchConfig {
+            world_size,
+            deadline: Duration::from_secs(60),
+            run_timeout: Duration::from_secs(3600),
+            perturbation: None,
+        }
+    }
+
+    /// Sets the collective deadline.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the perturbation.
+    #[must_use]
+    pub fn with_perturbation(mut self, perturbation: Perturbation) -> Self {
+        self.perturbation = Some(perturbation);
+        self
+    }
+}
+
+/// Seeded changes to what must not matter: delays before each collective and the order in which
+/// contributions arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Perturbation {
+    /// Seed of the delays and orders.
+    pub seed: u64,
+    /// Rotates every round's arrival order: runs with different rotations (mod the world size)
+    /// never see the same order in the same round.
+    pub rotation: usize,
+    /// Upper bound of each seeded delay.
+    pub max_delay: Duration,
+}
+
+impl Perturbation {
+    /// The order in which ranks deposit their contributions in `round`.
+    fn arrival_order(&self, size: usize, round: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..size).collect();
+        derive_stream(self.seed, Stream::User(PERTURB_ORDER_STREAM), 0, round).shuffle(&mut order);
+        order.rotate_left(self.rotation % size.max(1));
+        order
+    }
+
+    /// How long `rank` sleeps before depositing in `round`.
+    fn delay(&self, rank: usize, round: u64) -> Duration {
+        let stream = Stream::User(PERTURB_DELAY_STREAM ^ self.rotation as u64);
+        let u = derive_stream(self.seed, stream, rank as u64, round).uniform_f64();
+        self.max_delay.mul_f64(u)
+    }
+}
+
+/// Why a launch of thread ranks failed: the first failure, by the rank where it happened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// A world needs at least one rank.
+    #[error("cannot launch {world_size} ranks: a world needs at least one")]
+    EmptyWorld {
+        /// The requested size.
+        world_size: usize,
+    },
+    /// The operating system refused a thread.
+    #[error("cannot start the thread of rank {rank}: {message}")]
+    Spawn {
+        /// The rank.
+        rank: usize,
+        /// The OS error.
+        message: String,
+    },
+    /// A collective failed (timeout, mismatch, a peer that exited).
+    #[error(transparent)]
+    Collective(CommError),
+    /// A rank's program returned an error.
+    #[error("rank {rank} failed: {message}")]
+    RankFailed {
+        /// The rank.
+        rank: usize,
+        /// The error, as displayed.
+        message: String,
+    },
+    /// A rank's program panicked.
+    #[error("rank {rank} panicked: {message}")]
+    RankPanicked {
+        /// The rank.
+        rank: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// Ranks were still running too long after the others finished, or past the run limit.
+    #[error("rank(s) {ranks:?} still running {waited:?} after {after}")]
+    Stuck {
+        /// The ranks still running.
+        ranks: Vec<usize>,
+        /// How long the launcher waited for them.
+        waited: Duration,
+        /// What the wait was measured from.
+        after: &'static str,
+    },
+}
+
+impl LaunchError {
+    /// The rank the failure is attributed to, where there is one.
+    #[must_use]
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            LaunchError::EmptyWorld { .. } => None,
+            LaunchError::Spawn { rank, .. }
+            | LaunchError::RankFailed { rank, .. }
+            | LaunchError::RankPanicked { rank, .. } => Some(*rank),
+            LaunchError::Collective(e) => Some(match e {
+                CommError::Timeout { missing, .. } => missing.first().copied().unwrap_or(0),
+                CommError::PeerFailed { failed_rank, .. } => *failed_rank,
+                CommError::PeerExited { exited_rank, .. } => *exited_rank,
+                CommError::Mismatch { rank, .. } | CommError::InvalidArgument { rank, .. } => {
+                    *rank
+                }
+            }),
+            LaunchError::Stuck { ranks, .. } => ranks.first().copied(),
+        }
+    }
+}
+
+/// The error type of a rank program.
+pub type RankError = Box<dyn Error + Send + Sync>;
+
+type Payload = Arc<dyn Any + Send + Sync>;
+
+/// One exchange among all ranks.
+struct Round {
+    /// What the first rank to arrive called, and with which arguments.
+    signature: String,
+    first_rank: usize,
+    contributions: Vec<Option<Payload>>,
+    arrival: Vec<usize>,
+    departed: usize,
+}
+
+struct State {
+    rounds: BTreeMap<u64, Round>,
+    first_failure: Option<usize>,
+    exited: Vec<bool>,
+}
+
+struct Shared {
+    size: usize,
+    deadline: Duration,
+    perturbation: Option<Perturbation>,
+    state: Mutex<State>,
+    wakeup: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish_rank(&self, rank: usize, failed: bool) {
+        let mut state = self.lock();
+        state.exited[rank] = true;
+        if failed && state.first_failure.is_none() {
+            state.first_failure = Some(rank);
+        }
+        drop(state);
+        self.wakeup.notify_all();
+    }
+}
+
+/// The communicator of one thread rank.
+pub struct ThreadComm {
+    rank: usize,
+    shared: Arc<Shared>,
+    next_call: Cell<u64>,
+    next_round: Cell<u64>,
+}
+
+impl std::fmt::Debug for ThreadComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadComm")
+            .field("rank", &self.rank)
+            .field("size", &self.shared.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadComm {
+    fn begin(&self, kind: &'static str) -> CollectiveId {
+        let call = self.next_call.get();
+        self.next_call.set(call + 1);
+        CollectiveId { kind, call }
+    }
+
+    /// Waits on the condition variable until `ready` holds, failing on a peer's failure or exit
+    /// (as judged by `missing`) or at the deadline.
+    fn wait_until<'a>(
+        &self,
+        mut state: MutexGuard<'a, State>,
+        id: &CollectiveId,
+        deadline: Instant,
+        mut missing: impl FnMut(&State) -> Vec<usize>,
+    ) -> Result<MutexGuard<'a, State>, CommError> {
+        loop {
+            let waiting_for = missing(&state);
+            if waiting_for.is_empty() {
+                return Ok(state);
+            }
+            if let Some(failed_rank) = state.first_failure {
+                return Err(CommError::PeerFailed {
+                    rank: self.rank,
+                    collective: id.clone(),
+                    failed_rank,
+                });
+            }
+            if let Some(&exited_rank) = waiting_for.iter().find(|&&r| state.exited[r]) {
+                return Err(CommError::PeerExited {
+                    rank: self.rank,
+                    collective: id.clone(),
+                    exited_rank,
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(CommError::Timeout {
+                    rank: self.rank,
+                    collective: id.clone(),
+                    waited: self.shared.deadline,
+                    missing: waiting_for,
+                });
+            }
+            state = self
+                .shared
+                .wakeup
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Deposits `payload` in the next round and returns every rank's payload (in rank order) and
+    /// the order they arrived in.
+    fn exchange(
+        &self,
+        id: &CollectiveId,
+        signature: &str,
+        payload: Payload,
+    ) -> Result<(Vec<Payload>, Vec<usize>), CommError> {
+        let round_no = self.next_round.get();
+        self.next_round.set(round_no + 1);
+        let size = self.shared.size;
+        let arrived_ranks = |state: &State| -> Vec<usize> {
+            state
+                .rounds
+                .get(&round_no)
+                .map_or_else(Vec::new, |r| r.arrival.clone())
+        };
+
+        if let Some(p) = &self.shared.perturbation {
+            std::thread::sleep(p.delay(self.rank, round_no));
+        }
+        let deadline = Instant::now() + self.shared.deadline;
+        let mut state = self.shared.lock();
+        if let Some(p) = &self.shared.perturbation {
+            let order = p.arrival_order(size, round_no);
+            let position = order.iter().position(|&r| r == self.rank).unwrap_or(0);
+            let before_me = order[..position].to_vec();
+            state = self.wait_until(state, id, deadline, |s| {
+                let arrived = arrived_ranks(s);
+                before_me
+                    .iter()
+                    .copied()
+                    .filter(|r| !arrived.contains(r))
+                    .collect()
+            })?;
+        }
+
+        let rank = self.rank;
+        let round = state.rounds.entry(round_no).or_insert_with(|| Round {
+            signature: signature.to_owned(),
+            first_rank: rank,
+            contributions: vec![None; size],
+            arrival: Vec::with_capacity(size),
+            departed: 0,
+        });
+        if round.signature != signature {
+            return Err(CommError::Mismatch {
+                rank,
+                collective: id.clone(),
+                mine: signature.to_owned(),
+                other_rank: round.first_rank,
+                theirs: round.signature.clone(),
+            });
+        }
+        round.contributions[rank] = Some(payload);
+        round.arrival.push(rank);
+        self.shared.wakeup.notify_all();
+
+        let mut state = self.wait_until(state, id, deadline, |s| {
+            let arrived = arrived_ranks(s);
+            (0..size).filter(|r| !arrived.contains(r)).collect()
+        })?;
+        let round = state
+            .rounds
+            .get_mut(&round_no)
+            .expect("a round stays until every rank has left it");
+        let payloads = round
+            .contributions
+            .iter()
+            .map(|c| c.clone().expect("every rank has contributed"))
+            .collect();
+        let arrival = round.arrival.clone();
+        round.departed += 1;
+        if round.departed == size {
+            state.rounds.remove(&round_no);
+        }
+        Ok((payloads, arrival))
+    }
+}
+
+fn describe(tensor: &Tensor) -> String {
+    format!("{}[{}]", tensor.dtype(), tensor.len())
+}
+
+fn downcast<T: 'static>(payload: &Payload) -> &T {
+    payload
+        .downcast_ref::<T>()
+        .expect("matching signatures carry matching payload types")
+}
+
+/// Copies `part` into `out` starting at element `start` (both of one dtype).
+fn copy_into(out: &mut TensorData, start: usize, part: &TensorData) {
+    match (out, part) {
+        (TensorData::F32(o), TensorData::F32(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::F64(o), TensorData::F64(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::I64(o), TensorData::I64(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::U8(o), TensorData::U8(p)) => o[start..start + p.len()].copy_from_slice(p),
+        _ => unreachable!("matching signatures carry matching dtypes"),
+    }
+}
+
+impl Communicator for ThreadComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        let id = self.begin("barrier");
+        self.exchange(&id, "barrier", Arc::new(())).map(drop)
+    }
+
+    fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError> {
+        let id = self.begin("broadcast");
+        if root >= self.size() {
+            return Err(CommError::InvalidArgument {
+                rank: self.rank,
+                collective: id,
+                reason: format!("root {root} is not a rank of a world of {}", self.size()),
+            });
+        }
+        let signature = format!("root {root}, {}", describe(tensor));
+        let payload: Payload = if self.rank == root {
+            Arc::new(tensor.clone())
+        } else {
+            Arc::new(())
+        };
+        let (payloads, _) = self.exchange(&id, &signature, payload)?;
+        if self.rank != root {
+            *tensor = downcast::<Tensor>(&payloads[root]).clone();
+        }
+        Ok(())
+    }
+
+    fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
+        let id = self.begin("allgather");
+        let (payloads, _) = self.exchange(&id, &describe(tensor), Arc::new(tensor.clone()))?;
+        Ok(payloads.iter().map(|p| downcast::<Tensor>(p).clone()).collect())
+    }
+
+    fn allreduce(
+        &self,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<(), CommError> {
+        let id = self.begin("allreduce");
+        let signature = format!("{op} in {mode}, {}", describe(tensor));
+        let len = tensor.len();
+        let size = self.size();
+        let mine = Arc::new(std::mem::replace(tensor.data_mut(), TensorData::U8(Vec::new())));
+        let restore = |tensor: &mut Tensor, mine: Arc<TensorData>| {
+            *tensor.data_mut() = Arc::try_unwrap(mine).unwrap_or_else(|shared| (*shared).clone());
+        };
+
+        // Round 1: everyone's contribution; this rank reduces chunk `rank`.
+        let part = match self.exchange(&id, &signature, mine.clone()) {
+            Ok((payloads, arrival)) => {
+                let contributions: Vec<&TensorData> = payloads.iter().map(downcast).collect();
+                let order = summation_order(mode, size, self.rank, &arrival);
+                reduce_chunk(&contributions, chunk_range(len, size, self.rank), &order, op)
+            }
+            Err(e) => {
+                restore(tensor, mine);
+                return Err(e);
+            }
+        };
+
+        // Round 2: everyone's reduced chunk. Once it completes, no rank reads round 1 any more,
+        // so this rank's own buffer is free to hold the result.
+        match self.exchange(&id, &signature, Arc::new(part)) {
+            Ok((parts, _)) => {
+                let mut out = Arc::try_unwrap(mine).unwrap_or_else(|shared| (*shared).clone());
+                for (chunk, part) in parts.iter().enumerate() {
+                    copy_into(&mut out, chunk_range(len, size, chunk).start, downcast(part));
+                }
+                *tensor.data_mut() = out;
+                Ok(())
+            }
+            Err(e) => {
+                restore(tensor, mine);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What a rank thread reports when it ends.
+enum Ending<R> {
+    Returned(R),
+    Failed(RankError),
+    Panicked(String),
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// Runs `program` on `config.world_size` thread ranks and returns each rank's result, in rank
+/// order.
+///
+/// # Errors
+/// The first failure ([`LaunchError`]): a rank's error or panic, a collective that failed, or
+/// ranks still running one deadline after another rank ended (or past `run_timeout`).
+pub fn launch_threads<R, F>(config: &LaunchConfig, program: F) -> Result<Vec<R>, LaunchError>
+where
+    R: Send + 'static,
+    F: Fn(&ThreadComm) -> Result<R, RankError> + Send + Sync + 'static,
+{
+    let size = config.world_size;
+    if size == 0 {
+        return Err(LaunchError::EmptyWorld { world_size: size });
+    }
+    let shared = Arc::new(Shared {
+        size,
+        deadline: config.deadline,
+        perturbation: config.perturbation,
+        state: Mutex::new(State {
+            rounds: BTreeMap::new(),
+            first_failure: None,
+            exited: vec![false; size],
+        }),
+        wakeup: Condvar::new(),
+    });
+    let program = Arc::new(program);
+    let (sender, receiver) = mpsc::channel::<(usize, Ending<R>)>();
+    let mut handles = Vec::with_capacity(size);
+    for rank in 0..size {
+        let (rank_shared, program, sender) = (shared.clone(), program.clone(), sender.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("rank-{rank}"))
+            .spawn(move || {
+                let comm = ThreadComm {
+                    rank,
+                    shared: rank_shared.clone(),
+                    next_call: Cell::new(0),
+                    next_round: Cell::new(0),
+                };
+                let ending = match catch_unwind(AssertUnwindSafe(|| program(&comm))) {
+                    Ok(Ok(value)) => Ending::Returned(value),
+                    Ok(Err(error)) => Ending::Failed(error),
+                    Err(payload) => Ending::Panicked(panic_message(payload.as_ref())),
+                };
+                rank_shared.finish_rank(rank, !matches!(ending, Ending::Returned(_)));
+                // The launcher may have given up on this run; nobody to tell then.
+                let _ = sender.send((rank, ending));
+            });
+        match spawned {
+            Ok(handle) => handles.push(Some(handle)),
+            Err(e) => {
+                // Release the ranks already started: they fail as if this rank had failed.
+                shared.finish_rank(rank, true);
+                return Err(LaunchError::Spawn {
+                    rank,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    drop(sender);
+
+    let mut endings: Vec<Option<Ending<R>>> = (0..size).map(|_| None).collect();
+    let started = Instant::now();
+    let mut grace: Option<Instant> = None;
+    let mut pending = size;
+    let mut stuck_after = "the run started";
+    while pending > 0 {
+        let limit = grace.unwrap_or(started + config.run_timeout);
+        let Some(wait) = limit.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        match receiver.recv_timeout(wait) {
+            Ok((rank, ending)) => {
+                endings[rank] = Some(ending);
+                pending -= 1;
+                if let Some(handle) = handles[rank].take() {
+                    // The thread has sent its last message; joining only waits for it to exit.
+                    let _ = handle.join();
+                }
+                if grace.is_none() {
+                    grace = Some(Instant::now() + config.deadline);
+                    stuck_after = "another rank ended";
+                }
+            }
+            Err(_) => break,
+        }
+    }
+
+    let first_failure = shared.lock().first_failure;
+    if let Some(rank) = first_failure {
+        if let Some(ending) = endings[rank].take() {
+            return Err(match ending {
+                Ending::Failed(error) => match error.downcast::<CommError>() {
+                    Ok(comm) => LaunchError::Collective(*comm),
+                    Err(other) => LaunchError::RankFailed {
+                        rank,
+                        message: other.to_string(),
+                    },
+                },
+                Ending::Panicked(message) => LaunchError::RankPanicked { rank, message },
+                Ending::Returned(_) => unreachable!("a rank that returned is not a failure"),
+            });
+        }
+    }
+    let stuck: Vec<usize> = (0..size).filter(|&r| endings[r].is_none()).collect();
+    if !stuck.is_empty() {
+        // Their threads are detached: dropping the handles does not wait for them.
+        return Err(LaunchError::Stuck {
+            ranks: stuck,
+            waited: if stuck_after == "the run started" {
+                config.run_timeout
+            } else {
+                config.deadline
+            },
+            after: stuck_after,
+        });
+    }
+    Ok(endings
+        .into_iter()
+        .map(|e| match e {
+            Some(Ending::Returned(value)) => value,
+            _ => unreachable!("every rank returned: no failure was recorded"),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seed::derive_stream;
+
+    fn config(n: usize) -> LaunchConfig {
+        LaunchConfig::new(n).with_deadline(Duration::from_secs(10))
+    }
+
+    fn random_tensor(rank: usize, len: usize) -> Tensor {
+        let mut rng = derive_stream(9, Stream::Data, rank as u64, 0);
+        Tensor::from_vec((0..len).map(|_| rng.normal_f32()).collect())
+    }
+
+    fn allreduce_all(cfg: &LaunchConfig, mode: ReductionMode, len: usize) -> Vec<Vec<u32>> {
+        launch_threads(cfg, move |comm| {
+            let mut t = random_tensor(comm.rank(), len);
+            comm.allreduce(&mut t, ReduceOp::Sum, mode)?;
+            Ok(t.values::<f32>().unwrap().iter().map(|x| x.to_bits()).collect())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn allreduce_matches_a_serial_sum_in_each_schedule() {
+        let (n, len) = (4, 1001);
+        let inputs: Vec<Tensor> = (0..n).map(|r| random_tensor(r, len)).collect();
+        let values: Vec<&[f32]> = inputs.iter().map(|t| t.values().unwrap()).collect();
+        for mode in [ReductionMode::RankOrdered, ReductionMode::Ring] {
+            let results = allreduce_all(&config(n), mode, len);
+            assert!(results.iter().all(|r| r == &results[0]), "{mode}: ranks disagree");
+            for (i, &bits) in results[0].iter().enumerate() {
+                let chunk = (0..n).find(|&c| chunk_range(len, n, c).contains(&i)).unwrap();
+                let order = summation_order(mode, n, chunk, &[]);
+                let expected = order[1..]
+                    .iter()
+                    .fold(values[order[0]][i], |acc, &r| acc + values[r][i]);
+                assert_eq!(bits, expected.to_bits(), "{mode} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn deterministic_modes_ignore_perturbation_and_arrival_order_does_not() {
+        let perturbed = |rotation| {
+            config(3).with_perturbation(Perturbation {
+                seed: 5,
+                rotation,
+                max_delay: Duration::from_micros(200),
+            })
+        };
+        for mode in [ReductionMode::RankOrdered, ReductionMode::Ring] {
+            assert_eq!(
+                allreduce_all(&perturbed(0), mode, 512),
+                allreduce_all(&perturbed(1), mode, 512)
+            );
+        }
+        let a = allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512);
+        let b = allreduce_all(&perturbed(1), ReductionMode::ArrivalOrder, 512);
+        assert!(a.iter().all(|r| r == &a[0]), "every rank still gets the same bits");
+        assert_ne!(a, b, "a rotated arrival order must change the sum");
+        // The same perturbation reproduces the same arrival order, so the same bits.
+        assert_eq!(a, allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512));
+    }
+
+    #[test]
+    fn broadcast_allgather_barrier_and_max() {
+        let results = launch_threads(&config(3), |comm| {
+            comm.barrier()?;
+            let mut t = Tensor::from_vec(vec![comm.rank() as i64; 2]);
+            comm.broadcast(&mut t, 2)?;
+            let gathered = comm.allgather(&Tensor::scalar(comm.rank() as u8))?;
+            let mut m = Tensor::from_vec(vec![comm.rank() as f64, -(comm.rank() as f64)]);
+            comm.allreduce(&mut m, ReduceOp::Max, ReductionMode::Ring)?;
+            Ok((t, gathered, m))
+        })
+        .unwrap();
+        for (t, gathered, m) in results {
+            assert_eq!(t.values::<i64>().unwrap(), [2, 2]);
+            let ranks: Vec<u8> = gathered.iter().map(|g| g.values::<u8>().unwrap()[0]).collect();
+            assert_eq!(ranks, [0, 1, 2]);
+            assert_eq!(m.values::<f64>().unwrap(), [2.0, 0.0]);
+        }
+    }
+
+    #[test]
+    fn a_panicking_rank_is_named_and_releases_the_others() {
+        let err = launch_threads(&config(3), |comm| {
+            if comm.rank() == 1 {
+                panic!("planted failure");
+            }
+            comm.barrier()?;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(matches!(err, LaunchError::RankPanicked { rank: 1, .. }), "{err}");
+        assert_eq!(err.to_string(), "rank 1 panicked: planted failure");
+    }
+
+    #[test]
+    fn an_erroring_rank_is_named() {
+        let err = launch_threads(&config(2), |comm| {
+            if comm.rank() == 0 {
+                return Err("disk full".into());
+            }
+            comm.barrier()?;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "rank 0 failed: disk full");
+    }
+
+    #[test]
+    fn a_rank_that_never_arrives_fails_the_run_at_the_deadline() {
+        let cfg = LaunchConfig::new(3).with_deadline(Duration::from_millis(300));
+        let started = Instant::now();
+        let err = launch_threads(&cfg, |comm| {
+            if comm.rank() == 2 {
+                // Never joins, and never returns within the test either.
+                std::thread::sleep(Duration::from_secs(30));
+                return Ok(());
+            }
+            let mut t = Tensor::from_vec(vec![1.0f32]);
+            comm.allreduce(&mut t, ReduceOp::Sum, ReductionMode::Ring)?;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "the launcher must not wait for rank 2");
+        match &err {
+            LaunchError::Collective(CommError::Timeout {
+                collective,
+                missing,
+                ..
+            }) => {
+                assert_eq!(collective.to_string(), "allreduce #0");
+                assert_eq!(missing, &[2]);
+            }
+            other => panic!("unexpected {other}"),
+        }
+        assert_eq!(err.rank(), Some(2));
+    }
+
+    #[test]
+    fn a_rank_that_exits_early_releases_the_waiters_at_once() {
+        let err = launch_threads(&config(2), |comm| {
+            if comm.rank() == 0 {
+                comm.barrier()?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LaunchError::Collective(CommError::PeerExited { exited_rank: 1, .. })
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn mismatched_collectives_are_reported() {
+        let err = launch_threads(&config(2), |comm| {
+            let mut t = Tensor::from_vec(vec![0.0f32; 1 + comm.rank()]);
+            comm.allreduce(&mut t, ReduceOp::Sum, ReductionMode::Ring)?;
+            Ok(())
+        })
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("allreduce #0") && text.contains("f32[1]"), "{text}");
+        assert!(matches!(err, LaunchError::Collective(CommError::Mismatch { .. })));
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_not_panics() {
+        assert!(matches!(
+            launch_threads(&config(0), |_| Ok(())),
+            Err(LaunchError::EmptyWorld { .. })
+        ));
+        let err = launch_threads(&config(2), |comm| {
+            let mut t = Tensor::scalar(1.0f32);
+            comm.broadcast(&mut t, 5)?;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("root 5 is not a rank"), "{err}");
+    }
+}

@@ -1,0 +1,49 @@
+//! detcheck: a multi-rank determinism checker.
+//!
+//! A *scenario* is a deterministic rank program plus its configuration. detcheck launches its
+//! ranks, records every tensor the program observes as a [`Record`] (md5 of the canonical bytes
+//! plus statistics), runs it again under a perturbation, and compares the traces: the first
+//! [`Divergence`] is the earliest step, then record, then rank, where two runs differ.
+//!
+//! The parts, each a module with one job:
+//! - [`seed`](derive_stream): every random stream from (seed, stream, rank, step);
+//! - [`Tensor`], [`Md5Digest`], [`Stats`]: data and its digest;
+//! - [`Communicator`] and [`launch_threads`]: ranks as threads, collectives with deadlines;
+//! - [`ReductionMode`]: the order an allreduce adds in;
+//! - [`Recorder`], [`Trace`], [`compare_runs`], [`compare_replicas`]: records and comparison;
+//! - [`Scenario`], [`ScenarioSpec`], [`KindRegistry`]: rank programs and their files;
+//! - [`run_checks`]: the checks (`repeat`, `replicas`) and their report.
+//!
+//! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
+#![forbid(unsafe_code)]
+
+mod check;
+mod comm;
+mod compare;
+mod digest;
+mod reduce;
+mod scenario;
+mod seed;
+mod tensor;
+mod trace;
+
+pub use check::{
+    run_checks, run_once, CheckKind, CheckOptions, CheckOutcome, Expectation, RunError,
+    ScenarioReport,
+};
+pub use comm::{
+    launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError,
+    Perturbation, RankError, ThreadComm,
+};
+pub use compare::{
+    compare_replicas, compare_runs, CompareError, Comparison, Divergence, DivergenceKind,
+};
+pub use digest::{ExactF64, Md5Digest, Stats};
+pub use reduce::{ReduceOp, ReductionMode};
+pub use scenario::{
+    discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext, Scenario,
+    ScenarioError, ScenarioSpec,
+};
+pub use seed::{derive_stream, RankRng, Stream};
+pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};
+pub use trace::{RankTrace, Record, RecordLevel, Recorder, Trace};

@@ -1,0 +1,208 @@
+//! The `detcheck` command line.
+//!
+//! `detcheck check [SCENARIO...]` runs each scenario's checks on thread ranks and prints one row
+//! per scenario, then the details of every failure. This is the only part of detcheck that knows
+//! the terminal (progress bar, table); everything else is the library.
+//!
+//! Exit codes (also in the README):
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | every check holds (negative controls caught) |
+//! | 1 | a check failed: a divergence where none was expected, or a control not caught |
+//! | 2 | bad input: a flag, or a scenario file or folder that cannot be read or is invalid |
+//! | 3 | a run failed: a rank errored, panicked or missed a collective deadline |
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use detcheck::{
+    discover_scenarios, run_checks, CheckOptions, Expectation, KindRegistry, LoadedScenario,
+    ScenarioError,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+const EXIT_OK: u8 = 0;
+const EXIT_CHECK_FAILED: u8 = 1;
+const EXIT_BAD_INPUT: u8 = 2;
+const EXIT_RUN_FAILED: u8 = 3;
+
+#[derive(Parser)]
+#[command(name = "detcheck", version, about = "A multi-rank determinism checker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run each scenario's checks and print one row per scenario.
+    Check {
+        /// Scenario files or folders of them (default: `scenarios`).
+        scenarios: Vec<PathBuf>,
+        /// Longest wait in one collective, in seconds.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        deadline: u64,
+        /// Do not draw a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            scenarios,
+            deadline,
+            no_progress,
+        } => {
+            let options = CheckOptions {
+                deadline: Duration::from_secs(deadline),
+                ..CheckOptions::default()
+            };
+            match check(&scenarios, &options, !no_progress) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(EXIT_RUN_FAILED)
+                }
+            }
+        }
+    }
+}
+
+/// Loads every scenario named on the command line; any bad one is reported and stops the run.
+fn load_all(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, Vec<ScenarioError>> {
+    let registry = KindRegistry::builtin();
+    let default = [PathBuf::from("scenarios")];
+    let paths = if paths.is_empty() { &default[..] } else { paths };
+    let mut loaded = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        let found = if path.is_dir() {
+            match discover_scenarios(path, &registry) {
+                Ok(found) => found,
+                Err(e) => vec![Err(e)],
+            }
+        } else {
+            vec![registry.load_file(path)]
+        };
+        for result in found {
+            match result {
+                Ok(scenario) => loaded.push(scenario),
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(errors)
+    }
+}
+
+fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8> {
+    let scenarios = match load_all(paths) {
+        Ok(s) if s.is_empty() => {
+            eprintln!("error: no scenario files found in {}", show_paths(paths));
+            return Ok(EXIT_BAD_INPUT);
+        }
+        Ok(s) => s,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+
+    let bar = if progress {
+        ProgressBar::new(scenarios.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let width = scenarios.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
+    let mut rows = vec![format!(
+        "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  first divergence",
+        "scenario", "ranks", "steps", "reduction", "records", "verdict"
+    )];
+    let mut details = Vec::new();
+    let (mut failed, mut errored) = (0, 0);
+    for scenario in &scenarios {
+        bar.set_message(scenario.name.clone());
+        let spec = &scenario.spec;
+        let mode = spec.effective_mode().to_string();
+        match run_checks(scenario, options) {
+            Ok(report) => {
+                let verdict = match (report.passed(), spec.expect) {
+                    (true, Expectation::Identical) => "ok",
+                    (true, Expectation::Diverges) => "ok (caught)",
+                    (false, Expectation::Identical) => "FAIL",
+                    (false, Expectation::Diverges) => "FAIL (missed)",
+                };
+                let first = report
+                    .first_divergence()
+                    .map(|(check, d)| format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name()))
+                    .unwrap_or_else(|| "-".to_owned());
+                rows.push(format!(
+                    "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  {first}",
+                    scenario.name,
+                    report.world_size,
+                    report.steps,
+                    mode,
+                    report.num_compared(),
+                    verdict
+                ));
+                if !report.passed() {
+                    failed += 1;
+                    details.push(format!("{}:\n{}", scenario.name, report.explain_failures()));
+                }
+            }
+            Err(e) => {
+                errored += 1;
+                rows.push(format!(
+                    "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  -",
+                    scenario.name, spec.world_size, spec.steps, mode, "-", "ERROR"
+                ));
+                details.push(format!("{}:\n  {e}\n", scenario.name));
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    for row in rows {
+        println!("{row}");
+    }
+    for detail in &details {
+        println!("\n{detail}");
+    }
+    let passed = scenarios.len() - failed - errored;
+    println!(
+        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored",
+        scenarios.len()
+    );
+    Ok(if errored > 0 {
+        EXIT_RUN_FAILED
+    } else if failed > 0 {
+        EXIT_CHECK_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+fn show_paths(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return Path::new("scenarios").display().to_string();
+    }
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

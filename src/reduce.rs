@@ -1,0 +1,245 @@
+//! Reduction modes: in which order an allreduce adds the contributions of the ranks.
+//!
+//! Floating-point addition is not associative, so the order of additions decides the bits. The
+//! modes, and what they promise:
+//!
+//! | mode | order of additions | deterministic? |
+//! | --- | --- | --- |
+//! | `rank_ordered` | rank 0, 1, …, n−1 for every element | yes, for one world size |
+//! | `ring` | chunk c: ranks c, c+1, …, c−1 (mod n), as a ring reduce-scatter adds | yes, for one world size |
+//! | `arrival_order` | the order contributions arrive in | **no**: the negative control |
+//!
+//! With two ranks `arrival_order` is deterministic anyway, because IEEE addition is commutative;
+//! it takes three or more ranks to see it differ. Integers add with wrap-around. `max` returns a
+//! canonical NaN if any contribution is NaN and prefers +0.0 over −0.0, so it does not depend on
+//! order.
+//!
+//! [`chunk_range`], [`summation_order`] and [`reduce_chunk`] are the arithmetic every backend
+//! shares, so a schedule gives the same bits on threads as on any other backend.
+//!
+//! Limits: no mode here is invariant to the world size; that takes a reproducible sum.
+
+use crate::tensor::{Element, TensorData};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
+
+/// How an allreduce combines contributions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ReductionMode {
+    /// Adds contributions in rank order: deterministic for a fixed world size.
+    RankOrdered,
+    /// Adds in the order a ring reduce-scatter does: deterministic for a fixed world size.
+    Ring,
+    /// Adds contributions in arrival order: nondeterministic, a negative control.
+    ArrivalOrder,
+}
+
+impl ReductionMode {
+    /// The name used in scenario files and reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ReductionMode::RankOrdered => "rank_ordered",
+            ReductionMode::Ring => "ring",
+            ReductionMode::ArrivalOrder => "arrival_order",
+        }
+    }
+
+    /// Every mode, in a fixed order (for benchmarks and docs).
+    pub const ALL: [ReductionMode; 3] = [
+        ReductionMode::RankOrdered,
+        ReductionMode::Ring,
+        ReductionMode::ArrivalOrder,
+    ];
+}
+
+impl fmt::Display for ReductionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The elementwise operation of an allreduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Maximum.
+    Max,
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+        })
+    }
+}
+
+
+/// The elements of chunk `chunk` when `len` elements are split into `parts` near-equal chunks.
+#[must_use]
+pub(crate) fn chunk_range(len: usize, parts: usize, chunk: usize) -> Range<usize> {
+    let bound = |c: usize| (c as u128 * len as u128 / parts as u128) as usize;
+    bound(chunk)..bound(chunk + 1)
+}
+
+/// The order in which the ranks' contributions to chunk `chunk` are added.
+///
+/// `arrival` is the order in which contributions arrived; only `arrival_order` reads it.
+#[must_use]
+pub(crate) fn summation_order(
+    mode: ReductionMode,
+    size: usize,
+    chunk: usize,
+    arrival: &[usize],
+) -> Vec<usize> {
+    match mode {
+        ReductionMode::RankOrdered => (0..size).collect(),
+        ReductionMode::Ring => (0..size).map(|k| (chunk + k) % size).collect(),
+        ReductionMode::ArrivalOrder => arrival.to_vec(),
+    }
+}
+
+/// Reduces `range` of every contribution, adding (or taking the max) in `order`.
+///
+/// # Panics
+/// Panics if the contributions differ in dtype or are shorter than `range`: callers check that.
+#[must_use]
+pub(crate) fn reduce_chunk(
+    contributions: &[&TensorData],
+    range: Range<usize>,
+    order: &[usize],
+    op: ReduceOp,
+) -> TensorData {
+    fn typed<T: Reducible>(
+        contributions: &[&TensorData],
+        range: Range<usize>,
+        order: &[usize],
+        op: ReduceOp,
+    ) -> TensorData {
+        let view = |rank: usize| {
+            &T::view(contributions[rank]).expect("contributions share one dtype")[range.clone()]
+        };
+        let mut out = view(order[0]).to_vec();
+        for &rank in &order[1..] {
+            let next = view(rank);
+            match op {
+                ReduceOp::Sum => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.add(b)),
+                ReduceOp::Max => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.max_of(b)),
+            }
+        }
+        T::wrap(out)
+    }
+    match contributions[0] {
+        TensorData::F32(_) => typed::<f32>(contributions, range, order, op),
+        TensorData::F64(_) => typed::<f64>(contributions, range, order, op),
+        TensorData::I64(_) => typed::<i64>(contributions, range, order, op),
+        TensorData::U8(_) => typed::<u8>(contributions, range, order, op),
+    }
+}
+
+/// Elementwise arithmetic with order-independent `max` and wrap-around integer sums.
+trait Reducible: Element {
+    fn add(self, other: Self) -> Self;
+    fn max_of(self, other: Self) -> Self;
+}
+
+macro_rules! float_reducible {
+    ($t:ty) => {
+        impl Reducible for $t {
+            #[inline]
+            fn add(self, other: Self) -> Self {
+                self + other
+            }
+            #[inline]
+            fn max_of(self, other: Self) -> Self {
+                if self.is_nan() || other.is_nan() {
+                    <$t>::NAN
+                } else if self.total_cmp(&other).is_ge() {
+                    self
+                } else {
+                    other
+                }
+            }
+        }
+    };
+}
+float_reducible!(f32);
+float_reducible!(f64);
+
+macro_rules! int_reducible {
+    ($t:ty) => {
+        impl Reducible for $t {
+            #[inline]
+            fn add(self, other: Self) -> Self {
+                self.wrapping_add(other)
+            }
+            #[inline]
+            fn max_of(self, other: Self) -> Self {
+                Ord::max(self, other)
+            }
+        }
+    };
+}
+int_reducible!(i64);
+int_reducible!(u8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_element_once() {
+        for (len, parts) in [(10, 3), (2, 4), (0, 2), (7, 1)] {
+            let ranges: Vec<_> = (0..parts).map(|c| chunk_range(len, parts, c)).collect();
+            assert_eq!(ranges[0].start, 0);
+            assert_eq!(ranges[parts - 1].end, len);
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+        }
+    }
+
+    #[test]
+    fn ring_order_starts_at_the_chunk() {
+        assert_eq!(summation_order(ReductionMode::Ring, 4, 2, &[]), [2, 3, 0, 1]);
+        assert_eq!(summation_order(ReductionMode::RankOrdered, 3, 2, &[]), [0, 1, 2]);
+        assert_eq!(
+            summation_order(ReductionMode::ArrivalOrder, 3, 0, &[2, 0, 1]),
+            [2, 0, 1]
+        );
+    }
+
+    #[test]
+    fn sum_order_changes_bits_and_max_does_not() {
+        let a = TensorData::F32(vec![1e8, 0.0]);
+        let b = TensorData::F32(vec![-1e8, -0.0]);
+        let c = TensorData::F32(vec![1.0, f32::NAN]);
+        let all = [&a, &b, &c];
+        let sum = |order: &[usize]| reduce_chunk(&all, 0..1, order, ReduceOp::Sum);
+        // (1e8 + -1e8) + 1 = 1, but (1e8 + 1) + -1e8 = 0 in f32.
+        assert_eq!(sum(&[0, 1, 2]), TensorData::F32(vec![1.0]));
+        assert_eq!(sum(&[0, 2, 1]), TensorData::F32(vec![0.0]));
+        let max = |order: &[usize]| reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max);
+        assert_eq!(format!("{:?}", max(&[0, 1])), format!("{:?}", max(&[1, 0])));
+        let TensorData::F32(m) = max(&[1, 0]) else { unreachable!() };
+        assert_eq!(m[1].to_bits(), 0.0f32.to_bits(), "+0.0 wins over -0.0");
+        let with_nan = reduce_chunk(&all, 1..2, &[2, 0, 1], ReduceOp::Max);
+        let TensorData::F32(m) = with_nan else { unreachable!() };
+        assert!(m[0].is_nan());
+    }
+
+    #[test]
+    fn integer_sums_wrap() {
+        let a = TensorData::U8(vec![200]);
+        let b = TensorData::U8(vec![100]);
+        assert_eq!(
+            reduce_chunk(&[&a, &b], 0..1, &[0, 1], ReduceOp::Sum),
+            TensorData::U8(vec![44])
+        );
+    }
+}

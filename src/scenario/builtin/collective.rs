@@ -1,0 +1,93 @@
+//! The `collective` kind: allreduce of per-rank random tensors, every step.
+//!
+//! Each step every rank draws `elements` normals from its `data` stream (with a per-rank scale,
+//! so contributions differ in magnitude, as gradients do), records them, allreduces them in the
+//! run's mode and records the result as replicated. It also broadcasts a small tensor from a root
+//! that moves every step and allgathers a slice of each rank's input, so every collective is
+//! exercised.
+//!
+//! Params: `elements` (default 4096), `dtype` (`f32` or `f64`, default `f32`), `op` (`sum` or
+//! `max`, default `sum`).
+
+use super::at_least;
+use crate::comm::RankError;
+use crate::reduce::ReduceOp;
+use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::seed::Stream;
+use crate::tensor::{DType, Tensor};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CollectiveParams {
+    #[serde(default = "default_elements")]
+    elements: usize,
+    #[serde(default = "default_dtype")]
+    dtype: DType,
+    #[serde(default = "default_op")]
+    op: ReduceOp,
+}
+
+fn default_elements() -> usize {
+    4096
+}
+
+fn default_dtype() -> DType {
+    DType::F32
+}
+
+fn default_op() -> ReduceOp {
+    ReduceOp::Sum
+}
+
+pub(super) struct CollectiveScenario {
+    params: CollectiveParams,
+}
+
+impl CollectiveScenario {
+    pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
+        let params: CollectiveParams = spec.parse_params()?;
+        at_least("params.elements", params.elements, 1)?;
+        if !matches!(params.dtype, DType::F32 | DType::F64) {
+            return Err(ParamError::new(
+                "params.dtype",
+                format!("must be f32 or f64, got {}", params.dtype),
+            ));
+        }
+        Ok(CollectiveScenario { params })
+    }
+}
+
+/// How many leading input values each rank contributes to the allgather.
+const GATHERED: usize = 4;
+
+impl Scenario for CollectiveScenario {
+    fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
+        let n = self.params.elements;
+        let scale = 1.0 + ctx.rank() as f64;
+        for step in 0..ctx.steps() {
+            let mut rng = ctx.stream(Stream::Data, step);
+            let values: Vec<f64> = (0..n).map(|_| rng.normal_f64() * scale).collect();
+            let head = Tensor::from_vec(values[..n.min(GATHERED)].to_vec());
+            let mut tensor = match self.params.dtype {
+                DType::F32 => Tensor::from_vec(values.iter().map(|&x| x as f32).collect()),
+                _ => Tensor::from_vec(values),
+            };
+            ctx.record(step, "input", &tensor);
+            let gathered = ctx.comm().allgather(&head)?;
+            for (rank, part) in gathered.iter().enumerate() {
+                ctx.record_replicated(step, &format!("allgather/{rank}"), part);
+            }
+
+            ctx.allreduce(&mut tensor, self.params.op)?;
+            ctx.record_replicated(step, &format!("allreduce/{}", self.params.op), &tensor);
+
+            let root = (step % ctx.world_size() as u64) as usize;
+            let mut token = Tensor::from_vec(vec![ctx.rank() as i64, step as i64]);
+            ctx.comm().broadcast(&mut token, root)?;
+            ctx.record_replicated(step, "broadcast", &token);
+            ctx.comm().barrier()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,432 @@
+//! The `train` kind: a small MLP trained data-parallel.
+//!
+//! The model is `input_dim → hidden (ReLU, dropout) → classes` with softmax cross-entropy, in f32.
+//! The dataset is synthetic: sample i's features are normals from the shared `data` stream at
+//! coordinate i, its label the argmax of a fixed random teacher. Each epoch is shuffled from the
+//! shared `data_order` stream; every step takes the next `global_batch` samples, and rank r takes
+//! its contiguous shard of `global_batch / world_size`. Each rank runs forward (with its own dropout
+//! mask) and backward, sums its samples' gradients in batch order, allreduces gradients and loss in
+//! one bucket, divides by the global batch and applies the optimizer (SGD with momentum, or Adam).
+//!
+//! Records per step: `local_grad/*` (before the allreduce, per rank), then `loss`, `grad/*` and
+//! `param/*` (replicated: every rank must hold the same bits). Step 0 starts with `init/*`.
+//!
+//! Determinism: `exp`, `ln` and `pow` come from `libm`; every sum runs in a fixed order. Planted
+//! faults (`params.plant`): `hashmap_grad_order` sums per-sample gradients in `HashMap` iteration
+//! order (random per map); `rank_seeded_init` initialises each rank from its own stream without
+//! a broadcast, so replicas differ.
+//!
+//! Limits: no batching across samples in the kernels (plain loops); the shard of a rank depends on
+//! the world size, so the local sums are not partition-invariant.
+
+use super::at_least;
+use crate::comm::RankError;
+use crate::reduce::ReduceOp;
+use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::seed::Stream;
+use crate::tensor::{Tensor, TensorData};
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// Stream number of the teacher that labels the synthetic data.
+const TEACHER_STREAM: u64 = 0x7465_6163_6865_7200;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TrainPlant {
+    /// Per-sample gradients summed in `HashMap` iteration order.
+    HashmapGradOrder,
+    /// Each rank initialises from its own stream: replicas differ from step 0.
+    RankSeededInit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum OptimizerSpec {
+    Sgd {
+        lr: f32,
+        #[serde(default)]
+        momentum: f32,
+    },
+    Adam {
+        lr: f32,
+        #[serde(default = "default_beta1")]
+        beta1: f32,
+        #[serde(default = "default_beta2")]
+        beta2: f32,
+        #[serde(default = "default_eps")]
+        eps: f32,
+    },
+}
+
+fn default_beta1() -> f32 {
+    0.9
+}
+fn default_beta2() -> f32 {
+    0.999
+}
+fn default_eps() -> f32 {
+    1e-8
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrainParams {
+    #[serde(default = "defaults::input_dim")]
+    input_dim: usize,
+    #[serde(default = "defaults::hidden")]
+    hidden: usize,
+    #[serde(default = "defaults::classes")]
+    classes: usize,
+    #[serde(default = "defaults::dataset_size")]
+    dataset_size: usize,
+    #[serde(default = "defaults::global_batch")]
+    global_batch: usize,
+    #[serde(default = "defaults::dropout")]
+    dropout: f64,
+    #[serde(default = "defaults::optimizer")]
+    optimizer: OptimizerSpec,
+    #[serde(default)]
+    plant: Option<TrainPlant>,
+}
+
+mod defaults {
+    pub(super) fn input_dim() -> usize {
+        16
+    }
+    pub(super) fn hidden() -> usize {
+        32
+    }
+    pub(super) fn classes() -> usize {
+        4
+    }
+    pub(super) fn dataset_size() -> usize {
+        1024
+    }
+    pub(super) fn global_batch() -> usize {
+        64
+    }
+    pub(super) fn dropout() -> f64 {
+        0.1
+    }
+    pub(super) fn optimizer() -> super::OptimizerSpec {
+        super::OptimizerSpec::Adam {
+            lr: 1e-2,
+            beta1: super::default_beta1(),
+            beta2: super::default_beta2(),
+            eps: super::default_eps(),
+        }
+    }
+}
+
+/// Where each layer's tensors live in the flat parameter vector.
+#[derive(Debug, Clone)]
+struct Layout {
+    d: usize,
+    h: usize,
+    c: usize,
+}
+
+impl Layout {
+    fn w1(&self) -> std::ops::Range<usize> {
+        0..self.h * self.d
+    }
+    fn b1(&self) -> std::ops::Range<usize> {
+        self.w1().end..self.w1().end + self.h
+    }
+    fn w2(&self) -> std::ops::Range<usize> {
+        self.b1().end..self.b1().end + self.c * self.h
+    }
+    fn b2(&self) -> std::ops::Range<usize> {
+        self.w2().end..self.w2().end + self.c
+    }
+    fn len(&self) -> usize {
+        self.b2().end
+    }
+    /// (name, range, shape) of every tensor, in recording order.
+    fn tensors(&self) -> [(&'static str, std::ops::Range<usize>, Vec<usize>); 4] {
+        [
+            ("fc1.weight", self.w1(), vec![self.h, self.d]),
+            ("fc1.bias", self.b1(), vec![self.h]),
+            ("fc2.weight", self.w2(), vec![self.c, self.h]),
+            ("fc2.bias", self.b2(), vec![self.c]),
+        ]
+    }
+}
+
+pub(super) struct TrainScenario {
+    params: TrainParams,
+    layout: Layout,
+}
+
+impl TrainScenario {
+    pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
+        let params: TrainParams = spec.parse_params()?;
+        at_least("params.input_dim", params.input_dim, 1)?;
+        at_least("params.hidden", params.hidden, 1)?;
+        at_least("params.classes", params.classes, 2)?;
+        at_least("params.global_batch", params.global_batch, 1)?;
+        if params.global_batch % spec.world_size != 0 {
+            return Err(ParamError::new(
+                "params.global_batch",
+                format!(
+                    "{} must be divisible by world_size ({})",
+                    params.global_batch, spec.world_size
+                ),
+            ));
+        }
+        if params.dataset_size == 0 || params.dataset_size % params.global_batch != 0 {
+            return Err(ParamError::new(
+                "params.dataset_size",
+                format!(
+                    "{} must be a positive multiple of global_batch ({})",
+                    params.dataset_size, params.global_batch
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&params.dropout) {
+            return Err(ParamError::new(
+                "params.dropout",
+                format!("must be in [0, 1), got {}", params.dropout),
+            ));
+        }
+        let lr = match params.optimizer {
+            OptimizerSpec::Sgd { lr, .. } | OptimizerSpec::Adam { lr, .. } => lr,
+        };
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(ParamError::new(
+                "params.optimizer.lr",
+                format!("must be a positive number, got {lr}"),
+            ));
+        }
+        let layout = Layout {
+            d: params.input_dim,
+            h: params.hidden,
+            c: params.classes,
+        };
+        Ok(TrainScenario { params, layout })
+    }
+
+    fn init(&self, ctx: &RankContext<'_>) -> Vec<f32> {
+        let mut rng = match self.params.plant {
+            Some(TrainPlant::RankSeededInit) => ctx.stream(Stream::Init, 0),
+            _ => ctx.shared_stream(Stream::Init, 0),
+        };
+        let l = &self.layout;
+        let mut params = vec![0.0f32; l.len()];
+        let he = |fan_in: usize| (2.0 / fan_in as f64).sqrt() as f32;
+        for w in &mut params[l.w1()] {
+            *w = rng.normal_f32() * he(l.d);
+        }
+        for w in &mut params[l.w2()] {
+            *w = rng.normal_f32() * he(l.h);
+        }
+        params
+    }
+
+    fn record_all(&self, ctx: &mut RankContext<'_>, step: u64, prefix: &str, flat: &[f32], replicated: bool) {
+        for (name, range, shape) in self.layout.tensors() {
+            let tensor = Tensor::new(shape, TensorData::F32(flat[range].to_vec()))
+                .expect("layout shapes match their ranges");
+            let name = format!("{prefix}/{name}");
+            if replicated {
+                ctx.record_replicated(step, &name, &tensor);
+            } else {
+                ctx.record(step, &name, &tensor);
+            }
+        }
+    }
+}
+
+/// The synthetic dataset: features from the shared data stream, labels from a teacher.
+struct Dataset {
+    d: usize,
+    c: usize,
+    teacher: Vec<f32>,
+}
+
+impl Dataset {
+    fn new(ctx: &RankContext<'_>, d: usize, c: usize) -> Self {
+        let mut rng = ctx.shared_stream(Stream::User(TEACHER_STREAM), 0);
+        Dataset {
+            d,
+            c,
+            teacher: (0..c * d).map(|_| rng.normal_f32()).collect(),
+        }
+    }
+
+    fn sample(&self, ctx: &RankContext<'_>, index: u64) -> (Vec<f32>, usize) {
+        let mut rng = ctx.shared_stream(Stream::Data, index);
+        let x: Vec<f32> = (0..self.d).map(|_| rng.normal_f32()).collect();
+        let mut label = 0;
+        let mut best = f32::NEG_INFINITY;
+        for class in 0..self.c {
+            let score = dot(&self.teacher[class * self.d..(class + 1) * self.d], &x);
+            if score > best {
+                best = score;
+                label = class;
+            }
+        }
+        (x, label)
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
+}
+
+/// Forward and backward of one sample; adds its gradient into `grad` and returns its loss.
+fn sample_gradient(
+    l: &Layout,
+    params: &[f32],
+    x: &[f32],
+    label: usize,
+    mask: &[f32],
+    grad: &mut [f32],
+) -> f32 {
+    let (w1, b1, w2, b2) = (&params[l.w1()], &params[l.b1()], &params[l.w2()], &params[l.b2()]);
+    let h: Vec<f32> = (0..l.h).map(|k| b1[k] + dot(&w1[k * l.d..(k + 1) * l.d], x)).collect();
+    let a: Vec<f32> = h.iter().zip(mask).map(|(&v, &m)| v.max(0.0) * m).collect();
+    let z: Vec<f32> = (0..l.c).map(|c| b2[c] + dot(&w2[c * l.h..(c + 1) * l.h], &a)).collect();
+    let z_max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = z.iter().map(|&v| libm::expf(v - z_max)).collect();
+    let total: f32 = e.iter().sum();
+    let loss = libm::logf(total) - (z[label] - z_max);
+
+    let mut dz: Vec<f32> = e.iter().map(|&v| v / total).collect();
+    dz[label] -= 1.0;
+    let mut da = vec![0.0f32; l.h];
+    let (g_w2_start, g_b2_start) = (l.w2().start, l.b2().start);
+    for c in 0..l.c {
+        let row = &mut grad[g_w2_start + c * l.h..g_w2_start + (c + 1) * l.h];
+        row.iter_mut().zip(&a).for_each(|(g, &v)| *g += dz[c] * v);
+        grad[g_b2_start + c] += dz[c];
+        da.iter_mut()
+            .zip(&w2[c * l.h..(c + 1) * l.h])
+            .for_each(|(d, &w)| *d += w * dz[c]);
+    }
+    let (g_w1_start, g_b1_start) = (l.w1().start, l.b1().start);
+    for k in 0..l.h {
+        let dh = if h[k] > 0.0 { da[k] * mask[k] } else { 0.0 };
+        let row = &mut grad[g_w1_start + k * l.d..g_w1_start + (k + 1) * l.d];
+        row.iter_mut().zip(x).for_each(|(g, &v)| *g += dh * v);
+        grad[g_b1_start + k] += dh;
+    }
+    loss
+}
+
+/// Optimizer state: momentum buffers for SGD, moments for Adam.
+struct Optimizer {
+    spec: OptimizerSpec,
+    first: Vec<f32>,
+    second: Vec<f32>,
+    steps_taken: i32,
+}
+
+impl Optimizer {
+    fn new(spec: OptimizerSpec, len: usize) -> Self {
+        Optimizer {
+            spec,
+            first: vec![0.0; len],
+            second: vec![0.0; len],
+            steps_taken: 0,
+        }
+    }
+
+    fn apply(&mut self, params: &mut [f32], grad: &[f32]) {
+        self.steps_taken += 1;
+        match self.spec {
+            OptimizerSpec::Sgd { lr, momentum } => {
+                for ((w, v), &g) in params.iter_mut().zip(&mut self.first).zip(grad) {
+                    *v = momentum * *v + g;
+                    *w -= lr * *v;
+                }
+            }
+            OptimizerSpec::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            } => {
+                let t = self.steps_taken as f32;
+                let correction1 = 1.0 - libm::powf(beta1, t);
+                let correction2 = 1.0 - libm::powf(beta2, t);
+                let moments = self.first.iter_mut().zip(&mut self.second);
+                for ((w, (m, v)), &g) in params.iter_mut().zip(moments).zip(grad) {
+                    *m = beta1 * *m + (1.0 - beta1) * g;
+                    *v = beta2 * *v + (1.0 - beta2) * g * g;
+                    let m_hat = *m / correction1;
+                    let v_hat = *v / correction2;
+                    *w -= lr * m_hat / (v_hat.sqrt() + eps);
+                }
+            }
+        }
+    }
+}
+
+impl Scenario for TrainScenario {
+    fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
+        let p = &self.params;
+        let l = &self.layout;
+        let dataset = Dataset::new(ctx, l.d, l.c);
+        let local_batch = p.global_batch / ctx.world_size();
+        let keep = 1.0 - p.dropout;
+        let mut params = self.init(ctx);
+        let mut optimizer = Optimizer::new(p.optimizer, l.len());
+        self.record_all(ctx, 0, "init", &params, true);
+
+        let mut epoch_order: Option<(u64, Vec<u64>)> = None;
+        for step in 0..ctx.steps() {
+            let first = step * p.global_batch as u64;
+            let epoch = first / p.dataset_size as u64;
+            if epoch_order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                let mut order: Vec<u64> = (0..p.dataset_size as u64).collect();
+                ctx.shared_stream(Stream::DataOrder, epoch).shuffle(&mut order);
+                epoch_order = Some((epoch, order));
+            }
+            let order = &epoch_order.as_ref().expect("set above").1;
+            let offset = (first % p.dataset_size as u64) as usize + ctx.rank() * local_batch;
+            let shard = &order[offset..offset + local_batch];
+
+            let mut dropout = ctx.stream(Stream::Dropout, step);
+            let mut bucket = vec![0.0f32; l.len() + 1];
+            let mut per_sample: HashMap<u64, (Vec<f32>, f32)> = HashMap::new();
+            let mut loss_sum = 0.0f32;
+            for &index in shard {
+                let (x, label) = dataset.sample(ctx, index);
+                let mask: Vec<f32> = (0..l.h)
+                    .map(|_| if dropout.bernoulli(keep) { (1.0 / keep) as f32 } else { 0.0 })
+                    .collect();
+                if p.plant == Some(TrainPlant::HashmapGradOrder) {
+                    let mut grad = vec![0.0f32; l.len()];
+                    let loss = sample_gradient(l, &params, &x, label, &mask, &mut grad);
+                    per_sample.insert(index, (grad, loss));
+                } else {
+                    loss_sum += sample_gradient(l, &params, &x, label, &mask, &mut bucket[..l.len()]);
+                }
+            }
+            // The planted fault: iteration order of a HashMap is random per map.
+            for (grad, loss) in per_sample.values() {
+                bucket.iter_mut().zip(grad).for_each(|(b, g)| *b += g);
+                loss_sum += loss;
+            }
+            bucket[l.len()] = loss_sum;
+            self.record_all(ctx, step, "local_grad", &bucket[..l.len()], false);
+
+            let mut reduced = Tensor::from_vec(bucket);
+            ctx.allreduce(&mut reduced, ReduceOp::Sum)?;
+            let TensorData::F32(mut grad) = reduced.into_data() else {
+                unreachable!("an allreduce keeps the dtype");
+            };
+            let batch = p.global_batch as f32;
+            grad.iter_mut().for_each(|g| *g /= batch);
+            let loss = grad.pop().expect("the bucket ends with the loss");
+            ctx.record_replicated(step, "loss", &Tensor::scalar(loss));
+            self.record_all(ctx, step, "grad", &grad, true);
+
+            optimizer.apply(&mut params, &grad);
+            self.record_all(ctx, step, "param", &params, true);
+        }
+        Ok(())
+    }
+}

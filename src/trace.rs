@@ -1,0 +1,215 @@
+//! Records and traces: what a rank observed, tensor by tensor.
+//!
+//! A [`Recorder`] belongs to one rank. Each call to [`Recorder::record`] turns a tensor into a
+//! [`Record`] at (rank, step, seq, name): dtype, shape, the md5 of its canonical bytes and its
+//! [`Stats`]. `seq` counts the records of one step on one rank, from 0, in call order. A finished
+//! recorder is a [`RankTrace`]; the traces of all ranks of a run form a [`Trace`].
+//!
+//! Determinism: a record is a pure function of the tensor and of the call order on its rank; no
+//! clock, address or thread identity is stored. Two runs that record the same tensors in the same
+//! order give equal traces.
+//!
+//! Limits: traces live in memory; writing them to disk is the job of a later dump format.
+
+use crate::digest::{Md5Digest, Stats};
+use crate::tensor::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How much a [`Recorder`] computes per tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordLevel {
+    /// Record nothing (to measure what recording costs).
+    Off,
+    /// The md5 only; stats are left empty.
+    Digest,
+    /// The md5 and the stats.
+    #[default]
+    Stats,
+}
+
+/// One observed tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The rank that recorded it.
+    pub rank: u32,
+    /// The step it was recorded in.
+    pub step: u64,
+    /// Its position among the records of this step on this rank, from 0.
+    pub seq: u32,
+    /// The name the program gave it, e.g. `grad/fc1.weight`.
+    pub name: String,
+    /// `true` when every rank must hold identical bits for it (data-parallel replicas).
+    pub replicated: bool,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// md5 of the canonical bytes.
+    pub md5: Md5Digest,
+    /// Summary statistics (empty at [`RecordLevel::Digest`]).
+    pub stats: Stats,
+}
+
+impl Record {
+    /// `true` when dtype, shape and digest agree: the two tensors had the same bits.
+    #[must_use]
+    pub fn same_bits(&self, other: &Record) -> bool {
+        self.md5 == other.md5 && self.dtype == other.dtype && self.shape == other.shape
+    }
+}
+
+/// Turns tensors into records for one rank.
+#[derive(Debug)]
+pub struct Recorder {
+    rank: u32,
+    level: RecordLevel,
+    next_seq: BTreeMap<u64, u32>,
+    records: Vec<Record>,
+}
+
+impl Recorder {
+    /// A recorder for `rank` at `level`.
+    #[must_use]
+    pub fn new(rank: u32, level: RecordLevel) -> Self {
+        Recorder {
+            rank,
+            level,
+            next_seq: BTreeMap::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Records `tensor` as `name` at `step`.
+    pub fn record(&mut self, step: u64, name: &str, tensor: &Tensor) {
+        self.push(step, name, tensor, false);
+    }
+
+    /// Records a tensor that every rank must hold with identical bits (checked by `replicas`).
+    pub fn record_replicated(&mut self, step: u64, name: &str, tensor: &Tensor) {
+        self.push(step, name, tensor, true);
+    }
+
+    fn push(&mut self, step: u64, name: &str, tensor: &Tensor, replicated: bool) {
+        if self.level == RecordLevel::Off {
+            return;
+        }
+        let seq = self.next_seq.entry(step).or_insert(0);
+        let stats = match self.level {
+            RecordLevel::Stats => Stats::of_tensor(tensor),
+            RecordLevel::Digest | RecordLevel::Off => Stats::default(),
+        };
+        self.records.push(Record {
+            rank: self.rank,
+            step,
+            seq: *seq,
+            name: name.to_owned(),
+            replicated,
+            dtype: tensor.dtype(),
+            shape: tensor.shape().to_vec(),
+            md5: Md5Digest::of_tensor(tensor),
+            stats,
+        });
+        *seq += 1;
+    }
+
+    /// The number of records so far.
+    #[must_use]
+    pub fn num_records(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Finishes recording: the records sorted by (step, seq).
+    #[must_use]
+    pub fn finish(mut self) -> RankTrace {
+        // Stable sort: records of one step keep their call order, which is their seq order.
+        self.records.sort_by_key(|r| (r.step, r.seq));
+        RankTrace {
+            rank: self.rank,
+            records: self.records,
+        }
+    }
+}
+
+/// All records of one rank, sorted by (step, seq).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankTrace {
+    /// The rank.
+    pub rank: u32,
+    /// Its records, sorted by (step, seq).
+    pub records: Vec<Record>,
+}
+
+/// All records of one run: one [`RankTrace`] per rank, in rank order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    /// One trace per rank, rank 0 first.
+    pub ranks: Vec<RankTrace>,
+}
+
+impl Trace {
+    /// The number of ranks.
+    #[must_use]
+    pub fn world_size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The number of records over all ranks.
+    #[must_use]
+    pub fn num_records(&self) -> usize {
+        self.ranks.iter().map(|r| r.records.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_counts_per_step_in_call_order() {
+        let mut rec = Recorder::new(2, RecordLevel::Stats);
+        let t = Tensor::from_vec(vec![1.0f32]);
+        rec.record(0, "a", &t);
+        rec.record(0, "b", &t);
+        rec.record(1, "a", &t);
+        rec.record_replicated(0, "c", &t);
+        let trace = rec.finish();
+        let keys: Vec<_> = trace
+            .records
+            .iter()
+            .map(|r| (r.step, r.seq, r.name.as_str(), r.replicated))
+            .collect();
+        assert_eq!(
+            keys,
+            [(0, 0, "a", false), (0, 1, "b", false), (0, 2, "c", true), (1, 0, "a", false)]
+        );
+        assert!(trace.records.iter().all(|r| r.rank == 2));
+    }
+
+    #[test]
+    fn levels_control_what_is_computed() {
+        let t = Tensor::from_vec(vec![1.0f64, 2.0]);
+        let mut off = Recorder::new(0, RecordLevel::Off);
+        off.record(0, "x", &t);
+        assert_eq!(off.num_records(), 0);
+        let mut digest = Recorder::new(0, RecordLevel::Digest);
+        digest.record(0, "x", &t);
+        let mut stats = Recorder::new(0, RecordLevel::Stats);
+        stats.record(0, "x", &t);
+        let (d, s) = (&digest.finish().records[0], &stats.finish().records[0]);
+        assert!(d.same_bits(s));
+        assert_eq!(d.stats, Stats::default());
+        assert_ne!(s.stats, Stats::default());
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let mut rec = Recorder::new(0, RecordLevel::Stats);
+        rec.record(3, "x", &Tensor::from_vec(vec![f32::NAN, -0.0, 7.5]));
+        let trace = rec.finish();
+        let json = serde_json::to_string(&trace).unwrap();
+        let back: RankTrace = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, trace);
+    }
+}
