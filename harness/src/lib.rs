@@ -1,1 +1,236 @@
+//! detcheck-harness: runs detcheck scenarios as `cargo test` trials.
+//!
+//! A [`Harness`] finds the scenario files of one or more folders, turns each into a
+//! [libtest-mimic](https://docs.rs/libtest-mimic) trial named after the scenario, and runs the
+//! trials with cargo test's command line: name filters, `--exact`, `--skip`, `--list`,
+//! `--ignored`, `--include-ignored`, `--test-threads`. `--list --format terse` prints only
+//! `name: test` lines, so `cargo nextest run` works too.
+//!
+//! Each trial launches the scenario's ranks, runs its checks ([`detcheck::run_checks`]) and fails
+//! with the first divergence (step, rank, tensor, both md5s and stats) when a check does not hold:
+//! a divergence where `identical` was expected, or a negative control that was not caught. A
+//! scenario file that cannot be loaded becomes a failing trial that names the file and field.
+//!
+//! Use it from any crate: put scenario files in a folder, add a `[[test]]` with `harness = false`,
+//! and register your own kinds with [`Harness::with_kind`]:
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     detcheck_harness::Harness::new()
+//!         .scenario_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"))
+//!         .run()
+//! }
+//! ```
+//!
+//! Determinism: trials are built in file-name order; each trial's outcome depends only on its
+//! scenario, not on which trials run beside it.
 
+use detcheck::{
+    discover_scenarios, run_checks, CheckOptions, KindRegistry, LoadedScenario, ParamError,
+    Scenario, ScenarioSpec,
+};
+use libtest_mimic::{Arguments, Conclusion, Failed, Trial};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Builds and runs the trials of one test binary.
+#[derive(Debug, Clone)]
+pub struct Harness {
+    dirs: Vec<PathBuf>,
+    registry: KindRegistry,
+    options: CheckOptions,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    /// A harness with the built-in kinds, default options and no scenario folders yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Harness {
+            dirs: Vec::new(),
+            registry: KindRegistry::builtin(),
+            options: CheckOptions::default(),
+        }
+    }
+
+    /// Adds a folder whose `*.json` files are scenarios.
+    #[must_use]
+    pub fn scenario_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dirs.push(dir.into());
+        self
+    }
+
+    /// Registers a scenario kind of your own, usable as `"kind": name` in scenario files.
+    #[must_use]
+    pub fn with_kind(
+        mut self,
+        name: impl Into<String>,
+        factory: impl Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.registry.register(name, factory);
+        self
+    }
+
+    /// Replaces the check options (deadline, record level, perturbation delays).
+    #[must_use]
+    pub fn with_options(mut self, options: CheckOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The trials, one per scenario file, in folder then file-name order.
+    #[must_use]
+    pub fn trials(&self) -> Vec<Trial> {
+        let mut trials = Vec::new();
+        for dir in &self.dirs {
+            let found = match discover_scenarios(dir, &self.registry) {
+                Ok(found) => found,
+                Err(e) => {
+                    let name = dir.display().to_string();
+                    let message = e.to_string();
+                    trials.push(Trial::test(name, move || Err(message.into())));
+                    continue;
+                }
+            };
+            for result in found {
+                trials.push(match result {
+                    Ok(scenario) => self.trial(scenario),
+                    Err(e) => {
+                        let name = match &e {
+                            detcheck::ScenarioError::Invalid { path, .. }
+                            | detcheck::ScenarioError::Read { path, .. }
+                            | detcheck::ScenarioError::DuplicateName { second: path, .. } => path
+                                .file_stem()
+                                .map_or_else(|| path.display().to_string(), |s| {
+                                    s.to_string_lossy().into_owned()
+                                }),
+                            _ => "scenario".to_owned(),
+                        };
+                        let message = e.to_string();
+                        Trial::test(name, move || Err(message.into()))
+                    }
+                });
+            }
+        }
+        trials
+    }
+
+    fn trial(&self, scenario: LoadedScenario) -> Trial {
+        let options = self.options.clone();
+        let ignored = scenario.spec.ignored;
+        Trial::test(scenario.name.clone(), move || check_trial(&scenario, &options))
+            .with_ignored_flag(ignored)
+    }
+
+    /// Runs the trials with the given command line.
+    #[must_use]
+    pub fn run_with_args(&self, args: &Arguments) -> Conclusion {
+        libtest_mimic::run(args, self.trials())
+    }
+
+    /// Runs the trials with this process's command line; the exit code is cargo test's.
+    #[must_use]
+    pub fn run(&self) -> ExitCode {
+        self.run_with_args(&Arguments::from_args()).exit_code()
+    }
+}
+
+/// The body of one trial: run the checks, fail with an explanation when one does not hold.
+fn check_trial(scenario: &LoadedScenario, options: &CheckOptions) -> Result<(), Failed> {
+    let report = run_checks(scenario, options).map_err(|e| Failed::from(e.to_string()))?;
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} ({}, {} ranks, {} steps, reduction {}):\n{}",
+            scenario.name,
+            scenario.origin.display(),
+            report.world_size,
+            report.steps,
+            scenario.spec.effective_mode(),
+            report.explain_failures()
+        )
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    fn quiet_args() -> Arguments {
+        Arguments {
+            quiet: true,
+            test_threads: Some(1),
+            ..Arguments::default()
+        }
+    }
+
+    const RING: &str = r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 7,
+        "reduction": "ring", "deterministic_comm": true, "expect": "EXPECT",
+        "params": {"elements": 64}}"#;
+
+    #[test]
+    fn an_uncaught_negative_control_fails_its_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        // A deterministic scenario that claims to be a negative control.
+        write(dir.path(), "not_a_control.json", &RING.replace("EXPECT", "diverges"));
+        write(dir.path(), "good.json", &RING.replace("EXPECT", "identical"));
+        let harness = Harness::new().scenario_dir(dir.path());
+        let conclusion = harness.run_with_args(&quiet_args());
+        assert_eq!((conclusion.num_passed, conclusion.num_failed), (1, 1));
+
+        let scenario = KindRegistry::builtin()
+            .load_file(&dir.path().join("not_a_control.json"))
+            .unwrap();
+        let message = check_trial(&scenario, &CheckOptions::default()).unwrap_err();
+        let message = message.message().unwrap();
+        assert!(message.contains("negative control not caught"), "{message}");
+    }
+
+    #[test]
+    fn a_bad_file_becomes_a_failing_trial_that_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "typo.json", &RING.replace("\"steps\"", "\"stpes\""));
+        let trials = Harness::new().scenario_dir(dir.path()).trials();
+        assert_eq!(trials.len(), 1);
+        assert_eq!(trials[0].name(), "typo");
+        let conclusion = Harness::new()
+            .scenario_dir(dir.path())
+            .run_with_args(&quiet_args());
+        assert_eq!(conclusion.num_failed, 1);
+    }
+
+    #[test]
+    fn ignored_scenarios_run_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "slow.json",
+            &RING
+                .replace("EXPECT", "identical")
+                .replace("\"seed\": 7", "\"seed\": 7, \"ignored\": true"),
+        );
+        let harness = Harness::new().scenario_dir(dir.path());
+        let default_run = harness.run_with_args(&quiet_args());
+        assert_eq!((default_run.num_passed, default_run.num_ignored), (0, 1));
+        let ignored_run = harness.run_with_args(&Arguments {
+            ignored: true,
+            ..quiet_args()
+        });
+        assert_eq!(ignored_run.num_passed, 1);
+    }
+}

@@ -547,7 +547,7 @@ mod tests {
             .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024"));
         assert!(load_error(&GOOD.replace("collective", "nosuch"))
             .contains("field `kind`: unknown kind `nosuch`; known kinds: collective, seed, train"));
-        assert!(load_error("{\"kind\": ").starts_with("DIR/bad.json: field `(top level)`:"));
+        assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))
             .starts_with("DIR/bad.json: field `(top level)`: trailing characters"));
         assert!(load_error(&GOOD.replace("\"steps\": 2,", ""))
