@@ -121,7 +121,10 @@ impl ScenarioReport {
     /// Record pairs compared over all checks.
     #[must_use]
     pub fn num_compared(&self) -> u64 {
-        self.outcomes.iter().map(|o| o.comparison.num_compared).sum()
+        self.outcomes
+            .iter()
+            .map(|o| o.comparison.num_compared)
+            .sum()
     }
 
     /// The first divergence of the first check that found one.
@@ -192,7 +195,8 @@ fn describe_record(r: &Record) -> String {
 }
 
 fn describe_stats(s: &Stats) -> String {
-    let show = |x: Option<crate::digest::ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
+    let show =
+        |x: Option<crate::digest::ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
     let mut text = format!(
         "max {} min {} mean {} norm {}",
         show(s.max),
@@ -263,11 +267,24 @@ fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
 ///
 /// # Errors
 /// [`RunError`] when a run fails (a rank errors, panics or misses a deadline).
-pub fn run_checks(scenario: &LoadedScenario, options: &CheckOptions) -> Result<ScenarioReport, RunError> {
+pub fn run_checks(
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+) -> Result<ScenarioReport, RunError> {
     let spec = &scenario.spec;
-    let first = run_once(scenario, options, Some(perturbation(spec.seed, 1, options)), 1)?;
+    let first = run_once(
+        scenario,
+        options,
+        Some(perturbation(spec.seed, 1, options)),
+        1,
+    )?;
     let second = if scenario.checks.contains(&CheckKind::Repeat) {
-        Some(run_once(scenario, options, Some(perturbation(spec.seed, 2, options)), 2)?)
+        Some(run_once(
+            scenario,
+            options,
+            Some(perturbation(spec.seed, 2, options)),
+            2,
+        )?)
     } else {
         None
     };

@@ -318,10 +318,7 @@ mod tests {
         assert_eq!(first.name(), "b");
         assert_eq!(cmp.num_differing, 3);
         assert_eq!(cmp.first_per_rank[0].as_ref().unwrap().step, 1);
-        assert_eq!(
-            first.to_string(),
-            "step 0 rank 1 seq 1 `b`: md5 differs"
-        );
+        assert_eq!(first.to_string(), "step 0 rank 1 seq 1 `b`: md5 differs");
     }
 
     #[test]
@@ -370,7 +367,13 @@ mod tests {
         );
         let cmp = compare_replicas(&bad);
         let first = cmp.first.unwrap();
-        assert_eq!((first.step, first.rank, first.kind), (0, 2, DivergenceKind::Digest));
-        assert_eq!(cmp.num_differing, 2, "the extra step-1 record is missing on rank 0");
+        assert_eq!(
+            (first.step, first.rank, first.kind),
+            (0, 2, DivergenceKind::Digest)
+        );
+        assert_eq!(
+            cmp.num_differing, 2,
+            "the extra step-1 record is missing on rank 0"
+        );
     }
 }

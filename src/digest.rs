@@ -110,7 +110,9 @@ impl<'de> Deserialize<'de> for ExactF64 {
             .filter(|hex| hex.len() == 16)
             .and_then(|hex| u64::from_str_radix(hex, 16).ok())
             .map(|bits| ExactF64(f64::from_bits(bits)))
-            .ok_or_else(|| serde::de::Error::custom("expected a float's bits as 0x and 16 hex digits"))
+            .ok_or_else(|| {
+                serde::de::Error::custom("expected a float's bits as 0x and 16 hex digits")
+            })
     }
 }
 
@@ -185,9 +187,20 @@ impl StatsAccumulator {
         let (mean, norm) = if len == 0 {
             (None, None)
         } else if self.nan > 0 || (self.pos_inf > 0 && self.neg_inf > 0) {
-            (Some(f64::NAN), Some(if self.nan > 0 { f64::NAN } else { f64::INFINITY }))
+            (
+                Some(f64::NAN),
+                Some(if self.nan > 0 {
+                    f64::NAN
+                } else {
+                    f64::INFINITY
+                }),
+            )
         } else if self.pos_inf > 0 || self.neg_inf > 0 {
-            let inf = if self.pos_inf > 0 { f64::INFINITY } else { f64::NEG_INFINITY };
+            let inf = if self.pos_inf > 0 {
+                f64::INFINITY
+            } else {
+                f64::NEG_INFINITY
+            };
             (Some(inf), Some(f64::INFINITY))
         } else {
             (Some(self.sum / len as f64), Some(self.sum_sq.sqrt()))

@@ -32,8 +32,8 @@ pub use check::{
     ScenarioReport,
 };
 pub use comm::{
-    launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError,
-    Perturbation, RankError, ThreadComm,
+    launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError, Perturbation,
+    RankError, ThreadComm,
 };
 pub use compare::{
     compare_replicas, compare_runs, CompareError, Comparison, Divergence, DivergenceKind,
@@ -41,8 +41,8 @@ pub use compare::{
 pub use digest::{ExactF64, Md5Digest, Stats};
 pub use reduce::{ReduceOp, ReductionMode};
 pub use scenario::{
-    discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext, Scenario,
-    ScenarioError, ScenarioSpec,
+    discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
+    Scenario, ScenarioError, ScenarioSpec,
 };
 pub use seed::{derive_stream, RankRng, Stream};
 pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};

@@ -12,7 +12,6 @@
 //! | 2 | bad input: a flag, or a scenario file or folder that cannot be read or is invalid |
 //! | 3 | a run failed: a rank errored, panicked or missed a collective deadline |
 
-use anyhow::Result;
 use clap::{Parser, Subcommand};
 use detcheck::{
     discover_scenarios, run_checks, CheckOptions, Expectation, KindRegistry, LoadedScenario,
@@ -47,6 +46,9 @@ enum Command {
         /// Do not draw a progress bar.
         #[arg(long)]
         no_progress: bool,
+        /// Also run scenarios marked `"ignored": true` (slow ones), as cargo test does.
+        #[arg(long)]
+        include_ignored: bool,
     },
 }
 
@@ -57,18 +59,13 @@ fn main() -> ExitCode {
             scenarios,
             deadline,
             no_progress,
+            include_ignored,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
                 ..CheckOptions::default()
             };
-            match check(&scenarios, &options, !no_progress) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(EXIT_RUN_FAILED)
-                }
-            }
+            ExitCode::from(check(&scenarios, &options, !no_progress, include_ignored))
         }
     }
 }
@@ -77,7 +74,11 @@ fn main() -> ExitCode {
 fn load_all(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, Vec<ScenarioError>> {
     let registry = KindRegistry::builtin();
     let default = [PathBuf::from("scenarios")];
-    let paths = if paths.is_empty() { &default[..] } else { paths };
+    let paths = if paths.is_empty() {
+        &default[..]
+    } else {
+        paths
+    };
     let mut loaded = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
@@ -103,18 +104,18 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, Vec<ScenarioError>
     }
 }
 
-fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8> {
+fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_ignored: bool) -> u8 {
     let scenarios = match load_all(paths) {
         Ok(s) if s.is_empty() => {
             eprintln!("error: no scenario files found in {}", show_paths(paths));
-            return Ok(EXIT_BAD_INPUT);
+            return EXIT_BAD_INPUT;
         }
         Ok(s) => s,
         Err(errors) => {
             for e in errors {
                 eprintln!("error: {e}");
             }
-            return Ok(EXIT_BAD_INPUT);
+            return EXIT_BAD_INPUT;
         }
     };
 
@@ -127,17 +128,46 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let width = scenarios.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
-    let mut rows = vec![format!(
-        "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  first divergence",
-        "scenario", "ranks", "steps", "reduction", "records", "verdict"
-    )];
+    let width = scenarios
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let row = |cells: [&str; 7]| {
+        let [name, ranks, steps, mode, records, verdict, first] = cells;
+        format!("{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {records:>8}  {verdict:<16}  {first}")
+    };
+    let mut rows = vec![row([
+        "scenario",
+        "ranks",
+        "steps",
+        "reduction",
+        "records",
+        "verdict",
+        "first divergence",
+    ])];
     let mut details = Vec::new();
-    let (mut failed, mut errored) = (0, 0);
+    let (mut failed, mut errored, mut ignored) = (0, 0, 0);
     for scenario in &scenarios {
         bar.set_message(scenario.name.clone());
         let spec = &scenario.spec;
         let mode = spec.effective_mode().to_string();
+        let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
+        if spec.ignored && !include_ignored {
+            ignored += 1;
+            rows.push(row([
+                &scenario.name,
+                &ranks,
+                &steps,
+                &mode,
+                "-",
+                "ignored",
+                "-",
+            ]));
+            bar.inc(1);
+            continue;
+        }
         match run_checks(scenario, options) {
             Ok(report) => {
                 let verdict = match (report.passed(), spec.expect) {
@@ -148,17 +178,20 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8
                 };
                 let first = report
                     .first_divergence()
-                    .map(|(check, d)| format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name()))
+                    .map(|(check, d)| {
+                        format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name())
+                    })
                     .unwrap_or_else(|| "-".to_owned());
-                rows.push(format!(
-                    "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  {first}",
-                    scenario.name,
-                    report.world_size,
-                    report.steps,
-                    mode,
-                    report.num_compared(),
-                    verdict
-                ));
+                let records = report.num_compared().to_string();
+                rows.push(row([
+                    &scenario.name,
+                    &ranks,
+                    &steps,
+                    &mode,
+                    &records,
+                    verdict,
+                    &first,
+                ]));
                 if !report.passed() {
                     failed += 1;
                     details.push(format!("{}:\n{}", scenario.name, report.explain_failures()));
@@ -166,10 +199,15 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8
             }
             Err(e) => {
                 errored += 1;
-                rows.push(format!(
-                    "{:<width$}  {:>5}  {:>5}  {:<13}  {:>8}  {:<16}  -",
-                    scenario.name, spec.world_size, spec.steps, mode, "-", "ERROR"
-                ));
+                rows.push(row([
+                    &scenario.name,
+                    &ranks,
+                    &steps,
+                    &mode,
+                    "-",
+                    "ERROR",
+                    "-",
+                ]));
                 details.push(format!("{}:\n  {e}\n", scenario.name));
             }
         }
@@ -182,18 +220,18 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool) -> Result<u8
     for detail in &details {
         println!("\n{detail}");
     }
-    let passed = scenarios.len() - failed - errored;
+    let passed = scenarios.len() - failed - errored - ignored;
     println!(
-        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored",
+        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} ignored",
         scenarios.len()
     );
-    Ok(if errored > 0 {
+    if errored > 0 {
         EXIT_RUN_FAILED
     } else if failed > 0 {
         EXIT_CHECK_FAILED
     } else {
         EXIT_OK
-    })
+    }
 }
 
 fn show_paths(paths: &[PathBuf]) -> String {

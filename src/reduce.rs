@@ -81,7 +81,6 @@ impl fmt::Display for ReduceOp {
     }
 }
 
-
 /// The elements of chunk `chunk` when `len` elements are split into `parts` near-equal chunks.
 #[must_use]
 pub(crate) fn chunk_range(len: usize, parts: usize, chunk: usize) -> Range<usize> {
@@ -131,7 +130,10 @@ pub(crate) fn reduce_chunk(
             let next = view(rank);
             match op {
                 ReduceOp::Sum => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.add(b)),
-                ReduceOp::Max => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.max_of(b)),
+                ReduceOp::Max => out
+                    .iter_mut()
+                    .zip(next)
+                    .for_each(|(a, &b)| *a = a.max_of(b)),
             }
         }
         T::wrap(out)
@@ -206,8 +208,14 @@ mod tests {
 
     #[test]
     fn ring_order_starts_at_the_chunk() {
-        assert_eq!(summation_order(ReductionMode::Ring, 4, 2, &[]), [2, 3, 0, 1]);
-        assert_eq!(summation_order(ReductionMode::RankOrdered, 3, 2, &[]), [0, 1, 2]);
+        assert_eq!(
+            summation_order(ReductionMode::Ring, 4, 2, &[]),
+            [2, 3, 0, 1]
+        );
+        assert_eq!(
+            summation_order(ReductionMode::RankOrdered, 3, 2, &[]),
+            [0, 1, 2]
+        );
         assert_eq!(
             summation_order(ReductionMode::ArrivalOrder, 3, 0, &[2, 0, 1]),
             [2, 0, 1]
@@ -226,10 +234,14 @@ mod tests {
         assert_eq!(sum(&[0, 2, 1]), TensorData::F32(vec![0.0]));
         let max = |order: &[usize]| reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max);
         assert_eq!(format!("{:?}", max(&[0, 1])), format!("{:?}", max(&[1, 0])));
-        let TensorData::F32(m) = max(&[1, 0]) else { unreachable!() };
+        let TensorData::F32(m) = max(&[1, 0]) else {
+            unreachable!()
+        };
         assert_eq!(m[1].to_bits(), 0.0f32.to_bits(), "+0.0 wins over -0.0");
         let with_nan = reduce_chunk(&all, 1..2, &[2, 0, 1], ReduceOp::Max);
-        let TensorData::F32(m) = with_nan else { unreachable!() };
+        let TensorData::F32(m) = with_nan else {
+            unreachable!()
+        };
         assert!(m[0].is_nan());
     }
 

@@ -182,7 +182,12 @@ mod tests {
             .collect();
         assert_eq!(
             keys,
-            [(0, 0, "a", false), (0, 1, "b", false), (0, 2, "c", true), (1, 0, "a", false)]
+            [
+                (0, 0, "a", false),
+                (0, 1, "b", false),
+                (0, 2, "c", true),
+                (1, 0, "a", false)
+            ]
         );
         assert!(trace.records.iter().all(|r| r.rank == 2));
     }

@@ -71,10 +71,7 @@ impl Harness {
     pub fn with_kind(
         mut self,
         name: impl Into<String>,
-        factory: impl Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError>
-            + Send
-            + Sync
-            + 'static,
+        factory: impl Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync + 'static,
     ) -> Self {
         self.registry.register(name, factory);
         self
@@ -108,11 +105,12 @@ impl Harness {
                         let name = match &e {
                             detcheck::ScenarioError::Invalid { path, .. }
                             | detcheck::ScenarioError::Read { path, .. }
-                            | detcheck::ScenarioError::DuplicateName { second: path, .. } => path
-                                .file_stem()
-                                .map_or_else(|| path.display().to_string(), |s| {
-                                    s.to_string_lossy().into_owned()
-                                }),
+                            | detcheck::ScenarioError::DuplicateName { second: path, .. } => {
+                                path.file_stem().map_or_else(
+                                    || path.display().to_string(),
+                                    |s| s.to_string_lossy().into_owned(),
+                                )
+                            }
                             _ => "scenario".to_owned(),
                         };
                         let message = e.to_string();
@@ -127,8 +125,10 @@ impl Harness {
     fn trial(&self, scenario: LoadedScenario) -> Trial {
         let options = self.options.clone();
         let ignored = scenario.spec.ignored;
-        Trial::test(scenario.name.clone(), move || check_trial(&scenario, &options))
-            .with_ignored_flag(ignored)
+        Trial::test(scenario.name.clone(), move || {
+            check_trial(&scenario, &options)
+        })
+        .with_ignored_flag(ignored)
     }
 
     /// Runs the trials with the given command line.
@@ -187,8 +187,16 @@ mod tests {
     fn an_uncaught_negative_control_fails_its_trial() {
         let dir = tempfile::tempdir().unwrap();
         // A deterministic scenario that claims to be a negative control.
-        write(dir.path(), "not_a_control.json", &RING.replace("EXPECT", "diverges"));
-        write(dir.path(), "good.json", &RING.replace("EXPECT", "identical"));
+        write(
+            dir.path(),
+            "not_a_control.json",
+            &RING.replace("EXPECT", "diverges"),
+        );
+        write(
+            dir.path(),
+            "good.json",
+            &RING.replace("EXPECT", "identical"),
+        );
         let harness = Harness::new().scenario_dir(dir.path());
         let conclusion = harness.run_with_args(&quiet_args());
         assert_eq!((conclusion.num_passed, conclusion.num_failed), (1, 1));
@@ -204,7 +212,11 @@ mod tests {
     #[test]
     fn a_bad_file_becomes_a_failing_trial_that_names_it() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "typo.json", &RING.replace("\"steps\"", "\"stpes\""));
+        write(
+            dir.path(),
+            "typo.json",
+            &RING.replace("\"steps\"", "\"stpes\""),
+        );
         let trials = Harness::new().scenario_dir(dir.path()).trials();
         assert_eq!(trials.len(), 1);
         assert_eq!(trials[0].name(), "typo");

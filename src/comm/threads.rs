@@ -169,9 +169,7 @@ impl LaunchError {
                 CommError::Timeout { missing, .. } => missing.first().copied().unwrap_or(0),
                 CommError::PeerFailed { failed_rank, .. } => *failed_rank,
                 CommError::PeerExited { exited_rank, .. } => *exited_rank,
-                CommError::Mismatch { rank, .. } | CommError::InvalidArgument { rank, .. } => {
-                    *rank
-                }
+                CommError::Mismatch { rank, .. } | CommError::InvalidArgument { rank, .. } => *rank,
             }),
             LaunchError::Stuck { ranks, .. } => ranks.first().copied(),
         }
@@ -188,6 +186,8 @@ struct Round {
     /// What the first rank to arrive called, and with which arguments.
     signature: String,
     first_rank: usize,
+    /// Ranks that have called the collective (some may still wait for their turn to deposit).
+    entered: Vec<bool>,
     contributions: Vec<Option<Payload>>,
     arrival: Vec<usize>,
     departed: usize,
@@ -253,6 +253,7 @@ impl ThreadComm {
         &self,
         mut state: MutexGuard<'a, State>,
         id: &CollectiveId,
+        round_no: u64,
         deadline: Instant,
         mut missing: impl FnMut(&State) -> Vec<usize>,
     ) -> Result<MutexGuard<'a, State>, CommError> {
@@ -277,11 +278,21 @@ impl ThreadComm {
             }
             let now = Instant::now();
             if now >= deadline {
+                // Name the ranks that never called the collective, not those queued behind them.
+                let never_entered: Vec<usize> = state
+                    .rounds
+                    .get(&round_no)
+                    .map(|r| (0..r.entered.len()).filter(|&q| !r.entered[q]).collect())
+                    .unwrap_or_default();
                 return Err(CommError::Timeout {
                     rank: self.rank,
                     collective: id.clone(),
                     waited: self.shared.deadline,
-                    missing: waiting_for,
+                    missing: if never_entered.is_empty() {
+                        waiting_for
+                    } else {
+                        never_entered
+                    },
                 });
             }
             state = self
@@ -315,25 +326,12 @@ impl ThreadComm {
             std::thread::sleep(p.delay(self.rank, round_no));
         }
         let deadline = Instant::now() + self.shared.deadline;
-        let mut state = self.shared.lock();
-        if let Some(p) = &self.shared.perturbation {
-            let order = p.arrival_order(size, round_no);
-            let position = order.iter().position(|&r| r == self.rank).unwrap_or(0);
-            let before_me = order[..position].to_vec();
-            state = self.wait_until(state, id, deadline, |s| {
-                let arrived = arrived_ranks(s);
-                before_me
-                    .iter()
-                    .copied()
-                    .filter(|r| !arrived.contains(r))
-                    .collect()
-            })?;
-        }
-
         let rank = self.rank;
+        let mut state = self.shared.lock();
         let round = state.rounds.entry(round_no).or_insert_with(|| Round {
             signature: signature.to_owned(),
             first_rank: rank,
+            entered: vec![false; size],
             contributions: vec![None; size],
             arrival: Vec::with_capacity(size),
             departed: 0,
@@ -347,11 +345,29 @@ impl ThreadComm {
                 theirs: round.signature.clone(),
             });
         }
+        round.entered[rank] = true;
+        if let Some(p) = &self.shared.perturbation {
+            let order = p.arrival_order(size, round_no);
+            let position = order.iter().position(|&r| r == rank).unwrap_or(0);
+            let before_me = order[..position].to_vec();
+            state = self.wait_until(state, id, round_no, deadline, |s| {
+                let arrived = arrived_ranks(s);
+                before_me
+                    .iter()
+                    .copied()
+                    .filter(|r| !arrived.contains(r))
+                    .collect()
+            })?;
+        }
+        let round = state
+            .rounds
+            .get_mut(&round_no)
+            .expect("a round stays until every rank has left it");
         round.contributions[rank] = Some(payload);
         round.arrival.push(rank);
         self.shared.wakeup.notify_all();
 
-        let mut state = self.wait_until(state, id, deadline, |s| {
+        let mut state = self.wait_until(state, id, round_no, deadline, |s| {
             let arrived = arrived_ranks(s);
             (0..size).filter(|r| !arrived.contains(r)).collect()
         })?;
@@ -433,7 +449,10 @@ impl Communicator for ThreadComm {
     fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
         let id = self.begin("allgather");
         let (payloads, _) = self.exchange(&id, &describe(tensor), Arc::new(tensor.clone()))?;
-        Ok(payloads.iter().map(|p| downcast::<Tensor>(p).clone()).collect())
+        Ok(payloads
+            .iter()
+            .map(|p| downcast::<Tensor>(p).clone())
+            .collect())
     }
 
     fn allreduce(
@@ -446,7 +465,10 @@ impl Communicator for ThreadComm {
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let len = tensor.len();
         let size = self.size();
-        let mine = Arc::new(std::mem::replace(tensor.data_mut(), TensorData::U8(Vec::new())));
+        let mine = Arc::new(std::mem::replace(
+            tensor.data_mut(),
+            TensorData::U8(Vec::new()),
+        ));
         let restore = |tensor: &mut Tensor, mine: Arc<TensorData>| {
             *tensor.data_mut() = Arc::try_unwrap(mine).unwrap_or_else(|shared| (*shared).clone());
         };
@@ -456,7 +478,12 @@ impl Communicator for ThreadComm {
             Ok((payloads, arrival)) => {
                 let contributions: Vec<&TensorData> = payloads.iter().map(downcast).collect();
                 let order = summation_order(mode, size, self.rank, &arrival);
-                reduce_chunk(&contributions, chunk_range(len, size, self.rank), &order, op)
+                reduce_chunk(
+                    &contributions,
+                    chunk_range(len, size, self.rank),
+                    &order,
+                    op,
+                )
             }
             Err(e) => {
                 restore(tensor, mine);
@@ -470,7 +497,11 @@ impl Communicator for ThreadComm {
             Ok((parts, _)) => {
                 let mut out = Arc::try_unwrap(mine).unwrap_or_else(|shared| (*shared).clone());
                 for (chunk, part) in parts.iter().enumerate() {
-                    copy_into(&mut out, chunk_range(len, size, chunk).start, downcast(part));
+                    copy_into(
+                        &mut out,
+                        chunk_range(len, size, chunk).start,
+                        downcast(part),
+                    );
                 }
                 *tensor.data_mut() = out;
                 Ok(())
@@ -646,7 +677,11 @@ mod tests {
         launch_threads(cfg, move |comm| {
             let mut t = random_tensor(comm.rank(), len);
             comm.allreduce(&mut t, ReduceOp::Sum, mode)?;
-            Ok(t.values::<f32>().unwrap().iter().map(|x| x.to_bits()).collect())
+            Ok(t.values::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect())
         })
         .unwrap()
     }
@@ -658,9 +693,14 @@ mod tests {
         let values: Vec<&[f32]> = inputs.iter().map(|t| t.values().unwrap()).collect();
         for mode in [ReductionMode::RankOrdered, ReductionMode::Ring] {
             let results = allreduce_all(&config(n), mode, len);
-            assert!(results.iter().all(|r| r == &results[0]), "{mode}: ranks disagree");
+            assert!(
+                results.iter().all(|r| r == &results[0]),
+                "{mode}: ranks disagree"
+            );
             for (i, &bits) in results[0].iter().enumerate() {
-                let chunk = (0..n).find(|&c| chunk_range(len, n, c).contains(&i)).unwrap();
+                let chunk = (0..n)
+                    .find(|&c| chunk_range(len, n, c).contains(&i))
+                    .unwrap();
                 let order = summation_order(mode, n, chunk, &[]);
                 let expected = order[1..]
                     .iter()
@@ -687,10 +727,16 @@ mod tests {
         }
         let a = allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512);
         let b = allreduce_all(&perturbed(1), ReductionMode::ArrivalOrder, 512);
-        assert!(a.iter().all(|r| r == &a[0]), "every rank still gets the same bits");
+        assert!(
+            a.iter().all(|r| r == &a[0]),
+            "every rank still gets the same bits"
+        );
         assert_ne!(a, b, "a rotated arrival order must change the sum");
         // The same perturbation reproduces the same arrival order, so the same bits.
-        assert_eq!(a, allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512));
+        assert_eq!(
+            a,
+            allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512)
+        );
     }
 
     #[test]
@@ -707,7 +753,10 @@ mod tests {
         .unwrap();
         for (t, gathered, m) in results {
             assert_eq!(t.values::<i64>().unwrap(), [2, 2]);
-            let ranks: Vec<u8> = gathered.iter().map(|g| g.values::<u8>().unwrap()[0]).collect();
+            let ranks: Vec<u8> = gathered
+                .iter()
+                .map(|g| g.values::<u8>().unwrap()[0])
+                .collect();
             assert_eq!(ranks, [0, 1, 2]);
             assert_eq!(m.values::<f64>().unwrap(), [2.0, 0.0]);
         }
@@ -723,7 +772,10 @@ mod tests {
             Ok(())
         })
         .unwrap_err();
-        assert!(matches!(err, LaunchError::RankPanicked { rank: 1, .. }), "{err}");
+        assert!(
+            matches!(err, LaunchError::RankPanicked { rank: 1, .. }),
+            "{err}"
+        );
         assert_eq!(err.to_string(), "rank 1 panicked: planted failure");
     }
 
@@ -755,7 +807,10 @@ mod tests {
             Ok(())
         })
         .unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(5), "the launcher must not wait for rank 2");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the launcher must not wait for rank 2"
+        );
         match &err {
             LaunchError::Collective(CommError::Timeout {
                 collective,
@@ -797,8 +852,14 @@ mod tests {
         })
         .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("allreduce #0") && text.contains("f32[1]"), "{text}");
-        assert!(matches!(err, LaunchError::Collective(CommError::Mismatch { .. })));
+        assert!(
+            text.contains("allreduce #0") && text.contains("f32[1]"),
+            "{text}"
+        );
+        assert!(matches!(
+            err,
+            LaunchError::Collective(CommError::Mismatch { .. })
+        ));
     }
 
     #[test]

@@ -243,7 +243,8 @@ impl ParamError {
 }
 
 /// Builds a kind's program from a validated spec.
-pub type KindFactory = Arc<dyn Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync>;
+pub type KindFactory =
+    Arc<dyn Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync>;
 
 /// The scenario kinds a loader knows, by name.
 #[derive(Clone)]
@@ -292,7 +293,11 @@ impl KindRegistry {
     ///
     /// # Errors
     /// [`ScenarioError::Invalid`] naming `origin` and the field.
-    pub fn build(&self, spec: ScenarioSpec, origin: &Path) -> Result<LoadedScenario, ScenarioError> {
+    pub fn build(
+        &self,
+        spec: ScenarioSpec,
+        origin: &Path,
+    ) -> Result<LoadedScenario, ScenarioError> {
         let invalid = |e: ParamError| ScenarioError::Invalid {
             path: origin.to_path_buf(),
             field: e.field,
@@ -357,7 +362,11 @@ fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
     let spec: ScenarioSpec = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         ParamError::new(
-            if path == "." { "(top level)".to_owned() } else { path },
+            if path == "." {
+                "(top level)".to_owned()
+            } else {
+                path
+            },
             e.into_inner().to_string(),
         )
     })?;
@@ -374,7 +383,10 @@ fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
     if spec.world_size == 0 || spec.world_size > MAX_WORLD_SIZE {
         return Err(ParamError::new(
             "world_size",
-            format!("must be between 1 and {MAX_WORLD_SIZE}, got {}", spec.world_size),
+            format!(
+                "must be between 1 and {MAX_WORLD_SIZE}, got {}",
+                spec.world_size
+            ),
         ));
     }
     if spec.steps == 0 {
@@ -518,7 +530,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "bad.json", text);
         let err = KindRegistry::builtin().load_file(&path).unwrap_err();
-        err.to_string().replace(&dir.path().display().to_string(), "DIR")
+        err.to_string()
+            .replace(&dir.path().display().to_string(), "DIR")
     }
 
     #[test]
@@ -543,15 +556,16 @@ mod tests {
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));
         assert!(load_error(&GOOD.replace("\"elements\"", "\"elems\""))
             .starts_with("DIR/bad.json: field `params.elems`: unknown field `elems`"));
-        assert!(load_error(&GOOD.replace("\"world_size\": 3", "\"world_size\": 0"))
-            .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024"));
+        assert!(
+            load_error(&GOOD.replace("\"world_size\": 3", "\"world_size\": 0"))
+                .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024")
+        );
         assert!(load_error(&GOOD.replace("collective", "nosuch"))
             .contains("field `kind`: unknown kind `nosuch`; known kinds: collective, seed, train"));
         assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))
             .starts_with("DIR/bad.json: field `(top level)`: trailing characters"));
-        assert!(load_error(&GOOD.replace("\"steps\": 2,", ""))
-            .contains("missing field `steps`"));
+        assert!(load_error(&GOOD.replace("\"steps\": 2,", "")).contains("missing field `steps`"));
     }
 
     #[test]
@@ -560,13 +574,21 @@ mod tests {
         write(dir.path(), "b.json", GOOD);
         write(dir.path(), "a.json", GOOD);
         write(dir.path(), "c.json", "not json");
-        write(dir.path(), "d.json", &GOOD.replace("{\"kind\"", "{\"name\": \"a\", \"kind\""));
+        write(
+            dir.path(),
+            "d.json",
+            &GOOD.replace("{\"kind\"", "{\"name\": \"a\", \"kind\""),
+        );
         write(dir.path(), "notes.txt", "ignored");
         let found = discover_scenarios(dir.path(), &KindRegistry::builtin()).unwrap();
         assert_eq!(found.len(), 4);
         assert_eq!(found[0].as_ref().unwrap().name, "a");
         assert_eq!(found[1].as_ref().unwrap().name, "b");
-        assert!(found[2].as_ref().unwrap_err().to_string().contains("c.json"));
+        assert!(found[2]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("c.json"));
         assert!(matches!(
             found[3].as_ref().unwrap_err(),
             ScenarioError::DuplicateName { .. }
@@ -577,8 +599,11 @@ mod tests {
 
     #[test]
     fn the_switch_off_means_arrival_order() {
-        let spec = parse_spec(&GOOD.replace("\"deterministic_comm\": true", "\"deterministic_comm\": false"))
-            .unwrap();
+        let spec = parse_spec(&GOOD.replace(
+            "\"deterministic_comm\": true",
+            "\"deterministic_comm\": false",
+        ))
+        .unwrap();
         assert_eq!(spec.effective_mode(), ReductionMode::ArrivalOrder);
     }
 }

@@ -1,1 +1,71 @@
+//! An example of a crate that tests its own rank program with detcheck.
+//!
+//! [`Histogram`] is a user-defined scenario kind: every rank bins random samples into integer
+//! counts and the ranks allreduce the counts. Integer addition is associative, so the counts are
+//! identical even when summed in arrival order; the optional float total is not, and needs a
+//! deterministic reduction mode. `tests/multirank.rs` registers the kind and runs the files in
+//! `scenarios/` with detcheck-harness.
 
+use detcheck::{
+    ParamError, RankContext, RankError, ReduceOp, Scenario, ScenarioSpec, Stream, Tensor,
+};
+use serde::Deserialize;
+
+/// Parameters of the `histogram` kind (the scenario file's `params`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistogramParams {
+    /// Samples per rank per step.
+    pub samples: usize,
+    /// Number of bins over [0, 1).
+    pub bins: usize,
+    /// Also allreduce the f64 sum of the samples.
+    #[serde(default)]
+    pub float_total: bool,
+}
+
+/// The `histogram` scenario kind.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    params: HistogramParams,
+}
+
+impl Histogram {
+    /// Builds the scenario from a spec; the registered factory of the `histogram` kind.
+    ///
+    /// # Errors
+    /// A [`ParamError`] naming the bad field.
+    pub fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
+        let params: HistogramParams = spec.parse_params()?;
+        if params.bins == 0 {
+            return Err(ParamError::new("params.bins", "must be at least 1"));
+        }
+        Ok(Histogram { params })
+    }
+}
+
+impl Scenario for Histogram {
+    fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
+        let bins = self.params.bins;
+        for step in 0..ctx.steps() {
+            let mut rng = ctx.stream(Stream::Data, step);
+            let mut counts = vec![0i64; bins];
+            let mut total = 0.0f64;
+            for _ in 0..self.params.samples {
+                let x = rng.uniform_f64();
+                counts[((x * bins as f64) as usize).min(bins - 1)] += 1;
+                total += x * 1e6;
+            }
+            let mut counts = Tensor::from_vec(counts);
+            ctx.record(step, "local_counts", &counts);
+            ctx.allreduce(&mut counts, ReduceOp::Sum)?;
+            ctx.record_replicated(step, "counts", &counts);
+            if self.params.float_total {
+                let mut total = Tensor::from_vec(vec![total]);
+                ctx.allreduce(&mut total, ReduceOp::Sum)?;
+                ctx.record_replicated(step, "total", &total);
+            }
+        }
+        Ok(())
+    }
+}

@@ -7,7 +7,9 @@
 //! exercised.
 //!
 //! Params: `elements` (default 4096), `dtype` (`f32` or `f64`, default `f32`), `op` (`sum` or
-//! `max`, default `sum`).
+//! `max`, default `sum`), and `fault` to show how a failing rank is reported: `{"rank": r,
+//! "step": s, "kind": k}` where `panic` panics, `error` returns an error, `exit` returns early
+//! without joining the allreduce, and `stall` never arrives (it sleeps for ten minutes).
 
 use super::at_least;
 use crate::comm::RankError;
@@ -26,6 +28,26 @@ struct CollectiveParams {
     dtype: DType,
     #[serde(default = "default_op")]
     op: ReduceOp,
+    #[serde(default)]
+    fault: Option<Fault>,
+}
+
+/// A planted rank failure, to show how the run reports it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fault {
+    rank: usize,
+    step: u64,
+    kind: FaultKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FaultKind {
+    Panic,
+    Error,
+    Exit,
+    Stall,
 }
 
 fn default_elements() -> usize {
@@ -54,6 +76,17 @@ impl CollectiveScenario {
                 format!("must be f32 or f64, got {}", params.dtype),
             ));
         }
+        if let Some(fault) = params.fault {
+            if fault.rank >= spec.world_size {
+                return Err(ParamError::new(
+                    "params.fault.rank",
+                    format!(
+                        "{} is not a rank of a world of {}",
+                        fault.rank, spec.world_size
+                    ),
+                ));
+            }
+        }
         Ok(CollectiveScenario { params })
     }
 }
@@ -79,6 +112,18 @@ impl Scenario for CollectiveScenario {
                 ctx.record_replicated(step, &format!("allgather/{rank}"), part);
             }
 
+            if let Some(fault) = self.params.fault {
+                if fault.rank == ctx.rank() && fault.step == step {
+                    match fault.kind {
+                        FaultKind::Panic => panic!("planted panic at step {step}"),
+                        FaultKind::Error => {
+                            return Err(format!("planted error at step {step}").into())
+                        }
+                        FaultKind::Exit => return Ok(()),
+                        FaultKind::Stall => std::thread::sleep(std::time::Duration::from_secs(600)),
+                    }
+                }
+            }
             ctx.allreduce(&mut tensor, self.params.op)?;
             ctx.record_replicated(step, &format!("allreduce/{}", self.params.op), &tensor);
 

@@ -70,7 +70,9 @@ impl Scenario for SeedScenario {
         for step in 0..ctx.steps() {
             let mut init = derive_stream(init_seed, Stream::Init, ctx.rank() as u64, step);
             let weight: Vec<f32> = (0..n).map(|_| init.normal_f32() * scale).collect();
-            let bias: Vec<f64> = (0..n.div_ceil(8)).map(|_| init.uniform_f64() - 0.5).collect();
+            let bias: Vec<f64> = (0..n.div_ceil(8))
+                .map(|_| init.uniform_f64() - 0.5)
+                .collect();
             ctx.record(step, "init/weight", &Tensor::from_vec(weight));
             ctx.record(step, "init/bias", &Tensor::from_vec(bias));
 
@@ -80,7 +82,8 @@ impl Scenario for SeedScenario {
             ctx.record(step, "dropout/mask", &Tensor::from_vec(mask));
 
             let mut order: Vec<i64> = (0..n as i64).collect();
-            ctx.shared_stream(Stream::DataOrder, step).shuffle(&mut order);
+            ctx.shared_stream(Stream::DataOrder, step)
+                .shuffle(&mut order);
             ctx.record_replicated(step, "data/order", &Tensor::from_vec(order));
         }
         Ok(())

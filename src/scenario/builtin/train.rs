@@ -224,7 +224,14 @@ impl TrainScenario {
         params
     }
 
-    fn record_all(&self, ctx: &mut RankContext<'_>, step: u64, prefix: &str, flat: &[f32], replicated: bool) {
+    fn record_all(
+        &self,
+        ctx: &mut RankContext<'_>,
+        step: u64,
+        prefix: &str,
+        flat: &[f32],
+        replicated: bool,
+    ) {
         for (name, range, shape) in self.layout.tensors() {
             let tensor = Tensor::new(shape, TensorData::F32(flat[range].to_vec()))
                 .expect("layout shapes match their ranges");
@@ -284,10 +291,19 @@ fn sample_gradient(
     mask: &[f32],
     grad: &mut [f32],
 ) -> f32 {
-    let (w1, b1, w2, b2) = (&params[l.w1()], &params[l.b1()], &params[l.w2()], &params[l.b2()]);
-    let h: Vec<f32> = (0..l.h).map(|k| b1[k] + dot(&w1[k * l.d..(k + 1) * l.d], x)).collect();
+    let (w1, b1, w2, b2) = (
+        &params[l.w1()],
+        &params[l.b1()],
+        &params[l.w2()],
+        &params[l.b2()],
+    );
+    let h: Vec<f32> = (0..l.h)
+        .map(|k| b1[k] + dot(&w1[k * l.d..(k + 1) * l.d], x))
+        .collect();
     let a: Vec<f32> = h.iter().zip(mask).map(|(&v, &m)| v.max(0.0) * m).collect();
-    let z: Vec<f32> = (0..l.c).map(|c| b2[c] + dot(&w2[c * l.h..(c + 1) * l.h], &a)).collect();
+    let z: Vec<f32> = (0..l.c)
+        .map(|c| b2[c] + dot(&w2[c * l.h..(c + 1) * l.h], &a))
+        .collect();
     let z_max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let e: Vec<f32> = z.iter().map(|&v| libm::expf(v - z_max)).collect();
     let total: f32 = e.iter().sum();
@@ -381,7 +397,8 @@ impl Scenario for TrainScenario {
             let epoch = first / p.dataset_size as u64;
             if epoch_order.as_ref().is_none_or(|(e, _)| *e != epoch) {
                 let mut order: Vec<u64> = (0..p.dataset_size as u64).collect();
-                ctx.shared_stream(Stream::DataOrder, epoch).shuffle(&mut order);
+                ctx.shared_stream(Stream::DataOrder, epoch)
+                    .shuffle(&mut order);
                 epoch_order = Some((epoch, order));
             }
             let order = &epoch_order.as_ref().expect("set above").1;
@@ -395,14 +412,21 @@ impl Scenario for TrainScenario {
             for &index in shard {
                 let (x, label) = dataset.sample(ctx, index);
                 let mask: Vec<f32> = (0..l.h)
-                    .map(|_| if dropout.bernoulli(keep) { (1.0 / keep) as f32 } else { 0.0 })
+                    .map(|_| {
+                        if dropout.bernoulli(keep) {
+                            (1.0 / keep) as f32
+                        } else {
+                            0.0
+                        }
+                    })
                     .collect();
                 if p.plant == Some(TrainPlant::HashmapGradOrder) {
                     let mut grad = vec![0.0f32; l.len()];
                     let loss = sample_gradient(l, &params, &x, label, &mask, &mut grad);
                     per_sample.insert(index, (grad, loss));
                 } else {
-                    loss_sum += sample_gradient(l, &params, &x, label, &mask, &mut bucket[..l.len()]);
+                    loss_sum +=
+                        sample_gradient(l, &params, &x, label, &mask, &mut bucket[..l.len()]);
                 }
             }
             // The planted fault: iteration order of a HashMap is random per map.
