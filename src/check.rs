@@ -320,3 +320,101 @@ pub fn run_checks(
         outcomes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::KindRegistry;
+
+    fn scenario(kind: &str, world: usize, extra: &str, params: &str) -> LoadedScenario {
+        // `extra` may switch deterministic communication off; it is on otherwise.
+        let det = if extra.contains("deterministic_comm") {
+            ""
+        } else {
+            r#", "deterministic_comm": true"#
+        };
+        let text = format!(
+            r#"{{"kind": "{kind}", "world_size": {world}, "steps": 2, "seed": 3,
+                "reduction": "ring", "expect": "diverges"{det}{extra},
+                "params": {params}}}"#
+        );
+        let spec = serde_json::from_str(&text).unwrap();
+        KindRegistry::builtin()
+            .build(spec, std::path::Path::new("inline.json"))
+            .unwrap()
+    }
+
+    /// The first divergence of each planted fault is where the fault is, not downstream of it.
+    fn first(s: &LoadedScenario) -> (CheckKind, u64, u32, String) {
+        let report = run_checks(s, &CheckOptions::default()).unwrap();
+        assert!(
+            report.passed(),
+            "the control must be caught:\n{}",
+            report.explain_failures()
+        );
+        let (kind, d) = report.first_divergence().unwrap();
+        (kind, d.step, d.rank, d.name().to_owned())
+    }
+
+    const SMALL_TRAIN: &str = r#"{"dataset_size": 64, "global_batch": 16"#;
+
+    #[test]
+    fn arrival_order_gradients_diverge_after_the_allreduce_not_before() {
+        let s = scenario(
+            "train",
+            4,
+            r#", "deterministic_comm": false"#,
+            &format!("{SMALL_TRAIN}}}"),
+        );
+        assert_eq!(
+            first(&s),
+            (CheckKind::Repeat, 0, 0, "grad/fc1.weight".into())
+        );
+    }
+
+    #[test]
+    fn hashmap_accumulation_diverges_in_the_local_gradient() {
+        let s = scenario(
+            "train",
+            2,
+            "",
+            &format!(r#"{SMALL_TRAIN}, "plant": "hashmap_grad_order"}}"#),
+        );
+        let (kind, step, _, name) = first(&s);
+        assert_eq!(
+            (kind, step, name.as_str()),
+            (CheckKind::Repeat, 0, "local_grad/fc1.weight")
+        );
+    }
+
+    #[test]
+    fn os_entropy_diverges_at_init_and_rank_seeded_init_breaks_replicas() {
+        let s = scenario("seed", 2, "", r#"{"plant": "os_entropy_init"}"#);
+        assert_eq!(first(&s), (CheckKind::Repeat, 0, 0, "init/weight".into()));
+        let s = scenario(
+            "train",
+            2,
+            r#", "checks": ["replicas"]"#,
+            &format!(r#"{SMALL_TRAIN}, "plant": "rank_seeded_init"}}"#),
+        );
+        assert_eq!(
+            first(&s),
+            (CheckKind::Replicas, 0, 1, "init/fc1.weight".into())
+        );
+    }
+
+    #[test]
+    fn a_run_error_is_an_error_not_a_divergence() {
+        let s = scenario(
+            "collective",
+            3,
+            "",
+            r#"{"fault": {"rank": 1, "step": 0, "kind": "error"}}"#,
+        );
+        let err = run_checks(&s, &CheckOptions::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scenario `inline`, run 1: rank 1 failed: planted error at step 0"
+        );
+    }
+}
