@@ -5,11 +5,13 @@
 //! gives for a little-endian numpy array, so digests can be checked outside detcheck. Dtype and
 //! shape are kept beside the digest in a record and compared with it.
 //!
-//! [`Stats`] are max, min, mean and L2 norm, accumulated in `f64` in index order, and the counts of
+//! [`Stats`] are max, min, mean and L2 norm, accumulated in `f64` in eight interleaved lanes
+//! combined in lane order (a fixed order, so a pure function of the values), and the counts of
 //! NaN, +Inf and -Inf. [`ExactF64`] stores a float in JSON as its bit pattern, so NaN, infinities
 //! and -0.0 survive a round trip (JSON has no NaN).
 //!
 //! Determinism: both are pure functions of the tensor's values; stats are summed in one fixed order.
+//! A golden test pins the stats' bits.
 //! Limits: stats are summaries for people, not proofs; equality of runs is decided by the md5.
 
 use crate::tensor::{Tensor, TensorData};
@@ -135,12 +137,16 @@ pub struct Stats {
     pub neg_inf: u64,
 }
 
-/// Running accumulators for [`Stats`], fed values in index order.
+/// Number of interleaved accumulators: independent chains let the compiler vectorise, and the
+/// lanes are combined in lane order, so the result is still one fixed function of the values.
+const LANES: usize = 8;
+
+/// Running accumulators for [`Stats`]: element i goes to lane i mod [`LANES`].
 struct StatsAccumulator {
-    max: f64,
-    min: f64,
-    sum: f64,
-    sum_sq: f64,
+    max: [f64; LANES],
+    min: [f64; LANES],
+    sum: [f64; LANES],
+    sum_sq: [f64; LANES],
     nan: u64,
     pos_inf: u64,
     neg_inf: u64,
@@ -149,10 +155,10 @@ struct StatsAccumulator {
 impl StatsAccumulator {
     fn new() -> Self {
         StatsAccumulator {
-            max: f64::NEG_INFINITY,
-            min: f64::INFINITY,
-            sum: 0.0,
-            sum_sq: 0.0,
+            max: [f64::NEG_INFINITY; LANES],
+            min: [f64::INFINITY; LANES],
+            sum: [0.0; LANES],
+            sum_sq: [0.0; LANES],
             nan: 0,
             pos_inf: 0,
             neg_inf: 0,
@@ -160,12 +166,20 @@ impl StatsAccumulator {
     }
 
     #[inline]
-    fn push(&mut self, x: f64) {
+    fn push_lane(&mut self, lane: usize, x: f64) {
         if x.is_finite() {
-            self.max = self.max.max(x);
-            self.min = self.min.min(x);
-            self.sum += x;
-            self.sum_sq += x * x;
+            self.max[lane] = if x > self.max[lane] {
+                x
+            } else {
+                self.max[lane]
+            };
+            self.min[lane] = if x < self.min[lane] {
+                x
+            } else {
+                self.min[lane]
+            };
+            self.sum[lane] += x;
+            self.sum_sq[lane] += x * x;
         } else if x.is_nan() {
             self.nan += 1;
         } else if x > 0.0 {
@@ -175,14 +189,58 @@ impl StatsAccumulator {
         }
     }
 
+    /// Feeds `values` in index order.
+    fn feed<T: Copy>(&mut self, values: &[T], to_f64: impl Fn(T) -> f64) {
+        let mut blocks = values.chunks_exact(LANES);
+        for block in &mut blocks {
+            let xs: [f64; LANES] = std::array::from_fn(|i| to_f64(block[i]));
+            if xs.iter().all(|x| x.is_finite()) {
+                // The common case, without branches per element.
+                for lane in 0..LANES {
+                    let x = xs[lane];
+                    self.max[lane] = if x > self.max[lane] {
+                        x
+                    } else {
+                        self.max[lane]
+                    };
+                    self.min[lane] = if x < self.min[lane] {
+                        x
+                    } else {
+                        self.min[lane]
+                    };
+                    self.sum[lane] += x;
+                    self.sum_sq[lane] += x * x;
+                }
+            } else {
+                for (lane, &x) in xs.iter().enumerate() {
+                    self.push_lane(lane, x);
+                }
+            }
+        }
+        for (lane, &x) in blocks.remainder().iter().enumerate() {
+            self.push_lane(lane, to_f64(x));
+        }
+    }
+
     fn finish(self, len: usize) -> Stats {
+        let fold = |lanes: [f64; LANES], f: fn(f64, f64) -> f64| lanes.into_iter().reduce(f);
+        let max = fold(self.max, |a, b| if b > a { b } else { a }).unwrap_or(f64::NEG_INFINITY);
+        let min = fold(self.min, |a, b| if b < a { b } else { a }).unwrap_or(f64::INFINITY);
+        let sum = fold(self.sum, |a, b| a + b).unwrap_or(0.0);
+        let sum_sq = fold(self.sum_sq, |a, b| a + b).unwrap_or(0.0);
+
         let any_number = len as u64 > self.nan;
-        let (max, min) = match (self.pos_inf > 0, self.neg_inf > 0) {
-            _ if !any_number => (None, None),
-            (pos, neg) => (
-                Some(if pos { f64::INFINITY } else { self.max }),
-                Some(if neg { f64::NEG_INFINITY } else { self.min }),
-            ),
+        let (max, min) = if any_number {
+            (
+                Some(if self.pos_inf > 0 { f64::INFINITY } else { max }),
+                Some(if self.neg_inf > 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    min
+                }),
+            )
+        } else {
+            (None, None)
         };
         let (mean, norm) = if len == 0 {
             (None, None)
@@ -203,7 +261,7 @@ impl StatsAccumulator {
             };
             (Some(inf), Some(f64::INFINITY))
         } else {
-            (Some(self.sum / len as f64), Some(self.sum_sq.sqrt()))
+            (Some(sum / len as f64), Some(sum_sq.sqrt()))
         };
         Stats {
             max: max.map(ExactF64),
@@ -218,15 +276,15 @@ impl StatsAccumulator {
 }
 
 impl Stats {
-    /// Computes the statistics of `tensor` in one pass, in index order.
+    /// Computes the statistics of `tensor` in one pass.
     #[must_use]
     pub fn of_tensor(tensor: &Tensor) -> Self {
         let mut acc = StatsAccumulator::new();
         match tensor.data() {
-            TensorData::F32(v) => v.iter().for_each(|&x| acc.push(f64::from(x))),
-            TensorData::F64(v) => v.iter().for_each(|&x| acc.push(x)),
-            TensorData::I64(v) => v.iter().for_each(|&x| acc.push(x as f64)),
-            TensorData::U8(v) => v.iter().for_each(|&x| acc.push(f64::from(x))),
+            TensorData::F32(v) => acc.feed(v, f64::from),
+            TensorData::F64(v) => acc.feed(v, |x| x),
+            TensorData::I64(v) => acc.feed(v, |x| x as f64),
+            TensorData::U8(v) => acc.feed(v, f64::from),
         }
         acc.finish(tensor.len())
     }
@@ -269,6 +327,23 @@ mod tests {
         assert_eq!(s.mean, Some(ExactF64(0.0)));
         assert_eq!(s.norm, Some(ExactF64(26f64.sqrt())));
         assert_eq!((s.nan, s.pos_inf, s.neg_inf), (0, 0, 0));
+    }
+
+    #[test]
+    fn stats_bits_do_not_change() {
+        // 1003 values: 125 full blocks of eight lanes and a remainder of three.
+        let values: Vec<f32> = (0..1003)
+            .map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 60.0)
+            .collect();
+        let s = Stats::of_tensor(&Tensor::from_vec(values));
+        let bits: Vec<String> = [s.max, s.min, s.mean, s.norm]
+            .iter()
+            .map(|x| format!("{:016x}", x.unwrap().0.to_bits()))
+            .collect();
+        assert_eq!(
+            bits.join(" "),
+            "4054adb6c0000000 c04e000000000000 4026c9b540d45add 409534ae31fd62d6"
+        );
     }
 
     #[test]
