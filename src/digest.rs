@@ -196,8 +196,7 @@ impl StatsAccumulator {
             let xs: [f64; LANES] = std::array::from_fn(|i| to_f64(block[i]));
             if xs.iter().all(|x| x.is_finite()) {
                 // The common case, without branches per element.
-                for lane in 0..LANES {
-                    let x = xs[lane];
+                for (lane, &x) in xs.iter().enumerate() {
                     self.max[lane] = if x > self.max[lane] {
                         x
                     } else {

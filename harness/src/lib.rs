@@ -132,7 +132,6 @@ impl Harness {
     }
 
     /// Runs the trials with the given command line.
-    #[must_use]
     pub fn run_with_args(&self, args: &Arguments) -> Conclusion {
         libtest_mimic::run(args, self.trials())
     }
