@@ -166,20 +166,25 @@ impl StatsAccumulator {
     }
 
     #[inline]
+    fn push_finite(&mut self, lane: usize, x: f64) {
+        self.max[lane] = if x > self.max[lane] {
+            x
+        } else {
+            self.max[lane]
+        };
+        self.min[lane] = if x < self.min[lane] {
+            x
+        } else {
+            self.min[lane]
+        };
+        self.sum[lane] += x;
+        self.sum_sq[lane] += x * x;
+    }
+
+    #[inline]
     fn push_lane(&mut self, lane: usize, x: f64) {
         if x.is_finite() {
-            self.max[lane] = if x > self.max[lane] {
-                x
-            } else {
-                self.max[lane]
-            };
-            self.min[lane] = if x < self.min[lane] {
-                x
-            } else {
-                self.min[lane]
-            };
-            self.sum[lane] += x;
-            self.sum_sq[lane] += x * x;
+            self.push_finite(lane, x);
         } else if x.is_nan() {
             self.nan += 1;
         } else if x > 0.0 {
@@ -197,18 +202,7 @@ impl StatsAccumulator {
             if xs.iter().all(|x| x.is_finite()) {
                 // The common case, without branches per element.
                 for (lane, &x) in xs.iter().enumerate() {
-                    self.max[lane] = if x > self.max[lane] {
-                        x
-                    } else {
-                        self.max[lane]
-                    };
-                    self.min[lane] = if x < self.min[lane] {
-                        x
-                    } else {
-                        self.min[lane]
-                    };
-                    self.sum[lane] += x;
-                    self.sum_sq[lane] += x * x;
+                    self.push_finite(lane, x);
                 }
             } else {
                 for (lane, &x) in xs.iter().enumerate() {

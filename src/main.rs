@@ -154,17 +154,20 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
         let spec = &scenario.spec;
         let mode = spec.effective_mode().to_string();
         let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
-        if spec.ignored && !include_ignored {
-            ignored += 1;
-            rows.push(row([
+        let scenario_row = |records: &str, verdict: &str, first: &str| {
+            row([
                 &scenario.name,
                 &ranks,
                 &steps,
                 &mode,
-                "-",
-                "ignored",
-                "-",
-            ]));
+                records,
+                verdict,
+                first,
+            ])
+        };
+        if spec.ignored && !include_ignored {
+            ignored += 1;
+            rows.push(scenario_row("-", "ignored", "-"));
             bar.inc(1);
             continue;
         }
@@ -183,15 +186,7 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
                     })
                     .unwrap_or_else(|| "-".to_owned());
                 let records = report.num_compared().to_string();
-                rows.push(row([
-                    &scenario.name,
-                    &ranks,
-                    &steps,
-                    &mode,
-                    &records,
-                    verdict,
-                    &first,
-                ]));
+                rows.push(scenario_row(&records, verdict, &first));
                 if !report.passed() {
                     failed += 1;
                     details.push(format!("{}:\n{}", scenario.name, report.explain_failures()));
@@ -199,15 +194,7 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
             }
             Err(e) => {
                 errored += 1;
-                rows.push(row([
-                    &scenario.name,
-                    &ranks,
-                    &steps,
-                    &mode,
-                    "-",
-                    "ERROR",
-                    "-",
-                ]));
+                rows.push(scenario_row("-", "ERROR", "-"));
                 details.push(format!("{}:\n  {e}\n", scenario.name));
             }
         }
