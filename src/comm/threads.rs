@@ -598,7 +598,8 @@ where
     let started = Instant::now();
     let mut grace: Option<Instant> = None;
     let mut pending = size;
-    let mut stuck_after = "the run started";
+    // What a stuck rank's wait is measured from, and how long it was.
+    let mut stuck_after = ("the run started", config.run_timeout);
     while pending > 0 {
         let limit = grace.unwrap_or(started + config.run_timeout);
         let Some(wait) = limit.checked_duration_since(Instant::now()) else {
@@ -614,7 +615,7 @@ where
                 }
                 if grace.is_none() {
                     grace = Some(Instant::now() + config.deadline);
-                    stuck_after = "another rank ended";
+                    stuck_after = ("another rank ended", config.deadline);
                 }
             }
             Err(_) => break,
@@ -642,12 +643,8 @@ where
         // Their threads are detached: dropping the handles does not wait for them.
         return Err(LaunchError::Stuck {
             ranks: stuck,
-            waited: if stuck_after == "the run started" {
-                config.run_timeout
-            } else {
-                config.deadline
-            },
-            after: stuck_after,
+            waited: stuck_after.1,
+            after: stuck_after.0,
         });
     }
     Ok(endings
@@ -823,6 +820,25 @@ mod tests {
             other => panic!("unexpected {other}"),
         }
         assert_eq!(err.rank(), Some(2));
+    }
+
+    #[test]
+    fn a_rank_still_running_a_deadline_after_the_others_is_reported_stuck() {
+        let cfg = LaunchConfig::new(2).with_deadline(Duration::from_millis(300));
+        let started = Instant::now();
+        let err = launch_threads(&cfg, |comm| {
+            if comm.rank() == 1 {
+                std::thread::sleep(Duration::from_secs(30)); // no collective to time out in
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            err.to_string(),
+            "rank(s) [1] still running 300ms after another rank ended"
+        );
+        assert_eq!(err.rank(), Some(1));
     }
 
     #[test]
