@@ -32,6 +32,8 @@ pub enum CheckKind {
     Repeat,
     /// Replicated records are identical on every rank.
     Replicas,
+    /// A run on MPI ranks gives the same records as the same run on thread ranks.
+    Backends,
 }
 
 impl fmt::Display for CheckKind {
@@ -39,6 +41,7 @@ impl fmt::Display for CheckKind {
         f.write_str(match self {
             CheckKind::Repeat => "repeat",
             CheckKind::Replicas => "replicas",
+            CheckKind::Backends => "backends",
         })
     }
 }
@@ -84,12 +87,17 @@ pub struct CheckOutcome {
     pub expectation: Expectation,
     /// What it found.
     pub comparison: Comparison,
+    /// Why the check was not run, when it was not (`backends` on thread ranks only).
+    pub skipped: Option<&'static str>,
 }
 
 impl CheckOutcome {
-    /// `true` when the finding matches the expectation.
+    /// `true` when the finding matches the expectation, or the check was skipped.
     #[must_use]
     pub fn holds(&self) -> bool {
+        if self.skipped.is_some() {
+            return true;
+        }
         match self.expectation {
             Expectation::Identical => self.comparison.is_identical(),
             Expectation::Diverges => !self.comparison.is_identical(),
@@ -159,6 +167,7 @@ impl ScenarioReport {
                     let (left, right) = match outcome.kind {
                         CheckKind::Repeat => ("run 1", "run 2"),
                         CheckKind::Replicas => ("rank 0", "this rank"),
+                        CheckKind::Backends => ("mpi", "threads"),
                     };
                     let _ = write!(out, "{}", describe_divergence(first, left, right));
                 }
@@ -224,6 +233,19 @@ pub enum RunError {
         /// What failed.
         source: LaunchError,
     },
+    /// The scenario needs more ranks than the MPI job has processes.
+    #[error(
+        "scenario `{scenario}` needs {needed} ranks, but the MPI job has {available} processes: \
+         run it with `mpirun -n {needed}` or more"
+    )]
+    WorldTooLarge {
+        /// The scenario.
+        scenario: String,
+        /// Its world size.
+        needed: usize,
+        /// Processes in the MPI job.
+        available: usize,
+    },
 }
 
 /// Runs `scenario` once on thread ranks and returns its trace.
@@ -263,7 +285,41 @@ fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
     }
 }
 
-/// Runs the scenario's checks and reports each outcome.
+/// Runs one run of a scenario on some backend: thread ranks, or the processes of an MPI job.
+pub(crate) trait Runner {
+    /// Runs `scenario` once under `perturbation`; `run` numbers the run in messages.
+    fn run(
+        &self,
+        scenario: &LoadedScenario,
+        options: &CheckOptions,
+        perturbation: Option<Perturbation>,
+        run: usize,
+    ) -> Result<Trace, RunError>;
+
+    /// `true` when the runs are on MPI ranks, so that `backends` can compare them with threads.
+    fn is_mpi(&self) -> bool;
+}
+
+/// Thread ranks in this process.
+pub(crate) struct ThreadRunner;
+
+impl Runner for ThreadRunner {
+    fn run(
+        &self,
+        scenario: &LoadedScenario,
+        options: &CheckOptions,
+        perturbation: Option<Perturbation>,
+        run: usize,
+    ) -> Result<Trace, RunError> {
+        run_once(scenario, options, perturbation, run)
+    }
+
+    fn is_mpi(&self) -> bool {
+        false
+    }
+}
+
+/// Runs the scenario's checks on thread ranks and reports each outcome.
 ///
 /// # Errors
 /// [`RunError`] when a run fails (a rank errors, panics or misses a deadline).
@@ -271,15 +327,36 @@ pub fn run_checks(
     scenario: &LoadedScenario,
     options: &CheckOptions,
 ) -> Result<ScenarioReport, RunError> {
+    run_checks_on(&ThreadRunner, scenario, options)
+}
+
+/// `true` when `backends` applies to the scenario: a deterministic schedule detcheck computes
+/// itself, expected to be identical. Under MPI it is added to such scenarios' checks.
+pub(crate) fn backends_applies(scenario: &LoadedScenario) -> bool {
+    scenario.spec.expect == Expectation::Identical
+        && scenario.spec.effective_mode().is_backend_independent()
+}
+
+/// Runs the scenario's checks with `runner` and reports each outcome. On MPI ranks, `backends`
+/// is added where it applies and compares run 1 with the same run on thread ranks.
+pub(crate) fn run_checks_on(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+) -> Result<ScenarioReport, RunError> {
     let spec = &scenario.spec;
-    let first = run_once(
+    let mut checks = scenario.checks.clone();
+    if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
+        checks.push(CheckKind::Backends);
+    }
+    let first = runner.run(
         scenario,
         options,
         Some(perturbation(spec.seed, 1, options)),
         1,
     )?;
-    let second = if scenario.checks.contains(&CheckKind::Repeat) {
-        Some(run_once(
+    let second = if checks.contains(&CheckKind::Repeat) {
+        Some(runner.run(
             scenario,
             options,
             Some(perturbation(spec.seed, 2, options)),
@@ -288,10 +365,20 @@ pub fn run_checks(
     } else {
         None
     };
-    let outcomes = scenario
-        .checks
+    let on_threads = if runner.is_mpi() && checks.contains(&CheckKind::Backends) {
+        Some(run_once(
+            scenario,
+            options,
+            Some(perturbation(spec.seed, 1, options)),
+            1,
+        )?)
+    } else {
+        None
+    };
+    let outcomes = checks
         .iter()
         .map(|&kind| {
+            let mut skipped = None;
             let comparison = match kind {
                 CheckKind::Repeat => {
                     let second = second.as_ref().expect("repeat runs twice");
@@ -305,11 +392,20 @@ pub fn run_checks(
                         _ => in_first,
                     }
                 }
+                CheckKind::Backends => match &on_threads {
+                    Some(threads) => compare_runs(&first, threads)
+                        .expect("both runs have the spec's world size"),
+                    None => {
+                        skipped = Some("needs MPI ranks: build with --features mpi, run under mpirun");
+                        Comparison::default()
+                    }
+                },
             };
             CheckOutcome {
                 kind,
                 expectation: spec.expect,
                 comparison,
+                skipped,
             }
         })
         .collect();

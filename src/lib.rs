@@ -17,13 +17,18 @@
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 #![forbid(unsafe_code)]
 
+/// `true` when this build has MPI ranks (cargo feature `mpi`).
+pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
+
 mod check;
 mod comm;
 mod compare;
 mod digest;
 mod reduce;
 mod scenario;
+mod pinning;
 mod seed;
+mod session;
 mod tensor;
 mod trace;
 
@@ -44,6 +49,8 @@ pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
     Scenario, ScenarioError, ScenarioSpec,
 };
+pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use seed::{derive_stream, RankRng, Stream};
+pub use session::{launcher_rank, Session, SessionError};
 pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};
 pub use trace::{RankTrace, Record, RecordLevel, Recorder, Trace};

@@ -1,7 +1,9 @@
 //! The `detcheck` command line.
 //!
-//! `detcheck check [SCENARIO...]` runs each scenario's checks on thread ranks and prints one row
-//! per scenario, then the details of every failure. This is the only part of detcheck that knows
+//! `detcheck check [SCENARIO...]` runs each scenario's checks and prints one row per scenario,
+//! then the details of every failure: on thread ranks, or, started by `mpirun` from a build with
+//! the `mpi` feature, on MPI ranks (process 0 prints; the others follow it). `detcheck env` prints
+//! the settings that pin reductions on each stack. This is the only part of detcheck that knows
 //! the terminal (progress bar, table); everything else is the library.
 //!
 //! Exit codes (also in the README):
@@ -14,8 +16,8 @@
 
 use clap::{Parser, Subcommand};
 use detcheck::{
-    discover_scenarios, run_checks, CheckOptions, Expectation, KindRegistry, LoadedScenario,
-    ScenarioError,
+    discover_scenarios, pin_settings_for, CheckKind, CheckOptions, Expectation, KindRegistry,
+    LoadedScenario, ScenarioError, Session,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -50,6 +52,17 @@ enum Command {
         #[arg(long)]
         include_ignored: bool,
     },
+    /// Print the environment settings that pin reductions on each stack (seed_all for the
+    /// environment), with what each pins and where this process's value comes from.
+    Env {
+        /// Only these stacks: openmpi, mpich, intel-mpi, nccl, hccl, cuda, python, or mpi for the
+        /// three MPI stacks (repeatable; default: all).
+        #[arg(long = "stack")]
+        stacks: Vec<String>,
+        /// Print `export NAME=VALUE` lines for a shell to eval instead of the table.
+        #[arg(long)]
+        export: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,8 +78,66 @@ fn main() -> ExitCode {
                 deadline: Duration::from_secs(deadline),
                 ..CheckOptions::default()
             };
-            ExitCode::from(check(&scenarios, &options, !no_progress, include_ignored))
+            let session = match Session::from_env() {
+                Ok(session) => session,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_BAD_INPUT);
+                }
+            };
+            let code = if session.is_leader() {
+                // Under mpirun every process has a pty: no progress bar there.
+                let progress = !no_progress && session.num_processes().is_none();
+                check(&session, &scenarios, &options, progress, include_ignored)
+            } else {
+                session.follow(&KindRegistry::builtin())
+            };
+            ExitCode::from(session.finish(code))
         }
+        Command::Env { stacks, export } => ExitCode::from(env(&stacks, export)),
+    }
+}
+
+/// `detcheck env`: the table, or `export` lines.
+fn env(stacks: &[String], export: bool) -> u8 {
+    let settings = match pin_settings_for(stacks) {
+        Ok(settings) => settings,
+        Err(unknown) => {
+            eprintln!(
+                "error: --stack {unknown}: unknown stack; known: openmpi, mpich, intel-mpi, \
+                 nccl, hccl, cuda, python, mpi"
+            );
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if export {
+        for s in settings {
+            println!("export {}={}", s.name, shell_quote(s.value));
+        }
+        return EXIT_OK;
+    }
+    for s in settings {
+        let source = match s.current() {
+            None => "not set here: detcheck's value".to_owned(),
+            Some(v) if v == s.value => "set here to this value".to_owned(),
+            Some(v) => format!("set here to `{v}`, which differs"),
+        };
+        println!("{:<10} {}={}", s.stack, s.name, s.value);
+        println!("{:<10}   pins: {}", "", s.pins);
+        println!("{:<10}   source: {}; documented in {}", "", source, s.reference);
+    }
+    EXIT_OK
+}
+
+/// `value` quoted for a POSIX shell when it has characters the shell would read.
+fn shell_quote(value: &str) -> String {
+    if value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.:/=,".contains(c))
+    {
+        value.to_owned()
+    } else {
+        format!("'{}'", value.replace('\'', "'\\''"))
     }
 }
 
@@ -104,7 +175,13 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, Vec<ScenarioError>
     }
 }
 
-fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_ignored: bool) -> u8 {
+fn check(
+    session: &Session,
+    paths: &[PathBuf],
+    options: &CheckOptions,
+    progress: bool,
+    include_ignored: bool,
+) -> u8 {
     let scenarios = match load_all(paths) {
         Ok(s) if s.is_empty() => {
             eprintln!("error: no scenario files found in {}", show_paths(paths));
@@ -134,32 +211,47 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
         .max()
         .unwrap_or(8)
         .max(8);
-    let row = |cells: [&str; 7]| {
-        let [name, ranks, steps, mode, records, verdict, first] = cells;
-        format!("{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {records:>8}  {verdict:<16}  {first}")
+    let row = |cells: [&str; 8]| {
+        let [name, ranks, steps, mode, checks, records, verdict, first] = cells;
+        format!(
+            "{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {checks:<24}  {records:>8}  \
+             {verdict:<16}  {first}"
+        )
     };
     let mut rows = vec![row([
         "scenario",
         "ranks",
         "steps",
         "reduction",
+        "checks",
         "records",
         "verdict",
         "first divergence",
     ])];
     let mut details = Vec::new();
-    let (mut failed, mut errored, mut ignored) = (0, 0, 0);
+    let (mut failed, mut errored, mut ignored, mut skipped) = (0, 0, 0, 0);
+    if let Some(processes) = session.num_processes() {
+        println!("detcheck check on {}\n", session.describe());
+        if scenarios.iter().all(|s| s.spec.world_size > processes) {
+            eprintln!(
+                "error: every scenario needs more than the {processes} processes mpirun started"
+            );
+            return EXIT_BAD_INPUT;
+        }
+    }
     for scenario in &scenarios {
         bar.set_message(scenario.name.clone());
         let spec = &scenario.spec;
         let mode = spec.effective_mode().to_string();
         let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
-        let scenario_row = |records: &str, verdict: &str, first: &str| {
+        let listed = join_checks(scenario.checks.iter());
+        let scenario_row = |checks: &str, records: &str, verdict: &str, first: &str| {
             row([
                 &scenario.name,
                 &ranks,
                 &steps,
                 &mode,
+                checks,
                 records,
                 verdict,
                 first,
@@ -167,11 +259,20 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
         };
         if spec.ignored && !include_ignored {
             ignored += 1;
-            rows.push(scenario_row("-", "ignored", "-"));
+            rows.push(scenario_row(&listed, "-", "ignored", "-"));
             bar.inc(1);
             continue;
         }
-        match run_checks(scenario, options) {
+        if session
+            .num_processes()
+            .is_some_and(|processes| spec.world_size > processes)
+        {
+            skipped += 1;
+            rows.push(scenario_row(&listed, "-", "skipped", "needs more MPI processes"));
+            bar.inc(1);
+            continue;
+        }
+        match session.run_checks(scenario, options) {
             Ok(report) => {
                 let verdict = match (report.passed(), spec.expect) {
                     (true, Expectation::Identical) => "ok",
@@ -186,7 +287,14 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
                     })
                     .unwrap_or_else(|| "-".to_owned());
                 let records = report.num_compared().to_string();
-                rows.push(scenario_row(&records, verdict, &first));
+                let ran = join_checks(
+                    report
+                        .outcomes
+                        .iter()
+                        .filter(|o| o.skipped.is_none())
+                        .map(|o| &o.kind),
+                );
+                rows.push(scenario_row(&ran, &records, verdict, &first));
                 if !report.passed() {
                     failed += 1;
                     details.push(format!("{}:\n{}", scenario.name, report.explain_failures()));
@@ -194,7 +302,7 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
             }
             Err(e) => {
                 errored += 1;
-                rows.push(scenario_row("-", "ERROR", "-"));
+                rows.push(scenario_row(&listed, "-", "ERROR", "-"));
                 details.push(format!("{}:\n  {e}\n", scenario.name));
             }
         }
@@ -207,9 +315,15 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
     for detail in &details {
         println!("\n{detail}");
     }
-    let passed = scenarios.len() - failed - errored - ignored;
+    let passed = scenarios.len() - failed - errored - ignored - skipped;
+    let skipped_note = if skipped > 0 {
+        format!(", {skipped} skipped (more ranks than MPI processes)")
+    } else {
+        String::new()
+    };
     println!(
-        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} ignored",
+        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} \
+         ignored{skipped_note}",
         scenarios.len()
     );
     if errored > 0 {
@@ -219,6 +333,10 @@ fn check(paths: &[PathBuf], options: &CheckOptions, progress: bool, include_igno
     } else {
         EXIT_OK
     }
+}
+
+fn join_checks<'a>(checks: impl Iterator<Item = &'a CheckKind>) -> String {
+    checks.map(ToString::to_string).collect::<Vec<_>>().join("+")
 }
 
 fn show_paths(paths: &[PathBuf]) -> String {

@@ -8,6 +8,7 @@
 //! | `rank_ordered` | rank 0, 1, …, n−1 for every element | yes, for one world size |
 //! | `ring` | chunk c: ranks c, c+1, …, c−1 (mod n), as a ring reduce-scatter adds | yes, for one world size |
 //! | `arrival_order` | the order contributions arrive in | **no**: the negative control |
+//! | `native` | the backend's own: `MPI_Allreduce` on MPI ranks; `ring` on thread ranks | as the library is |
 //!
 //! With two ranks `arrival_order` is deterministic anyway, because IEEE addition is commutative;
 //! it takes three or more ranks to see it differ. Integers add with wrap-around. `max` returns a
@@ -35,6 +36,9 @@ pub enum ReductionMode {
     Ring,
     /// Adds contributions in arrival order: nondeterministic, a negative control.
     ArrivalOrder,
+    /// The backend's own allreduce: `MPI_Allreduce` on MPI ranks (whatever algorithm the MPI
+    /// library picks), the `ring` schedule on thread ranks, which have no library of their own.
+    Native,
 }
 
 impl ReductionMode {
@@ -45,15 +49,24 @@ impl ReductionMode {
             ReductionMode::RankOrdered => "rank_ordered",
             ReductionMode::Ring => "ring",
             ReductionMode::ArrivalOrder => "arrival_order",
+            ReductionMode::Native => "native",
         }
     }
 
     /// Every mode, in a fixed order (for benchmarks and docs).
-    pub const ALL: [ReductionMode; 3] = [
+    pub const ALL: [ReductionMode; 4] = [
         ReductionMode::RankOrdered,
         ReductionMode::Ring,
         ReductionMode::ArrivalOrder,
+        ReductionMode::Native,
     ];
+
+    /// `true` for the schedules detcheck computes itself (`rank_ordered`, `ring`): their bits are
+    /// the same on every backend, which the `backends` check verifies.
+    #[must_use]
+    pub fn is_backend_independent(self) -> bool {
+        matches!(self, ReductionMode::RankOrdered | ReductionMode::Ring)
+    }
 }
 
 impl fmt::Display for ReductionMode {
@@ -100,7 +113,9 @@ pub(crate) fn summation_order(
 ) -> Vec<usize> {
     match mode {
         ReductionMode::RankOrdered => (0..size).collect(),
-        ReductionMode::Ring => (0..size).map(|k| (chunk + k) % size).collect(),
+        ReductionMode::Ring | ReductionMode::Native => {
+            (0..size).map(|k| (chunk + k) % size).collect()
+        }
         ReductionMode::ArrivalOrder => arrival.to_vec(),
     }
 }

@@ -11,8 +11,11 @@
 //!
 //! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
 
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
 mod threads;
 
+pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
 
 use crate::reduce::{ReduceOp, ReductionMode};

@@ -92,7 +92,7 @@ pub struct Perturbation {
 
 impl Perturbation {
     /// The order in which ranks deposit their contributions in `round`.
-    fn arrival_order(&self, size: usize, round: u64) -> Vec<usize> {
+    pub(super) fn arrival_order(&self, size: usize, round: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..size).collect();
         derive_stream(self.seed, Stream::User(PERTURB_ORDER_STREAM), 0, round).shuffle(&mut order);
         order.rotate_left(self.rotation % size.max(1));
@@ -100,7 +100,7 @@ impl Perturbation {
     }
 
     /// How long `rank` sleeps before depositing in `round`.
-    fn delay(&self, rank: usize, round: u64) -> Duration {
+    pub(super) fn delay(&self, rank: usize, round: u64) -> Duration {
         let stream = Stream::User(PERTURB_DELAY_STREAM ^ self.rotation as u64);
         let u = derive_stream(self.seed, stream, rank as u64, round).uniform_f64();
         self.max_delay.mul_f64(u)
@@ -389,7 +389,8 @@ impl ThreadComm {
     }
 }
 
-fn describe(tensor: &Tensor) -> String {
+/// How a collective's signature names a tensor: dtype and length.
+pub(super) fn describe(tensor: &Tensor) -> String {
     format!("{}[{}]", tensor.dtype(), tensor.len())
 }
 
@@ -400,7 +401,7 @@ fn downcast<T: 'static>(payload: &Payload) -> &T {
 }
 
 /// Copies `part` into `out` starting at element `start` (both of one dtype).
-fn copy_into(out: &mut TensorData, start: usize, part: &TensorData) {
+pub(super) fn copy_into(out: &mut TensorData, start: usize, part: &TensorData) {
     match (out, part) {
         (TensorData::F32(o), TensorData::F32(p)) => o[start..start + p.len()].copy_from_slice(p),
         (TensorData::F64(o), TensorData::F64(p)) => o[start..start + p.len()].copy_from_slice(p),
@@ -521,7 +522,8 @@ enum Ending<R> {
     Panicked(String),
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The message of a caught panic.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -24,7 +24,7 @@ use crate::seed::{derive_stream, RankRng, Stream};
 use crate::tensor::Tensor;
 use crate::trace::{RecordLevel, Recorder};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ impl<'a> RankContext<'a> {
 ///   "params": { "elements": 4096 }
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioSpec {
     /// Trial name; defaults to the file name without `.json`.
@@ -397,6 +397,16 @@ fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             return Err(ParamError::new(
                 format!("checks[{i}]"),
                 format!("`{check}` is listed twice"),
+            ));
+        }
+        if *check == CheckKind::Backends && !spec.effective_mode().is_backend_independent() {
+            return Err(ParamError::new(
+                format!("checks[{i}]"),
+                format!(
+                    "`backends` compares schedules detcheck computes itself (rank_ordered, \
+                     ring), but this scenario reduces in {}",
+                    spec.effective_mode()
+                ),
             ));
         }
     }

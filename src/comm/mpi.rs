@@ -1,0 +1,754 @@
+//! MPI ranks: one process per rank under `mpirun`, through rsmpi (cargo feature `mpi`).
+//!
+//! [`MpiComm`] implements [`Communicator`] on an MPI communicator. Every collective except
+//! `native` allreduce is built from point-to-point messages that detcheck schedules itself, so it
+//! can keep the promises of the thread backend that MPI's own collectives cannot:
+//! - **the same bits as thread ranks**: an allreduce sends chunk `c` of every contribution to rank
+//!   `c`, which reduces it with the shared arithmetic of [`crate::reduce`] in the mode's order and
+//!   sends the result to every rank: the schedule of `comm/threads.rs`, element for element;
+//! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Iprobe` on
+//!   `MPI_ANY_SOURCE`) until the messages it needs are in, a peer is known to have failed or
+//!   exited, or the deadline passes;
+//! - **contained failures**: a rank whose program ends, by returning, erroring or panicking, sends
+//!   every peer a *done* message after its last data message (MPI keeps the order of messages
+//!   between two ranks on one tag). A peer waiting for data from it then fails with
+//!   [`CommError::PeerFailed`] or [`CommError::PeerExited`] instead of hanging, and
+//!   [`MpiComm::finish`] drains every message still addressed to this rank, so the communicator
+//!   is clean for the next run: no `MPI_ERR_TRUNCATE`, no abort.
+//!
+//! `arrival_order` reduces in the order messages were received from `MPI_ANY_SOURCE`: the
+//! negative control. `native` calls `MPI_Allreduce` after a handshake that proves every rank
+//! entered the collective (so a rank that failed before it is reported, not waited for); the
+//! settings of `detcheck env` pin the algorithm the MPI library uses.
+//!
+//! What cannot be contained: a rank that never arrives (stalled, killed) leaves this rank's sends
+//! to it incomplete, and MPI offers no way to take a buffer back. When the deadline passes in that
+//! state, the rank prints what it waited for, naming the missing ranks, and aborts the job
+//! (`MPI_Abort`, exit code 3 from `mpirun`).
+//!
+//! Determinism: only `arrival_order` reads the order messages arrived in; every other result is
+//! a function of the contributions. Waits use the monotonic clock, never on a data path.
+//!
+//! Limits: messages carry native-endian element bytes (a homogeneous cluster, as MPI's typed
+//! messages assume); each message is one point-to-point send, so very large worlds pay
+//! O(ranks) messages per rank and collective.
+
+use super::threads::{copy_into, describe, Perturbation};
+use super::{CollectiveId, CommError, Communicator};
+use crate::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
+use crate::tensor::{DType, Tensor, TensorData};
+use mpi::collective::SystemOperation;
+use mpi::point_to_point::Message;
+use mpi::request::{LocalScope, Request};
+use mpi::topology::SimpleCommunicator;
+use mpi::topology::Communicator as _;
+use mpi::traits::*;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The tag of every message of a run: data headers, payloads and done notices share it so MPI
+/// delivers them from one sender in the order they were sent.
+const TAG_DATA: i32 = 17;
+
+const KIND_HEADER: u8 = 1;
+const KIND_DONE: u8 = 2;
+
+/// Waits politely: spins briefly for latency, then yields, then sleeps, so that ranks
+/// oversubscribed on few cores leave the CPU to the rank they wait for.
+pub(crate) struct Backoff {
+    polls: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff { polls: 0 }
+    }
+
+    pub(crate) fn wait(&mut self) {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls < 64 {
+            std::hint::spin_loop();
+        } else if self.polls < 512 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(if self.polls < 4096 { 20 } else { 200 }));
+        }
+    }
+}
+
+/// Prints why this rank cannot go on and aborts the whole MPI job with exit code 3.
+pub(crate) fn abort_job(context: &str, reason: &str) -> ! {
+    let world = SimpleCommunicator::world();
+    eprintln!(
+        "detcheck: MPI rank {} of {}: {context}: {reason}; aborting the MPI job",
+        world.rank(),
+        world.size()
+    );
+    world.abort(3)
+}
+
+/// What a data message says about its payload.
+#[derive(Debug, Clone, PartialEq)]
+struct Header {
+    round: u64,
+    dtype: Option<DType>,
+    shape: Vec<usize>,
+    signature: String,
+}
+
+impl Header {
+    fn len(&self) -> usize {
+        if self.dtype.is_none() {
+            0
+        } else {
+            self.shape.iter().product()
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![KIND_HEADER];
+        out.extend_from_slice(&self.round.to_le_bytes());
+        out.push(match self.dtype {
+            None => 0,
+            Some(DType::F32) => 1,
+            Some(DType::F64) => 2,
+            Some(DType::I64) => 3,
+            Some(DType::U8) => 4,
+        });
+        out.extend_from_slice(&(self.shape.len() as u32).to_le_bytes());
+        for &d in &self.shape {
+            out.extend_from_slice(&(d as u64).to_le_bytes());
+        }
+        out.extend_from_slice(self.signature.as_bytes());
+        out
+    }
+
+    /// Decodes a header; `None` for bytes no detcheck rank sends.
+    fn decode(bytes: &[u8]) -> Option<Header> {
+        let mut at = 1;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let part = bytes.get(at..at + n)?;
+            at += n;
+            Some(part)
+        };
+        let round = u64::from_le_bytes(take(8)?.try_into().ok()?);
+        let dtype = match take(1)?[0] {
+            0 => None,
+            1 => Some(DType::F32),
+            2 => Some(DType::F64),
+            3 => Some(DType::I64),
+            4 => Some(DType::U8),
+            _ => return None,
+        };
+        let ndim = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut shape = Vec::with_capacity(ndim.min(64));
+        for _ in 0..ndim {
+            shape.push(usize::try_from(u64::from_le_bytes(take(8)?.try_into().ok()?)).ok()?);
+        }
+        let signature = String::from_utf8(bytes.get(at..)?.to_vec()).ok()?;
+        Some(Header {
+            round,
+            dtype,
+            shape,
+            signature,
+        })
+    }
+}
+
+/// A data message: its header, and its payload once that has arrived.
+struct Incoming {
+    header: Header,
+    data: Option<TensorData>,
+}
+
+/// Everything received and not yet consumed, plus what is known about each peer.
+struct Inbox {
+    messages: BTreeMap<(u64, usize), Incoming>,
+    /// Per round, the sources whose message is complete, in the order they completed.
+    arrival: BTreeMap<u64, Vec<usize>>,
+    /// Per source: the round of a header whose payload is the source's next message.
+    awaiting_payload: Vec<Option<u64>>,
+    /// Per source: its done notice (`Some(failed)`) once received.
+    done: Vec<Option<bool>>,
+}
+
+impl Inbox {
+    fn is_complete(&self, round: u64, source: usize) -> bool {
+        self.messages
+            .get(&(round, source))
+            .is_some_and(|m| m.header.len() == 0 || m.data.is_some())
+    }
+}
+
+fn empty_like(dtype: DType, len: usize) -> TensorData {
+    match dtype {
+        DType::F32 => TensorData::F32(vec![0.0; len]),
+        DType::F64 => TensorData::F64(vec![0.0; len]),
+        DType::I64 => TensorData::I64(vec![0; len]),
+        DType::U8 => TensorData::U8(vec![0; len]),
+    }
+}
+
+type Scoped<'a, 'b, T> = Request<'a, [T], &'b LocalScope<'a>>;
+
+/// An incomplete immediate operation of any element type.
+enum Pending<'a, 'b> {
+    Bytes(Scoped<'a, 'b, u8>),
+    F32(Scoped<'a, 'b, f32>),
+    F64(Scoped<'a, 'b, f64>),
+    I64(Scoped<'a, 'b, i64>),
+}
+
+impl Pending<'_, '_> {
+    /// `None` once complete, the request otherwise.
+    fn test(self) -> Option<Self> {
+        match self {
+            Pending::Bytes(r) => r.test().err().map(Pending::Bytes),
+            Pending::F32(r) => r.test().err().map(Pending::F32),
+            Pending::F64(r) => r.test().err().map(Pending::F64),
+            Pending::I64(r) => r.test().err().map(Pending::I64),
+        }
+    }
+}
+
+/// Posts an immediate send of `data`'s elements, typed, to `dest`.
+fn send_data<'a, 'b>(
+    comm: &SimpleCommunicator,
+    scope: &'b LocalScope<'a>,
+    dest: usize,
+    data: &'a TensorData,
+) -> Pending<'a, 'b> {
+    let process = comm.process_at_rank(dest as i32);
+    match data {
+        TensorData::F32(v) => Pending::F32(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
+        TensorData::F64(v) => Pending::F64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
+        TensorData::I64(v) => Pending::I64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
+        TensorData::U8(v) => Pending::Bytes(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
+    }
+}
+
+/// One outgoing message of a round: where it goes and what it carries.
+struct Outgoing<'t> {
+    dest: usize,
+    data: Option<&'t TensorData>,
+    shape: Vec<usize>,
+}
+
+/// The communicator of one MPI rank of a run.
+pub(crate) struct MpiComm<'c> {
+    comm: &'c SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    deadline: Duration,
+    perturbation: Option<Perturbation>,
+    /// Names the run in messages printed before an abort.
+    context: String,
+    inbox: RefCell<Inbox>,
+    next_call: Cell<u64>,
+    next_round: Cell<u64>,
+}
+
+impl std::fmt::Debug for MpiComm<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiComm")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'c> MpiComm<'c> {
+    /// A communicator over `comm`, whose ranks all run the same program.
+    pub(crate) fn new(
+        comm: &'c SimpleCommunicator,
+        deadline: Duration,
+        perturbation: Option<Perturbation>,
+        context: String,
+    ) -> Self {
+        let size = comm.size() as usize;
+        MpiComm {
+            comm,
+            rank: comm.rank() as usize,
+            size,
+            deadline,
+            perturbation,
+            context,
+            inbox: RefCell::new(Inbox {
+                messages: BTreeMap::new(),
+                arrival: BTreeMap::new(),
+                awaiting_payload: vec![None; size],
+                done: vec![None; size],
+            }),
+            next_call: Cell::new(0),
+            next_round: Cell::new(0),
+        }
+    }
+
+    fn begin(&self, kind: &'static str) -> CollectiveId {
+        let call = self.next_call.get();
+        self.next_call.set(call + 1);
+        CollectiveId { kind, call }
+    }
+
+    fn others(&self) -> Vec<usize> {
+        (0..self.size).filter(|&r| r != self.rank).collect()
+    }
+
+    /// Receives every message that has arrived, without blocking.
+    fn progress(&self) {
+        let mut inbox = self.inbox.borrow_mut();
+        while let Some((message, status)) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(TAG_DATA)
+        {
+            let source = status.source_rank() as usize;
+            if let Some(round) = inbox.awaiting_payload[source].take() {
+                let incoming = inbox
+                    .messages
+                    .get_mut(&(round, source))
+                    .expect("a payload follows its header");
+                let dtype = incoming.header.dtype.expect("only typed headers have payloads");
+                let mut data = empty_like(dtype, incoming.header.len());
+                receive_into(message, &mut data);
+                incoming.data = Some(data);
+                inbox.arrival.entry(round).or_default().push(source);
+                continue;
+            }
+            let (bytes, _) = (message, status).matched_receive_vec::<u8>();
+            match bytes.first() {
+                Some(&KIND_DONE) => inbox.done[source] = Some(bytes.get(1) == Some(&1)),
+                Some(&KIND_HEADER) => {
+                    let Some(header) = Header::decode(&bytes) else {
+                        abort_job(&self.context, &format!("malformed header from rank {source}"));
+                    };
+                    let round = header.round;
+                    if header.len() > 0 {
+                        inbox.awaiting_payload[source] = Some(round);
+                    } else {
+                        inbox.arrival.entry(round).or_default().push(source);
+                    }
+                    inbox
+                        .messages
+                        .insert((round, source), Incoming { header, data: None });
+                }
+                _ => abort_job(&self.context, &format!("malformed message from rank {source}")),
+            }
+        }
+    }
+
+    /// Sleeps the perturbation's delay for `round`: a seeded delay plus the rank's position in the
+    /// round's seeded arrival order, so that two runs send in different orders.
+    fn perturb(&self, round: u64) {
+        if let Some(p) = &self.perturbation {
+            let order = p.arrival_order(self.size, round);
+            let position = order.iter().position(|&r| r == self.rank).unwrap_or(0);
+            let delay = p.delay(self.rank, round) + p.max_delay * position as u32;
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+        }
+    }
+
+    /// One exchange: sends `outgoing`, waits for a message of this round from every rank in
+    /// `expect_from`, and returns them (by source) with the order they completed in, this rank
+    /// counted as arriving when it sent.
+    fn exchange(
+        &self,
+        id: &CollectiveId,
+        signature: &str,
+        dtype: Option<DType>,
+        outgoing: &[Outgoing<'_>],
+        expect_from: &[usize],
+    ) -> Result<(BTreeMap<usize, Incoming>, Vec<usize>), CommError> {
+        let round = self.next_round.get();
+        self.next_round.set(round + 1);
+        self.perturb(round);
+        let headers: Vec<Vec<u8>> = outgoing
+            .iter()
+            .map(|o| {
+                Header {
+                    round,
+                    dtype,
+                    shape: o.shape.clone(),
+                    signature: signature.to_owned(),
+                }
+                .encode()
+            })
+            .collect();
+        let deadline = Instant::now() + self.deadline;
+        let waited = mpi::request::scope(|scope| {
+            let mut pending = Vec::with_capacity(2 * outgoing.len());
+            for (o, header) in outgoing.iter().zip(&headers) {
+                let process = self.comm.process_at_rank(o.dest as i32);
+                pending.push(Pending::Bytes(process.immediate_send_with_tag(
+                    scope,
+                    &header[..],
+                    TAG_DATA,
+                )));
+                if let Some(data) = o.data.filter(|d| d.len() > 0) {
+                    pending.push(send_data(self.comm, scope, o.dest, data));
+                }
+            }
+            self.inbox
+                .borrow_mut()
+                .arrival
+                .entry(round)
+                .or_default()
+                .push(self.rank);
+            self.wait_for(id, round, expect_from, pending, deadline)
+        });
+        let mut inbox = self.inbox.borrow_mut();
+        let arrival = inbox.arrival.remove(&round).unwrap_or_default();
+        let mut received = BTreeMap::new();
+        for &source in expect_from {
+            if let Some(m) = inbox.messages.remove(&(round, source)) {
+                received.insert(source, m);
+            }
+        }
+        drop(inbox);
+        waited?;
+        for (&source, m) in &received {
+            if m.header.signature != signature {
+                return Err(CommError::Mismatch {
+                    rank: self.rank,
+                    collective: id.clone(),
+                    mine: signature.to_owned(),
+                    other_rank: source,
+                    theirs: m.header.signature.clone(),
+                });
+            }
+        }
+        Ok((received, arrival))
+    }
+
+    /// Polls until the round's messages from `expect_from` are in and `pending` sends are
+    /// complete. A peer that is done fails the wait (after the sends complete); so does the
+    /// deadline, and when sends are still incomplete then, the job is aborted.
+    fn wait_for(
+        &self,
+        id: &CollectiveId,
+        round: u64,
+        expect_from: &[usize],
+        mut pending: Vec<Pending<'_, '_>>,
+        deadline: Instant,
+    ) -> Result<(), CommError> {
+        let mut backoff = Backoff::new();
+        let mut failure: Option<CommError> = None;
+        loop {
+            self.progress();
+            pending = pending.into_iter().filter_map(Pending::test).collect();
+            let inbox = self.inbox.borrow();
+            let missing: Vec<usize> = expect_from
+                .iter()
+                .copied()
+                .filter(|&source| !inbox.is_complete(round, source))
+                .collect();
+            if failure.is_none() {
+                // A done notice follows a rank's last message, so a peer that is done and whose
+                // message is missing will never send it.
+                if let Some(&gone) = missing.iter().find(|&&r| inbox.done[r].is_some()) {
+                    failure = Some(if inbox.done[gone] == Some(true) {
+                        CommError::PeerFailed {
+                            rank: self.rank,
+                            collective: id.clone(),
+                            failed_rank: gone,
+                        }
+                    } else {
+                        CommError::PeerExited {
+                            rank: self.rank,
+                            collective: id.clone(),
+                            exited_rank: gone,
+                        }
+                    });
+                }
+            }
+            drop(inbox);
+            if pending.is_empty() {
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                if missing.is_empty() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                let timeout = CommError::Timeout {
+                    rank: self.rank,
+                    collective: id.clone(),
+                    waited: self.deadline,
+                    missing: missing.clone(),
+                };
+                if pending.is_empty() {
+                    return Err(timeout);
+                }
+                abort_job(
+                    &self.context,
+                    &format!(
+                        "{}, and {} of its sends in that collective never completed",
+                        failure.unwrap_or(timeout),
+                        pending.len()
+                    ),
+                );
+            }
+            backoff.wait();
+        }
+    }
+
+    /// Ends this rank's part of the run: tells every peer it is done (and whether it failed),
+    /// then receives and discards what peers still send it until every peer is done too, so the
+    /// communicator carries no message into the next run.
+    pub(crate) fn finish(&self, failed: bool) {
+        let notice = [KIND_DONE, u8::from(failed)];
+        let deadline = Instant::now() + self.deadline;
+        mpi::request::scope(|scope| {
+            let mut pending: Vec<_> = self
+                .others()
+                .into_iter()
+                .map(|r| {
+                    self.comm
+                        .process_at_rank(r as i32)
+                        .immediate_send_with_tag(scope, &notice[..], TAG_DATA)
+                })
+                .collect();
+            let mut backoff = Backoff::new();
+            loop {
+                self.progress();
+                pending = pending
+                    .into_iter()
+                    .filter_map(|request| request.test().err())
+                    .collect();
+                let not_done: Vec<usize> = {
+                    let inbox = self.inbox.borrow();
+                    self.others()
+                        .into_iter()
+                        .filter(|&r| inbox.done[r].is_none())
+                        .collect()
+                };
+                if not_done.is_empty() && pending.is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    abort_job(
+                        &self.context,
+                        &format!(
+                            "rank {} finished, but rank(s) {not_done:?} did not finish within {:?}",
+                            self.rank, self.deadline
+                        ),
+                    );
+                }
+                backoff.wait();
+            }
+        });
+        let mut inbox = self.inbox.borrow_mut();
+        inbox.messages.clear();
+        inbox.arrival.clear();
+    }
+
+    fn native_allreduce(
+        &self,
+        id: &CollectiveId,
+        signature: &str,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        // Every rank proves it entered before any calls MPI_Iallreduce, which cannot be left.
+        let others = self.others();
+        let handshake: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: None,
+                shape: Vec::new(),
+            })
+            .collect();
+        self.exchange(id, signature, None, &handshake, &others)?;
+        // Every rank is in: the blocking call completes unless a process dies, and then the
+        // launcher ends the job.
+        let input = tensor.data().clone();
+        let op = system_op(op);
+        match (&input, tensor.data_mut()) {
+            (TensorData::F32(i), TensorData::F32(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
+            (TensorData::F64(i), TensorData::F64(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
+            (TensorData::I64(i), TensorData::I64(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
+            (TensorData::U8(i), TensorData::U8(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
+            _ => unreachable!("input is a copy of the tensor"),
+        }
+        Ok(())
+    }
+}
+
+fn system_op(op: ReduceOp) -> SystemOperation {
+    match op {
+        ReduceOp::Sum => SystemOperation::sum(),
+        ReduceOp::Max => SystemOperation::max(),
+    }
+}
+
+fn receive_into(message: Message, data: &mut TensorData) {
+    match data {
+        TensorData::F32(v) => drop(message.matched_receive_into(&mut v[..])),
+        TensorData::F64(v) => drop(message.matched_receive_into(&mut v[..])),
+        TensorData::I64(v) => drop(message.matched_receive_into(&mut v[..])),
+        TensorData::U8(v) => drop(message.matched_receive_into(&mut v[..])),
+    }
+}
+
+impl Communicator for MpiComm<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        let id = self.begin("barrier");
+        let others = self.others();
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: None,
+                shape: Vec::new(),
+            })
+            .collect();
+        self.exchange(&id, "barrier", None, &outgoing, &others)
+            .map(drop)
+    }
+
+    fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError> {
+        let id = self.begin("broadcast");
+        if root >= self.size {
+            return Err(CommError::InvalidArgument {
+                rank: self.rank,
+                collective: id,
+                reason: format!("root {root} is not a rank of a world of {}", self.size),
+            });
+        }
+        let signature = format!("root {root}, {}", describe(tensor));
+        if self.rank == root {
+            let outgoing: Vec<Outgoing<'_>> = self
+                .others()
+                .into_iter()
+                .map(|dest| Outgoing {
+                    dest,
+                    data: Some(tensor.data()),
+                    shape: tensor.shape().to_vec(),
+                })
+                .collect();
+            self.exchange(&id, &signature, Some(tensor.dtype()), &outgoing, &[])?;
+        } else {
+            let (mut received, _) =
+                self.exchange(&id, &signature, Some(tensor.dtype()), &[], &[root])?;
+            *tensor = into_tensor(received.remove(&root).expect("the root's message is in"));
+        }
+        Ok(())
+    }
+
+    fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
+        let id = self.begin("allgather");
+        let others = self.others();
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: Some(tensor.data()),
+                shape: tensor.shape().to_vec(),
+            })
+            .collect();
+        let (mut received, _) = self.exchange(
+            &id,
+            &describe(tensor),
+            Some(tensor.dtype()),
+            &outgoing,
+            &others,
+        )?;
+        Ok((0..self.size)
+            .map(|r| {
+                if r == self.rank {
+                    tensor.clone()
+                } else {
+                    into_tensor(received.remove(&r).expect("every rank's message is in"))
+                }
+            })
+            .collect())
+    }
+
+    fn allreduce(
+        &self,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<(), CommError> {
+        let id = self.begin("allreduce");
+        let signature = format!("{op} in {mode}, {}", describe(tensor));
+        if mode == ReductionMode::Native {
+            return self.native_allreduce(&id, &signature, tensor, op);
+        }
+        let (len, size, dtype) = (tensor.len(), self.size, tensor.dtype());
+        let others = self.others();
+
+        // Round 1: chunk c of this rank's contribution goes to rank c, which reduces it.
+        let chunks: Vec<TensorData> = (0..size)
+            .map(|c| slice_data(tensor.data(), chunk_range(len, size, c)))
+            .collect();
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: Some(&chunks[dest]),
+                shape: vec![chunks[dest].len()],
+            })
+            .collect();
+        let (received, arrival) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
+        // An empty chunk travels without a payload: this rank's own chunk stands in for it.
+        let contributions: Vec<&TensorData> = (0..size)
+            .map(|r| match received.get(&r).and_then(|m| m.data.as_ref()) {
+                Some(data) => data,
+                None => &chunks[self.rank],
+            })
+            .collect();
+        let order = summation_order(mode, size, self.rank, &arrival);
+        let mine = chunk_range(len, size, self.rank);
+        let reduced = reduce_chunk(&contributions, 0..mine.len(), &order, op);
+
+        // Round 2: every rank's reduced chunk goes to every rank.
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: Some(&reduced),
+                shape: vec![reduced.len()],
+            })
+            .collect();
+        let (mut parts, _) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
+        let out = tensor.data_mut();
+        for chunk in 0..size {
+            let range = chunk_range(len, size, chunk);
+            if chunk == self.rank {
+                copy_into(out, range.start, &reduced);
+            } else if let Some(part) = parts.remove(&chunk).and_then(|m| m.data) {
+                copy_into(out, range.start, &part);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn into_tensor(incoming: Incoming) -> Tensor {
+    let Incoming { header, data } = incoming;
+    let data = data.unwrap_or_else(|| empty_like(header.dtype.unwrap_or(DType::U8), 0));
+    Tensor::new(header.shape, data).expect("the header's shape matches its payload")
+}
+
+fn slice_data(data: &TensorData, range: std::ops::Range<usize>) -> TensorData {
+    match data {
+        TensorData::F32(v) => TensorData::F32(v[range].to_vec()),
+        TensorData::F64(v) => TensorData::F64(v[range].to_vec()),
+        TensorData::I64(v) => TensorData::I64(v[range].to_vec()),
+        TensorData::U8(v) => TensorData::U8(v[range].to_vec()),
+    }
+}
