@@ -22,17 +22,33 @@
 //! }
 //! ```
 //!
+//! Under MPI (cargo feature `mpi` of detcheck): `mpirun -n 4 <test binary>` runs every trial on
+//! MPI ranks, each process one rank. Process 0 runs libtest-mimic (one test thread, no colour) and
+//! prints; the other processes follow it, so they run the same runs in the same order. A scenario
+//! that needs more ranks than processes is ignored, with a note. `--list` never starts MPI. With
+//! `DETCHECK_NP=4` set, the binary re-launches itself under `mpirun -n 4` (see [`relaunch`]), so
+//! `DETCHECK_NP=4 cargo test --features mpi --test multirank` works from cargo.
+//!
 //! Determinism: trials are built in file-name order; each trial's outcome depends only on its
 //! scenario, not on which trials run beside it.
 
+pub mod relaunch;
+
 use detcheck::{
-    discover_scenarios, run_checks, CheckOptions, KindRegistry, LoadedScenario, ParamError,
-    Scenario, ScenarioSpec,
+    discover_scenarios, launcher_rank, CheckOptions, KindRegistry, LoadedScenario, ParamError,
+    Scenario, ScenarioSpec, Session,
 };
-use libtest_mimic::{Arguments, Conclusion, Failed, Trial};
+use libtest_mimic::{Arguments, ColorSetting, Conclusion, Failed, Trial};
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+thread_local! {
+    /// The session trials run in. libtest-mimic runs trials on the main thread when it has one
+    /// test thread, which is how the harness runs under MPI (MPI is called from that thread only).
+    static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+}
 
 /// Builds and runs the trials of one test binary.
 #[derive(Debug, Clone)]
@@ -87,6 +103,12 @@ impl Harness {
     /// The trials, one per scenario file, in folder then file-name order.
     #[must_use]
     pub fn trials(&self) -> Vec<Trial> {
+        self.trials_for(None)
+    }
+
+    /// The trials for a job of `processes` MPI processes (`None` on thread ranks): a scenario
+    /// that needs more ranks is ignored.
+    fn trials_for(&self, processes: Option<usize>) -> Vec<Trial> {
         let mut trials = Vec::new();
         for dir in &self.dirs {
             let found = match discover_scenarios(dir, &self.registry) {
@@ -100,7 +122,10 @@ impl Harness {
             };
             for result in found {
                 trials.push(match result {
-                    Ok(scenario) => self.trial(scenario),
+                    Ok(scenario) => {
+                        let too_large = processes.is_some_and(|p| scenario.spec.world_size > p);
+                        self.trial(scenario, too_large)
+                    }
                     Err(e) => {
                         let name = match &e {
                             detcheck::ScenarioError::Invalid { path, .. }
@@ -122,9 +147,9 @@ impl Harness {
         trials
     }
 
-    fn trial(&self, scenario: LoadedScenario) -> Trial {
+    fn trial(&self, scenario: LoadedScenario, too_large: bool) -> Trial {
         let options = self.options.clone();
-        let ignored = scenario.spec.ignored;
+        let ignored = scenario.spec.ignored || too_large;
         Trial::test(scenario.name.clone(), move || {
             check_trial(&scenario, &options)
         })
@@ -136,16 +161,61 @@ impl Harness {
         libtest_mimic::run(args, self.trials())
     }
 
-    /// Runs the trials with this process's command line; the exit code is cargo test's.
+    /// Runs the trials with this process's command line; the exit code is cargo test's (101
+    /// when a trial failed, 2 when MPI cannot be used as started).
+    ///
+    /// With `DETCHECK_NP` set, re-launches this binary under `mpirun` instead; started by
+    /// `mpirun`, runs on MPI ranks (see the crate docs).
     #[must_use]
     pub fn run(&self) -> ExitCode {
-        self.run_with_args(&Arguments::from_args()).exit_code()
+        let mut args = Arguments::from_args();
+        if args.list {
+            // Listing starts no MPI; under mpirun, one process lists.
+            return if launcher_rank().unwrap_or(0) == 0 {
+                self.run_with_args(&args).exit_code()
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+        if let Some(code) = relaunch::relaunch_if_asked() {
+            return code;
+        }
+        let session = match Session::from_env() {
+            Ok(session) => session,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let Some(processes) = session.num_processes() else {
+            return self.run_with_args(&args).exit_code();
+        };
+        if !session.is_leader() {
+            let code = session.follow(&self.registry);
+            return ExitCode::from(session.finish(code));
+        }
+        args.test_threads = Some(1);
+        args.color = Some(ColorSetting::Never);
+        println!("detcheck-harness on {}", session.describe());
+        let trials = self.trials_for(Some(processes));
+        SESSION.with(|s| *s.borrow_mut() = Some(session));
+        let failed = libtest_mimic::run(&args, trials).has_failed();
+        let session = SESSION
+            .with(|s| s.borrow_mut().take())
+            .expect("the session outlives the trials");
+        ExitCode::from(session.finish(if failed { 101 } else { 0 }))
     }
 }
 
-/// The body of one trial: run the checks, fail with an explanation when one does not hold.
+/// The body of one trial: run the checks (in this thread's session, thread ranks without one),
+/// fail with an explanation when one does not hold.
 fn check_trial(scenario: &LoadedScenario, options: &CheckOptions) -> Result<(), Failed> {
-    let report = run_checks(scenario, options).map_err(|e| Failed::from(e.to_string()))?;
+    let report = SESSION
+        .with(|s| match s.borrow().as_ref() {
+            Some(session) => session.run_checks(scenario, options),
+            None => detcheck::run_checks(scenario, options),
+        })
+        .map_err(|e| Failed::from(e.to_string()))?;
     if report.passed() {
         Ok(())
     } else {

@@ -9,7 +9,9 @@
 //! Params: `elements` (default 4096), `dtype` (`f32` or `f64`, default `f32`), `op` (`sum` or
 //! `max`, default `sum`), and `fault` to show how a failing rank is reported: `{"rank": r,
 //! "step": s, "kind": k}` where `panic` panics, `error` returns an error, `exit` returns early
-//! without joining the allreduce, and `stall` never arrives (it sleeps for ten minutes).
+//! without joining the allreduce, `stall` never arrives (it sleeps for ten minutes), and `sigkill`
+//! kills the rank's process with SIGKILL, as the out-of-memory killer would: under `mpirun` that is
+//! one rank; on thread ranks it is the whole run, so use it under MPI only.
 
 use super::at_least;
 use crate::comm::RankError;
@@ -48,6 +50,7 @@ enum FaultKind {
     Error,
     Exit,
     Stall,
+    Sigkill,
 }
 
 fn default_elements() -> usize {
@@ -121,6 +124,13 @@ impl Scenario for CollectiveScenario {
                         }
                         FaultKind::Exit => return Ok(()),
                         FaultKind::Stall => std::thread::sleep(std::time::Duration::from_secs(600)),
+                        FaultKind::Sigkill => {
+                            // A real SIGKILL, from outside: no unwinding, no MPI_Finalize.
+                            let _ = std::process::Command::new("kill")
+                                .args(["-KILL", &std::process::id().to_string()])
+                                .status();
+                            std::thread::sleep(std::time::Duration::from_secs(600));
+                        }
                     }
                 }
             }
