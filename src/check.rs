@@ -393,10 +393,12 @@ pub(crate) fn run_checks_on(
                     }
                 }
                 CheckKind::Backends => match &on_threads {
-                    Some(threads) => compare_runs(&first, threads)
-                        .expect("both runs have the spec's world size"),
+                    Some(threads) => {
+                        compare_runs(&first, threads).expect("both runs have the spec's world size")
+                    }
                     None => {
-                        skipped = Some("needs MPI ranks: build with --features mpi, run under mpirun");
+                        skipped =
+                            Some("needs MPI ranks: build with --features mpi, run under mpirun");
                         Comparison::default()
                     }
                 },

@@ -24,9 +24,9 @@ mod check;
 mod comm;
 mod compare;
 mod digest;
+mod pinning;
 mod reduce;
 mod scenario;
-mod pinning;
 mod seed;
 mod session;
 mod tensor;
@@ -44,12 +44,12 @@ pub use compare::{
     compare_replicas, compare_runs, CompareError, Comparison, Divergence, DivergenceKind,
 };
 pub use digest::{ExactF64, Md5Digest, Stats};
+pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use reduce::{ReduceOp, ReductionMode};
 pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
     Scenario, ScenarioError, ScenarioSpec,
 };
-pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use seed::{derive_stream, RankRng, Stream};
 pub use session::{launcher_rank, Session, SessionError};
 pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};

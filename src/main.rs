@@ -124,7 +124,10 @@ fn env(stacks: &[String], export: bool) -> u8 {
         };
         println!("{:<10} {}={}", s.stack, s.name, s.value);
         println!("{:<10}   pins: {}", "", s.pins);
-        println!("{:<10}   source: {}; documented in {}", "", source, s.reference);
+        println!(
+            "{:<10}   source: {}; documented in {}",
+            "", source, s.reference
+        );
     }
     EXIT_OK
 }
@@ -268,7 +271,12 @@ fn check(
             .is_some_and(|processes| spec.world_size > processes)
         {
             skipped += 1;
-            rows.push(scenario_row(&listed, "-", "skipped", "needs more MPI processes"));
+            rows.push(scenario_row(
+                &listed,
+                "-",
+                "skipped",
+                "needs more MPI processes",
+            ));
             bar.inc(1);
             continue;
         }
@@ -336,7 +344,10 @@ fn check(
 }
 
 fn join_checks<'a>(checks: impl Iterator<Item = &'a CheckKind>) -> String {
-    checks.map(ToString::to_string).collect::<Vec<_>>().join("+")
+    checks
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 fn show_paths(paths: &[PathBuf]) -> String {

@@ -179,7 +179,10 @@ mod tests {
         assert!(mpi.iter().all(|p| MPI_STACKS.contains(&p.stack)));
         assert_eq!(mpi.len(), 6);
         assert_eq!(pin_settings_for(&[]).unwrap().len(), PIN_SETTINGS.len());
-        assert_eq!(pin_settings_for(&["nccl".into(), "cdua".into()]), Err("cdua".into()));
+        assert_eq!(
+            pin_settings_for(&["nccl".into(), "cdua".into()]),
+            Err("cdua".into())
+        );
     }
 
     #[test]

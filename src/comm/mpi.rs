@@ -40,8 +40,8 @@ use crate::tensor::{DType, Tensor, TensorData};
 use mpi::collective::SystemOperation;
 use mpi::point_to_point::Message;
 use mpi::request::{LocalScope, Request};
-use mpi::topology::SimpleCommunicator;
 use mpi::topology::Communicator as _;
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -72,7 +72,11 @@ impl Backoff {
         } else if self.polls < 512 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(if self.polls < 4096 { 20 } else { 200 }));
+            std::thread::sleep(Duration::from_micros(if self.polls < 4096 {
+                20
+            } else {
+                200
+            }));
         }
     }
 }
@@ -221,10 +225,18 @@ fn send_data<'a, 'b>(
 ) -> Pending<'a, 'b> {
     let process = comm.process_at_rank(dest as i32);
     match data {
-        TensorData::F32(v) => Pending::F32(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
-        TensorData::F64(v) => Pending::F64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
-        TensorData::I64(v) => Pending::I64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
-        TensorData::U8(v) => Pending::Bytes(process.immediate_send_with_tag(scope, &v[..], TAG_DATA)),
+        TensorData::F32(v) => {
+            Pending::F32(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+        }
+        TensorData::F64(v) => {
+            Pending::F64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+        }
+        TensorData::I64(v) => {
+            Pending::I64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+        }
+        TensorData::U8(v) => {
+            Pending::Bytes(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+        }
     }
 }
 
@@ -309,7 +321,10 @@ impl<'c> MpiComm<'c> {
                     .messages
                     .get_mut(&(round, source))
                     .expect("a payload follows its header");
-                let dtype = incoming.header.dtype.expect("only typed headers have payloads");
+                let dtype = incoming
+                    .header
+                    .dtype
+                    .expect("only typed headers have payloads");
                 let mut data = empty_like(dtype, incoming.header.len());
                 receive_into(message, &mut data);
                 incoming.data = Some(data);
@@ -321,7 +336,10 @@ impl<'c> MpiComm<'c> {
                 Some(&KIND_DONE) => inbox.done[source] = Some(bytes.get(1) == Some(&1)),
                 Some(&KIND_HEADER) => {
                     let Some(header) = Header::decode(&bytes) else {
-                        abort_job(&self.context, &format!("malformed header from rank {source}"));
+                        abort_job(
+                            &self.context,
+                            &format!("malformed header from rank {source}"),
+                        );
                     };
                     let round = header.round;
                     if header.len() > 0 {
@@ -333,7 +351,10 @@ impl<'c> MpiComm<'c> {
                         .messages
                         .insert((round, source), Incoming { header, data: None });
                 }
-                _ => abort_job(&self.context, &format!("malformed message from rank {source}")),
+                _ => abort_job(
+                    &self.context,
+                    &format!("malformed message from rank {source}"),
+                ),
             }
         }
     }
@@ -387,7 +408,7 @@ impl<'c> MpiComm<'c> {
                     &header[..],
                     TAG_DATA,
                 )));
-                if let Some(data) = o.data.filter(|d| d.len() > 0) {
+                if let Some(data) = o.data.filter(|d| !d.is_empty()) {
                     pending.push(send_data(self.comm, scope, o.dest, data));
                 }
             }
@@ -507,9 +528,11 @@ impl<'c> MpiComm<'c> {
                 .others()
                 .into_iter()
                 .map(|r| {
-                    self.comm
-                        .process_at_rank(r as i32)
-                        .immediate_send_with_tag(scope, &notice[..], TAG_DATA)
+                    self.comm.process_at_rank(r as i32).immediate_send_with_tag(
+                        scope,
+                        &notice[..],
+                        TAG_DATA,
+                    )
                 })
                 .collect();
             let mut backoff = Backoff::new();
@@ -569,10 +592,18 @@ impl<'c> MpiComm<'c> {
         let input = tensor.data().clone();
         let op = system_op(op);
         match (&input, tensor.data_mut()) {
-            (TensorData::F32(i), TensorData::F32(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
-            (TensorData::F64(i), TensorData::F64(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
-            (TensorData::I64(i), TensorData::I64(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
-            (TensorData::U8(i), TensorData::U8(o)) => self.comm.all_reduce_into(&i[..], &mut o[..], op),
+            (TensorData::F32(i), TensorData::F32(o)) => {
+                self.comm.all_reduce_into(&i[..], &mut o[..], op)
+            }
+            (TensorData::F64(i), TensorData::F64(o)) => {
+                self.comm.all_reduce_into(&i[..], &mut o[..], op)
+            }
+            (TensorData::I64(i), TensorData::I64(o)) => {
+                self.comm.all_reduce_into(&i[..], &mut o[..], op)
+            }
+            (TensorData::U8(i), TensorData::U8(o)) => {
+                self.comm.all_reduce_into(&i[..], &mut o[..], op)
+            }
             _ => unreachable!("input is a copy of the tensor"),
         }
         Ok(())
@@ -703,7 +734,8 @@ impl Communicator for MpiComm<'_> {
                 shape: vec![chunks[dest].len()],
             })
             .collect();
-        let (received, arrival) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
+        let (received, arrival) =
+            self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
         // An empty chunk travels without a payload: this rank's own chunk stands in for it.
         let contributions: Vec<&TensorData> = (0..size)
             .map(|r| match received.get(&r).and_then(|m| m.data.as_ref()) {
@@ -750,5 +782,37 @@ fn slice_data(data: &TensorData, range: std::ops::Range<usize>) -> TensorData {
         TensorData::F64(v) => TensorData::F64(v[range].to_vec()),
         TensorData::I64(v) => TensorData::I64(v[range].to_vec()),
         TensorData::U8(v) => TensorData::U8(v[range].to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_malformed_ones_are_refused() {
+        let header = Header {
+            round: 7,
+            dtype: Some(DType::F64),
+            shape: vec![3, 5],
+            signature: "sum in ring, f64[15]".to_owned(),
+        };
+        let bytes = header.encode();
+        assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        assert_eq!(header.len(), 15);
+        let bare = Header {
+            dtype: None,
+            shape: Vec::new(),
+            ..header
+        };
+        assert_eq!(bare.len(), 0);
+        assert_eq!(Header::decode(&bare.encode()), Some(bare));
+        // Truncated anywhere before the signature, or an unknown dtype: refused, not a panic.
+        for cut in 1..bytes.len() - "sum in ring, f64[15]".len() {
+            assert_eq!(Header::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut bad_dtype = bytes.clone();
+        bad_dtype[9] = 9;
+        assert_eq!(Header::decode(&bad_dtype), None);
     }
 }

@@ -39,7 +39,7 @@ const TAG_RESULT: i32 = 19;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 enum Command {
-    Run(RunCommand),
+    Run(Box<RunCommand>),
     Stop { exit_code: u8 },
 }
 
@@ -303,8 +303,9 @@ impl MpiJob {
             .split([',', '\n'])
             .next()
             .unwrap_or_default()
-            .trim()
-            .to_owned();
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         Ok(MpiJob {
             world: universe.world(),
             runs: RefCell::new(BTreeMap::new()),
@@ -447,7 +448,8 @@ impl MpiJob {
         let rank = comm.rank();
         if rank != 0 {
             let bytes = serde_json::to_vec(&outcome).expect("outcomes serialize");
-            comm.process_at_rank(0).send_with_tag(&bytes[..], TAG_RESULT);
+            comm.process_at_rank(0)
+                .send_with_tag(&bytes[..], TAG_RESULT);
             return Vec::new();
         }
         let mut outcomes = vec![outcome];
@@ -497,10 +499,9 @@ impl Runner for MpiRunner<'_> {
             run,
             deadline_ns: options.deadline.as_nanos() as u64,
             record_level: options.record_level,
-            perturbation: perturbation
-                .map(|p| (p.seed, p.rotation, p.max_delay.as_nanos() as u64)),
+            perturbation: perturbation.map(|p| (p.seed, p.rotation, p.max_delay.as_nanos() as u64)),
         };
-        let command = Command::Run(command);
+        let command = Command::Run(Box::new(command));
         self.job.broadcast_command(&command);
         let Command::Run(run_command) = &command else {
             unreachable!("built as a run")
@@ -543,4 +544,72 @@ fn assemble(outcomes: Vec<Outcome>) -> Result<Trace, LaunchError> {
         })
         .collect();
     Ok(Trace { ranks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(rank: u32) -> Outcome {
+        Outcome::Trace(RankTrace {
+            rank,
+            records: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn the_root_cause_is_reported_not_the_ranks_that_saw_it() {
+        let seen = |rank, failed_rank| {
+            Outcome::Comm(WireCommError::PeerFailed {
+                rank,
+                kind: "allreduce".into(),
+                call: 3,
+                failed_rank,
+            })
+        };
+        let outcomes = vec![
+            seen(0, 2),
+            seen(1, 2),
+            Outcome::Panicked("boom".into()),
+            trace(3),
+        ];
+        match assemble(outcomes) {
+            Err(LaunchError::RankPanicked { rank, message }) => {
+                assert_eq!((rank, message.as_str()), (2, "boom"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let timeout = Outcome::Comm(WireCommError::Timeout {
+            rank: 1,
+            kind: "barrier".into(),
+            call: 0,
+            waited_ns: 1_000_000_000,
+            missing: vec![0],
+        });
+        let err = assemble(vec![seen(0, 1), timeout]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rank 1 waited 1s in barrier #0 for rank(s) [0], which never arrived"
+        );
+        let ok = assemble(vec![trace(0), trace(1)]).unwrap();
+        assert_eq!(ok.world_size(), 2);
+    }
+
+    #[test]
+    fn comm_errors_survive_the_wire() {
+        let e = CommError::Mismatch {
+            rank: 1,
+            collective: CollectiveId {
+                kind: "broadcast",
+                call: 4,
+            },
+            mine: "root 0, f32[3]".into(),
+            other_rank: 0,
+            theirs: "root 1, f32[3]".into(),
+        };
+        let wire: WireCommError = e.clone().into();
+        let json = serde_json::to_string(&wire).unwrap();
+        let back: CommError = serde_json::from_str::<WireCommError>(&json).unwrap().into();
+        assert_eq!(back, e);
+    }
 }

@@ -1,0 +1,120 @@
+//! `cargo test --features mpi --test mpi`: the `detcheck` binary under a real `mpirun`, with
+//! failures planted in ranks (tests/mpi-faults/). Each test asserts how the job ends: contained
+//! failures end the run and the job goes on; a stalled rank ends the job at the deadline; a
+//! killed rank ends it at once; wrong usage gets a message. The launcher is `DETCHECK_MPIRUN`
+//! (default `mpirun`); its flags come from the harness's [`Flavour`].
+#![cfg(feature = "mpi")]
+
+use detcheck_harness::relaunch::{Flavour, MPIRUN_VAR};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const FAULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi-faults");
+
+/// Runs `detcheck ARGS` on `np` MPI processes; returns the output and how long it took.
+fn mpirun(np: usize, args: &[&str]) -> (Output, Duration) {
+    let launcher = std::env::var(MPIRUN_VAR).unwrap_or_else(|_| "mpirun".to_owned());
+    let version = Command::new(&launcher)
+        .arg("--version")
+        .output()
+        .expect("mpirun runs (scripts/install-mpi.sh)");
+    let flavour = Flavour::from_version(&String::from_utf8_lossy(&version.stdout))
+        .expect("a known MPI launcher");
+    let as_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let started = Instant::now();
+    let output = Command::new(&launcher)
+        .args(flavour.flags(as_root))
+        .args(["-n", &np.to_string(), env!("CARGO_BIN_EXE_detcheck")])
+        .args(args)
+        .output()
+        .unwrap();
+    (output, started.elapsed())
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The verdict cell of `scenario`'s row in the table.
+fn verdict<'a>(stdout: &'a str, scenario: &str) -> &'a str {
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with(scenario))
+        .unwrap_or_else(|| panic!("no row for {scenario} in:\n{stdout}"));
+    row.split_whitespace().nth(6).unwrap()
+}
+
+#[test]
+fn failures_in_ranks_are_contained_and_the_next_scenario_runs_clean() {
+    let dir = format!("{FAULTS}/contained");
+    let (output, _) = mpirun(4, &["check", "--no-progress", "--deadline", "20", &dir]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(3), "{stdout}\n{stderr}");
+    for errored in ["a_error_rank1", "b_panic_rank2", "c_exit_rank0"] {
+        assert_eq!(verdict(&stdout, errored), "ERROR", "{stdout}");
+    }
+    assert_eq!(verdict(&stdout, "d_ring_after_failures"), "ok", "{stdout}");
+    for expected in [
+        "rank 1 failed: planted error at step 1",
+        "rank 2 panicked: planted panic at step 0",
+        "rank 0 finished without joining allreduce #9, which rank 1 was waiting in",
+        "4 scenarios: 1 passed, 0 failed, 3 errored",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
+    }
+    for forbidden in ["MPI_ERR", "MPI_ABORT", "aborting"] {
+        assert!(!stderr.contains(forbidden), "{forbidden}:\n{stderr}");
+    }
+}
+
+#[test]
+fn a_rank_that_stops_calling_collectives_ends_the_job_at_the_deadline_naming_it() {
+    let file = format!("{FAULTS}/stall_rank1_3ranks.json");
+    let (output, took) = mpirun(3, &["check", "--no-progress", "--deadline", "3", &file]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("in allreduce #5 for rank(s) [1], which never arrived"),
+        "{stderr}"
+    );
+    // The stalled rank sleeps ten minutes; the job must not wait for it.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+#[test]
+fn a_rank_killed_with_sigkill_ends_the_job_naming_it() {
+    let file = format!("{FAULTS}/sigkill_rank2_4ranks.json");
+    let (output, took) = mpirun(4, &["check", "--no-progress", "--deadline", "30", &file]);
+    let (stdout, stderr) = text(&output);
+    assert_ne!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let all = format!("{stdout}{stderr}");
+    // Open MPI: "process rank 2 ... exited on signal 9"; MPICH: "RANK 2 ... KILLED BY SIGNAL: 9".
+    let lower = all.to_lowercase();
+    assert!(lower.contains("rank 2"), "{all}");
+    assert!(
+        lower.contains("signal 9") || lower.contains("signal: 9"),
+        "{all}"
+    );
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+#[test]
+fn a_scenario_larger_than_the_job_is_wrong_usage() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/train_adam_4ranks.json"
+    );
+    let (output, _) = mpirun(2, &["check", "--no-progress", file]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("every scenario needs more than the 2 processes mpirun started"),
+        "{stderr}"
+    );
+}
