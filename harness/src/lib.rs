@@ -196,7 +196,10 @@ impl Harness {
         }
         args.test_threads = Some(1);
         args.color = Some(ColorSetting::Never);
-        println!("detcheck-harness on {}", session.describe());
+        println!(
+            "detcheck-harness on {}; scenarios needing more than {processes} ranks are ignored",
+            session.describe()
+        );
         let trials = self.trials_for(Some(processes));
         SESSION.with(|s| *s.borrow_mut() = Some(session));
         let failed = libtest_mimic::run(&args, trials).has_failed();
