@@ -15,7 +15,7 @@
 //! more ranks is caught every time.
 
 use crate::comm::{launch_threads, LaunchConfig, LaunchError, Perturbation};
-use crate::compare::{compare_replicas, compare_runs, Comparison, Divergence};
+use crate::compare::{compare_replicas, compare_runs, compare_world_sizes, Comparison, Divergence};
 use crate::digest::Stats;
 use crate::scenario::{LoadedScenario, RankContext};
 use crate::trace::{Record, RecordLevel, Trace};
@@ -34,6 +34,9 @@ pub enum CheckKind {
     Replicas,
     /// A run on MPI ranks gives the same records as the same run on thread ranks.
     Backends,
+    /// Runs at each of the spec's `world_sizes` give identical replicated records (loss,
+    /// gradients, parameters): the bits do not depend on the number of ranks.
+    WorldSizes,
 }
 
 impl fmt::Display for CheckKind {
@@ -42,6 +45,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Repeat => "repeat",
             CheckKind::Replicas => "replicas",
             CheckKind::Backends => "backends",
+            CheckKind::WorldSizes => "world_sizes",
         })
     }
 }
@@ -89,6 +93,8 @@ pub struct CheckOutcome {
     pub comparison: Comparison,
     /// Why the check was not run, when it was not (`backends` on thread ranks only).
     pub skipped: Option<&'static str>,
+    /// What the check compared, when its labels need it (`world_sizes`: the two sizes).
+    pub note: Option<String>,
 }
 
 impl CheckOutcome {
@@ -161,13 +167,20 @@ impl ScenarioReport {
                 (Some(first), _) => {
                     let _ = writeln!(
                         out,
-                        "{}: expected identical, but {} of {} compared records differ",
-                        outcome.kind, c.num_differing, c.num_compared
+                        "{}: expected identical, but {} of {} compared records differ{}",
+                        outcome.kind,
+                        c.num_differing,
+                        c.num_compared,
+                        outcome
+                            .note
+                            .as_ref()
+                            .map_or(String::new(), |n| format!(" ({n})"))
                     );
                     let (left, right) = match outcome.kind {
                         CheckKind::Repeat => ("run 1", "run 2"),
                         CheckKind::Replicas => ("rank 0", "this rank"),
                         CheckKind::Backends => ("mpi", "threads"),
+                        CheckKind::WorldSizes => ("smallest", "larger"),
                     };
                     let _ = write!(out, "{}", describe_divergence(first, left, right));
                 }
@@ -298,6 +311,11 @@ pub(crate) trait Runner {
 
     /// `true` when the runs are on MPI ranks, so that `backends` can compare them with threads.
     fn is_mpi(&self) -> bool;
+
+    /// The largest world this runner can launch (`None`: any).
+    fn max_world_size(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Thread ranks in this process.
@@ -317,6 +335,46 @@ impl Runner for ThreadRunner {
     fn is_mpi(&self) -> bool {
         false
     }
+}
+
+/// Runs the scenario at each of its `world_sizes` (those the runner can launch) under run 1's
+/// perturbation and compares each with the smallest: the first differing pair, or the last
+/// identical one, with a note naming the two sizes.
+fn compare_across_world_sizes(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+) -> Result<(Comparison, String), RunError> {
+    let mut sizes = scenario.spec.world_sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let sizes: Vec<usize> = sizes
+        .into_iter()
+        .filter(|&w| runner.max_world_size().is_none_or(|max| w <= max))
+        .collect();
+    let run_at = |world_size: usize| {
+        let mut resized = scenario.clone();
+        resized.spec.world_size = world_size;
+        let p = perturbation(scenario.spec.seed, 1, options);
+        runner.run(&resized, options, Some(p), 1)
+    };
+    let Some((&smallest, others)) = sizes.split_first() else {
+        return Ok((Comparison::default(), "no world size fits".to_owned()));
+    };
+    let base = run_at(smallest)?;
+    let mut total = Comparison::default();
+    let mut note = format!("world sizes {sizes:?}");
+    for &w in others {
+        let c = compare_world_sizes(&base, &run_at(w)?);
+        total.num_compared += c.num_compared;
+        total.num_differing += c.num_differing;
+        if total.first.is_none() && c.first.is_some() {
+            total.first.clone_from(&c.first);
+            total.first_per_rank.clone_from(&c.first_per_rank);
+            note = format!("world size {smallest} (smallest) vs {w} (larger)");
+        }
+    }
+    Ok((total, note))
 }
 
 /// Runs the scenario's checks on thread ranks and reports each outcome.
@@ -375,10 +433,16 @@ pub(crate) fn run_checks_on(
     } else {
         None
     };
+    let across_sizes = if checks.contains(&CheckKind::WorldSizes) {
+        Some(compare_across_world_sizes(runner, scenario, options)?)
+    } else {
+        None
+    };
     let outcomes = checks
         .iter()
         .map(|&kind| {
             let mut skipped = None;
+            let mut note = None;
             let comparison = match kind {
                 CheckKind::Repeat => {
                     let second = second.as_ref().expect("repeat runs twice");
@@ -402,12 +466,18 @@ pub(crate) fn run_checks_on(
                         Comparison::default()
                     }
                 },
+                CheckKind::WorldSizes => {
+                    let (comparison, sizes) = across_sizes.clone().expect("computed above");
+                    note = Some(sizes);
+                    comparison
+                }
             };
             CheckOutcome {
                 kind,
                 expectation: spec.expect,
                 comparison,
                 skipped,
+                note,
             }
         })
         .collect();

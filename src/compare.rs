@@ -210,6 +210,31 @@ pub fn compare_replicas(trace: &Trace) -> Comparison {
     let Some(reference) = trace.ranks.first() else {
         return out;
     };
+    for (rank, other) in trace.ranks.iter().enumerate().skip(1) {
+        compare_replicated(&mut out, rank, &reference.records, &other.records);
+    }
+    out.finish()
+}
+
+/// Compares rank 0's replicated records (loss, gradients, parameters) of two runs of one scenario
+/// at different world sizes: the k-th replicated record of a step on each side is paired. Ranks'
+/// own records (local gradients) are left out: their shards differ by design. The divergence's
+/// `rank` is 0.
+#[must_use]
+pub fn compare_world_sizes(left: &Trace, right: &Trace) -> Comparison {
+    let mut out = Comparison {
+        first_per_rank: vec![None],
+        ..Comparison::default()
+    };
+    if let (Some(l), Some(r)) = (left.ranks.first(), right.ranks.first()) {
+        compare_replicated(&mut out, 0, &l.records, &r.records);
+    }
+    out.finish()
+}
+
+/// Pairs the replicated records of `reference` and `other` by (step, k-th replicated record of
+/// the step) and adds each pair to `out` under `rank`.
+fn compare_replicated(out: &mut Comparison, rank: usize, reference: &[Record], other: &[Record]) {
     let replicated = |records: &'_ [Record]| -> Vec<(u64, usize, usize)> {
         // (step, k-th replicated record in the step, index into records)
         let mut keyed = Vec::new();
@@ -225,30 +250,26 @@ pub fn compare_replicas(trace: &Trace) -> Comparison {
         }
         keyed
     };
-    let reference_keys = replicated(&reference.records);
-    for (rank, other) in trace.ranks.iter().enumerate().skip(1) {
-        let other_keys = replicated(&other.records);
-        let (mut i, mut j) = (0, 0);
-        while i < reference_keys.len() || j < other_keys.len() {
-            let (a, b) = (reference_keys.get(i), other_keys.get(j));
-            let (a, b) = match (a, b) {
-                (Some(x), Some(y)) if (x.0, x.1) < (y.0, y.1) => (Some(x), None),
-                (Some(x), Some(y)) if (x.0, x.1) > (y.0, y.1) => (None, Some(y)),
-                pair => pair,
-            };
-            i += usize::from(a.is_some());
-            j += usize::from(b.is_some());
-            let left = a.map(|k| &reference.records[k.2]);
-            let right = b.map(|k| &other.records[k.2]);
-            let mut divergence = Divergence::between(left, right, rank as u32);
-            if let (Some(d), Some(r)) = (divergence.as_mut(), right) {
-                // Report the disagreeing rank's own position.
-                d.seq = r.seq;
-            }
-            out.add(rank, divergence);
+    let (reference_keys, other_keys) = (replicated(reference), replicated(other));
+    let (mut i, mut j) = (0, 0);
+    while i < reference_keys.len() || j < other_keys.len() {
+        let (a, b) = (reference_keys.get(i), other_keys.get(j));
+        let (a, b) = match (a, b) {
+            (Some(x), Some(y)) if (x.0, x.1) < (y.0, y.1) => (Some(x), None),
+            (Some(x), Some(y)) if (x.0, x.1) > (y.0, y.1) => (None, Some(y)),
+            pair => pair,
+        };
+        i += usize::from(a.is_some());
+        j += usize::from(b.is_some());
+        let left = a.map(|k| &reference[k.2]);
+        let right = b.map(|k| &other[k.2]);
+        let mut divergence = Divergence::between(left, right, rank as u32);
+        if let (Some(d), Some(r)) = (divergence.as_mut(), right) {
+            // Report the disagreeing side's own position.
+            d.seq = r.seq;
         }
+        out.add(rank, divergence);
     }
-    out.finish()
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod compare;
 mod digest;
 mod pinning;
 mod reduce;
+mod reprosum;
 mod scenario;
 mod seed;
 mod session;
@@ -41,11 +42,12 @@ pub use comm::{
     RankError, ThreadComm,
 };
 pub use compare::{
-    compare_replicas, compare_runs, CompareError, Comparison, Divergence, DivergenceKind,
+    compare_replicas, compare_runs, compare_world_sizes, CompareError, Comparison, Divergence, DivergenceKind,
 };
 pub use digest::{ExactF64, Md5Digest, Stats};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use reduce::{ReduceOp, ReductionMode};
+pub use reprosum::{reproducible_sum_f32, reproducible_sum_f64};
 pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
     Scenario, ScenarioError, ScenarioSpec,

@@ -9,6 +9,7 @@
 //! | `ring` | chunk c: ranks c, c+1, …, c−1 (mod n), as a ring reduce-scatter adds | yes, for one world size |
 //! | `arrival_order` | the order contributions arrive in | **no**: the negative control |
 //! | `native` | the backend's own: `MPI_Allreduce` on MPI ranks; `ring` on thread ranks | as the library is |
+//! | `reproducible` | none: an exact integer sum on a per-element grid ([`crate::reprosum`]) | yes, for any order, split, world size and backend |
 //!
 //! With two ranks `arrival_order` is deterministic anyway, because IEEE addition is commutative;
 //! it takes three or more ranks to see it differ. Integers add with wrap-around. `max` returns a
@@ -18,8 +19,12 @@
 //! [`chunk_range`], [`summation_order`] and [`reduce_chunk`] are the arithmetic every backend
 //! shares, so a schedule gives the same bits on threads as on any other backend.
 //!
-//! Limits: no mode here is invariant to the world size; that takes a reproducible sum.
+//! Limits: only `reproducible` is invariant to the number of ranks, and only for sums of floats
+//! (`max` and integer sums are order-independent in every mode). It gives the multiset of the
+//! ranks' contributions one sum; for a batch split across ranks to sum to the same bits at any
+//! world size, sum the per-sample terms with `RankContext::reproducible_sum` instead.
 
+use crate::reprosum;
 use crate::tensor::{Element, TensorData};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -39,6 +44,9 @@ pub enum ReductionMode {
     /// The backend's own allreduce: `MPI_Allreduce` on MPI ranks (whatever algorithm the MPI
     /// library picks), the `ring` schedule on thread ranks, which have no library of their own.
     Native,
+    /// Sums floats exactly on a per-element integer grid: the bits depend only on the multiset of
+    /// contributions (see `reprosum.rs`).
+    Reproducible,
 }
 
 impl ReductionMode {
@@ -50,22 +58,27 @@ impl ReductionMode {
             ReductionMode::Ring => "ring",
             ReductionMode::ArrivalOrder => "arrival_order",
             ReductionMode::Native => "native",
+            ReductionMode::Reproducible => "reproducible",
         }
     }
 
     /// Every mode, in a fixed order (for benchmarks and docs).
-    pub const ALL: [ReductionMode; 4] = [
+    pub const ALL: [ReductionMode; 5] = [
         ReductionMode::RankOrdered,
         ReductionMode::Ring,
         ReductionMode::ArrivalOrder,
         ReductionMode::Native,
+        ReductionMode::Reproducible,
     ];
 
-    /// `true` for the schedules detcheck computes itself (`rank_ordered`, `ring`): their bits are
-    /// the same on every backend, which the `backends` check verifies.
+    /// `true` for the modes detcheck computes itself (`rank_ordered`, `ring`, `reproducible`):
+    /// their bits are the same on every backend, which the `backends` check verifies.
     #[must_use]
     pub fn is_backend_independent(self) -> bool {
-        matches!(self, ReductionMode::RankOrdered | ReductionMode::Ring)
+        matches!(
+            self,
+            ReductionMode::RankOrdered | ReductionMode::Ring | ReductionMode::Reproducible
+        )
     }
 }
 
@@ -112,7 +125,7 @@ pub(crate) fn summation_order(
     arrival: &[usize],
 ) -> Vec<usize> {
     match mode {
-        ReductionMode::RankOrdered => (0..size).collect(),
+        ReductionMode::RankOrdered | ReductionMode::Reproducible => (0..size).collect(),
         ReductionMode::Ring | ReductionMode::Native => {
             (0..size).map(|k| (chunk + k) % size).collect()
         }
@@ -130,6 +143,7 @@ pub(crate) fn reduce_chunk(
     range: Range<usize>,
     order: &[usize],
     op: ReduceOp,
+    mode: ReductionMode,
 ) -> TensorData {
     fn typed<T: Reducible>(
         contributions: &[&TensorData],
@@ -152,6 +166,30 @@ pub(crate) fn reduce_chunk(
             }
         }
         T::wrap(out)
+    }
+    if mode == ReductionMode::Reproducible && op == ReduceOp::Sum {
+        // The order does not matter: every float sum is exact on the grid.
+        match contributions[0] {
+            TensorData::F32(_) => {
+                let columns: Vec<&[f32]> = contributions
+                    .iter()
+                    .map(|c| &f32::view(c).expect("contributions share one dtype")[range.clone()])
+                    .collect();
+                let mut out = vec![0.0f32; range.len()];
+                reprosum::sum_columns_f32(&columns, &mut out);
+                return TensorData::F32(out);
+            }
+            TensorData::F64(_) => {
+                let columns: Vec<&[f64]> = contributions
+                    .iter()
+                    .map(|c| &f64::view(c).expect("contributions share one dtype")[range.clone()])
+                    .collect();
+                let mut out = vec![0.0f64; range.len()];
+                reprosum::sum_columns_f64(&columns, &mut out);
+                return TensorData::F64(out);
+            }
+            TensorData::I64(_) | TensorData::U8(_) => {}
+        }
     }
     match contributions[0] {
         TensorData::F32(_) => typed::<f32>(contributions, range, order, op),
@@ -243,17 +281,17 @@ mod tests {
         let b = TensorData::F32(vec![-1e8, -0.0]);
         let c = TensorData::F32(vec![1.0, f32::NAN]);
         let all = [&a, &b, &c];
-        let sum = |order: &[usize]| reduce_chunk(&all, 0..1, order, ReduceOp::Sum);
+        let sum = |order: &[usize]| reduce_chunk(&all, 0..1, order, ReduceOp::Sum, ReductionMode::Ring);
         // (1e8 + -1e8) + 1 = 1, but (1e8 + 1) + -1e8 = 0 in f32.
         assert_eq!(sum(&[0, 1, 2]), TensorData::F32(vec![1.0]));
         assert_eq!(sum(&[0, 2, 1]), TensorData::F32(vec![0.0]));
-        let max = |order: &[usize]| reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max);
+        let max = |order: &[usize]| reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max, ReductionMode::Ring);
         assert_eq!(format!("{:?}", max(&[0, 1])), format!("{:?}", max(&[1, 0])));
         let TensorData::F32(m) = max(&[1, 0]) else {
             unreachable!()
         };
         assert_eq!(m[1].to_bits(), 0.0f32.to_bits(), "+0.0 wins over -0.0");
-        let with_nan = reduce_chunk(&all, 1..2, &[2, 0, 1], ReduceOp::Max);
+        let with_nan = reduce_chunk(&all, 1..2, &[2, 0, 1], ReduceOp::Max, ReductionMode::Ring);
         let TensorData::F32(m) = with_nan else {
             unreachable!()
         };
@@ -265,7 +303,7 @@ mod tests {
         let a = TensorData::U8(vec![200]);
         let b = TensorData::U8(vec![100]);
         assert_eq!(
-            reduce_chunk(&[&a, &b], 0..1, &[0, 1], ReduceOp::Sum),
+            reduce_chunk(&[&a, &b], 0..1, &[0, 1], ReduceOp::Sum, ReductionMode::Ring),
             TensorData::U8(vec![44])
         );
     }

@@ -745,7 +745,7 @@ impl Communicator for MpiComm<'_> {
             .collect();
         let order = summation_order(mode, size, self.rank, &arrival);
         let mine = chunk_range(len, size, self.rank);
-        let reduced = reduce_chunk(&contributions, 0..mine.len(), &order, op);
+        let reduced = reduce_chunk(&contributions, 0..mine.len(), &order, op, mode);
 
         // Round 2: every rank's reduced chunk goes to every rank.
         let outgoing: Vec<Outgoing<'_>> = others

@@ -484,6 +484,7 @@ impl Communicator for ThreadComm {
                     chunk_range(len, size, self.rank),
                     &order,
                     op,
+                    mode,
                 )
             }
             Err(e) => {

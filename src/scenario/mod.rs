@@ -186,9 +186,16 @@ pub struct ScenarioSpec {
     /// `true` to run the trial only with `--ignored` (slow scenarios).
     #[serde(default)]
     pub ignored: bool,
+    /// The world sizes the `world_sizes` check runs (default 1, 2, 3, 4 and 8).
+    #[serde(default = "default_world_sizes")]
+    pub world_sizes: Vec<usize>,
     /// The kind's own parameters.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_world_sizes() -> Vec<usize> {
+    vec![1, 2, 3, 4, 8]
 }
 
 impl ScenarioSpec {
@@ -392,11 +399,25 @@ fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
     if spec.steps == 0 {
         return Err(ParamError::new("steps", "must be at least 1"));
     }
+    for (i, &w) in spec.world_sizes.iter().enumerate() {
+        if w == 0 || w > MAX_WORLD_SIZE {
+            return Err(ParamError::new(
+                format!("world_sizes[{i}]"),
+                format!("must be between 1 and {MAX_WORLD_SIZE}, got {w}"),
+            ));
+        }
+    }
     for (i, check) in spec.checks.iter().enumerate() {
         if spec.checks[..i].contains(check) {
             return Err(ParamError::new(
                 format!("checks[{i}]"),
                 format!("`{check}` is listed twice"),
+            ));
+        }
+        if *check == CheckKind::WorldSizes && spec.world_sizes.len() < 2 {
+            return Err(ParamError::new(
+                "world_sizes",
+                "`world_sizes` needs at least two sizes to compare",
             ));
         }
         if *check == CheckKind::Backends && !spec.effective_mode().is_backend_independent() {

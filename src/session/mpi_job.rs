@@ -517,6 +517,10 @@ impl Runner for MpiRunner<'_> {
     fn is_mpi(&self) -> bool {
         true
     }
+
+    fn max_world_size(&self) -> Option<usize> {
+        Some(self.job.num_processes())
+    }
 }
 
 /// Every rank's trace, or the most telling failure (the lowest rank among equals).
