@@ -42,7 +42,8 @@ pub use comm::{
     RankError, ThreadComm,
 };
 pub use compare::{
-    compare_replicas, compare_runs, compare_world_sizes, CompareError, Comparison, Divergence, DivergenceKind,
+    compare_replicas, compare_runs, compare_world_sizes, CompareError, Comparison, Divergence,
+    DivergenceKind,
 };
 pub use digest::{ExactF64, Md5Digest, Stats};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};

@@ -281,11 +281,14 @@ mod tests {
         let b = TensorData::F32(vec![-1e8, -0.0]);
         let c = TensorData::F32(vec![1.0, f32::NAN]);
         let all = [&a, &b, &c];
-        let sum = |order: &[usize]| reduce_chunk(&all, 0..1, order, ReduceOp::Sum, ReductionMode::Ring);
+        let sum =
+            |order: &[usize]| reduce_chunk(&all, 0..1, order, ReduceOp::Sum, ReductionMode::Ring);
         // (1e8 + -1e8) + 1 = 1, but (1e8 + 1) + -1e8 = 0 in f32.
         assert_eq!(sum(&[0, 1, 2]), TensorData::F32(vec![1.0]));
         assert_eq!(sum(&[0, 2, 1]), TensorData::F32(vec![0.0]));
-        let max = |order: &[usize]| reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max, ReductionMode::Ring);
+        let max = |order: &[usize]| {
+            reduce_chunk(&all[..2], 0..2, order, ReduceOp::Max, ReductionMode::Ring)
+        };
         assert_eq!(format!("{:?}", max(&[0, 1])), format!("{:?}", max(&[1, 0])));
         let TensorData::F32(m) = max(&[1, 0]) else {
             unreachable!()

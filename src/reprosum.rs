@@ -82,7 +82,11 @@ impl Specials {
 
     /// The result when a non-finite term decides it.
     pub(crate) fn result(self) -> Option<f64> {
-        match (self.nan || (self.pos_inf && self.neg_inf), self.pos_inf, self.neg_inf) {
+        match (
+            self.nan || (self.pos_inf && self.neg_inf),
+            self.pos_inf,
+            self.neg_inf,
+        ) {
             (true, _, _) => Some(f64::NAN),
             (false, true, _) => Some(f64::INFINITY),
             (false, _, true) => Some(f64::NEG_INFINITY),
@@ -347,12 +351,19 @@ pub(crate) mod tests {
         for seed in 0..20 {
             let mut shuffled = terms.clone();
             derive_stream(seed, Stream::User(2), 0, 0).shuffle(&mut shuffled);
-            assert_eq!(reproducible_sum_f32(&shuffled).to_bits(), base.to_bits(), "seed {seed}");
+            assert_eq!(
+                reproducible_sum_f32(&shuffled).to_bits(),
+                base.to_bits(),
+                "seed {seed}"
+            );
         }
         let wide: Vec<f64> = terms.iter().map(|&x| f64::from(x) * 1e200).collect();
         let mut reversed = wide.clone();
         reversed.reverse();
-        assert_eq!(reproducible_sum_f64(&wide).to_bits(), reproducible_sum_f64(&reversed).to_bits());
+        assert_eq!(
+            reproducible_sum_f64(&wide).to_bits(),
+            reproducible_sum_f64(&reversed).to_bits()
+        );
     }
 
     #[test]
@@ -429,11 +440,20 @@ pub(crate) mod tests {
         assert_eq!(reproducible_sum_f32(&[inf, 1.0, -5.0]), inf);
         assert_eq!(reproducible_sum_f32(&[-1.0, ninf]), ninf);
         assert_eq!(reproducible_sum_f32(&[f32::MAX, f32::MAX]), inf);
-        assert_eq!(reproducible_sum_f32(&[f32::MAX, f32::MAX, -f32::MAX]), f32::MAX);
-        assert_eq!(reproducible_sum_f32(&[0.0, -0.0]).to_bits(), 0.0f32.to_bits());
+        assert_eq!(
+            reproducible_sum_f32(&[f32::MAX, f32::MAX, -f32::MAX]),
+            f32::MAX
+        );
+        assert_eq!(
+            reproducible_sum_f32(&[0.0, -0.0]).to_bits(),
+            0.0f32.to_bits()
+        );
         assert_eq!(reproducible_sum_f32(&[]), 0.0);
         assert_eq!(reproducible_sum_f64(&[f64::MAX, f64::MAX]), f64::INFINITY);
-        assert_eq!(reproducible_sum_f64(&[f64::MIN_POSITIVE / 4.0; 3]), f64::MIN_POSITIVE * 0.75);
+        assert_eq!(
+            reproducible_sum_f64(&[f64::MIN_POSITIVE / 4.0; 3]),
+            f64::MIN_POSITIVE * 0.75
+        );
         let tiny = f32::from_bits(1); // the smallest subnormal
         assert_eq!(reproducible_sum_f32(&[tiny, tiny, tiny]), f32::from_bits(3));
     }

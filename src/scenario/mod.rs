@@ -581,7 +581,8 @@ mod tests {
             load_error(&GOOD.replace("\"seed\"", "\"sede\"")),
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
-             `deterministic_comm`, `expect`, `checks`, `ignored`, `params` at line 1 column 58"
+             `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `params` at line 1 \
+             column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));
