@@ -20,7 +20,11 @@
 mod check;
 mod comm;
 mod compare;
+mod curves;
 mod digest;
+mod dump;
+mod overflow;
+mod picture;
 mod reduce;
 mod scenario;
 mod seed;
@@ -38,7 +42,16 @@ pub use comm::{
 pub use compare::{
     compare_replicas, compare_runs, CompareError, Comparison, Divergence, DivergenceKind,
 };
+pub use curves::{
+    compare_curves, load_curve, write_curve_plots, Curve, CurveComparison, CurveError, Tolerance,
+};
 pub use digest::{ExactF64, Md5Digest, Stats};
+pub use dump::{
+    compare_dumps, dump_scenario, CompareOptions, Difference, DumpComparison, DumpDivergence,
+    DumpError, DumpMode, DumpRunError, RecordSummary, TensorMetrics, TraceWriter,
+};
+pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
+pub use picture::{DivergenceMap, MapCell};
 pub use reduce::{ReduceOp, ReductionMode};
 pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
