@@ -12,7 +12,7 @@
 //! Limits: one scalar per step (the first occurrence when a step records the name twice); a NaN is
 //! never close to anything (numpy's default).
 
-use crate::dump::{open_dump, DumpError};
+use crate::dump::{open_dump, Batch, DumpError};
 use crate::picture::{axis_label, Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -97,13 +97,18 @@ pub fn load_curve(path: &Path, name: &str) -> Result<Curve, CurveError> {
 fn from_dump(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveError> {
     let dump = open_dump(path)?;
     let mut rank0 = dump.open_rank(0)?;
-    let mut entries = Vec::new();
+    let mut batch = Batch::default();
     let mut points = Vec::new();
-    while let Some(step) = rank0.next_step(&mut entries)? {
+    while let Some(step) = rank0.next_step(&mut batch)? {
         let names = rank0.names();
-        let Some(e) = entries.iter().find(|e| names[e.name as usize] == name) else {
+        let Some(i) = batch
+            .entries
+            .iter()
+            .position(|e| names[e.name as usize] == name)
+        else {
             continue;
         };
+        let e = &batch.entries[i];
         let layout = &rank0.layouts()[e.layout as usize];
         let not_scalar = |detail: String| CurveError::NotScalar {
             path: path.to_owned(),
@@ -117,8 +122,8 @@ fn from_dump(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveError> {
                 layout.describe()
             )));
         }
-        let value = e
-            .stats
+        let value = batch
+            .stats(i)
             .and_then(|s| s.mean.or(s.max))
             .ok_or_else(|| {
                 not_scalar(

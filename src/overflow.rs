@@ -53,7 +53,7 @@ impl fmt::Display for OverflowKind {
             OverflowKind::Nan { count } => counted(f, "NaN", count),
             OverflowKind::Inf { count } => counted(f, "Inf", count),
             OverflowKind::Saturated { max_abs } => {
-                write!(f, "max |x| = {} reaches the fp16 limit 65504", max_abs.0)
+                write!(f, "max |x| = {:e} reaches the fp16 limit 65504", max_abs.0)
             }
         }
     }

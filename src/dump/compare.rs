@@ -15,7 +15,7 @@
 
 use crate::digest::Stats;
 use crate::dump::format::Entry;
-use crate::dump::reader::{Layout, RankSource};
+use crate::dump::reader::{Batch, Layout, RankSource};
 use crate::dump::{open_dump, Dump, DumpError};
 use crate::overflow::{classify, Overflow};
 use crate::picture::DivergenceMap;
@@ -307,7 +307,7 @@ struct MemoryRank<'t> {
 }
 
 impl RankSource for MemoryRank<'_> {
-    fn next_step(&mut self, out: &mut Vec<Entry>) -> Result<Option<u64>, DumpError> {
+    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         out.clear();
         let Some(step) = self.records.get(self.pos).map(|r| r.step) else {
             return Ok(None);
@@ -332,15 +332,15 @@ impl RankSource for MemoryRank<'_> {
                     (self.layouts.len() - 1) as u32
                 }
             };
-            out.push(Entry {
+            let entry = Entry {
                 step,
                 seq: r.seq,
                 name,
                 layout,
                 replicated: r.replicated,
                 digest: crate::dump::format::Digest::md5(r.md5.0),
-                stats: Some(r.stats),
-            });
+            };
+            out.push(entry, Some(r.stats));
         }
         Ok(Some(step))
     }
@@ -420,6 +420,32 @@ use cell_codes::{
     IDENTICAL as CELL_IDENTICAL, NO_DATA as CELL_NO_DATA, ONE_SIDE as CELL_ONE_SIDE,
     TENSOR as CELL_TENSOR,
 };
+
+/// For one rank: which name and layout ids of A are known to equal which ids of B, so the hot
+/// loop compares integers, not strings.
+#[derive(Default)]
+struct IdMaps {
+    names: Vec<u32>,
+    layouts: Vec<u32>,
+}
+
+impl IdMaps {
+    /// `true` when id `a` of A means the same as id `b` of B (`equal` decides the first time).
+    #[inline]
+    fn same(map: &mut Vec<u32>, a: u32, b: u32, equal: impl Fn(u32, u32) -> bool) -> bool {
+        if map.get(a as usize) == Some(&b) {
+            return true;
+        }
+        if !equal(a, b) {
+            return false;
+        }
+        if map.len() <= a as usize {
+            map.resize(a as usize + 1, u32::MAX);
+        }
+        map[a as usize] = b;
+        true
+    }
+}
 
 /// A differing pair within one step: indices into the two step batches.
 type Pair = (Option<usize>, Option<usize>, Difference);
@@ -523,11 +549,12 @@ fn describe_ranks(ranks: &[u32]) -> String {
     }
 }
 
-fn summary(e: &Entry, src: &dyn RankSource) -> RecordSummary {
+fn summary(batch: &Batch, i: usize, src: &dyn RankSource) -> RecordSummary {
+    let e = &batch.entries[i];
     RecordSummary {
         layout: src.layouts()[e.layout as usize].describe(),
         digest: (!e.digest.is_none()).then(|| e.digest.hex()),
-        stats: e.stats,
+        stats: batch.stats(i).copied(),
     }
 }
 
@@ -538,7 +565,7 @@ impl Engine<'_> {
         mut a: Option<Box<dyn RankSource + '_>>,
         mut b: Option<Box<dyn RankSource + '_>>,
     ) -> Result<(), DumpError> {
-        let (mut ea, mut eb) = (Vec::new(), Vec::new());
+        let (mut ea, mut eb) = (Batch::default(), Batch::default());
         let mut step_a = match a.as_mut() {
             Some(s) => s.next_step(&mut ea)?,
             None => None,
@@ -548,7 +575,7 @@ impl Engine<'_> {
             None => None,
         };
         let (mut only_a, mut only_b) = (StepRanges::default(), StepRanges::default());
-        let mut layout_eq: Vec<u32> = Vec::new();
+        let mut ids = IdMaps::default();
         loop {
             let (take_a, take_b) = match (step_a, step_b) {
                 (None, None) => break,
@@ -568,13 +595,13 @@ impl Engine<'_> {
             match (take_a, take_b) {
                 (true, true) => {
                     let (sa, sb) = (a.as_deref_mut().expect("A"), b.as_deref_mut().expect("B"));
-                    self.compare_step(rank, step, &ea, &eb, sa, sb, &mut layout_eq)?;
+                    self.compare_step(rank, step, &ea, &eb, sa, sb, &mut ids)?;
                 }
                 (true, false) => {
                     if b.is_some() {
                         only_a.push(step);
                     }
-                    let pairs: Vec<Pair> = (0..ea.len())
+                    let pairs: Vec<Pair> = (0..ea.entries.len())
                         .map(|i| (Some(i), None, Difference::OnlyLeft))
                         .collect();
                     self.num_compared += pairs.len() as u64;
@@ -584,7 +611,7 @@ impl Engine<'_> {
                     if a.is_some() {
                         only_b.push(step);
                     }
-                    let pairs: Vec<Pair> = (0..eb.len())
+                    let pairs: Vec<Pair> = (0..eb.entries.len())
                         .map(|j| (None, Some(j), Difference::OnlyRight))
                         .collect();
                     self.num_compared += pairs.len() as u64;
@@ -607,16 +634,19 @@ impl Engine<'_> {
         Ok(())
     }
 
-    fn scan_overflow(&mut self, side: usize, rank: u32, entries: &[Entry], src: &dyn RankSource) {
+    fn scan_overflow(&mut self, side: usize, rank: u32, batch: &Batch, src: &dyn RankSource) {
         let best = &mut self.overflow[side];
-        for e in entries {
+        if batch.stats(0).is_none() {
+            return;
+        }
+        for (i, e) in batch.entries.iter().enumerate() {
             if best
                 .as_ref()
                 .is_some_and(|o| (e.step, e.seq, rank) >= (o.step, o.seq, o.rank))
             {
                 return;
             }
-            if let Some(kind) = e.stats.as_ref().and_then(classify) {
+            if let Some(kind) = batch.stats(i).and_then(classify) {
                 *best = Some(Overflow {
                     step: e.step,
                     rank,
@@ -634,43 +664,42 @@ impl Engine<'_> {
         &mut self,
         rank: u32,
         step: u64,
-        ea: &[Entry],
-        eb: &[Entry],
+        a: &Batch,
+        b: &Batch,
         sa: &mut (dyn RankSource + 's),
         sb: &mut (dyn RankSource + 's),
-        layout_eq: &mut Vec<u32>,
+        ids: &mut IdMaps,
     ) -> Result<(), DumpError> {
+        let (ea, eb) = (&a.entries, &b.entries);
         let (na, nb) = (sa.names(), sb.names());
         let (la, lb) = (sa.layouts(), sb.layouts());
         let mut pairs: Vec<Pair> = Vec::new();
         let positional = ea.len() == eb.len()
-            && ea
-                .iter()
-                .zip(eb)
-                .all(|(x, y)| na[x.name as usize] == nb[y.name as usize]);
-        let mut differ = |x: &Entry, y: &Entry| -> Option<Difference> {
-            let id = x.layout as usize;
-            if layout_eq.get(id) != Some(&y.layout) {
-                if la[id] != lb[y.layout as usize] {
-                    return Some(Difference::Layout);
-                }
-                if layout_eq.len() <= id {
-                    layout_eq.resize(id + 1, u32::MAX);
-                }
-                layout_eq[id] = y.layout;
+            && ea.iter().zip(eb).all(|(x, y)| {
+                IdMaps::same(&mut ids.names, x.name, y.name, |i, j| {
+                    na[i as usize] == nb[j as usize]
+                })
+            });
+        let layouts = &mut ids.layouts;
+        let mut differ = |i: usize, j: usize| -> Option<Difference> {
+            let (x, y) = (&ea[i], &eb[j]);
+            if !IdMaps::same(layouts, x.layout, y.layout, |i, j| {
+                la[i as usize] == lb[j as usize]
+            }) {
+                return Some(Difference::Layout);
             }
             if !x.digest.is_none() && !y.digest.is_none() {
                 return (x.digest != y.digest).then_some(Difference::Digest);
             }
-            match (&x.stats, &y.stats) {
+            match (a.stats(i), b.stats(j)) {
                 (Some(s), Some(t)) if s != t => Some(Difference::Stats),
                 _ => None,
             }
         };
         if positional {
             self.num_compared += ea.len() as u64;
-            for (i, (x, y)) in ea.iter().zip(eb).enumerate() {
-                if let Some(d) = differ(x, y) {
+            for i in 0..ea.len() {
+                if let Some(d) = differ(i, i) {
                     pairs.push((Some(i), Some(i), d));
                 }
             }
@@ -705,7 +734,7 @@ impl Engine<'_> {
             for (i, j, d) in all {
                 match (i, j) {
                     (Some(i), Some(j)) => {
-                        if let Some(d) = differ(&ea[i], &eb[j]) {
+                        if let Some(d) = differ(i, j) {
                             pairs.push((Some(i), Some(j), d));
                         }
                     }
@@ -728,7 +757,7 @@ impl Engine<'_> {
             }
             return Ok(());
         }
-        self.report(rank, step, &pairs, ea, eb, Some(sa), Some(sb), true)
+        self.report(rank, step, &pairs, a, b, Some(sa), Some(sb), true)
     }
 
     /// Accounts for the differing pairs of one step of one rank (in seq order).
@@ -738,16 +767,16 @@ impl Engine<'_> {
         rank: u32,
         step: u64,
         pairs: &[Pair],
-        ea: &[Entry],
-        eb: &[Entry],
+        a: &Batch,
+        b: &Batch,
         mut sa: Option<&mut (dyn RankSource + 's)>,
         mut sb: Option<&mut (dyn RankSource + 's)>,
         both_sides: bool,
     ) -> Result<(), DumpError> {
         self.num_differing += pairs.len() as u64;
         for (index, &(i, j, difference)) in pairs.iter().enumerate() {
-            let x = i.map(|i| &ea[i]);
-            let y = j.map(|j| &eb[j]);
+            let x = i.map(|i| &a.entries[i]);
+            let y = j.map(|j| &b.entries[j]);
             let (seq, name) = match (x, y) {
                 (Some(x), _) => (
                     x.seq,
@@ -820,8 +849,8 @@ impl Engine<'_> {
                 seq,
                 name,
                 difference,
-                left: x.map(|x| summary(x, sa.as_deref().expect("A"))),
-                right: y.map(|y| summary(y, sb.as_deref().expect("B"))),
+                left: i.map(|i| summary(a, i, sa.as_deref().expect("A"))),
+                right: j.map(|j| summary(b, j, sb.as_deref().expect("B"))),
                 metrics,
             };
             if want_first {

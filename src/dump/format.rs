@@ -199,7 +199,6 @@ pub(crate) struct Entry {
     pub(crate) layout: u32,
     pub(crate) replicated: bool,
     pub(crate) digest: Digest,
-    pub(crate) stats: Option<Stats>,
 }
 
 /// A content digest: 16 bytes of md5, or fewer for other tools' checksums (msprobe's CRC-32).
@@ -232,8 +231,8 @@ impl Digest {
     }
 }
 
-/// Appends a record; statistics are written when `with_stats` (missing ones as absent).
-pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, with_stats: bool) {
+/// Appends a record, with its statistics in stats mode (`Some`).
+pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, stats: Option<&Stats>) {
     out.push(TAG_RECORD);
     out.push(if e.replicated { FLAG_REPLICATED } else { 0 });
     out.extend_from_slice(&[0, 0]);
@@ -242,8 +241,7 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, with_stats: bool) {
     out.extend_from_slice(&e.seq.to_le_bytes());
     out.extend_from_slice(&e.layout.to_le_bytes());
     out.extend_from_slice(&e.digest.bytes);
-    if with_stats {
-        let s = e.stats.unwrap_or_default();
+    if let Some(s) = stats {
         let fields = [s.max, s.min, s.mean, s.norm];
         let mask = fields
             .iter()
@@ -260,25 +258,11 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, with_stats: bool) {
     }
 }
 
-/// Decodes a record of `record_len(mode)` bytes starting with its tag.
-pub(crate) fn decode_record(b: &[u8], with_stats: bool) -> Entry {
+/// Decodes the common part of a record (its first 40 bytes, from its tag).
+#[inline]
+pub(crate) fn decode_record(b: &[u8]) -> Entry {
     let mut md5 = [0u8; 16];
     md5.copy_from_slice(&b[24..40]);
-    let stats = with_stats.then(|| {
-        let mask = b[40];
-        let field = |i: usize| {
-            (mask & (1 << i) != 0).then(|| ExactF64(f64::from_bits(u64_at(b, 48 + 8 * i))))
-        };
-        Stats {
-            max: field(0),
-            min: field(1),
-            mean: field(2),
-            norm: field(3),
-            nan: u64_at(b, 80),
-            pos_inf: u64_at(b, 88),
-            neg_inf: u64_at(b, 96),
-        }
-    });
     Entry {
         step: u64_at(b, 8),
         seq: u32_at(b, 16),
@@ -286,7 +270,23 @@ pub(crate) fn decode_record(b: &[u8], with_stats: bool) -> Entry {
         layout: u32_at(b, 20),
         replicated: b[1] & FLAG_REPLICATED != 0,
         digest: Digest::md5(md5),
-        stats,
+    }
+}
+
+/// Decodes the statistics of a 104-byte record.
+#[inline]
+pub(crate) fn decode_stats(b: &[u8]) -> Stats {
+    let mask = b[40];
+    let field =
+        |i: usize| (mask & (1 << i) != 0).then(|| ExactF64(f64::from_bits(u64_at(b, 48 + 8 * i))));
+    Stats {
+        max: field(0),
+        min: field(1),
+        mean: field(2),
+        norm: field(3),
+        nan: u64_at(b, 80),
+        pos_inf: u64_at(b, 88),
+        neg_inf: u64_at(b, 96),
     }
 }
 
@@ -338,24 +338,25 @@ mod tests {
             layout: 2,
             replicated: true,
             digest: Digest::md5([9; 16]),
-            stats: Some(Stats {
-                max: Some(ExactF64(f64::INFINITY)),
-                min: None,
-                mean: Some(ExactF64(f64::NAN)),
-                norm: Some(ExactF64(-0.0)),
-                nan: 1,
-                pos_inf: 2,
-                neg_inf: 3,
-            }),
+        };
+        let s = Stats {
+            max: Some(ExactF64(f64::INFINITY)),
+            min: None,
+            mean: Some(ExactF64(f64::NAN)),
+            norm: Some(ExactF64(-0.0)),
+            nan: 1,
+            pos_inf: 2,
+            neg_inf: 3,
         };
         let mut out = Vec::new();
-        encode_record(&mut out, &e, true);
+        encode_record(&mut out, &e, Some(&s));
         assert_eq!(out.len(), RECORD_LEN_STATS);
-        assert_eq!(decode_record(&out, true), e);
+        assert_eq!(decode_record(&out), e);
+        assert_eq!(decode_stats(&out), s);
         out.clear();
-        encode_record(&mut out, &e, false);
+        encode_record(&mut out, &e, None);
         assert_eq!(out.len(), RECORD_LEN_MD5);
-        assert_eq!(decode_record(&out, false), Entry { stats: None, ..e });
+        assert_eq!(decode_record(&out), e);
     }
 
     #[test]

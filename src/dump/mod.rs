@@ -32,7 +32,7 @@ pub use compare::{
 };
 pub use writer::{dump_scenario, DumpRunError, TraceWriter};
 
-pub(crate) use reader::{open_dump, Dump};
+pub(crate) use reader::{open_dump, Batch, Dump};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -13,7 +13,7 @@
 
 use crate::digest::{ExactF64, Stats};
 use crate::dump::format::{Digest, Entry};
-use crate::dump::reader::{Layout, RankSource};
+use crate::dump::reader::{Batch, Layout, RankSource};
 use crate::dump::DumpError;
 use crate::tensor::Tensor;
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -131,7 +131,7 @@ pub(crate) struct MsprobeRank {
 }
 
 impl RankSource for MsprobeRank {
-    fn next_step(&mut self, out: &mut Vec<Entry>) -> Result<Option<u64>, DumpError> {
+    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         out.clear();
         let Some((step, path)) = self.files.get(self.next).cloned() else {
             return Ok(None);
@@ -162,8 +162,9 @@ impl RankSource for MsprobeRank {
                 field: format!("data.{field}"),
                 detail,
             };
-            let entry = self.entry(step, seq as u32, name, tensor).map_err(bad)?;
-            out.push(entry);
+            let (entry, stats) = self.entry(step, seq as u32, name, tensor).map_err(bad)?;
+            // Every entry gets statistics (all absent where msprobe wrote none).
+            out.push(entry, Some(stats.unwrap_or_default()));
         }
         Ok(Some(step))
     }
@@ -182,7 +183,13 @@ impl RankSource for MsprobeRank {
 }
 
 impl MsprobeRank {
-    fn entry(&mut self, step: u64, seq: u32, name: String, t: &Value) -> Result<Entry, String> {
+    fn entry(
+        &mut self,
+        step: u64,
+        seq: u32,
+        name: String,
+        t: &Value,
+    ) -> Result<(Entry, Option<Stats>), String> {
         let dtype = t
             .get("dtype")
             .and_then(Value::as_str)
@@ -238,15 +245,15 @@ impl MsprobeRank {
                 id
             }
         };
-        Ok(Entry {
+        let entry = Entry {
             step,
             seq,
             name: name_id,
             layout: layout_id,
             replicated: false,
             digest,
-            stats,
-        })
+        };
+        Ok((entry, stats))
     }
 }
 
@@ -393,9 +400,9 @@ mod tests {
             world_size: 1,
         }
         .open_rank(0);
-        let e = rank.entry(0, 0, names[0].into(), found[0].2).unwrap();
+        let (e, s) = rank.entry(0, 0, names[0].into(), found[0].2).unwrap();
         assert_eq!(e.digest.hex(), "0a1b2c3d");
-        let s = e.stats.unwrap();
+        let s = s.unwrap();
         assert_eq!(s.max, Some(ExactF64(f64::INFINITY)));
         assert_eq!(s.mean, None);
         assert_eq!(rank.layouts[0].describe(), "float16[2]");

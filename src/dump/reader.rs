@@ -1,6 +1,7 @@
 //! Reading dumps back: a folder of trace files, an msprobe dump folder, or an in-memory trace,
 //! each seen as one stream of steps per rank.
 
+use crate::digest::Stats;
 use crate::dump::format::{self, Entry, Footer, Header, HeaderError};
 use crate::dump::msprobe::MsprobeDump;
 use crate::dump::writer::tensor_from_bytes;
@@ -29,10 +30,48 @@ impl Layout {
     }
 }
 
+/// The records of one step of one rank: entries, and their statistics where the source has them.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) entries: Vec<Entry>,
+    /// Empty when the source holds no statistics, else one per entry.
+    stats: Vec<Stats>,
+}
+
+impl Batch {
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.stats.clear();
+    }
+
+    /// Adds an entry; a source gives statistics for all its entries or for none.
+    pub(crate) fn push(&mut self, e: Entry, stats: Option<Stats>) {
+        self.entries.push(e);
+        if let Some(s) = stats {
+            self.stats.push(s);
+        }
+    }
+
+    fn pop(&mut self) -> Option<(Entry, Option<Stats>)> {
+        let e = self.entries.pop()?;
+        let s = if self.stats.len() > self.entries.len() {
+            self.stats.pop()
+        } else {
+            None
+        };
+        Some((e, s))
+    }
+
+    /// The statistics of entry `i`, if the source has them.
+    pub(crate) fn stats(&self, i: usize) -> Option<&Stats> {
+        self.stats.get(i)
+    }
+}
+
 /// One rank of a dump, read step by step in step order.
 pub(crate) trait RankSource {
     /// Reads the records of the next step into `out` (cleared first); `None` at the end.
-    fn next_step(&mut self, out: &mut Vec<Entry>) -> Result<Option<u64>, DumpError>;
+    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError>;
     /// The names its entries point into.
     fn names(&self) -> &[String];
     /// The layouts its entries point into.
@@ -218,7 +257,7 @@ pub(crate) struct TraceReader {
     layouts: Vec<Layout>,
     num_records: u64,
     last: Option<(u64, u32)>,
-    peeked: Option<Entry>,
+    peeked: Option<(Entry, Option<Stats>)>,
     record_len: usize,
 }
 
@@ -322,39 +361,19 @@ impl TraceReader {
         Ok(())
     }
 
-    /// The next record, handling the definitions before it; `None` after the last one.
-    pub(crate) fn next_record(&mut self) -> Result<Option<Entry>, DumpError> {
-        if let Some(e) = self.peeked.take() {
-            return Ok(Some(e));
-        }
+    /// Reads the next record into `batch`, handling the definitions before it; `false` after
+    /// the last one.
+    fn next_into(&mut self, batch: &mut Batch) -> Result<bool, DumpError> {
         loop {
             if self.pos == self.end && self.file_pos == self.footer.offset {
-                return self.check_counts().map(|()| None);
+                return self.check_counts().map(|()| false);
             }
             self.fill(1)?;
             match self.buf[self.pos] {
                 format::TAG_RECORD => {
                     self.fill(self.record_len)?;
-                    let bytes = &self.buf[self.pos..self.pos + self.record_len];
-                    let e = format::decode_record(bytes, self.record_len > format::RECORD_LEN_MD5);
-                    if e.name as usize >= self.names.len()
-                        || e.layout as usize >= self.layouts.len()
-                    {
-                        return Err(self.corrupt(format!(
-                            "record points to name {} or layout {} before its definition",
-                            e.name, e.layout
-                        )));
-                    }
-                    if self.last.is_some_and(|last| (e.step, e.seq) <= last) {
-                        return Err(self.corrupt(format!(
-                            "record step {} seq {} is not after the previous one: records must be in (step, seq) order",
-                            e.step, e.seq
-                        )));
-                    }
-                    self.pos += self.record_len;
-                    self.last = Some((e.step, e.seq));
-                    self.num_records += 1;
-                    return Ok(Some(e));
+                    self.take_record(batch)?;
+                    return Ok(true);
                 }
                 format::TAG_NAME => {
                     self.fill(format::DEF_LEN)?;
@@ -395,6 +414,31 @@ impl TraceReader {
         }
     }
 
+    /// Decodes and checks the record at `buf[pos..]`, which must be complete, into `batch`.
+    #[inline]
+    fn take_record(&mut self, batch: &mut Batch) -> Result<(), DumpError> {
+        let bytes = &self.buf[self.pos..self.pos + self.record_len];
+        let e = format::decode_record(bytes);
+        if e.name as usize >= self.names.len() || e.layout as usize >= self.layouts.len() {
+            return Err(self.corrupt(format!(
+                "record points to name {} or layout {} before its definition",
+                e.name, e.layout
+            )));
+        }
+        if self.last.is_some_and(|last| (e.step, e.seq) <= last) {
+            return Err(self.corrupt(format!(
+                "record step {} seq {} is not after the previous one: records must be in (step, seq) order",
+                e.step, e.seq
+            )));
+        }
+        let stats = (self.record_len > format::RECORD_LEN_MD5).then(|| format::decode_stats(bytes));
+        self.pos += self.record_len;
+        self.last = Some((e.step, e.seq));
+        self.num_records += 1;
+        batch.push(e, stats);
+        Ok(())
+    }
+
     fn check_id(&self, id: u32, expected: usize, what: &str) -> Result<(), DumpError> {
         if id as usize != expected {
             return Err(self.corrupt(format!(
@@ -432,19 +476,29 @@ impl TraceReader {
     }
 
     /// Reads the records of the next step into `out`.
-    pub(crate) fn next_step(&mut self, out: &mut Vec<Entry>) -> Result<Option<u64>, DumpError> {
+    pub(crate) fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         out.clear();
-        let Some(first) = self.next_record()? else {
-            return Ok(None);
-        };
-        let step = first.step;
-        out.push(first);
-        while let Some(e) = self.next_record()? {
-            if e.step != step {
-                self.peeked = Some(e);
+        match self.peeked.take() {
+            Some((e, s)) => out.push(e, s),
+            None => {
+                if !self.next_into(out)? {
+                    return Ok(None);
+                }
+            }
+        }
+        let step = out.entries[0].step;
+        loop {
+            // The common case, a whole record in the buffer, without the general entry loop.
+            let whole = self.end - self.pos >= self.record_len;
+            if whole && self.buf[self.pos] == format::TAG_RECORD {
+                self.take_record(out)?;
+            } else if !self.next_into(out)? {
                 break;
             }
-            out.push(e);
+            if out.entries.last().is_some_and(|e| e.step != step) {
+                self.peeked = out.pop();
+                break;
+            }
         }
         Ok(Some(step))
     }
@@ -506,7 +560,7 @@ struct TraceSource {
 }
 
 impl RankSource for TraceSource {
-    fn next_step(&mut self, out: &mut Vec<Entry>) -> Result<Option<u64>, DumpError> {
+    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         self.reader.next_step(out)
     }
     fn names(&self) -> &[String] {

@@ -69,17 +69,17 @@ fn a_dump_reads_back_as_written() {
         let d = open_dump(dir.path()).unwrap();
         assert_eq!(d.world_size(), 3);
         let mut src = d.open_rank(1).unwrap();
-        let mut entries = Vec::new();
+        let mut batch = Batch::default();
         let mut n = 0;
-        while let Some(step) = src.next_step(&mut entries).unwrap() {
-            for e in &entries {
+        while let Some(step) = src.next_step(&mut batch).unwrap() {
+            for (i, e) in batch.entries.iter().enumerate() {
                 let r = &t.ranks[1].records[n];
                 assert_eq!((e.step, e.seq), (r.step, r.seq));
                 assert_eq!(step, r.step);
                 assert_eq!(src.names()[e.name as usize], r.name);
                 assert_eq!(e.digest.bytes, r.md5.0);
                 assert_eq!(e.replicated, r.replicated);
-                assert_eq!(e.stats, mode.has_stats().then_some(r.stats));
+                assert_eq!(batch.stats(i), mode.has_stats().then_some(&r.stats));
                 n += 1;
             }
         }

@@ -225,9 +225,9 @@ impl TraceWriter {
             layout,
             replicated: record.replicated,
             digest: Digest::md5(record.md5.0),
-            stats: Some(record.stats),
         };
-        format::encode_record(&mut self.scratch, &entry, self.mode.has_stats());
+        let stats = self.mode.has_stats().then_some(&record.stats);
+        format::encode_record(&mut self.scratch, &entry, stats);
         self.write_scratch()?;
         self.num_records += 1;
         self.last = Some((record.step, record.seq));
