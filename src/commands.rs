@@ -8,7 +8,29 @@ use detcheck::{
     CompareOptions, DumpComparison, DumpMode, DumpRunError, ExactF64, KindRegistry, ScenarioReport,
     Tolerance,
 };
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+/// Standard output, collected and written when dropped, ignoring a closed pipe: `detcheck
+/// compare A B | head` must not panic.
+struct Out(String);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let _ = std::io::stdout().lock().write_all(self.0.as_bytes());
+    }
+}
+
+/// `println!` into an [`Out`].
+macro_rules! outln {
+    ($o:expr) => {
+        $o.0.push('\n')
+    };
+    ($o:expr, $($arg:tt)*) => {{
+        let _ = writeln!($o.0, $($arg)*);
+    }};
+}
 
 /// `detcheck run SCENARIO --dump DIR`.
 pub(crate) fn run(
@@ -27,7 +49,9 @@ pub(crate) fn run(
     };
     match dump_scenario(&scenario, dir, mode, options, perturb) {
         Ok(trace) => {
-            println!(
+            let mut o = Out(String::new());
+            outln!(
+                o,
                 "wrote {}: {} ranks, {} steps, {} records, {mode} mode",
                 dir.display(),
                 trace.world_size(),
@@ -76,29 +100,33 @@ fn clip(name: &str, width: usize) -> String {
 }
 
 /// Prints a comparison: header, first divergence, notes, the table, overflows.
-fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
-    println!(
+fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &DumpComparison) {
+    outln!(
+        o,
         "A: {} ({}, {} ranks)",
         a.display(),
         cmp.left,
         cmp.world_sizes.0
     );
-    println!(
+    outln!(
+        o,
         "B: {} ({}, {} ranks)",
         b.display(),
         cmp.right,
         cmp.world_sizes.1
     );
-    println!(
+    outln!(
+        o,
         "compared {} records: {} differ",
-        cmp.num_compared, cmp.num_differing
+        cmp.num_compared,
+        cmp.num_differing
     );
     match &cmp.first {
-        Some(first) => println!("first divergence: {first}"),
-        None => println!("identical"),
+        Some(first) => outln!(o, "first divergence: {first}"),
+        None => outln!(o, "identical"),
     }
     for note in &cmp.notes {
-        println!("note: {note}");
+        outln!(o, "note: {note}");
     }
     if !cmp.rows.is_empty() {
         let width = cmp
@@ -109,9 +137,10 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
             .unwrap_or(4)
             .clamp(4, 48);
         let full = cmp.rows.iter().any(|r| r.metrics.is_some());
-        println!();
+        outln!(o);
         if full {
-            println!(
+            outln!(
+                o,
                 "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:>11} {:>11} {:>10} {:>7} {:>7}",
                 "step",
                 "rank",
@@ -125,7 +154,8 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
                 "<5e-3"
             );
         } else {
-            println!(
+            outln!(
+                o,
                 "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
                 "step",
                 "rank",
@@ -150,7 +180,8 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
                 r.difference.to_string()
             );
             if let Some(m) = &r.metrics {
-                println!(
+                outln!(
+                    o,
                     "{head} {:>11.4e} {:>11.4e} {:>10.6} {:>6.1}% {:>6.1}%",
                     m.max_abs_err,
                     m.max_rel_err,
@@ -159,7 +190,7 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
                     100.0 * m.within_5e3
                 );
             } else if full {
-                println!("{head}");
+                outln!(o, "{head}");
             } else {
                 let digest = |s: &Option<detcheck::RecordSummary>| {
                     s.as_ref()
@@ -173,7 +204,8 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
                 let d = |f: fn(&detcheck::Stats) -> Option<ExactF64>| {
                     delta(sa.as_ref().and_then(f), sb.as_ref().and_then(f))
                 };
-                println!(
+                outln!(
+                    o,
                     "{head} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
                     digest(&r.left),
                     digest(&r.right),
@@ -185,7 +217,8 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
             }
         }
         if cmp.num_differing > cmp.rows.len() as u64 {
-            println!(
+            outln!(
+                o,
                 "... and {} more differing records (--max-rows N to show more, 0 for all)",
                 cmp.num_differing - cmp.rows.len() as u64
             );
@@ -202,7 +235,8 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
                             show(st.norm)
                         )
                     });
-                    println!(
+                    outln!(
+                        o,
                         "first divergence in {label}: {} digest {}{stats}",
                         s.layout,
                         s.digest.as_deref().unwrap_or("-")
@@ -211,11 +245,11 @@ fn print_comparison(a: &Path, b: &Path, cmp: &DumpComparison) {
             }
         }
     }
-    println!();
-    for (label, o) in ["A", "B"].iter().zip(&cmp.overflow) {
-        match o {
-            Some(o) => println!("overflow in {label}: {o}"),
-            None => println!("overflow in {label}: none (no NaN, Inf or |x| >= 65504)"),
+    outln!(o);
+    for (label, overflow) in ["A", "B"].iter().zip(&cmp.overflow) {
+        match overflow {
+            Some(first) => outln!(o, "overflow in {label}: {first}"),
+            None => outln!(o, "overflow in {label}: none (no NaN, Inf or |x| >= 65504)"),
         }
     }
 }
@@ -233,14 +267,15 @@ pub(crate) fn compare(a: &Path, b: &Path, max_rows: usize, map: Option<&Path>) -
             return EXIT_BAD_INPUT;
         }
     };
-    print_comparison(a, b, &cmp);
+    let mut o = Out(String::new());
+    print_comparison(&mut o, a, b, &cmp);
     if let (Some(path), Some(m)) = (map, &cmp.map) {
         let title = format!("divergence map: {} vs {}", a.display(), b.display());
         if let Err(e) = m.write_png(path, &title) {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
-        println!("divergence map: {}", path.display());
+        outln!(o, "divergence map: {}", path.display());
     }
     if cmp.is_identical() {
         EXIT_OK
@@ -265,8 +300,10 @@ pub(crate) fn curves(
         }
     };
     let cmp = compare_curves(&ca, &cb, tolerance);
+    let mut o = Out(String::new());
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
-    println!(
+    outln!(
+        o,
         "{name}: A {} ({} steps), B {} ({} steps), {} steps in common",
         a.display(),
         ca.points.len(),
@@ -274,35 +311,41 @@ pub(crate) fn curves(
         cb.points.len(),
         cmp.num_common
     );
-    println!(
+    outln!(
+        o,
         "tolerance: |A - B| <= atol + rtol*|B|, atol {:e}, rtol {:e}",
-        tolerance.atol, tolerance.rtol
+        tolerance.atol,
+        tolerance.rtol
     );
     match cmp.first_two_close {
-        Some(ok) => println!("first two steps allclose: {}", yes(ok)),
-        None => println!("first two steps allclose: - (fewer than two common steps)"),
+        Some(ok) => outln!(o, "first two steps allclose: {}", yes(ok)),
+        None => outln!(
+            o,
+            "first two steps allclose: - (fewer than two common steps)"
+        ),
     }
-    println!("whole run allclose: {}", yes(cmp.all_close));
+    outln!(o, "whole run allclose: {}", yes(cmp.all_close));
     if let Some((step, x, y)) = cmp.first_beyond {
-        println!(
+        outln!(
+            o,
             "first step beyond tolerance: {step} (A {x:.9e}, B {y:.9e}, |A - B| {:.3e} > {:.3e})",
             (x - y).abs(),
             tolerance.atol + tolerance.rtol * y.abs()
         );
     }
     if let Some((step, d)) = cmp.max_abs_diff {
-        println!("max |A - B|: {d:.3e} at step {step}");
+        outln!(o, "max |A - B|: {d:.3e} at step {step}");
     }
     for (label, only) in [("A", &cmp.only_left), ("B", &cmp.only_right)] {
         if !only.is_empty() {
             let shown: Vec<String> = only.iter().take(8).map(ToString::to_string).collect();
             let more = if only.len() > 8 { ", ..." } else { "" };
-            println!("steps only in {label}: {}{more}", shown.join(", "));
+            outln!(o, "steps only in {label}: {}{more}", shown.join(", "));
         }
     }
     if let Some(stem) = plot {
         match write_curve_plots(&ca, &cb, &cmp, stem) {
-            Ok((png, svg)) => println!("plots: {} {}", png.display(), svg.display()),
+            Ok((png, svg)) => outln!(o, "plots: {} {}", png.display(), svg.display()),
             Err(e) => {
                 eprintln!("error: {e}");
                 return EXIT_BAD_INPUT;

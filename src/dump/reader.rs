@@ -1,5 +1,11 @@
 //! Reading dumps back: a folder of trace files, an msprobe dump folder, or an in-memory trace,
 //! each seen as one stream of steps per rank.
+//!
+//! [`open_dump`] recognises the folder and checks that its files belong together; a [`Dump`]
+//! opens one [`RankSource`] per rank; a source fills a [`Batch`] with the records of one step at a
+//! time. [`TraceReader`] checks a file's footer before its first record and its counts after the
+//! last, and rejects any entry that breaks the format, naming the file and byte offset.
+//! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
 use crate::digest::Stats;
 use crate::dump::format::{self, Entry, Footer, Header, HeaderError};

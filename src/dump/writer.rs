@@ -1,4 +1,11 @@
 //! Writing one rank's trace file (and, in full mode, its tensors), and dumping a scenario's run.
+//!
+//! [`TraceWriter`] is the public way in: built with `create`, fed with `record` (tensors) or
+//! `write_record` (records a `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
+//! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
+//!
+//! Determinism: the bytes written are a pure function of the records, in the order given; ids are
+//! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
 
 use crate::check::{perturbation, CheckOptions};
 use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};

@@ -1,4 +1,10 @@
 //! The divergence map: ranks × steps, each cell coloured by the first tensor that differs there.
+//!
+//! [`DivergenceMap`] is built by the compare engine (`compare --map`) or by [`map_of_runs`] from
+//! two in-memory runs (`check --report-dir`). Tensors are numbered in the order the engine finds
+//! them (rank 0's steps first), so the colours are the same for the same traces.
+//! Limits: more than 600 steps are grouped into columns (a group shows its earliest difference);
+//! the legend names the first 12 tensors.
 
 use super::{Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE, WHITE};
 use crate::dump::{compare_sources, CompareOptions, DumpError, MemoryDump};
