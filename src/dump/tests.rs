@@ -334,6 +334,58 @@ fn msprobe_dumps_are_compared_in_call_order() {
 }
 
 #[test]
+fn msprobe_statistics_mode_compares_statistics() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    msprobe(a.path(), 1, 1, |_, _, _| String::new());
+    msprobe(b.path(), 1, 1, |_, _, _| String::new());
+    // Statistics mode: no md5 field. B's third tensor has another Max.
+    for dir in [a.path(), b.path()] {
+        let path = dir.join("step0/rank0/dump.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(r#", "md5": """#, "");
+        std::fs::write(&path, text).unwrap();
+    }
+    let path = b.path().join("step0/rank0/dump.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let third = text.match_indices(r#""Max": 1.5"#).nth(2).unwrap().0;
+    let text = format!("{}\"Max\": 9.5{}", &text[..third], &text[third + 10..]);
+    std::fs::write(&path, text).unwrap();
+    let cmp = compare(a.path(), b.path());
+    assert_eq!(cmp.num_differing, 1);
+    let first = cmp.first.unwrap();
+    assert_eq!(first.difference, Difference::Stats);
+    assert_eq!(first.name, "Functional.relu.0.forward.input.0");
+    assert_eq!(first.right.unwrap().digest, None);
+}
+
+#[test]
+fn a_failed_run_leaves_no_dump() {
+    let spec = serde_json::from_str(
+        r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 1, "reduction": "ring",
+            "deterministic_comm": true, "expect": "identical",
+            "params": {"elements": 8, "fault": {"rank": 2, "step": 1, "kind": "error"}}}"#,
+    )
+    .unwrap();
+    let scenario = crate::scenario::KindRegistry::builtin()
+        .build(spec, Path::new("inline.json"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::CheckOptions {
+        deadline: std::time::Duration::from_secs(2),
+        ..crate::CheckOptions::default()
+    };
+    let err = dump_scenario(&scenario, dir.path(), DumpMode::Full, &options, None).unwrap_err();
+    assert!(err.to_string().contains("rank 2 failed"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
 fn a_bad_msprobe_field_is_named() {
     let a = tempfile::tempdir().unwrap();
     msprobe(a.path(), 1, 1, |_, _, _| "zz".into());

@@ -386,6 +386,7 @@ pub fn dump_scenario(
     let program = scenario.program.clone();
     let (seed, steps, reduction) = (spec.seed, spec.steps, spec.effective_mode());
     let (dir, world) = (dir.to_owned(), spec.world_size as u32);
+    let dir_for_cleanup = dir.clone();
     let ranks = launch_threads(&config, move |comm| {
         let writer = TraceWriter::create(&dir, comm.rank() as u32, world, mode)?;
         let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
@@ -413,11 +414,34 @@ pub fn dump_scenario(
         guard.0.take().expect("taken once").finish()?;
         Ok(trace)
     })
-    .map_err(|source| DumpRunError::Run {
-        scenario: scenario.name.clone(),
-        source,
+    .map_err(|source| {
+        // The folder held no dump before: remove what the ranks that did finish wrote, so a
+        // failed run leaves no dump that looks usable.
+        remove_dump_files(&dir_for_cleanup, world);
+        DumpRunError::Run {
+            scenario: scenario.name.clone(),
+            source,
+        }
     })?;
     Ok(Trace { ranks })
+}
+
+/// Removes the trace files of ranks `0..world` and their safetensors files (best effort; a
+/// `rank{R}/` folder is removed only when nothing else is in it).
+fn remove_dump_files(dir: &Path, world: u32) {
+    for rank in 0..world {
+        let _ = std::fs::remove_file(trace_path(dir, rank));
+        let tensors = dir.join(format!("rank{rank}"));
+        if let Ok(entries) = std::fs::read_dir(&tensors) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("step") && name.ends_with(".safetensors") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&tensors);
+        }
+    }
 }
 
 /// Writes a whole in-memory trace (md5 or stats mode: records hold no tensors) to `dir`.

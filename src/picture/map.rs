@@ -274,3 +274,38 @@ pub(crate) fn map_of_runs(left: &Trace, right: &Trace, replicas: bool) -> Diverg
         .and_then(|c| c.map)
         .unwrap_or_else(|| DivergenceMap::new(0, Vec::new(), Vec::new(), Vec::new()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+    use crate::trace::{RecordLevel, Recorder};
+
+    #[test]
+    fn the_replicas_map_shows_the_rank_that_disagrees_with_rank_zero() {
+        let ranks = (0..3u32)
+            .map(|r| {
+                let mut rec = Recorder::new(r, RecordLevel::Stats);
+                for step in 0..2 {
+                    rec.record(step, "local", &Tensor::scalar(r as f32));
+                    let w = if r == 2 && step == 1 { 9.0f32 } else { 1.0 };
+                    rec.record_replicated(step, "w", &Tensor::scalar(w));
+                }
+                rec.finish()
+            })
+            .collect();
+        let trace = Trace { ranks };
+        let map = map_of_runs(&trace, &trace, true);
+        assert_eq!(map.steps(), [0, 1]);
+        assert_eq!(map.cell(2, 1), MapCell::Diverged(0));
+        assert_eq!(map.cell(2, 0), MapCell::Identical);
+        assert_eq!(
+            map.cell(1, 1),
+            MapCell::Identical,
+            "local records are not replicas"
+        );
+        assert_eq!(map.tensors(), ["w"]);
+        let png = map.figure("t").to_png();
+        assert_eq!(png, map.figure("t").to_png());
+    }
+}
