@@ -17,6 +17,8 @@
 use crate::comm::{launch_threads, LaunchConfig, LaunchError, Perturbation};
 use crate::compare::{compare_replicas, compare_runs, compare_world_sizes, Comparison, Divergence};
 use crate::digest::Stats;
+use crate::overflow::{first_overflow, Overflow};
+use crate::picture::{map_of_runs, DivergenceMap};
 use crate::scenario::{LoadedScenario, RankContext};
 use crate::trace::{Record, RecordLevel, Trace};
 use serde::{Deserialize, Serialize};
@@ -123,6 +125,10 @@ pub struct ScenarioReport {
     pub steps: u64,
     /// One outcome per check, in the scenario's order.
     pub outcomes: Vec<CheckOutcome>,
+    /// The ranks × steps divergence map of each check that does not hold and found a divergence.
+    pub maps: Vec<(CheckKind, DivergenceMap)>,
+    /// The first NaN, Inf or fp16 saturation in the first run, if any.
+    pub overflow: Option<Overflow>,
 }
 
 impl ScenarioReport {
@@ -290,7 +296,7 @@ pub fn run_once(
 }
 
 /// The perturbation of run `run` (1 or 2) of a scenario seeded with `seed`.
-fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
+pub(crate) fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
     Perturbation {
         seed: seed ^ 0x9e37_79b9_7f4a_7c15,
         rotation: run - 1,
@@ -480,12 +486,28 @@ pub(crate) fn run_checks_on(
                 note,
             }
         })
+        .collect::<Vec<CheckOutcome>>();
+    let maps = outcomes
+        .iter()
+        .filter(|o| !o.holds() && !o.comparison.is_identical())
+        .map(|o| {
+            let map = match (o.kind, &second) {
+                (CheckKind::Repeat, Some(second)) => map_of_runs(&first, second, false),
+                (_, Some(second)) if compare_replicas(&first).is_identical() => {
+                    map_of_runs(second, second, true)
+                }
+                _ => map_of_runs(&first, &first, true),
+            };
+            (o.kind, map)
+        })
         .collect();
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         world_size: spec.world_size,
         steps: spec.steps,
         outcomes,
+        maps,
+        overflow: first_overflow(&first),
     })
 }
 

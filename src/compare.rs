@@ -220,7 +220,6 @@ pub fn compare_replicas(trace: &Trace) -> Comparison {
 /// at different world sizes: the k-th replicated record of a step on each side is paired. Ranks'
 /// own records (local gradients) are left out: their shards differ by design. The divergence's
 /// `rank` is 0.
-#[must_use]
 pub fn compare_world_sizes(left: &Trace, right: &Trace) -> Comparison {
     let mut out = Comparison {
         first_per_rank: vec![None],

@@ -23,7 +23,11 @@ pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 mod check;
 mod comm;
 mod compare;
+mod curves;
 mod digest;
+mod dump;
+mod overflow;
+mod picture;
 mod pinning;
 mod reduce;
 mod reprosum;
@@ -45,7 +49,16 @@ pub use compare::{
     compare_replicas, compare_runs, compare_world_sizes, CompareError, Comparison, Divergence,
     DivergenceKind,
 };
+pub use curves::{
+    compare_curves, load_curve, write_curve_plots, Curve, CurveComparison, CurveError, Tolerance,
+};
 pub use digest::{ExactF64, Md5Digest, Stats};
+pub use dump::{
+    compare_dumps, dump_scenario, CompareOptions, Difference, DumpComparison, DumpDivergence,
+    DumpError, DumpMode, DumpRunError, RecordSummary, TensorMetrics, TraceWriter,
+};
+pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
+pub use picture::{DivergenceMap, MapCell};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use reduce::{ReduceOp, ReductionMode};
 pub use reprosum::{reproducible_sum_f32, reproducible_sum_f64};

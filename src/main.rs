@@ -3,31 +3,34 @@
 //! `detcheck check [SCENARIO...]` runs each scenario's checks and prints one row per scenario,
 //! then the details of every failure: on thread ranks, or, started by `mpirun` from a build with
 //! the `mpi` feature, on MPI ranks (process 0 prints; the others follow it). `detcheck env` prints
-//! the settings that pin reductions on each stack. This is the only part of detcheck that knows
+//! the settings that pin reductions on each stack. `detcheck run --dump`, `compare` and `curves`
+//! (in `commands.rs`) write, compare and plot dumps. This is the only part of detcheck that knows
 //! the terminal (progress bar, table); everything else is the library.
 //!
 //! Exit codes (also in the README):
 //! | code | meaning |
 //! | --- | --- |
-//! | 0 | every check holds (negative controls caught) |
-//! | 1 | a check failed: a divergence where none was expected, or a control not caught |
+//! | 0 | every check holds (negative controls caught); `compare`: identical; `curves`: allclose |
+//! | 1 | a check failed: a divergence where none was expected, or a control not caught; `compare`: the dumps differ; `curves`: beyond tolerance |
 //! | 2 | bad input: a flag, or a scenario file or folder that cannot be read or is invalid |
 //! | 3 | a run failed: a rank errored, panicked or missed a collective deadline |
 
+mod commands;
+
 use clap::{Parser, Subcommand};
 use detcheck::{
-    discover_scenarios, pin_settings_for, CheckKind, CheckOptions, Expectation, KindRegistry,
-    LoadedScenario, ScenarioError, Session,
+    discover_scenarios, pin_settings_for, CheckKind, CheckOptions, DumpMode, Expectation,
+    KindRegistry, LoadedScenario, ScenarioError, Session, Tolerance,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-const EXIT_OK: u8 = 0;
-const EXIT_CHECK_FAILED: u8 = 1;
-const EXIT_BAD_INPUT: u8 = 2;
-const EXIT_RUN_FAILED: u8 = 3;
+pub(crate) const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_CHECK_FAILED: u8 = 1;
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
+pub(crate) const EXIT_RUN_FAILED: u8 = 3;
 
 #[derive(Parser)]
 #[command(name = "detcheck", version, about = "A multi-rank determinism checker")]
@@ -51,6 +54,62 @@ enum Command {
         /// Also run scenarios marked `"ignored": true` (slow ones), as cargo test does.
         #[arg(long)]
         include_ignored: bool,
+        /// Write a divergence map (PNG) of each failed check into this folder.
+        #[arg(long, value_name = "DIR")]
+        report_dir: Option<PathBuf>,
+    },
+    /// Run one scenario once and dump its trace: one file per rank.
+    Run {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// The folder to write the dump to (must not hold a dump yet).
+        #[arg(long, value_name = "DIR")]
+        dump: PathBuf,
+        /// What each record holds: md5, stats (md5 + statistics) or full (+ tensors).
+        #[arg(long, default_value = "stats")]
+        mode: DumpMode,
+        /// Perturb the run as run 1 or 2 of `check` does (seeded delays and arrival orders).
+        #[arg(long, value_name = "RUN", value_parser = clap::value_parser!(u64).range(1..))]
+        perturb: Option<u64>,
+        /// Longest wait in one collective, in seconds.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        deadline: u64,
+    },
+    /// Compare two dumps (detcheck traces or msprobe dump folders): the first divergence and a
+    /// table of differing tensors.
+    Compare {
+        /// The first dump folder (A).
+        a: PathBuf,
+        /// The second dump folder (B, the reference for relative errors).
+        b: PathBuf,
+        /// Rows of the table of differing tensors (0: all).
+        #[arg(long, default_value_t = 50)]
+        max_rows: usize,
+        /// Write a ranks x steps divergence map to this PNG file.
+        #[arg(long, value_name = "FILE.png")]
+        map: Option<PathBuf>,
+    },
+    /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
+    Curves {
+        /// The first run: a dump folder or a trainer_state.json.
+        a: PathBuf,
+        /// The second run (the reference of rtol).
+        b: PathBuf,
+        /// The scalar's name.
+        #[arg(long, default_value = "loss")]
+        name: String,
+        /// Absolute tolerance.
+        #[arg(long, default_value_t = 1e-3)]
+        atol: f64,
+        /// Relative tolerance.
+        #[arg(long, default_value_t = 1e-3)]
+        rtol: f64,
+        /// Write the plot to STEM.png and STEM.svg.
+        #[arg(long, value_name = "STEM", default_value = "curves")]
+        plot: PathBuf,
+        /// Do not write the plot.
+        #[arg(long)]
+        no_plot: bool,
     },
     /// Print the environment settings that pin reductions on each stack (seed_all for the
     /// environment), with what each pins and where this process's value comes from.
@@ -73,6 +132,7 @@ fn main() -> ExitCode {
             deadline,
             no_progress,
             include_ignored,
+            report_dir,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
@@ -88,11 +148,60 @@ fn main() -> ExitCode {
             let code = if session.is_leader() {
                 // Under mpirun every process has a pty: no progress bar there.
                 let progress = !no_progress && session.num_processes().is_none();
-                check(&session, &scenarios, &options, progress, include_ignored)
+                check(
+                    &session,
+                    &scenarios,
+                    &options,
+                    progress,
+                    include_ignored,
+                    report_dir.as_deref(),
+                )
             } else {
                 session.follow(&KindRegistry::builtin())
             };
             ExitCode::from(session.finish(code))
+        }
+        Command::Run {
+            scenario,
+            dump,
+            mode,
+            perturb,
+            deadline,
+        } => {
+            let options = CheckOptions {
+                deadline: Duration::from_secs(deadline),
+                ..CheckOptions::default()
+            };
+            let perturb = perturb.map(|p| p as usize);
+            ExitCode::from(commands::run(&scenario, &dump, mode, perturb, &options))
+        }
+        Command::Compare {
+            a,
+            b,
+            max_rows,
+            map,
+        } => ExitCode::from(commands::compare(&a, &b, max_rows, map.as_deref())),
+        Command::Curves {
+            a,
+            b,
+            name,
+            atol,
+            rtol,
+            plot,
+            no_plot,
+        } => {
+            if !(atol >= 0.0 && rtol >= 0.0) {
+                eprintln!("error: --atol and --rtol must be non-negative numbers");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+            let plot = (!no_plot).then_some(plot.as_path());
+            ExitCode::from(commands::curves(
+                &a,
+                &b,
+                &name,
+                Tolerance { atol, rtol },
+                plot,
+            ))
         }
         Command::Env { stacks, export } => ExitCode::from(env(&stacks, export)),
     }
@@ -184,6 +293,7 @@ fn check(
     options: &CheckOptions,
     progress: bool,
     include_ignored: bool,
+    report_dir: Option<&Path>,
 ) -> u8 {
     let scenarios = match load_all(paths) {
         Ok(s) if s.is_empty() => {
@@ -303,9 +413,17 @@ fn check(
                         .map(|o| &o.kind),
                 );
                 rows.push(scenario_row(&ran, &records, verdict, &first));
+                let extra = commands::write_maps(&report, report_dir);
                 if !report.passed() {
                     failed += 1;
-                    details.push(format!("{}:\n{}", scenario.name, report.explain_failures()));
+                    let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
+                    for line in &extra {
+                        detail.push_str(line);
+                        detail.push('\n');
+                    }
+                    details.push(detail);
+                } else if report.overflow.is_some() {
+                    details.push(format!("{}:\n{}\n", scenario.name, extra.join("\n")));
                 }
             }
             Err(e) => {

@@ -9,7 +9,8 @@
 //! clock, address or thread identity is stored. Two runs that record the same tensors in the same
 //! order give equal traces.
 //!
-//! Limits: traces live in memory; writing them to disk is the job of a later dump format.
+//! Limits: traces live in memory; `crate::dump` writes them to disk, through a tap that sees each
+//! record with its tensor as it is recorded.
 
 use crate::digest::{Md5Digest, Stats};
 use crate::tensor::{DType, Tensor};
@@ -60,6 +61,18 @@ impl Record {
     }
 }
 
+/// The callback of a [`RecordTap`].
+pub(crate) type TapFn = dyn FnMut(&Record, &Tensor) + Send;
+
+/// Sees every record with its tensor as it is recorded (the dump writer uses it).
+pub(crate) struct RecordTap(pub(crate) Box<TapFn>);
+
+impl std::fmt::Debug for RecordTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordTap")
+    }
+}
+
 /// Turns tensors into records for one rank.
 #[derive(Debug)]
 pub struct Recorder {
@@ -67,6 +80,7 @@ pub struct Recorder {
     level: RecordLevel,
     next_seq: BTreeMap<u64, u32>,
     records: Vec<Record>,
+    tap: Option<RecordTap>,
 }
 
 impl Recorder {
@@ -78,7 +92,13 @@ impl Recorder {
             level,
             next_seq: BTreeMap::new(),
             records: Vec::new(),
+            tap: None,
         }
+    }
+
+    /// Calls `tap` with every record and its tensor from now on.
+    pub(crate) fn set_tap(&mut self, tap: RecordTap) {
+        self.tap = Some(tap);
     }
 
     /// Records `tensor` as `name` at `step`.
@@ -100,7 +120,7 @@ impl Recorder {
             RecordLevel::Stats => Stats::of_tensor(tensor),
             RecordLevel::Digest | RecordLevel::Off => Stats::default(),
         };
-        self.records.push(Record {
+        let record = Record {
             rank: self.rank,
             step,
             seq: *seq,
@@ -110,8 +130,12 @@ impl Recorder {
             shape: tensor.shape().to_vec(),
             md5: Md5Digest::of_tensor(tensor),
             stats,
-        });
+        };
         *seq += 1;
+        if let Some(tap) = &mut self.tap {
+            (tap.0)(&record, tensor);
+        }
+        self.records.push(record);
     }
 
     /// The number of records so far.

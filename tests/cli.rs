@@ -183,3 +183,294 @@ fn failing_ranks_exit_3_naming_the_rank_and_collective() {
         &[],
     );
 }
+
+/// Runs `detcheck` in `dir` and asserts the exit code, with the output in the message.
+fn expect(args: &[&str], dir: &Path, code: i32) -> Outcome {
+    let out = detcheck(args, dir);
+    assert_eq!(
+        out.code, code,
+        "detcheck {args:?}\nstdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    out
+}
+
+#[test]
+fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[("\"ring\"", "\"arrival_order\"")],
+    );
+    let out = expect(
+        &["run", "case.json", "--dump", "a", "--perturb", "1"],
+        dir.path(),
+        0,
+    );
+    assert!(
+        out.stdout.contains("wrote a: 3 ranks, 2 steps"),
+        "{}",
+        out.stdout
+    );
+    expect(
+        &["run", "case.json", "--dump", "b", "--perturb", "2"],
+        dir.path(),
+        0,
+    );
+    expect(
+        &["run", "case.json", "--dump", "c", "--perturb", "1"],
+        dir.path(),
+        0,
+    );
+    let same = expect(&["compare", "a", "c"], dir.path(), 0);
+    assert!(same.stdout.contains("identical"), "{}", same.stdout);
+    let out = expect(&["compare", "a", "b", "--map", "map.png"], dir.path(), 1);
+    for text in [
+        "first divergence: step 0 rank 0 seq 4 `allreduce/sum`: md5 differs",
+        "difference",
+        "dmean",
+        "overflow in A: none",
+        "divergence map: map.png",
+    ] {
+        assert!(
+            out.stdout.contains(text),
+            "stdout lacks {text:?}:\n{}",
+            out.stdout
+        );
+    }
+    let png = std::fs::read(dir.path().join("map.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    // Refuses to mix two runs in one folder.
+    let out = expect(&["run", "case.json", "--dump", "a"], dir.path(), 2);
+    assert!(
+        out.stderr.contains("a: already holds a dump"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn compare_of_full_dumps_shows_numeric_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[("\"ring\"", "\"arrival_order\"")],
+    );
+    for (name, run) in [("a", "1"), ("b", "2")] {
+        let args = [
+            "run",
+            "case.json",
+            "--dump",
+            name,
+            "--mode",
+            "full",
+            "--perturb",
+            run,
+        ];
+        expect(&args, dir.path(), 0);
+    }
+    assert!(dir.path().join("a/rank2/step1.safetensors").is_file());
+    let out = expect(&["compare", "a", "b", "--max-rows", "3"], dir.path(), 1);
+    for text in [
+        "max_abs",
+        "max_rel",
+        "cosine",
+        "<1e-3",
+        "<5e-3",
+        "more differing records",
+    ] {
+        assert!(
+            out.stdout.contains(text),
+            "stdout lacks {text:?}:\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn compare_rejects_bad_dumps_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(dir.path(), "collective", "", &[]);
+    expect(
+        &["run", "case.json", "--dump", "a", "--mode", "md5"],
+        dir.path(),
+        0,
+    );
+    let out = expect(&["compare", "a", "missing"], dir.path(), 2);
+    assert!(out.stderr.contains("missing"), "{}", out.stderr);
+    let path = dir.path().join("a/rank1.dctrace");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+    let out = expect(&["compare", "a", "a"], dir.path(), 2);
+    assert!(
+        out.stderr
+            .contains("rank1.dctrace: truncated or incomplete trace"),
+        "{}",
+        out.stderr
+    );
+    let out = expect(
+        &["run", "case.json", "--dump", "x", "--mode", "zip"],
+        dir.path(),
+        2,
+    );
+    assert!(out.stderr.contains("--mode"), "{}", out.stderr);
+    let out = expect(&["run", "nosuch.json", "--dump", "x"], dir.path(), 2);
+    assert!(out.stderr.contains("nosuch.json"), "{}", out.stderr);
+}
+
+#[test]
+fn compare_reads_msprobe_dumps() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two single-card msprobe dumps of step 0 (summary_mode md5), differing at masked_fill's
+    // input, as in the seeds' case study.
+    for (side, crc) in [("gpu", "1a2b3c4d"), ("npu", "99999999")] {
+        let rank = dir.path().join(side).join("step0").join("rank");
+        std::fs::create_dir_all(&rank).unwrap();
+        let t = |md5: &str| {
+            format!(
+                r#"{{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 4],
+                   "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 2.0, "requires_grad": true,
+                   "md5": "{md5}"}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": null,
+               "data": {{"Tensor.add.0.forward": {{"input_args": [{a}, {a}], "input_kwargs": {{}}, "output": [{a}]}},
+                         "Tensor.masked_fill.23.forward": {{"input_args": [{b}], "input_kwargs": {{}}, "output": [{b}]}}}}}}"#,
+            a = t("00000001"),
+            b = t(crc)
+        );
+        std::fs::write(rank.join("dump.json"), json).unwrap();
+    }
+    let out = expect(&["compare", "gpu", "npu"], dir.path(), 1);
+    assert!(
+        out.stdout.contains(
+            "first divergence: step 0 rank 0 seq 3 `Tensor.masked_fill.23.forward.input.0`: md5 differs"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("msprobe dump at gpu"), "{}", out.stdout);
+}
+
+#[test]
+fn curves_compares_loss_and_plots_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = |name: &str, bump: f64| {
+        let history: Vec<String> = (0..6)
+            .map(|s| {
+                let loss = 2.0 - 0.1 * f64::from(s) + if s >= 3 { bump } else { 0.0 };
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": 0.1}}"#)
+            })
+            .collect();
+        let text = format!(r#"{{"log_history": [{}]}}"#, history.join(", "));
+        std::fs::write(dir.path().join(name), text).unwrap();
+    };
+    state("gpu.json", 0.0);
+    state("npu.json", 0.05);
+    let out = expect(
+        &["curves", "npu.json", "gpu.json", "--plot", "loss"],
+        dir.path(),
+        1,
+    );
+    for text in [
+        "first two steps allclose: yes",
+        "whole run allclose: NO",
+        "first step beyond tolerance: 3",
+        "plots: loss.png loss.svg",
+    ] {
+        assert!(
+            out.stdout.contains(text),
+            "stdout lacks {text:?}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(std::fs::read(dir.path().join("loss.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    let svg = std::fs::read_to_string(dir.path().join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg ") && svg.contains("polyline"));
+    expect(
+        &["curves", "gpu.json", "gpu.json", "--no-plot"],
+        dir.path(),
+        0,
+    );
+    let out = expect(
+        &["curves", "gpu.json", "npu.json", "--name", "acc"],
+        dir.path(),
+        2,
+    );
+    assert!(
+        out.stderr.contains("gpu.json: no scalar named `acc`"),
+        "{}",
+        out.stderr
+    );
+    // From dumps: the train scenario records its loss; md5 dumps have no value to plot.
+    scenario(
+        dir.path(),
+        "train",
+        r#", "params": {"dataset_size": 72, "global_batch": 12}"#,
+        &[],
+    );
+    expect(&["run", "case.json", "--dump", "t1"], dir.path(), 0);
+    expect(
+        &["run", "case.json", "--dump", "t2", "--mode", "md5"],
+        dir.path(),
+        0,
+    );
+    let out = expect(&["curves", "t1", "t1", "--no-plot"], dir.path(), 0);
+    assert!(
+        out.stdout.contains("loss: A t1 (2 steps)"),
+        "{}",
+        out.stdout
+    );
+    let out = expect(&["curves", "t1", "t2", "--no-plot"], dir.path(), 2);
+    assert!(out.stderr.contains("holds no statistics"), "{}", out.stderr);
+}
+
+#[test]
+fn check_writes_a_divergence_map_and_reports_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[("\"ring\"", "\"arrival_order\"")],
+    );
+    let out = expect(
+        &[
+            "check",
+            "--no-progress",
+            "--report-dir",
+            "reports",
+            "case.json",
+        ],
+        dir.path(),
+        1,
+    );
+    assert!(
+        out.stdout
+            .contains("repeat: divergence map reports/case.repeat.png"),
+        "{}",
+        out.stdout
+    );
+    let png = std::fs::read(dir.path().join("reports/case.repeat.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    // A learning rate that blows the weights up: deterministic, so identical, but overflowing.
+    scenario(
+        dir.path(),
+        "train",
+        r#", "params": {"dataset_size": 72, "global_batch": 12, "optimizer": {"kind": "sgd", "lr": 1e30}}"#,
+        &[],
+    );
+    let out = expect(&["check", "--no-progress", "case.json"], dir.path(), 0);
+    assert!(
+        out.stdout.contains("first overflow: step "),
+        "{}",
+        out.stdout
+    );
+}

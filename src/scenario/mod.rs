@@ -140,6 +140,11 @@ impl<'a> RankContext<'a> {
         self.comm.allreduce(tensor, op, self.mode)
     }
 
+    /// The recorder, to attach a tap (dumps).
+    pub(crate) fn recorder_mut(&mut self) -> &mut Recorder {
+        &mut self.recorder
+    }
+
     /// Finishes the rank: its recorder.
     #[must_use]
     pub fn into_recorder(self) -> Recorder {

@@ -1,0 +1,383 @@
+//! The CLI's dump commands: `detcheck run --dump`, `detcheck compare`, `detcheck curves`, and
+//! the divergence maps and overflow lines of `detcheck check`. Printing and exit codes only; the
+//! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`).
+
+use crate::{EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_RUN_FAILED};
+use detcheck::{
+    compare_curves, compare_dumps, dump_scenario, load_curve, write_curve_plots, CheckOptions,
+    CompareOptions, DumpComparison, DumpMode, DumpRunError, ExactF64, KindRegistry, ScenarioReport,
+    Tolerance,
+};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Standard output, collected and written when dropped, ignoring a closed pipe: `detcheck
+/// compare A B | head` must not panic.
+struct Out(String);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let _ = std::io::stdout().lock().write_all(self.0.as_bytes());
+    }
+}
+
+/// `println!` into an [`Out`].
+macro_rules! outln {
+    ($o:expr) => {
+        $o.0.push('\n')
+    };
+    ($o:expr, $($arg:tt)*) => {{
+        let _ = writeln!($o.0, $($arg)*);
+    }};
+}
+
+/// `detcheck run SCENARIO --dump DIR`.
+pub(crate) fn run(
+    scenario: &Path,
+    dir: &Path,
+    mode: DumpMode,
+    perturb: Option<usize>,
+    options: &CheckOptions,
+) -> u8 {
+    let scenario = match KindRegistry::builtin().load_file(scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    match dump_scenario(&scenario, dir, mode, options, perturb) {
+        Ok(trace) => {
+            let mut o = Out(String::new());
+            outln!(
+                o,
+                "wrote {}: {} ranks, {} steps, {} records, {mode} mode",
+                dir.display(),
+                trace.world_size(),
+                scenario.spec.steps,
+                trace.num_records()
+            );
+            EXIT_OK
+        }
+        Err(DumpRunError::Dump(e)) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_RUN_FAILED
+        }
+    }
+}
+
+fn show(x: Option<ExactF64>) -> String {
+    x.map_or("-".to_owned(), |v| format!("{:.6e}", v.0))
+}
+
+fn delta(a: Option<ExactF64>, b: Option<ExactF64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if a == b => "0".into(),
+        (Some(a), Some(b)) => format!("{:+.3e}", b.0 - a.0),
+        _ => "-".into(),
+    }
+}
+
+fn clip(name: &str, width: usize) -> String {
+    if name.chars().count() <= width {
+        name.to_owned()
+    } else {
+        let tail: String = name
+            .chars()
+            .rev()
+            .take(width - 3)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("...{tail}")
+    }
+}
+
+/// Prints a comparison: header, first divergence, notes, the table, overflows.
+fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &DumpComparison) {
+    outln!(
+        o,
+        "A: {} ({}, {} ranks)",
+        a.display(),
+        cmp.left,
+        cmp.world_sizes.0
+    );
+    outln!(
+        o,
+        "B: {} ({}, {} ranks)",
+        b.display(),
+        cmp.right,
+        cmp.world_sizes.1
+    );
+    outln!(
+        o,
+        "compared {} records: {} differ",
+        cmp.num_compared,
+        cmp.num_differing
+    );
+    match &cmp.first {
+        Some(first) => outln!(o, "first divergence: {first}"),
+        None => outln!(o, "identical"),
+    }
+    for note in &cmp.notes {
+        outln!(o, "note: {note}");
+    }
+    if !cmp.rows.is_empty() {
+        let width = cmp
+            .rows
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 48);
+        let full = cmp.rows.iter().any(|r| r.metrics.is_some());
+        outln!(o);
+        if full {
+            outln!(
+                o,
+                "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:>11} {:>11} {:>10} {:>7} {:>7}",
+                "step",
+                "rank",
+                "seq",
+                "tensor",
+                "difference",
+                "max_abs",
+                "max_rel",
+                "cosine",
+                "<1e-3",
+                "<5e-3"
+            );
+        } else {
+            outln!(
+                o,
+                "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
+                "step",
+                "rank",
+                "seq",
+                "tensor",
+                "difference",
+                "md5 A",
+                "md5 B",
+                "dmax",
+                "dmin",
+                "dmean",
+                "dnorm"
+            );
+        }
+        for r in &cmp.rows {
+            let name = clip(&r.name, width);
+            let head = format!(
+                "{:>6} {:>5} {:>5}  {name:<width$}  {:<18}",
+                r.step,
+                r.rank,
+                r.seq,
+                r.difference.to_string()
+            );
+            if let Some(m) = &r.metrics {
+                outln!(
+                    o,
+                    "{head} {:>11.4e} {:>11.4e} {:>10.6} {:>6.1}% {:>6.1}%",
+                    m.max_abs_err,
+                    m.max_rel_err,
+                    m.cosine,
+                    100.0 * m.within_1e3,
+                    100.0 * m.within_5e3
+                );
+            } else if full {
+                outln!(o, "{head}");
+            } else {
+                let digest = |s: &Option<detcheck::RecordSummary>| {
+                    s.as_ref()
+                        .and_then(|s| s.digest.clone())
+                        .map_or("-".to_owned(), |d| d.chars().take(12).collect())
+                };
+                let (sa, sb) = (
+                    r.left.as_ref().and_then(|s| s.stats),
+                    r.right.as_ref().and_then(|s| s.stats),
+                );
+                let d = |f: fn(&detcheck::Stats) -> Option<ExactF64>| {
+                    delta(sa.as_ref().and_then(f), sb.as_ref().and_then(f))
+                };
+                outln!(
+                    o,
+                    "{head} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
+                    digest(&r.left),
+                    digest(&r.right),
+                    d(|s| s.max),
+                    d(|s| s.min),
+                    d(|s| s.mean),
+                    d(|s| s.norm)
+                );
+            }
+        }
+        if cmp.num_differing > cmp.rows.len() as u64 {
+            outln!(
+                o,
+                "... and {} more differing records (--max-rows N to show more, 0 for all)",
+                cmp.num_differing - cmp.rows.len() as u64
+            );
+        }
+        if let Some(first) = &cmp.first {
+            for (label, side) in [("A", &first.left), ("B", &first.right)] {
+                if let Some(s) = side {
+                    let stats = s.stats.map_or(String::new(), |st| {
+                        format!(
+                            " max {} min {} mean {} norm {}",
+                            show(st.max),
+                            show(st.min),
+                            show(st.mean),
+                            show(st.norm)
+                        )
+                    });
+                    outln!(
+                        o,
+                        "first divergence in {label}: {} digest {}{stats}",
+                        s.layout,
+                        s.digest.as_deref().unwrap_or("-")
+                    );
+                }
+            }
+        }
+    }
+    outln!(o);
+    for (label, overflow) in ["A", "B"].iter().zip(&cmp.overflow) {
+        match overflow {
+            Some(first) => outln!(o, "overflow in {label}: {first}"),
+            None => outln!(o, "overflow in {label}: none (no NaN, Inf or |x| >= 65504)"),
+        }
+    }
+}
+
+/// `detcheck compare A B`.
+pub(crate) fn compare(a: &Path, b: &Path, max_rows: usize, map: Option<&Path>) -> u8 {
+    let options = CompareOptions {
+        max_rows: if max_rows == 0 { usize::MAX } else { max_rows },
+        map: map.is_some(),
+    };
+    let cmp = match compare_dumps(a, b, &options) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let mut o = Out(String::new());
+    print_comparison(&mut o, a, b, &cmp);
+    if let (Some(path), Some(m)) = (map, &cmp.map) {
+        let title = format!("divergence map: {} vs {}", a.display(), b.display());
+        if let Err(e) = m.write_png(path, &title) {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+        outln!(o, "divergence map: {}", path.display());
+    }
+    if cmp.is_identical() {
+        EXIT_OK
+    } else {
+        EXIT_CHECK_FAILED
+    }
+}
+
+/// `detcheck curves A B`.
+pub(crate) fn curves(
+    a: &Path,
+    b: &Path,
+    name: &str,
+    tolerance: Tolerance,
+    plot: Option<&Path>,
+) -> u8 {
+    let (ca, cb) = match (load_curve(a, name), load_curve(b, name)) {
+        (Ok(ca), Ok(cb)) => (ca, cb),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let cmp = compare_curves(&ca, &cb, tolerance);
+    let mut o = Out(String::new());
+    let yes = |ok: bool| if ok { "yes" } else { "NO" };
+    outln!(
+        o,
+        "{name}: A {} ({} steps), B {} ({} steps), {} steps in common",
+        a.display(),
+        ca.points.len(),
+        b.display(),
+        cb.points.len(),
+        cmp.num_common
+    );
+    outln!(
+        o,
+        "tolerance: |A - B| <= atol + rtol*|B|, atol {:e}, rtol {:e}",
+        tolerance.atol,
+        tolerance.rtol
+    );
+    match cmp.first_two_close {
+        Some(ok) => outln!(o, "first two steps allclose: {}", yes(ok)),
+        None => outln!(
+            o,
+            "first two steps allclose: - (fewer than two common steps)"
+        ),
+    }
+    outln!(o, "whole run allclose: {}", yes(cmp.all_close));
+    if let Some((step, x, y)) = cmp.first_beyond {
+        outln!(
+            o,
+            "first step beyond tolerance: {step} (A {x:.9e}, B {y:.9e}, |A - B| {:.3e} > {:.3e})",
+            (x - y).abs(),
+            tolerance.atol + tolerance.rtol * y.abs()
+        );
+    }
+    if let Some((step, d)) = cmp.max_abs_diff {
+        outln!(o, "max |A - B|: {d:.3e} at step {step}");
+    }
+    for (label, only) in [("A", &cmp.only_left), ("B", &cmp.only_right)] {
+        if !only.is_empty() {
+            let shown: Vec<String> = only.iter().take(8).map(ToString::to_string).collect();
+            let more = if only.len() > 8 { ", ..." } else { "" };
+            outln!(o, "steps only in {label}: {}{more}", shown.join(", "));
+        }
+    }
+    if let Some(stem) = plot {
+        match write_curve_plots(&ca, &cb, &cmp, stem) {
+            Ok((png, svg)) => outln!(o, "plots: {} {}", png.display(), svg.display()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
+    if cmp.all_close {
+        EXIT_OK
+    } else {
+        EXIT_CHECK_FAILED
+    }
+}
+
+/// Writes the divergence maps of a scenario's failed checks into `dir`; returns lines to print.
+pub(crate) fn write_maps(report: &ScenarioReport, dir: Option<&Path>) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(o) = &report.overflow {
+        lines.push(format!("  first overflow: {o}"));
+    }
+    let Some(dir) = dir else {
+        return lines;
+    };
+    for (kind, map) in &report.maps {
+        let path: PathBuf = dir.join(format!("{}.{kind}.png", report.name));
+        let title = format!("{}: {kind} check, first divergent tensor", report.name);
+        let written = std::fs::create_dir_all(dir)
+            .map_err(|e| e.to_string())
+            .and_then(|()| map.write_png(&path, &title).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => lines.push(format!("  {kind}: divergence map {}", path.display())),
+            Err(e) => lines.push(format!("  {kind}: cannot write the divergence map: {e}")),
+        }
+    }
+    lines
+}

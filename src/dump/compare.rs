@@ -1,0 +1,868 @@
+//! Comparing two dumps, streaming: the engine behind `detcheck compare`.
+//!
+//! Each rank of the two dumps is read step by step, in lockstep; memory holds one step of one rank
+//! of each side, plus the rows kept for the report. Within a step, records are matched by (name,
+//! occurrence): the k-th record named `x` on one side with the k-th named `x` on the other, so an
+//! extra or missing record shifts nothing after it. Two matched records differ when their dtype or
+//! shape differ, or their digests differ (md5, or msprobe's checksum); when neither side holds a
+//! digest, when their statistics differ. With full tensors on both sides, each differing row also
+//! gets numeric metrics (max absolute and relative error, cosine similarity, shares within 1e-3
+//! and 5e-3 relative error).
+//!
+//! Guarantee: bitwise, as the digests; the metrics only describe a difference. The result is a pure
+//! function of the two dumps: the first divergence is the earliest step, then record (seq), then
+//! rank, and rows are kept in that order.
+
+use crate::digest::Stats;
+use crate::dump::format::Entry;
+use crate::dump::reader::{Batch, Layout, RankSource};
+use crate::dump::{open_dump, Dump, DumpError};
+use crate::overflow::{classify, Overflow};
+use crate::picture::DivergenceMap;
+use crate::tensor::{Tensor, TensorData};
+use crate::trace::{Record, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+
+/// How to compare dumps.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// The most differing records kept for the report (the first ones, in order).
+    pub max_rows: usize,
+    /// Build the ranks × steps [`DivergenceMap`].
+    pub map: bool,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions {
+            max_rows: 50,
+            map: false,
+        }
+    }
+}
+
+/// How two matched records differ, or which side lacks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Difference {
+    /// Same dtype and shape, different digest.
+    Digest,
+    /// No digests to compare; the statistics differ.
+    Stats,
+    /// Different dtype or shape.
+    Layout,
+    /// Only the left dump (A) has this record.
+    OnlyLeft,
+    /// Only the right dump (B) has this record.
+    OnlyRight,
+}
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Difference::Digest => "md5 differs",
+            Difference::Stats => "stats differ",
+            Difference::Layout => "dtype/shape differ",
+            Difference::OnlyLeft => "only in A",
+            Difference::OnlyRight => "only in B",
+        })
+    }
+}
+
+/// One side of a differing record, as the report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordSummary {
+    /// dtype and shape, e.g. `f32[4,8]`.
+    pub layout: String,
+    /// The digest in hex, if the dump holds one.
+    pub digest: Option<String>,
+    /// The statistics, if the dump holds them.
+    pub stats: Option<Stats>,
+}
+
+/// Numeric differences between two full tensors (B is the reference, as msprobe's bench side).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TensorMetrics {
+    /// max |a - b|.
+    pub max_abs_err: f64,
+    /// max |a - b| / |b| (0 where both are 0, Inf where only b is).
+    pub max_rel_err: f64,
+    /// a·b / (|a| |b|) (1 when both are all zeros).
+    pub cosine: f64,
+    /// Share of elements with relative error ≤ 1e-3 (msprobe's "One Thousandth Err Ratio").
+    pub within_1e3: f64,
+    /// Share of elements with relative error ≤ 5e-3 ("Five Thousandths Err Ratio").
+    pub within_5e3: f64,
+}
+
+impl TensorMetrics {
+    /// The metrics of two tensors of the same number of elements, read as `f64`.
+    #[must_use]
+    pub fn between(a: &Tensor, b: &Tensor) -> Option<Self> {
+        fn as_f64(t: &Tensor) -> Vec<f64> {
+            match t.data() {
+                TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::F64(v) => v.clone(),
+                TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+                TensorData::U8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            }
+        }
+        let (a, b) = (as_f64(a), as_f64(b));
+        if a.len() != b.len() {
+            return None;
+        }
+        let (mut max_abs, mut max_rel, mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0, 0.0, 0.0);
+        let (mut in1, mut in5) = (0u64, 0u64);
+        for (&x, &y) in a.iter().zip(&b) {
+            let same = x == y || (x.is_nan() && y.is_nan());
+            let abs = if same { 0.0 } else { (x - y).abs() };
+            let abs = if abs.is_nan() { f64::INFINITY } else { abs };
+            let rel = if same {
+                0.0
+            } else if y == 0.0 {
+                f64::INFINITY
+            } else {
+                abs / y.abs()
+            };
+            max_abs = max_abs.max(abs);
+            max_rel = max_rel.max(rel);
+            in1 += u64::from(rel <= 1e-3);
+            in5 += u64::from(rel <= 5e-3);
+            if x.is_finite() && y.is_finite() {
+                dot += x * y;
+                na += x * x;
+                nb += y * y;
+            }
+        }
+        let n = a.len().max(1) as f64;
+        let cosine = if na == 0.0 && nb == 0.0 {
+            1.0
+        } else if na == 0.0 || nb == 0.0 {
+            0.0
+        } else {
+            dot / (na.sqrt() * nb.sqrt())
+        };
+        Some(TensorMetrics {
+            max_abs_err: max_abs,
+            max_rel_err: max_rel,
+            cosine,
+            within_1e3: in1 as f64 / n,
+            within_5e3: in5 as f64 / n,
+        })
+    }
+}
+
+/// One differing record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DumpDivergence {
+    /// Its step.
+    pub step: u64,
+    /// Its rank.
+    pub rank: u32,
+    /// Its position in the step (on A, or on B when only B has it).
+    pub seq: u32,
+    /// The tensor's name.
+    pub name: String,
+    /// How it differs.
+    pub difference: Difference,
+    /// A's record.
+    pub left: Option<RecordSummary>,
+    /// B's record.
+    pub right: Option<RecordSummary>,
+    /// Numeric differences, when both dumps hold the full tensors.
+    pub metrics: Option<TensorMetrics>,
+}
+
+impl DumpDivergence {
+    fn key(&self) -> (u64, u32, u32) {
+        (self.step, self.seq, self.rank)
+    }
+}
+
+impl fmt::Display for DumpDivergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step {} rank {} seq {} `{}`: {}",
+            self.step, self.rank, self.seq, self.name, self.difference
+        )
+    }
+}
+
+/// The result of comparing two dumps: data, not an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[must_use]
+pub struct DumpComparison {
+    /// What A is (`detcheck trace, md5 mode`, `msprobe dump at ...`).
+    pub left: String,
+    /// What B is.
+    pub right: String,
+    /// The ranks of A and of B.
+    pub world_sizes: (u32, u32),
+    /// Record pairs compared, including records present on one side only.
+    pub num_compared: u64,
+    /// Pairs that differ.
+    pub num_differing: u64,
+    /// The first divergence: earliest step, then seq, then rank.
+    pub first: Option<DumpDivergence>,
+    /// The first differing records, in order, at most `max_rows`.
+    pub rows: Vec<DumpDivergence>,
+    /// Explanations of structural differences: world sizes, steps, names, missing statistics.
+    pub notes: Vec<String>,
+    /// The first overflow (NaN, Inf, fp16 saturation) in A and in B.
+    pub overflow: [Option<Overflow>; 2],
+    /// The ranks × steps map, when asked for.
+    pub map: Option<DivergenceMap>,
+}
+
+impl DumpComparison {
+    /// `true` when nothing differs.
+    #[must_use]
+    pub fn is_identical(&self) -> bool {
+        self.num_differing == 0
+    }
+}
+
+/// A set of ranks that can be compared: a dump on disk or a trace in memory.
+pub(crate) trait Side {
+    fn world_size(&self) -> u32;
+    fn describe(&self) -> String;
+    fn has_stats(&self) -> bool;
+    fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError>;
+}
+
+impl Side for Dump {
+    fn world_size(&self) -> u32 {
+        Dump::world_size(self)
+    }
+    fn describe(&self) -> String {
+        Dump::describe(self)
+    }
+    fn has_stats(&self) -> bool {
+        Dump::has_stats(self)
+    }
+    fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError> {
+        Dump::open_rank(self, rank)
+    }
+}
+
+/// Compares two dump folders (detcheck traces or msprobe dumps), streaming.
+///
+/// # Errors
+/// [`DumpError`] when a folder or file cannot be read, or is truncated, corrupt or of another
+/// format version. Differences are not errors: they are in the [`DumpComparison`].
+pub fn compare_dumps(
+    left: &Path,
+    right: &Path,
+    options: &CompareOptions,
+) -> Result<DumpComparison, DumpError> {
+    let (a, b) = (open_dump(left)?, open_dump(right)?);
+    compare_sources(&a, &b, options)
+}
+
+/// An in-memory trace as a comparison side: every record, or (for the `replicas` check) the
+/// replicated records of one rank standing in for every rank.
+pub(crate) struct MemoryDump<'t> {
+    pub(crate) trace: &'t Trace,
+    /// `Some(r)`: every rank reads rank r's replicated records; `None`: each rank its own records.
+    pub(crate) replicas_of: Option<u32>,
+    /// Only replicated records.
+    pub(crate) replicated_only: bool,
+}
+
+impl Side for MemoryDump<'_> {
+    fn world_size(&self) -> u32 {
+        self.trace.world_size() as u32
+    }
+    fn describe(&self) -> String {
+        "trace in memory".into()
+    }
+    fn has_stats(&self) -> bool {
+        true
+    }
+    fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError> {
+        let from = self.replicas_of.unwrap_or(rank) as usize;
+        let records = self.trace.ranks.get(from).map_or(&[][..], |r| &r.records);
+        Ok(Box::new(MemoryRank {
+            records,
+            replicated_only: self.replicated_only,
+            pos: 0,
+            names: Vec::new(),
+            name_ids: HashMap::new(),
+            layouts: Vec::new(),
+        }))
+    }
+}
+
+struct MemoryRank<'t> {
+    records: &'t [Record],
+    replicated_only: bool,
+    pos: usize,
+    names: Vec<String>,
+    name_ids: HashMap<String, u32>,
+    layouts: Vec<Layout>,
+}
+
+impl RankSource for MemoryRank<'_> {
+    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
+        out.clear();
+        let Some(step) = self.records.get(self.pos).map(|r| r.step) else {
+            return Ok(None);
+        };
+        while let Some(r) = self.records.get(self.pos).filter(|r| r.step == step) {
+            self.pos += 1;
+            if self.replicated_only && !r.replicated {
+                continue;
+            }
+            let name = *self.name_ids.entry(r.name.clone()).or_insert_with(|| {
+                self.names.push(r.name.clone());
+                (self.names.len() - 1) as u32
+            });
+            let layout = Layout {
+                dtype: r.dtype.name().to_owned(),
+                shape: r.shape.iter().map(|&d| d as u64).collect(),
+            };
+            let layout = match self.layouts.iter().position(|l| *l == layout) {
+                Some(i) => i as u32,
+                None => {
+                    self.layouts.push(layout);
+                    (self.layouts.len() - 1) as u32
+                }
+            };
+            let entry = Entry {
+                step,
+                seq: r.seq,
+                name,
+                layout,
+                replicated: r.replicated,
+                digest: crate::dump::format::Digest::md5(r.md5.0),
+            };
+            out.push(entry, Some(r.stats));
+        }
+        Ok(Some(step))
+    }
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+    fn layouts(&self) -> &[Layout] {
+        &self.layouts
+    }
+    fn tensor(&mut self, _entry: &Entry) -> Result<Option<Tensor>, DumpError> {
+        Ok(None)
+    }
+}
+
+/// Steps seen on one side only, as ranges.
+#[derive(Default)]
+struct StepRanges(Vec<(u64, u64)>);
+
+impl StepRanges {
+    fn push(&mut self, step: u64) {
+        match self.0.last_mut() {
+            Some((_, end)) if *end + 1 == step => *end = step,
+            _ => self.0.push((step, step)),
+        }
+    }
+    fn describe(&self) -> String {
+        let mut parts: Vec<String> = self
+            .0
+            .iter()
+            .take(4)
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}..={b}")
+                }
+            })
+            .collect();
+        if self.0.len() > 4 {
+            parts.push("...".into());
+        }
+        parts.join(", ")
+    }
+}
+
+/// Records that only one side has within steps both have.
+#[derive(Default)]
+struct OnlyIn {
+    count: u64,
+    example: Option<(u64, u32, String)>,
+}
+
+struct Engine<'o> {
+    options: &'o CompareOptions,
+    num_compared: u64,
+    num_differing: u64,
+    first: Option<DumpDivergence>,
+    rows: BTreeMap<(u64, u32, u32), DumpDivergence>,
+    overflow: [Option<Overflow>; 2],
+    only: [OnlyIn; 2],
+    step_notes: BTreeMap<String, Vec<u32>>,
+    /// step -> one cell per rank (when a map is asked for).
+    map: Option<BTreeMap<u64, Vec<u32>>>,
+    map_names: Vec<String>,
+    map_name_ids: HashMap<String, u32>,
+    world: u32,
+}
+
+/// Map cell codes; a tensor's cell is `TENSOR + its index` in the map's names.
+pub(crate) mod cell_codes {
+    pub(crate) const NO_DATA: u32 = u32::MAX;
+    pub(crate) const IDENTICAL: u32 = 0;
+    pub(crate) const ONE_SIDE: u32 = 1;
+    pub(crate) const TENSOR: u32 = 2;
+}
+use cell_codes::{
+    IDENTICAL as CELL_IDENTICAL, NO_DATA as CELL_NO_DATA, ONE_SIDE as CELL_ONE_SIDE,
+    TENSOR as CELL_TENSOR,
+};
+
+/// For one rank: which name and layout ids of A are known to equal which ids of B, so the hot
+/// loop compares integers, not strings.
+#[derive(Default)]
+struct IdMaps {
+    names: Vec<u32>,
+    layouts: Vec<u32>,
+}
+
+impl IdMaps {
+    /// `true` when id `a` of A means the same as id `b` of B (`equal` decides the first time).
+    #[inline]
+    fn same(map: &mut Vec<u32>, a: u32, b: u32, equal: impl Fn(u32, u32) -> bool) -> bool {
+        if map.get(a as usize) == Some(&b) {
+            return true;
+        }
+        if !equal(a, b) {
+            return false;
+        }
+        if map.len() <= a as usize {
+            map.resize(a as usize + 1, u32::MAX);
+        }
+        map[a as usize] = b;
+        true
+    }
+}
+
+/// A differing pair within one step: indices into the two step batches.
+type Pair = (Option<usize>, Option<usize>, Difference);
+
+/// Compares two sides rank by rank.
+pub(crate) fn compare_sources(
+    a: &dyn Side,
+    b: &dyn Side,
+    options: &CompareOptions,
+) -> Result<DumpComparison, DumpError> {
+    let (wa, wb) = (a.world_size(), b.world_size());
+    let world = wa.max(wb);
+    let mut engine = Engine {
+        options,
+        num_compared: 0,
+        num_differing: 0,
+        first: None,
+        rows: BTreeMap::new(),
+        overflow: [None, None],
+        only: [OnlyIn::default(), OnlyIn::default()],
+        step_notes: BTreeMap::new(),
+        map: options.map.then(BTreeMap::new),
+        map_names: Vec::new(),
+        map_name_ids: HashMap::new(),
+        world,
+    };
+    for rank in 0..world {
+        let sa = if rank < wa {
+            Some(a.open_rank(rank)?)
+        } else {
+            None
+        };
+        let sb = if rank < wb {
+            Some(b.open_rank(rank)?)
+        } else {
+            None
+        };
+        engine.compare_rank(rank, sa, sb)?;
+    }
+    let mut notes = Vec::new();
+    if wa != wb {
+        let (more, fewer, side) = if wa > wb {
+            (wa, wb, "A")
+        } else {
+            (wb, wa, "B")
+        };
+        notes.push(format!(
+            "different world sizes: A has {wa} ranks and B has {wb}; ranks {fewer}..={} are only in \
+             {side}, and all their records count as differing",
+            more - 1
+        ));
+    }
+    for (text, ranks) in &engine.step_notes {
+        notes.push(format!("{} {text}", describe_ranks(ranks)));
+    }
+    for (side, only) in ["A", "B"].iter().zip(&engine.only) {
+        if let Some((step, rank, name)) = &only.example {
+            notes.push(format!(
+                "{} records are only in {side} within steps both have (records are matched by \
+                 name and occurrence), the first at step {step} rank {rank}: `{name}`",
+                only.count
+            ));
+        }
+    }
+    for (side, s) in [("A", a), ("B", b)] {
+        if !s.has_stats() {
+            notes.push(format!(
+                "{side} holds no statistics (md5 mode): stat deltas and overflows are not shown for it"
+            ));
+        }
+    }
+    let map = engine.map.take().map(|cells| {
+        let steps: Vec<u64> = cells.keys().copied().collect();
+        let cells = cells.into_values().flatten().collect();
+        DivergenceMap::new(world, steps, cells, std::mem::take(&mut engine.map_names))
+    });
+    Ok(DumpComparison {
+        left: a.describe(),
+        right: b.describe(),
+        world_sizes: (wa, wb),
+        num_compared: engine.num_compared,
+        num_differing: engine.num_differing,
+        first: engine.first,
+        rows: engine.rows.into_values().collect(),
+        notes,
+        overflow: engine.overflow,
+        map,
+    })
+}
+
+fn describe_ranks(ranks: &[u32]) -> String {
+    if ranks.len() == 1 {
+        return format!("rank {}:", ranks[0]);
+    }
+    let contiguous = ranks.windows(2).all(|w| w[1] == w[0] + 1);
+    if contiguous {
+        format!("ranks {}..={}:", ranks[0], ranks[ranks.len() - 1])
+    } else {
+        let list: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+        format!("ranks {}:", list.join(", "))
+    }
+}
+
+fn summary(batch: &Batch, i: usize, src: &dyn RankSource) -> RecordSummary {
+    let e = &batch.entries[i];
+    RecordSummary {
+        layout: src.layouts()[e.layout as usize].describe(),
+        digest: (!e.digest.is_none()).then(|| e.digest.hex()),
+        stats: batch.stats(i).copied(),
+    }
+}
+
+impl Engine<'_> {
+    fn compare_rank(
+        &mut self,
+        rank: u32,
+        mut a: Option<Box<dyn RankSource + '_>>,
+        mut b: Option<Box<dyn RankSource + '_>>,
+    ) -> Result<(), DumpError> {
+        let (mut ea, mut eb) = (Batch::default(), Batch::default());
+        let mut step_a = match a.as_mut() {
+            Some(s) => s.next_step(&mut ea)?,
+            None => None,
+        };
+        let mut step_b = match b.as_mut() {
+            Some(s) => s.next_step(&mut eb)?,
+            None => None,
+        };
+        let (mut only_a, mut only_b) = (StepRanges::default(), StepRanges::default());
+        let mut ids = IdMaps::default();
+        loop {
+            let (take_a, take_b) = match (step_a, step_b) {
+                (None, None) => break,
+                (Some(x), Some(y)) => (x <= y, y <= x),
+                (Some(_), None) => (true, false),
+                (None, Some(_)) => (false, true),
+            };
+            let step = if take_a { step_a } else { step_b }.expect("a step");
+            if take_a {
+                let src = a.as_deref().expect("side A");
+                self.scan_overflow(0, rank, &ea, src);
+            }
+            if take_b {
+                let src = b.as_deref().expect("side B");
+                self.scan_overflow(1, rank, &eb, src);
+            }
+            match (take_a, take_b) {
+                (true, true) => {
+                    let (sa, sb) = (a.as_deref_mut().expect("A"), b.as_deref_mut().expect("B"));
+                    self.compare_step(rank, step, &ea, &eb, sa, sb, &mut ids)?;
+                }
+                (true, false) => {
+                    if b.is_some() {
+                        only_a.push(step);
+                    }
+                    let pairs: Vec<Pair> = (0..ea.entries.len())
+                        .map(|i| (Some(i), None, Difference::OnlyLeft))
+                        .collect();
+                    self.num_compared += pairs.len() as u64;
+                    self.report(rank, step, &pairs, &ea, &eb, a.as_deref_mut(), None, false)?;
+                }
+                _ => {
+                    if a.is_some() {
+                        only_b.push(step);
+                    }
+                    let pairs: Vec<Pair> = (0..eb.entries.len())
+                        .map(|j| (None, Some(j), Difference::OnlyRight))
+                        .collect();
+                    self.num_compared += pairs.len() as u64;
+                    self.report(rank, step, &pairs, &ea, &eb, None, b.as_deref_mut(), false)?;
+                }
+            }
+            if take_a {
+                step_a = a.as_mut().expect("A").next_step(&mut ea)?;
+            }
+            if take_b {
+                step_b = b.as_mut().expect("B").next_step(&mut eb)?;
+            }
+        }
+        for (ranges, side) in [(only_a, "A"), (only_b, "B")] {
+            if !ranges.0.is_empty() {
+                let text = format!("steps {} are only in {side}", ranges.describe());
+                self.step_notes.entry(text).or_default().push(rank);
+            }
+        }
+        Ok(())
+    }
+
+    fn scan_overflow(&mut self, side: usize, rank: u32, batch: &Batch, src: &dyn RankSource) {
+        let best = &mut self.overflow[side];
+        if batch.stats(0).is_none() {
+            return;
+        }
+        for (i, e) in batch.entries.iter().enumerate() {
+            if best
+                .as_ref()
+                .is_some_and(|o| (e.step, e.seq, rank) >= (o.step, o.seq, o.rank))
+            {
+                return;
+            }
+            if let Some(kind) = batch.stats(i).and_then(classify) {
+                *best = Some(Overflow {
+                    step: e.step,
+                    rank,
+                    seq: e.seq,
+                    name: src.names()[e.name as usize].clone(),
+                    kind,
+                });
+                return;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn compare_step<'s>(
+        &mut self,
+        rank: u32,
+        step: u64,
+        a: &Batch,
+        b: &Batch,
+        sa: &mut (dyn RankSource + 's),
+        sb: &mut (dyn RankSource + 's),
+        ids: &mut IdMaps,
+    ) -> Result<(), DumpError> {
+        let (ea, eb) = (&a.entries, &b.entries);
+        let (na, nb) = (sa.names(), sb.names());
+        let (la, lb) = (sa.layouts(), sb.layouts());
+        let mut pairs: Vec<Pair> = Vec::new();
+        let positional = ea.len() == eb.len()
+            && ea.iter().zip(eb).all(|(x, y)| {
+                IdMaps::same(&mut ids.names, x.name, y.name, |i, j| {
+                    na[i as usize] == nb[j as usize]
+                })
+            });
+        let layouts = &mut ids.layouts;
+        let mut differ = |i: usize, j: usize| -> Option<Difference> {
+            let (x, y) = (&ea[i], &eb[j]);
+            if !IdMaps::same(layouts, x.layout, y.layout, |i, j| {
+                la[i as usize] == lb[j as usize]
+            }) {
+                return Some(Difference::Layout);
+            }
+            if !x.digest.is_none() && !y.digest.is_none() {
+                return (x.digest != y.digest).then_some(Difference::Digest);
+            }
+            match (a.stats(i), b.stats(j)) {
+                (Some(s), Some(t)) if s != t => Some(Difference::Stats),
+                _ => None,
+            }
+        };
+        if positional {
+            self.num_compared += ea.len() as u64;
+            for i in 0..ea.len() {
+                if let Some(d) = differ(i, i) {
+                    pairs.push((Some(i), Some(i), d));
+                }
+            }
+        } else {
+            // Match the k-th record of each name on both sides.
+            let mut right: HashMap<(&str, u32), usize> = HashMap::with_capacity(eb.len());
+            let mut seen: HashMap<&str, u32> = HashMap::new();
+            for (j, y) in eb.iter().enumerate() {
+                let name = nb[y.name as usize].as_str();
+                let k = seen.entry(name).or_insert(0);
+                right.insert((name, *k), j);
+                *k += 1;
+            }
+            seen.clear();
+            let mut all: Vec<Pair> = Vec::new();
+            for (i, x) in ea.iter().enumerate() {
+                let name = na[x.name as usize].as_str();
+                let k = seen.entry(name).or_insert(0);
+                match right.remove(&(name, *k)) {
+                    Some(j) => all.push((Some(i), Some(j), Difference::Digest)),
+                    None => all.push((Some(i), None, Difference::OnlyLeft)),
+                }
+                *k += 1;
+            }
+            let mut rest: Vec<usize> = right.into_values().collect();
+            rest.sort_unstable();
+            all.extend(
+                rest.into_iter()
+                    .map(|j| (None, Some(j), Difference::OnlyRight)),
+            );
+            self.num_compared += all.len() as u64;
+            for (i, j, d) in all {
+                match (i, j) {
+                    (Some(i), Some(j)) => {
+                        if let Some(d) = differ(i, j) {
+                            pairs.push((Some(i), Some(j), d));
+                        }
+                    }
+                    _ => pairs.push((i, j, d)),
+                }
+            }
+            let seq = |p: &Pair| {
+                p.0.map_or_else(|| eb[p.1.expect("a side")].seq, |i| ea[i].seq)
+            };
+            pairs.sort_by_key(seq);
+        }
+        if pairs.is_empty() {
+            if let Some(map) = self.map.as_mut() {
+                let cells = map
+                    .entry(step)
+                    .or_insert_with(|| vec![CELL_NO_DATA; self.world as usize]);
+                if cells[rank as usize] == CELL_NO_DATA {
+                    cells[rank as usize] = CELL_IDENTICAL;
+                }
+            }
+            return Ok(());
+        }
+        self.report(rank, step, &pairs, a, b, Some(sa), Some(sb), true)
+    }
+
+    /// Accounts for the differing pairs of one step of one rank (in seq order).
+    #[allow(clippy::too_many_arguments)]
+    fn report<'s>(
+        &mut self,
+        rank: u32,
+        step: u64,
+        pairs: &[Pair],
+        a: &Batch,
+        b: &Batch,
+        mut sa: Option<&mut (dyn RankSource + 's)>,
+        mut sb: Option<&mut (dyn RankSource + 's)>,
+        both_sides: bool,
+    ) -> Result<(), DumpError> {
+        self.num_differing += pairs.len() as u64;
+        for (index, &(i, j, difference)) in pairs.iter().enumerate() {
+            let x = i.map(|i| &a.entries[i]);
+            let y = j.map(|j| &b.entries[j]);
+            let (seq, name) = match (x, y) {
+                (Some(x), _) => (
+                    x.seq,
+                    sa.as_deref().expect("A").names()[x.name as usize].as_str(),
+                ),
+                (None, Some(y)) => (
+                    y.seq,
+                    sb.as_deref().expect("B").names()[y.name as usize].as_str(),
+                ),
+                (None, None) => continue,
+            };
+            if both_sides {
+                let side = match difference {
+                    Difference::OnlyLeft => Some(0),
+                    Difference::OnlyRight => Some(1),
+                    _ => None,
+                };
+                if let Some(side) = side {
+                    let only = &mut self.only[side];
+                    only.count += 1;
+                    if only.example.is_none() {
+                        only.example = Some((step, rank, name.to_owned()));
+                    }
+                }
+            }
+            if index == 0 {
+                if let Some(map) = self.map.as_mut() {
+                    let code = if both_sides {
+                        let id = match self.map_name_ids.get(name) {
+                            Some(&id) => id,
+                            None => {
+                                let id = self.map_names.len() as u32;
+                                self.map_names.push(name.to_owned());
+                                self.map_name_ids.insert(name.to_owned(), id);
+                                id
+                            }
+                        };
+                        CELL_TENSOR + id
+                    } else {
+                        CELL_ONE_SIDE
+                    };
+                    let cells = map
+                        .entry(step)
+                        .or_insert_with(|| vec![CELL_NO_DATA; self.world as usize]);
+                    cells[rank as usize] = code;
+                }
+            }
+            let key = (step, seq, rank);
+            let want_row = self.rows.len() < self.options.max_rows
+                || self.rows.last_key_value().is_some_and(|(k, _)| key < *k);
+            let want_first = self.first.as_ref().is_none_or(|f| key < f.key());
+            if !want_row && !want_first {
+                continue;
+            }
+            let name = name.to_owned();
+            let metrics = match (x, y, difference) {
+                (Some(x), Some(y), Difference::Digest) => {
+                    let ta = sa.as_deref_mut().expect("A").tensor(x)?;
+                    let tb = sb.as_deref_mut().expect("B").tensor(y)?;
+                    match (ta, tb) {
+                        (Some(ta), Some(tb)) => TensorMetrics::between(&ta, &tb),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let row = DumpDivergence {
+                step,
+                rank,
+                seq,
+                name,
+                difference,
+                left: i.map(|i| summary(a, i, sa.as_deref().expect("A"))),
+                right: j.map(|j| summary(b, j, sb.as_deref().expect("B"))),
+                metrics,
+            };
+            if want_first {
+                self.first = Some(row.clone());
+            }
+            if want_row {
+                self.rows.insert(key, row);
+                if self.rows.len() > self.options.max_rows {
+                    self.rows.pop_last();
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,439 @@
+//! Dumps end to end: write, read back, reject damaged files, compare.
+
+use super::writer::write_trace;
+use super::*;
+use crate::tensor::Tensor;
+use crate::trace::{RecordLevel, Recorder, Trace};
+
+/// A trace of `world` ranks; rank r records `a` = r + step and `b` = `value` at each step.
+fn trace(world: u32, steps: u64, value: f32) -> Trace {
+    let ranks = (0..world)
+        .map(|r| {
+            let mut rec = Recorder::new(r, RecordLevel::Stats);
+            for step in 0..steps {
+                rec.record(
+                    step,
+                    "a",
+                    &Tensor::from_vec(vec![r as f32 + step as f32, 1.0]),
+                );
+                rec.record_replicated(step, "b", &Tensor::scalar(value));
+            }
+            rec.finish()
+        })
+        .collect();
+    Trace { ranks }
+}
+
+fn dump(trace: &Trace, mode: DumpMode) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_trace(dir.path(), trace, mode).unwrap();
+    dir
+}
+
+fn compare(a: &Path, b: &Path) -> DumpComparison {
+    compare_dumps(
+        a,
+        b,
+        &CompareOptions {
+            max_rows: 10,
+            map: true,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_bytes_of_a_dump_do_not_change() {
+    // Golden: the md5 of rank 0's file of a fixed trace, in both modes. A change here is a format
+    // change: bump the version and update docs/trace-format.md.
+    for (mode, expected_len, expected_md5) in [
+        (DumpMode::Md5, 274, "ef54ec6d0b90f97e344600f48fde9e16"),
+        (DumpMode::Stats, 530, "ce6b36d48d4194a3abd838bbb4fdaf28"),
+    ] {
+        let dir = dump(&trace(2, 2, 0.5), mode);
+        let bytes = std::fs::read(trace_path(dir.path(), 0)).unwrap();
+        assert_eq!(bytes.len(), expected_len, "{mode}");
+        assert_eq!(
+            crate::digest::Md5Digest::of_bytes(&bytes).to_string(),
+            expected_md5,
+            "{mode}"
+        );
+    }
+}
+
+#[test]
+fn a_dump_reads_back_as_written() {
+    let t = trace(3, 4, 0.5);
+    for mode in [DumpMode::Md5, DumpMode::Stats] {
+        let dir = dump(&t, mode);
+        let d = open_dump(dir.path()).unwrap();
+        assert_eq!(d.world_size(), 3);
+        let mut src = d.open_rank(1).unwrap();
+        let mut batch = Batch::default();
+        let mut n = 0;
+        while let Some(step) = src.next_step(&mut batch).unwrap() {
+            for (i, e) in batch.entries.iter().enumerate() {
+                let r = &t.ranks[1].records[n];
+                assert_eq!((e.step, e.seq), (r.step, r.seq));
+                assert_eq!(step, r.step);
+                assert_eq!(src.names()[e.name as usize], r.name);
+                assert_eq!(e.digest.bytes, r.md5.0);
+                assert_eq!(e.replicated, r.replicated);
+                assert_eq!(batch.stats(i), mode.has_stats().then_some(&r.stats));
+                n += 1;
+            }
+        }
+        assert_eq!(n, t.ranks[1].records.len());
+        let same = compare(dir.path(), dir.path());
+        assert!(same.is_identical());
+        assert_eq!(same.num_compared, 3 * 4 * 2);
+    }
+}
+
+#[test]
+fn damaged_files_are_rejected_naming_the_file() {
+    let dir = dump(&trace(1, 3, 0.5), DumpMode::Stats);
+    let path = trace_path(dir.path(), 0);
+    let good = std::fs::read(&path).unwrap();
+    let reject = |bytes: &[u8], expect: &str| {
+        std::fs::write(&path, bytes).unwrap();
+        let err = compare_dumps(dir.path(), dir.path(), &CompareOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rank0.dctrace"), "{err}");
+        assert!(err.contains(expect), "{expect:?} not in {err}");
+    };
+    reject(&good[..good.len() - 1], "truncated or incomplete trace");
+    reject(&good[..good.len() / 2], "truncated or incomplete trace");
+    reject(&good[..10], "the file ends inside the header");
+    let mut bad = good.clone();
+    bad[0] = b'X';
+    reject(&bad, "not a detcheck trace");
+    let mut bad = good.clone();
+    bad[8] = 2;
+    reject(&bad, "trace format version 2 is not supported");
+    // A record count that disagrees with the footer.
+    let mut bad = good.clone();
+    let footer = bad.len() - format::FOOTER_LEN;
+    bad[footer + 8] += 1;
+    reject(&bad, "the footer counts 7 records");
+    // An unknown tag in the middle.
+    let mut bad = good.clone();
+    bad[format::HEADER_LEN] = b'?';
+    reject(&bad, "unknown entry tag 0x3f");
+    std::fs::write(&path, &good).unwrap();
+    assert!(compare(dir.path(), dir.path()).is_identical());
+}
+
+#[test]
+fn folders_must_hold_one_whole_dump() {
+    let dir = dump(&trace(3, 1, 0.5), DumpMode::Stats);
+    std::fs::remove_file(trace_path(dir.path(), 1)).unwrap();
+    let err = open_dump(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("rank1.dctrace is missing"), "{err}");
+    let other = dump(&trace(2, 1, 0.5), DumpMode::Md5);
+    std::fs::copy(trace_path(other.path(), 1), trace_path(dir.path(), 1)).unwrap();
+    let err = open_dump(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("files of different dumps are mixed"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let err = open_dump(empty.path()).unwrap_err().to_string();
+    assert!(err.contains("holds no dump"), "{err}");
+}
+
+#[test]
+fn a_writer_rejects_out_of_order_steps_and_leaves_nothing_when_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Stats).unwrap();
+    w.record(3, "x", &Tensor::scalar(1.0f32)).unwrap();
+    let err = w.record(2, "x", &Tensor::scalar(1.0f32)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "record `x` of step 2 comes after step 3: records must be written in step order"
+    );
+    drop(w);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let err = TraceWriter::create(dir.path(), 2, 2, DumpMode::Md5).unwrap_err();
+    assert!(err.to_string().contains("rank 2 does not fit world size 2"));
+}
+
+#[test]
+fn the_first_divergence_is_earliest_step_then_seq_then_rank() {
+    let a = trace(3, 3, 0.5);
+    let mut b = a.clone();
+    // rank 2 differs at step 1 seq 1, rank 1 at step 1 seq 1 too, rank 0 at step 2 seq 0.
+    for (rank, step, seq) in [(2usize, 1u64, 1u32), (1, 1, 1), (0, 2, 0)] {
+        let r = b.ranks[rank]
+            .records
+            .iter_mut()
+            .find(|r| r.step == step && r.seq == seq)
+            .unwrap();
+        r.md5.0[0] ^= 1;
+    }
+    let (da, db) = (dump(&a, DumpMode::Md5), dump(&b, DumpMode::Md5));
+    let cmp = compare(da.path(), db.path());
+    assert_eq!(cmp.num_differing, 3);
+    let first = cmp.first.clone().unwrap();
+    assert_eq!((first.step, first.seq, first.rank), (1, 1, 1));
+    assert_eq!(first.to_string(), "step 1 rank 1 seq 1 `b`: md5 differs");
+    let keys: Vec<_> = cmp.rows.iter().map(|r| (r.step, r.seq, r.rank)).collect();
+    assert_eq!(keys, [(1, 1, 1), (1, 1, 2), (2, 0, 0)]);
+    let map = cmp.map.unwrap();
+    assert_eq!(map.steps(), [0, 1, 2]);
+    // Tensors are numbered in the order they are found: rank 0 first.
+    assert_eq!(map.tensors(), ["a", "b"]);
+    assert_eq!(map.cell(1, 1), crate::MapCell::Diverged(1));
+    assert_eq!(map.cell(0, 1), crate::MapCell::Identical);
+    assert_eq!(map.cell(0, 2), crate::MapCell::Diverged(0));
+}
+
+#[test]
+fn records_are_matched_by_name_and_occurrence() {
+    let a = trace(1, 1, 0.5);
+    let mut b = a.clone();
+    // B records an extra tensor first: everything after it shifts by one seq, and still matches.
+    let mut extra = b.ranks[0].records[0].clone();
+    extra.name = "extra".into();
+    b.ranks[0].records.insert(0, extra);
+    for (i, r) in b.ranks[0].records.iter_mut().enumerate() {
+        r.seq = i as u32;
+    }
+    let (da, db) = (dump(&a, DumpMode::Stats), dump(&b, DumpMode::Stats));
+    let cmp = compare(da.path(), db.path());
+    assert_eq!(cmp.num_differing, 1, "{:?}", cmp.rows);
+    assert_eq!(
+        cmp.first.as_ref().unwrap().difference,
+        Difference::OnlyRight
+    );
+    assert!(
+        cmp.notes
+            .iter()
+            .any(|n| n.contains("1 records are only in B")),
+        "{:?}",
+        cmp.notes
+    );
+}
+
+#[test]
+fn different_world_sizes_and_steps_are_explained() {
+    let (da, db) = (
+        dump(&trace(3, 4, 0.5), DumpMode::Md5),
+        dump(&trace(2, 2, 0.5), DumpMode::Stats),
+    );
+    let cmp = compare(da.path(), db.path());
+    assert!(!cmp.is_identical());
+    let notes = cmp.notes.join("\n");
+    assert!(
+        notes.contains("A has 3 ranks and B has 2; ranks 2..=2 are only in A"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("ranks 0..=1: steps 2..=3 are only in A"),
+        "{notes}"
+    );
+    assert!(notes.contains("A holds no statistics"), "{notes}");
+}
+
+#[test]
+fn full_mode_writes_safetensors_and_compare_measures_the_difference() {
+    let write = |values: Vec<f32>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+        w.record(0, "x", &Tensor::from_vec(values)).unwrap();
+        w.record(1, "y", &Tensor::scalar(7i64)).unwrap();
+        w.finish().unwrap();
+        dir
+    };
+    let a = write(vec![1.0, 2.0, 3.0, 4.0]);
+    let b = write(vec![1.0, 2.0, 3.003, 4.1]);
+    assert!(tensor_path(a.path(), 0, 0).is_file());
+    let cmp = compare(a.path(), b.path());
+    assert_eq!(cmp.num_differing, 1);
+    let m = cmp
+        .first
+        .unwrap()
+        .metrics
+        .expect("full tensors on both sides");
+    assert!((m.max_abs_err - 0.1).abs() < 1e-6, "{m:?}");
+    assert!((m.max_rel_err - 0.1 / 4.1).abs() < 1e-6, "{m:?}");
+    assert!(m.cosine > 0.999 && m.cosine < 1.0, "{m:?}");
+    assert_eq!((m.within_1e3, m.within_5e3), (0.75, 0.75));
+    // A tensor file that is damaged is an error naming it.
+    std::fs::write(tensor_path(b.path(), 0, 0), b"garbage").unwrap();
+    let err = compare_dumps(a.path(), b.path(), &CompareOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("step0.safetensors"), "{err}");
+}
+
+#[test]
+fn overflows_are_found_in_each_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Stats).unwrap();
+    w.record(0, "ok", &Tensor::scalar(1.0f32)).unwrap();
+    w.record(1, "ok", &Tensor::scalar(1.0f32)).unwrap();
+    w.record(1, "sat", &Tensor::from_vec(vec![65504.0f32, 1.0]))
+        .unwrap();
+    w.record(2, "nan", &Tensor::scalar(f32::NAN)).unwrap();
+    w.finish().unwrap();
+    let cmp = compare(dir.path(), dir.path());
+    let o = cmp.overflow[0].clone().unwrap();
+    assert_eq!((o.step, o.name.as_str()), (1, "sat"));
+    assert_eq!(cmp.overflow[0], cmp.overflow[1]);
+}
+
+/// Writes an msprobe dump: `step{s}/rank{r}/dump.json` with two calls per step.
+fn msprobe(root: &Path, world: u32, steps: u64, md5_of: impl Fn(u64, u32, usize) -> String) {
+    for step in 0..steps {
+        for rank in 0..world {
+            let dir = root.join(format!("step{step}")).join(format!("rank{rank}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let tensor = |i: usize| {
+                format!(
+                    r#"{{"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2, 3],
+                        "Max": 1.5, "Min": -0.5, "Mean": 0.25, "Norm": 2.0,
+                        "requires_grad": false, "md5": "{}"}}"#,
+                    md5_of(step, rank, i)
+                )
+            };
+            let json = format!(
+                r#"{{"task": "statistics", "level": "mix", "framework": "pytorch",
+                    "dump_data_dir": null, "data": {{
+                    "Module.conv1.Conv2d.forward.0": {{"input_args": [{}], "input_kwargs": {{}},
+                        "output": [{}]}},
+                    "Functional.relu.0.forward": {{"input_args": [{}],
+                        "input_kwargs": {{"inplace": {{"type": "bool", "value": false}}}},
+                        "output": [{}]}}}}}}"#,
+                tensor(0),
+                tensor(1),
+                tensor(2),
+                tensor(3)
+            );
+            std::fs::write(dir.join("dump.json"), json).unwrap();
+        }
+    }
+}
+
+#[test]
+fn msprobe_dumps_are_compared_in_call_order() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    msprobe(a.path(), 2, 2, |_, _, i| format!("{:08x}", i));
+    // B: rank 1 differs from step 1 on, at the relu input (call 2); rank 0 at step 1 output.
+    msprobe(b.path(), 2, 2, |s, r, i| {
+        let differs = s == 1 && ((r == 1 && i >= 2) || (r == 0 && i == 3));
+        format!("{:08x}", i + if differs { 100 } else { 0 })
+    });
+    let cmp = compare(a.path(), b.path());
+    assert_eq!(cmp.world_sizes, (2, 2));
+    assert_eq!(cmp.num_compared, 2 * 2 * 4);
+    assert_eq!(cmp.num_differing, 3);
+    let first = cmp.first.clone().unwrap();
+    assert_eq!(
+        first.to_string(),
+        "step 1 rank 1 seq 2 `Functional.relu.0.forward.input.0`: md5 differs"
+    );
+    assert_eq!(first.left.unwrap().layout, "float16[2,3]");
+    assert!(cmp.left.starts_with("msprobe dump at"));
+}
+
+#[test]
+fn msprobe_statistics_mode_compares_statistics() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    msprobe(a.path(), 1, 1, |_, _, _| String::new());
+    msprobe(b.path(), 1, 1, |_, _, _| String::new());
+    // Statistics mode: no md5 field. B's third tensor has another Max.
+    for dir in [a.path(), b.path()] {
+        let path = dir.join("step0/rank0/dump.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(r#", "md5": """#, "");
+        std::fs::write(&path, text).unwrap();
+    }
+    let path = b.path().join("step0/rank0/dump.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let third = text.match_indices(r#""Max": 1.5"#).nth(2).unwrap().0;
+    let text = format!("{}\"Max\": 9.5{}", &text[..third], &text[third + 10..]);
+    std::fs::write(&path, text).unwrap();
+    let cmp = compare(a.path(), b.path());
+    assert_eq!(cmp.num_differing, 1);
+    let first = cmp.first.unwrap();
+    assert_eq!(first.difference, Difference::Stats);
+    assert_eq!(first.name, "Functional.relu.0.forward.input.0");
+    assert_eq!(first.right.unwrap().digest, None);
+}
+
+#[test]
+fn a_failed_run_leaves_no_dump() {
+    let spec = serde_json::from_str(
+        r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 1, "reduction": "ring",
+            "deterministic_comm": true, "expect": "identical",
+            "params": {"elements": 8, "fault": {"rank": 2, "step": 1, "kind": "error"}}}"#,
+    )
+    .unwrap();
+    let scenario = crate::scenario::KindRegistry::builtin()
+        .build(spec, Path::new("inline.json"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::CheckOptions {
+        deadline: std::time::Duration::from_secs(2),
+        ..crate::CheckOptions::default()
+    };
+    let err = dump_scenario(&scenario, dir.path(), DumpMode::Full, &options, None).unwrap_err();
+    assert!(err.to_string().contains("rank 2 failed"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_bad_msprobe_field_is_named() {
+    let a = tempfile::tempdir().unwrap();
+    msprobe(a.path(), 1, 1, |_, _, _| "zz".into());
+    let err = compare_dumps(a.path(), a.path(), &CompareOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("dump.json: field `data.Module.conv1.Conv2d.forward.0.input_args.0`"),
+        "{err}"
+    );
+    assert!(err.contains("`md5`: expected up to 32 hex digits"), "{err}");
+    std::fs::write(a.path().join("step0/rank0/dump.json"), r#"{"data": 3}"#).unwrap();
+    let err = compare_dumps(a.path(), a.path(), &CompareOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("field `data`"), "{err}");
+}
+
+#[test]
+fn a_scenario_dump_matches_its_trace_in_memory() {
+    let spec = serde_json::from_str(
+        r#"{"kind": "collective", "world_size": 2, "steps": 2, "seed": 1, "reduction": "ring",
+            "deterministic_comm": true, "expect": "identical", "params": {"elements": 64}}"#,
+    )
+    .unwrap();
+    let scenario = crate::scenario::KindRegistry::builtin()
+        .build(spec, Path::new("inline.json"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d");
+    let trace = dump_scenario(
+        &scenario,
+        &out,
+        DumpMode::Full,
+        &crate::CheckOptions::default(),
+        None,
+    )
+    .unwrap();
+    let other = dump(&trace, DumpMode::Stats);
+    assert!(compare(&out, other.path()).is_identical());
+    assert!(tensor_path(&out, 1, 1).is_file());
+    let err = dump_scenario(
+        &scenario,
+        &out,
+        DumpMode::Md5,
+        &crate::CheckOptions::default(),
+        None,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("already holds a dump"), "{err}");
+}

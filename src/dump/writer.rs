@@ -1,0 +1,478 @@
+//! Writing one rank's trace file (and, in full mode, its tensors), and dumping a scenario's run.
+//!
+//! [`TraceWriter`] is the public way in: built with `create`, fed with `record` (tensors) or
+//! `write_record` (records a `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
+//! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
+//!
+//! Determinism: the bytes written are a pure function of the records, in the order given; ids are
+//! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
+
+use crate::check::{perturbation, CheckOptions};
+use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};
+use crate::digest::{Md5Digest, Stats};
+use crate::dump::format::{self, Digest, Entry, Footer, Header};
+use crate::dump::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
+use crate::scenario::{LoadedScenario, RankContext};
+use crate::tensor::{DType, Tensor, TensorData};
+use crate::trace::{Record, RecordLevel, RecordTap, Trace};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Writes the trace file of one rank, record by record, as `docs/trace-format.md` describes.
+///
+/// Records must come in step order; within a step, [`TraceWriter::record`] numbers them in call
+/// order (as [`crate::Recorder`] does). Nothing is visible under the final name until
+/// [`TraceWriter::finish`] has written the footer, synced the file and renamed it; a writer dropped
+/// without `finish` removes its temporary file.
+///
+/// ```no_run
+/// # fn main() -> Result<(), detcheck::DumpError> {
+/// use detcheck::{DumpMode, Tensor, TraceWriter};
+/// let mut writer = TraceWriter::create("dump".as_ref(), 0, 1, DumpMode::Stats)?;
+/// for step in 0..3 {
+///     let loss = Tensor::scalar(1.0f32 / (step + 1) as f32);
+///     writer.record_replicated(step, "loss", &loss)?;
+/// }
+/// writer.finish()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TraceWriter {
+    dir: PathBuf,
+    path: PathBuf,
+    tmp: PathBuf,
+    rank: u32,
+    mode: DumpMode,
+    out: Option<BufWriter<File>>,
+    names: HashMap<String, u32>,
+    layouts: HashMap<(DType, Vec<usize>), u32>,
+    num_records: u64,
+    offset: u64,
+    /// The (step, seq) of the last record written.
+    last: Option<(u64, u32)>,
+    /// The tensors of the step being written (full mode).
+    pending: Vec<(String, DType, Vec<usize>, Vec<u8>)>,
+    scratch: Vec<u8>,
+}
+
+impl TraceWriter {
+    /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
+    ///
+    /// # Errors
+    /// [`DumpError::Io`] when the folder or the temporary file cannot be created;
+    /// [`DumpError::Folder`] when `rank` is not below `world_size`.
+    pub fn create(
+        dir: &Path,
+        rank: u32,
+        world_size: u32,
+        mode: DumpMode,
+    ) -> Result<Self, DumpError> {
+        if rank >= world_size {
+            return Err(DumpError::Folder {
+                path: dir.to_owned(),
+                detail: format!("rank {rank} does not fit world size {world_size}"),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
+        let path = trace_path(dir, rank);
+        let tmp = super::temp_path(&path);
+        let file = File::create(&tmp).map_err(|e| DumpError::io("create", &tmp, e))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let header = format::encode_header(&Header {
+            mode,
+            rank,
+            world_size,
+        });
+        out.write_all(&header)
+            .map_err(|e| DumpError::io("write", &tmp, e))?;
+        Ok(TraceWriter {
+            dir: dir.to_owned(),
+            path,
+            tmp,
+            rank,
+            mode,
+            out: Some(out),
+            names: HashMap::new(),
+            layouts: HashMap::new(),
+            num_records: 0,
+            offset: format::HEADER_LEN as u64,
+            last: None,
+            pending: Vec::new(),
+            scratch: Vec::with_capacity(256),
+        })
+    }
+
+    /// The final path of the trace file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The number of records written so far.
+    #[must_use]
+    pub fn num_records(&self) -> u64 {
+        self.num_records
+    }
+
+    /// Records `tensor` as `name` at `step`: its md5, and its statistics unless the mode is md5.
+    ///
+    /// # Errors
+    /// [`DumpError::OutOfOrder`] for a step before the last one written; [`DumpError::Io`].
+    pub fn record(&mut self, step: u64, name: &str, tensor: &Tensor) -> Result<(), DumpError> {
+        self.record_tensor(step, name, tensor, false)
+    }
+
+    /// Records a tensor that every rank must hold with identical bits.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record`].
+    pub fn record_replicated(
+        &mut self,
+        step: u64,
+        name: &str,
+        tensor: &Tensor,
+    ) -> Result<(), DumpError> {
+        self.record_tensor(step, name, tensor, true)
+    }
+
+    fn record_tensor(
+        &mut self,
+        step: u64,
+        name: &str,
+        tensor: &Tensor,
+        replicated: bool,
+    ) -> Result<(), DumpError> {
+        let seq = match self.last {
+            Some((last_step, last_seq)) if last_step == step => last_seq + 1,
+            _ => 0,
+        };
+        let stats = if self.mode.has_stats() {
+            Stats::of_tensor(tensor)
+        } else {
+            Stats::default()
+        };
+        let record = Record {
+            rank: self.rank,
+            step,
+            seq,
+            name: name.to_owned(),
+            replicated,
+            dtype: tensor.dtype(),
+            shape: tensor.shape().to_vec(),
+            md5: Md5Digest::of_tensor(tensor),
+            stats,
+        };
+        self.write_record(&record, Some(tensor))
+    }
+
+    /// Writes a record made elsewhere (by a [`crate::Recorder`]), with its tensor in full mode.
+    ///
+    /// Its `rank` field is not checked; the file's rank is the writer's.
+    ///
+    /// # Errors
+    /// [`DumpError::OutOfOrder`] when (step, seq) does not follow the last record;
+    /// [`DumpError::MissingTensor`] in full mode without a tensor; [`DumpError::Io`].
+    pub fn write_record(
+        &mut self,
+        record: &Record,
+        tensor: Option<&Tensor>,
+    ) -> Result<(), DumpError> {
+        if let Some(last) = self.last {
+            if (record.step, record.seq) <= last {
+                return Err(DumpError::OutOfOrder {
+                    name: record.name.clone(),
+                    step: record.step,
+                    last: last.0,
+                });
+            }
+            if record.step != last.0 {
+                self.flush_tensors(last.0)?;
+            }
+        }
+        if self.mode == DumpMode::Full {
+            let tensor = tensor.ok_or_else(|| DumpError::MissingTensor {
+                name: record.name.clone(),
+            })?;
+            let mut bytes = Vec::with_capacity(tensor.len() * tensor.dtype().size_of());
+            tensor.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
+            self.pending.push((
+                tensor_key(record.seq, &record.name),
+                tensor.dtype(),
+                tensor.shape().to_vec(),
+                bytes,
+            ));
+        }
+        self.scratch.clear();
+        let name = match self.names.get(&record.name) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as u32;
+                format::encode_name(&mut self.scratch, id, &record.name);
+                self.names.insert(record.name.clone(), id);
+                id
+            }
+        };
+        let layout_key = (record.dtype, record.shape.clone());
+        let layout = match self.layouts.get(&layout_key) {
+            Some(&id) => id,
+            None => {
+                let id = self.layouts.len() as u32;
+                format::encode_layout(&mut self.scratch, id, record.dtype, &record.shape);
+                self.layouts.insert(layout_key, id);
+                id
+            }
+        };
+        let entry = Entry {
+            step: record.step,
+            seq: record.seq,
+            name,
+            layout,
+            replicated: record.replicated,
+            digest: Digest::md5(record.md5.0),
+        };
+        let stats = self.mode.has_stats().then_some(&record.stats);
+        format::encode_record(&mut self.scratch, &entry, stats);
+        self.write_scratch()?;
+        self.num_records += 1;
+        self.last = Some((record.step, record.seq));
+        Ok(())
+    }
+
+    fn write_scratch(&mut self) -> Result<(), DumpError> {
+        let out = self.out.as_mut().expect("not finished");
+        out.write_all(&self.scratch)
+            .map_err(|e| DumpError::io("write", &self.tmp, e))?;
+        self.offset += self.scratch.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the pending tensors of `step` to their safetensors file.
+    fn flush_tensors(&mut self, step: u64) -> Result<(), DumpError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let path = tensor_path(&self.dir, self.rank, step);
+        let pending = std::mem::take(&mut self.pending);
+        let mut views = Vec::with_capacity(pending.len());
+        for (key, dtype, shape, bytes) in &pending {
+            let dtype = match dtype {
+                DType::F32 => safetensors::Dtype::F32,
+                DType::F64 => safetensors::Dtype::F64,
+                DType::I64 => safetensors::Dtype::I64,
+                DType::U8 => safetensors::Dtype::U8,
+            };
+            let view =
+                safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes).map_err(|e| {
+                    DumpError::Safetensors {
+                        path: path.clone(),
+                        detail: format!("tensor `{key}`: {e}"),
+                    }
+                })?;
+            views.push((key.as_str(), view));
+        }
+        let bytes =
+            safetensors::tensor::serialize(views, None).map_err(|e| DumpError::Safetensors {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| DumpError::io("create folder", parent, e))?;
+        }
+        write_atomically(&path, &bytes)
+    }
+
+    /// Writes the footer, syncs the file and renames it to its final name.
+    ///
+    /// # Errors
+    /// [`DumpError::Io`] when writing, syncing or renaming fails.
+    pub fn finish(mut self) -> Result<PathBuf, DumpError> {
+        if let Some((step, _)) = self.last {
+            self.flush_tensors(step)?;
+        }
+        let footer = format::encode_footer(&Footer {
+            num_records: self.num_records,
+            num_names: self.names.len() as u32,
+            num_layouts: self.layouts.len() as u32,
+            offset: self.offset,
+        });
+        let mut out = self.out.take().expect("finished once");
+        let tmp = self.tmp.clone();
+        out.write_all(&footer)
+            .map_err(|e| DumpError::io("write", &tmp, e))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| DumpError::io("write", &tmp, e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| DumpError::io("sync", &tmp, e))?;
+        drop(file);
+        std::fs::rename(&tmp, &self.path).map_err(|e| DumpError::io("rename", &self.path, e))?;
+        super::sync_parent(&self.path);
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        if self.out.take().is_some() {
+            // Not finished: leave nothing that could be mistaken for a trace.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Why a scenario could not be dumped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DumpRunError {
+    /// The dump folder cannot be used.
+    #[error(transparent)]
+    Dump(#[from] DumpError),
+    /// The run failed (a rank errored, panicked, missed a deadline, or could not write its file).
+    #[error("scenario `{scenario}`: {source}")]
+    Run {
+        /// The scenario.
+        scenario: String,
+        /// What failed.
+        source: LaunchError,
+    },
+}
+
+/// Runs `scenario` once on thread ranks and writes its trace to `dir` in `mode`.
+///
+/// Each rank writes its own file while it runs (`rank{R}.dctrace`, and in full mode its tensors
+/// under `rank{R}/`). `perturb_as_run` applies the perturbation of run 1 or 2 of a check
+/// ([`crate::run_checks`]), so two dumps made with 1 and 2 see the arrival orders `repeat` sees;
+/// `None` is a plain run. The folder must not already hold a dump, so two runs are never mixed
+/// in one folder.
+///
+/// # Errors
+/// [`DumpRunError::Dump`] when the folder cannot be created or already holds a dump;
+/// [`DumpRunError::Run`] when a rank fails or cannot write its file.
+pub fn dump_scenario(
+    scenario: &LoadedScenario,
+    dir: &Path,
+    mode: DumpMode,
+    options: &CheckOptions,
+    perturb_as_run: Option<usize>,
+) -> Result<Trace, DumpRunError> {
+    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
+    let existing = std::fs::read_dir(dir)
+        .map_err(|e| DumpError::io("read folder", dir, e))?
+        .filter_map(Result::ok)
+        .any(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("rank") && name.ends_with(".dctrace")
+        });
+    if existing {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: "already holds a dump; choose a new folder or remove it first".into(),
+        }
+        .into());
+    }
+    let spec = &scenario.spec;
+    let mut config = LaunchConfig::new(spec.world_size).with_deadline(options.deadline);
+    config.perturbation = perturb_as_run.map(|run| perturbation(spec.seed, run.max(1), options));
+    let level = if mode.has_stats() {
+        RecordLevel::Stats
+    } else {
+        RecordLevel::Digest
+    };
+    let program = scenario.program.clone();
+    let (seed, steps, reduction) = (spec.seed, spec.steps, spec.effective_mode());
+    let (dir, world) = (dir.to_owned(), spec.world_size as u32);
+    let dir_for_cleanup = dir.clone();
+    let ranks = launch_threads(&config, move |comm| {
+        let writer = TraceWriter::create(&dir, comm.rank() as u32, world, mode)?;
+        let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
+            Arc::new(Mutex::new((Some(writer), None)));
+        let mut ctx = RankContext::new(comm, level, seed, steps, reduction);
+        let tap_state = Arc::clone(&state);
+        ctx.recorder_mut()
+            .set_tap(RecordTap(Box::new(move |record, tensor| {
+                let mut guard = tap_state.lock().unwrap_or_else(|e| e.into_inner());
+                let (writer, error) = &mut *guard;
+                if error.is_none() {
+                    if let Some(w) = writer.as_mut() {
+                        if let Err(e) = w.write_record(record, Some(tensor)) {
+                            *error = Some(e);
+                        }
+                    }
+                }
+            })));
+        program.run_rank(&mut ctx)?;
+        let trace = ctx.into_recorder().finish();
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = guard.1.take() {
+            return Err(Box::new(e));
+        }
+        guard.0.take().expect("taken once").finish()?;
+        Ok(trace)
+    })
+    .map_err(|source| {
+        // The folder held no dump before: remove what the ranks that did finish wrote, so a
+        // failed run leaves no dump that looks usable.
+        remove_dump_files(&dir_for_cleanup, world);
+        DumpRunError::Run {
+            scenario: scenario.name.clone(),
+            source,
+        }
+    })?;
+    Ok(Trace { ranks })
+}
+
+/// Removes the trace files of ranks `0..world` and their safetensors files (best effort; a
+/// `rank{R}/` folder is removed only when nothing else is in it).
+fn remove_dump_files(dir: &Path, world: u32) {
+    for rank in 0..world {
+        let _ = std::fs::remove_file(trace_path(dir, rank));
+        let tensors = dir.join(format!("rank{rank}"));
+        if let Ok(entries) = std::fs::read_dir(&tensors) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("step") && name.ends_with(".safetensors") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&tensors);
+        }
+    }
+}
+
+/// Writes a whole in-memory trace (md5 or stats mode: records hold no tensors) to `dir`.
+#[cfg(test)]
+pub(crate) fn write_trace(dir: &Path, trace: &Trace, mode: DumpMode) -> Result<(), DumpError> {
+    for rank in &trace.ranks {
+        let mut w = TraceWriter::create(dir, rank.rank, trace.world_size() as u32, mode)?;
+        for r in &rank.records {
+            w.write_record(r, None)?;
+        }
+        w.finish()?;
+    }
+    Ok(())
+}
+
+/// The canonical bytes of a tensor read back from a safetensors file.
+pub(crate) fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Option<Tensor> {
+    fn chunks<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().expect("chunk of N")))
+            .collect()
+    }
+    if bytes.len() % dtype.size_of() != 0 {
+        return None;
+    }
+    let data = match dtype {
+        DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
+        DType::F64 => TensorData::F64(chunks(bytes, f64::from_le_bytes)),
+        DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
+        DType::U8 => TensorData::U8(bytes.to_vec()),
+    };
+    Tensor::new(shape, data).ok()
+}
