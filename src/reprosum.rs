@@ -295,6 +295,91 @@ pub(crate) fn sum_columns_f64(contributions: &[&[f64]], out: &mut [f64]) {
     }
 }
 
+/// The parts of a partition-invariant sum over ranks (`RankContext::reproducible_sum`): every
+/// rank's terms are put on one grid per element, fixed by the largest magnitude over all ranks.
+pub(crate) mod distributed {
+    use super::{f32_from_grid, round_to_i64, Grid, Specials};
+
+    /// Per element, the largest finite magnitude among this rank's terms, followed by one more
+    /// element: 1 when some term is not finite, 0 otherwise (so one `max` allreduce carries both).
+    pub(crate) fn local_max_abs(terms: &[&[f32]], len: usize) -> Vec<f32> {
+        let mut max_abs = vec![0.0f32; len + 1];
+        let mut special = false;
+        for t in terms {
+            for (m, &x) in max_abs.iter_mut().zip(t.iter()) {
+                let a = x.abs();
+                if a.is_finite() {
+                    *m = m.max(a);
+                } else {
+                    special = true;
+                }
+            }
+        }
+        max_abs[len] = f32::from(u8::from(special));
+        max_abs
+    }
+
+    /// The scale of each element's grid (0 where every term is zero).
+    pub(crate) fn scales(global_max_abs: &[f32], total_terms: u64) -> Vec<f64> {
+        global_max_abs
+            .iter()
+            .map(|&m| Grid::new(f64::from(m), total_terms).map_or(0.0, Grid::f32_scale))
+            .collect()
+    }
+
+    /// This rank's terms on the grid, summed exactly (non-finite terms contribute garbage that
+    /// [`apply_specials`] overwrites).
+    pub(crate) fn grid_sums(terms: &[&[f32]], scales: &[f64]) -> Vec<i64> {
+        let mut acc = vec![0i64; scales.len()];
+        for t in terms {
+            for ((a, &x), &s) in acc.iter_mut().zip(t.iter()).zip(scales) {
+                *a = a.wrapping_add(round_to_i64(f64::from(x) * s));
+            }
+        }
+        acc
+    }
+
+    /// The floats of the summed grid integers.
+    pub(crate) fn finish(sums: &[i64], scales: &[f64]) -> Vec<f32> {
+        sums.iter()
+            .zip(scales)
+            .map(|(&a, &s)| if s == 0.0 { 0.0 } else { f32_from_grid(a, s) })
+            .collect()
+    }
+
+    /// Per element, counts of NaN, +∞ and −∞ terms (three blocks of `len`), to be summed.
+    pub(crate) fn local_special_counts(terms: &[&[f32]], len: usize) -> Vec<i64> {
+        let mut counts = vec![0i64; 3 * len];
+        for t in terms {
+            for (j, &x) in t.iter().enumerate() {
+                if x.is_nan() {
+                    counts[j] += 1;
+                } else if x == f32::INFINITY {
+                    counts[len + j] += 1;
+                } else if x == f32::NEG_INFINITY {
+                    counts[2 * len + j] += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// Overwrites the elements that non-finite terms decide.
+    pub(crate) fn apply_specials(out: &mut [f32], counts: &[i64]) {
+        let len = out.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            let specials = Specials {
+                nan: counts[j] > 0,
+                pos_inf: counts[len + j] > 0,
+                neg_inf: counts[2 * len + j] > 0,
+            };
+            if let Some(s) = specials.result() {
+                *o = s as f32;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! Collective communication between ranks.
 //!
-//! [`Communicator`] is what a rank program talks to: barrier, broadcast, allgather and allreduce.
+//! [`Communicator`] is what a rank program talks to: barrier, broadcast, allgather, allreduce and
+//! reduce-scatter.
 //! Backends implement it; the embedded one runs N ranks as threads of one process
 //! ([`launch_threads`]). How an allreduce combines contributions is a [`ReductionMode`]
 //! (see [`crate::reduce`]).
@@ -27,7 +28,7 @@ use std::time::Duration;
 /// A collective call as reports name it: its kind and its number on the calling rank, from 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectiveId {
-    /// `barrier`, `broadcast`, `allgather` or `allreduce`.
+    /// `barrier`, `broadcast`, `allgather`, `allreduce` or `reduce_scatter`.
     pub kind: &'static str,
     /// How many collectives the rank had called before this one.
     pub call: u64,
@@ -125,6 +126,18 @@ pub trait Communicator {
     /// # Errors
     /// As [`Communicator::broadcast`].
     fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError>;
+    /// The elementwise reduction of all ranks' tensors, of which this rank gets its chunk: the
+    /// elements `len·r/n .. len·(r+1)/n` for rank `r` of `n` (contiguous, rank order), as a 1-D
+    /// tensor. The chunk has the bits the same elements have after an allreduce in `mode`.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce`].
+    fn reduce_scatter(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<Tensor, CommError>;
     /// Replaces `tensor` on every rank with the elementwise reduction of all ranks' tensors.
     ///
     /// # Errors

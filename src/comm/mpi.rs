@@ -708,6 +708,26 @@ impl Communicator for MpiComm<'_> {
             .collect())
     }
 
+    fn reduce_scatter(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<Tensor, CommError> {
+        let id = self.begin("reduce_scatter");
+        let signature = format!("{op} in {mode}, {}", describe(tensor));
+        let mine = chunk_range(tensor.len(), self.size, self.rank);
+        let part = if mode == ReductionMode::Native {
+            // The library's own: a full MPI_Allreduce, of which this rank keeps its chunk.
+            let mut full = tensor.clone();
+            self.native_allreduce(&id, &signature, &mut full, op)?;
+            slice_data(full.data(), mine)
+        } else {
+            self.reduce_own_chunk(&id, &signature, tensor, op, mode)?
+        };
+        Ok(Tensor::new(vec![part.len()], part).expect("a chunk is 1-D"))
+    }
+
     fn allreduce(
         &self,
         tensor: &mut Tensor,
@@ -721,31 +741,7 @@ impl Communicator for MpiComm<'_> {
         }
         let (len, size, dtype) = (tensor.len(), self.size, tensor.dtype());
         let others = self.others();
-
-        // Round 1: chunk c of this rank's contribution goes to rank c, which reduces it.
-        let chunks: Vec<TensorData> = (0..size)
-            .map(|c| slice_data(tensor.data(), chunk_range(len, size, c)))
-            .collect();
-        let outgoing: Vec<Outgoing<'_>> = others
-            .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: Some(&chunks[dest]),
-                shape: vec![chunks[dest].len()],
-            })
-            .collect();
-        let (received, arrival) =
-            self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
-        // An empty chunk travels without a payload: this rank's own chunk stands in for it.
-        let contributions: Vec<&TensorData> = (0..size)
-            .map(|r| match received.get(&r).and_then(|m| m.data.as_ref()) {
-                Some(data) => data,
-                None => &chunks[self.rank],
-            })
-            .collect();
-        let order = summation_order(mode, size, self.rank, &arrival);
-        let mine = chunk_range(len, size, self.rank);
-        let reduced = reduce_chunk(&contributions, 0..mine.len(), &order, op, mode);
+        let reduced = self.reduce_own_chunk(&id, &signature, tensor, op, mode)?;
 
         // Round 2: every rank's reduced chunk goes to every rank.
         let outgoing: Vec<Outgoing<'_>> = others
@@ -767,6 +763,46 @@ impl Communicator for MpiComm<'_> {
             }
         }
         Ok(())
+    }
+}
+
+impl MpiComm<'_> {
+    /// Round 1 of an allreduce: chunk c of this rank's contribution goes to rank c, which
+    /// reduces it in the mode's order; returns this rank's reduced chunk.
+    fn reduce_own_chunk(
+        &self,
+        id: &CollectiveId,
+        signature: &str,
+        tensor: &Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<TensorData, CommError> {
+        let (len, size, dtype) = (tensor.len(), self.size, tensor.dtype());
+        let others = self.others();
+
+        // Round 1: chunk c of this rank's contribution goes to rank c, which reduces it.
+        let chunks: Vec<TensorData> = (0..size)
+            .map(|c| slice_data(tensor.data(), chunk_range(len, size, c)))
+            .collect();
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: Some(&chunks[dest]),
+                shape: vec![chunks[dest].len()],
+            })
+            .collect();
+        let (received, arrival) = self.exchange(id, signature, Some(dtype), &outgoing, &others)?;
+        // An empty chunk travels without a payload: this rank's own chunk stands in for it.
+        let contributions: Vec<&TensorData> = (0..size)
+            .map(|r| match received.get(&r).and_then(|m| m.data.as_ref()) {
+                Some(data) => data,
+                None => &chunks[self.rank],
+            })
+            .collect();
+        let order = summation_order(mode, size, self.rank, &arrival);
+        let mine = chunk_range(len, size, self.rank);
+        Ok(reduce_chunk(&contributions, 0..mine.len(), &order, op, mode))
     }
 }
 

@@ -456,6 +456,30 @@ impl Communicator for ThreadComm {
             .collect())
     }
 
+    fn reduce_scatter(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<Tensor, CommError> {
+        let id = self.begin("reduce_scatter");
+        let signature = format!("{op} in {mode}, {}", describe(tensor));
+        let (len, size) = (tensor.len(), self.size());
+        // Round 1 of an allreduce: this rank reduces its own chunk of everyone's contribution.
+        let (payloads, arrival) =
+            self.exchange(&id, &signature, Arc::new(tensor.data().clone()))?;
+        let contributions: Vec<&TensorData> = payloads.iter().map(downcast).collect();
+        let order = summation_order(mode, size, self.rank, &arrival);
+        let part = reduce_chunk(
+            &contributions,
+            chunk_range(len, size, self.rank),
+            &order,
+            op,
+            mode,
+        );
+        Ok(Tensor::new(vec![part.len()], part).expect("a chunk is 1-D"))
+    }
+
     fn allreduce(
         &self,
         tensor: &mut Tensor,

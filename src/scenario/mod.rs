@@ -145,6 +145,51 @@ impl<'a> RankContext<'a> {
         &mut self.recorder
     }
 
+    /// Sums per-sample terms over every rank so that the bits depend only on the multiset of all
+    /// ranks' terms, however they are split: the same result at any world size. `terms` are this
+    /// rank's (each `len` long, e.g. one gradient per sample); `total_terms` is their number over
+    /// all ranks. Every rank must call it with the same `len` and `total_terms`.
+    ///
+    /// Two collectives: an allreduce `max` of magnitudes, which fixes every element's grid, and an
+    /// exact integer allreduce of the terms on that grid (a third counts NaN and infinities, only
+    /// when some rank has one). See [`reproducible_sum_f32`](crate::reproducible_sum_f32) for the
+    /// accuracy and the handling of NaN and infinities.
+    ///
+    /// # Errors
+    /// The communicator's error, naming the collective.
+    pub fn reproducible_sum(
+        &self,
+        terms: &[&[f32]],
+        len: usize,
+        total_terms: u64,
+    ) -> Result<Vec<f32>, CommError> {
+        use crate::reprosum::distributed as d;
+        use crate::tensor::TensorData;
+        // Integer sums and max are exact in any order; `rank_ordered` keeps them off any float path.
+        let exact = ReductionMode::RankOrdered;
+        let mut max_abs = Tensor::from_vec(d::local_max_abs(terms, len));
+        self.comm.allreduce(&mut max_abs, ReduceOp::Max, exact)?;
+        let TensorData::F32(max_abs) = max_abs.into_data() else {
+            unreachable!("an allreduce keeps the dtype");
+        };
+        let scales = d::scales(&max_abs[..len], total_terms);
+        let mut sums = Tensor::from_vec(d::grid_sums(terms, &scales));
+        self.comm.allreduce(&mut sums, ReduceOp::Sum, exact)?;
+        let TensorData::I64(sums) = sums.into_data() else {
+            unreachable!("an allreduce keeps the dtype");
+        };
+        let mut out = d::finish(&sums, &scales);
+        if max_abs[len] > 0.0 {
+            let mut counts = Tensor::from_vec(d::local_special_counts(terms, len));
+            self.comm.allreduce(&mut counts, ReduceOp::Sum, exact)?;
+            let TensorData::I64(counts) = counts.into_data() else {
+                unreachable!("an allreduce keeps the dtype");
+            };
+            d::apply_specials(&mut out, &counts);
+        }
+        Ok(out)
+    }
+
     /// Finishes the rank: its recorder.
     #[must_use]
     pub fn into_recorder(self) -> Recorder {

@@ -122,6 +122,7 @@ fn static_kind(kind: &str) -> &'static str {
         "broadcast" => "broadcast",
         "allgather" => "allgather",
         "allreduce" => "allreduce",
+        "reduce_scatter" => "reduce_scatter",
         _ => "collective",
     }
 }
