@@ -802,7 +802,13 @@ impl MpiComm<'_> {
             .collect();
         let order = summation_order(mode, size, self.rank, &arrival);
         let mine = chunk_range(len, size, self.rank);
-        Ok(reduce_chunk(&contributions, 0..mine.len(), &order, op, mode))
+        Ok(reduce_chunk(
+            &contributions,
+            0..mine.len(),
+            &order,
+            op,
+            mode,
+        ))
     }
 }
 

@@ -4,26 +4,36 @@
 //! The dataset is synthetic: sample i's features are normals from the shared `data` stream at
 //! coordinate i, its label the argmax of a fixed random teacher. Each epoch is shuffled from the
 //! shared `data_order` stream; every step takes the next `global_batch` samples, and rank r takes
-//! its contiguous shard of `global_batch / world_size`. Each rank runs forward (with its own dropout
-//! mask) and backward, sums its samples' gradients in batch order, allreduces gradients and loss in
-//! one bucket, divides by the global batch and applies the optimizer (SGD with momentum, or Adam).
+//! its contiguous shard of `global_batch / world_size`. Each rank runs forward (with a dropout mask
+//! drawn from the `dropout` stream at (sample, step), so a sample's mask does not depend on which
+//! rank runs it) and backward, sums its samples' gradients in batch order, allreduces gradients and
+//! loss in one bucket, divides by the global batch and applies the optimizer (SGD with momentum,
+//! or Adam).
+//!
+//! In the `reproducible` mode the rank keeps each sample's gradient and sums them over all ranks
+//! with [`RankContext::reproducible_sum`]: the bits of loss, gradients and parameters are then the
+//! same at any world size (the `world_sizes` check). With `"zero": true` the optimizer is sharded
+//! as in ZeRO: gradients are reduce-scattered, each rank updates its chunk of the parameters (and
+//! keeps only that chunk's optimizer state), and the chunks are allgathered.
 //!
 //! Records per step: `local_grad/*` (before the allreduce, per rank), then `loss`, `grad/*` and
-//! `param/*` (replicated: every rank must hold the same bits). Step 0 starts with `init/*`.
+//! `param/*` (replicated: every rank must hold the same bits); with `zero`, `grad_shard` (this
+//! rank's chunk of the reduced gradient) replaces `grad/*`. Step 0 starts with `init/*`.
 //!
 //! Determinism: `exp`, `ln` and `pow` come from `libm`; every sum runs in a fixed order. Planted
 //! faults (`params.plant`): `hashmap_grad_order` sums per-sample gradients in `HashMap` iteration
 //! order (random per map); `rank_seeded_init` initialises each rank from its own stream without
 //! a broadcast, so replicas differ.
 //!
-//! Limits: no batching across samples in the kernels (plain loops); the shard of a rank depends on
-//! the world size, so the local sums are not partition-invariant.
+//! Limits: no batching across samples in the kernels (plain loops); outside `reproducible`, a
+//! rank's shard depends on the world size, so its local sum (and so the bits) do too.
 
 use super::at_least;
 use crate::comm::RankError;
-use crate::reduce::ReduceOp;
+use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
+use crate::reprosum::sum_columns_f32;
 use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::Stream;
+use crate::seed::{derive_stream, Stream};
 use crate::tensor::{Tensor, TensorData};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -88,6 +98,9 @@ struct TrainParams {
     optimizer: OptimizerSpec,
     #[serde(default)]
     plant: Option<TrainPlant>,
+    /// Shard the optimizer across ranks (ZeRO): reduce-scatter, update a chunk, allgather.
+    #[serde(default)]
+    zero: bool,
 }
 
 mod defaults {
@@ -173,6 +186,29 @@ impl TrainScenario {
                     "{} must be divisible by world_size ({})",
                     params.global_batch, spec.world_size
                 ),
+            ));
+        }
+        let runs_world_sizes = spec.checks.contains(&crate::check::CheckKind::WorldSizes);
+        if let Some(&w) = spec
+            .world_sizes
+            .iter()
+            .find(|&&w| runs_world_sizes && params.global_batch % w != 0)
+        {
+            return Err(ParamError::new(
+                "params.global_batch",
+                format!(
+                    "{} must be divisible by every size in world_sizes, and {w} does not divide it",
+                    params.global_batch
+                ),
+            ));
+        }
+        if params.plant == Some(TrainPlant::HashmapGradOrder)
+            && spec.effective_mode() == ReductionMode::Reproducible
+        {
+            return Err(ParamError::new(
+                "params.plant",
+                "`hashmap_grad_order` plants an order-dependent local sum, which the \
+                 reproducible mode does not have: use another reduction",
             ));
         }
         if params.dataset_size == 0 || params.dataset_size % params.global_batch != 0 {
@@ -380,15 +416,120 @@ impl Optimizer {
     }
 }
 
+impl TrainScenario {
+    /// This step's per-sample gradients (each with its loss as a last element), in shard order.
+    fn sample_terms(
+        &self,
+        ctx: &RankContext<'_>,
+        dataset: &Dataset,
+        params: &[f32],
+        shard: &[u64],
+        step: u64,
+    ) -> Vec<Vec<f32>> {
+        let l = &self.layout;
+        let keep = 1.0 - self.params.dropout;
+        shard
+            .iter()
+            .map(|&index| {
+                let (x, label) = dataset.sample(ctx, index);
+                // The mask of a sample is drawn at (sample, step): the same on any rank.
+                let mut dropout = derive_stream(ctx.seed(), Stream::Dropout, index, step);
+                let mask: Vec<f32> = (0..l.h)
+                    .map(|_| {
+                        if dropout.bernoulli(keep) {
+                            (1.0 / keep) as f32
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let mut term = vec![0.0f32; l.len() + 1];
+                term[l.len()] = sample_gradient(l, params, &x, label, &mask, &mut term[..l.len()]);
+                term
+            })
+            .collect()
+    }
+
+    /// This rank's sum of its terms: in batch order, in `HashMap` order for the planted fault,
+    /// or reproducibly.
+    fn local_sum(&self, terms: &[Vec<f32>], reproducible: bool) -> Vec<f32> {
+        let len = self.layout.len() + 1;
+        let mut bucket = vec![0.0f32; len];
+        if reproducible {
+            let columns: Vec<&[f32]> = terms.iter().map(Vec::as_slice).collect();
+            sum_columns_f32(&columns, &mut bucket);
+        } else if self.params.plant == Some(TrainPlant::HashmapGradOrder) {
+            // The planted fault: iteration order of a HashMap is random per map.
+            let by_index: HashMap<usize, &Vec<f32>> = terms.iter().enumerate().collect();
+            for term in by_index.values() {
+                bucket
+                    .iter_mut()
+                    .zip(term.iter())
+                    .for_each(|(b, g)| *b += g);
+            }
+        } else {
+            for term in terms {
+                bucket.iter_mut().zip(term).for_each(|(b, g)| *b += g);
+            }
+        }
+        bucket
+    }
+
+    /// The summed gradient bucket (gradients then loss) over all ranks: the whole bucket, or with
+    /// `zero` this rank's chunk of the gradients and the loss.
+    fn reduce(
+        &self,
+        ctx: &RankContext<'_>,
+        terms: &[Vec<f32>],
+        local: Vec<f32>,
+    ) -> Result<(Vec<f32>, f32), RankError> {
+        let n = self.layout.len();
+        let total = self.params.global_batch as u64;
+        if ctx.mode() == ReductionMode::Reproducible {
+            let columns: Vec<&[f32]> = terms.iter().map(Vec::as_slice).collect();
+            let mut sum = ctx.reproducible_sum(&columns, n + 1, total)?;
+            let loss = sum.pop().expect("the bucket ends with the loss");
+            if self.params.zero {
+                sum = sum[chunk_range(n, ctx.world_size(), ctx.rank())].to_vec();
+            }
+            return Ok((sum, loss));
+        }
+        if self.params.zero {
+            let loss_sum = local[n];
+            let grads = Tensor::from_vec(local[..n].to_vec());
+            let shard = ctx
+                .comm()
+                .reduce_scatter(&grads, ReduceOp::Sum, ctx.mode())?;
+            let mut loss = Tensor::scalar(loss_sum);
+            ctx.allreduce(&mut loss, ReduceOp::Sum)?;
+            let (TensorData::F32(shard), TensorData::F32(loss)) =
+                (shard.into_data(), loss.into_data())
+            else {
+                unreachable!("reductions keep the dtype");
+            };
+            return Ok((shard, loss[0]));
+        }
+        let mut reduced = Tensor::from_vec(local);
+        ctx.allreduce(&mut reduced, ReduceOp::Sum)?;
+        let TensorData::F32(mut sum) = reduced.into_data() else {
+            unreachable!("an allreduce keeps the dtype");
+        };
+        let loss = sum.pop().expect("the bucket ends with the loss");
+        Ok((sum, loss))
+    }
+}
+
 impl Scenario for TrainScenario {
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let p = &self.params;
         let l = &self.layout;
         let dataset = Dataset::new(ctx, l.d, l.c);
         let local_batch = p.global_batch / ctx.world_size();
-        let keep = 1.0 - p.dropout;
+        let reproducible = ctx.mode() == ReductionMode::Reproducible;
         let mut params = self.init(ctx);
-        let mut optimizer = Optimizer::new(p.optimizer, l.len());
+        let own = chunk_range(l.len(), ctx.world_size(), ctx.rank());
+        let state_len = if p.zero { own.len() } else { l.len() };
+        let mut optimizer = Optimizer::new(p.optimizer, state_len);
         self.record_all(ctx, 0, "init", &params, true);
 
         let mut epoch_order: Option<(u64, Vec<u64>)> = None;
@@ -405,50 +546,34 @@ impl Scenario for TrainScenario {
             let offset = (first % p.dataset_size as u64) as usize + ctx.rank() * local_batch;
             let shard = &order[offset..offset + local_batch];
 
-            let mut dropout = ctx.stream(Stream::Dropout, step);
-            let mut bucket = vec![0.0f32; l.len() + 1];
-            let mut per_sample: HashMap<u64, (Vec<f32>, f32)> = HashMap::new();
-            let mut loss_sum = 0.0f32;
-            for &index in shard {
-                let (x, label) = dataset.sample(ctx, index);
-                let mask: Vec<f32> = (0..l.h)
-                    .map(|_| {
-                        if dropout.bernoulli(keep) {
-                            (1.0 / keep) as f32
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                if p.plant == Some(TrainPlant::HashmapGradOrder) {
-                    let mut grad = vec![0.0f32; l.len()];
-                    let loss = sample_gradient(l, &params, &x, label, &mask, &mut grad);
-                    per_sample.insert(index, (grad, loss));
-                } else {
-                    loss_sum +=
-                        sample_gradient(l, &params, &x, label, &mask, &mut bucket[..l.len()]);
-                }
-            }
-            // The planted fault: iteration order of a HashMap is random per map.
-            for (grad, loss) in per_sample.values() {
-                bucket.iter_mut().zip(grad).for_each(|(b, g)| *b += g);
-                loss_sum += loss;
-            }
-            bucket[l.len()] = loss_sum;
-            self.record_all(ctx, step, "local_grad", &bucket[..l.len()], false);
+            let terms = self.sample_terms(ctx, &dataset, &params, shard, step);
+            let local = self.local_sum(&terms, reproducible);
+            self.record_all(ctx, step, "local_grad", &local[..l.len()], false);
 
-            let mut reduced = Tensor::from_vec(bucket);
-            ctx.allreduce(&mut reduced, ReduceOp::Sum)?;
-            let TensorData::F32(mut grad) = reduced.into_data() else {
-                unreachable!("an allreduce keeps the dtype");
-            };
+            let (mut grad, loss) = self.reduce(ctx, &terms, local)?;
             let batch = p.global_batch as f32;
             grad.iter_mut().for_each(|g| *g /= batch);
-            let loss = grad.pop().expect("the bucket ends with the loss");
-            ctx.record_replicated(step, "loss", &Tensor::scalar(loss));
-            self.record_all(ctx, step, "grad", &grad, true);
-
-            optimizer.apply(&mut params, &grad);
+            ctx.record_replicated(step, "loss", &Tensor::scalar(loss / batch));
+            if p.zero {
+                ctx.record(step, "grad_shard", &Tensor::from_vec(grad.clone()));
+                optimizer.apply(&mut params[own.clone()], &grad);
+                // Chunks differ in length by at most one; an allgather takes equal lengths.
+                let width = l.len().div_ceil(ctx.world_size());
+                let mut mine = params[own.clone()].to_vec();
+                mine.resize(width, 0.0);
+                let gathered = ctx.comm().allgather(&Tensor::from_vec(mine))?;
+                for (rank, part) in gathered.into_iter().enumerate() {
+                    let TensorData::F32(part) = part.into_data() else {
+                        unreachable!("an allgather keeps the dtype");
+                    };
+                    let range = chunk_range(l.len(), ctx.world_size(), rank);
+                    let n = range.len();
+                    params[range].copy_from_slice(&part[..n]);
+                }
+            } else {
+                self.record_all(ctx, step, "grad", &grad, true);
+                optimizer.apply(&mut params, &grad);
+            }
             self.record_all(ctx, step, "param", &params, true);
         }
         Ok(())
