@@ -1,4 +1,5 @@
-//! `cargo bench --bench detcheck [md5|allreduce|record]...`: the figures in docs/benchmarks.md.
+//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|train]...`: the figures in
+//! docs/benchmarks.md.
 //!
 //! Every comparison is measured side by side in one run: the contenders alternate within each
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
@@ -134,6 +135,73 @@ fn bench_allreduce() {
     println!();
 }
 
+/// Single-core sum of one buffer: the reproducible sum against a plain sequential f32 sum.
+fn bench_reprosum() {
+    let reps = 9;
+    println!("## Local sum, one core, f32 (median of {reps})\n");
+    println!("| elements | plain f32 sum | reproducible | throughput vs plain |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for len in [1usize << 16, 1 << 20, 1 << 24] {
+        let data = random_f32(len, 7);
+        let iters = ((1usize << 26) / len).max(1);
+        let time = |f: &dyn Fn(&[f32]) -> f32| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(f(black_box(&data)));
+            }
+            start.elapsed().as_secs_f64() / iters as f64
+        };
+        let plain = |d: &[f32]| d.iter().fold(0.0f32, |a, &x| a + x);
+        let repro = |d: &[f32]| detcheck::reproducible_sum_f32(d);
+        let (mut p, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            p.push(time(&plain));
+            r.push(time(&repro));
+        }
+        let (p, r) = (median(p), median(r));
+        println!(
+            "| {len} | {} | {} | {:.2}× |",
+            human_time(p),
+            human_time(r),
+            p / r
+        );
+    }
+    println!();
+}
+
+/// Step time of the train scenario (recording on) with `reproducible` against `ring`.
+fn bench_train_modes() {
+    let reps = 5;
+    println!("## Train step time by reduction mode, 4 thread ranks (median of {reps})\n");
+    println!("| global batch | ring | reproducible | ratio |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for global_batch in [512, 4096] {
+        let mut samples = [Vec::new(), Vec::new()];
+        for _ in 0..reps {
+            for (i, mode) in ["ring", "reproducible"].iter().enumerate() {
+                let text = serde_json::to_string(&train_spec(global_batch))
+                    .expect("specs serialize")
+                    .replace("\"ring\"", &format!("\"{mode}\""));
+                let spec: ScenarioSpec = serde_json::from_str(&text).expect("valid spec");
+                let scenario = KindRegistry::builtin()
+                    .build(spec, std::path::Path::new("bench.json"))
+                    .expect("valid scenario");
+                let start = Instant::now();
+                run_once(&scenario, &CheckOptions::default(), None, 1).expect("runs");
+                samples[i].push(start.elapsed().as_secs_f64() / scenario.spec.steps as f64);
+            }
+        }
+        let [ring, repro] = samples.map(median);
+        println!(
+            "| {global_batch} | {} | {} | {:.2}× |",
+            human_time(ring),
+            human_time(repro),
+            repro / ring
+        );
+    }
+    println!();
+}
+
 fn train_spec(global_batch: usize) -> ScenarioSpec {
     let text = format!(
         r#"{{"name": "bench_train_{global_batch}", "kind": "train", "world_size": 4, "steps": 10,
@@ -228,5 +296,11 @@ fn main() {
     }
     if wants("record") {
         bench_record();
+    }
+    if wants("reprosum") {
+        bench_reprosum();
+    }
+    if wants("train") {
+        bench_train_modes();
     }
 }

@@ -327,7 +327,7 @@ fn check(
     let row = |cells: [&str; 8]| {
         let [name, ranks, steps, mode, checks, records, verdict, first] = cells;
         format!(
-            "{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {checks:<24}  {records:>8}  \
+            "{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {checks:<36}  {records:>8}  \
              {verdict:<16}  {first}"
         )
     };

@@ -159,24 +159,23 @@ fn f32_from_grid(sum: i64, scale: f64) -> f32 {
 /// within `n · 2^(e − P − 1)` plus half an ulp of the exact sum (see the module docs).
 #[must_use]
 pub fn reproducible_sum_f32(terms: &[f32]) -> f32 {
-    let mut specials = Specials::default();
-    let mut max_abs = 0.0f64;
-    for &x in terms {
-        let x = f64::from(x);
-        if x.is_finite() {
-            max_abs = max_abs.max(x.abs());
-        } else {
-            specials.note(x);
+    // Pass 1, branch-free so it vectorizes: the largest magnitude as bits (|x| orders like its bit
+    // pattern; NaN and ±∞ have the largest ones).
+    let max_bits = terms
+        .iter()
+        .fold(0u32, |m, &x| m.max(x.to_bits() & 0x7fff_ffff));
+    if max_bits >= f32::INFINITY.to_bits() {
+        let mut specials = Specials::default();
+        terms.iter().for_each(|&x| specials.note(f64::from(x)));
+        if let Some(special) = specials.result() {
+            return special as f32;
         }
     }
-    if let Some(special) = specials.result() {
-        return special as f32;
-    }
-    let Some(grid) = Grid::new(max_abs, terms.len() as u64) else {
+    let Some(grid) = Grid::new(f64::from(f32::from_bits(max_bits)), terms.len() as u64) else {
         return 0.0;
     };
     let scale = grid.f32_scale();
-    // Eight independent sums so the additions pipeline and vectorize.
+    // Pass 2: eight independent integer sums so the additions pipeline and vectorize.
     let mut acc = [0i64; 8];
     let mut chunks = terms.chunks_exact(8);
     for c in &mut chunks {
@@ -224,19 +223,26 @@ pub fn reproducible_sum_f64(terms: &[f64]) -> f64 {
 /// matter.
 pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
     let n = contributions.len() as u64;
-    // Pass 1: the largest finite magnitude per element (non-finite terms flagged).
-    let mut max_abs = vec![0.0f32; out.len()];
-    let mut any_special = false;
+    // Pass 1, branch-free: the largest magnitude per element as bits (non-finite ones are the
+    // largest, and handled at the end).
+    let mut max_bits = vec![0u32; out.len()];
     for c in contributions {
-        for (m, &x) in max_abs.iter_mut().zip(c.iter()) {
-            let a = x.abs();
-            if a.is_finite() {
-                *m = m.max(a);
-            } else {
-                any_special = true;
-            }
+        for (m, &x) in max_bits.iter_mut().zip(c.iter()) {
+            *m = (*m).max(x.to_bits() & 0x7fff_ffff);
         }
     }
+    let any_special = max_bits.iter().any(|&m| m >= f32::INFINITY.to_bits());
+    let max_abs: Vec<f32> = max_bits
+        .iter()
+        .map(|&m| {
+            // A non-finite element's grid is irrelevant: the specials decide it.
+            if m >= f32::INFINITY.to_bits() {
+                0.0
+            } else {
+                f32::from_bits(m)
+            }
+        })
+        .collect();
     // Pass 2: integers on each element's grid (scale 0 for all-zero elements). Non-finite terms
     // give garbage here and are overwritten below.
     let scales: Vec<f64> = max_abs

@@ -21,6 +21,8 @@
 mod mpi_job;
 
 use crate::check::{run_checks, CheckOptions, RunError, ScenarioReport};
+#[cfg(feature = "mpi")]
+use crate::comm::Communicator;
 use crate::scenario::{KindRegistry, LoadedScenario};
 
 /// The environment variables MPI launchers set in the processes they start: Open MPI, MPICH's
@@ -209,4 +211,20 @@ impl Session {
             Kind::Mpi(job) => job.finish(exit_code),
         }
     }
+}
+
+/// Runs `program` on the MPI world as it was launched (SPMD: every process calls this, and each
+/// is one rank), with detcheck's MPI communicator and a collective `deadline`; MPI is initialized
+/// before and finalized after. For programs of your own and benchmarks under `mpirun`; the
+/// checks use [`Session`] instead.
+///
+/// # Errors
+/// [`SessionError::MpiInit`] when MPI cannot be initialized.
+#[cfg(feature = "mpi")]
+pub fn run_on_mpi_world<R>(
+    deadline: std::time::Duration,
+    program: impl FnOnce(&dyn Communicator) -> R,
+) -> Result<R, SessionError> {
+    let job = mpi_job::MpiJob::start()?;
+    Ok(job.run_spmd(deadline, program))
 }

@@ -388,6 +388,18 @@ impl MpiJob {
         }
     }
 
+    /// Runs `program` on every process with a communicator over the whole world.
+    pub(crate) fn run_spmd<R>(
+        &self,
+        deadline: Duration,
+        program: impl FnOnce(&dyn crate::comm::Communicator) -> R,
+    ) -> R {
+        let comm = MpiComm::new(&self.world, deadline, None, "run_on_mpi_world".to_owned());
+        let result = program(&comm);
+        comm.finish(false);
+        result
+    }
+
     pub(crate) fn finish(self, exit_code: u8) -> u8 {
         if self.is_leader() {
             self.broadcast_command(&Command::Stop { exit_code });
