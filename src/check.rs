@@ -594,6 +594,39 @@ mod tests {
     }
 
     #[test]
+    fn world_sizes_hold_in_reproducible_mode_and_rank_ordered_is_caught_at_step_0() {
+        let train = |mode: &str, expect: &str| {
+            let text = format!(
+                r#"{{"kind": "train", "world_size": 2, "steps": 2, "seed": 5,
+                    "reduction": "{mode}", "deterministic_comm": true, "expect": "{expect}",
+                    "checks": ["world_sizes"], "world_sizes": [1, 2, 3, 4, 8],
+                    "params": {{"dataset_size": 96, "global_batch": 24}}}}"#
+            );
+            KindRegistry::builtin()
+                .build(
+                    serde_json::from_str(&text).unwrap(),
+                    std::path::Path::new("ws.json"),
+                )
+                .unwrap()
+        };
+        let report = run_checks(
+            &train("reproducible", "identical"),
+            &CheckOptions::default(),
+        );
+        let report = report.unwrap();
+        assert!(report.passed(), "{}", report.explain_failures());
+        assert!(report.num_compared() > 0);
+        let control = train("rank_ordered", "diverges");
+        assert_eq!(
+            first(&control),
+            (CheckKind::WorldSizes, 0, 0, "grad/fc1.weight".into())
+        );
+        let report = run_checks(&control, &CheckOptions::default()).unwrap();
+        let note = report.outcomes[0].note.as_deref().unwrap();
+        assert!(note.starts_with("world size 1 (smallest) vs "), "{note}");
+    }
+
+    #[test]
     fn a_run_error_is_an_error_not_a_divergence() {
         let s = scenario(
             "collective",

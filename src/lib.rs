@@ -67,8 +67,8 @@ pub use scenario::{
     Scenario, ScenarioError, ScenarioSpec,
 };
 pub use seed::{derive_stream, RankRng, Stream};
-pub use session::{launcher_rank, Session, SessionError};
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
+pub use session::{launcher_rank, Session, SessionError};
 pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};
 pub use trace::{RankTrace, Record, RecordLevel, Recorder, Trace};

@@ -711,6 +711,47 @@ mod tests {
     }
 
     #[test]
+    fn reduce_scatter_gives_each_rank_its_chunk_of_the_allreduce() {
+        for mode in [ReductionMode::Ring, ReductionMode::Reproducible] {
+            let full = allreduce_all(&LaunchConfig::new(3), mode, 100);
+            let chunks = launch_threads(&LaunchConfig::new(3), move |comm| {
+                let t = random_tensor(comm.rank(), 100);
+                let chunk = comm.reduce_scatter(&t, ReduceOp::Sum, mode)?;
+                Ok(chunk
+                    .values::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>())
+            })
+            .unwrap();
+            let joined: Vec<u32> = chunks.concat();
+            assert_eq!(
+                chunks.iter().map(Vec::len).collect::<Vec<_>>(),
+                [33, 33, 34]
+            );
+            assert_eq!(joined, full[0], "{mode}");
+        }
+    }
+
+    #[test]
+    fn reproducible_allreduce_ignores_arrival_order_where_arrival_order_does_not() {
+        let perturbed = |rotation| {
+            LaunchConfig::new(4).with_perturbation(Perturbation {
+                seed: 11,
+                rotation,
+                max_delay: Duration::from_micros(50),
+            })
+        };
+        let a = allreduce_all(&perturbed(0), ReductionMode::Reproducible, 512);
+        let b = allreduce_all(&perturbed(1), ReductionMode::Reproducible, 512);
+        assert_eq!(a, b);
+        let c = allreduce_all(&perturbed(0), ReductionMode::ArrivalOrder, 512);
+        let d = allreduce_all(&perturbed(1), ReductionMode::ArrivalOrder, 512);
+        assert_ne!(c, d, "the control differs, so the test could fail");
+    }
+
+    #[test]
     fn allreduce_matches_a_serial_sum_in_each_schedule() {
         let (n, len) = (4, 1001);
         let inputs: Vec<Tensor> = (0..n).map(|r| random_tensor(r, len)).collect();
