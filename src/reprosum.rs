@@ -121,12 +121,6 @@ impl Grid {
         (pow2(half), pow2(k - half))
     }
 
-    /// The single scale of f32 terms (their exponents keep `P − e` within f64's normal range).
-    #[inline]
-    pub(crate) fn f32_scale(self) -> f64 {
-        pow2(self.precision - self.exponent)
-    }
-
     /// An f64 term on two grids: the integer at `P` bits and the rest at `P + 50` bits.
     #[inline]
     pub(crate) fn f64_term(self, x: f64) -> (i64, i64) {
@@ -149,10 +143,41 @@ impl Grid {
 }
 
 /// The f32 nearest to an integer sum on a grid of scale `scale` (one rounding, then an exact
-/// scaling; subnormal and overflowing results round once more, deterministically).
+/// scaling by the power of two `1/scale`; subnormal and overflowing results round once more,
+/// deterministically). Scale 0 (every term zero) gives +0.
 #[inline]
 fn f32_from_grid(sum: i64, scale: f64) -> f32 {
-    (f64::from(sum as f32) / scale) as f32
+    if scale == 0.0 {
+        return 0.0;
+    }
+    // The inverse of a power of two 2^k is 2^-k: flip the exponent, exactly.
+    let inverse = f64::from_bits((2046u64 << 52).wrapping_sub(scale.to_bits()));
+    (f64::from(sum as f32) * inverse) as f32
+}
+
+/// `acc[j] += round(terms[j] · scales[j])`, written so that it vectorizes.
+#[inline]
+fn add_on_grid(acc: &mut [i64], terms: &[f32], scales: &[f64]) {
+    let n = acc.len().min(terms.len()).min(scales.len());
+    let (acc, terms, scales) = (&mut acc[..n], &terms[..n], &scales[..n]);
+    for j in 0..n {
+        acc[j] = acc[j].wrapping_add(round_to_i64(f64::from(terms[j]) * scales[j]));
+    }
+}
+
+/// The grid scale for f32 terms whose largest magnitude has the bits `max_bits` (0 when every
+/// term is zero or some term is not finite): integer operations only, so it vectorizes. The same
+/// value as `Grid::new(max, n).f32_scale()`.
+#[inline]
+fn f32_scale_from_bits(max_bits: u32, precision: i32) -> f64 {
+    let biased = (max_bits >> 23) as i32;
+    // 2^e is the smallest power of two above the magnitude (2^-126 above every subnormal).
+    let e = if biased == 0 { -126 } else { biased - 126 };
+    if max_bits == 0 || max_bits >= f32::INFINITY.to_bits() {
+        0.0
+    } else {
+        f64::from_bits(((precision - e + 1023) as u64) << 52)
+    }
 }
 
 /// The reproducible sum of f32 terms: its bits depend only on the multiset of `terms`, and it is
@@ -171,10 +196,10 @@ pub fn reproducible_sum_f32(terms: &[f32]) -> f32 {
             return special as f32;
         }
     }
-    let Some(grid) = Grid::new(f64::from(f32::from_bits(max_bits)), terms.len() as u64) else {
+    let scale = f32_scale_from_bits(max_bits, precision(terms.len() as u64));
+    if scale == 0.0 {
         return 0.0;
-    };
-    let scale = grid.f32_scale();
+    }
     // Pass 2: eight independent integer sums so the additions pipeline and vectorize.
     let mut acc = [0i64; 8];
     let mut chunks = terms.chunks_exact(8);
@@ -222,50 +247,47 @@ pub fn reproducible_sum_f64(terms: &[f64]) -> f64 {
 /// the reproducible sum of every contribution's element `j`. The order of `contributions` does not
 /// matter.
 pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
+    // Blocks small enough that a block of every contribution stays in cache between the passes.
+    const BLOCK: usize = 2048;
     let n = contributions.len() as u64;
-    // Pass 1, branch-free: the largest magnitude per element as bits (non-finite ones are the
-    // largest, and handled at the end).
-    let mut max_bits = vec![0u32; out.len()];
-    for c in contributions {
-        for (m, &x) in max_bits.iter_mut().zip(c.iter()) {
-            *m = (*m).max(x.to_bits() & 0x7fff_ffff);
-        }
-    }
-    let any_special = max_bits.iter().any(|&m| m >= f32::INFINITY.to_bits());
-    let max_abs: Vec<f32> = max_bits
-        .iter()
-        .map(|&m| {
-            // A non-finite element's grid is irrelevant: the specials decide it.
-            if m >= f32::INFINITY.to_bits() {
-                0.0
-            } else {
-                f32::from_bits(m)
+    let mut max_bits = [0u32; BLOCK];
+    let mut scales = [0f64; BLOCK];
+    let mut acc = [0i64; BLOCK];
+    for start in (0..out.len()).step_by(BLOCK) {
+        let end = (start + BLOCK).min(out.len());
+        let width = end - start;
+        let (max_bits, scales, acc) = (&mut max_bits[..width], &mut scales[..width], &mut acc[..width]);
+        // Pass 1, branch-free: the largest magnitude per element as bits (NaN and ±∞ have the
+        // largest, and are handled at the end).
+        max_bits.fill(0);
+        for c in contributions {
+            for (m, &x) in max_bits.iter_mut().zip(&c[start..end]) {
+                *m = (*m).max(x.to_bits() & 0x7fff_ffff);
             }
-        })
-        .collect();
-    // Pass 2: integers on each element's grid (scale 0 for all-zero elements). Non-finite terms
-    // give garbage here and are overwritten below.
-    let scales: Vec<f64> = max_abs
-        .iter()
-        .map(|&m| Grid::new(f64::from(m), n).map_or(0.0, Grid::f32_scale))
-        .collect();
-    let mut acc = vec![0i64; out.len()];
-    for c in contributions {
-        for ((a, &x), &s) in acc.iter_mut().zip(c.iter()).zip(&scales) {
-            *a = a.wrapping_add(round_to_i64(f64::from(x) * s));
         }
-    }
-    for ((o, &a), &s) in out.iter_mut().zip(&acc).zip(&scales) {
-        *o = if s == 0.0 { 0.0 } else { f32_from_grid(a, s) };
-    }
-    if any_special {
-        for (j, o) in out.iter_mut().enumerate() {
-            let mut specials = Specials::default();
-            contributions
-                .iter()
-                .for_each(|c| specials.note(f64::from(c[j])));
-            if let Some(s) = specials.result() {
-                *o = s as f32;
+        let precision = precision(n);
+        let mut any_special = false;
+        for (s, &m) in scales.iter_mut().zip(max_bits.iter()) {
+            any_special |= m >= f32::INFINITY.to_bits();
+            *s = f32_scale_from_bits(m, precision);
+        }
+        // Pass 2: integers on each element's grid (scale 0 for all-zero or non-finite elements).
+        acc.fill(0);
+        for c in contributions {
+            add_on_grid(acc, &c[start..end], scales);
+        }
+        for ((o, &a), &s) in out[start..end].iter_mut().zip(acc.iter()).zip(scales.iter()) {
+            *o = f32_from_grid(a, s);
+        }
+        if any_special {
+            for (j, o) in out[start..end].iter_mut().enumerate() {
+                let mut specials = Specials::default();
+                contributions
+                    .iter()
+                    .for_each(|c| specials.note(f64::from(c[start + j])));
+                if let Some(s) = specials.result() {
+                    *o = s as f32;
+                }
             }
         }
     }
@@ -304,7 +326,7 @@ pub(crate) fn sum_columns_f64(contributions: &[&[f64]], out: &mut [f64]) {
 /// The parts of a partition-invariant sum over ranks (`RankContext::reproducible_sum`): every
 /// rank's terms are put on one grid per element, fixed by the largest magnitude over all ranks.
 pub(crate) mod distributed {
-    use super::{f32_from_grid, round_to_i64, Grid, Specials};
+    use super::{add_on_grid, f32_from_grid, f32_scale_from_bits, precision, Specials};
 
     /// Per element, the largest finite magnitude among this rank's terms, followed by one more
     /// element: 1 when some term is not finite, 0 otherwise (so one `max` allreduce carries both).
@@ -327,9 +349,10 @@ pub(crate) mod distributed {
 
     /// The scale of each element's grid (0 where every term is zero).
     pub(crate) fn scales(global_max_abs: &[f32], total_terms: u64) -> Vec<f64> {
+        let p = precision(total_terms);
         global_max_abs
             .iter()
-            .map(|&m| Grid::new(f64::from(m), total_terms).map_or(0.0, Grid::f32_scale))
+            .map(|&m| f32_scale_from_bits(m.to_bits() & 0x7fff_ffff, p))
             .collect()
     }
 
@@ -338,9 +361,7 @@ pub(crate) mod distributed {
     pub(crate) fn grid_sums(terms: &[&[f32]], scales: &[f64]) -> Vec<i64> {
         let mut acc = vec![0i64; scales.len()];
         for t in terms {
-            for ((a, &x), &s) in acc.iter_mut().zip(t.iter()).zip(scales) {
-                *a = a.wrapping_add(round_to_i64(f64::from(x) * s));
-            }
+            add_on_grid(&mut acc, t, scales);
         }
         acc
     }
@@ -349,7 +370,7 @@ pub(crate) mod distributed {
     pub(crate) fn finish(sums: &[i64], scales: &[f64]) -> Vec<f32> {
         sums.iter()
             .zip(scales)
-            .map(|(&a, &s)| if s == 0.0 { 0.0 } else { f32_from_grid(a, s) })
+            .map(|(&a, &s)| f32_from_grid(a, s))
             .collect()
     }
 
@@ -496,8 +517,11 @@ pub(crate) mod tests {
             let truth = exact_f64(exact.iter().copied());
             // The documented bound: half a grid step per term, plus the final rounding.
             let max_abs = exact.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let grid = Grid::new(max_abs, terms.len() as u64).unwrap();
-            let step = 1.0 / grid.f32_scale();
+            let scale = f32_scale_from_bits(
+                (max_abs as f32).to_bits(),
+                precision(terms.len() as u64),
+            );
+            let step = 1.0 / scale;
             let half_ulp = f64::from((truth as f32).abs()) * f64::from(f32::EPSILON) / 2.0;
             let bound = terms.len() as f64 * step / 2.0 + half_ulp;
             eprintln!(
@@ -547,6 +571,20 @@ pub(crate) mod tests {
         );
         let tiny = f32::from_bits(1); // the smallest subnormal
         assert_eq!(reproducible_sum_f32(&[tiny, tiny, tiny]), f32::from_bits(3));
+    }
+
+    #[test]
+    fn the_integer_scale_equals_the_grid_scale() {
+        let p = precision(4);
+        for bits in [0x0080_0000u32, 0x3f80_0000, 0x3fff_ffff, 0x7f7f_ffff] {
+            let e = exponent_above(f64::from(f32::from_bits(bits)));
+            assert_eq!(f32_scale_from_bits(bits, p), pow2(p - e), "{bits:#x}");
+        }
+        // Every subnormal gets the grid of 2^-126, finer than their spacing 2^-149: exact.
+        assert_eq!(f32_scale_from_bits(1, p), pow2(p + 126));
+        assert_eq!(f32_scale_from_bits(0, p), 0.0);
+        assert_eq!(f32_scale_from_bits(f32::INFINITY.to_bits(), p), 0.0);
+        assert_eq!(f32_from_grid(3, 0.25), 12.0);
     }
 
     #[test]
