@@ -15,6 +15,15 @@
 //! | 2 | bad input: a flag, or a scenario file or folder that cannot be read or is invalid |
 //! | 3 | a run failed: a rank errored, panicked or missed a collective deadline |
 
+/// `println!` that stops quietly when stdout is closed (`detcheck check | head`), instead of
+/// panicking: the exit code still tells the outcome.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod commands;
 
 use clap::{Parser, Subcommand};
@@ -221,7 +230,7 @@ fn env(stacks: &[String], export: bool) -> u8 {
     };
     if export {
         for s in settings {
-            println!("export {}={}", s.name, shell_quote(s.value));
+            out!("export {}={}", s.name, shell_quote(s.value));
         }
         return EXIT_OK;
     }
@@ -231,11 +240,13 @@ fn env(stacks: &[String], export: bool) -> u8 {
             Some(v) if v == s.value => "set here to this value".to_owned(),
             Some(v) => format!("set here to `{v}`, which differs"),
         };
-        println!("{:<10} {}={}", s.stack, s.name, s.value);
-        println!("{:<10}   pins: {}", "", s.pins);
-        println!(
+        out!("{:<10} {}={}", s.stack, s.name, s.value);
+        out!("{:<10}   pins: {}", "", s.pins);
+        out!(
             "{:<10}   source: {}; documented in {}",
-            "", source, s.reference
+            "",
+            source,
+            s.reference
         );
     }
     EXIT_OK
@@ -344,7 +355,7 @@ fn check(
     let mut details = Vec::new();
     let (mut failed, mut errored, mut ignored, mut skipped) = (0, 0, 0, 0);
     if let Some(processes) = session.num_processes() {
-        println!("detcheck check on {}\n", session.describe());
+        out!("detcheck check on {}\n", session.describe());
         if scenarios.iter().all(|s| s.spec.world_size > processes) {
             eprintln!(
                 "error: every scenario needs more than the {processes} processes mpirun started"
@@ -436,10 +447,10 @@ fn check(
     }
     bar.finish_and_clear();
     for row in rows {
-        println!("{row}");
+        out!("{row}");
     }
     for detail in &details {
-        println!("\n{detail}");
+        out!("\n{detail}");
     }
     let passed = scenarios.len() - failed - errored - ignored - skipped;
     let skipped_note = if skipped > 0 {
@@ -447,7 +458,7 @@ fn check(
     } else {
         String::new()
     };
-    println!(
+    out!(
         "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} \
          ignored{skipped_note}",
         scenarios.len()

@@ -256,7 +256,11 @@ pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
     for start in (0..out.len()).step_by(BLOCK) {
         let end = (start + BLOCK).min(out.len());
         let width = end - start;
-        let (max_bits, scales, acc) = (&mut max_bits[..width], &mut scales[..width], &mut acc[..width]);
+        let (max_bits, scales, acc) = (
+            &mut max_bits[..width],
+            &mut scales[..width],
+            &mut acc[..width],
+        );
         // Pass 1, branch-free: the largest magnitude per element as bits (NaN and ±∞ have the
         // largest, and are handled at the end).
         max_bits.fill(0);
@@ -276,7 +280,11 @@ pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
         for c in contributions {
             add_on_grid(acc, &c[start..end], scales);
         }
-        for ((o, &a), &s) in out[start..end].iter_mut().zip(acc.iter()).zip(scales.iter()) {
+        for ((o, &a), &s) in out[start..end]
+            .iter_mut()
+            .zip(acc.iter())
+            .zip(scales.iter())
+        {
             *o = f32_from_grid(a, s);
         }
         if any_special {
@@ -517,10 +525,8 @@ pub(crate) mod tests {
             let truth = exact_f64(exact.iter().copied());
             // The documented bound: half a grid step per term, plus the final rounding.
             let max_abs = exact.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let scale = f32_scale_from_bits(
-                (max_abs as f32).to_bits(),
-                precision(terms.len() as u64),
-            );
+            let scale =
+                f32_scale_from_bits((max_abs as f32).to_bits(), precision(terms.len() as u64));
             let step = 1.0 / scale;
             let half_ulp = f64::from((truth as f32).abs()) * f64::from(f32::EPSILON) / 2.0;
             let bound = terms.len() as f64 * step / 2.0 + half_ulp;
