@@ -413,29 +413,23 @@ pub(crate) fn run_checks_on(
     if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
         checks.push(CheckKind::Backends);
     }
-    let first = runner.run(
-        scenario,
-        options,
-        Some(perturbation(spec.seed, 1, options)),
-        1,
-    )?;
-    let second = if checks.contains(&CheckKind::Repeat) {
-        Some(runner.run(
+    // Run k runs under perturbation k (rotation k − 1).
+    let run_on = |on: &dyn Runner, k: usize| {
+        on.run(
             scenario,
             options,
-            Some(perturbation(spec.seed, 2, options)),
-            2,
-        )?)
+            Some(perturbation(spec.seed, k, options)),
+            k,
+        )
+    };
+    let first = run_on(runner, 1)?;
+    let second = if checks.contains(&CheckKind::Repeat) {
+        Some(run_on(runner, 2)?)
     } else {
         None
     };
     let on_threads = if runner.is_mpi() && checks.contains(&CheckKind::Backends) {
-        Some(run_once(
-            scenario,
-            options,
-            Some(perturbation(spec.seed, 1, options)),
-            1,
-        )?)
+        Some(run_on(&ThreadRunner, 1)?)
     } else {
         None
     };

@@ -576,17 +576,8 @@ impl<'c> MpiComm<'c> {
         tensor: &mut Tensor,
         op: ReduceOp,
     ) -> Result<(), CommError> {
-        // Every rank proves it entered before any calls MPI_Iallreduce, which cannot be left.
-        let others = self.others();
-        let handshake: Vec<Outgoing<'_>> = others
-            .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: None,
-                shape: Vec::new(),
-            })
-            .collect();
-        self.exchange(id, signature, None, &handshake, &others)?;
+        // Every rank proves it entered before any calls MPI_Allreduce, which cannot be left.
+        self.handshake(id, signature)?;
         // Every rank is in: the blocking call completes unless a process dies, and then the
         // launcher ends the job.
         let input = tensor.data().clone();
@@ -637,17 +628,7 @@ impl Communicator for MpiComm<'_> {
 
     fn barrier(&self) -> Result<(), CommError> {
         let id = self.begin("barrier");
-        let others = self.others();
-        let outgoing: Vec<Outgoing<'_>> = others
-            .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: None,
-                shape: Vec::new(),
-            })
-            .collect();
-        self.exchange(&id, "barrier", None, &outgoing, &others)
-            .map(drop)
+        self.handshake(&id, "barrier")
     }
 
     fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError> {
@@ -767,6 +748,21 @@ impl Communicator for MpiComm<'_> {
 }
 
 impl MpiComm<'_> {
+    /// An empty message to and from every other rank: returns once all have entered.
+    fn handshake(&self, id: &CollectiveId, signature: &str) -> Result<(), CommError> {
+        let others = self.others();
+        let outgoing: Vec<Outgoing<'_>> = others
+            .iter()
+            .map(|&dest| Outgoing {
+                dest,
+                data: None,
+                shape: Vec::new(),
+            })
+            .collect();
+        self.exchange(id, signature, None, &outgoing, &others)
+            .map(drop)
+    }
+
     /// Round 1 of an allreduce: chunk c of this rank's contribution goes to rank c, which
     /// reduces it in the mode's order; returns this rank's reduced chunk.
     fn reduce_own_chunk(
