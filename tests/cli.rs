@@ -37,6 +37,13 @@ fn scenario(dir: &Path, kind: &str, extra: &str, replace: &[(&str, &str)]) -> Pa
     path
 }
 
+/// Asserts that `text` (the `what` stream) holds every one of `needles`.
+fn assert_contains(what: &str, text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{what} lacks {needle:?}:\n{text}");
+    }
+}
+
 /// Runs `detcheck check` on one scenario and checks the exit code and what the output holds.
 fn check(
     (kind, extra, replace): (&str, &str, &[(&str, &str)]),
@@ -55,20 +62,8 @@ fn check(
         "stdout:\n{}\nstderr:\n{}",
         out.stdout, out.stderr
     );
-    for text in stdout_has {
-        assert!(
-            out.stdout.contains(text),
-            "stdout lacks {text:?}:\n{}",
-            out.stdout
-        );
-    }
-    for text in stderr_has {
-        assert!(
-            out.stderr.contains(text),
-            "stderr lacks {text:?}:\n{}",
-            out.stderr
-        );
-    }
+    assert_contains("stdout", &out.stdout, stdout_has);
+    assert_contains("stderr", &out.stderr, stderr_has);
 }
 
 #[test]
@@ -227,19 +222,17 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
     let same = expect(&["compare", "a", "c"], dir.path(), 0);
     assert!(same.stdout.contains("identical"), "{}", same.stdout);
     let out = expect(&["compare", "a", "b", "--map", "map.png"], dir.path(), 1);
-    for text in [
-        "first divergence: step 0 rank 0 seq 4 `allreduce/sum`: md5 differs",
-        "difference",
-        "dmean",
-        "overflow in A: none",
-        "divergence map: map.png",
-    ] {
-        assert!(
-            out.stdout.contains(text),
-            "stdout lacks {text:?}:\n{}",
-            out.stdout
-        );
-    }
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &[
+            "first divergence: step 0 rank 0 seq 4 `allreduce/sum`: md5 differs",
+            "difference",
+            "dmean",
+            "overflow in A: none",
+            "divergence map: map.png",
+        ],
+    );
     let png = std::fs::read(dir.path().join("map.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
     // Refuses to mix two runs in one folder.
@@ -275,20 +268,18 @@ fn compare_of_full_dumps_shows_numeric_metrics() {
     }
     assert!(dir.path().join("a/rank2/step1.safetensors").is_file());
     let out = expect(&["compare", "a", "b", "--max-rows", "3"], dir.path(), 1);
-    for text in [
-        "max_abs",
-        "max_rel",
-        "cosine",
-        "<1e-3",
-        "<5e-3",
-        "more differing records",
-    ] {
-        assert!(
-            out.stdout.contains(text),
-            "stdout lacks {text:?}:\n{}",
-            out.stdout
-        );
-    }
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &[
+            "max_abs",
+            "max_rel",
+            "cosine",
+            "<1e-3",
+            "<5e-3",
+            "more differing records",
+        ],
+    );
 }
 
 #[test]
@@ -377,18 +368,16 @@ fn curves_compares_loss_and_plots_it() {
         dir.path(),
         1,
     );
-    for text in [
-        "first two steps allclose: yes",
-        "whole run allclose: NO",
-        "first step beyond tolerance: 3",
-        "plots: loss.png loss.svg",
-    ] {
-        assert!(
-            out.stdout.contains(text),
-            "stdout lacks {text:?}:\n{}",
-            out.stdout
-        );
-    }
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &[
+            "first two steps allclose: yes",
+            "whole run allclose: NO",
+            "first step beyond tolerance: 3",
+            "plots: loss.png loss.svg",
+        ],
+    );
     assert!(std::fs::read(dir.path().join("loss.png"))
         .unwrap()
         .starts_with(b"\x89PNG"));
