@@ -54,6 +54,35 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of `tensor` at (rank, step, seq): its md5, and its stats when `with_stats`
+    /// (empty otherwise).
+    #[must_use]
+    pub(crate) fn of_tensor(
+        rank: u32,
+        step: u64,
+        seq: u32,
+        name: &str,
+        replicated: bool,
+        tensor: &Tensor,
+        with_stats: bool,
+    ) -> Record {
+        Record {
+            rank,
+            step,
+            seq,
+            name: name.to_owned(),
+            replicated,
+            dtype: tensor.dtype(),
+            shape: tensor.shape().to_vec(),
+            md5: Md5Digest::of_tensor(tensor),
+            stats: if with_stats {
+                Stats::of_tensor(tensor)
+            } else {
+                Stats::default()
+            },
+        }
+    }
+
     /// `true` when dtype, shape and digest agree: the two tensors had the same bits.
     #[must_use]
     pub fn same_bits(&self, other: &Record) -> bool {
@@ -116,21 +145,8 @@ impl Recorder {
             return;
         }
         let seq = self.next_seq.entry(step).or_insert(0);
-        let stats = match self.level {
-            RecordLevel::Stats => Stats::of_tensor(tensor),
-            RecordLevel::Digest | RecordLevel::Off => Stats::default(),
-        };
-        let record = Record {
-            rank: self.rank,
-            step,
-            seq: *seq,
-            name: name.to_owned(),
-            replicated,
-            dtype: tensor.dtype(),
-            shape: tensor.shape().to_vec(),
-            md5: Md5Digest::of_tensor(tensor),
-            stats,
-        };
+        let with_stats = self.level == RecordLevel::Stats;
+        let record = Record::of_tensor(self.rank, step, *seq, name, replicated, tensor, with_stats);
         *seq += 1;
         if let Some(tap) = &mut self.tap {
             (tap.0)(&record, tensor);

@@ -128,11 +128,7 @@ fn bad_input_exits_2_naming_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let out = detcheck(&["check", "missing.json"], dir.path());
     assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("cannot read missing.json"),
-        "{}",
-        out.stderr
-    );
+    assert_contains("stderr", &out.stderr, &["cannot read missing.json"]);
     let out = detcheck(&["check"], dir.path());
     assert_eq!(out.code, 2, "no scenarios folder here");
     let out = detcheck(&["check", "--deadline", "0"], dir.path());
@@ -141,11 +137,7 @@ fn bad_input_exits_2_naming_file_and_field() {
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     let out = detcheck(&["check", "empty"], dir.path());
     assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("no scenario files found in empty"),
-        "{}",
-        out.stderr
-    );
+    assert_contains("stderr", &out.stderr, &["no scenario files found in empty"]);
 }
 
 #[test]
@@ -204,11 +196,7 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
         dir.path(),
         0,
     );
-    assert!(
-        out.stdout.contains("wrote a: 3 ranks, 2 steps"),
-        "{}",
-        out.stdout
-    );
+    assert_contains("stdout", &out.stdout, &["wrote a: 3 ranks, 2 steps"]);
     expect(
         &["run", "case.json", "--dump", "b", "--perturb", "2"],
         dir.path(),
@@ -237,11 +225,7 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
     // Refuses to mix two runs in one folder.
     let out = expect(&["run", "case.json", "--dump", "a"], dir.path(), 2);
-    assert!(
-        out.stderr.contains("a: already holds a dump"),
-        "{}",
-        out.stderr
-    );
+    assert_contains("stderr", &out.stderr, &["a: already holds a dump"]);
 }
 
 #[test]
@@ -393,11 +377,7 @@ fn curves_compares_loss_and_plots_it() {
         dir.path(),
         2,
     );
-    assert!(
-        out.stderr.contains("gpu.json: no scalar named `acc`"),
-        "{}",
-        out.stderr
-    );
+    assert_contains("stderr", &out.stderr, &["gpu.json: no scalar named `acc`"]);
     // From dumps: the train scenario records its loss; md5 dumps have no value to plot.
     scenario(
         dir.path(),
@@ -412,11 +392,7 @@ fn curves_compares_loss_and_plots_it() {
         0,
     );
     let out = expect(&["curves", "t1", "t1", "--no-plot"], dir.path(), 0);
-    assert!(
-        out.stdout.contains("loss: A t1 (2 steps)"),
-        "{}",
-        out.stdout
-    );
+    assert_contains("stdout", &out.stdout, &["loss: A t1 (2 steps)"]);
     let out = expect(&["curves", "t1", "t2", "--no-plot"], dir.path(), 2);
     assert!(out.stderr.contains("holds no statistics"), "{}", out.stderr);
 }
@@ -457,9 +433,5 @@ fn check_writes_a_divergence_map_and_reports_overflow() {
         &[],
     );
     let out = expect(&["check", "--no-progress", "case.json"], dir.path(), 0);
-    assert!(
-        out.stdout.contains("first overflow: step "),
-        "{}",
-        out.stdout
-    );
+    assert_contains("stdout", &out.stdout, &["first overflow: step "]);
 }

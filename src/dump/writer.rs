@@ -9,7 +9,6 @@
 
 use crate::check::{perturbation, CheckOptions};
 use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};
-use crate::digest::{Md5Digest, Stats};
 use crate::dump::format::{self, Digest, Entry, Footer, Header};
 use crate::dump::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
 use crate::scenario::{LoadedScenario, RankContext};
@@ -149,22 +148,15 @@ impl TraceWriter {
             Some((last_step, last_seq)) if last_step == step => last_seq + 1,
             _ => 0,
         };
-        let stats = if self.mode.has_stats() {
-            Stats::of_tensor(tensor)
-        } else {
-            Stats::default()
-        };
-        let record = Record {
-            rank: self.rank,
+        let record = Record::of_tensor(
+            self.rank,
             step,
             seq,
-            name: name.to_owned(),
+            name,
             replicated,
-            dtype: tensor.dtype(),
-            shape: tensor.shape().to_vec(),
-            md5: Md5Digest::of_tensor(tensor),
-            stats,
-        };
+            tensor,
+            self.mode.has_stats(),
+        );
         self.write_record(&record, Some(tensor))
     }
 
