@@ -21,6 +21,7 @@
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 
 mod check;
+mod checkpoint;
 mod comm;
 mod compare;
 mod curves;
@@ -35,6 +36,7 @@ mod scenario;
 mod seed;
 mod session;
 mod tensor;
+mod tensorfile;
 mod trace;
 
 pub use check::{

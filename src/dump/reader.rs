@@ -10,9 +10,9 @@
 use crate::digest::Stats;
 use crate::dump::format::{self, Entry, Footer, Header, HeaderError};
 use crate::dump::msprobe::MsprobeDump;
-use crate::dump::writer::tensor_from_bytes;
 use crate::dump::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
+use crate::tensorfile;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -534,28 +534,7 @@ impl TensorFiles {
             detail,
         };
         let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
-        let view = match file.tensor(key) {
-            Ok(view) => view,
-            Err(_) => return Ok(None),
-        };
-        let dtype = match view.dtype() {
-            safetensors::Dtype::F32 => DType::F32,
-            safetensors::Dtype::F64 => DType::F64,
-            safetensors::Dtype::I64 => DType::I64,
-            safetensors::Dtype::U8 => DType::U8,
-            other => {
-                return Err(bad(format!(
-                    "tensor `{key}` has unsupported dtype {other:?}"
-                )))
-            }
-        };
-        tensor_from_bytes(dtype, view.shape().to_vec(), view.data())
-            .map(Some)
-            .ok_or_else(|| {
-                bad(format!(
-                    "tensor `{key}` has a size that does not match its shape"
-                ))
-            })
+        tensorfile::decode(&file, key).map_err(bad)
     }
 }
 

@@ -12,7 +12,8 @@ use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};
 use crate::dump::format::{self, Digest, Entry, Footer, Header};
 use crate::dump::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
 use crate::scenario::{LoadedScenario, RankContext};
-use crate::tensor::{DType, Tensor, TensorData};
+use crate::tensor::{DType, Tensor};
+use crate::tensorfile;
 use crate::trace::{Record, RecordLevel, RecordTap, Trace};
 use std::collections::HashMap;
 use std::fs::File;
@@ -188,13 +189,11 @@ impl TraceWriter {
             let tensor = tensor.ok_or_else(|| DumpError::MissingTensor {
                 name: record.name.clone(),
             })?;
-            let mut bytes = Vec::with_capacity(tensor.len() * tensor.dtype().size_of());
-            tensor.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
             self.pending.push((
                 tensor_key(record.seq, &record.name),
                 tensor.dtype(),
                 tensor.shape().to_vec(),
-                bytes,
+                tensorfile::canonical_bytes(tensor),
             ));
         }
         self.scratch.clear();
@@ -248,28 +247,10 @@ impl TraceWriter {
         }
         let path = tensor_path(&self.dir, self.rank, step);
         let pending = std::mem::take(&mut self.pending);
-        let mut views = Vec::with_capacity(pending.len());
-        for (key, dtype, shape, bytes) in &pending {
-            let dtype = match dtype {
-                DType::F32 => safetensors::Dtype::F32,
-                DType::F64 => safetensors::Dtype::F64,
-                DType::I64 => safetensors::Dtype::I64,
-                DType::U8 => safetensors::Dtype::U8,
-            };
-            let view =
-                safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes).map_err(|e| {
-                    DumpError::Safetensors {
-                        path: path.clone(),
-                        detail: format!("tensor `{key}`: {e}"),
-                    }
-                })?;
-            views.push((key.as_str(), view));
-        }
-        let bytes =
-            safetensors::tensor::serialize(views, None).map_err(|e| DumpError::Safetensors {
-                path: path.clone(),
-                detail: e.to_string(),
-            })?;
+        let bytes = tensorfile::encode(&pending).map_err(|detail| DumpError::Safetensors {
+            path: path.clone(),
+            detail,
+        })?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| DumpError::io("create folder", parent, e))?;
@@ -447,24 +428,4 @@ pub(crate) fn write_trace(dir: &Path, trace: &Trace, mode: DumpMode) -> Result<(
         w.finish()?;
     }
     Ok(())
-}
-
-/// The canonical bytes of a tensor read back from a safetensors file.
-pub(crate) fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Option<Tensor> {
-    fn chunks<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-        bytes
-            .chunks_exact(N)
-            .map(|c| f(c.try_into().expect("chunk of N")))
-            .collect()
-    }
-    if bytes.len() % dtype.size_of() != 0 {
-        return None;
-    }
-    let data = match dtype {
-        DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
-        DType::F64 => TensorData::F64(chunks(bytes, f64::from_le_bytes)),
-        DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
-        DType::U8 => TensorData::U8(bytes.to_vec()),
-    };
-    Tensor::new(shape, data).ok()
 }

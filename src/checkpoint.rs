@@ -1,0 +1,614 @@
+//! Checkpoints for exact restart: everything a rank needs to continue a run bit for bit.
+//!
+//! A [`RankCheckpoint`] is one rank's state after `step` steps: tensors (parameters, optimizer
+//! moments), the exact position of every random generator, the data loader's position and small
+//! counters. [`save`] writes it as two files in a folder: `rank{R}-step{S}.safetensors` (the
+//! tensors) and `rank{R}-step{S}.json` (the rest, versioned; see `docs/checkpoints.md`). The JSON
+//! names the run that wrote it ([`CheckpointIdentity`]) and the md5 of the safetensors file.
+//!
+//! Atomicity: each file is written under a temporary name, synced and renamed; the JSON is
+//! renamed last, and a checkpoint exists only when its JSON does. A crash mid-write leaves a
+//! stray `.tmp` or a safetensors file without its JSON, which readers ignore: the previous
+//! checkpoint stays intact and is the one found. A rank keeps its [`KEEP`] newest checkpoints,
+//! so ranks that crashed at different moments still share a complete one.
+//!
+//! Loading ([`load`]) checks the format version, the identity (seed, world size, rank, and the
+//! fingerprint of the scenario's kind and parameters) and the md5 of the tensors before trusting
+//! any byte; every failure is a [`CheckpointError`] naming the file and what is wrong.
+//!
+//! Determinism: the files are a pure function of the checkpoint (no clock, host or path inside;
+//! maps are ordered), so two runs that agree write identical checkpoints.
+//!
+//! Limits: each rank writes its own files (a shared file system is not needed, but every rank
+//! must find its own files again on resume); tensors are held in memory while written.
+
+use crate::seed::RankRng;
+use crate::tensor::Tensor;
+use crate::tensorfile;
+use md5::{Digest as _, Md5};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The version of the checkpoint JSON this build writes and reads.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// The `format` field of every checkpoint JSON.
+const FORMAT: &str = "detcheck-checkpoint";
+
+/// How many complete checkpoints a rank keeps in its folder (the newest ones).
+pub const KEEP: usize = 2;
+
+/// One rank's state after `step` steps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankCheckpoint {
+    /// Steps completed: the first step a resumed run executes.
+    pub step: u64,
+    /// Tensors by name (parameters, optimizer state).
+    pub tensors: BTreeMap<String, Tensor>,
+    /// Random generators by name, at their exact positions.
+    pub generators: BTreeMap<String, RankRng>,
+    /// Small integer state by name (optimizer steps taken, a data loader's epoch and batch).
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl RankCheckpoint {
+    /// An empty checkpoint of the state after `step` steps.
+    #[must_use]
+    pub fn new(step: u64) -> Self {
+        RankCheckpoint {
+            step,
+            ..RankCheckpoint::default()
+        }
+    }
+
+    /// Takes tensor `name` out of the checkpoint, checking its shape.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Content`] when it is missing or has another shape.
+    pub fn take_tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, CheckpointError> {
+        let tensor = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| CheckpointError::Content {
+                what: format!("tensor `{name}`"),
+                problem: "is missing".to_owned(),
+            })?;
+        if tensor.shape() != shape {
+            return Err(CheckpointError::Content {
+                what: format!("tensor `{name}`"),
+                problem: format!("has shape {:?}, the run expects {shape:?}", tensor.shape()),
+            });
+        }
+        Ok(tensor)
+    }
+
+    /// Takes generator `name` out of the checkpoint.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Content`] when it is missing.
+    pub fn take_generator(&mut self, name: &str) -> Result<RankRng, CheckpointError> {
+        self.generators
+            .remove(name)
+            .ok_or_else(|| CheckpointError::Content {
+                what: format!("generator `{name}`"),
+                problem: "is missing".to_owned(),
+            })
+    }
+
+    /// Counter `name`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Content`] when it is missing.
+    pub fn counter(&self, name: &str) -> Result<u64, CheckpointError> {
+        self.counters
+            .get(name)
+            .copied()
+            .ok_or_else(|| CheckpointError::Content {
+                what: format!("counter `{name}`"),
+                problem: "is missing".to_owned(),
+            })
+    }
+}
+
+/// Which run wrote a checkpoint: a resumed run must be the same run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointIdentity {
+    /// md5 of the scenario's kind, reduction and parameters (not its steps or checks).
+    pub fingerprint: String,
+    /// The run's seed.
+    pub seed: u64,
+    /// The number of ranks.
+    pub world_size: usize,
+    /// The rank that wrote the checkpoint.
+    pub rank: usize,
+}
+
+/// Why a checkpoint could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// A file operation failed.
+    #[error("cannot {action} checkpoint file {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The folder holds no complete checkpoint of this rank.
+    #[error("no complete checkpoint of rank {rank} in {}{}", dir.display(), wanted.map_or(String::new(), |s| format!(" at step {s}")))]
+    NotFound {
+        /// The folder.
+        dir: PathBuf,
+        /// The rank.
+        rank: usize,
+        /// The step looked for, if one.
+        wanted: Option<u64>,
+    },
+    /// A file is not a valid checkpoint (bad JSON, wrong md5, unreadable tensors).
+    #[error("checkpoint file {} is corrupt: {reason}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A checkpoint of another format version.
+    #[error("checkpoint file {} has version {found}; this build reads version {supported}", path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// A checkpoint written by another run.
+    #[error("checkpoint file {} was written by a run with {field} = {checkpoint}, but this run has {field} = {run}", path.display())]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// The field that differs (`seed`, `world_size`, `fingerprint`).
+        field: &'static str,
+        /// Its value in the checkpoint.
+        checkpoint: String,
+        /// Its value in this run.
+        run: String,
+    },
+    /// A checkpoint that lacks what the program needs (a tensor, a generator, a shape).
+    #[error("checkpoint {what} {problem}")]
+    Content {
+        /// The item.
+        what: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl CheckpointError {
+    fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        CheckpointError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The checkpoint JSON, as written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    format: String,
+    version: u32,
+    identity: CheckpointIdentity,
+    step: u64,
+    tensors_file: String,
+    tensors_md5: String,
+    tensors: Vec<String>,
+    generators: BTreeMap<String, RankRng>,
+    counters: BTreeMap<String, u64>,
+}
+
+/// Only `format` and `version`: read first, so a future version is reported as such.
+#[derive(Deserialize)]
+struct VersionProbe {
+    format: Option<String>,
+    version: Option<u32>,
+}
+
+fn file_stem(rank: usize, step: u64) -> String {
+    format!("rank{rank}-step{step}")
+}
+
+/// The JSON file of rank `rank`'s checkpoint at `step` in `dir`.
+#[must_use]
+pub fn checkpoint_path(dir: &Path, rank: usize, step: u64) -> PathBuf {
+    dir.join(format!("{}.json", file_stem(rank, step)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes rank `identity.rank`'s checkpoint into `dir` (created if needed), atomically, then
+/// removes that rank's checkpoints older than the [`KEEP`] newest. Returns the JSON's path.
+///
+/// # Errors
+/// [`CheckpointError::Io`] naming the file; on error no new checkpoint exists and the previous
+/// ones are untouched.
+pub fn save(
+    dir: &Path,
+    identity: &CheckpointIdentity,
+    checkpoint: &RankCheckpoint,
+) -> Result<PathBuf, CheckpointError> {
+    std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io("create folder", dir, e))?;
+    let stem = file_stem(identity.rank, checkpoint.step);
+    let tensors_path = dir.join(format!("{stem}.safetensors"));
+    let entries: Vec<_> = checkpoint
+        .tensors
+        .iter()
+        .map(|(name, t)| {
+            let bytes = tensorfile::canonical_bytes(t);
+            (name.clone(), t.dtype(), t.shape().to_vec(), bytes)
+        })
+        .collect();
+    let bytes = tensorfile::encode(&entries).map_err(|reason| CheckpointError::Corrupt {
+        path: tensors_path.clone(),
+        reason,
+    })?;
+    let manifest = Manifest {
+        format: FORMAT.to_owned(),
+        version: CHECKPOINT_VERSION,
+        identity: identity.clone(),
+        step: checkpoint.step,
+        tensors_file: format!("{stem}.safetensors"),
+        tensors_md5: hex(&Md5::digest(&bytes)),
+        tensors: checkpoint.tensors.keys().cloned().collect(),
+        generators: checkpoint.generators.clone(),
+        counters: checkpoint.counters.clone(),
+    };
+    let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+    let json_path = checkpoint_path(dir, identity.rank, checkpoint.step);
+    write_atomically(&tensors_path, &bytes)?;
+    write_atomically(&json_path, &json)?;
+    for old in complete_steps(dir, identity.rank)?.into_iter().skip(KEEP) {
+        let stem = file_stem(identity.rank, old);
+        // The JSON goes first: without it the older checkpoint no longer exists.
+        let _ = std::fs::remove_file(dir.join(format!("{stem}.json")));
+        let _ = std::fs::remove_file(dir.join(format!("{stem}.safetensors")));
+    }
+    Ok(json_path)
+}
+
+/// Writes `bytes` to `path` through a temporary file, synced, then renamed.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    crate::dump::write_atomically(path, bytes).map_err(|e| match e {
+        crate::dump::DumpError::Io {
+            action,
+            path,
+            source,
+        } => CheckpointError::Io {
+            action,
+            path,
+            source,
+        },
+        other => CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// The steps of rank `rank`'s complete checkpoints in `dir` (those whose JSON exists), newest
+/// first. A missing folder has none.
+///
+/// # Errors
+/// [`CheckpointError::Io`] when the folder cannot be listed.
+pub fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CheckpointError::io("list", dir, e)),
+    };
+    let prefix = format!("rank{rank}-step");
+    let mut steps: Vec<u64> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            name.strip_prefix(&prefix)?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    steps.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(steps)
+}
+
+/// Reads rank `identity.rank`'s checkpoint at `step` from `dir` (the newest when `step` is
+/// `None`), checking its version, identity and tensors.
+///
+/// # Errors
+/// [`CheckpointError`] naming the file and what is wrong with it.
+pub fn load(
+    dir: &Path,
+    identity: &CheckpointIdentity,
+    step: Option<u64>,
+) -> Result<RankCheckpoint, CheckpointError> {
+    let steps = complete_steps(dir, identity.rank)?;
+    let found = match step {
+        Some(s) => steps.contains(&s).then_some(s),
+        None => steps.first().copied(),
+    };
+    let Some(step) = found else {
+        return Err(CheckpointError::NotFound {
+            dir: dir.to_path_buf(),
+            rank: identity.rank,
+            wanted: step,
+        });
+    };
+    let json_path = checkpoint_path(dir, identity.rank, step);
+    let text = std::fs::read(&json_path).map_err(|e| CheckpointError::io("read", &json_path, e))?;
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: json_path.clone(),
+        reason,
+    };
+    let probe: VersionProbe = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    if probe.format.as_deref() != Some(FORMAT) {
+        return Err(corrupt(format!("field `format` is not \"{FORMAT}\"")));
+    }
+    match probe.version {
+        Some(CHECKPOINT_VERSION) => {}
+        Some(found) => {
+            return Err(CheckpointError::Version {
+                path: json_path,
+                found,
+                supported: CHECKPOINT_VERSION,
+            })
+        }
+        None => return Err(corrupt("field `version` is missing".to_owned())),
+    }
+    let manifest: Manifest =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text))
+            .map_err(|e| corrupt(format!("field `{}`: {}", e.path(), e.inner())))?;
+    if manifest.step != step {
+        return Err(corrupt(format!(
+            "field `step` is {}, but the file name says {step}",
+            manifest.step
+        )));
+    }
+    check_identity(&json_path, &manifest.identity, identity)?;
+
+    let tensors_path = dir.join(&manifest.tensors_file);
+    if manifest.tensors_file != format!("{}.safetensors", file_stem(identity.rank, step)) {
+        return Err(corrupt(format!(
+            "field `tensors_file` names {}, not this checkpoint's tensors",
+            manifest.tensors_file
+        )));
+    }
+    let bytes =
+        std::fs::read(&tensors_path).map_err(|e| CheckpointError::io("read", &tensors_path, e))?;
+    let bad_tensors = |reason: String| CheckpointError::Corrupt {
+        path: tensors_path.clone(),
+        reason,
+    };
+    let md5 = hex(&Md5::digest(&bytes));
+    if md5 != manifest.tensors_md5 {
+        return Err(bad_tensors(format!(
+            "its md5 is {md5}, but {} records {}",
+            json_path.display(),
+            manifest.tensors_md5
+        )));
+    }
+    let file =
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad_tensors(e.to_string()))?;
+    let mut tensors = BTreeMap::new();
+    for name in manifest.tensors {
+        let tensor = tensorfile::decode(&file, &name)
+            .map_err(bad_tensors)?
+            .ok_or_else(|| bad_tensors(format!("tensor `{name}` is missing")))?;
+        tensors.insert(name, tensor);
+    }
+    Ok(RankCheckpoint {
+        step,
+        tensors,
+        generators: manifest.generators,
+        counters: manifest.counters,
+    })
+}
+
+fn check_identity(
+    path: &Path,
+    found: &CheckpointIdentity,
+    run: &CheckpointIdentity,
+) -> Result<(), CheckpointError> {
+    let mismatch = |field, checkpoint: String, run: String| CheckpointError::Mismatch {
+        path: path.to_path_buf(),
+        field,
+        checkpoint,
+        run,
+    };
+    if found.world_size != run.world_size {
+        return Err(mismatch(
+            "world_size",
+            found.world_size.to_string(),
+            run.world_size.to_string(),
+        ));
+    }
+    if found.rank != run.rank {
+        return Err(mismatch(
+            "rank",
+            found.rank.to_string(),
+            run.rank.to_string(),
+        ));
+    }
+    if found.seed != run.seed {
+        return Err(mismatch(
+            "seed",
+            found.seed.to_string(),
+            run.seed.to_string(),
+        ));
+    }
+    if found.fingerprint != run.fingerprint {
+        return Err(mismatch(
+            "fingerprint (kind, reduction, params)",
+            found.fingerprint.clone(),
+            run.fingerprint.clone(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seed::{derive_stream, Stream};
+
+    fn identity(rank: usize) -> CheckpointIdentity {
+        CheckpointIdentity {
+            fingerprint: "abc".to_owned(),
+            seed: 7,
+            world_size: 2,
+            rank,
+        }
+    }
+
+    fn checkpoint(step: u64) -> RankCheckpoint {
+        let mut c = RankCheckpoint::new(step);
+        let mut rng = derive_stream(1, Stream::Dropout, 0, 0);
+        rng.next_u64();
+        c.generators.insert("dropout".into(), rng);
+        c.tensors.insert(
+            "param".into(),
+            Tensor::new(
+                vec![2, 2],
+                crate::TensorData::F32(vec![1.0, -0.0, 2.5, step as f32]),
+            )
+            .unwrap(),
+        );
+        c.counters.insert("optimizer_steps".into(), step);
+        c
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_exactly_and_only_the_newest_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        for step in 1..=4 {
+            save(dir.path(), &identity(1), &checkpoint(step)).unwrap();
+        }
+        assert_eq!(complete_steps(dir.path(), 1).unwrap(), vec![4, 3]);
+        let back = load(dir.path(), &identity(1), None).unwrap();
+        assert_eq!(back, checkpoint(4));
+        assert_eq!(
+            load(dir.path(), &identity(1), Some(3)).unwrap(),
+            checkpoint(3)
+        );
+        let err = load(dir.path(), &identity(1), Some(1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "no complete checkpoint of rank 1 in {} at step 1",
+                dir.path().display()
+            )
+        );
+        // The bytes are a pure function of the checkpoint.
+        let other = tempfile::tempdir().unwrap();
+        save(other.path(), &identity(1), &checkpoint(4)).unwrap();
+        for ext in ["json", "safetensors"] {
+            let name = format!("rank1-step4.{ext}");
+            assert_eq!(
+                std::fs::read(dir.path().join(&name)).unwrap(),
+                std::fs::read(other.path().join(&name)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_crash_mid_write_leaves_the_previous_checkpoint_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), &identity(0), &checkpoint(2)).unwrap();
+        // A crash after the tensors of step 4 were renamed and while its JSON was being
+        // written: a safetensors file without its JSON, and a half-written temporary JSON.
+        let bytes = std::fs::read(dir.path().join("rank0-step2.safetensors")).unwrap();
+        std::fs::write(dir.path().join("rank0-step4.safetensors"), &bytes[..10]).unwrap();
+        std::fs::write(
+            dir.path().join("rank0-step4.json.tmp"),
+            b"{\"format\": \"detch",
+        )
+        .unwrap();
+        assert_eq!(load(dir.path(), &identity(0), None).unwrap(), checkpoint(2));
+        // The next save of step 4 replaces the debris.
+        save(dir.path(), &identity(0), &checkpoint(4)).unwrap();
+        assert_eq!(load(dir.path(), &identity(0), None).unwrap(), checkpoint(4));
+    }
+
+    #[test]
+    fn corrupt_and_mismatched_checkpoints_are_named_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = save(dir.path(), &identity(0), &checkpoint(3)).unwrap();
+        let tensors = dir.path().join("rank0-step3.safetensors");
+        let error = |id: &CheckpointIdentity| load(dir.path(), id, None).unwrap_err().to_string();
+
+        let mut other = identity(0);
+        other.seed = 8;
+        let e = error(&other);
+        assert!(
+            e.contains("was written by a run with seed = 7, but this run has seed = 8"),
+            "{e}"
+        );
+        other = identity(0);
+        other.fingerprint = "xyz".into();
+        assert!(error(&other).contains("fingerprint (kind, reduction, params) = abc"));
+        other = identity(0);
+        other.world_size = 4;
+        assert!(error(&other).contains("world_size = 2, but this run has world_size = 4"));
+
+        // A flipped bit in the tensors.
+        let good = std::fs::read(&tensors).unwrap();
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        std::fs::write(&tensors, &flipped).unwrap();
+        let e = error(&identity(0));
+        assert!(
+            e.starts_with(&format!(
+                "checkpoint file {} is corrupt: its md5 is",
+                tensors.display()
+            )),
+            "{e}"
+        );
+        std::fs::write(&tensors, &good).unwrap();
+
+        // A missing tensors file, a future version, a truncated JSON, an unknown field.
+        std::fs::remove_file(&tensors).unwrap();
+        assert!(error(&identity(0)).starts_with("cannot read checkpoint file"));
+        std::fs::write(&tensors, &good).unwrap();
+        let text = std::fs::read_to_string(&json).unwrap();
+        std::fs::write(&json, text.replace("\"version\": 1", "\"version\": 9")).unwrap();
+        assert!(error(&identity(0)).ends_with("has version 9; this build reads version 1"));
+        std::fs::write(&json, &text[..text.len() / 2]).unwrap();
+        assert!(error(&identity(0)).contains("is corrupt: EOF while parsing"));
+        std::fs::write(
+            &json,
+            text.replace("\"step\": 3", "\"step\": 3, \"extra\": 1"),
+        )
+        .unwrap();
+        assert!(error(&identity(0)).contains("unknown field `extra`"));
+        std::fs::write(&json, &text).unwrap();
+
+        // What the program expects but the checkpoint lacks.
+        let mut c = load(dir.path(), &identity(0), None).unwrap();
+        let e = c.take_tensor("param", &[4]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "checkpoint tensor `param` has shape [2, 2], the run expects [4]"
+        );
+        assert_eq!(
+            c.take_generator("augment").unwrap_err().to_string(),
+            "checkpoint generator `augment` is missing"
+        );
+    }
+}
