@@ -19,10 +19,12 @@ use crate::compare::{compare_replicas, compare_runs, compare_world_sizes, Compar
 use crate::digest::Stats;
 use crate::overflow::{first_overflow, Overflow};
 use crate::picture::{map_of_runs, DivergenceMap};
-use crate::scenario::{LoadedScenario, RankContext};
+use crate::scenario::{LoadedScenario, RankContext, RunPlan};
 use crate::trace::{Record, RecordLevel, Trace};
 use serde::{Deserialize, Serialize};
 use std::fmt::{self, Write as _};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A check a scenario can ask for.
@@ -39,6 +41,11 @@ pub enum CheckKind {
     /// Runs at each of the spec's `world_sizes` give identical replicated records (loss,
     /// gradients, parameters): the bits do not depend on the number of ranks.
     WorldSizes,
+    /// Runs with each of the spec's `workers` data-loader worker counts give identical records.
+    Workers,
+    /// A run checkpointed at step k and resumed in a fresh launch gives the continuous run's
+    /// records from step k on (and before it).
+    Restart,
 }
 
 impl fmt::Display for CheckKind {
@@ -48,6 +55,8 @@ impl fmt::Display for CheckKind {
             CheckKind::Replicas => "replicas",
             CheckKind::Backends => "backends",
             CheckKind::WorldSizes => "world_sizes",
+            CheckKind::Workers => "workers",
+            CheckKind::Restart => "restart",
         })
     }
 }
@@ -187,6 +196,8 @@ impl ScenarioReport {
                         CheckKind::Replicas => ("rank 0", "this rank"),
                         CheckKind::Backends => ("mpi", "threads"),
                         CheckKind::WorldSizes => ("smallest", "larger"),
+                        CheckKind::Workers => ("first", "other"),
+                        CheckKind::Restart => ("continuous", "resumed"),
                     };
                     let _ = write!(out, "{}", describe_divergence(first, left, right));
                 }
@@ -277,13 +288,23 @@ pub fn run_once(
     perturbation: Option<Perturbation>,
     run: usize,
 ) -> Result<Trace, RunError> {
-    let spec = &scenario.spec;
+    run_planned(scenario, options, perturbation, run, &RunPlan::default())
+}
+
+/// [`run_once`] under a check's `plan` (loader workers, stop, checkpoint, resume).
+fn run_planned(
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    perturbation: Option<Perturbation>,
+    run: usize,
+    plan: &RunPlan,
+) -> Result<Trace, RunError> {
+    let spec = scenario.spec.clone();
     let mut config = LaunchConfig::new(spec.world_size).with_deadline(options.deadline);
     config.perturbation = perturbation;
-    let (program, level) = (scenario.program.clone(), options.record_level);
-    let (seed, steps, mode) = (spec.seed, spec.steps, spec.effective_mode());
+    let (program, level, plan) = (scenario.program.clone(), options.record_level, plan.clone());
     let ranks = launch_threads(&config, move |comm| {
-        let mut ctx = RankContext::new(comm, level, seed, steps, mode);
+        let mut ctx = RankContext::for_run(comm, level, &spec, &plan, perturbation);
         program.run_rank(&mut ctx)?;
         Ok(ctx.into_recorder().finish())
     })
@@ -306,13 +327,14 @@ pub(crate) fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Per
 
 /// Runs one run of a scenario on some backend: thread ranks, or the processes of an MPI job.
 pub(crate) trait Runner {
-    /// Runs `scenario` once under `perturbation`; `run` numbers the run in messages.
+    /// Runs `scenario` once under `perturbation` and `plan`; `run` numbers the run in messages.
     fn run(
         &self,
         scenario: &LoadedScenario,
         options: &CheckOptions,
         perturbation: Option<Perturbation>,
         run: usize,
+        plan: &RunPlan,
     ) -> Result<Trace, RunError>;
 
     /// `true` when the runs are on MPI ranks, so that `backends` can compare them with threads.
@@ -334,8 +356,9 @@ impl Runner for ThreadRunner {
         options: &CheckOptions,
         perturbation: Option<Perturbation>,
         run: usize,
+        plan: &RunPlan,
     ) -> Result<Trace, RunError> {
-        run_once(scenario, options, perturbation, run)
+        run_planned(scenario, options, perturbation, run, plan)
     }
 
     fn is_mpi(&self) -> bool {
@@ -343,9 +366,37 @@ impl Runner for ThreadRunner {
     }
 }
 
-/// Runs the scenario at each of its `world_sizes` (those the runner can launch) under run 1's
-/// perturbation and compares each with the smallest: the first differing pair, or the last
-/// identical one, with a note naming the two sizes.
+/// Runs the scenario once per value of a series (world sizes, worker counts) under run 1's
+/// perturbation and compares each run with the first: the total, and a note naming the first
+/// pair that differs (`describe(first, other)`), or the whole series when none does.
+fn compare_series(
+    values: &[usize],
+    run_at: impl Fn(usize) -> Result<Trace, RunError>,
+    compare: impl Fn(&Trace, &Trace) -> Comparison,
+    describe: impl Fn(usize, usize) -> String,
+    series: &str,
+) -> Result<(Comparison, String), RunError> {
+    let Some((&first, others)) = values.split_first() else {
+        return Ok((Comparison::default(), format!("no {series} fits")));
+    };
+    let base = run_at(first)?;
+    let mut total = Comparison::default();
+    let mut note = format!("{series} {values:?}");
+    for &value in others {
+        let c = compare(&base, &run_at(value)?);
+        total.num_compared += c.num_compared;
+        total.num_differing += c.num_differing;
+        if total.first.is_none() && c.first.is_some() {
+            total.first.clone_from(&c.first);
+            total.first_per_rank.clone_from(&c.first_per_rank);
+            note = describe(first, value);
+        }
+    }
+    Ok((total, note))
+}
+
+/// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
+/// launch), replicated records compared with the smallest size's.
 fn compare_across_world_sizes(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
@@ -354,33 +405,98 @@ fn compare_across_world_sizes(
     let mut sizes = scenario.spec.world_sizes.clone();
     sizes.sort_unstable();
     sizes.dedup();
-    let sizes: Vec<usize> = sizes
-        .into_iter()
-        .filter(|&w| runner.max_world_size().is_none_or(|max| w <= max))
-        .collect();
+    sizes.retain(|&w| runner.max_world_size().is_none_or(|max| w <= max));
     let run_at = |world_size: usize| {
         let mut resized = scenario.clone();
         resized.spec.world_size = world_size;
         let p = perturbation(scenario.spec.seed, 1, options);
-        runner.run(&resized, options, Some(p), 1)
+        runner.run(&resized, options, Some(p), 1, &RunPlan::default())
     };
-    let Some((&smallest, others)) = sizes.split_first() else {
-        return Ok((Comparison::default(), "no world size fits".to_owned()));
+    compare_series(
+        &sizes,
+        run_at,
+        compare_world_sizes,
+        |a, b| format!("world size {a} (smallest) vs {b} (larger)"),
+        "world sizes",
+    )
+}
+
+/// The `workers` check: the scenario with each of its `workers` loader worker counts, every
+/// record compared with the first count's.
+fn compare_across_workers(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+) -> Result<(Comparison, String), RunError> {
+    let run_at = |workers: usize| {
+        let p = perturbation(scenario.spec.seed, 1, options);
+        let plan = RunPlan {
+            loader_workers: Some(workers),
+            ..RunPlan::default()
+        };
+        runner.run(scenario, options, Some(p), 1, &plan)
     };
-    let base = run_at(smallest)?;
-    let mut total = Comparison::default();
-    let mut note = format!("world sizes {sizes:?}");
-    for &w in others {
-        let c = compare_world_sizes(&base, &run_at(w)?);
-        total.num_compared += c.num_compared;
-        total.num_differing += c.num_differing;
-        if total.first.is_none() && c.first.is_some() {
-            total.first.clone_from(&c.first);
-            total.first_per_rank.clone_from(&c.first_per_rank);
-            note = format!("world size {smallest} (smallest) vs {w} (larger)");
-        }
+    let compare = |a: &Trace, b: &Trace| compare_runs(a, b).expect("same world size");
+    compare_series(
+        &scenario.spec.workers,
+        run_at,
+        compare,
+        |a, b| format!("{a} workers (first) vs {b} workers"),
+        "workers",
+    )
+}
+
+/// A folder for one restart check's checkpoints, removed when dropped.
+struct RestartFolder(PathBuf);
+
+impl RestartFolder {
+    fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("detcheck-restart-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        RestartFolder(dir)
     }
-    Ok((total, note))
+}
+
+impl Drop for RestartFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `restart` check: run 3 stops after `restart_step()` steps and saves a checkpoint; run 4,
+/// a fresh launch, resumes from it and runs to the end. Both (under run 2's perturbation)
+/// joined are compared with the continuous run 1, record by record.
+fn compare_restart(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    continuous: &Trace,
+) -> Result<(Comparison, String), RunError> {
+    let at = scenario.spec.restart_step();
+    let folder = RestartFolder::new();
+    let p = Some(perturbation(scenario.spec.seed, 2, options));
+    let before = RunPlan {
+        stop_at: Some(at),
+        checkpoint_to: Some(folder.0.clone()),
+        ..RunPlan::default()
+    };
+    let after = RunPlan {
+        resume_from: Some(folder.0.clone()),
+        remove_after_resume: true,
+        ..RunPlan::default()
+    };
+    let mut joined = runner.run(scenario, options, p, 3, &before)?;
+    let resumed = runner.run(scenario, options, p, 4, &after)?;
+    for (rank, tail) in joined.ranks.iter_mut().zip(resumed.ranks) {
+        rank.records.extend(tail.records);
+    }
+    let comparison = compare_runs(continuous, &joined).expect("same world size");
+    Ok((
+        comparison,
+        format!("checkpoint after step {at}, resumed in a fresh launch"),
+    ))
 }
 
 /// Runs the scenario's checks on thread ranks and reports each outcome.
@@ -420,6 +536,7 @@ pub(crate) fn run_checks_on(
             options,
             Some(perturbation(spec.seed, k, options)),
             k,
+            &RunPlan::default(),
         )
     };
     let first = run_on(runner, 1)?;
@@ -435,6 +552,16 @@ pub(crate) fn run_checks_on(
     };
     let across_sizes = if checks.contains(&CheckKind::WorldSizes) {
         Some(compare_across_world_sizes(runner, scenario, options)?)
+    } else {
+        None
+    };
+    let across_workers = if checks.contains(&CheckKind::Workers) {
+        Some(compare_across_workers(runner, scenario, options)?)
+    } else {
+        None
+    };
+    let restart = if checks.contains(&CheckKind::Restart) {
+        Some(compare_restart(runner, scenario, options, &first)?)
     } else {
         None
     };
@@ -466,9 +593,14 @@ pub(crate) fn run_checks_on(
                         Comparison::default()
                     }
                 },
-                CheckKind::WorldSizes => {
-                    let (comparison, sizes) = across_sizes.clone().expect("computed above");
-                    note = Some(sizes);
+                CheckKind::WorldSizes | CheckKind::Workers | CheckKind::Restart => {
+                    let computed = match kind {
+                        CheckKind::WorldSizes => &across_sizes,
+                        CheckKind::Workers => &across_workers,
+                        _ => &restart,
+                    };
+                    let (comparison, text) = computed.clone().expect("computed above");
+                    note = Some(text);
                     comparison
                 }
             };
@@ -618,6 +750,44 @@ mod tests {
         let report = run_checks(&control, &CheckOptions::default()).unwrap();
         let note = report.outcomes[0].note.as_deref().unwrap();
         assert!(note.starts_with("world size 1 (smallest) vs "), "{note}");
+    }
+
+    #[test]
+    fn restart_resumes_bit_for_bit_and_a_forgotten_generator_is_caught_at_the_restart_step() {
+        let train = |optimizer: &str, plant: &str, expect: &str| {
+            let text = format!(
+                r#"{{"kind": "train", "world_size": 2, "steps": 6, "seed": 9,
+                    "reduction": "ring", "deterministic_comm": true, "expect": "{expect}",
+                    "checks": ["restart"], "restart_at": 4,
+                    "params": {{"dataset_size": 64, "global_batch": 16, "dropout": 0.3,
+                               "dropout_rng": "sequential", "optimizer": {optimizer}{plant}}}}}"#
+            );
+            KindRegistry::builtin()
+                .build(
+                    serde_json::from_str(&text).unwrap(),
+                    std::path::Path::new("restart.json"),
+                )
+                .unwrap()
+        };
+        for optimizer in [
+            r#"{"kind": "adam", "lr": 0.01}"#,
+            r#"{"kind": "sgd", "lr": 0.05, "momentum": 0.9}"#,
+        ] {
+            let report =
+                run_checks(&train(optimizer, "", "identical"), &CheckOptions::default()).unwrap();
+            assert!(report.passed(), "{}", report.explain_failures());
+            // Per rank: `init/*` (4), then per step local_grad, grad, param (4 each) and loss.
+            assert_eq!(report.outcomes[0].comparison.num_compared, 2 * (4 + 6 * 13));
+        }
+        let control = train(
+            r#"{"kind": "adam", "lr": 0.01}"#,
+            r#", "plant": "resume_without_rng""#,
+            "diverges",
+        );
+        assert_eq!(
+            first(&control),
+            (CheckKind::Restart, 4, 0, "local_grad/fc1.weight".into())
+        );
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub const CHECKPOINT_VERSION: u32 = 1;
 const FORMAT: &str = "detcheck-checkpoint";
 
 /// How many complete checkpoints a rank keeps in its folder (the newest ones).
-pub const KEEP: usize = 2;
+pub(crate) const KEEP: usize = 2;
 
 /// One rank's state after `step` steps.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,7 +113,7 @@ impl RankCheckpoint {
 
 /// Which run wrote a checkpoint: a resumed run must be the same run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointIdentity {
+pub(crate) struct CheckpointIdentity {
     /// md5 of the scenario's kind, reduction and parameters (not its steps or checks).
     pub fingerprint: String,
     /// The run's seed.
@@ -226,7 +226,7 @@ fn file_stem(rank: usize, step: u64) -> String {
 
 /// The JSON file of rank `rank`'s checkpoint at `step` in `dir`.
 #[must_use]
-pub fn checkpoint_path(dir: &Path, rank: usize, step: u64) -> PathBuf {
+pub(crate) fn checkpoint_path(dir: &Path, rank: usize, step: u64) -> PathBuf {
     dir.join(format!("{}.json", file_stem(rank, step)))
 }
 
@@ -240,7 +240,7 @@ fn hex(bytes: &[u8]) -> String {
 /// # Errors
 /// [`CheckpointError::Io`] naming the file; on error no new checkpoint exists and the previous
 /// ones are untouched.
-pub fn save(
+pub(crate) fn save(
     dir: &Path,
     identity: &CheckpointIdentity,
     checkpoint: &RankCheckpoint,
@@ -284,6 +284,20 @@ pub fn save(
     Ok(json_path)
 }
 
+/// Removes every checkpoint file of rank `rank` in `dir` (best effort), and the folder when it
+/// is then empty.
+pub(crate) fn remove_rank_files(dir: &Path, rank: usize) {
+    let prefix = format!("rank{rank}-step");
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// Writes `bytes` to `path` through a temporary file, synced, then renamed.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     crate::dump::write_atomically(path, bytes).map_err(|e| match e {
@@ -308,7 +322,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
 ///
 /// # Errors
 /// [`CheckpointError::Io`] when the folder cannot be listed.
-pub fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointError> {
+pub(crate) fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -334,7 +348,7 @@ pub fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointErr
 ///
 /// # Errors
 /// [`CheckpointError`] naming the file and what is wrong with it.
-pub fn load(
+pub(crate) fn load(
     dir: &Path,
     identity: &CheckpointIdentity,
     step: Option<u64>,

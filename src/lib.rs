@@ -43,6 +43,7 @@ pub use check::{
     run_checks, run_once, CheckKind, CheckOptions, CheckOutcome, Expectation, RunError,
     ScenarioReport,
 };
+pub use checkpoint::{CheckpointError, RankCheckpoint, CHECKPOINT_VERSION};
 pub use comm::{
     launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError, Perturbation,
     RankError, ThreadComm,

@@ -11,7 +11,7 @@ use crate::check::{perturbation, CheckOptions};
 use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};
 use crate::dump::format::{self, Digest, Entry, Footer, Header};
 use crate::dump::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
-use crate::scenario::{LoadedScenario, RankContext};
+use crate::scenario::{LoadedScenario, RankContext, RunPlan};
 use crate::tensor::{DType, Tensor};
 use crate::tensorfile;
 use crate::trace::{Record, RecordLevel, RecordTap, Trace};
@@ -357,14 +357,20 @@ pub fn dump_scenario(
         RecordLevel::Digest
     };
     let program = scenario.program.clone();
-    let (seed, steps, reduction) = (spec.seed, spec.steps, spec.effective_mode());
+    let (run_spec, run_perturbation) = (spec.clone(), config.perturbation);
     let (dir, world) = (dir.to_owned(), spec.world_size as u32);
     let dir_for_cleanup = dir.clone();
     let ranks = launch_threads(&config, move |comm| {
         let writer = TraceWriter::create(&dir, comm.rank() as u32, world, mode)?;
         let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
             Arc::new(Mutex::new((Some(writer), None)));
-        let mut ctx = RankContext::new(comm, level, seed, steps, reduction);
+        let mut ctx = RankContext::for_run(
+            comm,
+            level,
+            &run_spec,
+            &RunPlan::default(),
+            run_perturbation,
+        );
         let tap_state = Arc::clone(&state);
         ctx.recorder_mut()
             .set_tap(RecordTap(Box::new(move |record, tensor| {

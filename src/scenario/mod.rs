@@ -18,7 +18,8 @@
 mod builtin;
 
 use crate::check::{CheckKind, Expectation};
-use crate::comm::{CommError, Communicator, RankError};
+use crate::checkpoint::{self, CheckpointIdentity, RankCheckpoint};
+use crate::comm::{CommError, Communicator, Perturbation, RankError};
 use crate::reduce::{ReduceOp, ReductionMode};
 use crate::seed::{derive_stream, RankRng, Stream};
 use crate::tensor::Tensor;
@@ -29,6 +30,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A deterministic rank program.
 ///
@@ -41,6 +43,34 @@ pub trait Scenario: Send + Sync {
     /// # Errors
     /// Any error fails the run and is reported with the rank.
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError>;
+
+    /// `true` when the program resumes from checkpoints: it calls [`RankContext::resume`] first
+    /// and [`RankContext::save_checkpoint`] after its last step (the `restart` check).
+    fn resumes(&self) -> bool {
+        false
+    }
+
+    /// `true` when the program loads data with worker threads whose number comes from
+    /// [`RankContext::loader_workers`] (the `workers` check).
+    fn loads_data(&self) -> bool {
+        false
+    }
+}
+
+/// What one run does beyond its spec, chosen by a check: the data loader's workers, where the
+/// run stops, where it saves or resumes a checkpoint. Serializable: MPI followers receive it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunPlan {
+    /// Data-loader worker threads (`None`: the scenario's own number).
+    pub loader_workers: Option<usize>,
+    /// Stop before this step instead of the spec's `steps`.
+    pub stop_at: Option<u64>,
+    /// Save a checkpoint into this folder after the last step.
+    pub checkpoint_to: Option<PathBuf>,
+    /// Resume from the newest checkpoint every rank has in this folder.
+    pub resume_from: Option<PathBuf>,
+    /// Remove this rank's checkpoint files once they are loaded (a check's own folder).
+    pub remove_after_resume: bool,
 }
 
 /// Everything a rank program may use: its communicator, its recorder and its random streams.
@@ -50,6 +80,12 @@ pub struct RankContext<'a> {
     seed: u64,
     steps: u64,
     mode: ReductionMode,
+    plan: RunPlan,
+    /// md5 of the scenario's kind, reduction and parameters: the identity of its checkpoints.
+    fingerprint: String,
+    /// Seed and bound of the loader's timing noise, from the run's perturbation.
+    jitter: Option<(u64, Duration)>,
+    start_step: u64,
 }
 
 /// The rank coordinate of streams every rank shares (never a real rank).
@@ -71,7 +107,29 @@ impl<'a> RankContext<'a> {
             seed,
             steps,
             mode,
+            plan: RunPlan::default(),
+            fingerprint: String::new(),
+            jitter: None,
+            start_step: 0,
         }
+    }
+
+    /// The context of one rank of a run of `spec` under `plan`: steps stop at the plan's
+    /// `stop_at`, checkpoints carry the spec's fingerprint, and the loader's timing noise comes
+    /// from `perturbation`.
+    pub(crate) fn for_run(
+        comm: &'a dyn Communicator,
+        level: RecordLevel,
+        spec: &ScenarioSpec,
+        plan: &RunPlan,
+        perturbation: Option<Perturbation>,
+    ) -> Self {
+        let steps = plan.stop_at.unwrap_or(spec.steps);
+        let mut ctx = RankContext::new(comm, level, spec.seed, steps, spec.effective_mode());
+        ctx.plan = plan.clone();
+        ctx.fingerprint = spec.fingerprint();
+        ctx.jitter = perturbation.map(|p| (p.seed ^ p.rotation as u64, p.max_delay));
+        ctx
     }
 
     /// This rank.
@@ -190,6 +248,93 @@ impl<'a> RankContext<'a> {
         Ok(out)
     }
 
+    /// The number of data-loader worker threads this run uses: the plan's (the `workers` check
+    /// sets it), or the program's own `default`.
+    #[must_use]
+    pub fn loader_workers(&self, default: usize) -> usize {
+        self.plan.loader_workers.unwrap_or(default)
+    }
+
+    /// Seed and bound of the timing noise a data loader adds before each sample in a perturbed
+    /// run (`None` when the run is not perturbed). It changes timing only, never values.
+    #[must_use]
+    pub fn loader_jitter(&self) -> Option<(u64, Duration)> {
+        self.jitter
+    }
+
+    /// The first step this run executes: 0, or the step of the checkpoint it resumed from.
+    #[must_use]
+    pub fn start_step(&self) -> u64 {
+        self.start_step
+    }
+
+    fn checkpoint_identity(&self) -> CheckpointIdentity {
+        CheckpointIdentity {
+            fingerprint: self.fingerprint.clone(),
+            seed: self.seed,
+            world_size: self.world_size(),
+            rank: self.rank(),
+        }
+    }
+
+    /// This rank's checkpoint when the run resumes (`None` otherwise), and the first step to
+    /// run becomes its step. Every rank must call it, first: the ranks agree on the newest step
+    /// they all have complete, so ranks that crashed at different moments still resume together.
+    ///
+    /// # Errors
+    /// A [`CheckpointError`] naming the file (missing, corrupt, written by another run), or the
+    /// communicator's error.
+    pub fn resume(&mut self) -> Result<Option<RankCheckpoint>, RankError> {
+        let Some(dir) = self.plan.resume_from.clone() else {
+            return Ok(None);
+        };
+        let identity = self.checkpoint_identity();
+        let newest = checkpoint::complete_steps(&dir, identity.rank)?
+            .first()
+            .map_or(-1, |&s| i64::try_from(s).unwrap_or(i64::MAX));
+        let all = self.comm.allgather(&Tensor::scalar(newest))?;
+        let common = all
+            .iter()
+            .filter_map(|t| t.values::<i64>().and_then(|v| v.first().copied()))
+            .min()
+            .unwrap_or(-1);
+        let Ok(step) = u64::try_from(common) else {
+            // Every rank reports the same rank: the lowest one without a checkpoint.
+            let missing = all
+                .iter()
+                .position(|t| t.values::<i64>().and_then(|v| v.first().copied()) == Some(-1))
+                .unwrap_or(identity.rank);
+            return Err(Box::new(checkpoint::CheckpointError::NotFound {
+                dir,
+                rank: missing,
+                wanted: None,
+            }));
+        };
+        let loaded = checkpoint::load(&dir, &identity, Some(step))?;
+        if self.plan.remove_after_resume {
+            checkpoint::remove_rank_files(&dir, identity.rank);
+        }
+        self.start_step = loaded.step;
+        Ok(Some(loaded))
+    }
+
+    /// `true` when the run must save a checkpoint after its last step.
+    #[must_use]
+    pub fn wants_checkpoint(&self) -> bool {
+        self.plan.checkpoint_to.is_some()
+    }
+
+    /// Saves this rank's checkpoint where the run's plan says (nothing when it says nowhere).
+    ///
+    /// # Errors
+    /// A [`CheckpointError`] naming the file; the previous checkpoints stay intact.
+    pub fn save_checkpoint(&self, checkpoint: &RankCheckpoint) -> Result<(), RankError> {
+        if let Some(dir) = &self.plan.checkpoint_to {
+            checkpoint::save(dir, &self.checkpoint_identity(), checkpoint)?;
+        }
+        Ok(())
+    }
+
     /// Finishes the rank: its recorder.
     #[must_use]
     pub fn into_recorder(self) -> Recorder {
@@ -239,9 +384,19 @@ pub struct ScenarioSpec {
     /// The world sizes the `world_sizes` check runs (default 1, 2, 3, 4 and 8).
     #[serde(default = "default_world_sizes")]
     pub world_sizes: Vec<usize>,
+    /// The data-loader worker counts the `workers` check runs (default 0, 1, 2 and 4).
+    #[serde(default = "default_workers")]
+    pub workers: Vec<usize>,
+    /// The step the `restart` check checkpoints at and resumes from (default `steps / 2`).
+    #[serde(default)]
+    pub restart_at: Option<u64>,
     /// The kind's own parameters.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_workers() -> Vec<usize> {
+    vec![0, 1, 2, 4]
 }
 
 fn default_world_sizes() -> Vec<usize> {
@@ -257,6 +412,25 @@ impl ScenarioSpec {
         } else {
             ReductionMode::ArrivalOrder
         }
+    }
+
+    /// The step the `restart` check resumes from: `restart_at`, or half the steps.
+    #[must_use]
+    pub fn restart_step(&self) -> u64 {
+        self.restart_at.unwrap_or(self.steps / 2)
+    }
+
+    /// md5 (hex) of the kind, the effective reduction and the parameters: what a checkpoint must
+    /// have been written by. Steps, checks and the description may differ.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        use md5::{Digest as _, Md5};
+        let params = serde_json::to_string(&self.params).expect("JSON values serialize");
+        let text = format!("{}\n{}\n{params}", self.kind, self.effective_mode());
+        Md5::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// Parses `params` into the kind's own parameter type, naming the field on error.
@@ -382,10 +556,19 @@ impl KindRegistry {
         let mut checks = spec.checks.clone();
         if checks.is_empty() {
             checks.push(CheckKind::Repeat);
-            if spec.kind == "train" && spec.expect == Expectation::Identical {
-                checks.push(CheckKind::Replicas);
+            if spec.expect == Expectation::Identical {
+                if spec.kind == "train" {
+                    checks.push(CheckKind::Replicas);
+                }
+                if program.loads_data() {
+                    checks.push(CheckKind::Workers);
+                }
+                if program.resumes() && spec.steps >= 2 {
+                    checks.push(CheckKind::Restart);
+                }
             }
         }
+        validate_capabilities(&spec, &checks, program.as_ref()).map_err(invalid)?;
         Ok(LoadedScenario {
             name,
             origin: origin.to_path_buf(),
@@ -457,6 +640,14 @@ fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             ));
         }
     }
+    for (i, &w) in spec.workers.iter().enumerate() {
+        if w > MAX_WORKERS {
+            return Err(ParamError::new(
+                format!("workers[{i}]"),
+                format!("must be at most {MAX_WORKERS}, got {w}"),
+            ));
+        }
+    }
     for (i, check) in spec.checks.iter().enumerate() {
         if spec.checks[..i].contains(check) {
             return Err(ParamError::new(
@@ -491,6 +682,67 @@ fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
     }
     Ok(())
 }
+
+/// The `workers` and `restart` checks need a program that can honour them, and sensible values.
+fn validate_capabilities(
+    spec: &ScenarioSpec,
+    checks: &[CheckKind],
+    program: &dyn Scenario,
+) -> Result<(), ParamError> {
+    let field = |check: CheckKind| match spec.checks.iter().position(|&c| c == check) {
+        Some(i) => format!("checks[{i}]"),
+        None => "checks".to_owned(),
+    };
+    if checks.contains(&CheckKind::Workers) {
+        if !program.loads_data() {
+            return Err(ParamError::new(
+                field(CheckKind::Workers),
+                format!(
+                    "`workers` varies data-loader worker threads, but kind `{}` has no loader \
+                     (the built-in kinds with one: dataloader, train)",
+                    spec.kind
+                ),
+            ));
+        }
+        if spec.workers.len() < 2 {
+            return Err(ParamError::new(
+                "workers",
+                "`workers` needs at least two worker counts to compare",
+            ));
+        }
+    }
+    if checks.contains(&CheckKind::Restart) {
+        if !program.resumes() {
+            return Err(ParamError::new(
+                field(CheckKind::Restart),
+                format!(
+                    "`restart` resumes from a checkpoint, but kind `{}` does not write any \
+                     (the built-in kinds that do: dataloader, train)",
+                    spec.kind
+                ),
+            ));
+        }
+        let at = spec.restart_step();
+        if at == 0 || at >= spec.steps {
+            return Err(ParamError::new(
+                if spec.restart_at.is_some() {
+                    "restart_at"
+                } else {
+                    "steps"
+                },
+                format!(
+                    "the restart check needs 1 <= restart_at < steps, but restart_at is {at} \
+                     and steps is {}",
+                    spec.steps
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest number of loader workers a scenario file may ask for.
+const MAX_WORKERS: usize = 64;
 
 /// A scenario ready to run: its spec, its program, its checks.
 #[derive(Clone)]
@@ -631,8 +883,8 @@ mod tests {
             load_error(&GOOD.replace("\"seed\"", "\"sede\"")),
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
-             `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `params` at line 1 \
-             column 58"
+             `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `workers`, \
+             `restart_at`, `params` at line 1 column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));

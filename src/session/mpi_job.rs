@@ -14,7 +14,7 @@
 use crate::check::{run_checks_on, CheckOptions, RunError, Runner, ScenarioReport};
 use crate::comm::mpi::{abort_job, Backoff, MpiComm};
 use crate::comm::{CollectiveId, CommError, LaunchError, Perturbation, RankError};
-use crate::scenario::{KindRegistry, LoadedScenario, RankContext, Scenario, ScenarioSpec};
+use crate::scenario::{KindRegistry, LoadedScenario, RankContext, RunPlan, Scenario, ScenarioSpec};
 use crate::session::SessionError;
 use crate::trace::{RankTrace, RecordLevel, Trace};
 use mpi::environment::Universe;
@@ -52,6 +52,7 @@ struct RunCommand {
     deadline_ns: u64,
     record_level: RecordLevel,
     perturbation: Option<(u64, usize, u64)>,
+    plan: RunPlan,
 }
 
 impl RunCommand {
@@ -436,15 +437,15 @@ impl MpiJob {
         let context = format!("scenario `{}`, run {}", run.name, run.run);
         let deadline = run.deadline();
         let mpi_comm = MpiComm::new(comm, deadline, run.perturbation(), context.clone());
-        let (level, seed, steps, mode) = (
-            run.record_level,
-            run.spec.seed,
-            run.spec.steps,
-            run.spec.effective_mode(),
-        );
         let ran = catch_unwind(AssertUnwindSafe(|| -> Result<RankTrace, RankError> {
             let program = program.map_err(RankError::from)?;
-            let mut ctx = RankContext::new(&mpi_comm, level, seed, steps, mode);
+            let mut ctx = RankContext::for_run(
+                &mpi_comm,
+                run.record_level,
+                &run.spec,
+                &run.plan,
+                run.perturbation(),
+            );
             program.run_rank(&mut ctx)?;
             Ok(ctx.into_recorder().finish())
         }));
@@ -504,6 +505,7 @@ impl Runner for MpiRunner<'_> {
         options: &CheckOptions,
         perturbation: Option<Perturbation>,
         run: usize,
+        plan: &RunPlan,
     ) -> Result<Trace, RunError> {
         let command = RunCommand {
             name: scenario.name.clone(),
@@ -513,6 +515,7 @@ impl Runner for MpiRunner<'_> {
             deadline_ns: options.deadline.as_nanos() as u64,
             record_level: options.record_level,
             perturbation: perturbation.map(|p| (p.seed, p.rotation, p.max_delay.as_nanos() as u64)),
+            plan: plan.clone(),
         };
         let command = Command::Run(Box::new(command));
         self.job.broadcast_command(&command);

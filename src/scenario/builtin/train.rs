@@ -29,11 +29,12 @@
 //! rank's shard depends on the world size, so its local sum (and so the bits) do too.
 
 use super::at_least;
+use crate::checkpoint::{CheckpointError, RankCheckpoint};
 use crate::comm::RankError;
 use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::reprosum::sum_columns_f32;
 use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::{derive_stream, Stream};
+use crate::seed::{derive_stream, RankRng, Stream};
 use crate::tensor::{Tensor, TensorData};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -48,6 +49,22 @@ enum TrainPlant {
     HashmapGradOrder,
     /// Each rank initialises from its own stream: replicas differ from step 0.
     RankSeededInit,
+    /// A resume that restores parameters and optimizer state but restarts the dropout
+    /// generator from its initial position (needs `dropout_rng: sequential`).
+    ResumeWithoutRng,
+}
+
+/// Where dropout masks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DropoutRng {
+    /// Sample i's mask at step s from the stream (seed, dropout, i, s): no state to checkpoint,
+    /// and the same mask on any rank (needed by `world_sizes`).
+    #[default]
+    PerSample,
+    /// One generator per rank, drawn mask after mask as a framework's global generator is: its
+    /// position is part of the checkpoint.
+    Sequential,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -101,6 +118,8 @@ struct TrainParams {
     /// Shard the optimizer across ranks (ZeRO): reduce-scatter, update a chunk, allgather.
     #[serde(default)]
     zero: bool,
+    #[serde(default)]
+    dropout_rng: DropoutRng,
 }
 
 mod defaults {
@@ -209,6 +228,15 @@ impl TrainScenario {
                 "params.plant",
                 "`hashmap_grad_order` plants an order-dependent local sum, which the \
                  reproducible mode does not have: use another reduction",
+            ));
+        }
+        if params.plant == Some(TrainPlant::ResumeWithoutRng)
+            && params.dropout_rng != DropoutRng::Sequential
+        {
+            return Err(ParamError::new(
+                "params.plant",
+                "`resume_without_rng` forgets the dropout generator's position, which exists \
+                 only with `\"dropout_rng\": \"sequential\"`",
             ));
         }
         if params.dataset_size == 0 || params.dataset_size % params.global_batch != 0 {
@@ -418,6 +446,7 @@ impl Optimizer {
 
 impl TrainScenario {
     /// This step's per-sample gradients (each with its loss as a last element), in shard order.
+    /// Dropout masks come from `sequential` when the run draws them from one generator.
     fn sample_terms(
         &self,
         ctx: &RankContext<'_>,
@@ -425,24 +454,25 @@ impl TrainScenario {
         params: &[f32],
         shard: &[u64],
         step: u64,
+        mut sequential: Option<&mut RankRng>,
     ) -> Vec<Vec<f32>> {
         let l = &self.layout;
         let keep = 1.0 - self.params.dropout;
+        let scale = (1.0 / keep) as f32;
         shard
             .iter()
             .map(|&index| {
                 let (x, label) = dataset.sample(ctx, index);
-                // The mask of a sample is drawn at (sample, step): the same on any rank.
-                let mut dropout = derive_stream(ctx.seed(), Stream::Dropout, index, step);
-                let mask: Vec<f32> = (0..l.h)
-                    .map(|_| {
-                        if dropout.bernoulli(keep) {
-                            (1.0 / keep) as f32
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
+                let draw = |rng: &mut RankRng| -> Vec<f32> {
+                    (0..l.h)
+                        .map(|_| if rng.bernoulli(keep) { scale } else { 0.0 })
+                        .collect()
+                };
+                let mask = match sequential.as_deref_mut() {
+                    Some(generator) => draw(generator),
+                    // The mask of a sample is drawn at (sample, step): the same on any rank.
+                    None => draw(&mut derive_stream(ctx.seed(), Stream::Dropout, index, step)),
+                };
                 let mut term = vec![0.0f32; l.len() + 1];
                 term[l.len()] = sample_gradient(l, params, &x, label, &mask, &mut term[..l.len()]);
                 term
@@ -519,21 +549,116 @@ impl TrainScenario {
     }
 }
 
+/// Names in checkpoints.
+const DROPOUT_GENERATOR: &str = "dropout";
+const OPTIMIZER_STEPS: &str = "optimizer_steps";
+const OPTIMIZER_FIRST: &str = "optimizer/first_moment";
+const OPTIMIZER_SECOND: &str = "optimizer/second_moment";
+
+impl TrainScenario {
+    /// The state after `step` steps, as a checkpoint.
+    fn checkpoint(
+        &self,
+        step: u64,
+        params: &[f32],
+        optimizer: &Optimizer,
+        dropout: Option<&RankRng>,
+    ) -> RankCheckpoint {
+        let mut c = RankCheckpoint::new(step);
+        for (name, range, shape) in self.layout.tensors() {
+            let tensor = Tensor::new(shape, TensorData::F32(params[range].to_vec()))
+                .expect("layout shapes match their ranges");
+            c.tensors.insert(format!("param/{name}"), tensor);
+        }
+        c.tensors.insert(
+            OPTIMIZER_FIRST.into(),
+            Tensor::from_vec(optimizer.first.clone()),
+        );
+        c.tensors.insert(
+            OPTIMIZER_SECOND.into(),
+            Tensor::from_vec(optimizer.second.clone()),
+        );
+        c.counters
+            .insert(OPTIMIZER_STEPS.into(), optimizer.steps_taken as u64);
+        if let Some(generator) = dropout {
+            c.generators
+                .insert(DROPOUT_GENERATOR.into(), generator.clone());
+        }
+        c
+    }
+
+    /// Restores parameters, optimizer state and the dropout generator from a checkpoint.
+    fn restore(
+        &self,
+        mut c: RankCheckpoint,
+        params: &mut [f32],
+        optimizer: &mut Optimizer,
+        dropout: &mut Option<RankRng>,
+    ) -> Result<(), RankError> {
+        for (name, range, shape) in self.layout.tensors() {
+            let tensor = c.take_tensor(&format!("param/{name}"), &shape)?;
+            params[range].copy_from_slice(tensor.values::<f32>().ok_or_else(|| {
+                CheckpointError::Content {
+                    what: format!("tensor `param/{name}`"),
+                    problem: "is not f32".to_owned(),
+                }
+            })?);
+        }
+        let state_len = [optimizer.first.len()];
+        for (name, slot) in [
+            (OPTIMIZER_FIRST, &mut optimizer.first),
+            (OPTIMIZER_SECOND, &mut optimizer.second),
+        ] {
+            let tensor = c.take_tensor(name, &state_len)?;
+            slot.copy_from_slice(tensor.values::<f32>().ok_or_else(|| {
+                CheckpointError::Content {
+                    what: format!("tensor `{name}`"),
+                    problem: "is not f32".to_owned(),
+                }
+            })?);
+        }
+        optimizer.steps_taken =
+            i32::try_from(c.counter(OPTIMIZER_STEPS)?).map_err(|_| CheckpointError::Content {
+                what: format!("counter `{OPTIMIZER_STEPS}`"),
+                problem: "is too large".to_owned(),
+            })?;
+        if let Some(generator) = dropout.as_mut() {
+            let saved = c.take_generator(DROPOUT_GENERATOR)?;
+            // The planted fault: the generator keeps its initial position.
+            if self.params.plant != Some(TrainPlant::ResumeWithoutRng) {
+                *generator = saved;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Scenario for TrainScenario {
+    fn resumes(&self) -> bool {
+        true
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let p = &self.params;
         let l = &self.layout;
         let dataset = Dataset::new(ctx, l.d, l.c);
         let local_batch = p.global_batch / ctx.world_size();
         let reproducible = ctx.mode() == ReductionMode::Reproducible;
-        let mut params = self.init(ctx);
         let own = chunk_range(l.len(), ctx.world_size(), ctx.rank());
         let state_len = if p.zero { own.len() } else { l.len() };
         let mut optimizer = Optimizer::new(p.optimizer, state_len);
-        self.record_all(ctx, 0, "init", &params, true);
+        let mut dropout =
+            (p.dropout_rng == DropoutRng::Sequential).then(|| ctx.stream(Stream::Dropout, 0));
+        let mut params = self.init(ctx);
+        match ctx.resume()? {
+            Some(checkpoint) => {
+                self.restore(checkpoint, &mut params, &mut optimizer, &mut dropout)?;
+            }
+            None => self.record_all(ctx, 0, "init", &params, true),
+        }
 
         let mut epoch_order: Option<(u64, Vec<u64>)> = None;
-        for step in 0..ctx.steps() {
+        for step in ctx.start_step()..ctx.steps() {
             let first = step * p.global_batch as u64;
             let epoch = first / p.dataset_size as u64;
             if epoch_order.as_ref().is_none_or(|(e, _)| *e != epoch) {
@@ -546,7 +671,7 @@ impl Scenario for TrainScenario {
             let offset = (first % p.dataset_size as u64) as usize + ctx.rank() * local_batch;
             let shard = &order[offset..offset + local_batch];
 
-            let terms = self.sample_terms(ctx, &dataset, &params, shard, step);
+            let terms = self.sample_terms(ctx, &dataset, &params, shard, step, dropout.as_mut());
             let local = self.local_sum(&terms, reproducible);
             self.record_all(ctx, step, "local_grad", &local[..l.len()], false);
 
@@ -575,6 +700,10 @@ impl Scenario for TrainScenario {
                 optimizer.apply(&mut params, &grad);
             }
             self.record_all(ctx, step, "param", &params, true);
+        }
+        if ctx.wants_checkpoint() {
+            let state = self.checkpoint(ctx.steps(), &params, &optimizer, dropout.as_ref());
+            ctx.save_checkpoint(&state)?;
         }
         Ok(())
     }
