@@ -375,24 +375,43 @@ fn compare_series(
     compare: impl Fn(&Trace, &Trace) -> Comparison,
     describe: impl Fn(usize, usize) -> String,
     series: &str,
-) -> Result<(Comparison, String), RunError> {
+) -> Result<SeriesOutcome, RunError> {
     let Some((&first, others)) = values.split_first() else {
-        return Ok((Comparison::default(), format!("no {series} fits")));
+        return Ok(SeriesOutcome {
+            comparison: Comparison::default(),
+            note: format!("no {series} fits"),
+            differing: None,
+        });
     };
     let base = run_at(first)?;
-    let mut total = Comparison::default();
-    let mut note = format!("{series} {values:?}");
+    let mut out = SeriesOutcome {
+        comparison: Comparison::default(),
+        note: format!("{series} {values:?}"),
+        differing: None,
+    };
     for &value in others {
-        let c = compare(&base, &run_at(value)?);
+        let other = run_at(value)?;
+        let c = compare(&base, &other);
+        let total = &mut out.comparison;
         total.num_compared += c.num_compared;
         total.num_differing += c.num_differing;
         if total.first.is_none() && c.first.is_some() {
             total.first.clone_from(&c.first);
             total.first_per_rank.clone_from(&c.first_per_rank);
-            note = describe(first, value);
+            out.note = describe(first, value);
+            out.differing = Some((base.clone(), other));
         }
     }
-    Ok((total, note))
+    Ok(out)
+}
+
+/// What a check over several runs found: the comparison, a note naming what was compared,
+/// and the first pair of runs that differ (for its divergence map).
+#[derive(Clone)]
+struct SeriesOutcome {
+    comparison: Comparison,
+    note: String,
+    differing: Option<(Trace, Trace)>,
 }
 
 /// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
@@ -401,7 +420,7 @@ fn compare_across_world_sizes(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
     options: &CheckOptions,
-) -> Result<(Comparison, String), RunError> {
+) -> Result<SeriesOutcome, RunError> {
     let mut sizes = scenario.spec.world_sizes.clone();
     sizes.sort_unstable();
     sizes.dedup();
@@ -427,7 +446,7 @@ fn compare_across_workers(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
     options: &CheckOptions,
-) -> Result<(Comparison, String), RunError> {
+) -> Result<SeriesOutcome, RunError> {
     let run_at = |workers: usize| {
         let p = perturbation(scenario.spec.seed, 1, options);
         let plan = RunPlan {
@@ -473,7 +492,7 @@ fn compare_restart(
     scenario: &LoadedScenario,
     options: &CheckOptions,
     continuous: &Trace,
-) -> Result<(Comparison, String), RunError> {
+) -> Result<SeriesOutcome, RunError> {
     let at = scenario.spec.restart_step();
     let folder = RestartFolder::new();
     let p = Some(perturbation(scenario.spec.seed, 2, options));
@@ -493,10 +512,12 @@ fn compare_restart(
         rank.records.extend(tail.records);
     }
     let comparison = compare_runs(continuous, &joined).expect("same world size");
-    Ok((
+    let differing = (!comparison.is_identical()).then(|| (continuous.clone(), joined));
+    Ok(SeriesOutcome {
         comparison,
-        format!("checkpoint after step {at}, resumed in a fresh launch"),
-    ))
+        note: format!("checkpoint after step {at}, resumed in a fresh launch"),
+        differing,
+    })
 }
 
 /// Runs the scenario's checks on thread ranks and reports each outcome.
@@ -599,9 +620,9 @@ pub(crate) fn run_checks_on(
                         CheckKind::Workers => &across_workers,
                         _ => &restart,
                     };
-                    let (comparison, text) = computed.clone().expect("computed above");
-                    note = Some(text);
-                    comparison
+                    let computed = computed.as_ref().expect("computed above");
+                    note = Some(computed.note.clone());
+                    computed.comparison.clone()
                 }
             };
             CheckOutcome {
@@ -616,15 +637,26 @@ pub(crate) fn run_checks_on(
     let maps = outcomes
         .iter()
         .filter(|o| !o.holds() && !o.comparison.is_identical())
-        .map(|o| {
-            let map = match (o.kind, &second) {
-                (CheckKind::Repeat, Some(second)) => map_of_runs(&first, second, false),
-                (_, Some(second)) if compare_replicas(&first).is_identical() => {
-                    map_of_runs(second, second, true)
-                }
-                _ => map_of_runs(&first, &first, true),
+        .filter_map(|o| {
+            let pair = |series: &Option<SeriesOutcome>| {
+                let (a, b) = series.as_ref()?.differing.as_ref()?;
+                Some(map_of_runs(a, b, false))
             };
-            (o.kind, map)
+            let map = match (o.kind, &second) {
+                (CheckKind::Repeat, Some(second)) => Some(map_of_runs(&first, second, false)),
+                (CheckKind::Replicas, Some(second)) if compare_replicas(&first).is_identical() => {
+                    Some(map_of_runs(second, second, true))
+                }
+                (CheckKind::Replicas, _) => Some(map_of_runs(&first, &first, true)),
+                (CheckKind::Backends, _) => {
+                    on_threads.as_ref().map(|t| map_of_runs(&first, t, false))
+                }
+                (CheckKind::Workers, _) => pair(&across_workers),
+                (CheckKind::Restart, _) => pair(&restart),
+                // Runs of different sizes have no common ranks x steps grid.
+                _ => None,
+            };
+            map.map(|map| (o.kind, map))
         })
         .collect();
     Ok(ScenarioReport {
