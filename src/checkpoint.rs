@@ -22,6 +22,7 @@
 //! Limits: each rank writes its own files (a shared file system is not needed, but every rank
 //! must find its own files again on resume); tensors are held in memory while written.
 
+use crate::scenario::ScenarioSpec;
 use crate::seed::RankRng;
 use crate::tensor::Tensor;
 use crate::tensorfile;
@@ -433,6 +434,35 @@ pub(crate) fn load(
         generators: manifest.generators,
         counters: manifest.counters,
     })
+}
+
+/// The step a run of `spec` would resume from in `dir` (the newest step every rank has
+/// complete), after reading and checking every rank's files as the resumed ranks will: a bad
+/// checkpoint is reported before any rank starts.
+///
+/// # Errors
+/// [`CheckpointError`] naming the first rank's file that is missing, corrupt or written by
+/// another run.
+pub fn resumable_step(spec: &ScenarioSpec, dir: &Path) -> Result<u64, CheckpointError> {
+    let identity = |rank| CheckpointIdentity {
+        fingerprint: spec.fingerprint(),
+        seed: spec.seed,
+        world_size: spec.world_size,
+        rank,
+    };
+    let mut common = u64::MAX;
+    for rank in 0..spec.world_size {
+        let newest = complete_steps(dir, rank)?.first().copied();
+        common = common.min(newest.ok_or_else(|| CheckpointError::NotFound {
+            dir: dir.to_path_buf(),
+            rank,
+            wanted: None,
+        })?);
+    }
+    for rank in 0..spec.world_size {
+        load(dir, &identity(rank), Some(common))?;
+    }
+    Ok(common)
 }
 
 fn check_identity(

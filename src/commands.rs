@@ -4,9 +4,9 @@
 
 use crate::{EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_RUN_FAILED};
 use detcheck::{
-    compare_curves, compare_dumps, dump_scenario, load_curve, write_curve_plots, CheckOptions,
-    CompareOptions, DumpComparison, DumpMode, DumpRunError, ExactF64, KindRegistry, ScenarioReport,
-    Tolerance,
+    compare_curves, compare_dumps, dump_scenario, load_curve, resumable_step, write_curve_plots,
+    CheckOptions, CompareOptions, DumpComparison, DumpMode, DumpRunError, ExactF64, KindRegistry,
+    RunPlan, ScenarioReport, Tolerance,
 };
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -39,6 +39,7 @@ pub(crate) fn run(
     mode: DumpMode,
     perturb: Option<usize>,
     options: &CheckOptions,
+    plan: &RunPlan,
 ) -> u8 {
     let scenario = match KindRegistry::builtin().load_file(scenario) {
         Ok(s) => s,
@@ -47,17 +48,57 @@ pub(crate) fn run(
             return EXIT_BAD_INPUT;
         }
     };
-    match dump_scenario(&scenario, dir, mode, options, perturb) {
+    let spec = &scenario.spec;
+    let end = plan.stop_at.unwrap_or(spec.steps);
+    if end > spec.steps {
+        eprintln!(
+            "error: --stop-at {end} is beyond the scenario's {} steps",
+            spec.steps
+        );
+        return EXIT_BAD_INPUT;
+    }
+    let unsupported = |flag: &str, what: &str| {
+        eprintln!("error: {flag}: kind `{}` does not {what}", spec.kind);
+        EXIT_BAD_INPUT
+    };
+    if plan.loader_workers.is_some() && !scenario.program.loads_data() {
+        return unsupported("--workers", "load data with worker threads");
+    }
+    let mut start = 0;
+    if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !scenario.program.resumes() {
+        return unsupported("--checkpoint/--resume", "write checkpoints");
+    }
+    if let Some(from) = &plan.resume_from {
+        match resumable_step(spec, from) {
+            Ok(step) if step >= end => {
+                eprintln!(
+                    "error: --resume: the checkpoint in {} is at step {step}, but this run \
+                     stops before step {end}",
+                    from.display()
+                );
+                return EXIT_BAD_INPUT;
+            }
+            Ok(step) => start = step,
+            Err(e) => {
+                eprintln!("error: --resume: {e}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
+    match dump_scenario(&scenario, dir, mode, options, perturb, plan) {
         Ok(trace) => {
             let mut o = Out(String::new());
             outln!(
                 o,
-                "wrote {}: {} ranks, {} steps, {} records, {mode} mode",
+                "wrote {}: {} ranks, steps {start} to {}, {} records, {mode} mode",
                 dir.display(),
                 trace.world_size(),
-                scenario.spec.steps,
+                end - 1,
                 trace.num_records()
             );
+            if let Some(to) = &plan.checkpoint_to {
+                outln!(o, "checkpoint of step {end} in {}", to.display());
+            }
             EXIT_OK
         }
         Err(DumpRunError::Dump(e)) => {

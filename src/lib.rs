@@ -43,7 +43,7 @@ pub use check::{
     run_checks, run_once, CheckKind, CheckOptions, CheckOutcome, Expectation, RunError,
     ScenarioReport,
 };
-pub use checkpoint::{CheckpointError, RankCheckpoint, CHECKPOINT_VERSION};
+pub use checkpoint::{resumable_step, CheckpointError, RankCheckpoint, CHECKPOINT_VERSION};
 pub use comm::{
     launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError, Perturbation,
     RankError, ThreadComm,
@@ -67,7 +67,7 @@ pub use reduce::{ReduceOp, ReductionMode};
 pub use reprosum::{reproducible_sum_f32, reproducible_sum_f64};
 pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
-    Scenario, ScenarioError, ScenarioSpec,
+    RunPlan, Scenario, ScenarioError, ScenarioSpec,
 };
 pub use seed::{derive_stream, RankRng, Stream};
 #[cfg(feature = "mpi")]

@@ -29,7 +29,7 @@ mod commands;
 use clap::{Parser, Subcommand};
 use detcheck::{
     discover_scenarios, pin_settings_for, CheckKind, CheckOptions, DumpMode, Expectation,
-    KindRegistry, LoadedScenario, ScenarioError, Session, Tolerance,
+    KindRegistry, LoadedScenario, RunPlan, ScenarioError, Session, Tolerance,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,18 @@ enum Command {
         /// Longest wait in one collective, in seconds.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         deadline: u64,
+        /// Data-loader worker threads per rank (default: the scenario's own).
+        #[arg(long, value_name = "N")]
+        workers: Option<usize>,
+        /// Stop before this step instead of the scenario's `steps`.
+        #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
+        stop_at: Option<u64>,
+        /// Save a checkpoint of every rank into this folder after the last step.
+        #[arg(long, value_name = "DIR")]
+        checkpoint: Option<PathBuf>,
+        /// Resume from the newest checkpoint every rank has in this folder.
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
     },
     /// Compare two dumps (detcheck traces or msprobe dump folders): the first divergence and a
     /// table of differing tensors.
@@ -176,13 +188,26 @@ fn main() -> ExitCode {
             mode,
             perturb,
             deadline,
+            workers,
+            stop_at,
+            checkpoint,
+            resume,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
                 ..CheckOptions::default()
             };
             let perturb = perturb.map(|p| p as usize);
-            ExitCode::from(commands::run(&scenario, &dump, mode, perturb, &options))
+            let plan = RunPlan {
+                loader_workers: workers,
+                stop_at,
+                checkpoint_to: checkpoint,
+                resume_from: resume,
+                remove_after_resume: false,
+            };
+            ExitCode::from(commands::run(
+                &scenario, &dump, mode, perturb, &options, &plan,
+            ))
         }
         Command::Compare {
             a,

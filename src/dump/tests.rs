@@ -2,6 +2,7 @@
 
 use super::writer::write_trace;
 use super::*;
+use crate::scenario::RunPlan;
 use crate::tensor::Tensor;
 use crate::trace::{RecordLevel, Recorder, Trace};
 
@@ -375,7 +376,15 @@ fn a_failed_run_leaves_no_dump() {
         deadline: std::time::Duration::from_secs(2),
         ..crate::CheckOptions::default()
     };
-    let err = dump_scenario(&scenario, dir.path(), DumpMode::Full, &options, None).unwrap_err();
+    let err = dump_scenario(
+        &scenario,
+        dir.path(),
+        DumpMode::Full,
+        &options,
+        None,
+        &RunPlan::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("rank 2 failed"), "{err}");
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -422,6 +431,7 @@ fn a_scenario_dump_matches_its_trace_in_memory() {
         DumpMode::Full,
         &crate::CheckOptions::default(),
         None,
+        &RunPlan::default(),
     )
     .unwrap();
     let other = dump(&trace, DumpMode::Stats);
@@ -433,6 +443,7 @@ fn a_scenario_dump_matches_its_trace_in_memory() {
         DumpMode::Md5,
         &crate::CheckOptions::default(),
         None,
+        &RunPlan::default(),
     )
     .unwrap_err();
     assert!(err.to_string().contains("already holds a dump"), "{err}");

@@ -331,6 +331,7 @@ pub fn dump_scenario(
     mode: DumpMode,
     options: &CheckOptions,
     perturb_as_run: Option<usize>,
+    plan: &RunPlan,
 ) -> Result<Trace, DumpRunError> {
     std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
     let existing = std::fs::read_dir(dir)
@@ -357,20 +358,14 @@ pub fn dump_scenario(
         RecordLevel::Digest
     };
     let program = scenario.program.clone();
-    let (run_spec, run_perturbation) = (spec.clone(), config.perturbation);
+    let (run_spec, run_perturbation, plan) = (spec.clone(), config.perturbation, plan.clone());
     let (dir, world) = (dir.to_owned(), spec.world_size as u32);
     let dir_for_cleanup = dir.clone();
     let ranks = launch_threads(&config, move |comm| {
         let writer = TraceWriter::create(&dir, comm.rank() as u32, world, mode)?;
         let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
             Arc::new(Mutex::new((Some(writer), None)));
-        let mut ctx = RankContext::for_run(
-            comm,
-            level,
-            &run_spec,
-            &RunPlan::default(),
-            run_perturbation,
-        );
+        let mut ctx = RankContext::for_run(comm, level, &run_spec, &plan, run_perturbation);
         let tap_state = Arc::clone(&state);
         ctx.recorder_mut()
             .set_tap(RecordTap(Box::new(move |record, tensor| {

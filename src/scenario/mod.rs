@@ -57,10 +57,12 @@ pub trait Scenario: Send + Sync {
     }
 }
 
-/// What one run does beyond its spec, chosen by a check: the data loader's workers, where the
-/// run stops, where it saves or resumes a checkpoint. Serializable: MPI followers receive it.
+/// What one run does beyond its spec: the data loader's workers, where the run stops, where it
+/// saves or resumes a checkpoint. The checks set it (`workers`, `restart`), and so does
+/// `detcheck run` (`--workers`, `--stop-at`, `--checkpoint`, `--resume`). Serializable: MPI
+/// followers receive it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RunPlan {
+pub struct RunPlan {
     /// Data-loader worker threads (`None`: the scenario's own number).
     pub loader_workers: Option<usize>,
     /// Stop before this step instead of the spec's `steps`.
