@@ -196,7 +196,7 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
         dir.path(),
         0,
     );
-    assert_contains("stdout", &out.stdout, &["wrote a: 3 ranks, 2 steps"]);
+    assert_contains("stdout", &out.stdout, &["wrote a: 3 ranks, steps 0 to 1"]);
     expect(
         &["run", "case.json", "--dump", "b", "--perturb", "2"],
         dir.path(),
@@ -226,6 +226,88 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
     // Refuses to mix two runs in one folder.
     let out = expect(&["run", "case.json", "--dump", "a"], dir.path(), 2);
     assert_contains("stderr", &out.stderr, &["a: already holds a dump"]);
+}
+
+#[test]
+fn run_resumes_from_a_checkpoint_in_a_fresh_process_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "train",
+        r#", "params": {"dataset_size": 48, "global_batch": 12, "dropout_rng": "sequential"}"#,
+        &[("\"steps\": 2", "\"steps\": 5")],
+    );
+    expect(&["run", "case.json", "--dump", "whole"], dir.path(), 0);
+    let first = [
+        "run",
+        "case.json",
+        "--dump",
+        "first",
+        "--stop-at",
+        "3",
+        "--checkpoint",
+        "ck",
+    ];
+    let out = expect(&first, dir.path(), 0);
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &["steps 0 to 2", "checkpoint of step 3 in ck"],
+    );
+    let resume = ["run", "case.json", "--dump", "rest", "--resume", "ck"];
+    let out = expect(&resume, dir.path(), 0);
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &["wrote rest: 3 ranks, steps 3 to 4"],
+    );
+    // Steps 3 and 4 match the whole run; steps 0 to 2 are only in it (and match `first`).
+    let out = expect(
+        &["compare", "whole", "rest", "--max-rows", "0"],
+        dir.path(),
+        1,
+    );
+    assert_contains("stdout", &out.stdout, &["steps 0..=2 are only in A"]);
+    assert!(!out.stdout.contains("md5 differs"), "{}", out.stdout);
+    let out = expect(
+        &["compare", "whole", "first", "--max-rows", "0"],
+        dir.path(),
+        1,
+    );
+    assert_contains("stdout", &out.stdout, &["steps 3..=4 are only in A"]);
+    assert!(!out.stdout.contains("md5 differs"), "{}", out.stdout);
+
+    // A corrupt or foreign checkpoint is bad input, named before any rank starts.
+    let json = dir.path().join("ck/rank1-step3.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    std::fs::write(&json, text.replace("\"seed\": 1", "\"seed\": 2")).unwrap();
+    let out = expect(
+        &["run", "case.json", "--dump", "x", "--resume", "ck"],
+        dir.path(),
+        2,
+    );
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["rank1-step3.json was written by a run with seed = 2, but this run has seed = 1"],
+    );
+    std::fs::write(&json, &text[..text.len() / 3]).unwrap();
+    let out = expect(
+        &["run", "case.json", "--dump", "y", "--resume", "ck"],
+        dir.path(),
+        2,
+    );
+    assert_contains("stderr", &out.stderr, &["rank1-step3.json is corrupt"]);
+    let out = expect(
+        &["run", "case.json", "--dump", "z", "--resume", "nowhere"],
+        dir.path(),
+        2,
+    );
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["no complete checkpoint of rank 0 in nowhere"],
+    );
 }
 
 #[test]
