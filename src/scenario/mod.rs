@@ -4,7 +4,7 @@
 //! [`RankContext`] (communicator, recorder, seeds). A [`ScenarioSpec`] is a scenario file: world
 //! size, steps, seed, reduction mode, the deterministic-communication switch, what is expected, and
 //! the kind's own `params`. A [`KindRegistry`] turns a spec into a program; it knows the built-in
-//! kinds (`seed`, `collective`, `train`) and any a user registers. [`discover_scenarios`] loads
+//! kinds (`seed`, `collective`, `dataloader`, `train`) and any a user registers. [`discover_scenarios`] loads
 //! every `*.json` of a folder, in file-name order.
 //!
 //! Bad input: unknown fields are rejected, and every error names the file and the field
@@ -362,7 +362,7 @@ pub struct ScenarioSpec {
     /// What the scenario shows, for people.
     #[serde(default)]
     pub description: String,
-    /// The kind of program: `seed`, `collective`, `train`, or a registered one.
+    /// The kind of program: `seed`, `collective`, `dataloader`, `train`, or a registered one.
     pub kind: String,
     /// Number of ranks.
     pub world_size: usize,
@@ -498,7 +498,7 @@ impl Default for KindRegistry {
 }
 
 impl KindRegistry {
-    /// The built-in kinds: `seed`, `collective`, `train`.
+    /// The built-in kinds: `seed`, `collective`, `dataloader`, `train`.
     #[must_use]
     pub fn builtin() -> Self {
         let mut registry = KindRegistry {

@@ -1,9 +1,10 @@
-//! The built-in scenario kinds: `seed`, `collective` and `train`.
+//! The built-in scenario kinds: `seed`, `collective`, `dataloader` and `train`.
 //!
 //! Each kind reads its `params` (unknown fields rejected) and may plant a source of
 //! nondeterminism on purpose (`params.plant`) to serve as a negative control.
 
 mod collective;
+mod dataloader;
 mod seed;
 mod train;
 
@@ -14,6 +15,9 @@ pub(super) fn register(registry: &mut KindRegistry) {
     registry.register("seed", |spec| build(seed::SeedScenario::from_spec(spec)));
     registry.register("collective", |spec| {
         build(collective::CollectiveScenario::from_spec(spec))
+    });
+    registry.register("dataloader", |spec| {
+        build(dataloader::DataLoaderScenario::from_spec(spec))
     });
     registry.register("train", |spec| build(train::TrainScenario::from_spec(spec)));
 }

@@ -1,10 +1,12 @@
 //! The `train` kind: a small MLP trained data-parallel.
 //!
 //! The model is `input_dim → hidden (ReLU, dropout) → classes` with softmax cross-entropy, in f32.
-//! The dataset is synthetic: sample i's features are normals from the shared `data` stream at
-//! coordinate i, its label the argmax of a fixed random teacher. Each epoch is shuffled from the
-//! shared `data_order` stream; every step takes the next `global_batch` samples, and rank r takes
-//! its contiguous shard of `global_batch / world_size`. Each rank runs forward (with a dropout mask
+//! The dataset is synthetic ([`SyntheticVectors`]): sample i's features are normals from the
+//! shared `data` stream at coordinate i, its label the argmax of a fixed random teacher. Each
+//! rank loads its batches with a [`DataLoader`] (`workers` threads, per-sample augmentation) over
+//! a [`DistributedSampler`]: each epoch is shuffled from (seed, epoch) and rank r takes every
+//! `world_size`-th sample, so global batch b is the same set of samples at any world size. Each
+//! rank runs forward (with a dropout mask
 //! drawn from the `dropout` stream at (sample, step), so a sample's mask does not depend on which
 //! rank runs it) and backward, sums its samples' gradients in batch order, allreduces gradients and
 //! loss in one bucket, divides by the global batch and applies the optimizer (SGD with momentum,
@@ -15,6 +17,11 @@
 //! same at any world size (the `world_sizes` check). With `"zero": true` the optimizer is sharded
 //! as in ZeRO: gradients are reduce-scattered, each rank updates its chunk of the parameters (and
 //! keeps only that chunk's optimizer state), and the chunks are allgathered.
+//!
+//! Exact restart: the checkpoint holds the parameters, the optimizer state, the loader's
+//! position and, with `"dropout_rng": "sequential"` (masks drawn one after another from one
+//! generator per rank, as a framework's global generator), that generator's position; the
+//! planted `resume_without_rng` forgets it.
 //!
 //! Records per step: `local_grad/*` (before the allreduce, per rank), then `loss`, `grad/*` and
 //! `param/*` (replicated: every rank must hold the same bits); with `zero`, `grad_shard` (this
@@ -29,7 +36,12 @@
 //! rank's shard depends on the world size, so its local sum (and so the bits) do too.
 
 use super::at_least;
+use super::dataloader::{loader_config, param_error, restored_position, store_position};
 use crate::checkpoint::{CheckpointError, RankCheckpoint};
+use crate::data::{
+    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataLoader, Delivery,
+    DistributedSampler, LoaderPosition, SyntheticVectors,
+};
 use crate::comm::RankError;
 use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::reprosum::sum_columns_f32;
@@ -38,9 +50,7 @@ use crate::seed::{derive_stream, RankRng, Stream};
 use crate::tensor::{Tensor, TensorData};
 use serde::Deserialize;
 use std::collections::HashMap;
-
-/// Stream number of the teacher that labels the synthetic data.
-const TEACHER_STREAM: u64 = 0x7465_6163_6865_7200;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,6 +130,15 @@ struct TrainParams {
     zero: bool,
     #[serde(default)]
     dropout_rng: DropoutRng,
+    /// Loader worker threads per rank (the `workers` check overrides it).
+    #[serde(default = "defaults::workers")]
+    workers: usize,
+    /// Batches each worker may load ahead.
+    #[serde(default = "defaults::prefetch")]
+    prefetch: usize,
+    /// Per-sample augmentation: only `noise_std` applies to feature vectors.
+    #[serde(default)]
+    augment: Augmentation,
 }
 
 mod defaults {
@@ -140,6 +159,12 @@ mod defaults {
     }
     pub(super) fn dropout() -> f64 {
         0.1
+    }
+    pub(super) fn workers() -> usize {
+        2
+    }
+    pub(super) fn prefetch() -> usize {
+        2
     }
     pub(super) fn optimizer() -> super::OptimizerSpec {
         super::OptimizerSpec::Adam {
@@ -198,6 +223,13 @@ impl TrainScenario {
         at_least("params.hidden", params.hidden, 1)?;
         at_least("params.classes", params.classes, 2)?;
         at_least("params.global_batch", params.global_batch, 1)?;
+        at_least("params.prefetch", params.prefetch, 1)?;
+        Augmenter::new(
+            params.augment,
+            AugmentRng::PerSample { seed: spec.seed },
+            &[params.input_dim],
+        )
+        .map_err(param_error)?;
         if params.global_batch % spec.world_size != 0 {
             return Err(ParamError::new(
                 "params.global_batch",
@@ -309,39 +341,6 @@ impl TrainScenario {
     }
 }
 
-/// The synthetic dataset: features from the shared data stream, labels from a teacher.
-struct Dataset {
-    d: usize,
-    c: usize,
-    teacher: Vec<f32>,
-}
-
-impl Dataset {
-    fn new(ctx: &RankContext<'_>, d: usize, c: usize) -> Self {
-        let mut rng = ctx.shared_stream(Stream::User(TEACHER_STREAM), 0);
-        Dataset {
-            d,
-            c,
-            teacher: (0..c * d).map(|_| rng.normal_f32()).collect(),
-        }
-    }
-
-    fn sample(&self, ctx: &RankContext<'_>, index: u64) -> (Vec<f32>, usize) {
-        let mut rng = ctx.shared_stream(Stream::Data, index);
-        let x: Vec<f32> = (0..self.d).map(|_| rng.normal_f32()).collect();
-        let mut label = 0;
-        let mut best = f32::NEG_INFINITY;
-        for class in 0..self.c {
-            let score = dot(&self.teacher[class * self.d..(class + 1) * self.d], &x);
-            if score > best {
-                best = score;
-                label = class;
-            }
-        }
-        (x, label)
-    }
-}
-
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
@@ -445,24 +444,30 @@ impl Optimizer {
 }
 
 impl TrainScenario {
-    /// This step's per-sample gradients (each with its loss as a last element), in shard order.
+    /// This step's per-sample gradients (each with its loss as a last element), in batch order.
     /// Dropout masks come from `sequential` when the run draws them from one generator.
     fn sample_terms(
         &self,
         ctx: &RankContext<'_>,
-        dataset: &Dataset,
+        batch: &Batch,
         params: &[f32],
-        shard: &[u64],
         step: u64,
         mut sequential: Option<&mut RankRng>,
-    ) -> Vec<Vec<f32>> {
+    ) -> Result<Vec<Vec<f32>>, RankError> {
         let l = &self.layout;
         let keep = 1.0 - self.params.dropout;
         let scale = (1.0 / keep) as f32;
-        shard
+        let (Some(values), Some(labels)) = (batch.values.values::<f32>(), batch.labels.values::<i64>())
+        else {
+            return Err("the loader delivered a batch that is not f32 values and i64 labels".into());
+        };
+        let terms = batch
+            .indices
             .iter()
-            .map(|&index| {
-                let (x, label) = dataset.sample(ctx, index);
+            .enumerate()
+            .map(|(i, &index)| {
+                let x = &values[i * l.d..(i + 1) * l.d];
+                let label = usize::try_from(labels[i]).unwrap_or(0).min(l.c - 1);
                 let draw = |rng: &mut RankRng| -> Vec<f32> {
                     (0..l.h)
                         .map(|_| if rng.bernoulli(keep) { scale } else { 0.0 })
@@ -474,10 +479,11 @@ impl TrainScenario {
                     None => draw(&mut derive_stream(ctx.seed(), Stream::Dropout, index, step)),
                 };
                 let mut term = vec![0.0f32; l.len() + 1];
-                term[l.len()] = sample_gradient(l, params, &x, label, &mask, &mut term[..l.len()]);
+                term[l.len()] = sample_gradient(l, params, x, label, &mask, &mut term[..l.len()]);
                 term
             })
-            .collect()
+            .collect();
+        Ok(terms)
     }
 
     /// This rank's sum of its terms: in batch order, in `HashMap` order for the planted fault,
@@ -638,40 +644,52 @@ impl Scenario for TrainScenario {
         true
     }
 
+    fn loads_data(&self) -> bool {
+        true
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let p = &self.params;
         let l = &self.layout;
-        let dataset = Dataset::new(ctx, l.d, l.c);
         let local_batch = p.global_batch / ctx.world_size();
         let reproducible = ctx.mode() == ReductionMode::Reproducible;
         let own = chunk_range(l.len(), ctx.world_size(), ctx.rank());
         let state_len = if p.zero { own.len() } else { l.len() };
         let mut optimizer = Optimizer::new(p.optimizer, state_len);
-        let mut dropout =
-            (p.dropout_rng == DropoutRng::Sequential).then(|| ctx.stream(Stream::Dropout, 0));
+        let mut dropout = (p.dropout_rng == DropoutRng::Sequential)
+            .then(|| ctx.stream(Stream::Dropout, 0));
         let mut params = self.init(ctx);
-        match ctx.resume()? {
+        let size = p.dataset_size as u64;
+        let sampler =
+            DistributedSampler::new(size, ctx.world_size(), ctx.rank(), ctx.seed(), true, false)?;
+        let batches = BatchSampler::new(sampler, local_batch, false)?;
+        let per_epoch = batches.batches_per_epoch();
+        let start = match ctx.resume()? {
             Some(checkpoint) => {
+                let position = restored_position(&checkpoint, per_epoch)?;
                 self.restore(checkpoint, &mut params, &mut optimizer, &mut dropout)?;
+                position
             }
-            None => self.record_all(ctx, 0, "init", &params, true),
-        }
+            None => {
+                self.record_all(ctx, 0, "init", &params, true);
+                LoaderPosition::default()
+            }
+        };
+        let dataset = Arc::new(SyntheticVectors::new(ctx.seed(), size, l.d, l.c));
+        let augmenter = Augmenter::new(
+            p.augment,
+            AugmentRng::PerSample { seed: ctx.seed() },
+            &[l.d],
+        )?;
+        let config = loader_config(ctx, p.workers, p.prefetch, Delivery::SamplerOrder);
+        let num_batches = ctx.steps().saturating_sub(ctx.start_step());
+        let mut loader = DataLoader::new(dataset, batches, augmenter, config, start, num_batches)?;
 
-        let mut epoch_order: Option<(u64, Vec<u64>)> = None;
         for step in ctx.start_step()..ctx.steps() {
-            let first = step * p.global_batch as u64;
-            let epoch = first / p.dataset_size as u64;
-            if epoch_order.as_ref().is_none_or(|(e, _)| *e != epoch) {
-                let mut order: Vec<u64> = (0..p.dataset_size as u64).collect();
-                ctx.shared_stream(Stream::DataOrder, epoch)
-                    .shuffle(&mut order);
-                epoch_order = Some((epoch, order));
-            }
-            let order = &epoch_order.as_ref().expect("set above").1;
-            let offset = (first % p.dataset_size as u64) as usize + ctx.rank() * local_batch;
-            let shard = &order[offset..offset + local_batch];
-
-            let terms = self.sample_terms(ctx, &dataset, &params, shard, step, dropout.as_mut());
+            let batch = loader
+                .next_batch()?
+                .ok_or_else(|| format!("the loader ended before step {step}"))?;
+            let terms = self.sample_terms(ctx, &batch, &params, step, dropout.as_mut())?;
             let local = self.local_sum(&terms, reproducible);
             self.record_all(ctx, step, "local_grad", &local[..l.len()], false);
 
@@ -702,7 +720,8 @@ impl Scenario for TrainScenario {
             self.record_all(ctx, step, "param", &params, true);
         }
         if ctx.wants_checkpoint() {
-            let state = self.checkpoint(ctx.steps(), &params, &optimizer, dropout.as_ref());
+            let mut state = self.checkpoint(ctx.steps(), &params, &optimizer, dropout.as_ref());
+            store_position(&mut state, loader.position());
             ctx.save_checkpoint(&state)?;
         }
         Ok(())
