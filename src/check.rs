@@ -822,6 +822,30 @@ mod tests {
         );
     }
 
+    /// The loader and restart controls depend on worker timing (the first two) or not at all
+    /// (the third); each must be caught on every attempt, by every check it lists.
+    #[test]
+    fn loader_and_restart_controls_are_caught_every_time() {
+        let registry = KindRegistry::builtin();
+        for (file, check) in [
+            ("control_completion_order_loader", CheckKind::Workers),
+            ("control_shared_augment_rng", CheckKind::Workers),
+            ("control_resume_without_rng_state", CheckKind::Restart),
+        ] {
+            let path = format!("{}/scenarios/{file}.json", env!("CARGO_MANIFEST_DIR"));
+            let control = registry.load_file(std::path::Path::new(&path)).unwrap();
+            assert!(control.checks.contains(&check));
+            for attempt in 0..10 {
+                let report = run_checks(&control, &CheckOptions::default()).unwrap();
+                assert!(
+                    report.passed(),
+                    "{file}, attempt {attempt}: {}",
+                    report.explain_failures()
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_run_error_is_an_error_not_a_divergence() {
         let s = scenario(

@@ -25,6 +25,7 @@ mod checkpoint;
 mod comm;
 mod compare;
 mod curves;
+mod data;
 mod digest;
 mod dump;
 mod overflow;
@@ -54,6 +55,11 @@ pub use compare::{
 };
 pub use curves::{
     compare_curves, load_curve, write_curve_plots, Curve, CurveComparison, CurveError, Tolerance,
+};
+pub use data::{
+    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataError, DataLoader, Dataset,
+    Delivery, DistributedSampler, LoaderConfig, LoaderJitter, LoaderPosition, Sample,
+    SyntheticImages, SyntheticVectors,
 };
 pub use digest::{ExactF64, Md5Digest, Stats};
 pub use dump::{

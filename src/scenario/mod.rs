@@ -896,8 +896,9 @@ mod tests {
             load_error(&GOOD.replace("\"world_size\": 3", "\"world_size\": 0"))
                 .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024")
         );
-        assert!(load_error(&GOOD.replace("collective", "nosuch"))
-            .contains("field `kind`: unknown kind `nosuch`; known kinds: collective, seed, train"));
+        assert!(load_error(&GOOD.replace("collective", "nosuch")).contains(
+            "field `kind`: unknown kind `nosuch`; known kinds: collective, dataloader, seed, train"
+        ));
         assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))
             .starts_with("DIR/bad.json: field `(top level)`: trailing characters"));

@@ -110,7 +110,9 @@ mod defaults {
 /// A data error of a parameter, as a parameter error of the scenario file.
 pub(super) fn param_error(e: DataError) -> ParamError {
     match e {
-        DataError::Invalid { field, message } => ParamError::new(format!("params.{field}"), message),
+        DataError::Invalid { field, message } => {
+            ParamError::new(format!("params.{field}"), message)
+        }
         other => ParamError::new("params", other.to_string()),
     }
 }
@@ -148,8 +150,12 @@ pub(super) fn restored_position(
 
 /// Stores a loader's position in a checkpoint.
 pub(super) fn store_position(checkpoint: &mut RankCheckpoint, position: LoaderPosition) {
-    checkpoint.counters.insert(LOADER_EPOCH.into(), position.epoch);
-    checkpoint.counters.insert(LOADER_BATCH.into(), position.batch);
+    checkpoint
+        .counters
+        .insert(LOADER_EPOCH.into(), position.epoch);
+    checkpoint
+        .counters
+        .insert(LOADER_BATCH.into(), position.batch);
 }
 
 /// The loader configuration of this run: the plan's workers, the perturbation's jitter.
@@ -188,7 +194,11 @@ impl DataLoaderScenario {
         Augmenter::new(
             scenario.params.augment,
             AugmentRng::PerSample { seed: spec.seed },
-            &[scenario.params.channels, scenario.params.height, scenario.params.width],
+            &[
+                scenario.params.channels,
+                scenario.params.height,
+                scenario.params.width,
+            ],
         )
         .map_err(param_error)?;
         Ok(scenario)

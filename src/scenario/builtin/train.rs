@@ -38,11 +38,11 @@
 use super::at_least;
 use super::dataloader::{loader_config, param_error, restored_position, store_position};
 use crate::checkpoint::{CheckpointError, RankCheckpoint};
+use crate::comm::RankError;
 use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataLoader, Delivery,
     DistributedSampler, LoaderPosition, SyntheticVectors,
 };
-use crate::comm::RankError;
 use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::reprosum::sum_columns_f32;
 use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
@@ -457,9 +457,12 @@ impl TrainScenario {
         let l = &self.layout;
         let keep = 1.0 - self.params.dropout;
         let scale = (1.0 / keep) as f32;
-        let (Some(values), Some(labels)) = (batch.values.values::<f32>(), batch.labels.values::<i64>())
+        let (Some(values), Some(labels)) =
+            (batch.values.values::<f32>(), batch.labels.values::<i64>())
         else {
-            return Err("the loader delivered a batch that is not f32 values and i64 labels".into());
+            return Err(
+                "the loader delivered a batch that is not f32 values and i64 labels".into(),
+            );
         };
         let terms = batch
             .indices
@@ -656,8 +659,8 @@ impl Scenario for TrainScenario {
         let own = chunk_range(l.len(), ctx.world_size(), ctx.rank());
         let state_len = if p.zero { own.len() } else { l.len() };
         let mut optimizer = Optimizer::new(p.optimizer, state_len);
-        let mut dropout = (p.dropout_rng == DropoutRng::Sequential)
-            .then(|| ctx.stream(Stream::Dropout, 0));
+        let mut dropout =
+            (p.dropout_rng == DropoutRng::Sequential).then(|| ctx.stream(Stream::Dropout, 0));
         let mut params = self.init(ctx);
         let size = p.dataset_size as u64;
         let sampler =
