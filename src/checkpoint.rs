@@ -2,7 +2,7 @@
 //!
 //! A [`RankCheckpoint`] is one rank's state after `step` steps: tensors (parameters, optimizer
 //! moments), the exact position of every random generator, the data loader's position and small
-//! counters. [`save`] writes it as two files in a folder: `rank{R}-step{S}.safetensors` (the
+//! counters. [`save_checkpoint`] writes it as two files in a folder: `rank{R}-step{S}.safetensors` (the
 //! tensors) and `rank{R}-step{S}.json` (the rest, versioned; see `docs/checkpoints.md`). The JSON
 //! names the run that wrote it ([`CheckpointIdentity`]) and the md5 of the safetensors file.
 //!
@@ -12,7 +12,7 @@
 //! checkpoint stays intact and is the one found. A rank keeps its [`KEEP`] newest checkpoints,
 //! so ranks that crashed at different moments still share a complete one.
 //!
-//! Loading ([`load`]) checks the format version, the identity (seed, world size, rank, and the
+//! Loading ([`load_checkpoint`]) checks the format version, the identity (seed, world size, rank, and the
 //! fingerprint of the scenario's kind and parameters) and the md5 of the tensors before trusting
 //! any byte; every failure is a [`CheckpointError`] naming the file and what is wrong.
 //!
@@ -114,7 +114,7 @@ impl RankCheckpoint {
 
 /// Which run wrote a checkpoint: a resumed run must be the same run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct CheckpointIdentity {
+pub struct CheckpointIdentity {
     /// md5 of the scenario's kind, reduction and parameters (not its steps or checks).
     pub fingerprint: String,
     /// The run's seed.
@@ -241,7 +241,7 @@ fn hex(bytes: &[u8]) -> String {
 /// # Errors
 /// [`CheckpointError::Io`] naming the file; on error no new checkpoint exists and the previous
 /// ones are untouched.
-pub(crate) fn save(
+pub fn save_checkpoint(
     dir: &Path,
     identity: &CheckpointIdentity,
     checkpoint: &RankCheckpoint,
@@ -323,7 +323,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
 ///
 /// # Errors
 /// [`CheckpointError::Io`] when the folder cannot be listed.
-pub(crate) fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointError> {
+pub fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, CheckpointError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -349,7 +349,7 @@ pub(crate) fn complete_steps(dir: &Path, rank: usize) -> Result<Vec<u64>, Checkp
 ///
 /// # Errors
 /// [`CheckpointError`] naming the file and what is wrong with it.
-pub(crate) fn load(
+pub fn load_checkpoint(
     dir: &Path,
     identity: &CheckpointIdentity,
     step: Option<u64>,
@@ -460,7 +460,7 @@ pub fn resumable_step(spec: &ScenarioSpec, dir: &Path) -> Result<u64, Checkpoint
         })?);
     }
     for rank in 0..spec.world_size {
-        load(dir, &identity(rank), Some(common))?;
+        load_checkpoint(dir, &identity(rank), Some(common))?;
     }
     Ok(common)
 }
@@ -542,16 +542,16 @@ mod tests {
     fn a_checkpoint_reads_back_exactly_and_only_the_newest_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         for step in 1..=4 {
-            save(dir.path(), &identity(1), &checkpoint(step)).unwrap();
+            save_checkpoint(dir.path(), &identity(1), &checkpoint(step)).unwrap();
         }
         assert_eq!(complete_steps(dir.path(), 1).unwrap(), vec![4, 3]);
-        let back = load(dir.path(), &identity(1), None).unwrap();
+        let back = load_checkpoint(dir.path(), &identity(1), None).unwrap();
         assert_eq!(back, checkpoint(4));
         assert_eq!(
-            load(dir.path(), &identity(1), Some(3)).unwrap(),
+            load_checkpoint(dir.path(), &identity(1), Some(3)).unwrap(),
             checkpoint(3)
         );
-        let err = load(dir.path(), &identity(1), Some(1)).unwrap_err();
+        let err = load_checkpoint(dir.path(), &identity(1), Some(1)).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -561,7 +561,7 @@ mod tests {
         );
         // The bytes are a pure function of the checkpoint.
         let other = tempfile::tempdir().unwrap();
-        save(other.path(), &identity(1), &checkpoint(4)).unwrap();
+        save_checkpoint(other.path(), &identity(1), &checkpoint(4)).unwrap();
         for ext in ["json", "safetensors"] {
             let name = format!("rank1-step4.{ext}");
             assert_eq!(
@@ -574,7 +574,7 @@ mod tests {
     #[test]
     fn a_crash_mid_write_leaves_the_previous_checkpoint_intact() {
         let dir = tempfile::tempdir().unwrap();
-        save(dir.path(), &identity(0), &checkpoint(2)).unwrap();
+        save_checkpoint(dir.path(), &identity(0), &checkpoint(2)).unwrap();
         // A crash after the tensors of step 4 were renamed and while its JSON was being
         // written: a safetensors file without its JSON, and a half-written temporary JSON.
         let bytes = std::fs::read(dir.path().join("rank0-step2.safetensors")).unwrap();
@@ -584,18 +584,28 @@ mod tests {
             b"{\"format\": \"detch",
         )
         .unwrap();
-        assert_eq!(load(dir.path(), &identity(0), None).unwrap(), checkpoint(2));
+        assert_eq!(
+            load_checkpoint(dir.path(), &identity(0), None).unwrap(),
+            checkpoint(2)
+        );
         // The next save of step 4 replaces the debris.
-        save(dir.path(), &identity(0), &checkpoint(4)).unwrap();
-        assert_eq!(load(dir.path(), &identity(0), None).unwrap(), checkpoint(4));
+        save_checkpoint(dir.path(), &identity(0), &checkpoint(4)).unwrap();
+        assert_eq!(
+            load_checkpoint(dir.path(), &identity(0), None).unwrap(),
+            checkpoint(4)
+        );
     }
 
     #[test]
     fn corrupt_and_mismatched_checkpoints_are_named_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let json = save(dir.path(), &identity(0), &checkpoint(3)).unwrap();
+        let json = save_checkpoint(dir.path(), &identity(0), &checkpoint(3)).unwrap();
         let tensors = dir.path().join("rank0-step3.safetensors");
-        let error = |id: &CheckpointIdentity| load(dir.path(), id, None).unwrap_err().to_string();
+        let error = |id: &CheckpointIdentity| {
+            load_checkpoint(dir.path(), id, None)
+                .unwrap_err()
+                .to_string()
+        };
 
         let mut other = identity(0);
         other.seed = 8;
@@ -644,7 +654,7 @@ mod tests {
         std::fs::write(&json, &text).unwrap();
 
         // What the program expects but the checkpoint lacks.
-        let mut c = load(dir.path(), &identity(0), None).unwrap();
+        let mut c = load_checkpoint(dir.path(), &identity(0), None).unwrap();
         let e = c.take_tensor("param", &[4]).unwrap_err().to_string();
         assert_eq!(
             e,

@@ -44,7 +44,10 @@ pub use check::{
     run_checks, run_once, CheckKind, CheckOptions, CheckOutcome, Expectation, RunError,
     ScenarioReport,
 };
-pub use checkpoint::{resumable_step, CheckpointError, RankCheckpoint, CHECKPOINT_VERSION};
+pub use checkpoint::{
+    complete_steps, load_checkpoint, resumable_step, save_checkpoint, CheckpointError,
+    CheckpointIdentity, RankCheckpoint, CHECKPOINT_VERSION,
+};
 pub use comm::{
     launch_threads, CollectiveId, CommError, Communicator, LaunchConfig, LaunchError, Perturbation,
     RankError, ThreadComm,

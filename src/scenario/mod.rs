@@ -312,7 +312,7 @@ impl<'a> RankContext<'a> {
                 wanted: None,
             }));
         };
-        let loaded = checkpoint::load(&dir, &identity, Some(step))?;
+        let loaded = checkpoint::load_checkpoint(&dir, &identity, Some(step))?;
         if self.plan.remove_after_resume {
             checkpoint::remove_rank_files(&dir, identity.rank);
         }
@@ -332,7 +332,7 @@ impl<'a> RankContext<'a> {
     /// A [`CheckpointError`] naming the file; the previous checkpoints stay intact.
     pub fn save_checkpoint(&self, checkpoint: &RankCheckpoint) -> Result<(), RankError> {
         if let Some(dir) = &self.plan.checkpoint_to {
-            checkpoint::save(dir, &self.checkpoint_identity(), checkpoint)?;
+            checkpoint::save_checkpoint(dir, &self.checkpoint_identity(), checkpoint)?;
         }
         Ok(())
     }
