@@ -12,7 +12,9 @@
 //! - [`ReductionMode`]: the order an allreduce adds in;
 //! - [`Recorder`], [`Trace`], [`compare_runs`], [`compare_replicas`]: records and comparison;
 //! - [`Scenario`], [`ScenarioSpec`], [`KindRegistry`]: rank programs and their files;
-//! - [`run_checks`]: the checks (`repeat`, `replicas`) and their report.
+//! - [`run_checks`]: the checks (`repeat`, `replicas`) and their report;
+//! - [`Dataset`], [`DistributedSampler`], [`Augmenter`], [`DataLoader`]: training data whose
+//!   batches do not depend on the loader's workers or timing.
 //!
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 #![forbid(unsafe_code)]
@@ -24,6 +26,7 @@ mod check;
 mod comm;
 mod compare;
 mod curves;
+mod data;
 mod digest;
 mod dump;
 mod overflow;
@@ -51,6 +54,11 @@ pub use compare::{
 };
 pub use curves::{
     compare_curves, load_curve, write_curve_plots, Curve, CurveComparison, CurveError, Tolerance,
+};
+pub use data::{
+    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataError, DataLoader, Dataset,
+    Delivery, DistributedSampler, LoaderConfig, LoaderJitter, LoaderPosition, Sample,
+    SyntheticImages, SyntheticVectors,
 };
 pub use digest::{ExactF64, Md5Digest, Stats};
 pub use dump::{

@@ -16,7 +16,6 @@
 pub(crate) mod mpi;
 mod threads;
 
-#[cfg(feature = "mpi")]
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
 
