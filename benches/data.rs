@@ -4,7 +4,9 @@
 //! For each worker count, the two deliveries alternate within each repetition (which one goes
 //! first alternates too) and the median of the repetitions is reported, so a noisy shared machine
 //! shifts both sides alike. The ratio is the median of the repetitions' ratios (each from two
-//! runs side by side), the figure to quote; absolute rates depend on the machine.
+//! runs side by side), the figure to quote; absolute rates depend on the machine. Many short
+//! repetitions rather than a few long ones: on a busy machine, two runs close in time see the
+//! same load, and the median of many pairs is repeatable where a ratio of two medians is not.
 //!
 //! `cargo bench --bench data -- N` runs with N batches of prefetch per worker (default 2).
 
@@ -16,10 +18,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-const BATCHES: u64 = 256;
+const BATCHES: u64 = 128;
 const BATCH_SIZE: usize = 32;
 const SHAPE: [usize; 3] = [3, 32, 32];
-const REPS: usize = 15;
+const REPS: usize = 25;
 
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
