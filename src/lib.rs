@@ -12,7 +12,9 @@
 //! - [`ReductionMode`]: the order an allreduce adds in;
 //! - [`Recorder`], [`Trace`], [`compare_runs`], [`compare_replicas`]: records and comparison;
 //! - [`Scenario`], [`ScenarioSpec`], [`KindRegistry`]: rank programs and their files;
-//! - [`run_checks`]: the checks (`repeat`, `replicas`) and their report.
+//! - [`run_checks`]: the checks (`repeat`, `replicas`) and their report;
+//! - [`Dataset`], [`DistributedSampler`], [`Augmenter`], [`DataLoader`]: training data whose
+//!   batches do not depend on the loader's workers or timing.
 //!
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 #![forbid(unsafe_code)]

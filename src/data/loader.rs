@@ -5,6 +5,10 @@
 //! asked; otherwise `workers` threads prefetch up to `workers · prefetch_per_worker` batches
 //! ahead of the consumer. Any idle worker claims the next batch number from a shared counter,
 //! loads its samples (`Dataset::get`, then `Augmenter::apply`) and collates them into a [`Batch`].
+//! A worker that cannot claim one (the window is full, or every batch is claimed) helps: it loads
+//! the next samples of the oldest batch still being loaded, so a descheduled worker holds back at
+//! most the sample it is on, not the rest of its batch; whoever loads a batch's last sample
+//! collates it.
 //!
 //! Determinism: a batch is computed the same way whichever worker computes it (its indices come
 //! from the sampler, its augmentation draws from (sample, epoch)), and in
@@ -35,7 +39,7 @@ use crate::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -154,6 +158,8 @@ struct State {
     next_claim: u64,
     /// Batches handed to the consumer.
     delivered: u64,
+    /// Claimed batches still being loaded, by number.
+    in_flight: BTreeMap<u64, InFlight>,
     /// Finished batches by number, for sampler order.
     reorder: BTreeMap<u64, Batch>,
     /// Finished batches as they finished, for completion order.
@@ -164,15 +170,35 @@ struct State {
     stopping: bool,
 }
 
-/// Computes batch `n` (from the start) of a loader: the same work whichever thread runs it.
+/// A batch being loaded. Its samples are handed out one at a time, to the worker that claimed
+/// it or to idle workers that help: in sampler order, a batch whose worker was descheduled
+/// would otherwise hold back every later batch once the prefetch window is full.
+struct InFlight {
+    position: LoaderPosition,
+    indices: Vec<u64>,
+    /// Samples handed out so far, in order.
+    handed_out: usize,
+    /// Loaded samples, by place in the batch.
+    samples: Vec<Option<Sample>>,
+    /// How many of `samples` are loaded.
+    loaded: usize,
+}
+
+/// What an idle worker does next.
+enum Job {
+    /// Claim batch `n` (the next one in order) and load it.
+    Claim(u64),
+    /// Load the remaining samples of in-flight batch `n`.
+    Help(u64),
+}
+
+/// Computes the batches of a loader: the same work whichever thread runs it.
 struct BatchMaker {
     dataset: Arc<dyn Dataset>,
     sampler: BatchSampler,
     augmenter: Augmenter,
     start: LoaderPosition,
     samples_loaded: AtomicU64,
-    /// Checked before each sample, so a stopping loader does not finish long batches.
-    stop: AtomicBool,
 }
 
 /// A thread's copy of the current epoch's indices: rebuilt only when the epoch changes.
@@ -206,39 +232,46 @@ impl Jitter {
 }
 
 impl BatchMaker {
-    /// Batch `n` from the start, or `None` if the loader stopped while it was being loaded.
-    fn make(
-        &self,
-        n: u64,
-        cache: &mut EpochCache,
-        mut jitter: Option<&mut Jitter>,
-    ) -> Option<Batch> {
+    /// Batch `n` from the start: its position and sample indices.
+    fn plan(&self, n: u64, cache: &mut EpochCache) -> (LoaderPosition, Vec<u64>) {
         let position = self.start.after(n, self.sampler.batches_per_epoch());
         if cache.epoch != Some(position.epoch) {
             cache.indices = self.sampler.sampler().epoch_indices(position.epoch);
             cache.epoch = Some(position.epoch);
         }
         let indices = cache.indices[self.sampler.batch_range(position.batch)].to_vec();
+        (position, indices)
+    }
+
+    /// Sample `index` of `epoch`, loaded and augmented (after the jitter's sleep, if any).
+    fn load(&self, index: u64, epoch: u64, jitter: Option<&mut Jitter>) -> Sample {
+        if let Some(jitter) = jitter {
+            jitter.sleep();
+        }
+        let mut sample = self.dataset.get(index);
+        self.samples_loaded.fetch_add(1, Ordering::Relaxed);
         let shape = self.dataset.sample_shape();
-        let sample_len: usize = shape.iter().product();
-        let mut values = Vec::with_capacity(indices.len() * sample_len);
-        let mut labels = Vec::with_capacity(indices.len());
-        for &index in &indices {
-            if self.stop.load(Ordering::Relaxed) {
-                return None;
-            }
-            if let Some(jitter) = jitter.as_deref_mut() {
-                jitter.sleep();
-            }
-            let mut sample: Sample = self.dataset.get(index);
-            self.samples_loaded.fetch_add(1, Ordering::Relaxed);
-            assert_eq!(
-                sample.values.len(),
-                sample_len,
-                "sample {index} holds {} values, but the dataset's sample shape is {shape:?}",
-                sample.values.len()
-            );
-            self.augmenter.apply(&mut sample, position.epoch, index);
+        assert_eq!(
+            sample.values.len(),
+            shape.iter().product::<usize>(),
+            "sample {index} holds {} values, but the dataset's sample shape is {shape:?}",
+            sample.values.len()
+        );
+        self.augmenter.apply(&mut sample, epoch, index);
+        sample
+    }
+
+    /// The batch at `position` from its samples, in order.
+    fn collate(
+        &self,
+        position: LoaderPosition,
+        indices: Vec<u64>,
+        samples: impl ExactSizeIterator<Item = Sample>,
+    ) -> Batch {
+        let shape = self.dataset.sample_shape();
+        let mut values = Vec::with_capacity(samples.len() * shape.iter().product::<usize>());
+        let mut labels = Vec::with_capacity(samples.len());
+        for sample in samples {
             values.extend_from_slice(&sample.values);
             labels.push(sample.label);
         }
@@ -246,12 +279,22 @@ impl BatchMaker {
         batch_shape.extend_from_slice(shape);
         let values = Tensor::new(batch_shape, TensorData::F32(values))
             .expect("every sample holds sample_shape's values");
-        Some(Batch {
+        Batch {
             position,
             indices,
             values,
             labels: Tensor::from_vec(labels),
-        })
+        }
+    }
+
+    /// Batch `n` from the start, loaded in the calling thread.
+    fn make(&self, n: u64, cache: &mut EpochCache) -> Batch {
+        let (position, indices) = self.plan(n, cache);
+        let samples: Vec<Sample> = indices
+            .iter()
+            .map(|&index| self.load(index, position.epoch, None))
+            .collect();
+        self.collate(position, indices, samples.into_iter())
     }
 }
 
@@ -265,12 +308,12 @@ impl Shared {
     /// Stops every worker and wakes everyone waiting.
     fn stop(&self, state: &mut State) {
         state.stopping = true;
-        self.maker.stop.store(true, Ordering::Relaxed);
         self.slot_freed.notify_all();
         self.batch_ready.notify_all();
     }
 
-    /// A worker's loop: claim the next batch when a prefetch slot is free, load it, hand it in.
+    /// A worker's loop: claim the next batch when a prefetch slot is free, or else help with the
+    /// oldest batch that has samples left to hand out, or else wait for a slot.
     fn work(&self, worker: usize) {
         let mut cache = EpochCache::default();
         let mut jitter = self.jitter.map(|config| Jitter {
@@ -279,40 +322,116 @@ impl Shared {
             samples: 0,
         });
         loop {
-            let n = {
-                let mut state = self.lock();
-                loop {
-                    if state.stopping || state.next_claim >= self.num_batches {
-                        return;
-                    }
-                    if state.next_claim < state.delivered.saturating_add(self.window) {
-                        break;
-                    }
-                    state = self
-                        .slot_freed
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                state.next_claim += 1;
-                state.next_claim - 1
-            };
-            let Some(batch) = self.maker.make(n, &mut cache, jitter.as_mut()) else {
+            let Some(job) = self.next_job() else {
                 return;
             };
-            let mut state = self.lock();
-            match self.delivery {
-                Delivery::SamplerOrder => {
-                    // Only the batch the consumer waits for is worth waking it for.
-                    let wanted = n == state.delivered;
-                    state.reorder.insert(n, batch);
-                    if wanted {
-                        self.batch_ready.notify_one();
-                    }
+            let n = match job {
+                Job::Claim(n) => {
+                    // The epoch's permutation is built outside the lock.
+                    let (position, indices) = self.maker.plan(n, &mut cache);
+                    let in_flight = InFlight {
+                        position,
+                        samples: (0..indices.len()).map(|_| None).collect(),
+                        indices,
+                        handed_out: 0,
+                        loaded: 0,
+                    };
+                    self.lock().in_flight.insert(n, in_flight);
+                    n
                 }
-                Delivery::CompletionOrder => {
-                    state.completed.push_back(batch);
+                Job::Help(n) => n,
+            };
+            if !self.load_samples(n, jitter.as_mut()) {
+                return;
+            }
+        }
+    }
+
+    /// What this worker does next, or `None` when it should leave.
+    fn next_job(&self) -> Option<Job> {
+        let mut state = self.lock();
+        loop {
+            if state.stopping {
+                return None;
+            }
+            let claimable = state.next_claim < self.num_batches;
+            if claimable && state.next_claim < state.delivered.saturating_add(self.window) {
+                state.next_claim += 1;
+                return Some(Job::Claim(state.next_claim - 1));
+            }
+            let unfinished = state
+                .in_flight
+                .iter()
+                .find(|(_, batch)| batch.handed_out < batch.indices.len());
+            if let Some((&n, _)) = unfinished {
+                return Some(Job::Help(n));
+            }
+            if !claimable {
+                return None;
+            }
+            state = self
+                .slot_freed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Loads samples of in-flight batch `n` until none is left to hand out; whoever loads a
+    /// batch's last sample collates and hands it in. `false` when the loader is stopping.
+    fn load_samples(&self, n: u64, mut jitter: Option<&mut Jitter>) -> bool {
+        loop {
+            let (slot, index, epoch) = {
+                let mut state = self.lock();
+                if state.stopping {
+                    return false;
+                }
+                let Some(batch) = state.in_flight.get_mut(&n) else {
+                    return true;
+                };
+                if batch.handed_out == batch.indices.len() {
+                    return true;
+                }
+                batch.handed_out += 1;
+                let slot = batch.handed_out - 1;
+                (slot, batch.indices[slot], batch.position.epoch)
+            };
+            let sample = self.maker.load(index, epoch, jitter.as_deref_mut());
+            let mut state = self.lock();
+            let batch = state
+                .in_flight
+                .get_mut(&n)
+                .expect("a batch stays in flight until its last sample is loaded");
+            batch.samples[slot] = Some(sample);
+            batch.loaded += 1;
+            if batch.loaded < batch.indices.len() {
+                continue;
+            }
+            let batch = state.in_flight.remove(&n).expect("found above");
+            drop(state);
+            let samples = batch
+                .samples
+                .into_iter()
+                .map(|sample| sample.expect("every sample is loaded"));
+            let batch = self.maker.collate(batch.position, batch.indices, samples);
+            self.hand_in(n, batch);
+        }
+    }
+
+    /// Hands finished batch `n` to the consumer's side.
+    fn hand_in(&self, n: u64, batch: Batch) {
+        let mut state = self.lock();
+        match self.delivery {
+            Delivery::SamplerOrder => {
+                // Only the batch the consumer waits for is worth waking it for.
+                let wanted = n == state.delivered;
+                state.reorder.insert(n, batch);
+                if wanted {
                     self.batch_ready.notify_one();
                 }
+            }
+            Delivery::CompletionOrder => {
+                state.completed.push_back(batch);
+                self.batch_ready.notify_one();
             }
         }
     }
@@ -322,7 +441,8 @@ impl DataLoader {
     /// Delivers `num_batches` batches starting at `start` (continuing into later epochs).
     /// `workers = 0` loads in the calling thread inside [`DataLoader::next_batch`]. Otherwise
     /// `workers` threads prefetch up to `workers · prefetch_per_worker` batches ahead, claiming
-    /// batch numbers from a shared counter (any idle worker takes the next batch). Nothing before
+    /// batch numbers from a shared counter (any idle worker takes the next batch, or, when it
+    /// cannot, helps with the oldest batch's remaining samples). Nothing before
     /// `start` is loaded (a restart does not redo earlier batches' loading work), and nothing
     /// beyond `start + num_batches`.
     ///
@@ -374,7 +494,6 @@ impl DataLoader {
                 augmenter,
                 start,
                 samples_loaded: AtomicU64::new(0),
-                stop: AtomicBool::new(false),
             },
             num_batches,
             window,
@@ -428,10 +547,7 @@ impl DataLoader {
             if self.delivered >= shared.num_batches {
                 return Ok(None);
             }
-            let batch = shared
-                .maker
-                .make(self.delivered, &mut self.inline_cache, None)
-                .expect("nothing stops a loader without workers");
+            let batch = shared.maker.make(self.delivered, &mut self.inline_cache);
             self.delivered += 1;
             return Ok(Some(batch));
         }
@@ -816,6 +932,79 @@ mod tests {
         );
         assert_eq!(again, error.to_string());
         assert!(error.to_string().starts_with("loader worker "), "{error}");
+    }
+
+    /// Holds back one sample until opened, as a descheduled worker would.
+    struct GatedAt {
+        inner: SyntheticImages,
+        index: u64,
+        open: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl Dataset for GatedAt {
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn sample_shape(&self) -> &[usize] {
+            self.inner.sample_shape()
+        }
+        fn get(&self, index: u64) -> Sample {
+            if index == self.index {
+                let open = self.open.lock().unwrap();
+                drop(self.opened.wait_while(open, |open| !*open).unwrap());
+            }
+            self.inner.get(index)
+        }
+    }
+
+    /// A stuck sample holds back only itself: the other worker loads the window's other
+    /// batches, then the rest of the stuck batch, and the batches are still the reference's.
+    #[test]
+    fn idle_workers_help_with_a_held_back_batch() {
+        let sampler = rank_batches(64, 6);
+        let stuck = sampler.sampler().epoch_indices(0)[0]; // the first sample of batch 0
+        let gated = Arc::new(GatedAt {
+            inner: SyntheticImages::new(11, 64, 3, 8, 8, 10),
+            index: stuck,
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+        });
+        let (reference, _) = load(
+            &images(),
+            &sampler,
+            &per_sample(),
+            LoaderConfig::new(0),
+            LoaderPosition::default(),
+            10,
+        );
+        let dataset: Arc<dyn Dataset> = gated.clone();
+        let loaded = within(Duration::from_secs(60), move || {
+            // 2 workers, window 4: batches 0-3 may be claimed while batch 0 is held back.
+            let mut loader = DataLoader::new(
+                dataset,
+                sampler,
+                per_sample(),
+                LoaderConfig::new(2),
+                LoaderPosition::default(),
+                10,
+            )
+            .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while loader.samples_loaded() < 4 * 6 - 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let loaded_while_stuck = loader.samples_loaded();
+            *gated.open.lock().unwrap() = true;
+            gated.opened.notify_all();
+            let mut batches = Vec::new();
+            while let Some(batch) = loader.next_batch().unwrap() {
+                batches.push(batch);
+            }
+            assert!(batches == reference, "helping changed a batch");
+            loaded_while_stuck
+        });
+        assert_eq!(loaded, 4 * 6 - 1, "all but the stuck sample of the window");
     }
 
     #[test]
