@@ -4,8 +4,9 @@
 //! [`RankContext`] (communicator, recorder, seeds). A [`ScenarioSpec`] is a scenario file: world
 //! size, steps, seed, reduction mode, the deterministic-communication switch, what is expected, and
 //! the kind's own `params`. A [`KindRegistry`] turns a spec into a program; it knows the built-in
-//! kinds (`seed`, `collective`, `dataloader`, `train`) and any a user registers. [`discover_scenarios`] loads
-//! every `*.json` of a folder, in file-name order.
+//! kinds (`seed`, `collective`, `dataloader`, `train`) and any a user registers.
+//! [`discover_scenarios`] loads every `*.json` of a folder, in file-name order. A [`RunPlan`] is
+//! what a check changes in one run (loader workers, where to stop, checkpoint, resume).
 //!
 //! Bad input: unknown fields are rejected, and every error names the file and the field
 //! ([`ScenarioError`]); nothing panics on a bad file.
@@ -20,6 +21,7 @@ mod builtin;
 use crate::check::{CheckKind, Expectation};
 use crate::checkpoint::{self, CheckpointIdentity, RankCheckpoint};
 use crate::comm::{CommError, Communicator, Perturbation, RankError};
+use crate::data::LoaderJitter;
 use crate::reduce::{ReduceOp, ReductionMode};
 use crate::seed::{derive_stream, RankRng, Stream};
 use crate::tensor::Tensor;
@@ -30,7 +32,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A deterministic rank program.
 ///
@@ -85,8 +86,8 @@ pub struct RankContext<'a> {
     plan: RunPlan,
     /// md5 of the scenario's kind, reduction and parameters: the identity of its checkpoints.
     fingerprint: String,
-    /// Seed and bound of the loader's timing noise, from the run's perturbation.
-    jitter: Option<(u64, Duration)>,
+    /// The loader's timing noise, from the run's perturbation.
+    jitter: Option<LoaderJitter>,
     start_step: u64,
 }
 
@@ -130,7 +131,11 @@ impl<'a> RankContext<'a> {
         let mut ctx = RankContext::new(comm, level, spec.seed, steps, spec.effective_mode());
         ctx.plan = plan.clone();
         ctx.fingerprint = spec.fingerprint();
-        ctx.jitter = perturbation.map(|p| (p.seed ^ p.rotation as u64, p.max_delay));
+        let rank = comm.rank() as u64;
+        ctx.jitter = perturbation.map(|p| LoaderJitter {
+            seed: p.seed ^ (p.rotation as u64) ^ rank.rotate_left(32),
+            max_delay: p.max_delay,
+        });
         ctx
     }
 
@@ -257,10 +262,11 @@ impl<'a> RankContext<'a> {
         self.plan.loader_workers.unwrap_or(default)
     }
 
-    /// Seed and bound of the timing noise a data loader adds before each sample in a perturbed
-    /// run (`None` when the run is not perturbed). It changes timing only, never values.
+    /// The timing noise a data loader adds before each sample in a perturbed run (`None` when
+    /// the run is not perturbed), different on every rank and run. It changes timing only,
+    /// never values.
     #[must_use]
-    pub fn loader_jitter(&self) -> Option<(u64, Duration)> {
+    pub fn loader_jitter(&self) -> Option<LoaderJitter> {
         self.jitter
     }
 

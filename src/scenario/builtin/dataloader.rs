@@ -22,7 +22,7 @@ use crate::checkpoint::RankCheckpoint;
 use crate::comm::RankError;
 use crate::data::{
     AugmentRng, Augmentation, Augmenter, BatchSampler, DataError, DataLoader, Delivery,
-    DistributedSampler, LoaderConfig, LoaderJitter, LoaderPosition, SyntheticImages,
+    DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
 };
 use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
 use crate::seed::Stream;
@@ -167,11 +167,8 @@ pub(super) fn loader_config(
 ) -> LoaderConfig {
     let mut config = LoaderConfig::new(ctx.loader_workers(workers)).with_delivery(delivery);
     config.prefetch_per_worker = prefetch;
-    if let Some((seed, max_delay)) = ctx.loader_jitter() {
-        config = config.with_jitter(LoaderJitter {
-            seed: seed ^ ctx.rank() as u64,
-            max_delay,
-        });
+    if let Some(jitter) = ctx.loader_jitter() {
+        config = config.with_jitter(jitter);
     }
     config
 }
