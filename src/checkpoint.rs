@@ -236,7 +236,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Writes rank `identity.rank`'s checkpoint into `dir` (created if needed), atomically, then
-/// removes that rank's checkpoints older than the [`KEEP`] newest. Returns the JSON's path.
+/// removes that rank's checkpoints older than the two newest. Returns the JSON's path.
 ///
 /// # Errors
 /// [`CheckpointError::Io`] naming the file; on error no new checkpoint exists and the previous
