@@ -196,7 +196,7 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
         dir.path(),
         0,
     );
-    assert_contains("stdout", &out.stdout, &["wrote a: 3 ranks, 2 steps"]);
+    assert_contains("stdout", &out.stdout, &["wrote a: 3 ranks, steps 0 to 1"]);
     expect(
         &["run", "case.json", "--dump", "b", "--perturb", "2"],
         dir.path(),
