@@ -284,7 +284,7 @@ impl<'a> RankContext<'a> {
     /// they all have complete, so ranks that crashed at different moments still resume together.
     ///
     /// # Errors
-    /// A [`CheckpointError`] naming the file (missing, corrupt, written by another run), or the
+    /// A [`CheckpointError`](crate::CheckpointError) naming the file (missing, corrupt, written by another run), or the
     /// communicator's error.
     pub fn resume(&mut self) -> Result<Option<RankCheckpoint>, RankError> {
         let Some(dir) = self.plan.resume_from.clone() else {
@@ -329,7 +329,7 @@ impl<'a> RankContext<'a> {
     /// Saves this rank's checkpoint where the run's plan says (nothing when it says nowhere).
     ///
     /// # Errors
-    /// A [`CheckpointError`] naming the file; the previous checkpoints stay intact.
+    /// A [`CheckpointError`](crate::CheckpointError) naming the file; the previous checkpoints stay intact.
     pub fn save_checkpoint(&self, checkpoint: &RankCheckpoint) -> Result<(), RankError> {
         if let Some(dir) = &self.plan.checkpoint_to {
             checkpoint::save(dir, &self.checkpoint_identity(), checkpoint)?;
