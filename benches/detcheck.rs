@@ -1,5 +1,6 @@
 //! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|train]...`: the figures in
-//! docs/benchmarks.md.
+//! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
+//! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //!
 //! Every comparison is measured side by side in one run: the contenders alternate within each
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
@@ -131,6 +132,36 @@ fn bench_allreduce() {
                 secs / arrival
             );
         }
+    }
+    println!();
+}
+
+/// `reproducible` against `arrival_order` only, alternating within each repetition: the quick
+/// figure for work on the reproducible kernels (`cargo bench --bench detcheck -- allreduce_repro`).
+fn bench_allreduce_repro() {
+    let ranks = 4;
+    let reps = 9;
+    let modes = [ReductionMode::ArrivalOrder, ReductionMode::Reproducible];
+    println!("## Allreduce on {ranks} thread ranks, f32, reproducible vs arrival_order (median of {reps})\n");
+    println!("| size | arrival_order | reproducible | ratio |\n| ---: | ---: | ---: | ---: |");
+    for size in [1 << 20, 16 << 20, 64 << 20] {
+        let len = size / 4;
+        let iters = ((256usize << 20) / size).clamp(3, 40);
+        let mut samples = [Vec::new(), Vec::new()];
+        for rep in 0..reps {
+            for k in 0..2 {
+                let i = (k + rep) % 2;
+                samples[i].push(allreduce_secs(ranks, len, modes[i], iters));
+            }
+        }
+        let [arrival, repro] = samples.map(median);
+        println!(
+            "| {} | {} | {} | {:.2}× |",
+            human_size(size),
+            human_time(arrival),
+            human_time(repro),
+            repro / arrival
+        );
     }
     println!();
 }
@@ -293,6 +324,9 @@ fn main() {
     }
     if wants("allreduce") {
         bench_allreduce();
+    }
+    if selected.iter().any(|s| s == "allreduce_repro") {
+        bench_allreduce_repro();
     }
     if wants("record") {
         bench_record();

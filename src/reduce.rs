@@ -175,9 +175,7 @@ pub(crate) fn reduce_chunk(
                     .iter()
                     .map(|c| &f32::view(c).expect("contributions share one dtype")[range.clone()])
                     .collect();
-                let mut out = vec![0.0f32; range.len()];
-                reprosum::sum_columns_f32(&columns, &mut out);
-                return TensorData::F32(out);
+                return TensorData::F32(reprosum::columns_f32(&columns, range.len()));
             }
             TensorData::F64(_) => {
                 let columns: Vec<&[f64]> = contributions

@@ -5,11 +5,21 @@
 //! for their global sums (CESM/E3SM's `shr_reprosum`) by adding in integers; so does this module.
 //! Per element, every term `x` is put on a grid fixed by the largest magnitude among the terms
 //! and by their count, `t = round(x · 2^(P − e))` where `2^e > max |x|` and `P = min(50, 62 −
-//! ⌈log₂ n⌉)`; the integers are added exactly in `i64` (there are `62 − P` bits of headroom for
-//! `n` terms) and the sum is rounded once to the float type. The maximum and the count are functions
-//! of the multiset, rounding a term to the grid depends on nothing else, and integer addition is
-//! associative: the bits depend on the multiset only, not on the order, the split across ranks, the
-//! algorithm or the backend.
+//! ⌈log₂ n⌉)`; the integers are added exactly (there are `62 − P` bits of headroom for `n` terms
+//! in an `i64`) and the sum is rounded once to the float type. The maximum and the count are
+//! functions of the multiset, rounding a term to the grid depends on nothing else, and exact
+//! addition is associative: the bits depend on the multiset only, not on the order, the split
+//! across ranks, the algorithm or the backend.
+//!
+//! How f32 terms are put on the grid (`grid_magic`, the one definition every path uses): with the
+//! rounding constant `M = 1.5 · 2^(52 + e − P)`, `fl(x + M) − M` is `x` rounded to the grid,
+//! ties to even, in two f64 additions that SSE2 vectorizes, and `bits(x + M) − bits(M)` is `t`.
+//! One buffer and the distributed sum add the `t`s in `i64`. The columns of an allreduce with up to
+//! 8 contributions (`columns_in_f64`) never leave f64: a pair `fl(a + M) + fl(b − M)` is exactly
+//! the pair's rounded sum, and 8 terms of at most `2^50` steps add exactly in an f64's 53 bits;
+//! more contributions are added in `i64`. Every path rounds the exact sum to f32 once, so they
+//! agree bit for bit (a test checks them against each other on random, special, subnormal and
+//! overflowing columns), and with the integer implementation this replaced.
 //!
 //! Accuracy: each term is rounded on a grid of `2^(e − P)`, so the error of the sum is at most
 //! `n · 2^(e − P − 1)` plus the final rounding (half an ulp of the result). For `n ≤ 4096` terms
@@ -24,7 +34,10 @@
 //!
 //! Limits: `n` is at most 2⁶⁰ terms; the grid is per element, so a sum over ranks first needs the
 //! largest magnitude of every element over every rank (one `max` allreduce: see
-//! [`RankContext::reproducible_sum`](crate::RankContext::reproducible_sum)).
+//! [`RankContext::reproducible_sum`](crate::RankContext::reproducible_sum)). The kernels are
+//! portable code for the baseline x86-64 target (SSE2, two f64 lanes): about 3× the time of a
+//! plain f32 sum per term in cache, which 4 thread ranks on 2 cores feel at 1 MiB (see
+//! `docs/benchmarks.md`).
 
 /// Headroom bits: `i64` sums of up to 2^(62 − P) grid values cannot overflow.
 const MAX_PRECISION: i32 = 50;
@@ -142,41 +155,81 @@ impl Grid {
     }
 }
 
-/// The f32 nearest to an integer sum on a grid of scale `scale` (one rounding, then an exact
-/// scaling by the power of two `1/scale`; subnormal and overflowing results round once more,
-/// deterministically). Scale 0 (every term zero) gives +0.
+/// The power of two of `|x|`'s binade, `2^(E − 127)` for a biased exponent `E`: 0 for zeros and
+/// subnormals, +∞ for ±∞ and NaN. Masking the mantissa turns NaN into +∞, so the largest binade
+/// of a set of terms is a plain `>` maximum (SSE2's `maxps`), with no NaN to propagate.
 #[inline]
-fn f32_from_grid(sum: i64, scale: f64) -> f32 {
-    if scale == 0.0 {
-        return 0.0;
-    }
-    // The inverse of a power of two 2^k is 2^-k: flip the exponent, exactly.
-    let inverse = f64::from_bits((2046u64 << 52).wrapping_sub(scale.to_bits()));
-    (f64::from(sum as f32) * inverse) as f32
+fn binade(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7f80_0000)
 }
 
-/// `acc[j] += round(terms[j] · scales[j])`, written so that it vectorizes.
+/// `max(top, binade(x))`, branch-free.
 #[inline]
-fn add_on_grid(acc: &mut [i64], terms: &[f32], scales: &[f64]) {
-    let n = acc.len().min(terms.len()).min(scales.len());
-    let (acc, terms, scales) = (&mut acc[..n], &terms[..n], &scales[..n]);
-    for j in 0..n {
-        acc[j] = acc[j].wrapping_add(round_to_i64(f64::from(terms[j]) * scales[j]));
-    }
-}
-
-/// The grid scale for f32 terms whose largest magnitude has the bits `max_bits` (0 when every
-/// term is zero or some term is not finite): integer operations only, so it vectorizes. The same
-/// value as `Grid::new(max, n).f32_scale()`.
-#[inline]
-fn f32_scale_from_bits(max_bits: u32, precision: i32) -> f64 {
-    let biased = (max_bits >> 23) as i32;
-    // 2^e is the smallest power of two above the magnitude (2^-126 above every subnormal).
-    let e = if biased == 0 { -126 } else { biased - 126 };
-    if max_bits == 0 || max_bits >= f32::INFINITY.to_bits() {
-        0.0
+fn max_binade(top: f32, x: f32) -> f32 {
+    let b = binade(x);
+    if b > top {
+        b
     } else {
-        f64::from_bits(((precision - e + 1023) as u64) << 52)
+        top
+    }
+}
+
+/// `1.5 · 2^(53 − P)`: the factor that turns an element's largest binade into its rounding
+/// constant ([`grid_magic`]).
+#[inline]
+fn magic_factor(precision: i32) -> f64 {
+    1.5 * pow2(53 - precision)
+}
+
+/// The grid of one f32 element's sum, as a rounding constant: `M = 1.5 · 2^(52 + e − P)`, where
+/// `top` is the largest binade among the terms ([`binade`]), `2^e > max |x|` (`e = −126` when
+/// every term is zero or subnormal) and `factor = magic_factor(P)`. `M` is +∞ when a term is not
+/// finite.
+///
+/// This is the one definition of the f32 grid: every path (one buffer, columns, distributed) puts
+/// a term `x` on it as `fl(x + M) − M`, which is `x` rounded to a multiple of the grid step
+/// `2^(e − P)`, ties to even, exactly (`M`'s binade has that step as its ulp and holds `x + M`
+/// for `|x| < 2^(51 + e − P)`). The integer count of steps is `bits(x + M) − bits(M)`;
+/// `fl(x − M) + M` rounds `x` the same way (`M / step` is even, so ties go to even steps).
+#[inline]
+fn grid_magic(top: f32, factor: f64) -> f64 {
+    magic_of_top(if top > LOWEST_TOP { top } else { LOWEST_TOP }, factor)
+}
+
+/// The zero/subnormal binade's stand-in, `2^-127`: twice it is `2^e` for `e = −126`. A maximum of
+/// binades that starts from it needs no further clamp ([`magic_of_top`]).
+const LOWEST_TOP: f32 = 1.0 / (1u128 << 127) as f32;
+
+/// [`grid_magic`] for a `top` of at least [`LOWEST_TOP`]: `2^e = 2 · top`, so
+/// `M = top · 1.5 · 2^(53 − P)`.
+#[inline]
+fn magic_of_top(top: f32, factor: f64) -> f64 {
+    f64::from(top) * factor
+}
+
+/// The grid step `2^(e − P)` of a rounding constant `M = 1.5 · 2^(52 + e − P)`: clearing the
+/// mantissa leaves `2^(52 + e − P)`, and the division by `2^52` is exact.
+#[inline]
+fn grid_step(magic: f64) -> f64 {
+    f64::from_bits(magic.to_bits() & 0xfff0_0000_0000_0000) * pow2(-52)
+}
+
+/// The number of grid steps of `x` (rounded to nearest, ties to even) on the grid of `magic`.
+#[inline]
+fn grid_steps(x: f32, magic: f64) -> i64 {
+    ((f64::from(x) + magic).to_bits() as i64).wrapping_sub(magic.to_bits() as i64)
+}
+
+/// The f32 nearest to `sum` grid steps of `step`, rounded once (ties to even; beyond the range,
+/// ±∞). Up to 2^53 steps the product is exact in f64 and only the conversion rounds; a larger
+/// sum is a normal f32 or overflows (`step ≥ 2^-176`), where rounding to 24 bits first and then
+/// scaling by a power of two is the same single rounding.
+#[inline]
+fn f32_from_grid(sum: i64, step: f64) -> f32 {
+    if sum.unsigned_abs() <= 1 << 53 {
+        (sum as f64 * step) as f32
+    } else {
+        (f64::from(sum as f32) * step) as f32
     }
 }
 
@@ -184,36 +237,43 @@ fn f32_scale_from_bits(max_bits: u32, precision: i32) -> f64 {
 /// within `n · 2^(e − P − 1)` plus half an ulp of the exact sum (see the module docs).
 #[must_use]
 pub fn reproducible_sum_f32(terms: &[f32]) -> f32 {
-    // Pass 1, branch-free so it vectorizes: the largest magnitude as bits (|x| orders like its bit
-    // pattern; NaN and ±∞ have the largest ones).
-    let max_bits = terms
-        .iter()
-        .fold(0u32, |m, &x| m.max(x.to_bits() & 0x7fff_ffff));
-    if max_bits >= f32::INFINITY.to_bits() {
-        let mut specials = Specials::default();
-        terms.iter().for_each(|&x| specials.note(f64::from(x)));
-        if let Some(special) = specials.result() {
-            return special as f32;
+    // Pass 1, branch-free so it vectorizes: the largest binade (+∞ if a term is not finite).
+    let mut tops = [0.0f32; 8];
+    let mut chunks = terms.chunks_exact(8);
+    for c in &mut chunks {
+        for (t, &x) in tops.iter_mut().zip(c) {
+            *t = max_binade(*t, x);
         }
     }
-    let scale = f32_scale_from_bits(max_bits, precision(terms.len() as u64));
-    if scale == 0.0 {
-        return 0.0;
+    let top = chunks
+        .remainder()
+        .iter()
+        .chain(&tops)
+        .fold(0.0f32, |t, &x| max_binade(t, x));
+    if top == f32::INFINITY {
+        let mut specials = Specials::default();
+        terms.iter().for_each(|&x| specials.note(f64::from(x)));
+        return specials.result().map_or(f32::NAN, |s| s as f32);
     }
-    // Pass 2: eight independent integer sums so the additions pipeline and vectorize.
+    let n = terms.len() as u64;
+    let magic = grid_magic(top, magic_factor(precision(n)));
+    // Pass 2: `bits(x + M)` summed with wrap-around in eight lanes (so that it vectorizes), less
+    // `n · bits(M)`: the exact sum of the steps, which fits an i64.
     let mut acc = [0i64; 8];
     let mut chunks = terms.chunks_exact(8);
     for c in &mut chunks {
         for (a, &x) in acc.iter_mut().zip(c) {
-            *a += round_to_i64(f64::from(x) * scale);
+            *a = a.wrapping_add((f64::from(x) + magic).to_bits() as i64);
         }
     }
-    let tail: i64 = chunks
+    let biased = chunks
         .remainder()
         .iter()
-        .map(|&x| round_to_i64(f64::from(x) * scale))
-        .sum();
-    f32_from_grid(acc.iter().sum::<i64>() + tail, scale)
+        .map(|&x| (f64::from(x) + magic).to_bits() as i64)
+        .chain(acc)
+        .fold(0i64, i64::wrapping_add);
+    let sum = biased.wrapping_sub((n as i64).wrapping_mul(magic.to_bits() as i64));
+    f32_from_grid(sum, grid_step(magic))
 }
 
 /// The reproducible sum of f64 terms (two grids: see the module docs).
@@ -247,57 +307,172 @@ pub fn reproducible_sum_f64(terms: &[f64]) -> f64 {
 /// the reproducible sum of every contribution's element `j`. The order of `contributions` does not
 /// matter.
 pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
-    // Blocks small enough that a block of every contribution stays in cache between the passes.
-    const BLOCK: usize = 2048;
-    let n = contributions.len() as u64;
-    let mut max_bits = [0u32; BLOCK];
-    let mut scales = [0f64; BLOCK];
-    let mut acc = [0i64; BLOCK];
-    for start in (0..out.len()).step_by(BLOCK) {
-        let end = (start + BLOCK).min(out.len());
-        let width = end - start;
-        let (max_bits, scales, acc) = (
-            &mut max_bits[..width],
-            &mut scales[..width],
-            &mut acc[..width],
-        );
-        // Pass 1, branch-free: the largest magnitude per element as bits (NaN and ±∞ have the
-        // largest, and are handled at the end).
-        max_bits.fill(0);
-        for c in contributions {
-            for (m, &x) in max_bits.iter_mut().zip(&c[start..end]) {
-                *m = (*m).max(x.to_bits() & 0x7fff_ffff);
-            }
+    let factor = magic_factor(precision(contributions.len() as u64));
+    let special = match contributions {
+        [] => {
+            out.fill(0.0);
+            false
         }
-        let precision = precision(n);
-        let mut any_special = false;
-        for (s, &m) in scales.iter_mut().zip(max_bits.iter()) {
-            any_special |= m >= f32::INFINITY.to_bits();
-            *s = f32_scale_from_bits(m, precision);
-        }
-        // Pass 2: integers on each element's grid (scale 0 for all-zero or non-finite elements).
-        acc.fill(0);
-        for c in contributions {
-            add_on_grid(acc, &c[start..end], scales);
-        }
-        for ((o, &a), &s) in out[start..end]
-            .iter_mut()
-            .zip(acc.iter())
-            .zip(scales.iter())
-        {
-            *o = f32_from_grid(a, s);
-        }
-        if any_special {
-            for (j, o) in out[start..end].iter_mut().enumerate() {
+        [a] => columns_in_f64([*a], out, factor),
+        [a, b] => columns_in_f64([*a, *b], out, factor),
+        [a, b, c] => columns_in_f64([*a, *b, *c], out, factor),
+        [a, b, c, d] => columns_in_f64([*a, *b, *c, *d], out, factor),
+        [a, b, c, d, e] => columns_in_f64([*a, *b, *c, *d, *e], out, factor),
+        [a, b, c, d, e, f] => columns_in_f64([*a, *b, *c, *d, *e, *f], out, factor),
+        [a, b, c, d, e, f, g] => columns_in_f64([*a, *b, *c, *d, *e, *f, *g], out, factor),
+        [a, b, c, d, e, f, g, h] => columns_in_f64([*a, *b, *c, *d, *e, *f, *g, *h], out, factor),
+        _ => columns_in_i64(contributions, out, factor),
+    };
+    if special {
+        // A non-finite term made its element's rounding constant +∞, and the element NaN.
+        for (j, o) in out.iter_mut().enumerate() {
+            if o.is_nan() {
                 let mut specials = Specials::default();
                 contributions
                     .iter()
-                    .for_each(|c| specials.note(f64::from(c[start + j])));
-                if let Some(s) = specials.result() {
-                    *o = s as f32;
-                }
+                    .for_each(|c| specials.note(f64::from(c[j])));
+                *o = specials.result().map_or(f32::NAN, |s| s as f32);
             }
         }
+    }
+}
+
+/// [`sum_columns_f32`] into a new vector of `len` elements, without first filling it with zeros:
+/// the sums go through a small buffer that stays in L1.
+pub(crate) fn columns_f32(contributions: &[&[f32]], len: usize) -> Vec<f32> {
+    const BLOCK: usize = 2048;
+    let mut out = Vec::with_capacity(len);
+    let mut buffer = [0.0f32; BLOCK];
+    for start in (0..len).step_by(BLOCK) {
+        let end = (start + BLOCK).min(len);
+        let block: Vec<&[f32]> = contributions.iter().map(|c| &c[start..end]).collect();
+        let buffer = &mut buffer[..end - start];
+        sum_columns_f32(&block, buffer);
+        out.extend_from_slice(buffer);
+    }
+    out
+}
+
+/// Columns of up to 8 contributions, in blocks of 128 elements (2 KiB of each contribution, in
+/// L1 for the second pass): the largest binade per element, then the terms rounded to the grid
+/// in pairs, `fl(a + M) + fl(b − M)`. The two are `M + steps(a)` and `−M + steps(b)` exactly,
+/// within a factor 2 of each other, so their sum is exact (Sterbenz) and is the pair's rounded
+/// sum; an odd term is `fl(x + M) − M`. A pair is at most `2^51` steps and 8 terms `2^53`, so
+/// the sums are exact in f64 and the result is rounded to f32 once. Returns whether some term is
+/// not finite (its element's `M` is +∞ and its sum NaN).
+///
+/// Two short passes beat one (measured): the first is all loads and `maxps`, and the second
+/// converts terms to f64 straight from memory.
+#[inline]
+fn columns_in_f64<const N: usize>(columns: [&[f32]; N], out: &mut [f32], factor: f64) -> bool {
+    const { assert!(N <= 8, "8 · 2^50 steps is the most an f64 holds exactly") };
+    const BLOCK: usize = 128;
+    let mut tops = [0.0f32; BLOCK];
+    let mut special = false;
+    for (start, out) in (0..out.len()).step_by(BLOCK).zip(out.chunks_mut(BLOCK)) {
+        let width = out.len();
+        let columns = columns.map(|c| &c[start..start + width]);
+        let tops = &mut tops[..width];
+        for (j, t) in tops.iter_mut().enumerate() {
+            *t = columns.iter().fold(LOWEST_TOP, |t, c| max_binade(t, c[j]));
+            special |= *t == f32::INFINITY;
+        }
+        for (j, (o, &top)) in out.iter_mut().zip(tops.iter()).enumerate() {
+            let magic = magic_of_top(top, factor);
+            let term = |k: usize| f64::from(columns[k][j]);
+            let pair = |k: usize| (term(k) + magic) + (term(k + 1) - magic);
+            // The first pair (or single term) starts the sum: `0.0 + x` is not free in IEEE terms.
+            let mut sum = if N == 1 {
+                (term(0) + magic) - magic
+            } else {
+                pair(0)
+            };
+            for k in (2..N.saturating_sub(1)).step_by(2) {
+                sum += pair(k);
+            }
+            if N % 2 == 1 && N > 1 {
+                sum += (term(N - 1) + magic) - magic;
+            }
+            *o = sum as f32;
+        }
+    }
+    special
+}
+
+/// Columns of any number of contributions, in blocks that stay in L1 between the two passes:
+/// the largest binade per element, then the steps of every term summed in i64, four
+/// contributions at a time.
+fn columns_in_i64<'a>(contributions: &[&'a [f32]], out: &mut [f32], factor: f64) -> bool {
+    const BLOCK: usize = 1024;
+    const GROUP: usize = 4;
+    let n = contributions.len() as i64;
+    let mut tops = [0.0f32; BLOCK];
+    let mut magics = [0.0f64; BLOCK];
+    let mut acc = [0i64; BLOCK];
+    let mut special = false;
+    for (start, out) in (0..out.len()).step_by(BLOCK).zip(out.chunks_mut(BLOCK)) {
+        let width = out.len();
+        let (tops, magics, acc) = (&mut tops[..width], &mut magics[..width], &mut acc[..width]);
+        let range = start..start + width;
+        let block = |c: &'a [f32]| &c[range.clone()];
+        tops.fill(LOWEST_TOP);
+        for group in contributions.chunks(GROUP) {
+            match *group {
+                [a, b, c, d] => max_of_group([a, b, c, d].map(block), tops),
+                [a, b, c] => max_of_group([a, b, c].map(block), tops),
+                [a, b] => max_of_group([a, b].map(block), tops),
+                [a] => max_of_group([a].map(block), tops),
+                _ => unreachable!("chunks of at most {GROUP}"),
+            }
+        }
+        for (m, &t) in magics.iter_mut().zip(tops.iter()) {
+            special |= t == f32::INFINITY;
+            *m = magic_of_top(t, factor);
+        }
+        acc.fill(0);
+        for group in contributions.chunks(GROUP) {
+            match *group {
+                [a, b, c, d] => add_group([a, b, c, d].map(block), magics, acc),
+                [a, b, c] => add_group([a, b, c].map(block), magics, acc),
+                [a, b] => add_group([a, b].map(block), magics, acc),
+                [a] => add_group([a].map(block), magics, acc),
+                _ => unreachable!("chunks of at most {GROUP}"),
+            }
+        }
+        for ((o, &a), &m) in out.iter_mut().zip(acc.iter()).zip(magics.iter()) {
+            let sum = a.wrapping_sub(n.wrapping_mul(m.to_bits() as i64));
+            // A non-finite top gives NaN, as in `columns_in_f64`.
+            *o = if m.is_finite() {
+                f32_from_grid(sum, grid_step(m))
+            } else {
+                f32::NAN
+            };
+        }
+    }
+    special
+}
+
+/// `tops[j] = max(tops[j], binade(c[j]) for c in columns)`. Vectorizes.
+#[inline]
+fn max_of_group<const N: usize>(columns: [&[f32]; N], tops: &mut [f32]) {
+    let len = tops.len();
+    let columns = columns.map(|c| &c[..len]);
+    for (j, t) in tops.iter_mut().enumerate() {
+        *t = columns.iter().fold(*t, |t, c| max_binade(t, c[j]));
+    }
+}
+
+/// `acc[j] += bits(c[j] + magics[j])` for each of `columns`, with wrap-around: the steps of each
+/// term, biased by `bits(M)` (subtracted once per term at the end). Vectorizes.
+#[inline]
+fn add_group<const N: usize>(columns: [&[f32]; N], magics: &[f64], acc: &mut [i64]) {
+    let len = acc.len();
+    let (columns, magics) = (columns.map(|c| &c[..len]), &magics[..len]);
+    for (j, a) in acc.iter_mut().enumerate() {
+        let magic = magics[j];
+        *a = columns.iter().fold(*a, |a, c| {
+            a.wrapping_add((f64::from(c[j]) + magic).to_bits() as i64)
+        });
     }
 }
 
@@ -334,7 +509,9 @@ pub(crate) fn sum_columns_f64(contributions: &[&[f64]], out: &mut [f64]) {
 /// The parts of a partition-invariant sum over ranks (`RankContext::reproducible_sum`): every
 /// rank's terms are put on one grid per element, fixed by the largest magnitude over all ranks.
 pub(crate) mod distributed {
-    use super::{add_on_grid, f32_from_grid, f32_scale_from_bits, precision, Specials};
+    use super::{
+        binade, f32_from_grid, grid_magic, grid_step, grid_steps, magic_factor, precision, Specials,
+    };
 
     /// Per element, the largest finite magnitude among this rank's terms, followed by one more
     /// element: 1 when some term is not finite, 0 otherwise (so one `max` allreduce carries both).
@@ -355,30 +532,33 @@ pub(crate) mod distributed {
         max_abs
     }
 
-    /// The scale of each element's grid (0 where every term is zero).
-    pub(crate) fn scales(global_max_abs: &[f32], total_terms: u64) -> Vec<f64> {
-        let p = precision(total_terms);
+    /// The rounding constant of each element's grid ([`grid_magic`]), from the largest magnitudes
+    /// over all ranks.
+    pub(crate) fn magics(global_max_abs: &[f32], total_terms: u64) -> Vec<f64> {
+        let factor = magic_factor(precision(total_terms));
         global_max_abs
             .iter()
-            .map(|&m| f32_scale_from_bits(m.to_bits() & 0x7fff_ffff, p))
+            .map(|&m| grid_magic(binade(m), factor))
             .collect()
     }
 
     /// This rank's terms on the grid, summed exactly (non-finite terms contribute garbage that
     /// [`apply_specials`] overwrites).
-    pub(crate) fn grid_sums(terms: &[&[f32]], scales: &[f64]) -> Vec<i64> {
-        let mut acc = vec![0i64; scales.len()];
+    pub(crate) fn grid_sums(terms: &[&[f32]], magics: &[f64]) -> Vec<i64> {
+        let mut acc = vec![0i64; magics.len()];
         for t in terms {
-            add_on_grid(&mut acc, t, scales);
+            for ((a, &x), &m) in acc.iter_mut().zip(t.iter()).zip(magics) {
+                *a = a.wrapping_add(grid_steps(x, m));
+            }
         }
         acc
     }
 
     /// The floats of the summed grid integers.
-    pub(crate) fn finish(sums: &[i64], scales: &[f64]) -> Vec<f32> {
+    pub(crate) fn finish(sums: &[i64], magics: &[f64]) -> Vec<f32> {
         sums.iter()
-            .zip(scales)
-            .map(|(&a, &s)| f32_from_grid(a, s))
+            .zip(magics)
+            .map(|(&a, &m)| f32_from_grid(a, grid_step(m)))
             .collect()
     }
 
@@ -525,9 +705,8 @@ pub(crate) mod tests {
             let truth = exact_f64(exact.iter().copied());
             // The documented bound: half a grid step per term, plus the final rounding.
             let max_abs = exact.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let scale =
-                f32_scale_from_bits((max_abs as f32).to_bits(), precision(terms.len() as u64));
-            let step = 1.0 / scale;
+            let factor = magic_factor(precision(terms.len() as u64));
+            let step = grid_step(grid_magic(binade(max_abs as f32), factor));
             let half_ulp = f64::from((truth as f32).abs()) * f64::from(f32::EPSILON) / 2.0;
             let bound = terms.len() as f64 * step / 2.0 + half_ulp;
             eprintln!(
@@ -579,18 +758,148 @@ pub(crate) mod tests {
         assert_eq!(reproducible_sum_f32(&[tiny, tiny, tiny]), f32::from_bits(3));
     }
 
+    /// The grid of `grid_magic` is the documented one, `2^(e − P)` with `2^e` the smallest power
+    /// of two above the largest magnitude (`e = −126` for zeros and subnormals), for every
+    /// exponent; and `grid_steps` rounds to it, ties to even.
     #[test]
-    fn the_integer_scale_equals_the_grid_scale() {
-        let p = precision(4);
-        for bits in [0x0080_0000u32, 0x3f80_0000, 0x3fff_ffff, 0x7f7f_ffff] {
-            let e = exponent_above(f64::from(f32::from_bits(bits)));
-            assert_eq!(f32_scale_from_bits(bits, p), pow2(p - e), "{bits:#x}");
+    fn the_rounding_constant_is_the_documented_grid() {
+        for p in [2, 20, 38, 49, 50] {
+            let factor = magic_factor(p);
+            for biased in 0..=254u32 {
+                for mantissa in [0, 1, 0x40_0000, 0x7f_ffff] {
+                    let max = f32::from_bits(biased << 23 | mantissa);
+                    // Zeros and subnormals: the grid of 2^-126.
+                    let e = if biased == 0 {
+                        -126
+                    } else {
+                        exponent_above(f64::from(max))
+                    };
+                    let magic = grid_magic(binade(max), factor);
+                    assert_eq!(magic, 1.5 * pow2(52 + e - p), "{max:e}, P {p}");
+                    assert_eq!(grid_step(magic), pow2(e - p), "{max:e}, P {p}");
+                    for x in [max, -max, max * 0.7, max * 0.5 + max * 0.25, max * 1e-9] {
+                        let t = f64::from(x) * pow2(p - e);
+                        assert_eq!(grid_steps(x, magic), t.round_ties_even() as i64, "{x:e}");
+                    }
+                }
+            }
+            for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                assert_eq!(grid_magic(binade(special), factor), f64::INFINITY);
+            }
         }
-        // Every subnormal gets the grid of 2^-126, finer than their spacing 2^-149: exact.
-        assert_eq!(f32_scale_from_bits(1, p), pow2(p + 126));
-        assert_eq!(f32_scale_from_bits(0, p), 0.0);
-        assert_eq!(f32_scale_from_bits(f32::INFINITY.to_bits(), p), 0.0);
-        assert_eq!(f32_from_grid(3, 0.25), 12.0);
+        // Ties: on a grid of 0.5 (P = 2, largest magnitude 1), 0.25 → 0 and 0.75 → 1.0.
+        let magic = grid_magic(binade(1.0), magic_factor(2));
+        assert_eq!(grid_step(magic), 0.5);
+        assert_eq!(
+            [0.25f32, 0.75, -0.25, -0.75].map(|x| grid_steps(x, magic)),
+            [0, 2, 0, -2]
+        );
+    }
+
+    #[test]
+    fn the_sum_of_grid_steps_is_rounded_once() {
+        assert_eq!(f32_from_grid(3, 4.0), 12.0);
+        assert_eq!(f32_from_grid(0, 4.0).to_bits(), 0.0f32.to_bits());
+        // 1.5 − 2^-27 subnormal ulps: rounding to 24 bits first would make a tie, then 2 ulps.
+        let step = pow2(-176);
+        assert_eq!(f32_from_grid((3 << 26) - 1, step), f32::from_bits(1));
+        assert_eq!(f32_from_grid(-(3 << 26) - 1, step), -f32::from_bits(2));
+        // Beyond 2^53 steps: one rounding to 24 bits, then an exact scaling; or +∞.
+        assert_eq!(
+            f32_from_grid((1 << 60) + (1 << 36), 1.0),
+            (1u64 << 60) as f32
+        );
+        assert_eq!(f32_from_grid((1 << 60) + (1 << 36) + 1, 1.0), 1.1529216e18);
+        assert_eq!(f32_from_grid(1 << 60, pow2(80)), f32::INFINITY);
+    }
+
+    /// Columns of `n` contributions (`rows`, the terms of rank `r` are row `r`) summed by every
+    /// path: one buffer per column, `sum_columns_f32` in two contribution orders, and the
+    /// distributed sum with the rows split over `ranks` ranks.
+    fn assert_paths_agree(rows: &[Vec<f32>], ranks: usize) {
+        let len = rows[0].len();
+        let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+        let mut columns = vec![0.0f32; len];
+        sum_columns_f32(&refs, &mut columns);
+        let mut reversed = refs.clone();
+        reversed.reverse();
+        let mut columns_reversed = vec![0.0f32; len];
+        sum_columns_f32(&reversed, &mut columns_reversed);
+        // The distributed sum: the collectives are an elementwise max and integer sums.
+        let split: Vec<Vec<&[f32]>> = (0..ranks)
+            .map(|r| refs.iter().copied().skip(r).step_by(ranks).collect())
+            .collect();
+        let max_abs = split
+            .iter()
+            .map(|terms| distributed::local_max_abs(terms, len))
+            .reduce(|a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect())
+            .expect("at least one rank");
+        let magics = distributed::magics(&max_abs[..len], rows.len() as u64);
+        let add =
+            |a: Vec<i64>, b: Vec<i64>| a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+        let sums = split
+            .iter()
+            .map(|terms| distributed::grid_sums(terms, &magics))
+            .reduce(add)
+            .expect("at least one rank");
+        let mut spread = distributed::finish(&sums, &magics);
+        if max_abs[len] > 0.0 {
+            let counts = split
+                .iter()
+                .map(|terms| distributed::local_special_counts(terms, len))
+                .reduce(add)
+                .expect("at least one rank");
+            distributed::apply_specials(&mut spread, &counts);
+        }
+        for j in 0..len {
+            let column: Vec<f32> = rows.iter().map(|r| r[j]).collect();
+            let one = reproducible_sum_f32(&column).to_bits();
+            let n = rows.len();
+            assert_eq!(
+                columns[j].to_bits(),
+                one,
+                "columns, n {n}, element {j}: {column:?}"
+            );
+            assert_eq!(
+                columns_reversed[j].to_bits(),
+                one,
+                "reversed, n {n}, element {j}"
+            );
+            assert_eq!(spread[j].to_bits(), one, "distributed, n {n}, element {j}");
+        }
+    }
+
+    /// Every kernel (f64 for up to 8 contributions, i64 beyond) against the other paths, on
+    /// random columns with special, subnormal, zero and overflowing elements.
+    #[test]
+    fn every_path_gives_the_same_bits() {
+        let tiny = f32::from_bits(1);
+        let specials: [&[f32]; 10] = [
+            &[f32::NAN],
+            &[f32::INFINITY],
+            &[f32::NEG_INFINITY],
+            &[f32::INFINITY, f32::NEG_INFINITY],
+            &[f32::MAX, f32::MAX],
+            &[-f32::MAX, -f32::MAX, f32::MAX],
+            &[tiny, 3.0 * tiny, -tiny],
+            &[f32::MIN_POSITIVE, -tiny],
+            &[-0.0, 0.0],
+            &[1.0e30, 1.0, -1.0e30],
+        ];
+        for n in 1..=12 {
+            let mut rows: Vec<Vec<f32>> =
+                (0..n).map(|r| normals(1000, 20 + r as u64, 50.0)).collect();
+            for (j, column) in specials.iter().enumerate() {
+                for (r, row) in rows.iter_mut().enumerate() {
+                    // The special terms, then zeros (or the column's terms, over again).
+                    row[j] = column.get(r).copied().unwrap_or(0.0);
+                    row[100 + j] = column[r % column.len()];
+                }
+            }
+            for ranks in [1, 2, 3] {
+                assert_paths_agree(&rows, ranks);
+            }
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// The tag of every message of a run: data headers, payloads and done notices share it so MPI
@@ -216,35 +217,57 @@ impl Pending<'_, '_> {
     }
 }
 
-/// Posts an immediate send of `data`'s elements, typed, to `dest`.
+/// Posts an immediate send of `range` of `data`'s elements, typed, to `dest`.
 fn send_data<'a, 'b>(
     comm: &SimpleCommunicator,
     scope: &'b LocalScope<'a>,
     dest: usize,
     data: &'a TensorData,
+    range: Range<usize>,
 ) -> Pending<'a, 'b> {
     let process = comm.process_at_rank(dest as i32);
     match data {
         TensorData::F32(v) => {
-            Pending::F32(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+            Pending::F32(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
         TensorData::F64(v) => {
-            Pending::F64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+            Pending::F64(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
         TensorData::I64(v) => {
-            Pending::I64(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+            Pending::I64(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
         TensorData::U8(v) => {
-            Pending::Bytes(process.immediate_send_with_tag(scope, &v[..], TAG_DATA))
+            Pending::Bytes(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
     }
 }
 
-/// One outgoing message of a round: where it goes and what it carries.
+/// One outgoing message of a round: where it goes and what it carries (elements `range` of
+/// `data`, sent in place).
 struct Outgoing<'t> {
     dest: usize,
-    data: Option<&'t TensorData>,
+    data: Option<(&'t TensorData, Range<usize>)>,
     shape: Vec<usize>,
+}
+
+impl<'t> Outgoing<'t> {
+    /// All of `tensor`, to `dest`.
+    fn whole(dest: usize, tensor: &'t Tensor) -> Self {
+        Outgoing {
+            dest,
+            data: Some((tensor.data(), 0..tensor.len())),
+            shape: tensor.shape().to_vec(),
+        }
+    }
+
+    /// Elements `range` of `data`, to `dest`, as a 1-D tensor.
+    fn part(dest: usize, data: &'t TensorData, range: Range<usize>) -> Self {
+        Outgoing {
+            dest,
+            shape: vec![range.len()],
+            data: Some((data, range)),
+        }
+    }
 }
 
 /// The communicator of one MPI rank of a run.
@@ -408,8 +431,8 @@ impl<'c> MpiComm<'c> {
                     &header[..],
                     TAG_DATA,
                 )));
-                if let Some(data) = o.data.filter(|d| !d.is_empty()) {
-                    pending.push(send_data(self.comm, scope, o.dest, data));
+                if let Some((data, range)) = o.data.clone().filter(|(_, r)| !r.is_empty()) {
+                    pending.push(send_data(self.comm, scope, o.dest, data, range));
                 }
             }
             self.inbox
@@ -645,11 +668,7 @@ impl Communicator for MpiComm<'_> {
             let outgoing: Vec<Outgoing<'_>> = self
                 .others()
                 .into_iter()
-                .map(|dest| Outgoing {
-                    dest,
-                    data: Some(tensor.data()),
-                    shape: tensor.shape().to_vec(),
-                })
+                .map(|dest| Outgoing::whole(dest, tensor))
                 .collect();
             self.exchange(&id, &signature, Some(tensor.dtype()), &outgoing, &[])?;
         } else {
@@ -665,11 +684,7 @@ impl Communicator for MpiComm<'_> {
         let others = self.others();
         let outgoing: Vec<Outgoing<'_>> = others
             .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: Some(tensor.data()),
-                shape: tensor.shape().to_vec(),
-            })
+            .map(|&dest| Outgoing::whole(dest, tensor))
             .collect();
         let (mut received, _) = self.exchange(
             &id,
@@ -727,11 +742,7 @@ impl Communicator for MpiComm<'_> {
         // Round 2: every rank's reduced chunk goes to every rank.
         let outgoing: Vec<Outgoing<'_>> = others
             .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: Some(&reduced),
-                shape: vec![reduced.len()],
-            })
+            .map(|&dest| Outgoing::part(dest, &reduced, 0..reduced.len()))
             .collect();
         let (mut parts, _) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
         let out = tensor.data_mut();
@@ -776,28 +787,23 @@ impl MpiComm<'_> {
         let (len, size, dtype) = (tensor.len(), self.size, tensor.dtype());
         let others = self.others();
 
-        // Round 1: chunk c of this rank's contribution goes to rank c, which reduces it.
-        let chunks: Vec<TensorData> = (0..size)
-            .map(|c| slice_data(tensor.data(), chunk_range(len, size, c)))
-            .collect();
+        // Round 1: chunk c of this rank's contribution goes to rank c, which reduces it. The
+        // chunks are sent in place; only this rank's own is copied, to sit beside the others.
+        let mine = chunk_range(len, size, self.rank);
+        let own = slice_data(tensor.data(), mine.clone());
         let outgoing: Vec<Outgoing<'_>> = others
             .iter()
-            .map(|&dest| Outgoing {
-                dest,
-                data: Some(&chunks[dest]),
-                shape: vec![chunks[dest].len()],
-            })
+            .map(|&dest| Outgoing::part(dest, tensor.data(), chunk_range(len, size, dest)))
             .collect();
         let (received, arrival) = self.exchange(id, signature, Some(dtype), &outgoing, &others)?;
         // An empty chunk travels without a payload: this rank's own chunk stands in for it.
         let contributions: Vec<&TensorData> = (0..size)
             .map(|r| match received.get(&r).and_then(|m| m.data.as_ref()) {
                 Some(data) => data,
-                None => &chunks[self.rank],
+                None => &own,
             })
             .collect();
         let order = summation_order(mode, size, self.rank, &arrival);
-        let mine = chunk_range(len, size, self.rank);
         Ok(reduce_chunk(
             &contributions,
             0..mine.len(),
@@ -814,7 +820,7 @@ fn into_tensor(incoming: Incoming) -> Tensor {
     Tensor::new(header.shape, data).expect("the header's shape matches its payload")
 }
 
-fn slice_data(data: &TensorData, range: std::ops::Range<usize>) -> TensorData {
+fn slice_data(data: &TensorData, range: Range<usize>) -> TensorData {
     match data {
         TensorData::F32(v) => TensorData::F32(v[range].to_vec()),
         TensorData::F64(v) => TensorData::F64(v[range].to_vec()),

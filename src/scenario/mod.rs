@@ -237,13 +237,13 @@ impl<'a> RankContext<'a> {
         let TensorData::F32(max_abs) = max_abs.into_data() else {
             unreachable!("an allreduce keeps the dtype");
         };
-        let scales = d::scales(&max_abs[..len], total_terms);
-        let mut sums = Tensor::from_vec(d::grid_sums(terms, &scales));
+        let magics = d::magics(&max_abs[..len], total_terms);
+        let mut sums = Tensor::from_vec(d::grid_sums(terms, &magics));
         self.comm.allreduce(&mut sums, ReduceOp::Sum, exact)?;
         let TensorData::I64(sums) = sums.into_data() else {
             unreachable!("an allreduce keeps the dtype");
         };
-        let mut out = d::finish(&sums, &scales);
+        let mut out = d::finish(&sums, &magics);
         if max_abs[len] > 0.0 {
             let mut counts = Tensor::from_vec(d::local_special_counts(terms, len));
             self.comm.allreduce(&mut counts, ReduceOp::Sum, exact)?;
