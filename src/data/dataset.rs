@@ -82,7 +82,7 @@ impl SyntheticVectors {
 }
 
 /// The dot product in index order (the `train` kind's order, which fixes the labels' bits).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
 

@@ -27,7 +27,7 @@
 //! thread-safe and cheap enough to share cores with training.
 
 mod augment;
-mod dataset;
+pub(crate) mod dataset;
 mod loader;
 mod sampler;
 

@@ -39,6 +39,7 @@ use super::at_least;
 use super::dataloader::{loader_config, param_error, restored_position, store_position};
 use crate::checkpoint::{CheckpointError, RankCheckpoint};
 use crate::comm::RankError;
+use crate::data::dataset::dot;
 use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataLoader, Delivery,
     DistributedSampler, LoaderPosition, SyntheticVectors,
@@ -339,10 +340,6 @@ impl TrainScenario {
             }
         }
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
 
 /// Forward and backward of one sample; adds its gradient into `grad` and returns its loss.
