@@ -21,8 +21,8 @@ use super::at_least;
 use crate::checkpoint::RankCheckpoint;
 use crate::comm::RankError;
 use crate::data::{
-    AugmentRng, Augmentation, Augmenter, BatchSampler, DataError, DataLoader, Delivery,
-    DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
+    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataError, DataLoader, Dataset,
+    Delivery, DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
 };
 use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
 use crate::seed::Stream;
@@ -173,6 +173,34 @@ pub(super) fn loader_config(
     config
 }
 
+/// A loader over this run's steps, from `start` (the checkpoint's position on a resume):
+/// it loads nothing before `start` and nothing after the run's last step.
+pub(super) fn open_loader(
+    ctx: &RankContext<'_>,
+    dataset: Arc<dyn Dataset>,
+    batches: BatchSampler,
+    augmenter: Augmenter,
+    config: LoaderConfig,
+    start: LoaderPosition,
+) -> Result<DataLoader, RankError> {
+    let num_batches = ctx.steps().saturating_sub(ctx.start_step());
+    Ok(DataLoader::new(
+        dataset,
+        batches,
+        augmenter,
+        config,
+        start,
+        num_batches,
+    )?)
+}
+
+/// The batch of `step`: the loader's next one.
+pub(super) fn next_batch(loader: &mut DataLoader, step: u64) -> Result<Batch, RankError> {
+    Ok(loader
+        .next_batch()?
+        .ok_or_else(|| format!("the loader ended before step {step}"))?)
+}
+
 impl DataLoaderScenario {
     pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
         let params: LoaderParams = spec.parse_params()?;
@@ -243,12 +271,9 @@ impl Scenario for DataLoaderScenario {
         };
         let augmenter = Augmenter::new(p.augment, rng, &shape)?;
         let config = loader_config(ctx, p.workers, p.prefetch, p.delivery);
-        let num_batches = ctx.steps().saturating_sub(ctx.start_step());
-        let mut loader = DataLoader::new(dataset, batches, augmenter, config, start, num_batches)?;
+        let mut loader = open_loader(ctx, dataset, batches, augmenter, config, start)?;
         for step in ctx.start_step()..ctx.steps() {
-            let batch = loader
-                .next_batch()?
-                .ok_or_else(|| format!("the loader ended before step {step}"))?;
+            let batch = next_batch(&mut loader, step)?;
             let indices: Vec<i64> = batch
                 .indices
                 .iter()

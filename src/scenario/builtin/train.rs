@@ -36,13 +36,15 @@
 //! rank's shard depends on the world size, so its local sum (and so the bits) do too.
 
 use super::at_least;
-use super::dataloader::{loader_config, param_error, restored_position, store_position};
+use super::dataloader::{
+    loader_config, next_batch, open_loader, param_error, restored_position, store_position,
+};
 use crate::checkpoint::{CheckpointError, RankCheckpoint};
 use crate::comm::RankError;
 use crate::data::dataset::dot;
 use crate::data::{
-    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataLoader, Delivery,
-    DistributedSampler, LoaderPosition, SyntheticVectors,
+    AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, Delivery, DistributedSampler,
+    LoaderPosition, SyntheticVectors,
 };
 use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::reprosum::sum_columns_f32;
@@ -682,13 +684,10 @@ impl Scenario for TrainScenario {
             &[l.d],
         )?;
         let config = loader_config(ctx, p.workers, p.prefetch, Delivery::SamplerOrder);
-        let num_batches = ctx.steps().saturating_sub(ctx.start_step());
-        let mut loader = DataLoader::new(dataset, batches, augmenter, config, start, num_batches)?;
+        let mut loader = open_loader(ctx, dataset, batches, augmenter, config, start)?;
 
         for step in ctx.start_step()..ctx.steps() {
-            let batch = loader
-                .next_batch()?
-                .ok_or_else(|| format!("the loader ended before step {step}"))?;
+            let batch = next_batch(&mut loader, step)?;
             let terms = self.sample_terms(ctx, &batch, &params, step, dropout.as_mut())?;
             let local = self.local_sum(&terms, reproducible);
             self.record_all(ctx, step, "local_grad", &local[..l.len()], false);
