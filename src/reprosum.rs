@@ -43,9 +43,9 @@
 //! AVX-512) by the `multiversion` crate, which picks one at run time from the CPU's features. The
 //! versions run the same IEEE operations in the same order per element on wider vectors (Rust
 //! never contracts `a * b + c` into an FMA), so their bits are the same; the tests compare the
-//! dispatched kernel with the one-buffer sum, which is not multiversioned. On AVX-512 a column of
-//! 4 contributions costs about 0.16 ns per term in cache, 4–6× a plain f32 sum (see
-//! `docs/benchmarks.md`).
+//! dispatched kernel with the one-buffer sum, which is not multiversioned, and a golden digest
+//! pins the column sums. With AVX2 or AVX-512, 4 contributions cost about 0.18 ns per term in L2
+//! and 0.26 from memory (a plain f32 sum: 0.06 and 0.3; see `docs/benchmarks.md`).
 
 use multiversion::multiversion;
 
@@ -318,6 +318,13 @@ pub fn reproducible_sum_f64(terms: &[f64]) -> f64 {
 /// matter.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
 pub(crate) fn sum_columns_f32(contributions: &[&[f32]], out: &mut [f32]) {
+    columns_for_any_cpu(contributions, out);
+}
+
+/// [`sum_columns_f32`]'s body, inlined into each of its CPU versions; called directly, it is the
+/// baseline version (the tests compare the two).
+#[inline(always)]
+fn columns_for_any_cpu(contributions: &[&[f32]], out: &mut [f32]) {
     let factor = magic_factor(precision(contributions.len() as u64));
     let special = match contributions {
         [] => {
@@ -1042,6 +1049,25 @@ pub(crate) mod tests {
                 0,
                 "negative zeros sum to +0.0"
             );
+        }
+    }
+
+    /// The kernel picked for this CPU (AVX2 or AVX-512 where there is one) against the same code
+    /// compiled for baseline x86-64, for 1 to 12 contributions (the f64 and the i64 kernels).
+    #[test]
+    fn every_cpu_version_gives_the_same_bits() {
+        for n in 1..=12usize {
+            for spread in [4.0, 60.0] {
+                let rows: Vec<Vec<f32>> = (0..n)
+                    .map(|r| normals(1000, 300 + r as u64, spread))
+                    .collect();
+                let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+                let (mut picked, mut baseline) = (vec![0.0f32; 1000], vec![0.0f32; 1000]);
+                sum_columns_f32(&refs, &mut picked);
+                columns_for_any_cpu(&refs, &mut baseline);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&picked), bits(&baseline), "{n} contributions");
+            }
         }
     }
 
