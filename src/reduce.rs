@@ -26,6 +26,7 @@
 
 use crate::reprosum;
 use crate::tensor::{Element, TensorData};
+use multiversion::multiversion;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::Range;
@@ -156,14 +157,7 @@ pub(crate) fn reduce_chunk(
         };
         let mut out = view(order[0]).to_vec();
         for &rank in &order[1..] {
-            let next = view(rank);
-            match op {
-                ReduceOp::Sum => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.add(b)),
-                ReduceOp::Max => out
-                    .iter_mut()
-                    .zip(next)
-                    .for_each(|(a, &b)| *a = a.max_of(b)),
-            }
+            combine_into(&mut out, view(rank), op);
         }
         T::wrap(out)
     }
@@ -194,6 +188,19 @@ pub(crate) fn reduce_chunk(
         TensorData::F64(_) => typed::<f64>(contributions, range, order, op),
         TensorData::I64(_) => typed::<i64>(contributions, range, order, op),
         TensorData::U8(_) => typed::<u8>(contributions, range, order, op),
+    }
+}
+
+/// `out[j] = out[j] op next[j]`, compiled for the baseline and for AVX2 and AVX-512, picked at run
+/// time: the same operations on wider vectors, so the same bits (there is no FMA to contract).
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+fn combine_into<T: Reducible>(out: &mut [T], next: &[T], op: ReduceOp) {
+    match op {
+        ReduceOp::Sum => out.iter_mut().zip(next).for_each(|(a, &b)| *a = a.add(b)),
+        ReduceOp::Max => out
+            .iter_mut()
+            .zip(next)
+            .for_each(|(a, &b)| *a = a.max_of(b)),
     }
 }
 
