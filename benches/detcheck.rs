@@ -1,4 +1,4 @@
-//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|train]...`: the figures in
+//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //!
@@ -161,6 +161,51 @@ fn bench_allreduce_repro() {
             human_time(arrival),
             human_time(repro),
             repro / arrival
+        );
+    }
+    println!();
+}
+
+/// Single-core elementwise sum of 4 contributions (what a rank does with its allreduce chunk):
+/// `reproducible_sum_columns_f32` against a plain f32 loop over the same columns (copy the first,
+/// add the others: what a user would write, built for baseline x86-64), in ns per term, with the
+/// data in L2 (64 K elements per contribution) and in memory (4 M).
+fn bench_columns() {
+    let reps = 9;
+    println!("## Elementwise sum of 4 contributions, one core, f32 (median of {reps})\n");
+    println!("| elements | plain f32 | reproducible | ratio |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for len in [1usize << 16, 1 << 22] {
+        let rows: Vec<Vec<f32>> = (0..4).map(|r| random_f32(len, 20 + r)).collect();
+        let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+        let iters = ((1usize << 24) / len).max(1);
+        let per_term = |secs: f64| secs * 1e9 / (iters * 4 * len) as f64;
+        let plain = || {
+            let mut out = refs[0].to_vec();
+            for r in &refs[1..] {
+                out.iter_mut().zip(r.iter()).for_each(|(a, &b)| *a += b);
+            }
+            out
+        };
+        let (mut p, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            p.push(time(|| {
+                for _ in 0..iters {
+                    black_box(plain());
+                }
+            }));
+            r.push(time(|| {
+                for _ in 0..iters {
+                    black_box(detcheck::reproducible_sum_columns_f32(black_box(&refs)).ok());
+                }
+            }));
+        }
+        let (p, r) = (median(p), median(r));
+        println!(
+            "| {len} | {:.3} ns/term | {:.3} ns/term | {:.2}× |",
+            per_term(p),
+            per_term(r),
+            r / p
         );
     }
     println!();
@@ -333,6 +378,9 @@ fn main() {
     }
     if wants("reprosum") {
         bench_reprosum();
+    }
+    if wants("columns") {
+        bench_columns();
     }
     if wants("train") {
         bench_train_modes();

@@ -75,7 +75,9 @@ pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
 pub use picture::{DivergenceMap, MapCell};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub use reduce::{ReduceOp, ReductionMode};
-pub use reprosum::{reproducible_sum_f32, reproducible_sum_f64};
+pub use reprosum::{
+    reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
+};
 pub use scenario::{
     discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ParamError, RankContext,
     RunPlan, Scenario, ScenarioError, ScenarioSpec,

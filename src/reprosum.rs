@@ -44,8 +44,9 @@
 //! versions run the same IEEE operations in the same order per element on wider vectors (Rust
 //! never contracts `a * b + c` into an FMA), so their bits are the same; the tests compare the
 //! dispatched kernel with the one-buffer sum, which is not multiversioned, and a golden digest
-//! pins the column sums. With AVX2 or AVX-512, 4 contributions cost about 0.18 ns per term in L2
-//! and 0.26 from memory (a plain f32 sum: 0.06 and 0.3; see `docs/benchmarks.md`).
+//! pins the column sums. With AVX2 or AVX-512 an elementwise sum of 4 contributions costs
+//! 1.8×–2× a plain f32 loop with the data in L2 and 0.8×–0.85× from memory, where it reads each
+//! term once (`cargo bench --bench detcheck -- columns`; `docs/benchmarks.md`).
 
 use multiversion::multiversion;
 
@@ -353,6 +354,42 @@ fn columns_for_any_cpu(contributions: &[&[f32]], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// Elementwise reproducible sums: element `j` of the result is the reproducible sum of element
+/// `j` of every contribution, with the bits of [`reproducible_sum_f32`] over those terms. The
+/// order of `contributions` does not matter. This is what a `reproducible` allreduce computes for
+/// its chunk; use it to accumulate gradients (micro-batches, experts) in a way that does not
+/// depend on their order.
+///
+/// # Errors
+/// [`ColumnsError`] when the contributions differ in length.
+pub fn reproducible_sum_columns_f32(contributions: &[&[f32]]) -> Result<Vec<f32>, ColumnsError> {
+    let len = contributions.first().map_or(0, |c| c.len());
+    if let Some((index, c)) = contributions
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.len() != len)
+    {
+        return Err(ColumnsError {
+            index,
+            len: c.len(),
+            expected: len,
+        });
+    }
+    Ok(columns_f32(contributions, len))
+}
+
+/// Contributions of different lengths given to [`reproducible_sum_columns_f32`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("contribution {index} has {len} elements, contribution 0 has {expected}")]
+pub struct ColumnsError {
+    /// The first contribution whose length differs.
+    pub index: usize,
+    /// Its length.
+    pub len: usize,
+    /// The length of contribution 0.
+    pub expected: usize,
 }
 
 /// [`sum_columns_f32`] into a new vector of `len` elements, without first filling it with zeros:
@@ -1050,6 +1087,21 @@ pub(crate) mod tests {
                 "negative zeros sum to +0.0"
             );
         }
+    }
+
+    #[test]
+    fn the_public_column_sum_checks_lengths() {
+        let (a, b) = ([1.0f32, 2.0], [3.0f32]);
+        assert_eq!(
+            reproducible_sum_columns_f32(&[&a, &b]),
+            Err(ColumnsError {
+                index: 1,
+                len: 1,
+                expected: 2
+            })
+        );
+        assert_eq!(reproducible_sum_columns_f32(&[&a, &a]), Ok(vec![2.0, 4.0]));
+        assert_eq!(reproducible_sum_columns_f32(&[]), Ok(vec![]));
     }
 
     /// The kernel picked for this CPU (AVX2 or AVX-512 where there is one) against the same code
