@@ -6,10 +6,8 @@
 //! file, fsynced and renamed; read = both files read, md5 and identity checked, tensors decoded.
 //! Medians of the repetitions, writes and reads alternating.
 
-use detcheck::{
-    derive_stream, load_checkpoint, save_checkpoint, CheckpointIdentity, RankCheckpoint, Stream,
-    Tensor, TensorData,
-};
+use detcheck::checkpoint::{load_checkpoint, save_checkpoint, CheckpointIdentity, RankCheckpoint};
+use detcheck::value::{derive_stream, Stream, Tensor, TensorData};
 use std::time::Instant;
 
 fn median(mut samples: Vec<f64>) -> f64 {

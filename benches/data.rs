@@ -10,7 +10,7 @@
 //!
 //! `cargo bench --bench data -- N` runs with N batches of prefetch per worker (default 2).
 
-use detcheck::{
+use detcheck::data::{
     AugmentRng, Augmentation, Augmenter, BatchSampler, DataLoader, Dataset, Delivery,
     DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
 };

@@ -6,10 +6,11 @@
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
 //! sides alike. Ratios are the figures to quote; absolute times depend on the machine.
 
-use detcheck::{
-    launch_threads, run_once, CheckOptions, Communicator, KindRegistry, LaunchConfig, Md5Digest,
-    RecordLevel, ReduceOp, ReductionMode, ScenarioSpec, Stats, Tensor,
-};
+use detcheck::comm::{launch_threads, Communicator, LaunchConfig};
+use detcheck::record::RecordLevel;
+use detcheck::run::run_once;
+use detcheck::value::{Md5Digest, ReductionMode, Stats};
+use detcheck::{CheckOptions, KindRegistry, ReduceOp, ScenarioSpec, Tensor};
 use md5::{Digest as _, Md5};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -31,7 +32,7 @@ fn mib_per_s(bytes: usize, secs: f64) -> f64 {
 
 /// Uniform values in [-0.5, 0.5): cheap to draw, and 40 sums of 4 ranks stay far from overflow.
 fn random_f32(len: usize, seed: u64) -> Vec<f32> {
-    let mut rng = detcheck::derive_stream(seed, detcheck::Stream::Data, 0, 0);
+    let mut rng = detcheck::value::derive_stream(seed, detcheck::value::Stream::Data, 0, 0);
     (0..len).map(|_| rng.uniform_f32() - 0.5).collect()
 }
 
@@ -196,7 +197,7 @@ fn bench_columns() {
             }));
             r.push(time(|| {
                 for _ in 0..iters {
-                    black_box(detcheck::reproducible_sum_columns_f32(black_box(&refs)).ok());
+                    black_box(detcheck::value::reproducible_sum_columns_f32(black_box(&refs)).ok());
                 }
             }));
         }
@@ -228,7 +229,7 @@ fn bench_reprosum() {
             start.elapsed().as_secs_f64() / iters as f64
         };
         let plain = |d: &[f32]| d.iter().fold(0.0f32, |a, &x| a + x);
-        let repro = |d: &[f32]| detcheck::reproducible_sum_f32(d);
+        let repro = |d: &[f32]| detcheck::value::reproducible_sum_f32(d);
         let (mut p, mut r) = (Vec::new(), Vec::new());
         for _ in 0..reps {
             p.push(time(&plain));

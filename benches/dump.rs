@@ -10,9 +10,10 @@
 //! `cargo bench --bench dump -- --write DIR md5 1000` leaves such a pair in `DIR/a` and `DIR/b`, to
 //! time the CLI by hand: `/usr/bin/time -v target/release/detcheck compare DIR/a DIR/b`.
 
-use detcheck::{
-    compare_dumps, CompareOptions, DType, DumpMode, ExactF64, Md5Digest, Record, Stats, TraceWriter,
-};
+use detcheck::compare::{compare_dumps, CompareOptions};
+use detcheck::file::{DumpMode, TraceWriter};
+use detcheck::record::Record;
+use detcheck::value::{DType, ExactF64, Md5Digest, Stats};
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;

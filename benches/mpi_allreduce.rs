@@ -3,11 +3,13 @@
 //! Every process runs the same loop (SPMD); rank 0 prints. Modes are interleaved and repeated, and
 //! each figure is the median of the repetitions, so the ratios are taken side by side.
 
-use detcheck::{run_on_mpi_world, Communicator, ReduceOp, ReductionMode, Tensor};
+use detcheck::check::run_on_mpi_world;
+use detcheck::comm::Communicator;
+use detcheck::value::{ReduceOp, ReductionMode, Tensor};
 use std::time::{Duration, Instant};
 
 fn data(len: usize, rank: usize) -> Vec<f32> {
-    let mut rng = detcheck::derive_stream(5, detcheck::Stream::Data, rank as u64, 0);
+    let mut rng = detcheck::value::derive_stream(5, detcheck::value::Stream::Data, rank as u64, 0);
     (0..len).map(|_| rng.normal_f32()).collect()
 }
 

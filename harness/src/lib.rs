@@ -34,9 +34,11 @@
 
 pub mod relaunch;
 
+use detcheck::check::launcher_rank;
+use detcheck::scenario::ScenarioError;
 use detcheck::{
-    discover_scenarios, launcher_rank, CheckOptions, KindRegistry, LoadedScenario, ParamError,
-    Scenario, ScenarioSpec, Session,
+    discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, ParamError, Scenario,
+    ScenarioSpec, Session,
 };
 use libtest_mimic::{Arguments, ColorSetting, Conclusion, Failed, Trial};
 use std::cell::RefCell;
@@ -128,9 +130,9 @@ impl Harness {
                     }
                     Err(e) => {
                         let name = match &e {
-                            detcheck::ScenarioError::Invalid { path, .. }
-                            | detcheck::ScenarioError::Read { path, .. }
-                            | detcheck::ScenarioError::DuplicateName { second: path, .. } => {
+                            ScenarioError::Invalid { path, .. }
+                            | ScenarioError::Read { path, .. }
+                            | ScenarioError::DuplicateName { second: path, .. } => {
                                 path.file_stem().map_or_else(
                                     || path.display().to_string(),
                                     |s| s.to_string_lossy().into_owned(),

@@ -10,7 +10,8 @@
 //! Errors are messages and exit code 2: `DETCHECK_NP` not a positive number, a binary built
 //! without the `mpi` feature, a launcher that cannot be started.
 
-use detcheck::{launcher_rank, pin_settings_for, MPI_SUPPORT};
+use detcheck::check::launcher_rank;
+use detcheck::comm::{pin_settings_for, MPI_SUPPORT};
 use std::ffi::OsString;
 use std::process::{Command, ExitCode};
 

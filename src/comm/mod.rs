@@ -4,31 +4,75 @@
 //! reduce-scatter.
 //! Backends implement it; the embedded one runs N ranks as threads of one process
 //! ([`launch_threads`]). How an allreduce combines contributions is a [`ReductionMode`]
-//! (see [`crate::reduce`]).
+//! (see [`crate::value::reduce`]).
 //!
 //! Determinism: in every mode, every rank receives identical bits from every collective (each
 //! element's result is computed once and shared); whether the bits repeat from run to run is the
 //! mode's promise.
 //!
 //! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
+//! [`PIN_SETTINGS`] lists the settings that pin other stacks' reductions (`detcheck env`).
+
+/// `true` when this build has MPI ranks (cargo feature `mpi`).
+pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+mod pinning;
 mod threads;
 
+pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
 
-use crate::reduce::{ReduceOp, ReductionMode};
-use crate::tensor::Tensor;
+use crate::value::reduce::{ReduceOp, ReductionMode};
+use crate::value::tensor::Tensor;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
+/// The kind of a collective call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CollectiveKind {
+    /// `barrier`.
+    Barrier,
+    /// `broadcast`.
+    Broadcast,
+    /// `allgather`.
+    Allgather,
+    /// `allreduce`.
+    Allreduce,
+    /// `reduce_scatter`.
+    ReduceScatter,
+}
+
+impl CollectiveKind {
+    /// The name reports use: `barrier`, `broadcast`, `allgather`, `allreduce`, `reduce_scatter`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::Barrier => "barrier",
+            CollectiveKind::Broadcast => "broadcast",
+            CollectiveKind::Allgather => "allgather",
+            CollectiveKind::Allreduce => "allreduce",
+            CollectiveKind::ReduceScatter => "reduce_scatter",
+        }
+    }
+}
+
+impl fmt::Display for CollectiveKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A collective call as reports name it: its kind and its number on the calling rank, from 0.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectiveId {
-    /// `barrier`, `broadcast`, `allgather`, `allreduce` or `reduce_scatter`.
-    pub kind: &'static str,
+    /// Which collective.
+    pub kind: CollectiveKind,
     /// How many collectives the rank had called before this one.
     pub call: u64,
 }
@@ -40,7 +84,8 @@ impl fmt::Display for CollectiveId {
 }
 
 /// Why a collective failed. Every variant names the collective and the ranks involved.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Serializable: an MPI rank sends its error to the leader as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum CommError {
     /// Some ranks did not arrive before the deadline.

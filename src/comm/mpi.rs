@@ -4,7 +4,7 @@
 //! `native` allreduce is built from point-to-point messages that detcheck schedules itself, so it
 //! can keep the promises of the thread backend that MPI's own collectives cannot:
 //! - **the same bits as thread ranks**: an allreduce sends chunk `c` of every contribution to rank
-//!   `c`, which reduces it with the shared arithmetic of [`crate::reduce`] in the mode's order and
+//!   `c`, which reduces it with the shared arithmetic of [`crate::value::reduce`] in the mode's order and
 //!   sends the result to every rank: the schedule of `comm/threads.rs`, element for element;
 //! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Iprobe` on
 //!   `MPI_ANY_SOURCE`) until the messages it needs are in, a peer is known to have failed or
@@ -34,9 +34,9 @@
 //! O(ranks) messages per rank and collective.
 
 use super::threads::{copy_into, describe, Perturbation};
-use super::{CollectiveId, CommError, Communicator};
-use crate::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
-use crate::tensor::{DType, Tensor, TensorData};
+use super::{CollectiveId, CollectiveKind, CommError, Communicator};
+use crate::value::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
+use crate::value::tensor::{DType, Tensor, TensorData};
 use mpi::collective::SystemOperation;
 use mpi::point_to_point::Message;
 use mpi::request::{LocalScope, Request};
@@ -320,7 +320,7 @@ impl<'c> MpiComm<'c> {
         }
     }
 
-    fn begin(&self, kind: &'static str) -> CollectiveId {
+    fn begin(&self, kind: CollectiveKind) -> CollectiveId {
         let call = self.next_call.get();
         self.next_call.set(call + 1);
         CollectiveId { kind, call }
@@ -650,12 +650,12 @@ impl Communicator for MpiComm<'_> {
     }
 
     fn barrier(&self) -> Result<(), CommError> {
-        let id = self.begin("barrier");
+        let id = self.begin(CollectiveKind::Barrier);
         self.handshake(&id, "barrier")
     }
 
     fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError> {
-        let id = self.begin("broadcast");
+        let id = self.begin(CollectiveKind::Broadcast);
         if root >= self.size {
             return Err(CommError::InvalidArgument {
                 rank: self.rank,
@@ -680,7 +680,7 @@ impl Communicator for MpiComm<'_> {
     }
 
     fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
-        let id = self.begin("allgather");
+        let id = self.begin(CollectiveKind::Allgather);
         let others = self.others();
         let outgoing: Vec<Outgoing<'_>> = others
             .iter()
@@ -710,7 +710,7 @@ impl Communicator for MpiComm<'_> {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<Tensor, CommError> {
-        let id = self.begin("reduce_scatter");
+        let id = self.begin(CollectiveKind::ReduceScatter);
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let mine = chunk_range(tensor.len(), self.size, self.rank);
         let part = if mode == ReductionMode::Native {
@@ -730,7 +730,7 @@ impl Communicator for MpiComm<'_> {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<(), CommError> {
-        let id = self.begin("allreduce");
+        let id = self.begin(CollectiveKind::Allreduce);
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         if mode == ReductionMode::Native {
             return self.native_allreduce(&id, &signature, tensor, op);

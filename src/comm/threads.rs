@@ -21,10 +21,10 @@
 //! Determinism: the arrival order is the only timing-dependent value here, and only
 //! `arrival_order` reads it. Deadlines use the monotonic clock, never on a data path.
 
-use super::{CollectiveId, CommError, Communicator};
-use crate::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
-use crate::seed::{derive_stream, Stream};
-use crate::tensor::{Tensor, TensorData};
+use super::{CollectiveId, CollectiveKind, CommError, Communicator};
+use crate::value::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
+use crate::value::seed::{derive_stream, Stream};
+use crate::value::tensor::{Tensor, TensorData};
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -79,7 +79,7 @@ impl LaunchConfig {
 
 /// Seeded changes to what must not matter: delays before each collective and the order in which
 /// contributions arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Perturbation {
     /// Seed of the delays and orders.
     pub seed: u64,
@@ -241,7 +241,7 @@ impl std::fmt::Debug for ThreadComm {
 }
 
 impl ThreadComm {
-    fn begin(&self, kind: &'static str) -> CollectiveId {
+    fn begin(&self, kind: CollectiveKind) -> CollectiveId {
         let call = self.next_call.get();
         self.next_call.set(call + 1);
         CollectiveId { kind, call }
@@ -421,12 +421,12 @@ impl Communicator for ThreadComm {
     }
 
     fn barrier(&self) -> Result<(), CommError> {
-        let id = self.begin("barrier");
+        let id = self.begin(CollectiveKind::Barrier);
         self.exchange(&id, "barrier", Arc::new(())).map(drop)
     }
 
     fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<(), CommError> {
-        let id = self.begin("broadcast");
+        let id = self.begin(CollectiveKind::Broadcast);
         if root >= self.size() {
             return Err(CommError::InvalidArgument {
                 rank: self.rank,
@@ -448,7 +448,7 @@ impl Communicator for ThreadComm {
     }
 
     fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
-        let id = self.begin("allgather");
+        let id = self.begin(CollectiveKind::Allgather);
         let (payloads, _) = self.exchange(&id, &describe(tensor), Arc::new(tensor.clone()))?;
         Ok(payloads
             .iter()
@@ -462,7 +462,7 @@ impl Communicator for ThreadComm {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<Tensor, CommError> {
-        let id = self.begin("reduce_scatter");
+        let id = self.begin(CollectiveKind::ReduceScatter);
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let (len, size) = (tensor.len(), self.size());
         // Round 1 of an allreduce: this rank reduces its own chunk of everyone's contribution.
@@ -486,7 +486,7 @@ impl Communicator for ThreadComm {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<(), CommError> {
-        let id = self.begin("allreduce");
+        let id = self.begin(CollectiveKind::Allreduce);
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let len = tensor.len();
         let size = self.size();
@@ -686,7 +686,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seed::derive_stream;
+    use crate::value::seed::derive_stream;
 
     fn config(n: usize) -> LaunchConfig {
         LaunchConfig::new(n).with_deadline(Duration::from_secs(10))

@@ -20,7 +20,7 @@
 //! channel; no colour or scale augmentation.
 
 use super::{DataError, Sample};
-use crate::seed::{derive_stream, RankRng, Stream};
+use crate::value::seed::{derive_stream, RankRng, Stream};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -12,7 +12,7 @@
 //! Limits: values are `f32` and labels `i64`; nothing is read from disk.
 
 use super::SHARED_RANK;
-use crate::seed::{derive_stream, Stream};
+use crate::value::seed::{derive_stream, Stream};
 
 /// Stream number of the teacher that labels [`SyntheticVectors`]: the `train` kind's teacher
 /// (ASCII `teacher\0`), so both draw the same labels.

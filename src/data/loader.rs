@@ -34,8 +34,8 @@ use super::dataset::{Dataset, Sample};
 use super::sampler::{BatchSampler, LoaderPosition};
 use super::DataError;
 use crate::comm::panic_message;
-use crate::seed::{derive_stream, Stream};
-use crate::tensor::{Tensor, TensorData};
+use crate::value::seed::{derive_stream, Stream};
+use crate::value::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -626,7 +626,7 @@ impl Drop for DataLoader {
 mod tests {
     use super::*;
     use crate::data::{AugmentRng, Augmentation, DistributedSampler, SyntheticImages};
-    use crate::seed::RankRng;
+    use crate::value::seed::RankRng;
     use std::sync::mpsc;
     use std::time::Instant;
 

@@ -17,7 +17,7 @@
 //! twice in an epoch; the permutation is built whole (`len` indices per epoch).
 
 use super::{DataError, SHARED_RANK};
-use crate::seed::{derive_stream, Stream};
+use crate::value::seed::{derive_stream, Stream};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 

@@ -1,5 +1,5 @@
 //! Pictures: a tiny vector figure drawn both as SVG and as PNG, and the pictures detcheck makes
-//! with it (the divergence map here, the loss-curve plot in `crate::curves`).
+//! with it (the divergence map in `compare/map.rs`, the loss-curve plot in `compare/curves.rs`).
 //!
 //! [`Figure`] holds rectangles, polylines and text in pixel coordinates. `to_svg` writes them as
 //! SVG elements; `to_png` rasterises them with a small built-in rasteriser (no anti-aliasing,
@@ -11,12 +11,8 @@
 //! Limits: ASCII text only (other characters are drawn as `?`); no curves, only polylines.
 
 mod font;
-mod map;
 
-pub(crate) use map::map_of_runs;
-pub use map::{DivergenceMap, MapCell};
-
-use crate::dump::{write_atomically, DumpError};
+use crate::file::{write_atomically, DumpError};
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -15,10 +15,10 @@
 
 use super::at_least;
 use crate::comm::RankError;
-use crate::reduce::ReduceOp;
-use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::Stream;
-use crate::tensor::{DType, Tensor};
+use crate::value::reduce::ReduceOp;
+use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::value::seed::Stream;
+use crate::value::tensor::{DType, Tensor};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +98,10 @@ impl CollectiveScenario {
 const GATHERED: usize = 4;
 
 impl Scenario for CollectiveScenario {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_replicated_records()
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let n = self.params.elements;
         let scale = 1.0 + ctx.rank() as f64;

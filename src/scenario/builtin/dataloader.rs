@@ -24,9 +24,9 @@ use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataError, DataLoader, Dataset,
     Delivery, DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
 };
-use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::Stream;
-use crate::tensor::Tensor;
+use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::value::seed::Stream;
+use crate::value::tensor::Tensor;
 use serde::Deserialize;
 use std::sync::{Arc, Mutex};
 
@@ -238,12 +238,8 @@ impl DataLoaderScenario {
 }
 
 impl Scenario for DataLoaderScenario {
-    fn resumes(&self) -> bool {
-        true
-    }
-
-    fn loads_data(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_loader().with_checkpoints()
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {

@@ -10,9 +10,9 @@
 
 use super::{at_least, os_entropy};
 use crate::comm::RankError;
-use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::{derive_stream, Stream};
-use crate::tensor::Tensor;
+use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::value::seed::{derive_stream, Stream};
+use crate::value::tensor::Tensor;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -60,6 +60,10 @@ impl SeedScenario {
 }
 
 impl Scenario for SeedScenario {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_replicated_records()
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let n = self.params.elements;
         let init_seed = match self.params.plant {

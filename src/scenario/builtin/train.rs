@@ -46,11 +46,11 @@ use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, Delivery, DistributedSampler,
     LoaderPosition, SyntheticVectors,
 };
-use crate::reduce::{chunk_range, ReduceOp, ReductionMode};
-use crate::reprosum::sum_columns_f32;
-use crate::scenario::{ParamError, RankContext, Scenario, ScenarioSpec};
-use crate::seed::{derive_stream, RankRng, Stream};
-use crate::tensor::{Tensor, TensorData};
+use crate::value::reduce::{chunk_range, ReduceOp, ReductionMode};
+use crate::value::reprosum::sum_columns_f32;
+use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::value::seed::{derive_stream, RankRng, Stream};
+use crate::value::tensor::{Tensor, TensorData};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -242,7 +242,7 @@ impl TrainScenario {
                 ),
             ));
         }
-        let runs_world_sizes = spec.checks.contains(&crate::check::CheckKind::WorldSizes);
+        let runs_world_sizes = spec.checks.contains(&crate::scenario::CheckKind::WorldSizes);
         if let Some(&w) = spec
             .world_sizes
             .iter()
@@ -642,12 +642,11 @@ impl TrainScenario {
 }
 
 impl Scenario for TrainScenario {
-    fn resumes(&self) -> bool {
-        true
-    }
-
-    fn loads_data(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+            .with_loader()
+            .with_checkpoints()
+            .with_replicated_records()
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {

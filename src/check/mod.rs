@@ -14,93 +14,34 @@
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
 //! more ranks is caught every time.
 
-use crate::comm::{launch_threads, LaunchConfig, LaunchError, Perturbation};
-use crate::compare::{compare_replicas, compare_runs, compare_world_sizes, Comparison, Divergence};
-use crate::digest::Stats;
-use crate::overflow::{first_overflow, Overflow};
-use crate::picture::{map_of_runs, DivergenceMap};
-use crate::scenario::{LoadedScenario, RankContext, RunPlan};
-use crate::trace::{Record, RecordLevel, Trace};
-use serde::{Deserialize, Serialize};
-use std::fmt::{self, Write as _};
+mod session;
+
+pub use crate::run::{CheckOptions, RunError};
+#[cfg(feature = "mpi")]
+pub use session::run_on_mpi_world;
+pub use session::{launcher_rank, Session, SessionError};
+
+use crate::compare::{
+    compare_traces, Comparison, Divergence, DivergenceMap, RecordSummary, TraceView,
+};
+use crate::record::overflow::{first_overflow, Overflow};
+use crate::record::Trace;
+use crate::run::{perturbation, RunRequest, Runner, ThreadRunner};
+use crate::scenario::{CheckKind, Expectation, LoadedScenario, RunPlan};
+use crate::value::digest::{ExactF64, Stats};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-/// A check a scenario can ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum CheckKind {
-    /// Two perturbed runs of one configuration give identical records.
-    Repeat,
-    /// Replicated records are identical on every rank.
-    Replicas,
-    /// A run on MPI ranks gives the same records as the same run on thread ranks.
-    Backends,
-    /// Runs at each of the spec's `world_sizes` give identical replicated records (loss,
-    /// gradients, parameters): the bits do not depend on the number of ranks.
-    WorldSizes,
-    /// Runs with each of the spec's `workers` data-loader worker counts give identical records.
-    Workers,
-    /// A run checkpointed at step k and resumed in a fresh launch gives the continuous run's
-    /// records from step k on (and before it).
-    Restart,
-}
-
-impl fmt::Display for CheckKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CheckKind::Repeat => "repeat",
-            CheckKind::Replicas => "replicas",
-            CheckKind::Backends => "backends",
-            CheckKind::WorldSizes => "world_sizes",
-            CheckKind::Workers => "workers",
-            CheckKind::Restart => "restart",
-        })
-    }
-}
-
-/// What a check must find.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Expectation {
-    /// No divergence.
-    Identical,
-    /// At least one divergence: a negative control.
-    Diverges,
-}
-
-/// How checks run.
-#[derive(Debug, Clone)]
-pub struct CheckOptions {
-    /// The collective deadline of every run.
-    pub deadline: Duration,
-    /// What the recorders compute.
-    pub record_level: RecordLevel,
-    /// The upper bound of the perturbation's seeded delays.
-    pub max_delay: Duration,
-}
-
-impl Default for CheckOptions {
-    fn default() -> Self {
-        CheckOptions {
-            deadline: Duration::from_secs(60),
-            record_level: RecordLevel::Stats,
-            max_delay: Duration::from_micros(100),
-        }
-    }
-}
 
 /// The outcome of one check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct CheckOutcome {
     /// The check.
     pub kind: CheckKind,
     /// What it had to find.
     pub expectation: Expectation,
-    /// What it found.
+    /// What it found: the one comparison its verdict and its divergence map come from.
     pub comparison: Comparison,
     /// Why the check was not run, when it was not (`backends` on thread ranks only).
     pub skipped: Option<&'static str>,
@@ -123,7 +64,7 @@ impl CheckOutcome {
 }
 
 /// The checks of one scenario.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct ScenarioReport {
     /// The scenario's name.
@@ -134,8 +75,6 @@ pub struct ScenarioReport {
     pub steps: u64,
     /// One outcome per check, in the scenario's order.
     pub outcomes: Vec<CheckOutcome>,
-    /// The ranks × steps divergence map of each check that does not hold and found a divergence.
-    pub maps: Vec<(CheckKind, DivergenceMap)>,
     /// The first NaN, Inf or fp16 saturation in the first run, if any.
     pub overflow: Option<Overflow>,
 }
@@ -162,6 +101,15 @@ impl ScenarioReport {
         self.outcomes
             .iter()
             .find_map(|o| o.comparison.first.as_ref().map(|d| (o.kind, d)))
+    }
+
+    /// The ranks × steps divergence map of each check that does not hold and found a
+    /// divergence: the map of the comparison that gave the check its verdict.
+    pub fn maps(&self) -> impl Iterator<Item = (CheckKind, &DivergenceMap)> {
+        self.outcomes
+            .iter()
+            .filter(|o| !o.holds() && !o.comparison.is_identical())
+            .filter_map(|o| o.comparison.map.as_ref().map(|m| (o.kind, m)))
     }
 
     /// A plain-text explanation of every check that does not hold (empty when all hold).
@@ -199,7 +147,11 @@ impl ScenarioReport {
                         CheckKind::Workers => ("first", "other"),
                         CheckKind::Restart => ("continuous", "resumed"),
                     };
-                    let _ = write!(out, "{}", describe_divergence(first, left, right));
+                    let _ = write!(
+                        out,
+                        "{}",
+                        describe_divergence(first, outcome.kind, left, right)
+                    );
                 }
             }
         }
@@ -209,33 +161,42 @@ impl ScenarioReport {
 
 /// A multi-line description of a divergence: where, and both records' md5s and stats.
 #[must_use]
-pub(crate) fn describe_divergence(d: &Divergence, left_label: &str, right_label: &str) -> String {
+fn describe_divergence(
+    d: &Divergence,
+    kind: CheckKind,
+    left_label: &str,
+    right_label: &str,
+) -> String {
     let mut out = format!("  first divergence: {d}\n");
-    for (label, record) in [(left_label, &d.left), (right_label, &d.right)] {
+    // The left record of `replicas` is rank 0's; every other check pairs a rank with itself.
+    let left_rank = if kind == CheckKind::Replicas { 0 } else { d.rank };
+    for (label, rank, record) in [
+        (left_label, left_rank, &d.left),
+        (right_label, d.rank, &d.right),
+    ] {
         let _ = match record {
-            Some(r) => writeln!(out, "    {label:<9} {}", describe_record(r)),
+            Some(r) => writeln!(out, "    {label:<9} {}", describe_record(rank, &d.name, r)),
             None => writeln!(out, "    {label:<9} (no record)"),
         };
     }
     out
 }
 
-fn describe_record(r: &Record) -> String {
-    let shape: Vec<String> = r.shape.iter().map(ToString::to_string).collect();
-    format!(
-        "rank {} {} {}[{}] md5 {} {}",
-        r.rank,
-        r.name,
-        r.dtype,
-        shape.join(","),
-        r.md5,
-        describe_stats(&r.stats)
-    )
+fn describe_record(rank: u32, name: &str, r: &RecordSummary) -> String {
+    let mut text = format!(
+        "rank {rank} {name} {} md5 {}",
+        r.layout,
+        r.digest.as_deref().unwrap_or("-")
+    );
+    if let Some(stats) = &r.stats {
+        let _ = write!(text, " {}", describe_stats(stats));
+    }
+    text
 }
 
 fn describe_stats(s: &Stats) -> String {
     let show =
-        |x: Option<crate::digest::ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
+        |x: Option<ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
     let mut text = format!(
         "max {} min {} mean {} norm {}",
         show(s.max),
@@ -249,126 +210,10 @@ fn describe_stats(s: &Stats) -> String {
     text
 }
 
-/// Why a check could not be evaluated: a run failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// A run's ranks failed.
-    #[error("scenario `{scenario}`, run {run}: {source}")]
-    Launch {
-        /// The scenario.
-        scenario: String,
-        /// Which run (1 or 2).
-        run: usize,
-        /// What failed.
-        source: LaunchError,
-    },
-    /// The scenario needs more ranks than the MPI job has processes.
-    #[error(
-        "scenario `{scenario}` needs {needed} ranks, but the MPI job has {available} processes: \
-         run it with `mpirun -n {needed}` or more"
-    )]
-    WorldTooLarge {
-        /// The scenario.
-        scenario: String,
-        /// Its world size.
-        needed: usize,
-        /// Processes in the MPI job.
-        available: usize,
-    },
-}
-
-/// Runs `scenario` once on thread ranks and returns its trace.
-///
-/// # Errors
-/// [`RunError::Launch`] when a rank fails; `run` numbers the run in the message.
-pub fn run_once(
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-    perturbation: Option<Perturbation>,
-    run: usize,
-) -> Result<Trace, RunError> {
-    run_planned(scenario, options, perturbation, run, &RunPlan::default())
-}
-
-/// [`run_once`] under a check's `plan` (loader workers, stop, checkpoint, resume).
-fn run_planned(
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-    perturbation: Option<Perturbation>,
-    run: usize,
-    plan: &RunPlan,
-) -> Result<Trace, RunError> {
-    let spec = scenario.spec.clone();
-    let mut config = LaunchConfig::new(spec.world_size).with_deadline(options.deadline);
-    config.perturbation = perturbation;
-    let (program, level, plan) = (scenario.program.clone(), options.record_level, plan.clone());
-    let ranks = launch_threads(&config, move |comm| {
-        let mut ctx = RankContext::for_run(comm, level, &spec, &plan, perturbation);
-        program.run_rank(&mut ctx)?;
-        Ok(ctx.into_recorder().finish())
-    })
-    .map_err(|source| RunError::Launch {
-        scenario: scenario.name.clone(),
-        run,
-        source,
-    })?;
-    Ok(Trace { ranks })
-}
-
-/// The perturbation of run `run` (1 or 2) of a scenario seeded with `seed`.
-pub(crate) fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
-    Perturbation {
-        seed: seed ^ 0x9e37_79b9_7f4a_7c15,
-        rotation: run - 1,
-        max_delay: options.max_delay,
-    }
-}
-
-/// Runs one run of a scenario on some backend: thread ranks, or the processes of an MPI job.
-pub(crate) trait Runner {
-    /// Runs `scenario` once under `perturbation` and `plan`; `run` numbers the run in messages.
-    fn run(
-        &self,
-        scenario: &LoadedScenario,
-        options: &CheckOptions,
-        perturbation: Option<Perturbation>,
-        run: usize,
-        plan: &RunPlan,
-    ) -> Result<Trace, RunError>;
-
-    /// `true` when the runs are on MPI ranks, so that `backends` can compare them with threads.
-    fn is_mpi(&self) -> bool;
-
-    /// The largest world this runner can launch (`None`: any).
-    fn max_world_size(&self) -> Option<usize> {
-        None
-    }
-}
-
-/// Thread ranks in this process.
-pub(crate) struct ThreadRunner;
-
-impl Runner for ThreadRunner {
-    fn run(
-        &self,
-        scenario: &LoadedScenario,
-        options: &CheckOptions,
-        perturbation: Option<Perturbation>,
-        run: usize,
-        plan: &RunPlan,
-    ) -> Result<Trace, RunError> {
-        run_planned(scenario, options, perturbation, run, plan)
-    }
-
-    fn is_mpi(&self) -> bool {
-        false
-    }
-}
-
 /// Runs the scenario once per value of a series (world sizes, worker counts) under run 1's
 /// perturbation and compares each run with the first: the total, and a note naming the first
-/// pair that differs (`describe(first, other)`), or the whole series when none does.
+/// pair that differs (`describe(first, other)`), or the whole series when none does. The first
+/// differing pair's comparison is kept whole (its first divergence and map).
 fn compare_series(
     values: &[usize],
     run_at: impl Fn(usize) -> Result<Trace, RunError>,
@@ -378,44 +223,40 @@ fn compare_series(
 ) -> Result<SeriesOutcome, RunError> {
     let Some((&first, others)) = values.split_first() else {
         return Ok(SeriesOutcome {
-            comparison: Comparison::default(),
+            comparison: Comparison::empty(),
             note: format!("no {series} fits"),
-            differing: None,
         });
     };
     let base = run_at(first)?;
-    let mut out = SeriesOutcome {
-        comparison: Comparison::default(),
-        note: format!("{series} {values:?}"),
-        differing: None,
-    };
+    let mut found: Option<(Comparison, usize)> = None;
+    let (mut num_compared, mut num_differing) = (0, 0);
     for &value in others {
         let other = run_at(value)?;
         let c = compare(&base, &other);
-        let total = &mut out.comparison;
-        total.num_compared += c.num_compared;
-        total.num_differing += c.num_differing;
-        if total.first.is_none() && c.first.is_some() {
-            total.first.clone_from(&c.first);
-            total.first_per_rank.clone_from(&c.first_per_rank);
-            out.note = describe(first, value);
-            out.differing = Some((base.clone(), other));
+        num_compared += c.num_compared;
+        num_differing += c.num_differing;
+        if found.is_none() && !c.is_identical() {
+            found = Some((c, value));
         }
     }
-    Ok(out)
+    let (mut comparison, note) = match found {
+        Some((c, value)) => (c, describe(first, value)),
+        None => (Comparison::empty(), format!("{series} {values:?}")),
+    };
+    comparison.num_compared = num_compared;
+    comparison.num_differing = num_differing;
+    Ok(SeriesOutcome { comparison, note })
 }
 
-/// What a check over several runs found: the comparison, a note naming what was compared,
-/// and the first pair of runs that differ (for its divergence map).
-#[derive(Clone)]
+/// What a check over several runs found: the comparison (the totals of the series, the first
+/// differing pair's divergence and map) and a note naming what was compared.
 struct SeriesOutcome {
     comparison: Comparison,
     note: String,
-    differing: Option<(Trace, Trace)>,
 }
 
 /// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
-/// launch), replicated records compared with the smallest size's.
+/// launch), rank 0's replicated records compared with the smallest size's.
 fn compare_across_world_sizes(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
@@ -429,12 +270,15 @@ fn compare_across_world_sizes(
         let mut resized = scenario.clone();
         resized.spec.world_size = world_size;
         let p = perturbation(scenario.spec.seed, 1, options);
-        runner.run(&resized, options, Some(p), 1, &RunPlan::default())
+        runner.run(
+            &resized,
+            &RunRequest::new(&resized, options, Some(p), 1, &RunPlan::default()),
+        )
     };
     compare_series(
         &sizes,
         run_at,
-        compare_world_sizes,
+        |a, b| compare_traces(a, b, TraceView::RankZeroReplicated),
         |a, b| format!("world size {a} (smallest) vs {b} (larger)"),
         "world sizes",
     )
@@ -453,13 +297,15 @@ fn compare_across_workers(
             loader_workers: Some(workers),
             ..RunPlan::default()
         };
-        runner.run(scenario, options, Some(p), 1, &plan)
+        runner.run(
+            scenario,
+            &RunRequest::new(scenario, options, Some(p), 1, &plan),
+        )
     };
-    let compare = |a: &Trace, b: &Trace| compare_runs(a, b).expect("same world size");
     compare_series(
         &scenario.spec.workers,
         run_at,
-        compare,
+        |a, b| compare_traces(a, b, TraceView::All),
         |a, b| format!("{a} workers (first) vs {b} workers"),
         "workers",
     )
@@ -506,17 +352,20 @@ fn compare_restart(
         remove_after_resume: true,
         ..RunPlan::default()
     };
-    let mut joined = runner.run(scenario, options, p, 3, &before)?;
-    let resumed = runner.run(scenario, options, p, 4, &after)?;
+    let mut joined = runner.run(
+        scenario,
+        &RunRequest::new(scenario, options, p, 3, &before),
+    )?;
+    let resumed = runner.run(
+        scenario,
+        &RunRequest::new(scenario, options, p, 4, &after),
+    )?;
     for (rank, tail) in joined.ranks.iter_mut().zip(resumed.ranks) {
         rank.records.extend(tail.records);
     }
-    let comparison = compare_runs(continuous, &joined).expect("same world size");
-    let differing = (!comparison.is_identical()).then(|| (continuous.clone(), joined));
     Ok(SeriesOutcome {
-        comparison,
+        comparison: compare_traces(continuous, &joined, TraceView::All),
         note: format!("checkpoint after step {at}, resumed in a fresh launch"),
-        differing,
     })
 }
 
@@ -552,12 +401,10 @@ pub(crate) fn run_checks_on(
     }
     // Run k runs under perturbation k (rotation k − 1).
     let run_on = |on: &dyn Runner, k: usize| {
+        let p = Some(perturbation(spec.seed, k, options));
         on.run(
             scenario,
-            options,
-            Some(perturbation(spec.seed, k, options)),
-            k,
-            &RunPlan::default(),
+            &RunRequest::new(scenario, options, p, k, &RunPlan::default()),
         )
     };
     let first = run_on(runner, 1)?;
@@ -571,17 +418,17 @@ pub(crate) fn run_checks_on(
     } else {
         None
     };
-    let across_sizes = if checks.contains(&CheckKind::WorldSizes) {
+    let mut across_sizes = if checks.contains(&CheckKind::WorldSizes) {
         Some(compare_across_world_sizes(runner, scenario, options)?)
     } else {
         None
     };
-    let across_workers = if checks.contains(&CheckKind::Workers) {
+    let mut across_workers = if checks.contains(&CheckKind::Workers) {
         Some(compare_across_workers(runner, scenario, options)?)
     } else {
         None
     };
-    let restart = if checks.contains(&CheckKind::Restart) {
+    let mut restart = if checks.contains(&CheckKind::Restart) {
         Some(compare_restart(runner, scenario, options, &first)?)
     } else {
         None
@@ -592,37 +439,41 @@ pub(crate) fn run_checks_on(
             let mut skipped = None;
             let mut note = None;
             let comparison = match kind {
-                CheckKind::Repeat => {
-                    let second = second.as_ref().expect("repeat runs twice");
-                    compare_runs(&first, second).expect("both runs have the spec's world size")
-                }
+                CheckKind::Repeat => match &second {
+                    Some(second) => compare_traces(&first, second, TraceView::All),
+                    None => Comparison::empty(),
+                },
                 CheckKind::Replicas => {
                     // Both runs must hold replicas; report the first run that does not.
-                    let in_first = compare_replicas(&first);
+                    let in_first = compare_traces(&first, &first, TraceView::Replicas);
                     match &second {
-                        Some(second) if in_first.is_identical() => compare_replicas(second),
+                        Some(second) if in_first.is_identical() => {
+                            compare_traces(second, second, TraceView::Replicas)
+                        }
                         _ => in_first,
                     }
                 }
                 CheckKind::Backends => match &on_threads {
-                    Some(threads) => {
-                        compare_runs(&first, threads).expect("both runs have the spec's world size")
-                    }
+                    Some(threads) => compare_traces(&first, threads, TraceView::All),
                     None => {
                         skipped =
                             Some("needs MPI ranks: build with --features mpi, run under mpirun");
-                        Comparison::default()
+                        Comparison::empty()
                     }
                 },
                 CheckKind::WorldSizes | CheckKind::Workers | CheckKind::Restart => {
                     let computed = match kind {
-                        CheckKind::WorldSizes => &across_sizes,
-                        CheckKind::Workers => &across_workers,
-                        _ => &restart,
+                        CheckKind::WorldSizes => &mut across_sizes,
+                        CheckKind::Workers => &mut across_workers,
+                        _ => &mut restart,
                     };
-                    let computed = computed.as_ref().expect("computed above");
-                    note = Some(computed.note.clone());
-                    computed.comparison.clone()
+                    match computed.take() {
+                        Some(series) => {
+                            note = Some(series.note);
+                            series.comparison
+                        }
+                        None => Comparison::empty(),
+                    }
                 }
             };
             CheckOutcome {
@@ -634,37 +485,11 @@ pub(crate) fn run_checks_on(
             }
         })
         .collect::<Vec<CheckOutcome>>();
-    let maps = outcomes
-        .iter()
-        .filter(|o| !o.holds() && !o.comparison.is_identical())
-        .filter_map(|o| {
-            let pair = |series: &Option<SeriesOutcome>| {
-                let (a, b) = series.as_ref()?.differing.as_ref()?;
-                Some(map_of_runs(a, b, false))
-            };
-            let map = match (o.kind, &second) {
-                (CheckKind::Repeat, Some(second)) => Some(map_of_runs(&first, second, false)),
-                (CheckKind::Replicas, Some(second)) if compare_replicas(&first).is_identical() => {
-                    Some(map_of_runs(second, second, true))
-                }
-                (CheckKind::Replicas, _) => Some(map_of_runs(&first, &first, true)),
-                (CheckKind::Backends, _) => {
-                    on_threads.as_ref().map(|t| map_of_runs(&first, t, false))
-                }
-                (CheckKind::Workers, _) => pair(&across_workers),
-                (CheckKind::Restart, _) => pair(&restart),
-                // Runs of different sizes have no common ranks x steps grid.
-                _ => None,
-            };
-            map.map(|map| (o.kind, map))
-        })
-        .collect();
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         world_size: spec.world_size,
         steps: spec.steps,
         outcomes,
-        maps,
         overflow: first_overflow(&first),
     })
 }
@@ -701,7 +526,7 @@ mod tests {
             report.explain_failures()
         );
         let (kind, d) = report.first_divergence().unwrap();
-        (kind, d.step, d.rank, d.name().to_owned())
+        (kind, d.step, d.rank, d.name.clone())
     }
 
     const SMALL_TRAIN: &str = r#"{"dataset_size": 64, "global_batch": 16"#;

@@ -1,4 +1,4 @@
-//! The MPI side of a [`Session`](super::Session): the leader/follower protocol and MPI runs.
+//! MPI runs: the leader/follower protocol of an MPI job and its [`Runner`].
 //!
 //! [`MpiJob`] owns MPI (initialized on start, finalized when dropped). The leader sends each
 //! follower a *command* (JSON, tag [`TAG_COMMAND`], on `MPI_COMM_WORLD`): run a scenario once, or
@@ -11,12 +11,11 @@
 //! Determinism: runs happen in the leader's order; a follower never chooses. Outcomes are
 //! assembled by rank, whatever order they arrive in.
 
-use crate::check::{run_checks_on, CheckOptions, RunError, Runner, ScenarioReport};
 use crate::comm::mpi::{abort_job, Backoff, MpiComm};
-use crate::comm::{CollectiveId, CommError, LaunchError, Perturbation, RankError};
-use crate::scenario::{KindRegistry, LoadedScenario, RankContext, RunPlan, Scenario, ScenarioSpec};
-use crate::session::SessionError;
-use crate::trace::{RankTrace, RecordLevel, Trace};
+use crate::comm::{CommError, LaunchError, RankError};
+use crate::record::{RankTrace, Trace};
+use crate::run::{run_rank, RunError, RunRequest, Runner};
+use crate::scenario::{KindRegistry, LoadedScenario, Scenario};
 use mpi::environment::Universe;
 use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Color, SimpleCommunicator};
@@ -39,35 +38,8 @@ const TAG_RESULT: i32 = 19;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 enum Command {
-    Run(Box<RunCommand>),
+    Run(Box<RunRequest>),
     Stop { exit_code: u8 },
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct RunCommand {
-    name: String,
-    spec: ScenarioSpec,
-    origin: PathBuf,
-    run: usize,
-    deadline_ns: u64,
-    record_level: RecordLevel,
-    perturbation: Option<(u64, usize, u64)>,
-    plan: RunPlan,
-}
-
-impl RunCommand {
-    fn deadline(&self) -> Duration {
-        Duration::from_nanos(self.deadline_ns)
-    }
-
-    fn perturbation(&self) -> Option<Perturbation> {
-        self.perturbation
-            .map(|(seed, rotation, max_delay_ns)| Perturbation {
-                seed,
-                rotation,
-                max_delay: Duration::from_nanos(max_delay_ns),
-            })
-    }
 }
 
 /// How one rank's part of a run ended.
@@ -76,186 +48,7 @@ enum Outcome {
     Trace(RankTrace),
     Panicked(String),
     Failed(String),
-    Comm(WireCommError),
-}
-
-/// [`CommError`] as it travels: the collective's kind as a string.
-#[derive(Debug, Serialize, Deserialize)]
-enum WireCommError {
-    Timeout {
-        rank: usize,
-        kind: String,
-        call: u64,
-        waited_ns: u64,
-        missing: Vec<usize>,
-    },
-    PeerFailed {
-        rank: usize,
-        kind: String,
-        call: u64,
-        failed_rank: usize,
-    },
-    PeerExited {
-        rank: usize,
-        kind: String,
-        call: u64,
-        exited_rank: usize,
-    },
-    Mismatch {
-        rank: usize,
-        kind: String,
-        call: u64,
-        mine: String,
-        other_rank: usize,
-        theirs: String,
-    },
-    InvalidArgument {
-        rank: usize,
-        kind: String,
-        call: u64,
-        reason: String,
-    },
-}
-
-fn static_kind(kind: &str) -> &'static str {
-    match kind {
-        "barrier" => "barrier",
-        "broadcast" => "broadcast",
-        "allgather" => "allgather",
-        "allreduce" => "allreduce",
-        "reduce_scatter" => "reduce_scatter",
-        _ => "collective",
-    }
-}
-
-impl From<CommError> for WireCommError {
-    fn from(e: CommError) -> Self {
-        match e {
-            CommError::Timeout {
-                rank,
-                collective,
-                waited,
-                missing,
-            } => WireCommError::Timeout {
-                rank,
-                kind: collective.kind.to_owned(),
-                call: collective.call,
-                waited_ns: waited.as_nanos() as u64,
-                missing,
-            },
-            CommError::PeerFailed {
-                rank,
-                collective,
-                failed_rank,
-            } => WireCommError::PeerFailed {
-                rank,
-                kind: collective.kind.to_owned(),
-                call: collective.call,
-                failed_rank,
-            },
-            CommError::PeerExited {
-                rank,
-                collective,
-                exited_rank,
-            } => WireCommError::PeerExited {
-                rank,
-                kind: collective.kind.to_owned(),
-                call: collective.call,
-                exited_rank,
-            },
-            CommError::Mismatch {
-                rank,
-                collective,
-                mine,
-                other_rank,
-                theirs,
-            } => WireCommError::Mismatch {
-                rank,
-                kind: collective.kind.to_owned(),
-                call: collective.call,
-                mine,
-                other_rank,
-                theirs,
-            },
-            CommError::InvalidArgument {
-                rank,
-                collective,
-                reason,
-            } => WireCommError::InvalidArgument {
-                rank,
-                kind: collective.kind.to_owned(),
-                call: collective.call,
-                reason,
-            },
-        }
-    }
-}
-
-impl From<WireCommError> for CommError {
-    fn from(e: WireCommError) -> Self {
-        let id = |kind: &str, call| CollectiveId {
-            kind: static_kind(kind),
-            call,
-        };
-        match e {
-            WireCommError::Timeout {
-                rank,
-                kind,
-                call,
-                waited_ns,
-                missing,
-            } => CommError::Timeout {
-                rank,
-                collective: id(&kind, call),
-                waited: Duration::from_nanos(waited_ns),
-                missing,
-            },
-            WireCommError::PeerFailed {
-                rank,
-                kind,
-                call,
-                failed_rank,
-            } => CommError::PeerFailed {
-                rank,
-                collective: id(&kind, call),
-                failed_rank,
-            },
-            WireCommError::PeerExited {
-                rank,
-                kind,
-                call,
-                exited_rank,
-            } => CommError::PeerExited {
-                rank,
-                collective: id(&kind, call),
-                exited_rank,
-            },
-            WireCommError::Mismatch {
-                rank,
-                kind,
-                call,
-                mine,
-                other_rank,
-                theirs,
-            } => CommError::Mismatch {
-                rank,
-                collective: id(&kind, call),
-                mine,
-                other_rank,
-                theirs,
-            },
-            WireCommError::InvalidArgument {
-                rank,
-                kind,
-                call,
-                reason,
-            } => CommError::InvalidArgument {
-                rank,
-                collective: id(&kind, call),
-                reason,
-            },
-        }
-    }
+    Comm(CommError),
 }
 
 impl Outcome {
@@ -269,8 +62,8 @@ impl Outcome {
         match self {
             Outcome::Trace(_) => u8::MAX,
             Outcome::Panicked(_) | Outcome::Failed(_) => 0,
-            Outcome::Comm(WireCommError::PeerExited { .. }) => 2,
-            Outcome::Comm(WireCommError::PeerFailed { .. }) => 3,
+            Outcome::Comm(CommError::PeerExited { .. }) => 2,
+            Outcome::Comm(CommError::PeerFailed { .. }) => 3,
             Outcome::Comm(_) => 1,
         }
     }
@@ -297,9 +90,9 @@ impl std::fmt::Debug for MpiJob {
 }
 
 impl MpiJob {
-    pub(crate) fn start() -> Result<Self, SessionError> {
-        let (universe, _) =
-            mpi::initialize_with_threading(Threading::Funneled).ok_or(SessionError::MpiInit)?;
+    /// Initializes MPI (`None` when it is already initialized or refuses to start).
+    pub(crate) fn start() -> Option<Self> {
+        let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)?;
         let library = mpi::environment::library_version()
             .unwrap_or_default()
             .split([',', '\n'])
@@ -308,7 +101,7 @@ impl MpiJob {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        Ok(MpiJob {
+        Some(MpiJob {
             world: universe.world(),
             runs: RefCell::new(BTreeMap::new()),
             library,
@@ -328,19 +121,9 @@ impl MpiJob {
         format!("MPI, {} processes ({})", self.num_processes(), self.library)
     }
 
-    pub(crate) fn run_checks(
-        &self,
-        scenario: &LoadedScenario,
-        options: &CheckOptions,
-    ) -> Result<ScenarioReport, RunError> {
-        if scenario.spec.world_size > self.num_processes() {
-            return Err(RunError::WorldTooLarge {
-                scenario: scenario.name.clone(),
-                needed: scenario.spec.world_size,
-                available: self.num_processes(),
-            });
-        }
-        run_checks_on(&MpiRunner { job: self }, scenario, options)
+    /// The runner of this job's runs (leader only).
+    pub(crate) fn runner(&self) -> MpiRunner<'_> {
+        MpiRunner { job: self }
     }
 
     /// Sends `command` to every follower.
@@ -428,31 +211,23 @@ impl MpiJob {
     fn run_part(
         &self,
         program: Result<Arc<dyn Scenario>, String>,
-        run: &RunCommand,
+        run: &RunRequest,
     ) -> Vec<Outcome> {
         let comm = self.run_comm(run.spec.world_size);
         let Some(comm) = comm.as_ref() else {
             return Vec::new();
         };
         let context = format!("scenario `{}`, run {}", run.name, run.run);
-        let deadline = run.deadline();
-        let mpi_comm = MpiComm::new(comm, deadline, run.perturbation(), context.clone());
+        let deadline = run.deadline;
+        let mpi_comm = MpiComm::new(comm, deadline, run.perturbation, context.clone());
         let ran = catch_unwind(AssertUnwindSafe(|| -> Result<RankTrace, RankError> {
             let program = program.map_err(RankError::from)?;
-            let mut ctx = RankContext::for_run(
-                &mpi_comm,
-                run.record_level,
-                &run.spec,
-                &run.plan,
-                run.perturbation(),
-            );
-            program.run_rank(&mut ctx)?;
-            Ok(ctx.into_recorder().finish())
+            run_rank(program.as_ref(), &mpi_comm, run)
         }));
         let outcome = match ran {
             Ok(Ok(trace)) => Outcome::Trace(trace),
             Ok(Err(error)) => match error.downcast::<CommError>() {
-                Ok(comm_error) => Outcome::Comm((*comm_error).into()),
+                Ok(comm_error) => Outcome::Comm(*comm_error),
                 Err(other) => Outcome::Failed(other.to_string()),
             },
             Err(payload) => Outcome::Panicked(crate::comm::panic_message(payload.as_ref())),
@@ -494,40 +269,16 @@ impl MpiJob {
 }
 
 /// Runs on the MPI job, from the leader.
-struct MpiRunner<'j> {
+pub(crate) struct MpiRunner<'j> {
     job: &'j MpiJob,
 }
 
 impl Runner for MpiRunner<'_> {
-    fn run(
-        &self,
-        scenario: &LoadedScenario,
-        options: &CheckOptions,
-        perturbation: Option<Perturbation>,
-        run: usize,
-        plan: &RunPlan,
-    ) -> Result<Trace, RunError> {
-        let command = RunCommand {
-            name: scenario.name.clone(),
-            spec: scenario.spec.clone(),
-            origin: scenario.origin.clone(),
-            run,
-            deadline_ns: options.deadline.as_nanos() as u64,
-            record_level: options.record_level,
-            perturbation: perturbation.map(|p| (p.seed, p.rotation, p.max_delay.as_nanos() as u64)),
-            plan: plan.clone(),
-        };
-        let command = Command::Run(Box::new(command));
+    fn run(&self, scenario: &LoadedScenario, request: &RunRequest) -> Result<Trace, RunError> {
+        let command = Command::Run(Box::new(request.clone()));
         self.job.broadcast_command(&command);
-        let Command::Run(run_command) = &command else {
-            unreachable!("built as a run")
-        };
-        let outcomes = self.job.run_part(Ok(scenario.program.clone()), run_command);
-        assemble(outcomes).map_err(|source| RunError::Launch {
-            scenario: scenario.name.clone(),
-            run,
-            source,
-        })
+        let outcomes = self.job.run_part(Ok(scenario.program.clone()), request);
+        assemble(outcomes).map_err(|source| request.failed(source))
     }
 
     fn is_mpi(&self) -> bool {
@@ -552,7 +303,7 @@ fn assemble(outcomes: Vec<Outcome>) -> Result<Trace, LaunchError> {
         return Err(match outcome {
             Outcome::Panicked(message) => LaunchError::RankPanicked { rank, message },
             Outcome::Failed(message) => LaunchError::RankFailed { rank, message },
-            Outcome::Comm(e) => LaunchError::Collective(e.into()),
+            Outcome::Comm(e) => LaunchError::Collective(e),
             Outcome::Trace(_) => unreachable!("a failure was chosen"),
         });
     }
@@ -569,6 +320,7 @@ fn assemble(outcomes: Vec<Outcome>) -> Result<Trace, LaunchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::{CollectiveId, CollectiveKind};
 
     fn trace(rank: u32) -> Outcome {
         Outcome::Trace(RankTrace {
@@ -580,10 +332,12 @@ mod tests {
     #[test]
     fn the_root_cause_is_reported_not_the_ranks_that_saw_it() {
         let seen = |rank, failed_rank| {
-            Outcome::Comm(WireCommError::PeerFailed {
+            Outcome::Comm(CommError::PeerFailed {
                 rank,
-                kind: "allreduce".into(),
-                call: 3,
+                collective: CollectiveId {
+                    kind: CollectiveKind::Allreduce,
+                    call: 3,
+                },
                 failed_rank,
             })
         };
@@ -599,11 +353,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let timeout = Outcome::Comm(WireCommError::Timeout {
+        let timeout = Outcome::Comm(CommError::Timeout {
             rank: 1,
-            kind: "barrier".into(),
-            call: 0,
-            waited_ns: 1_000_000_000,
+            collective: CollectiveId {
+                kind: CollectiveKind::Barrier,
+                call: 0,
+            },
+            waited: Duration::from_secs(1),
             missing: vec![0],
         });
         let err = assemble(vec![seen(0, 1), timeout]).unwrap_err();
@@ -620,16 +376,17 @@ mod tests {
         let e = CommError::Mismatch {
             rank: 1,
             collective: CollectiveId {
-                kind: "broadcast",
+                kind: CollectiveKind::Broadcast,
                 call: 4,
             },
             mine: "root 0, f32[3]".into(),
             other_rank: 0,
             theirs: "root 1, f32[3]".into(),
         };
-        let wire: WireCommError = e.clone().into();
-        let json = serde_json::to_string(&wire).unwrap();
-        let back: CommError = serde_json::from_str::<WireCommError>(&json).unwrap().into();
+        let json = serde_json::to_string(&Outcome::Comm(e.clone())).unwrap();
+        let Outcome::Comm(back) = serde_json::from_str::<Outcome>(&json).unwrap() else {
+            panic!("an outcome of another kind: {json}");
+        };
         assert_eq!(back, e);
     }
 }

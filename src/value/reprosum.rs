@@ -735,7 +735,7 @@ pub(crate) mod distributed {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::seed::{derive_stream, Stream};
+    use crate::value::seed::{derive_stream, Stream};
 
     /// An exact sum as a non-overlapping expansion of f64 (Shewchuk's grow-expansion), for
     /// reference: exact for any f32 or f64 terms that do not overflow.

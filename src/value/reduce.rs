@@ -9,7 +9,7 @@
 //! | `ring` | chunk c: ranks c, c+1, …, c−1 (mod n), as a ring reduce-scatter adds | yes, for one world size |
 //! | `arrival_order` | the order contributions arrive in | **no**: the negative control |
 //! | `native` | the backend's own: `MPI_Allreduce` on MPI ranks; `ring` on thread ranks | as the library is |
-//! | `reproducible` | none: an exact integer sum on a per-element grid ([`crate::reprosum`]) | yes, for any order, split, world size and backend |
+//! | `reproducible` | none: an exact integer sum on a per-element grid ([`crate::value::reprosum`]) | yes, for any order, split, world size and backend |
 //!
 //! With two ranks `arrival_order` is deterministic anyway, because IEEE addition is commutative;
 //! it takes three or more ranks to see it differ. Integers add with wrap-around. `max` returns a
@@ -24,8 +24,8 @@
 //! ranks' contributions one sum; for a batch split across ranks to sum to the same bits at any
 //! world size, sum the per-sample terms with `RankContext::reproducible_sum` instead.
 
-use crate::reprosum;
-use crate::tensor::{Element, TensorData};
+use crate::value::reprosum;
+use crate::value::tensor::{Element, TensorData};
 use multiversion::multiversion;
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -7,12 +7,12 @@
 //! last, and rejects any entry that breaks the format, naming the file and byte offset.
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
-use crate::digest::Stats;
-use crate::dump::format::{self, Entry, Footer, Header, HeaderError};
-use crate::dump::msprobe::MsprobeDump;
-use crate::dump::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
-use crate::tensor::Tensor;
-use crate::tensorfile;
+use crate::value::digest::Stats;
+use crate::file::format::{self, Entry, Footer, Header, HeaderError};
+use crate::file::msprobe::MsprobeDump;
+use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
+use crate::value::tensor::Tensor;
+use crate::file::tensorfile;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};

@@ -27,10 +27,11 @@ macro_rules! out {
 mod commands;
 
 use clap::{Parser, Subcommand};
-use detcheck::{
-    discover_scenarios, pin_settings_for, CheckKind, CheckOptions, DumpMode, Expectation,
-    KindRegistry, LoadedScenario, RunPlan, ScenarioError, Session, Tolerance,
-};
+use detcheck::comm::pin_settings_for;
+use detcheck::compare::curves::Tolerance;
+use detcheck::file::DumpMode;
+use detcheck::scenario::{CheckKind, Expectation, RunPlan, ScenarioError};
+use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -437,7 +438,7 @@ fn check(
                 let first = report
                     .first_divergence()
                     .map(|(check, d)| {
-                        format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name())
+                        format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name)
                     })
                     .unwrap_or_else(|| "-".to_owned());
                 let records = report.num_compared().to_string();

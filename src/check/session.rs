@@ -17,10 +17,9 @@
 //!
 //! Determinism: the leader's order of runs is the only order; followers never choose.
 
-#[cfg(feature = "mpi")]
-mod mpi_job;
-
 use crate::check::{run_checks, CheckOptions, RunError, ScenarioReport};
+#[cfg(feature = "mpi")]
+use crate::run::mpi as mpi_job;
 #[cfg(feature = "mpi")]
 use crate::comm::Communicator;
 use crate::scenario::{KindRegistry, LoadedScenario};
@@ -115,7 +114,7 @@ impl Session {
 
     #[cfg(feature = "mpi")]
     fn mpi(var: &'static str, value: String) -> Result<Self, SessionError> {
-        let job = mpi_job::MpiJob::start()?;
+        let job = mpi_job::MpiJob::start().ok_or(SessionError::MpiInit)?;
         if var != "PMIX_RANK" {
             if let Ok(launched) = value.parse::<usize>() {
                 if launched != job.num_processes() {
@@ -181,7 +180,16 @@ impl Session {
         match &self.kind {
             Kind::Threads => run_checks(scenario, options),
             #[cfg(feature = "mpi")]
-            Kind::Mpi(job) => job.run_checks(scenario, options),
+            Kind::Mpi(job) => {
+                if scenario.spec.world_size > job.num_processes() {
+                    return Err(RunError::WorldTooLarge {
+                        scenario: scenario.name.clone(),
+                        needed: scenario.spec.world_size,
+                        available: job.num_processes(),
+                    });
+                }
+                crate::check::run_checks_on(&job.runner(), scenario, options)
+            }
         }
     }
 
@@ -225,6 +233,6 @@ pub fn run_on_mpi_world<R>(
     deadline: std::time::Duration,
     program: impl FnOnce(&dyn Communicator) -> R,
 ) -> Result<R, SessionError> {
-    let job = mpi_job::MpiJob::start()?;
+    let job = mpi_job::MpiJob::start().ok_or(SessionError::MpiInit)?;
     Ok(job.run_spmd(deadline, program))
 }

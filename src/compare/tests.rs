@@ -1,10 +1,11 @@
 //! Dumps end to end: write, read back, reject damaged files, compare.
 
-use super::writer::write_trace;
 use super::*;
+use crate::file::{format, tensor_path, trace_path, write_trace, DumpMode, TraceWriter};
+use crate::run::dump_scenario;
 use crate::scenario::RunPlan;
-use crate::tensor::Tensor;
-use crate::trace::{RecordLevel, Recorder, Trace};
+use crate::value::tensor::Tensor;
+use crate::record::{RecordLevel, Recorder, Trace};
 
 /// A trace of `world` ranks; rank r records `a` = r + step and `b` = `value` at each step.
 fn trace(world: u32, steps: u64, value: f32) -> Trace {
@@ -31,7 +32,7 @@ fn dump(trace: &Trace, mode: DumpMode) -> tempfile::TempDir {
     dir
 }
 
-fn compare(a: &Path, b: &Path) -> DumpComparison {
+fn compare(a: &Path, b: &Path) -> Comparison {
     compare_dumps(
         a,
         b,
@@ -55,7 +56,7 @@ fn the_bytes_of_a_dump_do_not_change() {
         let bytes = std::fs::read(trace_path(dir.path(), 0)).unwrap();
         assert_eq!(bytes.len(), expected_len, "{mode}");
         assert_eq!(
-            crate::digest::Md5Digest::of_bytes(&bytes).to_string(),
+            crate::value::digest::Md5Digest::of_bytes(&bytes).to_string(),
             expected_md5,
             "{mode}"
         );
@@ -182,9 +183,9 @@ fn the_first_divergence_is_earliest_step_then_seq_then_rank() {
     assert_eq!(map.steps(), [0, 1, 2]);
     // Tensors are numbered in the order they are found: rank 0 first.
     assert_eq!(map.tensors(), ["a", "b"]);
-    assert_eq!(map.cell(1, 1), crate::MapCell::Diverged(1));
-    assert_eq!(map.cell(0, 1), crate::MapCell::Identical);
-    assert_eq!(map.cell(0, 2), crate::MapCell::Diverged(0));
+    assert_eq!(map.cell(1, 1), MapCell::Diverged(1));
+    assert_eq!(map.cell(0, 1), MapCell::Identical);
+    assert_eq!(map.cell(0, 2), MapCell::Diverged(0));
 }
 
 #[test]
@@ -372,9 +373,9 @@ fn a_failed_run_leaves_no_dump() {
         .build(spec, Path::new("inline.json"))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let options = crate::CheckOptions {
+    let options = crate::run::CheckOptions {
         deadline: std::time::Duration::from_secs(2),
-        ..crate::CheckOptions::default()
+        ..crate::run::CheckOptions::default()
     };
     let err = dump_scenario(
         &scenario,
@@ -429,7 +430,7 @@ fn a_scenario_dump_matches_its_trace_in_memory() {
         &scenario,
         &out,
         DumpMode::Full,
-        &crate::CheckOptions::default(),
+        &crate::run::CheckOptions::default(),
         None,
         &RunPlan::default(),
     )
@@ -441,7 +442,7 @@ fn a_scenario_dump_matches_its_trace_in_memory() {
         &scenario,
         &out,
         DumpMode::Md5,
-        &crate::CheckOptions::default(),
+        &crate::run::CheckOptions::default(),
         None,
         &RunPlan::default(),
     )

@@ -9,7 +9,7 @@
 //!
 //! Limits: a whole file is held in memory while it is encoded or decoded.
 
-use crate::tensor::{DType, Tensor, TensorData};
+use crate::value::tensor::{DType, Tensor, TensorData};
 
 /// The safetensors dtype of a detcheck dtype.
 fn safetensors_dtype(dtype: DType) -> safetensors::Dtype {

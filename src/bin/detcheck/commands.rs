@@ -3,11 +3,14 @@
 //! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`).
 
 use crate::{EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_RUN_FAILED};
-use detcheck::{
-    compare_curves, compare_dumps, dump_scenario, load_curve, resumable_step, write_curve_plots,
-    CheckOptions, CompareOptions, DumpComparison, DumpMode, DumpRunError, ExactF64, KindRegistry,
-    RunPlan, ScenarioReport, Tolerance,
-};
+use detcheck::checkpoint::resumable_step;
+use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
+use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
+use detcheck::file::DumpMode;
+use detcheck::run::{dump_scenario, DumpRunError};
+use detcheck::scenario::RunPlan;
+use detcheck::value::{ExactF64, Stats};
+use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -61,15 +64,15 @@ pub(crate) fn run(
         eprintln!("error: {flag}: kind `{}` does not {what}", spec.kind);
         EXIT_BAD_INPUT
     };
-    if plan.loader_workers.is_some() && !scenario.program.loads_data() {
+    if plan.loader_workers.is_some() && !scenario.program.capabilities().loads_data {
         return unsupported("--workers", "load data with worker threads");
     }
     let mut start = 0;
-    if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !scenario.program.resumes() {
+    if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !scenario.program.capabilities().resumes {
         return unsupported("--checkpoint/--resume", "write checkpoints");
     }
     if let Some(from) = &plan.resume_from {
-        match resumable_step(spec, from) {
+        match resumable_step(&spec.checkpoint_identity(0), from) {
             Ok(step) if step >= end => {
                 eprintln!(
                     "error: --resume: the checkpoint in {} is at step {step}, but this run \
@@ -141,7 +144,7 @@ fn clip(name: &str, width: usize) -> String {
 }
 
 /// Prints a comparison: header, first divergence, notes, the table, overflows.
-fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &DumpComparison) {
+fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
     outln!(
         o,
         "A: {} ({}, {} ranks)",
@@ -233,7 +236,7 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &DumpComparison) {
             } else if full {
                 outln!(o, "{head}");
             } else {
-                let digest = |s: &Option<detcheck::RecordSummary>| {
+                let digest = |s: &Option<RecordSummary>| {
                     s.as_ref()
                         .and_then(|s| s.digest.clone())
                         .map_or("-".to_owned(), |d| d.chars().take(12).collect())
@@ -242,7 +245,7 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &DumpComparison) {
                     r.left.as_ref().and_then(|s| s.stats),
                     r.right.as_ref().and_then(|s| s.stats),
                 );
-                let d = |f: fn(&detcheck::Stats) -> Option<ExactF64>| {
+                let d = |f: fn(&Stats) -> Option<ExactF64>| {
                     delta(sa.as_ref().and_then(f), sb.as_ref().and_then(f))
                 };
                 outln!(
@@ -409,7 +412,7 @@ pub(crate) fn write_maps(report: &ScenarioReport, dir: Option<&Path>) -> Vec<Str
     let Some(dir) = dir else {
         return lines;
     };
-    for (kind, map) in &report.maps {
+    for (kind, map) in report.maps() {
         let path: PathBuf = dir.join(format!("{}.{kind}.png", report.name));
         let title = format!("{}: {kind} check, first divergent tensor", report.name);
         let written = std::fs::create_dir_all(dir)

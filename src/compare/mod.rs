@@ -1,6 +1,13 @@
-//! Comparing two dumps, streaming: the engine behind `detcheck compare`.
+//! The comparison engine: the one place where two traces are paired and their differences found,
+//! for `detcheck compare` and for every check.
 //!
-//! Each rank of the two dumps is read step by step, in lockstep; memory holds one step of one rank
+//! A *side* is a set of ranks whose records can be read step by step: a dump folder on disk
+//! (detcheck's trace files, msprobe's dump folders) or a trace in memory (a check's runs, seen
+//! whole or through a [`TraceView`]). [`compare_dumps`] compares two folders;
+//! `compare_traces` compares two in-memory runs for a check, and gives the check its verdict
+//! and its divergence map from the same pass.
+//!
+//! Each rank of the two sides is read step by step, in lockstep; memory holds one step of one rank
 //! of each side, plus the rows kept for the report. Within a step, records are matched by (name,
 //! occurrence): the k-th record named `x` on one side with the k-th named `x` on the other, so an
 //! extra or missing record shifts nothing after it. Two matched records differ when their dtype or
@@ -13,14 +20,20 @@
 //! function of the two dumps: the first divergence is the earliest step, then record (seq), then
 //! rank, and rows are kept in that order.
 
-use crate::digest::Stats;
-use crate::dump::format::Entry;
-use crate::dump::reader::{Batch, Layout, RankSource};
-use crate::dump::{open_dump, Dump, DumpError};
-use crate::overflow::{classify, Overflow};
-use crate::picture::DivergenceMap;
-use crate::tensor::{Tensor, TensorData};
-use crate::trace::{Record, Trace};
+pub mod curves;
+mod map;
+#[cfg(test)]
+mod tests;
+
+pub use map::{DivergenceMap, MapCell};
+
+use crate::value::digest::Stats;
+use crate::file::format::Entry;
+use crate::file::reader::{Batch, Layout, RankSource};
+use crate::file::{open_dump, Dump, DumpError};
+use crate::record::overflow::{classify, Overflow};
+use crate::value::tensor::{Tensor, TensorData};
+use crate::record::{Record, Trace};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -157,7 +170,7 @@ impl TensorMetrics {
 
 /// One differing record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DumpDivergence {
+pub struct Divergence {
     /// Its step.
     pub step: u64,
     /// Its rank.
@@ -176,13 +189,13 @@ pub struct DumpDivergence {
     pub metrics: Option<TensorMetrics>,
 }
 
-impl DumpDivergence {
+impl Divergence {
     fn key(&self) -> (u64, u32, u32) {
         (self.step, self.seq, self.rank)
     }
 }
 
-impl fmt::Display for DumpDivergence {
+impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -195,7 +208,7 @@ impl fmt::Display for DumpDivergence {
 /// The result of comparing two dumps: data, not an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[must_use]
-pub struct DumpComparison {
+pub struct Comparison {
     /// What A is (`detcheck trace, md5 mode`, `msprobe dump at ...`).
     pub left: String,
     /// What B is.
@@ -207,9 +220,9 @@ pub struct DumpComparison {
     /// Pairs that differ.
     pub num_differing: u64,
     /// The first divergence: earliest step, then seq, then rank.
-    pub first: Option<DumpDivergence>,
+    pub first: Option<Divergence>,
     /// The first differing records, in order, at most `max_rows`.
-    pub rows: Vec<DumpDivergence>,
+    pub rows: Vec<Divergence>,
     /// Explanations of structural differences: world sizes, steps, names, missing statistics.
     pub notes: Vec<String>,
     /// The first overflow (NaN, Inf, fp16 saturation) in A and in B.
@@ -218,7 +231,23 @@ pub struct DumpComparison {
     pub map: Option<DivergenceMap>,
 }
 
-impl DumpComparison {
+impl Comparison {
+    /// A comparison of nothing (a check that compared no runs).
+    pub(crate) fn empty() -> Self {
+        Comparison {
+            left: String::new(),
+            right: String::new(),
+            world_sizes: (0, 0),
+            num_compared: 0,
+            num_differing: 0,
+            first: None,
+            rows: Vec::new(),
+            notes: Vec::new(),
+            overflow: [None, None],
+            map: None,
+        }
+    }
+
     /// `true` when nothing differs.
     #[must_use]
     pub fn is_identical(&self) -> bool {
@@ -253,29 +282,81 @@ impl Side for Dump {
 ///
 /// # Errors
 /// [`DumpError`] when a folder or file cannot be read, or is truncated, corrupt or of another
-/// format version. Differences are not errors: they are in the [`DumpComparison`].
+/// format version. Differences are not errors: they are in the [`Comparison`].
 pub fn compare_dumps(
     left: &Path,
     right: &Path,
     options: &CompareOptions,
-) -> Result<DumpComparison, DumpError> {
+) -> Result<Comparison, DumpError> {
     let (a, b) = (open_dump(left)?, open_dump(right)?);
     compare_sources(&a, &b, options)
 }
 
+/// Which records of an in-memory trace a check compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TraceView {
+    /// Every record of every rank, each rank with the same rank of the other run (`repeat`,
+    /// `backends`, `workers`, `restart`).
+    All,
+    /// Within one run, every rank's replicated records against rank 0's; rank 0 itself is the
+    /// reference and is not compared (`replicas`).
+    Replicas,
+    /// Rank 0's replicated records only, so runs of different world sizes compare
+    /// (`world_sizes`).
+    RankZeroReplicated,
+}
+
+/// The most differing records a check's comparison keeps (its failure text shows the first).
+const CHECK_ROWS: usize = 8;
+
+/// Compares two in-memory runs as `view` says, with the divergence map: the verdict and the map
+/// of a check come from this one pass. For [`TraceView::Replicas`], `right` is the run whose
+/// ranks are compared with its own rank 0 (`left` is not read).
+pub(crate) fn compare_traces(left: &Trace, right: &Trace, view: TraceView) -> Comparison {
+    let options = CompareOptions {
+        max_rows: CHECK_ROWS,
+        map: true,
+    };
+    let side = |trace, replicas_of, replicated_only, num_ranks: Option<u32>| MemoryDump {
+        trace,
+        replicas_of,
+        replicated_only,
+        num_ranks: num_ranks.unwrap_or(trace.world_size() as u32),
+    };
+    let (a, b, first_rank) = match view {
+        TraceView::All => (side(left, None, false, None), side(right, None, false, None), 0),
+        TraceView::Replicas => (
+            side(right, Some(0), true, None),
+            side(right, None, true, None),
+            1,
+        ),
+        TraceView::RankZeroReplicated => (
+            side(left, None, true, Some(1)),
+            side(right, None, true, Some(1)),
+            0,
+        ),
+    };
+    match compare_ranks(&a, &b, &options, first_rank) {
+        Ok(comparison) => comparison,
+        Err(_) => unreachable!("an in-memory side never fails to read"),
+    }
+}
+
 /// An in-memory trace as a comparison side: every record, or (for the `replicas` check) the
 /// replicated records of one rank standing in for every rank.
-pub(crate) struct MemoryDump<'t> {
-    pub(crate) trace: &'t Trace,
-    /// `Some(r)`: every rank reads rank r's replicated records; `None`: each rank its own records.
-    pub(crate) replicas_of: Option<u32>,
+struct MemoryDump<'t> {
+    trace: &'t Trace,
+    /// `Some(r)`: every rank reads rank r's records; `None`: each rank its own records.
+    replicas_of: Option<u32>,
     /// Only replicated records.
-    pub(crate) replicated_only: bool,
+    replicated_only: bool,
+    /// The ranks this side shows (the first ones of the trace).
+    num_ranks: u32,
 }
 
 impl Side for MemoryDump<'_> {
     fn world_size(&self) -> u32 {
-        self.trace.world_size() as u32
+        self.num_ranks
     }
     fn describe(&self) -> String {
         "trace in memory".into()
@@ -338,7 +419,7 @@ impl RankSource for MemoryRank<'_> {
                 name,
                 layout,
                 replicated: r.replicated,
-                digest: crate::dump::format::Digest::md5(r.md5.0),
+                digest: crate::file::format::Digest::md5(r.md5.0),
             };
             out.push(entry, Some(r.stats));
         }
@@ -397,8 +478,8 @@ struct Engine<'o> {
     options: &'o CompareOptions,
     num_compared: u64,
     num_differing: u64,
-    first: Option<DumpDivergence>,
-    rows: BTreeMap<(u64, u32, u32), DumpDivergence>,
+    first: Option<Divergence>,
+    rows: BTreeMap<(u64, u32, u32), Divergence>,
     overflow: [Option<Overflow>; 2],
     only: [OnlyIn; 2],
     step_notes: BTreeMap<String, Vec<u32>>,
@@ -451,11 +532,22 @@ impl IdMaps {
 type Pair = (Option<usize>, Option<usize>, Difference);
 
 /// Compares two sides rank by rank.
-pub(crate) fn compare_sources(
+fn compare_sources(
     a: &dyn Side,
     b: &dyn Side,
     options: &CompareOptions,
-) -> Result<DumpComparison, DumpError> {
+) -> Result<Comparison, DumpError> {
+    compare_ranks(a, b, options, 0)
+}
+
+/// Compares two sides rank by rank, from rank `first_rank` on (the ranks below it are left out
+/// of the counts and show no data on the map).
+fn compare_ranks(
+    a: &dyn Side,
+    b: &dyn Side,
+    options: &CompareOptions,
+    first_rank: u32,
+) -> Result<Comparison, DumpError> {
     let (wa, wb) = (a.world_size(), b.world_size());
     let world = wa.max(wb);
     let mut engine = Engine {
@@ -472,7 +564,7 @@ pub(crate) fn compare_sources(
         map_name_ids: HashMap::new(),
         world,
     };
-    for rank in 0..world {
+    for rank in first_rank..world {
         let sa = if rank < wa {
             Some(a.open_rank(rank)?)
         } else {
@@ -522,7 +614,7 @@ pub(crate) fn compare_sources(
         let cells = cells.into_values().flatten().collect();
         DivergenceMap::new(world, steps, cells, std::mem::take(&mut engine.map_names))
     });
-    Ok(DumpComparison {
+    Ok(Comparison {
         left: a.describe(),
         right: b.describe(),
         world_sizes: (wa, wb),
@@ -843,7 +935,7 @@ impl Engine<'_> {
                 }
                 _ => None,
             };
-            let row = DumpDivergence {
+            let row = Divergence {
                 step,
                 rank,
                 seq,

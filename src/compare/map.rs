@@ -1,14 +1,13 @@
 //! The divergence map: ranks × steps, each cell coloured by the first tensor that differs there.
 //!
-//! [`DivergenceMap`] is built by the compare engine (`compare --map`) or by [`map_of_runs`] from
-//! two in-memory runs (`check --report-dir`). Tensors are numbered in the order the engine finds
+//! [`DivergenceMap`] is built by the compare engine (`compare --map`) or for a check from the
+//! comparison that gave it its verdict (`check --report-dir`). Tensors are numbered in the order the engine finds
 //! them (rank 0's steps first), so the colours are the same for the same traces.
 //! Limits: more than 600 steps are grouped into columns (a group shows its earliest difference);
 //! the legend names the first 12 tensors.
 
-use super::{Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE, WHITE};
-use crate::dump::{compare_sources, CompareOptions, DumpError, MemoryDump};
-use crate::trace::Trace;
+use crate::picture::{Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE, WHITE};
+use crate::file::DumpError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -35,10 +34,10 @@ pub struct DivergenceMap {
     tensors: Vec<String>,
 }
 
-const CELL_NO_DATA: u32 = crate::dump::compare_cell_codes::NO_DATA;
-const CELL_IDENTICAL: u32 = crate::dump::compare_cell_codes::IDENTICAL;
-const CELL_ONE_SIDE: u32 = crate::dump::compare_cell_codes::ONE_SIDE;
-const CELL_TENSOR: u32 = crate::dump::compare_cell_codes::TENSOR;
+const CELL_NO_DATA: u32 = super::cell_codes::NO_DATA;
+const CELL_IDENTICAL: u32 = super::cell_codes::IDENTICAL;
+const CELL_ONE_SIDE: u32 = super::cell_codes::ONE_SIDE;
+const CELL_TENSOR: u32 = super::cell_codes::TENSOR;
 
 impl DivergenceMap {
     pub(crate) fn new(
@@ -102,7 +101,7 @@ impl DivergenceMap {
         let top = 48.0;
         let grid_w = cell_w * columns as f64;
         let grid_h = cell_h * f64::from(self.world_size);
-        let legend: Vec<(String, super::Rgb)> = [
+        let legend: Vec<(String, crate::picture::Rgb)> = [
             ("identical".to_owned(), LIGHT_GREY),
             ("only in one trace".to_owned(), GREY),
         ]
@@ -235,51 +234,13 @@ impl DivergenceMap {
     }
 }
 
-/// The map of two in-memory runs (`replicas: false`), or of every rank's replicated records
-/// against rank 0's within one run (`replicas: true`, `right` unused).
-pub(crate) fn map_of_runs(left: &Trace, right: &Trace, replicas: bool) -> DivergenceMap {
-    let options = CompareOptions {
-        max_rows: 0,
-        map: true,
-    };
-    let (a, b) = if replicas {
-        (
-            MemoryDump {
-                trace: left,
-                replicas_of: Some(0),
-                replicated_only: true,
-            },
-            MemoryDump {
-                trace: left,
-                replicas_of: None,
-                replicated_only: true,
-            },
-        )
-    } else {
-        (
-            MemoryDump {
-                trace: left,
-                replicas_of: None,
-                replicated_only: false,
-            },
-            MemoryDump {
-                trace: right,
-                replicas_of: None,
-                replicated_only: false,
-            },
-        )
-    };
-    compare_sources(&a, &b, &options)
-        .ok()
-        .and_then(|c| c.map)
-        .unwrap_or_else(|| DivergenceMap::new(0, Vec::new(), Vec::new(), Vec::new()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::Tensor;
-    use crate::trace::{RecordLevel, Recorder};
+    use crate::compare::{compare_traces, TraceView};
+    use crate::record::Trace;
+    use crate::value::tensor::Tensor;
+    use crate::record::{RecordLevel, Recorder};
 
     #[test]
     fn the_replicas_map_shows_the_rank_that_disagrees_with_rank_zero() {
@@ -295,7 +256,7 @@ mod tests {
             })
             .collect();
         let trace = Trace { ranks };
-        let map = map_of_runs(&trace, &trace, true);
+        let map = compare_traces(&trace, &trace, TraceView::Replicas).map.unwrap();
         assert_eq!(map.steps(), [0, 1]);
         assert_eq!(map.cell(2, 1), MapCell::Diverged(0));
         assert_eq!(map.cell(2, 0), MapCell::Identical);

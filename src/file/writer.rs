@@ -7,30 +7,29 @@
 //! Determinism: the bytes written are a pure function of the records, in the order given; ids are
 //! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
 
-use crate::check::{perturbation, CheckOptions};
-use crate::comm::{launch_threads, Communicator as _, LaunchConfig, LaunchError};
-use crate::dump::format::{self, Digest, Entry, Footer, Header};
-use crate::dump::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
-use crate::scenario::{LoadedScenario, RankContext, RunPlan};
-use crate::tensor::{DType, Tensor};
-use crate::tensorfile;
-use crate::trace::{Record, RecordLevel, RecordTap, Trace};
+use crate::file::format::{self, Digest, Entry, Footer, Header};
+use crate::file::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
+use crate::value::tensor::{DType, Tensor};
+use crate::file::tensorfile;
+use crate::record::Record;
+#[cfg(test)]
+use crate::record::Trace;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 /// Writes the trace file of one rank, record by record, as `docs/trace-format.md` describes.
 ///
 /// Records must come in step order; within a step, [`TraceWriter::record`] numbers them in call
-/// order (as [`crate::Recorder`] does). Nothing is visible under the final name until
+/// order (as [`Recorder`](crate::record::Recorder) does). Nothing is visible under the final name until
 /// [`TraceWriter::finish`] has written the footer, synced the file and renamed it; a writer dropped
 /// without `finish` removes its temporary file.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), detcheck::DumpError> {
-/// use detcheck::{DumpMode, Tensor, TraceWriter};
+/// # fn main() -> Result<(), detcheck::file::DumpError> {
+/// use detcheck::file::{DumpMode, TraceWriter};
+/// use detcheck::Tensor;
 /// let mut writer = TraceWriter::create("dump".as_ref(), 0, 1, DumpMode::Stats)?;
 /// for step in 0..3 {
 ///     let loss = Tensor::scalar(1.0f32 / (step + 1) as f32);
@@ -293,127 +292,6 @@ impl Drop for TraceWriter {
         if self.out.take().is_some() {
             // Not finished: leave nothing that could be mistaken for a trace.
             let _ = std::fs::remove_file(&self.tmp);
-        }
-    }
-}
-
-/// Why a scenario could not be dumped.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DumpRunError {
-    /// The dump folder cannot be used.
-    #[error(transparent)]
-    Dump(#[from] DumpError),
-    /// The run failed (a rank errored, panicked, missed a deadline, or could not write its file).
-    #[error("scenario `{scenario}`: {source}")]
-    Run {
-        /// The scenario.
-        scenario: String,
-        /// What failed.
-        source: LaunchError,
-    },
-}
-
-/// Runs `scenario` once on thread ranks and writes its trace to `dir` in `mode`.
-///
-/// Each rank writes its own file while it runs (`rank{R}.dctrace`, and in full mode its tensors
-/// under `rank{R}/`). `perturb_as_run` applies the perturbation of run 1 or 2 of a check
-/// ([`crate::run_checks`]), so two dumps made with 1 and 2 see the arrival orders `repeat` sees;
-/// `None` is a plain run. The folder must not already hold a dump, so two runs are never mixed
-/// in one folder.
-///
-/// # Errors
-/// [`DumpRunError::Dump`] when the folder cannot be created or already holds a dump;
-/// [`DumpRunError::Run`] when a rank fails or cannot write its file.
-pub fn dump_scenario(
-    scenario: &LoadedScenario,
-    dir: &Path,
-    mode: DumpMode,
-    options: &CheckOptions,
-    perturb_as_run: Option<usize>,
-    plan: &RunPlan,
-) -> Result<Trace, DumpRunError> {
-    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
-    let existing = std::fs::read_dir(dir)
-        .map_err(|e| DumpError::io("read folder", dir, e))?
-        .filter_map(Result::ok)
-        .any(|entry| {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("rank") && name.ends_with(".dctrace")
-        });
-    if existing {
-        return Err(DumpError::Folder {
-            path: dir.to_owned(),
-            detail: "already holds a dump; choose a new folder or remove it first".into(),
-        }
-        .into());
-    }
-    let spec = &scenario.spec;
-    let mut config = LaunchConfig::new(spec.world_size).with_deadline(options.deadline);
-    config.perturbation = perturb_as_run.map(|run| perturbation(spec.seed, run.max(1), options));
-    let level = if mode.has_stats() {
-        RecordLevel::Stats
-    } else {
-        RecordLevel::Digest
-    };
-    let program = scenario.program.clone();
-    let (run_spec, run_perturbation, plan) = (spec.clone(), config.perturbation, plan.clone());
-    let (dir, world) = (dir.to_owned(), spec.world_size as u32);
-    let dir_for_cleanup = dir.clone();
-    let ranks = launch_threads(&config, move |comm| {
-        let writer = TraceWriter::create(&dir, comm.rank() as u32, world, mode)?;
-        let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
-            Arc::new(Mutex::new((Some(writer), None)));
-        let mut ctx = RankContext::for_run(comm, level, &run_spec, &plan, run_perturbation);
-        let tap_state = Arc::clone(&state);
-        ctx.recorder_mut()
-            .set_tap(RecordTap(Box::new(move |record, tensor| {
-                let mut guard = tap_state.lock().unwrap_or_else(|e| e.into_inner());
-                let (writer, error) = &mut *guard;
-                if error.is_none() {
-                    if let Some(w) = writer.as_mut() {
-                        if let Err(e) = w.write_record(record, Some(tensor)) {
-                            *error = Some(e);
-                        }
-                    }
-                }
-            })));
-        program.run_rank(&mut ctx)?;
-        let trace = ctx.into_recorder().finish();
-        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = guard.1.take() {
-            return Err(Box::new(e));
-        }
-        guard.0.take().expect("taken once").finish()?;
-        Ok(trace)
-    })
-    .map_err(|source| {
-        // The folder held no dump before: remove what the ranks that did finish wrote, so a
-        // failed run leaves no dump that looks usable.
-        remove_dump_files(&dir_for_cleanup, world);
-        DumpRunError::Run {
-            scenario: scenario.name.clone(),
-            source,
-        }
-    })?;
-    Ok(Trace { ranks })
-}
-
-/// Removes the trace files of ranks `0..world` and their safetensors files (best effort; a
-/// `rank{R}/` folder is removed only when nothing else is in it).
-fn remove_dump_files(dir: &Path, world: u32) {
-    for rank in 0..world {
-        let _ = std::fs::remove_file(trace_path(dir, rank));
-        let tensors = dir.join(format!("rank{rank}"));
-        if let Ok(entries) = std::fs::read_dir(&tensors) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with("step") && name.ends_with(".safetensors") {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
-            let _ = std::fs::remove_dir(&tensors);
         }
     }
 }

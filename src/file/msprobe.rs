@@ -11,11 +11,11 @@
 //! Limits: the tensor-mode `.npy`/`.pt` files are not read; non-tensor arguments are skipped;
 //! a single-card dump's `rank` folder (no number) is rank 0.
 
-use crate::digest::{ExactF64, Stats};
-use crate::dump::format::{Digest, Entry};
-use crate::dump::reader::{Batch, Layout, RankSource};
-use crate::dump::DumpError;
-use crate::tensor::Tensor;
+use crate::value::digest::{ExactF64, Stats};
+use crate::file::format::{Digest, Entry};
+use crate::file::reader::{Batch, Layout, RankSource};
+use crate::file::DumpError;
+use crate::value::tensor::Tensor;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;

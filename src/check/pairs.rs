@@ -11,7 +11,7 @@
 //!
 //! Determinism: a comparison is a pure function of its traces.
 
-use crate::trace::{Record, Trace};
+use crate::record::{Record, Trace};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -274,8 +274,8 @@ fn compare_replicated(out: &mut Comparison, rank: usize, reference: &[Record], o
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::Tensor;
-    use crate::trace::{RecordLevel, Recorder};
+    use crate::value::tensor::Tensor;
+    use crate::record::{RecordLevel, Recorder};
 
     /// Builds a trace from (rank, step, name, value, replicated) rows.
     fn trace(rows: &[(u32, u64, &str, f32, bool)], world: u32) -> Trace {

@@ -14,7 +14,7 @@
 //! A golden test pins the stats' bits.
 //! Limits: stats are summaries for people, not proofs; equality of runs is decided by the md5.
 
-use crate::tensor::{Tensor, TensorData};
+use crate::value::tensor::{Tensor, TensorData};
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

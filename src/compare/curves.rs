@@ -12,7 +12,7 @@
 //! Limits: one scalar per step (the first occurrence when a step records the name twice); a NaN is
 //! never close to anything (numpy's default).
 
-use crate::dump::{open_dump, Batch, DumpError};
+use crate::file::{open_dump, Batch, DumpError};
 use crate::picture::{axis_label, Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,5 +1,6 @@
-//! Traces on disk: writing a run's records to a dump folder, reading dumps back, and reading
-//! msprobe's dump folders.
+//! Files: traces on disk (writing a rank's records to a dump folder, reading dumps back, reading
+//! msprobe's dump folders), tensors as safetensors, and the atomic write every file of detcheck
+//! goes through.
 //!
 //! A *dump* is a folder with one trace file per rank, `rank{R}.dctrace`, in the compact binary
 //! format of `docs/trace-format.md` (a versioned header, name and layout definitions, fixed-size
@@ -16,21 +17,15 @@
 //! Limits: records must arrive in step order on each rank (a program records step 0, then step
 //! 1, ...); the full-tensor mode keeps one step's tensors of a rank in memory before writing them.
 
-mod compare;
-mod format;
+pub(crate) mod format;
 mod msprobe;
-mod reader;
+pub(crate) mod reader;
+pub(crate) mod tensorfile;
 mod writer;
 
+pub use writer::TraceWriter;
 #[cfg(test)]
-mod tests;
-
-pub(crate) use compare::{cell_codes as compare_cell_codes, compare_sources, MemoryDump};
-pub use compare::{
-    compare_dumps, CompareOptions, Difference, DumpComparison, DumpDivergence, RecordSummary,
-    TensorMetrics,
-};
-pub use writer::{dump_scenario, DumpRunError, TraceWriter};
+pub(crate) use writer::write_trace;
 
 pub(crate) use reader::{open_dump, Batch, Dump};
 

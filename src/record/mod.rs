@@ -9,11 +9,16 @@
 //! clock, address or thread identity is stored. Two runs that record the same tensors in the same
 //! order give equal traces.
 //!
-//! Limits: traces live in memory; `crate::dump` writes them to disk, through a tap that sees each
-//! record with its tensor as it is recorded.
+//! Limits: traces live in memory; the trace files of `crate::file` are written through a tap
+//! that sees each record with its tensor as it is recorded. [`first_overflow`] finds the first
+//! NaN, infinity or fp16 saturation of a trace.
 
-use crate::digest::{Md5Digest, Stats};
-use crate::tensor::{DType, Tensor};
+pub(crate) mod overflow;
+
+pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
+
+use crate::value::digest::{Md5Digest, Stats};
+use crate::value::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

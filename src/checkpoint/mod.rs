@@ -22,10 +22,9 @@
 //! Limits: each rank writes its own files (a shared file system is not needed, but every rank
 //! must find its own files again on resume); tensors are held in memory while written.
 
-use crate::scenario::ScenarioSpec;
-use crate::seed::RankRng;
-use crate::tensor::Tensor;
-use crate::tensorfile;
+use crate::value::seed::RankRng;
+use crate::value::tensor::Tensor;
+use crate::file::tensorfile;
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -301,8 +300,8 @@ pub(crate) fn remove_rank_files(dir: &Path, rank: usize) {
 
 /// Writes `bytes` to `path` through a temporary file, synced, then renamed.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    crate::dump::write_atomically(path, bytes).map_err(|e| match e {
-        crate::dump::DumpError::Io {
+    crate::file::write_atomically(path, bytes).map_err(|e| match e {
+        crate::file::DumpError::Io {
             action,
             path,
             source,
@@ -436,22 +435,21 @@ pub fn load_checkpoint(
     })
 }
 
-/// The step a run of `spec` would resume from in `dir` (the newest step every rank has
-/// complete), after reading and checking every rank's files as the resumed ranks will: a bad
+/// The step a run would resume from in `dir` (the newest step every rank has complete); `run` is
+/// the identity of the run's checkpoints (its `rank` is ignored: every rank of its world size is
+/// read), after reading and checking every rank's files as the resumed ranks will: a bad
 /// checkpoint is reported before any rank starts.
 ///
 /// # Errors
 /// [`CheckpointError`] naming the first rank's file that is missing, corrupt or written by
 /// another run.
-pub fn resumable_step(spec: &ScenarioSpec, dir: &Path) -> Result<u64, CheckpointError> {
+pub fn resumable_step(run: &CheckpointIdentity, dir: &Path) -> Result<u64, CheckpointError> {
     let identity = |rank| CheckpointIdentity {
-        fingerprint: spec.fingerprint(),
-        seed: spec.seed,
-        world_size: spec.world_size,
         rank,
+        ..run.clone()
     };
     let mut common = u64::MAX;
-    for rank in 0..spec.world_size {
+    for rank in 0..run.world_size {
         let newest = complete_steps(dir, rank)?.first().copied();
         common = common.min(newest.ok_or_else(|| CheckpointError::NotFound {
             dir: dir.to_path_buf(),
@@ -459,7 +457,7 @@ pub fn resumable_step(spec: &ScenarioSpec, dir: &Path) -> Result<u64, Checkpoint
             wanted: None,
         })?);
     }
-    for rank in 0..spec.world_size {
+    for rank in 0..run.world_size {
         load_checkpoint(dir, &identity(rank), Some(common))?;
     }
     Ok(common)
@@ -510,7 +508,7 @@ fn check_identity(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seed::{derive_stream, Stream};
+    use crate::value::seed::{derive_stream, Stream};
 
     fn identity(rank: usize) -> CheckpointIdentity {
         CheckpointIdentity {
@@ -530,7 +528,7 @@ mod tests {
             "param".into(),
             Tensor::new(
                 vec![2, 2],
-                crate::TensorData::F32(vec![1.0, -0.0, 2.5, step as f32]),
+                crate::value::tensor::TensorData::F32(vec![1.0, -0.0, 2.5, step as f32]),
             )
             .unwrap(),
         );

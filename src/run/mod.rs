@@ -1,0 +1,286 @@
+//! Running a scenario once: the one rank body and the runners that launch it.
+//!
+//! A run is described by a [`RunRequest`]: the scenario's spec, which run of a check it is, its
+//! perturbation, its [`RunPlan`], how records are kept and, for `detcheck run --dump`, where each
+//! rank writes its trace file. [`run_rank`] is the *rank body*: the one place where a rank
+//! program runs (a [`RankContext`] for the rank, the program, the recorder, the trace file).
+//! A [`Runner`] is a backend: it launches the ranks of a request and gathers their traces;
+//! [`ThreadRunner`] runs them as threads of this process, and `mpi::MpiJob` (feature `mpi`)
+//! as the processes of an MPI job. A new backend adds a runner, never a copy of the rank body.
+//!
+//! Determinism: a request holds everything a rank needs, so every backend runs the same program
+//! on the same inputs; the perturbations are derived from the scenario's seed
+//! ([`perturbation`]).
+
+mod dump;
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
+
+pub use dump::{dump_scenario, DumpRunError};
+
+use crate::comm::{launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError};
+use crate::file::{DumpError, DumpMode, TraceWriter};
+use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
+use crate::scenario::{LoadedScenario, RankContext, RunPlan, Scenario, ScenarioSpec};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How checks run.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// The collective deadline of every run.
+    pub deadline: Duration,
+    /// What the recorders compute.
+    pub record_level: RecordLevel,
+    /// The upper bound of the perturbation's seeded delays.
+    pub max_delay: Duration,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            deadline: Duration::from_secs(60),
+            record_level: RecordLevel::Stats,
+            max_delay: Duration::from_micros(100),
+        }
+    }
+}
+
+/// Why a check could not be evaluated: a run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A run's ranks failed.
+    #[error("scenario `{scenario}`, run {run}: {source}")]
+    Launch {
+        /// The scenario.
+        scenario: String,
+        /// Which run (1 or 2).
+        run: usize,
+        /// What failed.
+        source: LaunchError,
+    },
+    /// The scenario needs more ranks than the MPI job has processes.
+    #[error(
+        "scenario `{scenario}` needs {needed} ranks, but the MPI job has {available} processes: \
+         run it with `mpirun -n {needed}` or more"
+    )]
+    WorldTooLarge {
+        /// The scenario.
+        scenario: String,
+        /// Its world size.
+        needed: usize,
+        /// Processes in the MPI job.
+        available: usize,
+    },
+}
+
+/// The perturbation of run `run` (1 or 2) of a scenario seeded with `seed`.
+pub(crate) fn perturbation(seed: u64, run: usize, options: &CheckOptions) -> Perturbation {
+    Perturbation {
+        seed: seed ^ 0x9e37_79b9_7f4a_7c15,
+        rotation: run - 1,
+        max_delay: options.max_delay,
+    }
+}
+
+/// Where a rank writes its trace file while it runs (`detcheck run --dump`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DumpTarget {
+    /// The dump folder.
+    pub(crate) dir: PathBuf,
+    /// What each record holds.
+    pub(crate) mode: DumpMode,
+}
+
+/// One run of a scenario, as every rank receives it. Serializable: MPI followers receive it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunRequest {
+    /// The scenario's name, for messages.
+    pub(crate) name: String,
+    /// The scenario file.
+    pub(crate) spec: ScenarioSpec,
+    /// Where the file came from (followers build the program from it).
+    pub(crate) origin: PathBuf,
+    /// Which run of a check (1, 2, ...), for messages.
+    pub(crate) run: usize,
+    /// The collective deadline.
+    pub(crate) deadline: Duration,
+    /// What the recorders compute.
+    pub(crate) record_level: RecordLevel,
+    /// The run's seeded perturbation (`None`: a plain run).
+    pub(crate) perturbation: Option<Perturbation>,
+    /// What the run does beyond its spec.
+    pub(crate) plan: RunPlan,
+    /// Where each rank writes its trace file, if anywhere.
+    pub(crate) dump: Option<DumpTarget>,
+}
+
+impl RunRequest {
+    /// Run `run` of `scenario` under `options`, `perturbation` and `plan`, kept in memory.
+    pub(crate) fn new(
+        scenario: &LoadedScenario,
+        options: &CheckOptions,
+        perturbation: Option<Perturbation>,
+        run: usize,
+        plan: &RunPlan,
+    ) -> Self {
+        RunRequest {
+            name: scenario.name.clone(),
+            spec: scenario.spec.clone(),
+            origin: scenario.origin.clone(),
+            run,
+            deadline: options.deadline,
+            record_level: options.record_level,
+            perturbation,
+            plan: plan.clone(),
+            dump: None,
+        }
+    }
+
+    /// The same request with every rank also writing its trace file into `dir` in `mode`
+    /// (the records then hold what `mode` holds).
+    pub(crate) fn with_dump(mut self, dir: &Path, mode: DumpMode) -> Self {
+        self.record_level = if mode.has_stats() {
+            RecordLevel::Stats
+        } else {
+            RecordLevel::Digest
+        };
+        self.dump = Some(DumpTarget {
+            dir: dir.to_owned(),
+            mode,
+        });
+        self
+    }
+
+    /// `RunError::Launch` for this request.
+    pub(crate) fn failed(&self, source: LaunchError) -> RunError {
+        RunError::Launch {
+            scenario: self.name.clone(),
+            run: self.run,
+            source,
+        }
+    }
+}
+
+/// The rank body: runs `program` as rank `comm.rank()` of `request`, and returns the rank's
+/// trace. With a dump target, every record (and in full mode its tensor) is also written to the
+/// rank's trace file as it is recorded, and the file is finished before the trace is returned.
+///
+/// Every backend calls this, once per rank; catching panics and gathering traces is the
+/// runner's job.
+///
+/// # Errors
+/// The program's error, or a [`DumpError`] when the trace file cannot be written.
+pub(crate) fn run_rank(
+    program: &dyn Scenario,
+    comm: &dyn Communicator,
+    request: &RunRequest,
+) -> Result<RankTrace, RankError> {
+    let mut ctx = RankContext::for_run(
+        comm,
+        request.record_level,
+        &request.spec,
+        &request.plan,
+        request.perturbation,
+    );
+    let Some(target) = &request.dump else {
+        program.run_rank(&mut ctx)?;
+        return Ok(ctx.into_recorder().finish());
+    };
+    let world = request.spec.world_size as u32;
+    let writer = TraceWriter::create(&target.dir, comm.rank() as u32, world, target.mode)?;
+    // The tap runs inside `record`, which cannot fail: it keeps the first write error, and the
+    // rank reports it when the program ends.
+    let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
+        Arc::new(Mutex::new((Some(writer), None)));
+    let tap_state = Arc::clone(&state);
+    ctx.recorder_mut()
+        .set_tap(RecordTap(Box::new(move |record, tensor| {
+            let mut guard = tap_state.lock().unwrap_or_else(|e| e.into_inner());
+            let (writer, error) = &mut *guard;
+            if error.is_none() {
+                if let Some(w) = writer.as_mut() {
+                    if let Err(e) = w.write_record(record, Some(tensor)) {
+                        *error = Some(e);
+                    }
+                }
+            }
+        })));
+    program.run_rank(&mut ctx)?;
+    let trace = ctx.into_recorder().finish();
+    let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = guard.1.take() {
+        return Err(Box::new(e));
+    }
+    if let Some(writer) = guard.0.take() {
+        writer.finish()?;
+    }
+    Ok(trace)
+}
+
+/// A backend: launches the ranks of a run and gathers their traces.
+pub(crate) trait Runner {
+    /// Runs `scenario` once as `request` says.
+    ///
+    /// # Errors
+    /// [`RunError::Launch`] when a rank fails (errors, panics, misses a deadline).
+    fn run(&self, scenario: &LoadedScenario, request: &RunRequest) -> Result<Trace, RunError>;
+
+    /// `true` when the runs are on MPI ranks, so that `backends` can compare them with threads.
+    fn is_mpi(&self) -> bool;
+
+    /// The largest world this runner can launch (`None`: any).
+    fn max_world_size(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Thread ranks in this process.
+pub(crate) struct ThreadRunner;
+
+impl ThreadRunner {
+    /// Launches the request's ranks as threads and gathers their traces.
+    pub(crate) fn launch(
+        &self,
+        scenario: &LoadedScenario,
+        request: &RunRequest,
+    ) -> Result<Trace, LaunchError> {
+        let mut config =
+            LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
+        config.perturbation = request.perturbation;
+        let program = Arc::clone(&scenario.program);
+        let shared = Arc::new(request.clone());
+        let ranks = launch_threads(&config, move |comm| {
+            run_rank(program.as_ref(), comm, &shared)
+        })?;
+        Ok(Trace { ranks })
+    }
+}
+
+impl Runner for ThreadRunner {
+    fn run(&self, scenario: &LoadedScenario, request: &RunRequest) -> Result<Trace, RunError> {
+        self.launch(scenario, request)
+            .map_err(|source| request.failed(source))
+    }
+
+    fn is_mpi(&self) -> bool {
+        false
+    }
+}
+
+/// Runs `scenario` once on thread ranks and returns its trace.
+///
+/// # Errors
+/// [`RunError::Launch`] when a rank fails; `run` numbers the run in the message.
+pub fn run_once(
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    perturbation: Option<Perturbation>,
+    run: usize,
+) -> Result<Trace, RunError> {
+    let request = RunRequest::new(scenario, options, perturbation, run, &RunPlan::default());
+    ThreadRunner.run(scenario, &request)
+}

@@ -1,0 +1,297 @@
+//! Kinds by name ([`KindRegistry`]), loading scenario files ([`LoadedScenario`],
+//! [`discover_scenarios`]) and the default checks, which follow from a kind's [`Capabilities`].
+//!
+//! Bad input: every error names the file, and the field where there is one ([`ScenarioError`]).
+//! Determinism: files are loaded in file-name order.
+
+use crate::scenario::spec::{parse_spec, validate_common};
+use crate::scenario::{
+    builtin, Capabilities, CheckKind, Expectation, ParamError, Scenario, ScenarioSpec,
+};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Builds a kind's program from a validated spec.
+pub type KindFactory =
+    Arc<dyn Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync>;
+
+/// The scenario kinds a loader knows, by name.
+#[derive(Clone)]
+pub struct KindRegistry {
+    kinds: BTreeMap<String, KindFactory>,
+}
+
+impl fmt::Debug for KindRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.kinds.keys()).finish()
+    }
+}
+
+impl Default for KindRegistry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl KindRegistry {
+    /// The built-in kinds: `seed`, `collective`, `dataloader`, `train`.
+    #[must_use]
+    pub fn builtin() -> Self {
+        let mut registry = KindRegistry {
+            kinds: BTreeMap::new(),
+        };
+        builtin::register(&mut registry);
+        registry
+    }
+
+    /// Adds (or replaces) a kind.
+    pub fn register(
+        &mut self,
+        name: impl Into<String>,
+        factory: impl Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync + 'static,
+    ) {
+        self.kinds.insert(name.into(), Arc::new(factory));
+    }
+
+    /// The names of the known kinds, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.kinds.keys().map(String::as_str)
+    }
+
+    /// Validates `spec` and builds its program. `origin` names the file in errors.
+    ///
+    /// # Errors
+    /// [`ScenarioError::Invalid`] naming `origin` and the field.
+    pub fn build(
+        &self,
+        spec: ScenarioSpec,
+        origin: &Path,
+    ) -> Result<LoadedScenario, ScenarioError> {
+        let invalid = |e: ParamError| ScenarioError::Invalid {
+            path: origin.to_path_buf(),
+            field: e.field,
+            message: e.message,
+        };
+        validate_common(&spec).map_err(invalid)?;
+        let factory = self.kinds.get(&spec.kind).ok_or_else(|| {
+            invalid(ParamError::new(
+                "kind",
+                format!(
+                    "unknown kind `{}`; known kinds: {}",
+                    spec.kind,
+                    self.names().collect::<Vec<_>>().join(", ")
+                ),
+            ))
+        })?;
+        let program = factory(&spec).map_err(invalid)?;
+        let name = match &spec.name {
+            Some(name) => name.clone(),
+            None => origin
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| spec.kind.clone()),
+        };
+        let mut checks = spec.checks.clone();
+        if checks.is_empty() {
+            checks.push(CheckKind::Repeat);
+            if spec.expect == Expectation::Identical {
+                let supports = program.capabilities();
+                if supports.replicated_records {
+                    checks.push(CheckKind::Replicas);
+                }
+                if supports.loads_data {
+                    checks.push(CheckKind::Workers);
+                }
+                if supports.resumes && spec.steps >= 2 {
+                    checks.push(CheckKind::Restart);
+                }
+            }
+        }
+        validate_capabilities(&spec, &checks, program.capabilities()).map_err(invalid)?;
+        Ok(LoadedScenario {
+            name,
+            origin: origin.to_path_buf(),
+            checks,
+            spec,
+            program,
+        })
+    }
+
+    /// Reads, parses, validates and builds the scenario file at `path`.
+    ///
+    /// # Errors
+    /// [`ScenarioError`] naming the file, and the field where there is one.
+    pub fn load_file(&self, path: &Path) -> Result<LoadedScenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let spec = parse_spec(&text).map_err(|e| ScenarioError::Invalid {
+            path: path.to_path_buf(),
+            field: e.field,
+            message: e.message,
+        })?;
+        self.build(spec, path)
+    }
+}
+
+/// The `workers` and `restart` checks need a program that can honour them, and sensible values.
+fn validate_capabilities(
+    spec: &ScenarioSpec,
+    checks: &[CheckKind],
+    capabilities: Capabilities,
+) -> Result<(), ParamError> {
+    let field = |check: CheckKind| match spec.checks.iter().position(|&c| c == check) {
+        Some(i) => format!("checks[{i}]"),
+        None => "checks".to_owned(),
+    };
+    if checks.contains(&CheckKind::Workers) {
+        if !capabilities.loads_data {
+            return Err(ParamError::new(
+                field(CheckKind::Workers),
+                format!(
+                    "`workers` varies data-loader worker threads, but kind `{}` has no loader \
+                     (the built-in kinds with one: dataloader, train)",
+                    spec.kind
+                ),
+            ));
+        }
+        if spec.workers.len() < 2 {
+            return Err(ParamError::new(
+                "workers",
+                "`workers` needs at least two worker counts to compare",
+            ));
+        }
+    }
+    if checks.contains(&CheckKind::Restart) {
+        if !capabilities.resumes {
+            return Err(ParamError::new(
+                field(CheckKind::Restart),
+                format!(
+                    "`restart` resumes from a checkpoint, but kind `{}` does not write any \
+                     (the built-in kinds that do: dataloader, train)",
+                    spec.kind
+                ),
+            ));
+        }
+        let at = spec.restart_step();
+        if at == 0 || at >= spec.steps {
+            return Err(ParamError::new(
+                if spec.restart_at.is_some() {
+                    "restart_at"
+                } else {
+                    "steps"
+                },
+                format!(
+                    "the restart check needs 1 <= restart_at < steps, but restart_at is {at} \
+                     and steps is {}",
+                    spec.steps
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A scenario ready to run: its spec, its program, its checks.
+#[derive(Clone)]
+pub struct LoadedScenario {
+    /// The trial name.
+    pub name: String,
+    /// The file it came from.
+    pub origin: PathBuf,
+    /// The checks to run, defaults applied.
+    pub checks: Vec<CheckKind>,
+    /// The spec as written.
+    pub spec: ScenarioSpec,
+    /// The program.
+    pub program: Arc<dyn Scenario>,
+}
+
+impl fmt::Debug for LoadedScenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedScenario")
+            .field("name", &self.name)
+            .field("origin", &self.origin)
+            .field("checks", &self.checks)
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why scenarios could not be loaded. Each names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// The file or folder could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid scenario.
+    #[error("{}: field `{field}`: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a path (`params.hidden`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two files give the same scenario name.
+    #[error("{} and {} both name a scenario `{name}`", first.display(), second.display())]
+    DuplicateName {
+        /// The name.
+        name: String,
+        /// The first file.
+        first: PathBuf,
+        /// The second file.
+        second: PathBuf,
+    },
+}
+
+/// Loads every `*.json` file in `dir`, sorted by file name.
+///
+/// Returns one result per file, so that one bad file does not hide the others; a duplicate name is
+/// reported on the second file.
+///
+/// # Errors
+/// [`ScenarioError::Read`] when the folder cannot be listed.
+pub fn discover_scenarios(
+    dir: &Path,
+    registry: &KindRegistry,
+) -> Result<Vec<Result<LoadedScenario, ScenarioError>>, ScenarioError> {
+    let read_error = |source| ScenarioError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_error)? {
+        let path = entry.map_err(read_error)?.path();
+        if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    Ok(files
+        .into_iter()
+        .map(|path| {
+            let loaded = registry.load_file(&path)?;
+            if let Some(first) = seen.get(&loaded.name) {
+                return Err(ScenarioError::DuplicateName {
+                    name: loaded.name,
+                    first: first.clone(),
+                    second: path,
+                });
+            }
+            seen.insert(loaded.name.clone(), path);
+            Ok(loaded)
+        })
+        .collect())
+}

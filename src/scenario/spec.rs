@@ -1,0 +1,287 @@
+//! The scenario file as written ([`ScenarioSpec`]), its parsing and validation, and the check
+//! vocabulary it uses ([`CheckKind`], [`Expectation`]).
+//!
+//! Bad input: unknown fields are rejected and every error names the field ([`ParamError`]).
+//! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
+//! kind, effective reduction and parameters.
+
+use crate::value::reduce::ReductionMode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A check a scenario can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckKind {
+    /// Two perturbed runs of one configuration give identical records.
+    Repeat,
+    /// Replicated records are identical on every rank.
+    Replicas,
+    /// A run on MPI ranks gives the same records as the same run on thread ranks.
+    Backends,
+    /// Runs at each of the spec's `world_sizes` give identical replicated records (loss,
+    /// gradients, parameters): the bits do not depend on the number of ranks.
+    WorldSizes,
+    /// Runs with each of the spec's `workers` data-loader worker counts give identical records.
+    Workers,
+    /// A run checkpointed at step k and resumed in a fresh launch gives the continuous run's
+    /// records from step k on (and before it).
+    Restart,
+}
+
+impl fmt::Display for CheckKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CheckKind::Repeat => "repeat",
+            CheckKind::Replicas => "replicas",
+            CheckKind::Backends => "backends",
+            CheckKind::WorldSizes => "world_sizes",
+            CheckKind::Workers => "workers",
+            CheckKind::Restart => "restart",
+        })
+    }
+}
+
+/// What a check must find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expectation {
+    /// No divergence.
+    Identical,
+    /// At least one divergence: a negative control.
+    Diverges,
+}
+
+/// A scenario file, as written.
+///
+/// ```json
+/// {
+///   "kind": "collective", "world_size": 4, "steps": 5, "seed": 1234,
+///   "reduction": "ring", "deterministic_comm": true, "expect": "identical",
+///   "params": { "elements": 4096 }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSpec {
+    /// Trial name; defaults to the file name without `.json`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the scenario shows, for people.
+    #[serde(default)]
+    pub description: String,
+    /// The kind of program: `seed`, `collective`, `dataloader`, `train`, or a registered one.
+    pub kind: String,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Number of steps.
+    pub steps: u64,
+    /// The seed every random stream derives from.
+    pub seed: u64,
+    /// The reduction mode of every allreduce.
+    pub reduction: ReductionMode,
+    /// `false` models a job without deterministic communication (HCCL_DETERMINISTIC unset): every
+    /// allreduce then adds in arrival order, whatever `reduction` says.
+    pub deterministic_comm: bool,
+    /// What the checks must find: `identical`, or `diverges` for a negative control.
+    pub expect: Expectation,
+    /// The checks to run; by default `repeat`, plus `replicas` for `train` when identical.
+    #[serde(default)]
+    pub checks: Vec<CheckKind>,
+    /// `true` to run the trial only with `--ignored` (slow scenarios).
+    #[serde(default)]
+    pub ignored: bool,
+    /// The world sizes the `world_sizes` check runs (default 1, 2, 3, 4 and 8).
+    #[serde(default = "default_world_sizes")]
+    pub world_sizes: Vec<usize>,
+    /// The data-loader worker counts the `workers` check runs (default 0, 1, 2 and 4).
+    #[serde(default = "default_workers")]
+    pub workers: Vec<usize>,
+    /// The step the `restart` check checkpoints at and resumes from (default `steps / 2`).
+    #[serde(default)]
+    pub restart_at: Option<u64>,
+    /// The kind's own parameters.
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_workers() -> Vec<usize> {
+    vec![0, 1, 2, 4]
+}
+
+fn default_world_sizes() -> Vec<usize> {
+    vec![1, 2, 3, 4, 8]
+}
+
+impl ScenarioSpec {
+    /// The reduction mode the run really uses, after the deterministic-communication switch.
+    #[must_use]
+    pub fn effective_mode(&self) -> ReductionMode {
+        if self.deterministic_comm {
+            self.reduction
+        } else {
+            ReductionMode::ArrivalOrder
+        }
+    }
+
+    /// The step the `restart` check resumes from: `restart_at`, or half the steps.
+    #[must_use]
+    pub fn restart_step(&self) -> u64 {
+        self.restart_at.unwrap_or(self.steps / 2)
+    }
+
+    /// md5 (hex) of the kind, the effective reduction and the parameters: what a checkpoint must
+    /// have been written by. Steps, checks and the description may differ.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        use md5::{Digest as _, Md5};
+        let params = serde_json::to_string(&self.params).expect("JSON values serialize");
+        let text = format!("{}\n{}\n{params}", self.kind, self.effective_mode());
+        Md5::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The identity of the checkpoints rank `rank` of a run of this spec writes and reads.
+    #[must_use]
+    pub fn checkpoint_identity(&self, rank: usize) -> crate::checkpoint::CheckpointIdentity {
+        crate::checkpoint::CheckpointIdentity {
+            fingerprint: self.fingerprint(),
+            seed: self.seed,
+            world_size: self.world_size,
+            rank,
+        }
+    }
+
+    /// Parses `params` into the kind's own parameter type, naming the field on error.
+    ///
+    /// # Errors
+    /// A [`ParamError`] whose field starts with `params.`.
+    pub fn parse_params<P: DeserializeOwned>(&self) -> Result<P, ParamError> {
+        let value = serde_json::Value::Object(self.params.clone());
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            ParamError {
+                field: if path == "." {
+                    "params".to_owned()
+                } else {
+                    format!("params.{path}")
+                },
+                message: e.into_inner().to_string(),
+            }
+        })
+    }
+}
+
+/// A parameter a kind rejected: the field (as `params.x.y`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`: {message}")]
+pub struct ParamError {
+    /// The field, as a path from the top of the file.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ParamError {
+    /// A rejection of `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ParamError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses scenario JSON, naming the field of the first error.
+pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let spec: ScenarioSpec = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        ParamError::new(
+            if path == "." {
+                "(top level)".to_owned()
+            } else {
+                path
+            },
+            e.into_inner().to_string(),
+        )
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| ParamError::new("(top level)", e.to_string()))?;
+    Ok(spec)
+}
+
+/// The largest world a scenario file may ask for.
+const MAX_WORLD_SIZE: usize = 1024;
+
+pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
+    if spec.world_size == 0 || spec.world_size > MAX_WORLD_SIZE {
+        return Err(ParamError::new(
+            "world_size",
+            format!(
+                "must be between 1 and {MAX_WORLD_SIZE}, got {}",
+                spec.world_size
+            ),
+        ));
+    }
+    if spec.steps == 0 {
+        return Err(ParamError::new("steps", "must be at least 1"));
+    }
+    for (i, &w) in spec.world_sizes.iter().enumerate() {
+        if w == 0 || w > MAX_WORLD_SIZE {
+            return Err(ParamError::new(
+                format!("world_sizes[{i}]"),
+                format!("must be between 1 and {MAX_WORLD_SIZE}, got {w}"),
+            ));
+        }
+    }
+    for (i, &w) in spec.workers.iter().enumerate() {
+        if w > MAX_WORKERS {
+            return Err(ParamError::new(
+                format!("workers[{i}]"),
+                format!("must be at most {MAX_WORKERS}, got {w}"),
+            ));
+        }
+    }
+    for (i, check) in spec.checks.iter().enumerate() {
+        if spec.checks[..i].contains(check) {
+            return Err(ParamError::new(
+                format!("checks[{i}]"),
+                format!("`{check}` is listed twice"),
+            ));
+        }
+        if *check == CheckKind::WorldSizes && spec.world_sizes.len() < 2 {
+            return Err(ParamError::new(
+                "world_sizes",
+                "`world_sizes` needs at least two sizes to compare",
+            ));
+        }
+        if *check == CheckKind::Backends && !spec.effective_mode().is_backend_independent() {
+            return Err(ParamError::new(
+                format!("checks[{i}]"),
+                format!(
+                    "`backends` compares schedules detcheck computes itself (rank_ordered, \
+                     ring), but this scenario reduces in {}",
+                    spec.effective_mode()
+                ),
+            ));
+        }
+    }
+    if let Some(name) = &spec.name {
+        if name.is_empty() || name.chars().any(char::is_whitespace) {
+            return Err(ParamError::new(
+                "name",
+                "must be non-empty and without whitespace (it is a test name)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest number of loader workers a scenario file may ask for.
+pub(crate) const MAX_WORKERS: usize = 64;

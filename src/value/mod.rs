@@ -1,0 +1,24 @@
+//! Values: tensors and their canonical bytes, digests and statistics, seeded random streams, and
+//! the reduction arithmetic every backend shares (summation orders, reproducible sums).
+//!
+//! Main types: [`Tensor`], [`Md5Digest`], [`Stats`], [`RankRng`] (from [`derive_stream`]),
+//! [`ReductionMode`], [`ReduceOp`].
+//!
+//! Determinism: a digest depends only on dtype, shape and the canonical little-endian bytes; a
+//! stream only on (seed, stream, rank, step); a reduction's bits only on its mode, its inputs and
+//! (except `reproducible`) the number of ranks, never on the CPU the kernel runs on. This is
+//! the bottom layer: it uses no other module of the crate.
+
+pub(crate) mod digest;
+pub(crate) mod reduce;
+pub(crate) mod reprosum;
+pub(crate) mod seed;
+pub(crate) mod tensor;
+
+pub use digest::{ExactF64, Md5Digest, Stats};
+pub use reduce::{ReduceOp, ReductionMode};
+pub use reprosum::{
+    reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
+};
+pub use seed::{derive_stream, RankRng, Stream};
+pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};
