@@ -10,7 +10,7 @@
 //! ones listed before it (`ARCHITECTURE.md`, enforced by `tests/tidy.rs`):
 //! - [`value`]: tensors, digests, seeded streams, reduction arithmetic (reproducible sums);
 //! - [`record`]: recording tensors as records, traces, overflow detection;
-//! - [`file`]: trace files on disk (writer, readers, msprobe dumps), atomic writes;
+//! - [`file`](mod@file): trace files on disk (writer, readers, msprobe dumps), atomic writes;
 //! - [`comm`]: ranks and collectives with deadlines (threads; MPI with feature `mpi`), the
 //!   settings that pin other stacks' reductions;
 //! - [`data`]: training data whose batches do not depend on the loader's workers or timing;

@@ -1,14 +1,21 @@
 //! Checks: properties verified by running a scenario and comparing traces.
 //!
-//! [`run_checks`] runs a [`LoadedScenario`] on thread ranks and evaluates its checks:
+//! [`run_checks`] runs a [`LoadedScenario`] (on thread ranks; [`Session::run_checks`] under MPI
+//! too) and evaluates its checks:
 //! - `repeat` (CIME's REP): two runs of the same configuration, each under a different
-//!   [`Perturbation`] (seeded delays, a rotated arrival order), compared record by record;
+//!   perturbation (seeded delays, a rotated arrival order), compared record by record;
 //! - `replicas`: in each run, every rank's replicated records (data-parallel parameters) equal
-//!   rank 0's.
+//!   rank 0's;
+//! - `backends`: under MPI, run 1 against the same run on thread ranks;
+//! - `world_sizes`: rank 0's replicated records at each of the spec's world sizes;
+//! - `workers`: the run at each data-loader worker count;
+//! - `restart`: a run checkpointed and resumed in a fresh launch against the continuous run.
 //!
-//! Each check has an [`Expectation`]: `identical`, or `diverges` for a negative control, which
-//! holds only when the check finds a divergence. A [`ScenarioReport`] holds the outcomes; it is
-//! data, and a failed check is not an `Err`. `Err` ([`RunError`]) means a run itself failed.
+//! Every check's verdict and its divergence map come from one pass of the comparison engine
+//! (`crate::compare`). Each check has an [`Expectation`]: `identical`, or `diverges` for a
+//! negative control, which holds only when the check finds a divergence. A [`ScenarioReport`]
+//! holds the outcomes; it is data, and a failed check is not an `Err`. `Err` ([`RunError`])
+//! means a run itself failed.
 //!
 //! Determinism: the perturbations are derived from the scenario's seed, so a check is repeatable;
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or

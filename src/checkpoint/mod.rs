@@ -9,7 +9,7 @@
 //! Atomicity: each file is written under a temporary name, synced and renamed; the JSON is
 //! renamed last, and a checkpoint exists only when its JSON does. A crash mid-write leaves a
 //! stray `.tmp` or a safetensors file without its JSON, which readers ignore: the previous
-//! checkpoint stays intact and is the one found. A rank keeps its [`KEEP`] newest checkpoints,
+//! checkpoint stays intact and is the one found. A rank keeps its `KEEP` (2) newest checkpoints,
 //! so ranks that crashed at different moments still share a complete one.
 //!
 //! Loading ([`load_checkpoint`]) checks the format version, the identity (seed, world size, rank, and the

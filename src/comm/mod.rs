@@ -4,7 +4,7 @@
 //! reduce-scatter.
 //! Backends implement it; the embedded one runs N ranks as threads of one process
 //! ([`launch_threads`]). How an allreduce combines contributions is a [`ReductionMode`]
-//! (see [`crate::value::reduce`]).
+//! (see [`crate::value::ReductionMode`]).
 //!
 //! Determinism: in every mode, every rank receives identical bits from every collective (each
 //! element's result is computed once and shared); whether the bits repeat from run to run is the

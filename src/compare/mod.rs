@@ -3,7 +3,7 @@
 //!
 //! A *side* is a set of ranks whose records can be read step by step: a dump folder on disk
 //! (detcheck's trace files, msprobe's dump folders) or a trace in memory (a check's runs, seen
-//! whole or through a [`TraceView`]). [`compare_dumps`] compares two folders;
+//! whole or through a `TraceView`). [`compare_dumps`] compares two folders;
 //! `compare_traces` compares two in-memory runs for a check, and gives the check its verdict
 //! and its divergence map from the same pass.
 //!
@@ -956,5 +956,161 @@ impl Engine<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The engine on in-memory traces, as the checks use it (moved here with the old `compare.rs`
+/// tests when the checks' own pairing was replaced by this engine).
+#[cfg(test)]
+mod trace_tests {
+    use super::*;
+    use crate::record::{RecordLevel, Recorder};
+
+    /// Builds a trace from (rank, step, name, value, replicated) rows.
+    fn trace(rows: &[(u32, u64, &str, f32, bool)], world: u32) -> Trace {
+        let mut recorders: Vec<_> = (0..world)
+            .map(|r| Recorder::new(r, RecordLevel::Stats))
+            .collect();
+        for &(rank, step, name, value, replicated) in rows {
+            let t = Tensor::from_vec(vec![value]);
+            let rec = &mut recorders[rank as usize];
+            if replicated {
+                rec.record_replicated(step, name, &t);
+            } else {
+                rec.record(step, name, &t);
+            }
+        }
+        Trace {
+            ranks: recorders.into_iter().map(Recorder::finish).collect(),
+        }
+    }
+
+    #[test]
+    fn identical_runs_have_no_divergence() {
+        let rows = [(0, 0, "a", 1.0, false), (1, 0, "a", 2.0, false)];
+        let cmp = compare_traces(&trace(&rows, 2), &trace(&rows, 2), TraceView::All);
+        assert!(cmp.is_identical());
+        assert_eq!(cmp.num_compared, 2);
+        assert_eq!(cmp.first, None);
+    }
+
+    #[test]
+    fn first_divergence_is_earliest_step_then_seq_then_rank() {
+        let left = trace(
+            &[
+                (0, 0, "a", 1.0, false),
+                (0, 0, "b", 1.0, false),
+                (0, 1, "a", 1.0, false),
+                (1, 0, "a", 1.0, false),
+                (1, 0, "b", 1.0, false),
+                (2, 0, "a", 1.0, false),
+                (2, 0, "b", 1.0, false),
+            ],
+            3,
+        );
+        let right = trace(
+            &[
+                (0, 0, "a", 1.0, false),
+                (0, 0, "b", 1.0, false),
+                (0, 1, "a", 9.0, false), // later step on rank 0
+                (1, 0, "a", 1.0, false),
+                (1, 0, "b", 9.0, false), // step 0 seq 1 on rank 1
+                (2, 0, "a", 1.0, false),
+                (2, 0, "b", 9.0, false), // same position, higher rank
+            ],
+            3,
+        );
+        let cmp = compare_traces(&left, &right, TraceView::All);
+        let first = cmp.first.clone().unwrap();
+        assert_eq!((first.step, first.seq, first.rank), (0, 1, 1));
+        assert_eq!(first.difference, Difference::Digest);
+        assert_eq!(first.name, "b");
+        assert_eq!(cmp.num_differing, 3);
+        let rank0 = cmp.rows.iter().find(|d| d.rank == 0).unwrap();
+        assert_eq!(rank0.step, 1);
+        assert_eq!(first.to_string(), "step 0 rank 1 seq 1 `b`: md5 differs");
+        // The map of the same pass shows where (tensors numbered as found, rank 0 first).
+        let map = cmp.map.unwrap();
+        assert_eq!(map.tensors(), ["a", "b"]);
+        assert_eq!(map.cell(1, 0), MapCell::Diverged(1));
+        assert_eq!(map.cell(0, 0), MapCell::Identical);
+        assert_eq!(map.cell(0, 1), MapCell::Diverged(0));
+    }
+
+    /// Records are paired by (rank, step, name, occurrence), as `detcheck compare` pairs them: a
+    /// renamed record is one record only on the left and one only on the right.
+    #[test]
+    fn missing_and_renamed_records_are_divergences() {
+        let left = trace(&[(0, 0, "a", 1.0, false), (0, 1, "a", 1.0, false)], 1);
+        let right = trace(&[(0, 0, "z", 1.0, false)], 1);
+        let cmp = compare_traces(&left, &right, TraceView::All);
+        assert_eq!(cmp.num_compared, 3);
+        assert_eq!(cmp.num_differing, 3);
+        let first = cmp.first.as_ref().unwrap();
+        assert_eq!(
+            (first.step, first.name.as_str(), first.difference),
+            (0, "a", Difference::OnlyLeft)
+        );
+        let cmp = compare_traces(&right, &left, TraceView::All);
+        assert_eq!(cmp.num_differing, 3);
+        // Different world sizes compare: the extra ranks' records differ, with a note.
+        let cmp = compare_traces(&left, &trace(&[], 2), TraceView::All);
+        assert_eq!(cmp.world_sizes, (1, 2));
+        assert!(cmp.notes[0].starts_with("different world sizes"), "{:?}", cmp.notes);
+    }
+
+    #[test]
+    fn replicas_are_compared_with_rank_zero() {
+        let ok = trace(
+            &[
+                (0, 0, "local", 1.0, false),
+                (0, 0, "w", 5.0, true),
+                (1, 0, "local", 2.0, false),
+                (1, 0, "w", 5.0, true),
+            ],
+            2,
+        );
+        let cmp = compare_traces(&ok, &ok, TraceView::Replicas);
+        assert!(cmp.is_identical());
+        assert_eq!(cmp.num_compared, 1);
+
+        let bad = trace(
+            &[
+                (0, 0, "w", 5.0, true),
+                (1, 0, "w", 5.0, true),
+                (2, 0, "w", 6.0, true),
+                (2, 1, "w", 6.0, true),
+            ],
+            3,
+        );
+        let cmp = compare_traces(&bad, &bad, TraceView::Replicas);
+        let first = cmp.first.unwrap();
+        assert_eq!(
+            (first.step, first.rank, first.difference),
+            (0, 2, Difference::Digest)
+        );
+        assert_eq!(
+            cmp.num_differing, 2,
+            "the extra step-1 record is missing on rank 0"
+        );
+    }
+
+    /// `world_sizes` compares rank 0's replicated records only: local records (shards) and the
+    /// other ranks are left out.
+    #[test]
+    fn world_sizes_compare_rank_zero_replicas() {
+        let small = trace(&[(0, 0, "local", 1.0, false), (0, 0, "w", 5.0, true)], 1);
+        let large = trace(
+            &[
+                (0, 0, "local", 2.0, false),
+                (0, 0, "w", 5.0, true),
+                (1, 0, "local", 3.0, false),
+                (1, 0, "w", 7.0, true),
+            ],
+            2,
+        );
+        let cmp = compare_traces(&small, &large, TraceView::RankZeroReplicated);
+        assert!(cmp.is_identical(), "{:?}", cmp.first);
+        assert_eq!(cmp.num_compared, 1);
     }
 }

@@ -160,7 +160,7 @@ impl TraceWriter {
         self.write_record(&record, Some(tensor))
     }
 
-    /// Writes a record made elsewhere (by a [`crate::Recorder`]), with its tensor in full mode.
+    /// Writes a record made elsewhere (by a [`Recorder`](crate::record::Recorder)), with its tensor in full mode.
     ///
     /// Its `rank` field is not checked; the file's rank is the writer's.
     ///

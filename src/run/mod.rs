@@ -1,16 +1,16 @@
 //! Running a scenario once: the one rank body and the runners that launch it.
 //!
-//! A run is described by a [`RunRequest`]: the scenario's spec, which run of a check it is, its
+//! A run is described by a `RunRequest`: the scenario's spec, which run of a check it is, its
 //! perturbation, its [`RunPlan`], how records are kept and, for `detcheck run --dump`, where each
-//! rank writes its trace file. [`run_rank`] is the *rank body*: the one place where a rank
+//! rank writes its trace file. `run_rank` is the *rank body*: the one place where a rank
 //! program runs (a [`RankContext`] for the rank, the program, the recorder, the trace file).
-//! A [`Runner`] is a backend: it launches the ranks of a request and gathers their traces;
-//! [`ThreadRunner`] runs them as threads of this process, and `mpi::MpiJob` (feature `mpi`)
+//! A `Runner` is a backend: it launches the ranks of a request and gathers their traces;
+//! `ThreadRunner` runs them as threads of this process, and `mpi::MpiJob` (feature `mpi`)
 //! as the processes of an MPI job. A new backend adds a runner, never a copy of the rank body.
 //!
 //! Determinism: a request holds everything a rank needs, so every backend runs the same program
 //! on the same inputs; the perturbations are derived from the scenario's seed
-//! ([`perturbation`]).
+//! (`perturbation`).
 
 mod dump;
 #[cfg(feature = "mpi")]

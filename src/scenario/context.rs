@@ -174,7 +174,7 @@ impl<'a> RankContext<'a> {
     ///
     /// Two collectives: an allreduce `max` of magnitudes, which fixes every element's grid, and an
     /// exact integer allreduce of the terms on that grid (a third counts NaN and infinities, only
-    /// when some rank has one). See [`reproducible_sum_f32`](crate::reproducible_sum_f32) for the
+    /// when some rank has one). See [`reproducible_sum_f32`](crate::value::reproducible_sum_f32) for the
     /// accuracy and the handling of NaN and infinities.
     ///
     /// # Errors
@@ -247,7 +247,7 @@ impl<'a> RankContext<'a> {
     /// they all have complete, so ranks that crashed at different moments still resume together.
     ///
     /// # Errors
-    /// A [`CheckpointError`](crate::CheckpointError) naming the file (missing, corrupt, written by another run), or the
+    /// A [`CheckpointError`](crate::checkpoint::CheckpointError) naming the file (missing, corrupt, written by another run), or the
     /// communicator's error.
     pub fn resume(&mut self) -> Result<Option<RankCheckpoint>, RankError> {
         let Some(dir) = self.plan.resume_from.clone() else {
@@ -292,7 +292,7 @@ impl<'a> RankContext<'a> {
     /// Saves this rank's checkpoint where the run's plan says (nothing when it says nowhere).
     ///
     /// # Errors
-    /// A [`CheckpointError`](crate::CheckpointError) naming the file; the previous checkpoints stay intact.
+    /// A [`CheckpointError`](crate::checkpoint::CheckpointError) naming the file; the previous checkpoints stay intact.
     pub fn save_checkpoint(&self, checkpoint: &RankCheckpoint) -> Result<(), RankError> {
         if let Some(dir) = &self.plan.checkpoint_to {
             checkpoint::save_checkpoint(dir, &self.checkpoint_identity(), checkpoint)?;

@@ -87,7 +87,8 @@ pub struct ScenarioSpec {
     pub deterministic_comm: bool,
     /// What the checks must find: `identical`, or `diverges` for a negative control.
     pub expect: Expectation,
-    /// The checks to run; by default `repeat`, plus `replicas` for `train` when identical.
+    /// The checks to run; by default `repeat`, plus, when identical, what the kind's
+    /// [`Capabilities`](crate::scenario::Capabilities) call for (`replicas`, `workers`, `restart`).
     #[serde(default)]
     pub checks: Vec<CheckKind>,
     /// `true` to run the trial only with `--ignored` (slow scenarios).

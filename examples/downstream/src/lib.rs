@@ -7,7 +7,8 @@
 //! `scenarios/` with detcheck-harness.
 
 use detcheck::{
-    ParamError, RankContext, RankError, ReduceOp, Scenario, ScenarioSpec, Stream, Tensor,
+    Capabilities, ParamError, RankContext, RankError, ReduceOp, Scenario, ScenarioSpec, Stream,
+    Tensor,
 };
 use serde::Deserialize;
 
@@ -45,6 +46,11 @@ impl Histogram {
 }
 
 impl Scenario for Histogram {
+    /// Its allreduced counts are replicated: `replicas` is a default check of its files.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default().with_replicated_records()
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let bins = self.params.bins;
         for step in 0..ctx.steps() {

@@ -1,0 +1,213 @@
+//! Tidy checks over the source tree: the layer rule of `ARCHITECTURE.md` and its code map.
+//!
+//! The top-level modules of `src/` are layers in a fixed order; code in one may use (`crate::x`)
+//! only the layers before it, and itself. So the module graph has no cycle, and a newcomer can
+//! read the crate from the bottom up. `lib.rs` only declares and re-exports; the binary in
+//! `src/bin/` sees the library only through its public API (`detcheck::`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom first. A new top-level module must be placed here (and in
+/// ARCHITECTURE.md's code map).
+const LAYERS: [&str; 11] = [
+    "value",
+    "record",
+    "file",
+    "picture",
+    "comm",
+    "data",
+    "checkpoint",
+    "scenario",
+    "run",
+    "compare",
+    "check",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The layers a piece of code names as `crate::<layer>`, outside comments.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            let before = rest[..at].chars().last();
+            let after = &rest[at + "crate::".len()..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            // `crate::` preceded by an identifier character is another path (`mycrate::`).
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty()
+            {
+                found.insert(name);
+            }
+            rest = after;
+        }
+        // `use crate::{a::x, b::y}` names several layers at once.
+        if let Some(at) = line.find("crate::{") {
+            let group = &line[at + "crate::{".len()..];
+            for part in group.split([',', '{', '}']) {
+                let name: String = part
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.insert(name);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Which layer a file of `src/` belongs to (`None` for `lib.rs` and the binary).
+fn layer_of(src: &Path, file: &Path) -> Option<&'static str> {
+    let first = file.strip_prefix(src).ok()?.components().next()?;
+    let name = first.as_os_str().to_str()?;
+    let name = name.strip_suffix(".rs").unwrap_or(name);
+    LAYERS.iter().copied().find(|&l| l == name)
+}
+
+/// Every use of a later layer (or of a module that is no layer) in the library under `src`.
+fn layer_violations(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut violations = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(src).unwrap().display().to_string();
+        if rel == "lib.rs" || rel.starts_with("bin") {
+            continue;
+        }
+        let code = std::fs::read_to_string(file).unwrap();
+        let Some(layer) = layer_of(src, file) else {
+            violations.push(format!("{rel}: not inside a layer listed in tests/tidy.rs"));
+            continue;
+        };
+        let index = LAYERS.iter().position(|&l| l == layer).unwrap();
+        for used in crate_paths(&code) {
+            match LAYERS.iter().position(|l| *l == used) {
+                Some(u) if u <= index => {}
+                Some(_) => violations.push(format!(
+                    "{rel}: layer `{layer}` uses `crate::{used}`, a layer above it"
+                )),
+                None => violations.push(format!(
+                    "{rel}: uses `crate::{used}`; name the layer (the root only re-exports)"
+                )),
+            }
+        }
+    }
+    violations
+}
+
+#[test]
+fn every_layer_uses_only_the_layers_before_it() {
+    let violations = layer_violations(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(
+        violations.is_empty(),
+        "the layer rule (ARCHITECTURE.md) is broken:\n{}",
+        violations.join("\n")
+    );
+}
+
+/// The rule catches what it must: an upward use, a root path, a file outside the layers.
+#[test]
+fn a_planted_upward_use_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("value")).unwrap();
+    std::fs::create_dir_all(src.join("check")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub use crate::check::run_checks;").unwrap();
+    std::fs::write(
+        src.join("value/mod.rs"),
+        "use crate::check::Report;\nfn f() { crate::Tensor::new(); }",
+    )
+    .unwrap();
+    std::fs::write(src.join("check/mod.rs"), "use crate::value::Tensor;").unwrap();
+    std::fs::write(src.join("utils.rs"), "").unwrap();
+    let violations = layer_violations(src);
+    assert_eq!(
+        violations,
+        [
+            "utils.rs: not inside a layer listed in tests/tidy.rs",
+            "value/mod.rs: uses `crate::Tensor`; name the layer (the root only re-exports)",
+            "value/mod.rs: layer `value` uses `crate::check`, a layer above it",
+        ]
+    );
+}
+
+#[test]
+fn the_binary_sees_only_the_public_api() {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin");
+    let mut files = Vec::new();
+    rust_files(&bin, &mut files);
+    for file in files {
+        let code = std::fs::read_to_string(&file).unwrap();
+        for used in crate_paths(&code) {
+            assert!(
+                !LAYERS.contains(&used.as_str()),
+                "{}: the CLI reaches into the library's `crate::{used}`; use `detcheck::`",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_code_map_names_every_source_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let missing: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .filter(|rel| {
+            // A file is named by its path, or by its folder's line listing its name.
+            let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
+            let folder = Path::new(rel).parent().unwrap().display().to_string() + "/";
+            !map.contains(rel.as_str())
+                && !map
+                    .lines()
+                    .any(|l| l.contains(&folder) && l.contains(name))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's code map does not name: {missing:?}"
+    );
+    for layer in LAYERS {
+        assert!(
+            map.contains(&format!("src/{layer}")),
+            "ARCHITECTURE.md's code map does not name the layer src/{layer}"
+        );
+    }
+}
+
+#[test]
+fn the_checker_finds_crate_paths() {
+    let code = "use crate::value::tensor::Tensor;\nuse crate::{record::Trace, file::DumpMode};\n\
+                // crate::check in a comment\nlet x = crate::comm::launch();\nmycrate::check();";
+    let found: Vec<String> = crate_paths(code).into_iter().collect();
+    assert_eq!(found, ["comm", "file", "record", "value"]);
+    assert_eq!(
+        layer_of(Path::new("/s"), Path::new("/s/run/mpi.rs")),
+        Some("run")
+    );
+}
