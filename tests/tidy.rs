@@ -152,6 +152,109 @@ fn a_planted_upward_use_is_caught() {
     );
 }
 
+/// The submodules of one layer a file names: `crate::<layer>::<sub>` and `super::<sub>`.
+fn sibling_uses(code: &str, layer: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        for prefix in [format!("crate::{layer}::"), "super::".to_owned()] {
+            let mut rest = line;
+            while let Some(at) = rest.find(&prefix) {
+                let after = &rest[at + prefix.len()..];
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.insert(name);
+                }
+                rest = after;
+            }
+        }
+    }
+    found
+}
+
+/// Cycles among the submodules of each layer (a submodule is a file, or a folder taken whole;
+/// `mod.rs`, which declares and re-exports them, is not one).
+fn submodule_cycles(src: &Path) -> Vec<String> {
+    let mut cycles = Vec::new();
+    for layer in LAYERS {
+        let dir = src.join(layer);
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        let mut uses: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+        for file in &files {
+            let rel = file.strip_prefix(&dir).unwrap();
+            let first = rel.components().next().unwrap().as_os_str().to_str().unwrap();
+            let module = first.strip_suffix(".rs").unwrap_or(first).to_owned();
+            if module == "mod" {
+                continue;
+            }
+            let code = std::fs::read_to_string(file).unwrap();
+            let entry = uses.entry(module.clone()).or_default();
+            // Inside a folder submodule, `super::` is the folder itself, not a sibling.
+            let names = if rel.components().count() > 1 {
+                sibling_uses(&code.replace("super::", "self_folder::"), layer)
+            } else {
+                sibling_uses(&code, layer)
+            };
+            entry.extend(names.into_iter().filter(|n| *n != module));
+        }
+        let modules: Vec<String> = uses.keys().cloned().collect();
+        for start in &modules {
+            // Depth-first from `start`: a path back to it is a cycle.
+            let mut stack = vec![(start.clone(), vec![start.clone()])];
+            let mut seen = BTreeSet::new();
+            while let Some((at, path)) = stack.pop() {
+                for next in uses.get(&at).into_iter().flatten() {
+                    if next == start {
+                        let mut cycle = path.clone();
+                        cycle.push(next.clone());
+                        cycles.push(format!("{layer}: {}", cycle.join(" -> ")));
+                    } else if uses.contains_key(next) && seen.insert(next.clone()) {
+                        let mut longer = path.clone();
+                        longer.push(next.clone());
+                        stack.push((next.clone(), longer));
+                    }
+                }
+            }
+        }
+    }
+    cycles.sort();
+    cycles.dedup();
+    cycles
+}
+
+#[test]
+fn no_submodules_of_a_layer_use_each_other_in_a_cycle() {
+    let cycles = submodule_cycles(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(cycles.is_empty(), "module cycles: {cycles:?}");
+}
+
+#[test]
+fn a_planted_submodule_cycle_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::create_dir_all(&file).unwrap();
+    std::fs::write(file.join("mod.rs"), "mod reader; mod msprobe; mod format;").unwrap();
+    std::fs::write(file.join("reader.rs"), "use crate::file::msprobe::Dump;").unwrap();
+    std::fs::write(file.join("msprobe.rs"), "use super::reader::Batch; use super::format::E;")
+        .unwrap();
+    std::fs::write(file.join("format.rs"), "use crate::file::DumpError;").unwrap();
+    let cycles = submodule_cycles(dir.path());
+    assert!(
+        cycles.contains(&"file: msprobe -> reader -> msprobe".to_owned())
+            && cycles.contains(&"file: reader -> msprobe -> reader".to_owned()),
+        "{cycles:?}"
+    );
+    std::fs::write(file.join("reader.rs"), "use crate::file::format::Header;").unwrap();
+    assert_eq!(submodule_cycles(dir.path()), Vec::<String>::new());
+}
+
 #[test]
 fn the_binary_sees_only_the_public_api() {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin");

@@ -29,7 +29,7 @@ pub use map::{DivergenceMap, MapCell};
 
 use crate::value::digest::Stats;
 use crate::file::format::Entry;
-use crate::file::reader::{Batch, Layout, RankSource};
+use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, Dump, DumpError};
 use crate::record::overflow::{classify, Overflow};
 use crate::value::tensor::{Tensor, TensorData};

@@ -20,6 +20,7 @@
 pub(crate) mod format;
 mod msprobe;
 pub(crate) mod reader;
+pub(crate) mod source;
 pub(crate) mod tensorfile;
 mod writer;
 
@@ -27,7 +28,8 @@ pub use writer::TraceWriter;
 #[cfg(test)]
 pub(crate) use writer::write_trace;
 
-pub(crate) use reader::{open_dump, Batch, Dump};
+pub(crate) use reader::{open_dump, Dump};
+pub(crate) use source::Batch;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

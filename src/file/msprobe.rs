@@ -13,7 +13,7 @@
 
 use crate::value::digest::{ExactF64, Stats};
 use crate::file::format::{Digest, Entry};
-use crate::file::reader::{Batch, Layout, RankSource};
+use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::DumpError;
 use crate::value::tensor::Tensor;
 use serde::de::{Deserializer, MapAccess, Visitor};

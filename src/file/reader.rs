@@ -10,81 +10,13 @@
 use crate::value::digest::Stats;
 use crate::file::format::{self, Entry, Footer, Header, HeaderError};
 use crate::file::msprobe::MsprobeDump;
+use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
 use crate::value::tensor::Tensor;
 use crate::file::tensorfile;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
-
-/// A record's dtype and shape, as its source names them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Layout {
-    /// `f32` ... for detcheck traces, `float16` ... for msprobe dumps.
-    pub(crate) dtype: String,
-    pub(crate) shape: Vec<u64>,
-}
-
-impl Layout {
-    pub(crate) fn describe(&self) -> String {
-        let dims: Vec<String> = self.shape.iter().map(ToString::to_string).collect();
-        format!("{}[{}]", self.dtype, dims.join(","))
-    }
-
-    pub(crate) fn num_elements(&self) -> u64 {
-        self.shape.iter().product()
-    }
-}
-
-/// The records of one step of one rank: entries, and their statistics where the source has them.
-#[derive(Debug, Default)]
-pub(crate) struct Batch {
-    pub(crate) entries: Vec<Entry>,
-    /// Empty when the source holds no statistics, else one per entry.
-    stats: Vec<Stats>,
-}
-
-impl Batch {
-    pub(crate) fn clear(&mut self) {
-        self.entries.clear();
-        self.stats.clear();
-    }
-
-    /// Adds an entry; a source gives statistics for all its entries or for none.
-    pub(crate) fn push(&mut self, e: Entry, stats: Option<Stats>) {
-        self.entries.push(e);
-        if let Some(s) = stats {
-            self.stats.push(s);
-        }
-    }
-
-    fn pop(&mut self) -> Option<(Entry, Option<Stats>)> {
-        let e = self.entries.pop()?;
-        let s = if self.stats.len() > self.entries.len() {
-            self.stats.pop()
-        } else {
-            None
-        };
-        Some((e, s))
-    }
-
-    /// The statistics of entry `i`, if the source has them.
-    pub(crate) fn stats(&self, i: usize) -> Option<&Stats> {
-        self.stats.get(i)
-    }
-}
-
-/// One rank of a dump, read step by step in step order.
-pub(crate) trait RankSource {
-    /// Reads the records of the next step into `out` (cleared first); `None` at the end.
-    fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError>;
-    /// The names its entries point into.
-    fn names(&self) -> &[String];
-    /// The layouts its entries point into.
-    fn layouts(&self) -> &[Layout];
-    /// The full tensor of an entry, where the dump holds one.
-    fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError>;
-}
 
 /// One side of a comparison: where it came from and how to read each rank.
 #[derive(Debug)]
