@@ -19,56 +19,10 @@
 //! [`RankContext::shared_stream`], and combine across ranks only through the communicator. The
 //! built-in kinds can plant a source of nondeterminism on purpose (`params.plant`): those are the
 //! negative controls.
-
 //!
 //! A kind declares what it supports with [`Capabilities`] (a data loader, checkpoints,
 //! replicated records); the default checks of its scenario files follow from that, for a user's
 //! kind as for the built-in ones.
-//!
-//! # Example
-//!
-//! A kind that allreduces a seeded vector and records the result on every rank:
-//!
-//! ```
-//! use detcheck::{
-//!     Capabilities, KindRegistry, ParamError, RankContext, RankError, ReduceOp, Scenario,
-//!     ScenarioSpec, Stream, Tensor,
-//! };
-//! use std::sync::Arc;
-//!
-//! struct Sum;
-//!
-//! impl Scenario for Sum {
-//!     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
-//!         for step in 0..ctx.steps() {
-//!             let mut rng = ctx.stream(Stream::Data, step);
-//!             let mut t = Tensor::from_vec((0..8).map(|_| rng.normal_f32()).collect());
-//!             ctx.record(step, "local", &t);
-//!             ctx.allreduce(&mut t, ReduceOp::Sum)?;
-//!             ctx.record_replicated(step, "sum", &t);
-//!         }
-//!         Ok(())
-//!     }
-//!     fn capabilities(&self) -> Capabilities {
-//!         Capabilities::default().with_replicated_records()
-//!     }
-//! }
-//!
-//! let mut registry = KindRegistry::builtin();
-//! registry.register("sum", |_spec: &ScenarioSpec| -> Result<Arc<dyn Scenario>, ParamError> {
-//!     Ok(Arc::new(Sum))
-//! });
-//! let spec = serde_json::from_str(
-//!     r#"{"kind": "sum", "world_size": 3, "steps": 2, "seed": 7, "reduction": "ring",
-//!         "deterministic_comm": true, "expect": "identical"}"#,
-//! )
-//! .unwrap();
-//! let scenario = registry.build(spec, std::path::Path::new("sum.json")).unwrap();
-//! // Replicated records: `replicas` joins `repeat` by default.
-//! assert_eq!(scenario.checks.len(), 2);
-//! let report = detcheck::run_checks(&scenario, &detcheck::CheckOptions::default()).unwrap();
-//! assert!(report.passed());
-//! ```
 
 mod builtin;
 mod context;
@@ -86,6 +40,51 @@ use crate::comm::RankError;
 /// `run_rank` runs once on every rank of a world. It must draw randomness only from the context's
 /// streams, exchange data only through `ctx.comm()` (all ranks calling the same collectives in the
 /// same order), and record what it wants compared with `ctx.record*`.
+///
+/// # Example
+///
+/// A kind that allreduces a seeded vector and records the result on every rank:
+///
+/// ```
+/// use detcheck::{
+///     Capabilities, KindRegistry, ParamError, RankContext, RankError, ReduceOp, Scenario,
+///     ScenarioSpec, Stream, Tensor,
+/// };
+/// use std::sync::Arc;
+///
+/// struct Sum;
+///
+/// impl Scenario for Sum {
+///     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
+///         for step in 0..ctx.steps() {
+///             let mut rng = ctx.stream(Stream::Data, step);
+///             let mut t = Tensor::from_vec((0..8).map(|_| rng.normal_f32()).collect());
+///             ctx.record(step, "local", &t);
+///             ctx.allreduce(&mut t, ReduceOp::Sum)?;
+///             ctx.record_replicated(step, "sum", &t);
+///         }
+///         Ok(())
+///     }
+///     fn capabilities(&self) -> Capabilities {
+///         Capabilities::default().with_replicated_records()
+///     }
+/// }
+///
+/// let mut registry = KindRegistry::builtin();
+/// registry.register("sum", |_spec: &ScenarioSpec| -> Result<Arc<dyn Scenario>, ParamError> {
+///     Ok(Arc::new(Sum))
+/// });
+/// let spec = serde_json::from_str(
+///     r#"{"kind": "sum", "world_size": 3, "steps": 2, "seed": 7, "reduction": "ring",
+///         "deterministic_comm": true, "expect": "identical"}"#,
+/// )
+/// .unwrap();
+/// let scenario = registry.build(spec, std::path::Path::new("sum.json")).unwrap();
+/// // Replicated records: `replicas` joins `repeat` by default.
+/// assert_eq!(scenario.checks.len(), 2);
+/// let report = detcheck::run_checks(&scenario, &detcheck::CheckOptions::default()).unwrap();
+/// assert!(report.passed());
+/// ```
 pub trait Scenario: Send + Sync {
     /// Runs this rank's part of the program.
     ///
