@@ -517,3 +517,166 @@ fn check_writes_a_divergence_map_and_reports_overflow() {
     let out = expect(&["check", "--no-progress", "case.json"], dir.path(), 0);
     assert_contains("stdout", &out.stdout, &["first overflow: step "]);
 }
+
+/// The rows of the `Exit codes:` section of `detcheck --help`: `  N  meaning`, the meaning
+/// wrapped onto lines indented further (joined back with single spaces).
+fn help_exit_codes(help: &str) -> Vec<(String, String)> {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let section = help
+        .split_once("\nExit codes:\n")
+        .expect("`detcheck --help` has an `Exit codes:` section")
+        .1;
+    for line in section.lines().take_while(|l| !l.trim().is_empty()) {
+        let indent = line.len() - line.trim_start().len();
+        if indent == 2 {
+            let (code, meaning) = line.trim_start().split_once(' ').expect("`N  meaning`");
+            rows.push((code.to_owned(), meaning.trim_start().to_owned()));
+        } else {
+            let (_, meaning) = rows.last_mut().expect("a continuation follows its row");
+            meaning.push(' ');
+            meaning.push_str(line.trim_start());
+        }
+    }
+    rows
+}
+
+/// The rows of the README's `### Exit codes` table: `| N | meaning |`.
+fn readme_exit_codes(readme: &str) -> Vec<(String, String)> {
+    let section = readme
+        .split_once("\n### Exit codes\n")
+        .expect("the README has an `### Exit codes` section")
+        .1;
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("| code ") && !l.starts_with("| ---"))
+        .map(|l| {
+            let cells = l.trim_start_matches("| ").trim_end_matches(" |");
+            let (code, meaning) = cells.split_once(" | ").expect("`| N | meaning |`");
+            (code.to_owned(), meaning.to_owned())
+        })
+        .collect()
+}
+
+/// The exit codes are written once, in `src/bin/detcheck/exit.rs`: the README's table must have
+/// exactly the rows `detcheck --help` prints, in the same order, word for word.
+#[test]
+fn the_readme_exit_code_table_is_the_one_detcheck_help_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let help = detcheck(&["--help"], root);
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    let printed = help_exit_codes(&help.stdout);
+    let codes: Vec<&str> = printed.iter().map(|(code, _)| code.as_str()).collect();
+    assert_eq!(codes, ["0", "1", "2", "3"], "{}", help.stdout);
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert_eq!(
+        readme_exit_codes(&readme),
+        printed,
+        "README.md's exit-code table differs from `detcheck --help` (src/bin/detcheck/exit.rs)"
+    );
+    // `-h` names every code too, and a rejected flag is bad input.
+    let short = detcheck(&["-h"], root);
+    assert_contains("stdout", &short.stdout, &["Exit codes: 0 ok, 1 ", ", 3 "]);
+    assert_eq!(detcheck(&["check", "--no-such-flag"], root).code, 2);
+}
+
+/// `cargo test -p detcheck --test multirank -- ARGS` (built as this test was: same features and
+/// profile), from the crate root; returns its outcome (stdout: the harness's own output).
+fn multirank(args: &[&str]) -> Outcome {
+    let mut command = Command::new(env!("CARGO"));
+    command.args(["test", "--quiet", "-p", "detcheck", "--test", "multirank"]);
+    if cfg!(feature = "mpi") {
+        command.args(["--features", "mpi"]);
+    }
+    if !cfg!(debug_assertions) {
+        command.arg("--release");
+    }
+    let out = command
+        .arg("--")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("DETCHECK_NP")
+        .output()
+        .expect("cargo runs");
+    Outcome {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The trial names of a `--list --format terse` output.
+fn listed(out: &Outcome) -> Vec<String> {
+    assert_eq!(
+        out.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Several name filters, as with cargo test: a trial is listed and run when its name matches any
+/// of them, and an option's value (`--skip NAME`, `--format terse`) is not taken for a filter.
+#[test]
+fn the_multirank_harness_takes_several_name_filters() {
+    let all = listed(&multirank(&["--list", "--format", "terse"]));
+    let expected: Vec<&String> = all
+        .iter()
+        .filter(|name| name.contains("seed") || name.contains("train"))
+        .collect();
+    assert!(expected.iter().any(|n| n.starts_with("seed_")), "{all:?}");
+    assert!(expected.iter().any(|n| n.starts_with("train_")), "{all:?}");
+    assert!(
+        expected.len() < all.len(),
+        "some trials match neither: {all:?}"
+    );
+
+    let both = listed(&multirank(&[
+        "seed", "train", "--list", "--format", "terse",
+    ]));
+    assert_eq!(both.iter().collect::<Vec<_>>(), expected);
+
+    let skipped = listed(&multirank(&[
+        "--skip",
+        "train_large",
+        "seed",
+        "--format",
+        "terse",
+        "train",
+        "--list",
+    ]));
+    assert_eq!(
+        skipped,
+        expected
+            .iter()
+            .filter(|n| !n.contains("train_large"))
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+    );
+
+    // Run one trial of each group, exactly named: both run, nothing else does.
+    let out = multirank(&["seed_4ranks", "train_sgd_2ranks", "--exact"]);
+    assert_eq!(
+        out.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    let ran: Vec<String> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("test ") && !l.starts_with("test result"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        ran,
+        ["test seed_4ranks ... ok", "test train_sgd_2ranks ... ok"],
+        "{}",
+        out.stdout
+    );
+    assert_contains("stdout", &out.stdout, &["2 passed; 0 failed"]);
+}

@@ -2,9 +2,10 @@
 //!
 //! A [`Harness`] finds the scenario files of one or more folders, turns each into a
 //! [libtest-mimic](https://docs.rs/libtest-mimic) trial named after the scenario, and runs the
-//! trials with cargo test's command line: name filters, `--exact`, `--skip`, `--list`,
-//! `--ignored`, `--include-ignored`, `--test-threads`. `--list --format terse` prints only
-//! `name: test` lines, so `cargo nextest run` works too.
+//! trials with cargo test's command line ([`CommandLine`]): name filters, as many as you like
+//! (`cargo test --test multirank -- seed train` runs the trials whose names contain `seed` or
+//! `train`), `--exact`, `--skip`, `--list`, `--ignored`, `--include-ignored`, `--test-threads`.
+//! `--list --format terse` prints only `name: test` lines, so `cargo nextest run` works too.
 //!
 //! Each trial launches the scenario's ranks, runs its checks ([`detcheck::run_checks`]) and fails
 //! with the first divergence (step, rank, tensor, both md5s and stats) when a check does not hold:
@@ -42,6 +43,7 @@ use detcheck::{
 };
 use libtest_mimic::{Arguments, ColorSetting, Conclusion, Failed, Trial};
 use std::cell::RefCell;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -158,9 +160,15 @@ impl Harness {
         .with_ignored_flag(ignored)
     }
 
-    /// Runs the trials with the given command line.
+    /// Runs the trials with the given libtest-mimic arguments (one name filter at most; see
+    /// [`Harness::run_with_command_line`] for several).
     pub fn run_with_args(&self, args: &Arguments) -> Conclusion {
         libtest_mimic::run(args, self.trials())
+    }
+
+    /// Runs the trials with the given command line: those that match one of its filters.
+    pub fn run_with_command_line(&self, command_line: &CommandLine) -> Conclusion {
+        command_line.run(self.trials())
     }
 
     /// Runs the trials with this process's command line; the exit code is cargo test's (101
@@ -170,15 +178,16 @@ impl Harness {
     /// `mpirun`, runs on MPI ranks (see the crate docs).
     #[must_use]
     pub fn run(&self) -> ExitCode {
-        let mut args = Arguments::from_args();
-        if args.list {
+        let mut command_line = CommandLine::from_args();
+        if command_line.arguments.list {
             // Listing starts no MPI; under mpirun, one process lists.
             return if launcher_rank().unwrap_or(0) == 0 {
-                self.run_with_args(&args).exit_code()
+                self.run_with_command_line(&command_line).exit_code()
             } else {
                 ExitCode::SUCCESS
             };
         }
+        // The re-launched binary gets this process's arguments as they are, filters included.
         if let Some(code) = relaunch::relaunch_if_asked() {
             return code;
         }
@@ -190,26 +199,152 @@ impl Harness {
             }
         };
         let Some(processes) = session.num_processes() else {
-            return self.run_with_args(&args).exit_code();
+            return self.run_with_command_line(&command_line).exit_code();
         };
         if !session.is_leader() {
+            // A follower runs what the leader's filters chose, as the leader says.
             let code = session.follow(&self.registry);
             return ExitCode::from(session.finish(code));
         }
-        args.test_threads = Some(1);
-        args.color = Some(ColorSetting::Never);
+        command_line.arguments.test_threads = Some(1);
+        command_line.arguments.color = Some(ColorSetting::Never);
         println!(
             "detcheck-harness on {}; scenarios needing more than {processes} ranks are ignored",
             session.describe()
         );
         let trials = self.trials_for(Some(processes));
         SESSION.with(|s| *s.borrow_mut() = Some(session));
-        let failed = libtest_mimic::run(&args, trials).has_failed();
+        let failed = command_line.run(trials).has_failed();
         let session = SESSION
             .with(|s| s.borrow_mut().take())
             .expect("the session outlives the trials");
         ExitCode::from(session.finish(if failed { 101 } else { 0 }))
     }
+}
+
+/// cargo test's command line: libtest-mimic's [`Arguments`] and every name filter.
+///
+/// libtest-mimic takes one positional filter; cargo test takes any number, and runs a test whose
+/// name matches one of them. [`CommandLine::parse_from`] takes the filters out of the arguments
+/// first (an option's value, as in `--skip NAME` or `--format terse`, is never taken for a
+/// filter) and parses the rest with libtest-mimic.
+///
+/// Known limitation: with two filters or more, the trials they leave out are removed before
+/// libtest-mimic sees them, so its summary line does not count them as `filtered out`.
+#[derive(Debug, Clone, Default)]
+pub struct CommandLine {
+    /// Everything but the name filters. A `filter` set here counts as one more filter.
+    pub arguments: Arguments,
+    /// The name filters, in command-line order. A trial is kept when its name contains one (with
+    /// `--exact`: equals one); with no filter, every trial is kept.
+    pub filters: Vec<String>,
+}
+
+impl CommandLine {
+    /// This process's command line. Exits with a usage message, as libtest-mimic does, when
+    /// the arguments cannot be parsed (before any MPI is started).
+    #[must_use]
+    pub fn from_args() -> Self {
+        Self::parse_from(std::env::args_os())
+    }
+
+    /// Parses `args`, the first being the program's name (like [`Arguments::from_iter`]).
+    #[must_use]
+    pub fn parse_from<I>(args: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<OsString>,
+    {
+        let (rest, filters) = split_filters(args.into_iter().map(Into::into));
+        CommandLine {
+            arguments: Arguments::from_iter(rest),
+            filters,
+        }
+    }
+
+    /// Every filter: [`CommandLine::filters`], then `arguments.filter` if set.
+    fn all_filters(&self) -> impl Iterator<Item = &String> {
+        self.filters.iter().chain(&self.arguments.filter)
+    }
+
+    /// `true` when `trial` matches one of the filters (or there is none), by libtest-mimic's
+    /// own rule for one filter: a substring of the name, or with `--exact` the whole name.
+    #[must_use]
+    pub fn matches(&self, trial: &Trial) -> bool {
+        let mut filters = self.all_filters().peekable();
+        filters.peek().is_none()
+            || filters.any(|filter| {
+                let one = Arguments {
+                    filter: Some(filter.clone()),
+                    exact: self.arguments.exact,
+                    ..Arguments::default()
+                };
+                !one.is_filtered_out(trial)
+            })
+    }
+
+    /// Runs (or with `--list`, lists) the trials that match a filter, with libtest-mimic.
+    pub fn run(&self, trials: Vec<Trial>) -> Conclusion {
+        let mut arguments = self.arguments.clone();
+        if self.all_filters().count() <= 1 {
+            // One filter: libtest-mimic applies it, and counts what it leaves out.
+            arguments.filter = self.all_filters().next().cloned();
+            return libtest_mimic::run(&arguments, trials);
+        }
+        arguments.filter = None;
+        let kept = trials.into_iter().filter(|t| self.matches(t)).collect();
+        libtest_mimic::run(&arguments, kept)
+    }
+}
+
+/// Splits a command line (program name first) into the arguments for libtest-mimic and the name
+/// filters: every positional argument, and everything after `--`. The value of an option that
+/// takes one (`--skip NAME`, `--format terse`, `--test-threads N`, `-Z X` ...) stays with its
+/// option; which options take a value is read from libtest-mimic's own parser.
+fn split_filters(args: impl IntoIterator<Item = OsString>) -> (Vec<OsString>, Vec<String>) {
+    use clap::CommandFactory as _;
+    let parser = Arguments::command();
+    let valued: Vec<&clap::Arg> = parser
+        .get_arguments()
+        .filter(|a| !a.is_positional() && a.get_action().takes_values())
+        .collect();
+    let long_takes_value = |name: &str| valued.iter().any(|a| a.get_long() == Some(name));
+    let short_takes_value = |c: char| valued.iter().any(|a| a.get_short() == Some(c));
+
+    let mut args = args.into_iter();
+    let mut rest: Vec<OsString> = args.next().into_iter().collect();
+    let mut filters = Vec::new();
+    let mut only_filters = false;
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy().into_owned();
+        if only_filters {
+            filters.push(text);
+        } else if text == "--" {
+            only_filters = true;
+        } else if let Some(long) = text.strip_prefix("--") {
+            // `--skip=NAME` carries its value; `--skip NAME` takes the next argument.
+            let takes_next = !long.contains('=') && long_takes_value(long);
+            rest.push(arg);
+            if takes_next {
+                rest.extend(args.next());
+            }
+        } else if text.len() > 1 && text.starts_with('-') {
+            // A cluster of short flags (`-q`, `-Z X`, `-Zunstable-options`, `-qZ X`): the first
+            // one that takes a value takes the rest of the cluster, or the next argument.
+            let cluster = &text[1..];
+            let takes_next = cluster
+                .char_indices()
+                .find(|&(_, c)| short_takes_value(c))
+                .is_some_and(|(i, c)| i + c.len_utf8() == cluster.len());
+            rest.push(arg);
+            if takes_next {
+                rest.extend(args.next());
+            }
+        } else {
+            filters.push(text);
+        }
+    }
+    (rest, filters)
 }
 
 /// The body of one trial: run the checks (in this thread's session, thread ranks without one),
@@ -250,6 +385,124 @@ mod tests {
     const RING: &str = r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 7,
         "reduction": "ring", "deterministic_comm": true, "expect": "EXPECT",
         "params": {"elements": 64}}"#;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn several_filters_are_taken_out_and_option_values_stay_with_their_options() {
+        let (rest, filters) = split_filters(os(&[
+            "multirank",
+            "seed",
+            "--skip",
+            "large",
+            "train",
+            "--format",
+            "terse",
+            "--test-threads",
+            "1",
+            "--color=never",
+            "--logfile",
+            "log.txt",
+            "-Z",
+            "unstable-options",
+            "--color",
+            "never",
+            "--exact",
+            "control",
+            "--",
+            "--list",
+        ]));
+        assert_eq!(filters, ["seed", "train", "control", "--list"]);
+        assert_eq!(
+            rest,
+            os(&[
+                "multirank",
+                "--skip",
+                "large",
+                "--format",
+                "terse",
+                "--test-threads",
+                "1",
+                "--color=never",
+                "--logfile",
+                "log.txt",
+                "-Z",
+                "unstable-options",
+                "--color",
+                "never",
+                "--exact",
+            ])
+        );
+        // A short option's value attached, or next after a cluster of flags.
+        let (rest, filters) = split_filters(os(&["m", "-Zunstable-options", "a", "-qZ", "x", "b"]));
+        assert_eq!(filters, ["a", "b"]);
+        assert_eq!(rest, os(&["m", "-Zunstable-options", "-qZ", "x"]));
+        // Nothing to take out.
+        assert_eq!(
+            split_filters(os(&["m", "--list"])),
+            (os(&["m", "--list"]), vec![])
+        );
+    }
+
+    #[test]
+    fn a_trial_runs_when_it_matches_any_filter() {
+        let trials: Vec<Trial> = [
+            "seed_4ranks",
+            "train_sgd_2ranks",
+            "train_large_8ranks",
+            "dataloader_4ranks",
+            "control_rank_seeded_init_2ranks",
+        ]
+        .into_iter()
+        .map(|name| Trial::test(name, || Ok(())))
+        .collect();
+        let kept = |command_line: &CommandLine| -> Vec<&str> {
+            trials
+                .iter()
+                .filter(|t| command_line.matches(t))
+                .map(Trial::name)
+                .collect()
+        };
+
+        let substring = CommandLine::parse_from([
+            "multirank",
+            "seed",
+            "--skip",
+            "train_large",
+            "train",
+            "--list",
+            "--format",
+            "terse",
+        ]);
+        assert!(substring.arguments.list);
+        assert_eq!(substring.arguments.skip, ["train_large"]);
+        assert_eq!(substring.arguments.filter, None);
+        assert_eq!(substring.filters, ["seed", "train"]);
+        // `--skip` is libtest-mimic's to apply; the filters keep any trial matching one.
+        assert_eq!(
+            kept(&substring),
+            [
+                "seed_4ranks",
+                "train_sgd_2ranks",
+                "train_large_8ranks",
+                "control_rank_seeded_init_2ranks"
+            ]
+        );
+
+        let exact = CommandLine::parse_from(["multirank", "seed_4ranks", "train", "--exact"]);
+        assert!(exact.arguments.exact);
+        assert_eq!(kept(&exact), ["seed_4ranks"]);
+
+        let none = CommandLine::parse_from(["multirank", "--include-ignored"]);
+        assert_eq!(kept(&none).len(), trials.len());
+        // A filter set in `arguments` counts as one more.
+        let mut one = none.clone();
+        one.arguments.filter = Some("dataloader".to_owned());
+        one.filters = vec!["seed_4".to_owned()];
+        assert_eq!(kept(&one), ["seed_4ranks", "dataloader_4ranks"]);
+    }
 
     #[test]
     fn an_uncaught_negative_control_fails_its_trial() {

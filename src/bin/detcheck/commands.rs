@@ -1,13 +1,14 @@
 //! The CLI's dump commands: `detcheck run --dump`, `detcheck compare`, `detcheck curves`, and
-//! the divergence maps and overflow lines of `detcheck check`. Printing and exit codes only; the
-//! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`).
+//! the divergence maps and overflow lines of `detcheck check`. Printing and verdicts only; the
+//! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`), and
+//! the exit code of an error is decided in `exit.rs`.
 
-use crate::{EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, EXIT_RUN_FAILED};
+use crate::exit::{CliError, Exit};
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
 use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
 use detcheck::file::DumpMode;
-use detcheck::run::{dump_scenario, DumpRunError};
+use detcheck::run::dump_scenario;
 use detcheck::scenario::RunPlan;
 use detcheck::value::{ExactF64, Stats};
 use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry};
@@ -43,76 +44,51 @@ pub(crate) fn run(
     perturb: Option<usize>,
     options: &CheckOptions,
     plan: &RunPlan,
-) -> u8 {
-    let scenario = match KindRegistry::builtin().load_file(scenario) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
+) -> Result<Exit, CliError> {
+    let scenario = KindRegistry::builtin().load_file(scenario)?;
     let spec = &scenario.spec;
     let end = plan.stop_at.unwrap_or(spec.steps);
     if end > spec.steps {
-        eprintln!(
-            "error: --stop-at {end} is beyond the scenario's {} steps",
+        return Err(CliError::Invalid(format!(
+            "--stop-at {end} is beyond the scenario's {} steps",
             spec.steps
-        );
-        return EXIT_BAD_INPUT;
+        )));
     }
     let unsupported = |flag: &str, what: &str| {
-        eprintln!("error: {flag}: kind `{}` does not {what}", spec.kind);
-        EXIT_BAD_INPUT
+        CliError::Invalid(format!("{flag}: kind `{}` does not {what}", spec.kind))
     };
-    if plan.loader_workers.is_some() && !scenario.program.capabilities().loads_data {
-        return unsupported("--workers", "load data with worker threads");
+    let capabilities = scenario.program.capabilities();
+    if plan.loader_workers.is_some() && !capabilities.loads_data {
+        return Err(unsupported("--workers", "load data with worker threads"));
+    }
+    if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !capabilities.resumes {
+        return Err(unsupported("--checkpoint/--resume", "write checkpoints"));
     }
     let mut start = 0;
-    if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !scenario.program.capabilities().resumes {
-        return unsupported("--checkpoint/--resume", "write checkpoints");
-    }
     if let Some(from) = &plan.resume_from {
-        match resumable_step(&spec.checkpoint_identity(0), from) {
-            Ok(step) if step >= end => {
-                eprintln!(
-                    "error: --resume: the checkpoint in {} is at step {step}, but this run \
-                     stops before step {end}",
-                    from.display()
-                );
-                return EXIT_BAD_INPUT;
-            }
-            Ok(step) => start = step,
-            Err(e) => {
-                eprintln!("error: --resume: {e}");
-                return EXIT_BAD_INPUT;
-            }
+        start = resumable_step(&spec.checkpoint_identity(0), from)?;
+        if start >= end {
+            return Err(CliError::Invalid(format!(
+                "--resume: the checkpoint in {} is at step {start}, but this run stops before \
+                 step {end}",
+                from.display()
+            )));
         }
     }
-    match dump_scenario(&scenario, dir, mode, options, perturb, plan) {
-        Ok(trace) => {
-            let mut o = Out(String::new());
-            outln!(
-                o,
-                "wrote {}: {} ranks, steps {start} to {}, {} records, {mode} mode",
-                dir.display(),
-                trace.world_size(),
-                end - 1,
-                trace.num_records()
-            );
-            if let Some(to) = &plan.checkpoint_to {
-                outln!(o, "checkpoint of step {end} in {}", to.display());
-            }
-            EXIT_OK
-        }
-        Err(DumpRunError::Dump(e)) => {
-            eprintln!("error: {e}");
-            EXIT_BAD_INPUT
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            EXIT_RUN_FAILED
-        }
+    let trace = dump_scenario(&scenario, dir, mode, options, perturb, plan)?;
+    let mut o = Out(String::new());
+    outln!(
+        o,
+        "wrote {}: {} ranks, steps {start} to {}, {} records, {mode} mode",
+        dir.display(),
+        trace.world_size(),
+        end - 1,
+        trace.num_records()
+    );
+    if let Some(to) = &plan.checkpoint_to {
+        outln!(o, "checkpoint of step {end} in {}", to.display());
     }
+    Ok(Exit::Ok)
 }
 
 fn show(x: Option<ExactF64>) -> String {
@@ -299,33 +275,25 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
 }
 
 /// `detcheck compare A B`.
-pub(crate) fn compare(a: &Path, b: &Path, max_rows: usize, map: Option<&Path>) -> u8 {
+pub(crate) fn compare(
+    a: &Path,
+    b: &Path,
+    max_rows: usize,
+    map: Option<&Path>,
+) -> Result<Exit, CliError> {
     let options = CompareOptions {
         max_rows: if max_rows == 0 { usize::MAX } else { max_rows },
         map: map.is_some(),
     };
-    let cmp = match compare_dumps(a, b, &options) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
+    let cmp = compare_dumps(a, b, &options)?;
     let mut o = Out(String::new());
     print_comparison(&mut o, a, b, &cmp);
     if let (Some(path), Some(m)) = (map, &cmp.map) {
         let title = format!("divergence map: {} vs {}", a.display(), b.display());
-        if let Err(e) = m.write_png(path, &title) {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        m.write_png(path, &title)?;
         outln!(o, "divergence map: {}", path.display());
     }
-    if cmp.is_identical() {
-        EXIT_OK
-    } else {
-        EXIT_CHECK_FAILED
-    }
+    Ok(Exit::verdict(cmp.is_identical()))
 }
 
 /// `detcheck curves A B`.
@@ -335,14 +303,13 @@ pub(crate) fn curves(
     name: &str,
     tolerance: Tolerance,
     plot: Option<&Path>,
-) -> u8 {
-    let (ca, cb) = match (load_curve(a, name), load_curve(b, name)) {
-        (Ok(ca), Ok(cb)) => (ca, cb),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
+) -> Result<Exit, CliError> {
+    if !(tolerance.atol >= 0.0 && tolerance.rtol >= 0.0) {
+        return Err(CliError::Invalid(
+            "--atol and --rtol must be non-negative numbers".to_owned(),
+        ));
+    }
+    let (ca, cb) = (load_curve(a, name)?, load_curve(b, name)?);
     let cmp = compare_curves(&ca, &cb, tolerance);
     let mut o = Out(String::new());
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
@@ -388,19 +355,10 @@ pub(crate) fn curves(
         }
     }
     if let Some(stem) = plot {
-        match write_curve_plots(&ca, &cb, &cmp, stem) {
-            Ok((png, svg)) => outln!(o, "plots: {} {}", png.display(), svg.display()),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return EXIT_BAD_INPUT;
-            }
-        }
+        let (png, svg) = write_curve_plots(&ca, &cb, &cmp, stem)?;
+        outln!(o, "plots: {} {}", png.display(), svg.display());
     }
-    if cmp.all_close {
-        EXIT_OK
-    } else {
-        EXIT_CHECK_FAILED
-    }
+    Ok(Exit::verdict(cmp.all_close))
 }
 
 /// Writes the divergence maps of a scenario's failed checks into `dir`; returns lines to print.

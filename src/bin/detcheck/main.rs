@@ -7,13 +7,8 @@
 //! (in `commands.rs`) write, compare and plot dumps. This is the only part of detcheck that knows
 //! the terminal (progress bar, table); everything else is the library.
 //!
-//! Exit codes (also in the README):
-//! | code | meaning |
-//! | --- | --- |
-//! | 0 | every check holds (negative controls caught); `compare`: identical; `curves`: allclose |
-//! | 1 | a check failed: a divergence where none was expected, or a control not caught; `compare`: the dumps differ; `curves`: beyond tolerance |
-//! | 2 | bad input: a flag, or a scenario file or folder that cannot be read or is invalid |
-//! | 3 | a run failed: a rank errored, panicked or missed a collective deadline |
+//! Exit codes: `exit.rs` holds their table (`exit::TABLE`, printed by `detcheck --help`; the
+//! README's copy is checked against it by `tests/cli.rs`) and the one mapping from errors to codes.
 
 /// `println!` that stops quietly when stdout is closed (`detcheck check | head`), instead of
 /// panicking: the exit code still tells the outcome.
@@ -25,6 +20,7 @@ macro_rules! out {
 }
 
 mod commands;
+mod exit;
 
 use clap::{Parser, Subcommand};
 use detcheck::comm::pin_settings_for;
@@ -32,18 +28,20 @@ use detcheck::compare::curves::Tolerance;
 use detcheck::file::DumpMode;
 use detcheck::scenario::{CheckKind, Expectation, RunPlan, ScenarioError};
 use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
+use exit::{CliError, Exit};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub(crate) const EXIT_OK: u8 = 0;
-pub(crate) const EXIT_CHECK_FAILED: u8 = 1;
-pub(crate) const EXIT_BAD_INPUT: u8 = 2;
-pub(crate) const EXIT_RUN_FAILED: u8 = 3;
-
 #[derive(Parser)]
-#[command(name = "detcheck", version, about = "A multi-rank determinism checker")]
+#[command(
+    name = "detcheck",
+    version,
+    about = "A multi-rank determinism checker",
+    after_help = exit::short_help(),
+    after_long_help = exit::long_help()
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -147,7 +145,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return exit::command_line(&e).into();
+        }
+    };
     match cli.command {
         Command::Check {
             scenarios,
@@ -162,22 +166,21 @@ fn main() -> ExitCode {
             };
             let session = match Session::from_env() {
                 Ok(session) => session,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(EXIT_BAD_INPUT);
-                }
+                Err(e) => return exit::report(Err(e.into())).into(),
             };
+            // Every process ends through `finish`, whatever the outcome: MPI must be finalized.
             let code = if session.is_leader() {
                 // Under mpirun every process has a pty: no progress bar there.
                 let progress = !no_progress && session.num_processes().is_none();
-                check(
+                exit::report(check(
                     &session,
                     &scenarios,
                     &options,
                     progress,
                     include_ignored,
                     report_dir.as_deref(),
-                )
+                ))
+                .code()
             } else {
                 session.follow(&KindRegistry::builtin())
             };
@@ -206,16 +209,17 @@ fn main() -> ExitCode {
                 resume_from: resume,
                 remove_after_resume: false,
             };
-            ExitCode::from(commands::run(
+            exit::report(commands::run(
                 &scenario, &dump, mode, perturb, &options, &plan,
             ))
+            .into()
         }
         Command::Compare {
             a,
             b,
             max_rows,
             map,
-        } => ExitCode::from(commands::compare(&a, &b, max_rows, map.as_deref())),
+        } => exit::report(commands::compare(&a, &b, max_rows, map.as_deref())).into(),
         Command::Curves {
             a,
             b,
@@ -225,40 +229,33 @@ fn main() -> ExitCode {
             plot,
             no_plot,
         } => {
-            if !(atol >= 0.0 && rtol >= 0.0) {
-                eprintln!("error: --atol and --rtol must be non-negative numbers");
-                return ExitCode::from(EXIT_BAD_INPUT);
-            }
             let plot = (!no_plot).then_some(plot.as_path());
-            ExitCode::from(commands::curves(
+            exit::report(commands::curves(
                 &a,
                 &b,
                 &name,
                 Tolerance { atol, rtol },
                 plot,
             ))
+            .into()
         }
-        Command::Env { stacks, export } => ExitCode::from(env(&stacks, export)),
+        Command::Env { stacks, export } => exit::report(env(&stacks, export)).into(),
     }
 }
 
 /// `detcheck env`: the table, or `export` lines.
-fn env(stacks: &[String], export: bool) -> u8 {
-    let settings = match pin_settings_for(stacks) {
-        Ok(settings) => settings,
-        Err(unknown) => {
-            eprintln!(
-                "error: --stack {unknown}: unknown stack; known: openmpi, mpich, intel-mpi, \
-                 nccl, hccl, cuda, python, mpi"
-            );
-            return EXIT_BAD_INPUT;
-        }
-    };
+fn env(stacks: &[String], export: bool) -> Result<Exit, CliError> {
+    let settings = pin_settings_for(stacks).map_err(|unknown| {
+        CliError::Invalid(format!(
+            "--stack {unknown}: unknown stack; known: openmpi, mpich, intel-mpi, nccl, hccl, \
+             cuda, python, mpi"
+        ))
+    })?;
     if export {
         for s in settings {
             out!("export {}={}", s.name, shell_quote(s.value));
         }
-        return EXIT_OK;
+        return Ok(Exit::Ok);
     }
     for s in settings {
         let source = match s.current() {
@@ -275,7 +272,7 @@ fn env(stacks: &[String], export: bool) -> u8 {
             s.reference
         );
     }
-    EXIT_OK
+    Ok(Exit::Ok)
 }
 
 /// `value` quoted for a POSIX shell when it has characters the shell would read.
@@ -331,20 +328,14 @@ fn check(
     progress: bool,
     include_ignored: bool,
     report_dir: Option<&Path>,
-) -> u8 {
-    let scenarios = match load_all(paths) {
-        Ok(s) if s.is_empty() => {
-            eprintln!("error: no scenario files found in {}", show_paths(paths));
-            return EXIT_BAD_INPUT;
-        }
-        Ok(s) => s,
-        Err(errors) => {
-            for e in errors {
-                eprintln!("error: {e}");
-            }
-            return EXIT_BAD_INPUT;
-        }
-    };
+) -> Result<Exit, CliError> {
+    let scenarios = load_all(paths).map_err(CliError::Scenarios)?;
+    if scenarios.is_empty() {
+        return Err(CliError::Invalid(format!(
+            "no scenario files found in {}",
+            show_paths(paths)
+        )));
+    }
 
     let bar = if progress {
         ProgressBar::new(scenarios.len() as u64)
@@ -380,13 +371,14 @@ fn check(
     ])];
     let mut details = Vec::new();
     let (mut failed, mut errored, mut ignored, mut skipped) = (0, 0, 0, 0);
+    // The exit of the whole check: the worst of its scenarios' exits.
+    let mut worst = Exit::Ok;
     if let Some(processes) = session.num_processes() {
         out!("detcheck check on {}\n", session.describe());
         if scenarios.iter().all(|s| s.spec.world_size > processes) {
-            eprintln!(
-                "error: every scenario needs more than the {processes} processes mpirun started"
-            );
-            return EXIT_BAD_INPUT;
+            return Err(CliError::Invalid(format!(
+                "every scenario needs more than the {processes} processes mpirun started"
+            )));
         }
     }
     for scenario in &scenarios {
@@ -451,6 +443,7 @@ fn check(
                 );
                 rows.push(scenario_row(&ran, &records, verdict, &first));
                 let extra = commands::write_maps(&report, report_dir);
+                worst = worst.max(Exit::verdict(report.passed()));
                 if !report.passed() {
                     failed += 1;
                     let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
@@ -464,6 +457,8 @@ fn check(
                 }
             }
             Err(e) => {
+                let e = CliError::from(e);
+                worst = worst.max(e.exit());
                 errored += 1;
                 rows.push(scenario_row(&listed, "-", "ERROR", "-"));
                 details.push(format!("{}:\n  {e}\n", scenario.name));
@@ -489,13 +484,7 @@ fn check(
          ignored{skipped_note}",
         scenarios.len()
     );
-    if errored > 0 {
-        EXIT_RUN_FAILED
-    } else if failed > 0 {
-        EXIT_CHECK_FAILED
-    } else {
-        EXIT_OK
-    }
+    Ok(worst)
 }
 
 fn join_checks<'a>(checks: impl Iterator<Item = &'a CheckKind>) -> String {
