@@ -27,17 +27,17 @@
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 #![forbid(unsafe_code)]
 
-pub mod value;
-pub mod record;
+pub mod check;
+pub mod checkpoint;
+pub mod comm;
+pub mod compare;
+pub mod data;
 pub mod file;
 mod picture;
-pub mod comm;
-pub mod data;
-pub mod checkpoint;
-pub mod scenario;
+pub mod record;
 pub mod run;
-pub mod compare;
-pub mod check;
+pub mod scenario;
+pub mod value;
 
 pub use check::{run_checks, CheckOptions, Session};
 pub use comm::RankError;

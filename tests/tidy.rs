@@ -53,8 +53,7 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
             // `crate::` preceded by an identifier character is another path (`mycrate::`).
-            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty()
-            {
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty() {
                 found.insert(name);
             }
             rest = after;
@@ -189,7 +188,13 @@ fn submodule_cycles(src: &Path) -> Vec<String> {
         let mut uses: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
         for file in &files {
             let rel = file.strip_prefix(&dir).unwrap();
-            let first = rel.components().next().unwrap().as_os_str().to_str().unwrap();
+            let first = rel
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_str()
+                .unwrap();
             let module = first.strip_suffix(".rs").unwrap_or(first).to_owned();
             if module == "mod" {
                 continue;
@@ -242,8 +247,11 @@ fn a_planted_submodule_cycle_is_caught() {
     std::fs::create_dir_all(&file).unwrap();
     std::fs::write(file.join("mod.rs"), "mod reader; mod msprobe; mod format;").unwrap();
     std::fs::write(file.join("reader.rs"), "use crate::file::msprobe::Dump;").unwrap();
-    std::fs::write(file.join("msprobe.rs"), "use super::reader::Batch; use super::format::E;")
-        .unwrap();
+    std::fs::write(
+        file.join("msprobe.rs"),
+        "use super::reader::Batch; use super::format::E;",
+    )
+    .unwrap();
     std::fs::write(file.join("format.rs"), "use crate::file::DumpError;").unwrap();
     let cycles = submodule_cycles(dir.path());
     assert!(
@@ -286,9 +294,7 @@ fn the_code_map_names_every_source_file() {
             let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
             let folder = Path::new(rel).parent().unwrap().display().to_string() + "/";
             !map.contains(rel.as_str())
-                && !map
-                    .lines()
-                    .any(|l| l.contains(&folder) && l.contains(name))
+                && !map.lines().any(|l| l.contains(&folder) && l.contains(name))
         })
         .collect();
     assert!(

@@ -176,7 +176,11 @@ fn describe_divergence(
 ) -> String {
     let mut out = format!("  first divergence: {d}\n");
     // The left record of `replicas` is rank 0's; every other check pairs a rank with itself.
-    let left_rank = if kind == CheckKind::Replicas { 0 } else { d.rank };
+    let left_rank = if kind == CheckKind::Replicas {
+        0
+    } else {
+        d.rank
+    };
     for (label, rank, record) in [
         (left_label, left_rank, &d.left),
         (right_label, d.rank, &d.right),
@@ -202,8 +206,7 @@ fn describe_record(rank: u32, name: &str, r: &RecordSummary) -> String {
 }
 
 fn describe_stats(s: &Stats) -> String {
-    let show =
-        |x: Option<ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
+    let show = |x: Option<ExactF64>| x.map_or("-".to_owned(), |v| format!("{:.9e}", v.0));
     let mut text = format!(
         "max {} min {} mean {} norm {}",
         show(s.max),
@@ -359,14 +362,8 @@ fn compare_restart(
         remove_after_resume: true,
         ..RunPlan::default()
     };
-    let mut joined = runner.run(
-        scenario,
-        &RunRequest::new(scenario, options, p, 3, &before),
-    )?;
-    let resumed = runner.run(
-        scenario,
-        &RunRequest::new(scenario, options, p, 4, &after),
-    )?;
+    let mut joined = runner.run(scenario, &RunRequest::new(scenario, options, p, 3, &before))?;
+    let resumed = runner.run(scenario, &RunRequest::new(scenario, options, p, 4, &after))?;
     for (rank, tail) in joined.ranks.iter_mut().zip(resumed.ranks) {
         rank.records.extend(tail.records);
     }

@@ -19,9 +19,9 @@
 
 use crate::check::{run_checks, CheckOptions, RunError, ScenarioReport};
 #[cfg(feature = "mpi")]
-use crate::run::mpi as mpi_job;
-#[cfg(feature = "mpi")]
 use crate::comm::Communicator;
+#[cfg(feature = "mpi")]
+use crate::run::mpi as mpi_job;
 use crate::scenario::{KindRegistry, LoadedScenario};
 
 /// The environment variables MPI launchers set in the processes they start: Open MPI, MPICH's

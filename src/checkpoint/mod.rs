@@ -22,9 +22,9 @@
 //! Limits: each rank writes its own files (a shared file system is not needed, but every rank
 //! must find its own files again on resume); tensors are held in memory while written.
 
+use crate::file::tensorfile;
 use crate::value::seed::RankRng;
 use crate::value::tensor::Tensor;
-use crate::file::tensorfile;
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

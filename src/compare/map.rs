@@ -6,8 +6,8 @@
 //! Limits: more than 600 steps are grouped into columns (a group shows its earliest difference);
 //! the legend names the first 12 tensors.
 
-use crate::picture::{Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE, WHITE};
 use crate::file::DumpError;
+use crate::picture::{Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE, WHITE};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -239,8 +239,8 @@ mod tests {
     use super::*;
     use crate::compare::{compare_traces, TraceView};
     use crate::record::Trace;
-    use crate::value::tensor::Tensor;
     use crate::record::{RecordLevel, Recorder};
+    use crate::value::tensor::Tensor;
 
     #[test]
     fn the_replicas_map_shows_the_rank_that_disagrees_with_rank_zero() {
@@ -256,7 +256,9 @@ mod tests {
             })
             .collect();
         let trace = Trace { ranks };
-        let map = compare_traces(&trace, &trace, TraceView::Replicas).map.unwrap();
+        let map = compare_traces(&trace, &trace, TraceView::Replicas)
+            .map
+            .unwrap();
         assert_eq!(map.steps(), [0, 1]);
         assert_eq!(map.cell(2, 1), MapCell::Diverged(0));
         assert_eq!(map.cell(2, 0), MapCell::Identical);

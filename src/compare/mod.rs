@@ -27,13 +27,13 @@ mod tests;
 
 pub use map::{DivergenceMap, MapCell};
 
-use crate::value::digest::Stats;
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, Dump, DumpError};
 use crate::record::overflow::{classify, Overflow};
-use crate::value::tensor::{Tensor, TensorData};
 use crate::record::{Record, Trace};
+use crate::value::digest::Stats;
+use crate::value::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -324,7 +324,11 @@ pub(crate) fn compare_traces(left: &Trace, right: &Trace, view: TraceView) -> Co
         num_ranks: num_ranks.unwrap_or(trace.world_size() as u32),
     };
     let (a, b, first_rank) = match view {
-        TraceView::All => (side(left, None, false, None), side(right, None, false, None), 0),
+        TraceView::All => (
+            side(left, None, false, None),
+            side(right, None, false, None),
+            0,
+        ),
         TraceView::Replicas => (
             side(right, Some(0), true, None),
             side(right, None, true, None),
@@ -1056,7 +1060,11 @@ mod trace_tests {
         // Different world sizes compare: the extra ranks' records differ, with a note.
         let cmp = compare_traces(&left, &trace(&[], 2), TraceView::All);
         assert_eq!(cmp.world_sizes, (1, 2));
-        assert!(cmp.notes[0].starts_with("different world sizes"), "{:?}", cmp.notes);
+        assert!(
+            cmp.notes[0].starts_with("different world sizes"),
+            "{:?}",
+            cmp.notes
+        );
     }
 
     #[test]

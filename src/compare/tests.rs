@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::file::{format, tensor_path, trace_path, write_trace, DumpMode, TraceWriter};
+use crate::record::{RecordLevel, Recorder, Trace};
 use crate::run::dump_scenario;
 use crate::scenario::RunPlan;
 use crate::value::tensor::Tensor;
-use crate::record::{RecordLevel, Recorder, Trace};
 
 /// A trace of `world` ranks; rank r records `a` = r + step and `b` = `value` at each step.
 fn trace(world: u32, steps: u64, value: f32) -> Trace {

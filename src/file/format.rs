@@ -5,8 +5,8 @@
 //! fixed-size: 40 bytes in md5 mode, 104 bytes with statistics. This module only encodes and
 //! decodes bytes; files are handled by the writer and the reader.
 
-use crate::value::digest::{ExactF64, Stats};
 use crate::file::DumpMode;
+use crate::value::digest::{ExactF64, Stats};
 use crate::value::tensor::DType;
 
 /// The first 8 bytes of every trace file.

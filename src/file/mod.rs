@@ -24,9 +24,9 @@ pub(crate) mod source;
 pub(crate) mod tensorfile;
 mod writer;
 
-pub use writer::TraceWriter;
 #[cfg(test)]
 pub(crate) use writer::write_trace;
+pub use writer::TraceWriter;
 
 pub(crate) use reader::{open_dump, Dump};
 pub(crate) use source::Batch;

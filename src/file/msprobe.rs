@@ -11,10 +11,10 @@
 //! Limits: the tensor-mode `.npy`/`.pt` files are not read; non-tensor arguments are skipped;
 //! a single-card dump's `rank` folder (no number) is rank 0.
 
-use crate::value::digest::{ExactF64, Stats};
 use crate::file::format::{Digest, Entry};
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::DumpError;
+use crate::value::digest::{ExactF64, Stats};
 use crate::value::tensor::Tensor;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;

@@ -7,13 +7,13 @@
 //! last, and rejects any entry that breaks the format, naming the file and byte offset.
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
-use crate::value::digest::Stats;
 use crate::file::format::{self, Entry, Footer, Header, HeaderError};
 use crate::file::msprobe::MsprobeDump;
 use crate::file::source::{Batch, Layout, RankSource};
-use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
-use crate::value::tensor::Tensor;
 use crate::file::tensorfile;
+use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
+use crate::value::digest::Stats;
+use crate::value::tensor::Tensor;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};

@@ -79,4 +79,3 @@ pub(crate) trait RankSource {
     /// The full tensor of an entry, where the dump holds one.
     fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError>;
 }
-

@@ -8,12 +8,12 @@
 //! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
 
 use crate::file::format::{self, Digest, Entry, Footer, Header};
-use crate::file::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
-use crate::value::tensor::{DType, Tensor};
 use crate::file::tensorfile;
+use crate::file::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
 use crate::record::Record;
 #[cfg(test)]
 use crate::record::Trace;
+use crate::value::tensor::{DType, Tensor};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};

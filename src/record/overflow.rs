@@ -10,8 +10,8 @@
 //! Limits: saturation is judged on max/min of any float dtype, so an f32 tensor that legitimately
 //! holds values beyond 65504 is reported too (it would overflow in fp16).
 
-use crate::value::digest::{ExactF64, Stats};
 use crate::record::Trace;
+use crate::value::digest::{ExactF64, Stats};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -137,8 +137,8 @@ pub fn first_overflow(trace: &Trace) -> Option<Overflow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::value::tensor::Tensor;
     use crate::record::{RecordLevel, Recorder};
+    use crate::value::tensor::Tensor;
 
     #[test]
     fn nan_inf_and_saturation_are_classified() {

@@ -65,7 +65,8 @@ pub fn dump_scenario(
         }
         .into());
     }
-    let perturbation = perturb_as_run.map(|run| perturbation(scenario.spec.seed, run.max(1), options));
+    let perturbation =
+        perturb_as_run.map(|run| perturbation(scenario.spec.seed, run.max(1), options));
     let request = RunRequest::new(scenario, options, perturbation, 1, plan).with_dump(dir, mode);
     ThreadRunner.launch(scenario, &request).map_err(|source| {
         // The folder held no dump before: remove what the ranks that did finish wrote, so a
@@ -95,4 +96,3 @@ fn remove_dump_files(dir: &Path, world: u32) {
         }
     }
 }
-

@@ -18,7 +18,9 @@ pub(crate) mod mpi;
 
 pub use dump::{dump_scenario, DumpRunError};
 
-use crate::comm::{launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError};
+use crate::comm::{
+    launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError,
+};
 use crate::file::{DumpError, DumpMode, TraceWriter};
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
 use crate::scenario::{LoadedScenario, RankContext, RunPlan, Scenario, ScenarioSpec};
@@ -248,8 +250,7 @@ impl ThreadRunner {
         scenario: &LoadedScenario,
         request: &RunRequest,
     ) -> Result<Trace, LaunchError> {
-        let mut config =
-            LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
+        let mut config = LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
         config.perturbation = request.perturbation;
         let program = Arc::clone(&scenario.program);
         let shared = Arc::new(request.clone());

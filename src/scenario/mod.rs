@@ -139,7 +139,6 @@ impl Capabilities {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::spec::parse_spec;
@@ -207,11 +206,21 @@ mod tests {
             .with_loader()
             .with_checkpoints();
         assert_eq!(
-            checks(Capabilities::default().with_replicated_records(), "identical"),
+            checks(
+                Capabilities::default().with_replicated_records(),
+                "identical"
+            ),
             [Repeat, Replicas]
         );
-        assert_eq!(checks(all, "identical"), [Repeat, Replicas, Workers, Restart]);
-        assert_eq!(checks(all, "diverges"), [Repeat], "a control runs `repeat` only");
+        assert_eq!(
+            checks(all, "identical"),
+            [Repeat, Replicas, Workers, Restart]
+        );
+        assert_eq!(
+            checks(all, "diverges"),
+            [Repeat],
+            "a control runs `repeat` only"
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@
 
 use super::at_least;
 use crate::comm::RankError;
-use crate::value::reduce::ReduceOp;
 use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::value::reduce::ReduceOp;
 use crate::value::seed::Stream;
 use crate::value::tensor::{DType, Tensor};
 use serde::Deserialize;

@@ -46,9 +46,9 @@ use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, Delivery, DistributedSampler,
     LoaderPosition, SyntheticVectors,
 };
+use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
 use crate::value::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::value::reprosum::sum_columns_f32;
-use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
 use crate::value::seed::{derive_stream, RankRng, Stream};
 use crate::value::tensor::{Tensor, TensorData};
 use serde::Deserialize;
@@ -242,7 +242,9 @@ impl TrainScenario {
                 ),
             ));
         }
-        let runs_world_sizes = spec.checks.contains(&crate::scenario::CheckKind::WorldSizes);
+        let runs_world_sizes = spec
+            .checks
+            .contains(&crate::scenario::CheckKind::WorldSizes);
         if let Some(&w) = spec
             .world_sizes
             .iter()
