@@ -2,67 +2,21 @@
 //!
 //! A cargo `runner` would wrap every test binary; instead a harness binary started with
 //! `DETCHECK_NP=N` (and not already under a launcher) starts `mpirun -n N <itself> <its
-//! arguments>` and returns its exit code. The launcher is `DETCHECK_MPIRUN` (default `mpirun`);
-//! its flavour, read from `--version`, decides the flags: Open MPI gets `--oversubscribe` (more
-//! ranks than cores) and, as root, `--allow-run-as-root`; MPICH's Hydra needs neither. The MPI
-//! settings of `detcheck env --stack mpi` are set in the child's environment unless already set.
+//! arguments>` and returns its exit code. The launcher, its flags and the MPI settings come from
+//! [`MpiLauncher`] (`DETCHECK_MPIRUN`, default `mpirun`; flavour from `--version`).
 //!
 //! Errors are messages and exit code 2: `DETCHECK_NP` not a positive number, a binary built
 //! without the `mpi` feature, a launcher that cannot be started.
 
 use detcheck::check::launcher_rank;
-use detcheck::comm::{pin_settings_for, MPI_SUPPORT};
+use detcheck::comm::{MpiLauncher, MPI_SUPPORT};
 use std::ffi::OsString;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 /// The variable that asks for a re-launch: the number of MPI processes.
 pub const NP_VAR: &str = "DETCHECK_NP";
 /// The variable that names the launcher (default `mpirun`).
-pub const MPIRUN_VAR: &str = "DETCHECK_MPIRUN";
-
-/// The MPI implementation behind a launcher.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavour {
-    /// Open MPI's `mpirun`.
-    OpenMpi,
-    /// MPICH's Hydra `mpiexec`/`mpirun` (also Intel MPI's).
-    Hydra,
-}
-
-impl Flavour {
-    /// Reads the flavour from the output of `<launcher> --version`.
-    #[must_use]
-    pub fn from_version(text: &str) -> Option<Flavour> {
-        if text.contains("Open MPI") || text.contains("OpenRTE") {
-            Some(Flavour::OpenMpi)
-        } else if text.contains("HYDRA") || text.contains("Intel(R) MPI") {
-            Some(Flavour::Hydra)
-        } else {
-            None
-        }
-    }
-
-    /// The flags the harness adds for this flavour.
-    #[must_use]
-    pub fn flags(self, as_root: bool) -> Vec<&'static str> {
-        match self {
-            Flavour::OpenMpi if as_root => vec!["--oversubscribe", "--allow-run-as-root"],
-            Flavour::OpenMpi => vec!["--oversubscribe"],
-            Flavour::Hydra => Vec::new(),
-        }
-    }
-}
-
-/// `true` when this process runs as root (Open MPI refuses root without a flag).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
+pub use detcheck::comm::MPIRUN_VAR;
 
 /// Re-launches this binary under `mpirun` when `DETCHECK_NP` asks for it and no launcher started
 /// this process; returns the exit code to return from `main`, or `None` to go on here.
@@ -93,59 +47,18 @@ fn relaunch(np: &str) -> Result<ExitCode, String> {
              support: run `cargo test --features mpi` (MPI itself: scripts/install-mpi.sh)"
         ));
     }
-    let launcher = std::env::var(MPIRUN_VAR).unwrap_or_else(|_| "mpirun".to_owned());
-    let version = Command::new(&launcher)
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            format!(
-                "{NP_VAR}={np}: cannot run `{launcher} --version` ({e}): install MPI \
-                 (scripts/install-mpi.sh) or name the launcher in {MPIRUN_VAR}"
-            )
-        })?;
-    let text = String::from_utf8_lossy(&version.stdout).into_owned()
-        + &String::from_utf8_lossy(&version.stderr);
-    let flavour = Flavour::from_version(&text).ok_or_else(|| {
-        format!("`{launcher} --version` names neither Open MPI nor MPICH/Hydra: set {MPIRUN_VAR}")
-    })?;
+    let launcher = MpiLauncher::from_env().map_err(|e| format!("{NP_VAR}={np}: {e}"))?;
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find this test binary to re-launch it: {e}"))?;
-    let mut command = Command::new(&launcher);
+    let mut command = launcher.command(processes);
     command
-        .args(flavour.flags(is_root()))
-        .arg("-n")
-        .arg(processes.to_string())
         .arg(exe)
         .args(std::env::args_os().skip(1).collect::<Vec<OsString>>())
         .env_remove(NP_VAR);
-    for setting in pin_settings_for(&["mpi".to_owned()]).expect("mpi is a stack") {
-        if setting.current().is_none() {
-            command.env(setting.name, setting.value);
-        }
-    }
     let status = command
         .status()
-        .map_err(|e| format!("cannot start `{launcher}`: {e}"))?;
+        .map_err(|e| format!("cannot start `{}`: {e}", launcher.program))?;
     Ok(ExitCode::from(
         status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1)),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flavours_are_read_from_version_text_and_pick_their_flags() {
-        let open = "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/";
-        let hydra = "HYDRA build details:\n    Version:    4.0.2";
-        assert_eq!(Flavour::from_version(open), Some(Flavour::OpenMpi));
-        assert_eq!(Flavour::from_version(hydra), Some(Flavour::Hydra));
-        assert_eq!(Flavour::from_version("srun 23.02"), None);
-        assert_eq!(
-            Flavour::OpenMpi.flags(true),
-            ["--oversubscribe", "--allow-run-as-root"]
-        );
-        assert!(Flavour::Hydra.flags(true).is_empty());
-    }
 }

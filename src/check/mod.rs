@@ -33,7 +33,7 @@ use crate::compare::{
 };
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
-use crate::run::{perturbation, RunRequest, Runner, ThreadRunner};
+use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
 use crate::scenario::{CheckKind, Expectation, LoadedScenario, RunPlan};
 use crate::value::digest::{ExactF64, Stats};
 use std::fmt::Write as _;
@@ -153,6 +153,7 @@ impl ScenarioReport {
                         CheckKind::WorldSizes => ("smallest", "larger"),
                         CheckKind::Workers => ("first", "other"),
                         CheckKind::Restart => ("continuous", "resumed"),
+                        CheckKind::Variants => ("first", "variant"),
                     };
                     let _ = write!(
                         out,
@@ -321,6 +322,45 @@ fn compare_across_workers(
     )
 }
 
+/// The `variants` check: run 1 again under each of the spec's variants (run 1's perturbation),
+/// every record compared with run 1's.
+fn compare_variants(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    first: &Trace,
+) -> Result<SeriesOutcome, RunError> {
+    let p = Some(perturbation(scenario.spec.seed, 1, options));
+    let mut found: Option<(Comparison, usize)> = None;
+    let (mut num_compared, mut num_differing) = (0, 0);
+    for (i, variant) in scenario.variants.iter().enumerate() {
+        let request = RunRequest::new(variant, options, p, 1, &RunPlan::default());
+        let trace = runner_for(variant, runner).run(variant, &request)?;
+        let c = compare_traces(first, &trace, TraceView::All);
+        num_compared += c.num_compared;
+        num_differing += c.num_differing;
+        if found.is_none() && !c.is_identical() {
+            found = Some((c, i));
+        }
+    }
+    let (mut comparison, note) = match found {
+        Some((c, i)) => (
+            c,
+            format!(
+                "variant {i} ({}) vs the scenario as written",
+                scenario.spec.variants[i].describe()
+            ),
+        ),
+        None => (
+            Comparison::empty(),
+            format!("{} variants", scenario.variants.len()),
+        ),
+    };
+    comparison.num_compared = num_compared;
+    comparison.num_differing = num_differing;
+    Ok(SeriesOutcome { comparison, note })
+}
+
 /// A folder for one restart check's checkpoints, removed when dropped.
 struct RestartFolder(PathBuf);
 
@@ -387,7 +427,8 @@ pub fn run_checks(
 /// `true` when `backends` applies to the scenario: a deterministic schedule detcheck computes
 /// itself, expected to be identical. Under MPI it is added to such scenarios' checks.
 pub(crate) fn backends_applies(scenario: &LoadedScenario) -> bool {
-    scenario.spec.expect == Expectation::Identical
+    scenario.program.ranks().is_some()
+        && scenario.spec.expect == Expectation::Identical
         && scenario.spec.effective_mode().is_backend_independent()
 }
 
@@ -399,6 +440,7 @@ pub(crate) fn run_checks_on(
     options: &CheckOptions,
 ) -> Result<ScenarioReport, RunError> {
     let spec = &scenario.spec;
+    let runner = runner_for(scenario, runner);
     let mut checks = scenario.checks.clone();
     if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
         checks.push(CheckKind::Backends);
@@ -437,6 +479,11 @@ pub(crate) fn run_checks_on(
     } else {
         None
     };
+    let mut variants = if checks.contains(&CheckKind::Variants) {
+        Some(compare_variants(runner, scenario, options, &first)?)
+    } else {
+        None
+    };
     let outcomes = checks
         .iter()
         .map(|&kind| {
@@ -465,10 +512,14 @@ pub(crate) fn run_checks_on(
                         Comparison::empty()
                     }
                 },
-                CheckKind::WorldSizes | CheckKind::Workers | CheckKind::Restart => {
+                CheckKind::WorldSizes
+                | CheckKind::Workers
+                | CheckKind::Restart
+                | CheckKind::Variants => {
                     let computed = match kind {
                         CheckKind::WorldSizes => &mut across_sizes,
                         CheckKind::Workers => &mut across_workers,
+                        CheckKind::Variants => &mut variants,
                         _ => &mut restart,
                     };
                     match computed.take() {

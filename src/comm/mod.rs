@@ -16,11 +16,13 @@
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 
+mod launcher;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 mod pinning;
 mod threads;
 
+pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};

@@ -18,6 +18,8 @@
 //! 1, ...); the full-tensor mode keeps one step's tensors of a rank in memory before writing them.
 
 pub(crate) mod format;
+pub mod launch;
+pub use launch::Launch;
 mod msprobe;
 pub(crate) mod reader;
 pub(crate) mod source;
@@ -28,7 +30,7 @@ mod writer;
 pub(crate) use writer::write_trace;
 pub use writer::TraceWriter;
 
-pub(crate) use reader::{open_dump, Dump};
+pub(crate) use reader::{load_trace, open_dump, Dump};
 pub(crate) use source::Batch;
 
 use serde::{Deserialize, Serialize};

@@ -12,8 +12,9 @@ use crate::file::msprobe::MsprobeDump;
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::tensorfile;
 use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
-use crate::value::digest::Stats;
-use crate::value::tensor::Tensor;
+use crate::record::{RankTrace, Record, Trace};
+use crate::value::digest::{Md5Digest, Stats};
+use crate::value::tensor::{DType, Tensor};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -493,4 +494,66 @@ impl RankSource for TraceSource {
         let key = tensor_key(entry.seq, &self.reader.names()[entry.name as usize]);
         files.tensor(entry.step, &key)
     }
+}
+
+/// Reads a whole dump of detcheck trace files into memory: every record of every rank, as a
+/// run in this process would have recorded them (records of an md5-mode dump have empty
+/// statistics). The dump must hold `world_size` ranks.
+///
+/// # Errors
+/// [`DumpError`] naming the file when a trace is missing, truncated or corrupt, names a dtype
+/// this build does not know, or the dump holds another number of ranks.
+pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError> {
+    let dump = open_dump(dir)?;
+    if dump.world_size() != world_size {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: format!(
+                "the trace files are of a world of {} ranks, but the run has {world_size}",
+                dump.world_size()
+            ),
+        });
+    }
+    let mut ranks = Vec::with_capacity(world_size as usize);
+    for rank in 0..world_size {
+        let mut source = dump.open_rank(rank)?;
+        let mut batch = Batch::default();
+        let mut records = Vec::new();
+        while source.next_step(&mut batch)?.is_some() {
+            for (i, entry) in batch.entries.iter().enumerate() {
+                let layout = &source.layouts()[entry.layout as usize];
+                let dtype: DType = serde_json::from_value(serde_json::Value::String(
+                    layout.dtype.clone(),
+                ))
+                .map_err(|_| DumpError::Corrupt {
+                    path: trace_path(dir, rank),
+                    offset: 0,
+                    detail: format!("dtype `{}` is not one this build knows", layout.dtype),
+                })?;
+                let shape = layout
+                    .shape
+                    .iter()
+                    .map(|&d| usize::try_from(d))
+                    .collect::<Result<Vec<usize>, _>>()
+                    .map_err(|_| DumpError::Corrupt {
+                        path: trace_path(dir, rank),
+                        offset: 0,
+                        detail: "a dimension does not fit this machine's memory".to_owned(),
+                    })?;
+                records.push(Record {
+                    rank,
+                    step: entry.step,
+                    seq: entry.seq,
+                    name: source.names()[entry.name as usize].clone(),
+                    replicated: entry.replicated,
+                    dtype,
+                    shape,
+                    md5: Md5Digest(entry.digest.bytes),
+                    stats: batch.stats(i).copied().unwrap_or_default(),
+                });
+            }
+        }
+        ranks.push(RankTrace { rank, records });
+    }
+    Ok(Trace { ranks })
 }

@@ -1,19 +1,21 @@
 //! Writing one rank's trace file (and, in full mode, its tensors), and dumping a scenario's run.
 //!
-//! [`TraceWriter`] is the public way in: built with `create`, fed with `record` (tensors) or
-//! `write_record` (records a `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
+//! [`TraceWriter`] is the public way in: built with `create`, fed with `record` (tensors),
+//! `record_view` (views of buffers held elsewhere, read in place) or `write_record` (records a
+//! `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
 //! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
 //!
 //! Determinism: the bytes written are a pure function of the records, in the order given; ids are
 //! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
 
 use crate::file::format::{self, Digest, Entry, Footer, Header};
+use crate::file::launch::Launch;
 use crate::file::tensorfile;
 use crate::file::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
 use crate::record::Record;
 #[cfg(test)]
 use crate::record::Trace;
-use crate::value::tensor::{DType, Tensor};
+use crate::value::tensor::{DType, Tensor, TensorView};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
@@ -58,6 +60,61 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
+    /// The writer of this process's rank when detcheck launched it (a `command` scenario), in
+    /// the launch's trace folder and mode; `Ok(None)` when detcheck did not launch it, so the
+    /// program runs unchanged outside detcheck. It first waits for the rank's start slot
+    /// ([`Launch::wait_for_start`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), detcheck::file::DumpError> {
+    /// let mut writer = detcheck::file::TraceWriter::from_env()?;
+    /// for step in 0..3 {
+    ///     let loss = detcheck::Tensor::scalar(1.0f32 / (step + 1) as f32);
+    ///     if let Some(w) = writer.as_mut() {
+    ///         w.record_replicated(step, "loss", &loss)?;
+    ///     }
+    /// }
+    /// if let Some(w) = writer {
+    ///     w.finish()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`DumpError::Field`] naming a variable that cannot be read, or no rank at all (the
+    /// `none` launcher: use [`TraceWriter::from_env_for_rank`]); [`DumpError::Io`] when the
+    /// file cannot be created.
+    pub fn from_env() -> Result<Option<TraceWriter>, DumpError> {
+        let Some(launch) = Launch::from_env()? else {
+            return Ok(None);
+        };
+        let Some(rank) = launch.rank else {
+            return Err(DumpError::Field {
+                path: PathBuf::from("(environment)"),
+                field: "DETCHECK_RANK".to_owned(),
+                detail: "no launcher gave this process a rank (DETCHECK_RANK, RANK or an MPI \
+                         launcher's); with the `none` launcher, one process writes every rank: \
+                         use TraceWriter::from_env_for_rank"
+                    .to_owned(),
+            });
+        };
+        launch.wait_for_start(rank);
+        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode).map(Some)
+    }
+
+    /// The writer of rank `rank` of the launch, for a program that writes every rank's trace
+    /// itself (the `none` launcher); `Ok(None)` when detcheck did not launch it.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::from_env`], and [`DumpError::Folder`] when `rank` is not below the
+    /// launch's world size.
+    pub fn from_env_for_rank(rank: u32) -> Result<Option<TraceWriter>, DumpError> {
+        let Some(launch) = Launch::from_env()? else {
+            return Ok(None);
+        };
+        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode).map(Some)
+    }
+
     /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
     ///
     /// # Errors
@@ -137,6 +194,34 @@ impl TraceWriter {
         self.record_tensor(step, name, tensor, true)
     }
 
+    /// Records a view as `name` at `step`, reading its bytes in place (in full mode they are
+    /// copied as they are into the step's safetensors file): the same record and file bytes as
+    /// [`TraceWriter::record`] writes for a tensor of the same dtype, shape and values.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record`].
+    pub fn record_view(
+        &mut self,
+        step: u64,
+        name: &str,
+        view: TensorView<'_>,
+    ) -> Result<(), DumpError> {
+        self.record_any(step, name, view, false)
+    }
+
+    /// Records a view that every rank must hold with identical bits.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record`].
+    pub fn record_replicated_view(
+        &mut self,
+        step: u64,
+        name: &str,
+        view: TensorView<'_>,
+    ) -> Result<(), DumpError> {
+        self.record_any(step, name, view, true)
+    }
+
     fn record_tensor(
         &mut self,
         step: u64,
@@ -144,20 +229,30 @@ impl TraceWriter {
         tensor: &Tensor,
         replicated: bool,
     ) -> Result<(), DumpError> {
+        tensor.with_view(|view| self.record_any(step, name, view, replicated))
+    }
+
+    fn record_any(
+        &mut self,
+        step: u64,
+        name: &str,
+        view: TensorView<'_>,
+        replicated: bool,
+    ) -> Result<(), DumpError> {
         let seq = match self.last {
             Some((last_step, last_seq)) if last_step == step => last_seq + 1,
             _ => 0,
         };
-        let record = Record::of_tensor(
+        let record = Record::of_view(
             self.rank,
             step,
             seq,
             name,
             replicated,
-            tensor,
+            view,
             self.mode.has_stats(),
         );
-        self.write_record(&record, Some(tensor))
+        self.write_record_view(&record, Some(view))
     }
 
     /// Writes a record made elsewhere (by a [`Recorder`](crate::record::Recorder)), with its tensor in full mode.
@@ -172,6 +267,22 @@ impl TraceWriter {
         record: &Record,
         tensor: Option<&Tensor>,
     ) -> Result<(), DumpError> {
+        match tensor {
+            Some(tensor) => tensor.with_view(|view| self.write_record_view(record, Some(view))),
+            None => self.write_record_view(record, None),
+        }
+    }
+
+    /// Writes a record made elsewhere, with a view of its tensor in full mode (its bytes are
+    /// written as they are).
+    ///
+    /// # Errors
+    /// As [`TraceWriter::write_record`].
+    pub fn write_record_view(
+        &mut self,
+        record: &Record,
+        view: Option<TensorView<'_>>,
+    ) -> Result<(), DumpError> {
         if let Some(last) = self.last {
             if (record.step, record.seq) <= last {
                 return Err(DumpError::OutOfOrder {
@@ -185,14 +296,14 @@ impl TraceWriter {
             }
         }
         if self.mode == DumpMode::Full {
-            let tensor = tensor.ok_or_else(|| DumpError::MissingTensor {
+            let view = view.ok_or_else(|| DumpError::MissingTensor {
                 name: record.name.clone(),
             })?;
             self.pending.push((
                 tensor_key(record.seq, &record.name),
-                tensor.dtype(),
-                tensor.shape().to_vec(),
-                tensorfile::canonical_bytes(tensor),
+                view.dtype(),
+                view.shape().to_vec(),
+                view.bytes().to_vec(),
             ));
         }
         self.scratch.clear();

@@ -9,8 +9,8 @@
 use crate::comm::LaunchError;
 use crate::file::{trace_path, DumpError, DumpMode};
 use crate::record::Trace;
-use crate::run::{perturbation, CheckOptions, RunRequest, ThreadRunner};
-use crate::scenario::{LoadedScenario, RunPlan};
+use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, ThreadRunner};
+use crate::scenario::{LoadedScenario, Program, RunPlan};
 use std::path::Path;
 
 /// Why a scenario could not be dumped.
@@ -20,6 +20,9 @@ pub enum DumpRunError {
     /// The dump folder cannot be used.
     #[error(transparent)]
     Dump(#[from] DumpError),
+    /// A `command` scenario's launch failed, or could not start.
+    #[error(transparent)]
+    Program(RunError),
     /// The run failed (a rank errored, panicked, missed a deadline, or could not write its file).
     #[error("scenario `{scenario}`: {source}")]
     Run {
@@ -68,6 +71,15 @@ pub fn dump_scenario(
     let perturbation =
         perturb_as_run.map(|run| perturbation(scenario.spec.seed, run.max(1), options));
     let request = RunRequest::new(scenario, options, perturbation, 1, plan).with_dump(dir, mode);
+    if let Program::Command(_) = scenario.program {
+        // The program writes the files itself, into the dump folder.
+        return runner_for(scenario, &ThreadRunner)
+            .run(scenario, &request)
+            .map_err(|error| {
+                remove_dump_files(dir, scenario.spec.world_size as u32);
+                DumpRunError::Program(error)
+            });
+    }
     ThreadRunner.launch(scenario, &request).map_err(|source| {
         // The folder held no dump before: remove what the ranks that did finish wrote, so a
         // failed run leaves no dump that looks usable.

@@ -15,6 +15,7 @@
 mod dump;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+mod process;
 
 pub use dump::{dump_scenario, DumpRunError};
 
@@ -23,7 +24,7 @@ use crate::comm::{
 };
 use crate::file::{DumpError, DumpMode, TraceWriter};
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
-use crate::scenario::{LoadedScenario, RankContext, RunPlan, Scenario, ScenarioSpec};
+use crate::scenario::{LoadedScenario, Program, RankContext, RunPlan, Scenario, ScenarioSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,27 @@ pub enum RunError {
         run: usize,
         /// What failed.
         source: LaunchError,
+    },
+    /// A launched program failed: a process exited non-zero or was killed, the launch outlived
+    /// its timeout, or a rank wrote no trace or a broken one (a `command` scenario).
+    #[error("scenario `{scenario}`, run {run}: {message}")]
+    ProgramFailed {
+        /// The scenario.
+        scenario: String,
+        /// Which run.
+        run: usize,
+        /// What failed: the rank, the exit status, the end of its stderr.
+        message: String,
+    },
+    /// A program or launcher could not be started: bad input (a `command` scenario).
+    #[error("scenario `{scenario}`: field `{field}`: {message}")]
+    CannotLaunch {
+        /// The scenario.
+        scenario: String,
+        /// The field of the scenario file that names what could not start.
+        field: String,
+        /// Why.
+        message: String,
     },
     /// The scenario needs more ranks than the MPI job has processes.
     #[error(
@@ -200,12 +222,12 @@ pub(crate) fn run_rank(
         Arc::new(Mutex::new((Some(writer), None)));
     let tap_state = Arc::clone(&state);
     ctx.recorder_mut()
-        .set_tap(RecordTap(Box::new(move |record, tensor| {
+        .set_tap(RecordTap(Box::new(move |record, view| {
             let mut guard = tap_state.lock().unwrap_or_else(|e| e.into_inner());
             let (writer, error) = &mut *guard;
             if error.is_none() {
                 if let Some(w) = writer.as_mut() {
-                    if let Err(e) = w.write_record(record, Some(tensor)) {
+                    if let Err(e) = w.write_record_view(record, Some(view)) {
                         *error = Some(e);
                     }
                 }
@@ -250,9 +272,16 @@ impl ThreadRunner {
         scenario: &LoadedScenario,
         request: &RunRequest,
     ) -> Result<Trace, LaunchError> {
+        let Some(program) = scenario.program.ranks() else {
+            return Err(LaunchError::RankFailed {
+                rank: 0,
+                message: "a `command` scenario runs in its own processes, not on thread ranks"
+                    .to_owned(),
+            });
+        };
         let mut config = LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
         config.perturbation = request.perturbation;
-        let program = Arc::clone(&scenario.program);
+        let program = Arc::clone(program);
         let shared = Arc::new(request.clone());
         let ranks = launch_threads(&config, move |comm| {
             run_rank(program.as_ref(), comm, &shared)
@@ -272,7 +301,17 @@ impl Runner for ThreadRunner {
     }
 }
 
-/// Runs `scenario` once on thread ranks and returns its trace.
+/// The runner of `scenario`'s runs: `default` (the session's: threads or MPI) for a rank
+/// program, the process runner for a `command` scenario.
+pub(crate) fn runner_for<'r>(scenario: &LoadedScenario, default: &'r dyn Runner) -> &'r dyn Runner {
+    match scenario.program {
+        Program::Ranks(_) => default,
+        Program::Command(_) => &process::ProcessRunner,
+    }
+}
+
+/// Runs `scenario` once on thread ranks (a `command` scenario: in its own processes) and
+/// returns its trace.
 ///
 /// # Errors
 /// [`RunError::Launch`] when a rank fails; `run` numbers the run in the message.
@@ -283,5 +322,5 @@ pub fn run_once(
     run: usize,
 ) -> Result<Trace, RunError> {
     let request = RunRequest::new(scenario, options, perturbation, run, &RunPlan::default());
-    ThreadRunner.run(scenario, &request)
+    runner_for(scenario, &ThreadRunner).run(scenario, &request)
 }

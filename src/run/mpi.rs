@@ -163,7 +163,12 @@ impl MpiJob {
                 Command::Run(run) => {
                     let program = registry
                         .build(run.spec.clone(), &run.origin)
-                        .map(|loaded| loaded.program)
+                        .map_err(|e| e.to_string())
+                        .and_then(|loaded| {
+                            loaded.program.ranks().cloned().ok_or_else(|| {
+                                "a `command` scenario runs in its own processes".to_owned()
+                            })
+                        })
                         .map_err(|e| format!("process {rank} cannot build the scenario: {e}"));
                     self.run_part(program, &run);
                 }
@@ -276,7 +281,12 @@ impl Runner for MpiRunner<'_> {
     fn run(&self, scenario: &LoadedScenario, request: &RunRequest) -> Result<Trace, RunError> {
         let command = Command::Run(Box::new(request.clone()));
         self.job.broadcast_command(&command);
-        let outcomes = self.job.run_part(Ok(scenario.program.clone()), request);
+        let program = scenario
+            .program
+            .ranks()
+            .cloned()
+            .ok_or_else(|| "a `command` scenario runs in its own processes".to_owned());
+        let outcomes = self.job.run_part(program, request);
         assemble(outcomes).map_err(|source| request.failed(source))
     }
 

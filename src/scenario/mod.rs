@@ -25,15 +25,63 @@
 //! kind as for the built-in ones.
 
 mod builtin;
+pub(crate) mod command;
 mod context;
 mod registry;
-mod spec;
+pub(crate) mod spec;
 
+pub use command::{CommandProgram, Launcher, RestartArgs, RESERVED_ENV};
 pub use context::{RankContext, RunPlan};
 pub use registry::{discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ScenarioError};
-pub use spec::{CheckKind, Expectation, ParamError, ScenarioSpec};
+pub use spec::{CheckKind, Expectation, ParamError, ScenarioSpec, Variant};
 
 use crate::comm::RankError;
+use std::sync::Arc;
+
+/// What a scenario runs: a rank program on detcheck's ranks, or a program of its own in fresh
+/// processes (the `command` kind).
+#[derive(Clone)]
+pub enum Program {
+    /// A [`Scenario`]: one call of `run_rank` per rank, on thread or MPI ranks.
+    Ranks(Arc<dyn Scenario>),
+    /// A command launched as processes, which write their trace files themselves.
+    Command(Arc<CommandProgram>),
+}
+
+impl Program {
+    /// What the program supports. A command is taken to record replicated tensors (the
+    /// `replicas` check compares nothing when it records none) and to resume when the file
+    /// gives its restart arguments.
+    #[must_use]
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            Program::Ranks(program) => program.capabilities(),
+            Program::Command(command) => {
+                let mut supports = Capabilities::default().with_replicated_records();
+                supports.resumes = command.restart.is_some();
+                supports
+            }
+        }
+    }
+
+    /// The rank program, when this is one.
+    #[must_use]
+    pub fn ranks(&self) -> Option<&Arc<dyn Scenario>> {
+        match self {
+            Program::Ranks(program) => Some(program),
+            Program::Command(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Program::Ranks(_) => f.write_str("Ranks(..)"),
+            Program::Command(command) => f.debug_tuple("Command").field(command).finish(),
+        }
+    }
+}
 
 /// A deterministic rank program.
 ///

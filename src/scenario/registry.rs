@@ -4,9 +4,10 @@
 //! Bad input: every error names the file, and the field where there is one ([`ScenarioError`]).
 //! Determinism: files are loaded in file-name order.
 
+use crate::scenario::command::CommandProgram;
 use crate::scenario::spec::{parse_spec, validate_common};
 use crate::scenario::{
-    builtin, Capabilities, CheckKind, Expectation, ParamError, Scenario, ScenarioSpec,
+    builtin, CheckKind, Expectation, ParamError, Program, Scenario, ScenarioSpec,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,10 +18,19 @@ use std::sync::Arc;
 pub type KindFactory =
     Arc<dyn Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync>;
 
+/// How a kind's program is made.
+#[derive(Clone)]
+enum KindEntry {
+    /// A rank program, built by its factory.
+    Ranks(KindFactory),
+    /// The `command` kind: a program of the user's own, in fresh processes.
+    Command,
+}
+
 /// The scenario kinds a loader knows, by name.
 #[derive(Clone)]
 pub struct KindRegistry {
-    kinds: BTreeMap<String, KindFactory>,
+    kinds: BTreeMap<String, KindEntry>,
 }
 
 impl fmt::Debug for KindRegistry {
@@ -36,13 +46,17 @@ impl Default for KindRegistry {
 }
 
 impl KindRegistry {
-    /// The built-in kinds: `seed`, `collective`, `dataloader`, `train`.
+    /// The built-in kinds: `seed`, `collective`, `dataloader`, `train`, and `command` (a
+    /// program of the user's own).
     #[must_use]
     pub fn builtin() -> Self {
         let mut registry = KindRegistry {
             kinds: BTreeMap::new(),
         };
         builtin::register(&mut registry);
+        registry
+            .kinds
+            .insert("command".to_owned(), KindEntry::Command);
         registry
     }
 
@@ -52,7 +66,8 @@ impl KindRegistry {
         name: impl Into<String>,
         factory: impl Fn(&ScenarioSpec) -> Result<Arc<dyn Scenario>, ParamError> + Send + Sync + 'static,
     ) {
-        self.kinds.insert(name.into(), Arc::new(factory));
+        self.kinds
+            .insert(name.into(), KindEntry::Ranks(Arc::new(factory)));
     }
 
     /// The names of the known kinds, sorted.
@@ -75,7 +90,7 @@ impl KindRegistry {
             message: e.message,
         };
         validate_common(&spec).map_err(invalid)?;
-        let factory = self.kinds.get(&spec.kind).ok_or_else(|| {
+        let entry = self.kinds.get(&spec.kind).ok_or_else(|| {
             invalid(ParamError::new(
                 "kind",
                 format!(
@@ -85,7 +100,23 @@ impl KindRegistry {
                 ),
             ))
         })?;
-        let program = factory(&spec).map_err(invalid)?;
+        let program = Self::make(entry, &spec, origin).map_err(invalid)?;
+        let variants = spec
+            .variants
+            .iter()
+            .enumerate()
+            .map(|(i, variant)| {
+                let in_variant = |e: ParamError| ParamError {
+                    field: format!("variants[{i}].{}", e.field),
+                    message: e.message,
+                };
+                let varied = variant_spec(&spec, variant, matches!(entry, KindEntry::Command))
+                    .map_err(in_variant)?;
+                let program = Self::make(entry, &varied, origin).map_err(in_variant)?;
+                Ok((varied, program))
+            })
+            .collect::<Result<Vec<_>, ParamError>>()
+            .map_err(invalid)?;
         let name = match &spec.name {
             Some(name) => name.clone(),
             None => origin
@@ -107,15 +138,39 @@ impl KindRegistry {
                 if supports.resumes && spec.steps >= 2 {
                     checks.push(CheckKind::Restart);
                 }
+                if !spec.variants.is_empty() {
+                    checks.push(CheckKind::Variants);
+                }
             }
         }
-        validate_capabilities(&spec, &checks, program.capabilities()).map_err(invalid)?;
+        validate_capabilities(&spec, &checks, &program).map_err(invalid)?;
+        let variants = variants
+            .into_iter()
+            .enumerate()
+            .map(|(i, (spec, program))| LoadedScenario {
+                name: format!("{name}[variant {i}]"),
+                origin: origin.to_path_buf(),
+                checks: Vec::new(),
+                spec,
+                program,
+                variants: Vec::new(),
+            })
+            .collect();
         Ok(LoadedScenario {
             name,
             origin: origin.to_path_buf(),
             checks,
             spec,
             program,
+            variants,
+        })
+    }
+
+    /// Builds the program of a kind's entry for `spec`.
+    fn make(entry: &KindEntry, spec: &ScenarioSpec, origin: &Path) -> Result<Program, ParamError> {
+        Ok(match entry {
+            KindEntry::Ranks(factory) => Program::Ranks(factory(spec)?),
+            KindEntry::Command => Program::Command(Arc::new(CommandProgram::from_spec(spec, origin)?)),
         })
     }
 
@@ -137,12 +192,63 @@ impl KindRegistry {
     }
 }
 
-/// The `workers` and `restart` checks need a program that can honour them, and sensible values.
+/// The spec of one variant: its `params` laid over the spec's, and (a command) its environment
+/// merged into `params.env` and its arguments appended to `params.command`.
+fn variant_spec(
+    spec: &ScenarioSpec,
+    variant: &crate::scenario::Variant,
+    is_command: bool,
+) -> Result<ScenarioSpec, ParamError> {
+    use serde_json::Value;
+    if !is_command && !variant.env.is_empty() {
+        return Err(ParamError::new(
+            "env",
+            "only a `command` scenario has an environment of its own; vary `params` instead",
+        ));
+    }
+    if !is_command && !variant.args.is_empty() {
+        return Err(ParamError::new(
+            "args",
+            "only a `command` scenario has arguments; vary `params` instead",
+        ));
+    }
+    let mut varied = spec.clone();
+    varied.variants = Vec::new();
+    varied.checks = Vec::new();
+    for (key, value) in &variant.params {
+        varied.params.insert(key.clone(), value.clone());
+    }
+    if is_command {
+        if !variant.env.is_empty() {
+            let env = varied
+                .params
+                .entry("env")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            let Value::Object(env) = env else {
+                return Err(ParamError::new("params.env", "must be an object"));
+            };
+            for (key, value) in &variant.env {
+                env.insert(key.clone(), Value::String(value.clone()));
+            }
+        }
+        if !variant.args.is_empty() {
+            let Some(Value::Array(command)) = varied.params.get_mut("command") else {
+                return Err(ParamError::new("params.command", "must be an array of strings"));
+            };
+            command.extend(variant.args.iter().cloned().map(Value::String));
+        }
+    }
+    Ok(varied)
+}
+
+/// The `workers`, `restart`, `variants` and `backends` checks need a program that can honour
+/// them, and sensible values.
 fn validate_capabilities(
     spec: &ScenarioSpec,
     checks: &[CheckKind],
-    capabilities: Capabilities,
+    program: &Program,
 ) -> Result<(), ParamError> {
+    let capabilities = program.capabilities();
     let field = |check: CheckKind| match spec.checks.iter().position(|&c| c == check) {
         Some(i) => format!("checks[{i}]"),
         None => "checks".to_owned(),
@@ -171,7 +277,8 @@ fn validate_capabilities(
                 field(CheckKind::Restart),
                 format!(
                     "`restart` resumes from a checkpoint, but kind `{}` does not write any \
-                     (the built-in kinds that do: dataloader, train)",
+                     (the built-in kinds that do: dataloader, train; a `command` scenario gives \
+                     `params.restart`)",
                     spec.kind
                 ),
             ));
@@ -192,6 +299,19 @@ fn validate_capabilities(
             ));
         }
     }
+    if checks.contains(&CheckKind::Variants) && spec.variants.is_empty() {
+        return Err(ParamError::new(
+            field(CheckKind::Variants),
+            "`variants` runs each of the spec's `variants`, but the spec lists none",
+        ));
+    }
+    if checks.contains(&CheckKind::Backends) && matches!(program, Program::Command(_)) {
+        return Err(ParamError::new(
+            field(CheckKind::Backends),
+            "`backends` compares detcheck's MPI ranks with its thread ranks; a `command` \
+             scenario runs its own processes",
+        ));
+    }
     Ok(())
 }
 
@@ -207,7 +327,10 @@ pub struct LoadedScenario {
     /// The spec as written.
     pub spec: ScenarioSpec,
     /// The program.
-    pub program: Arc<dyn Scenario>,
+    pub program: Program,
+    /// The spec and program of each of the spec's `variants`, in order (for the `variants`
+    /// check; their own `checks` and `variants` are empty).
+    pub variants: Vec<LoadedScenario>,
 }
 
 impl fmt::Debug for LoadedScenario {
@@ -217,6 +340,7 @@ impl fmt::Debug for LoadedScenario {
             .field("origin", &self.origin)
             .field("checks", &self.checks)
             .field("spec", &self.spec)
+            .field("program", &self.program)
             .finish_non_exhaustive()
     }
 }

@@ -8,6 +8,7 @@
 use crate::value::reduce::ReductionMode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A check a scenario can ask for.
@@ -29,6 +30,9 @@ pub enum CheckKind {
     /// A run checkpointed at step k and resumed in a fresh launch gives the continuous run's
     /// records from step k on (and before it).
     Restart,
+    /// A run under each of the spec's `variants` (settings that must not change the bits: an
+    /// environment variable, a thread count, a loader's workers) gives the first run's records.
+    Variants,
 }
 
 impl fmt::Display for CheckKind {
@@ -40,6 +44,7 @@ impl fmt::Display for CheckKind {
             CheckKind::WorldSizes => "world_sizes",
             CheckKind::Workers => "workers",
             CheckKind::Restart => "restart",
+            CheckKind::Variants => "variants",
         })
     }
 }
@@ -80,10 +85,12 @@ pub struct ScenarioSpec {
     pub steps: u64,
     /// The seed every random stream derives from.
     pub seed: u64,
-    /// The reduction mode of every allreduce.
+    /// The reduction mode of every allreduce (default `ring`).
+    #[serde(default = "default_reduction")]
     pub reduction: ReductionMode,
     /// `false` models a job without deterministic communication (HCCL_DETERMINISTIC unset): every
-    /// allreduce then adds in arrival order, whatever `reduction` says.
+    /// allreduce then adds in arrival order, whatever `reduction` says (default `true`).
+    #[serde(default = "default_true")]
     pub deterministic_comm: bool,
     /// What the checks must find: `identical`, or `diverges` for a negative control.
     pub expect: Expectation,
@@ -103,9 +110,66 @@ pub struct ScenarioSpec {
     /// The step the `restart` check checkpoints at and resumes from (default `steps / 2`).
     #[serde(default)]
     pub restart_at: Option<u64>,
+    /// Settings that must not change the bits, each run and compared with the first run (the
+    /// `variants` check).
+    #[serde(default)]
+    pub variants: Vec<Variant>,
     /// The kind's own parameters.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One setting that must not change the bits: extra environment and arguments (a `command`
+/// scenario), and parameters laid over the scenario's `params` (any kind).
+///
+/// ```json
+/// "variants": [{"env": {"OMP_NUM_THREADS": "4"}}, {"args": ["--workers", "2"]},
+///              {"params": {"workers": 4}}]
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// Environment variables added to the launch (`command` only).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Arguments appended to the command (`command` only).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Fields laid over the scenario's `params`.
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Variant {
+    /// A short description for reports: `env OMP_NUM_THREADS=4, args --workers 2`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.env.is_empty() {
+            let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            parts.push(format!("env {}", env.join(" ")));
+        }
+        if !self.args.is_empty() {
+            parts.push(format!("args {}", self.args.join(" ")));
+        }
+        if !self.params.is_empty() {
+            let params = serde_json::to_string(&self.params).unwrap_or_default();
+            parts.push(format!("params {params}"));
+        }
+        if parts.is_empty() {
+            "no change".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+fn default_reduction() -> ReductionMode {
+    ReductionMode::Ring
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_workers() -> Vec<usize> {

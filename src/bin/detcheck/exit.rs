@@ -52,13 +52,16 @@ pub(crate) const TABLE: [(Exit, &str); 4] = [
          `run --dump` folder that already holds a dump; a `run --resume` checkpoint that is \
          missing, corrupt, of another version or written by another run (the message names the \
          file); wrong MPI usage (started by `mpirun` without the `mpi` feature, an `mpirun` of \
-         another MPI than the one linked, no scenario small enough for the job)",
+         another MPI than the one linked, no scenario small enough for the job); a `command` \
+         scenario whose program or launcher cannot be started (the message names the field)",
     ),
     (
         Exit::RunFailed,
         "a run failed: a rank returned an error, panicked, or missed a collective deadline (the \
          message names the rank and the collective), or could not write its trace file; under \
-         MPI also a job aborted because a rank never arrived",
+         MPI also a job aborted because a rank never arrived; a `command` scenario's process \
+         that exited non-zero, was killed or outlived its timeout, or wrote no or a broken trace \
+         (the message names the rank, the exit status and the end of its stderr)",
     ),
 ];
 
@@ -180,8 +183,13 @@ impl CliError {
             | CliError::Curve(_)
             | CliError::Resume(_) => Exit::BadInput,
             CliError::DumpRun(DumpRunError::Dump(_)) => Exit::BadInput,
+            CliError::DumpRun(DumpRunError::Program(RunError::CannotLaunch { .. })) => {
+                Exit::BadInput
+            }
             CliError::DumpRun(_) => Exit::RunFailed,
-            CliError::Run(RunError::WorldTooLarge { .. }) => Exit::BadInput,
+            CliError::Run(RunError::WorldTooLarge { .. } | RunError::CannotLaunch { .. }) => {
+                Exit::BadInput
+            }
             CliError::Run(_) => Exit::RunFailed,
         }
     }

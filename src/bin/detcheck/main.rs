@@ -26,7 +26,7 @@ use clap::{Parser, Subcommand};
 use detcheck::comm::pin_settings_for;
 use detcheck::compare::curves::Tolerance;
 use detcheck::file::DumpMode;
-use detcheck::scenario::{CheckKind, Expectation, RunPlan, ScenarioError};
+use detcheck::scenario::{CheckKind, Expectation, Program, RunPlan, ScenarioError};
 use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
 use exit::{CliError, Exit};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -384,7 +384,11 @@ fn check(
     for scenario in &scenarios {
         bar.set_message(scenario.name.clone());
         let spec = &scenario.spec;
-        let mode = spec.effective_mode().to_string();
+        // A command's reduction is its own: the column shows how its ranks are launched.
+        let mode = match &scenario.program {
+            Program::Ranks(_) => spec.effective_mode().to_string(),
+            Program::Command(command) => command.launcher.name().to_owned(),
+        };
         let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
         let listed = join_checks(scenario.checks.iter());
         let scenario_row = |checks: &str, records: &str, verdict: &str, first: &str| {

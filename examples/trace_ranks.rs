@@ -1,0 +1,147 @@
+//! A program of the user's own under detcheck's `command` kind (`processes` launcher): each rank
+//! draws its shard of a dataset, weighs it by named features, and records what it computed with
+//! [`TraceWriter::from_env`]; outside detcheck it runs and records nothing.
+//!
+//! ```text
+//! trace_ranks --seed S --steps N [--plant-hashmap-order]
+//!             [--stop-at K --checkpoint DIR | --resume DIR]
+//! ```
+//!
+//! `--plant-hashmap-order` sums the features in `HashMap` iteration order, which Rust seeds from
+//! OS entropy in every process: the negative control `repeat` must catch. `--stop-at` and
+//! `--resume` checkpoint and restore the running total (the `restart` check). The scenarios are
+//! in `examples/programs/`.
+
+use detcheck::file::TraceWriter;
+use detcheck::value::{derive_stream, Stream};
+use detcheck::Tensor;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The feature names and weights every rank uses.
+const FEATURES: [(&str, f32); 8] = [
+    ("age", 0.31),
+    ("bmi", -1.7),
+    ("height", 2.9e-3),
+    ("income", 4.4),
+    ("score", -0.013),
+    ("visits", 17.0),
+    ("weight", 0.77),
+    ("zone", -3.3),
+];
+
+struct Args {
+    seed: u64,
+    steps: u64,
+    plant_hashmap_order: bool,
+    stop_at: Option<u64>,
+    checkpoint: Option<PathBuf>,
+    resume: Option<PathBuf>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        seed: 0,
+        steps: 4,
+        plant_hashmap_order: false,
+        stop_at: None,
+        checkpoint: None,
+        resume: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--seed" => args.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--steps" => args.steps = value()?.parse().map_err(|e| format!("--steps: {e}"))?,
+            "--stop-at" => {
+                args.stop_at = Some(value()?.parse().map_err(|e| format!("--stop-at: {e}"))?);
+            }
+            "--checkpoint" => args.checkpoint = Some(PathBuf::from(value()?)),
+            "--resume" => args.resume = Some(PathBuf::from(value()?)),
+            "--plant-hashmap-order" => args.plant_hashmap_order = true,
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(args)
+}
+
+fn run() -> Result<(), String> {
+    let args = parse()?;
+    let Some(mut writer) = TraceWriter::from_env().map_err(|e| e.to_string())? else {
+        eprintln!("trace_ranks: not launched by detcheck (no DETCHECK_TRACE_DIR): nothing recorded");
+        return Ok(());
+    };
+    let rank = writer_rank();
+    let state_file = |dir: &PathBuf| dir.join(format!("rank{rank}.total"));
+    let (mut total, first) = match &args.resume {
+        Some(dir) => {
+            let text = std::fs::read_to_string(state_file(dir)).map_err(|e| e.to_string())?;
+            let (step, bits) = text.trim().split_once(' ').ok_or("a bad checkpoint")?;
+            let step: u64 = step.parse().map_err(|_| "a bad checkpoint step")?;
+            let bits = u64::from_str_radix(bits, 16).map_err(|_| "bad checkpoint bits")?;
+            (f64::from_bits(bits), step)
+        }
+        None => (0.0f64, 0),
+    };
+    let last = args.stop_at.unwrap_or(args.steps);
+    let weights: HashMap<String, f32> = FEATURES
+        .iter()
+        .map(|&(name, w)| (name.to_owned(), w))
+        .collect();
+    for step in first..last {
+        let mut rng = derive_stream(args.seed, Stream::Data, rank, step);
+        let shard: Vec<f32> = (0..64).map(|_| rng.normal_f32()).collect();
+        let names: Vec<&String> = if args.plant_hashmap_order {
+            weights.keys().collect() // the order of this process's random hash keys
+        } else {
+            let mut sorted: Vec<&String> = weights.keys().collect();
+            sorted.sort();
+            sorted
+        };
+        // One weighted sum per feature, then their sum in the order above: f32 addition is not
+        // associative, so the order shows in the bits.
+        let mut score = 0.0f32;
+        for name in names {
+            let feature = FEATURES.iter().position(|(n, _)| n == name).unwrap_or(0);
+            let column: f32 = shard.iter().skip(feature).step_by(8).sum();
+            score += column * weights[name];
+        }
+        total += f64::from(score);
+        writer
+            .record(step, "shard", &Tensor::from_vec(shard))
+            .map_err(|e| e.to_string())?;
+        writer
+            .record(step, "score", &Tensor::scalar(score))
+            .map_err(|e| e.to_string())?;
+        writer
+            .record(step, "total", &Tensor::from_vec(vec![total]))
+            .map_err(|e| e.to_string())?;
+    }
+    if let (Some(at), Some(dir)) = (args.stop_at, &args.checkpoint) {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        std::fs::write(state_file(dir), format!("{at} {:016x}\n", total.to_bits()))
+            .map_err(|e| e.to_string())?;
+    }
+    writer.finish().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// This process's rank, as detcheck's `processes` launcher gives it.
+fn writer_rank() -> u64 {
+    std::env::var("DETCHECK_RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("trace_ranks: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The launch contract: the environment detcheck gives a program it starts (the `command` kind),
+//! and how a program finds where to write its trace file.
+//!
+//! [`Launch::to_env`] is what the runner (`crate::run`) sets; [`Launch::from_env`] is what
+//! `TraceWriter::from_env` (and the Python package, through it) reads. Both sides are here, so
+//! the names and formats exist once:
+//!
+//! | variable | value |
+//! | --- | --- |
+//! | `DETCHECK_TRACE_DIR` | the folder of this launch's trace files (fresh for every launch) |
+//! | `DETCHECK_WORLD_SIZE` | the number of ranks |
+//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, or the MPI launcher's rank) |
+//! | `DETCHECK_SEED`, `DETCHECK_STEPS` | the scenario's seed and steps |
+//! | `DETCHECK_MODE` | `md5`, `stats` or `full`: what each record holds |
+//! | `DETCHECK_LAUNCH` | `K:T`: launch K of the check and its start time T (ms since the Unix epoch) |
+//!
+//! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
+//! only moves timing: [`Launch::wait_for_start`] holds rank r until T + slot × step, where the
+//! slot is r rotated by K, so every launch starts its ranks in another order (what makes an
+//! arrival-order bug show up every time). It reads the wall clock, which is fine on a timing path
+//! and never touches a value.
+
+use crate::file::{DumpError, DumpMode};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `DETCHECK_TRACE_DIR`.
+pub const TRACE_DIR_VAR: &str = "DETCHECK_TRACE_DIR";
+/// `DETCHECK_WORLD_SIZE`.
+pub const WORLD_SIZE_VAR: &str = "DETCHECK_WORLD_SIZE";
+/// `DETCHECK_RANK`.
+pub const RANK_VAR: &str = "DETCHECK_RANK";
+/// `DETCHECK_SEED`.
+pub const SEED_VAR: &str = "DETCHECK_SEED";
+/// `DETCHECK_STEPS`.
+pub const STEPS_VAR: &str = "DETCHECK_STEPS";
+/// `DETCHECK_MODE`.
+pub const MODE_VAR: &str = "DETCHECK_MODE";
+/// `DETCHECK_LAUNCH`.
+pub const LAUNCH_VAR: &str = "DETCHECK_LAUNCH";
+
+/// The variables other launchers set for a process's rank, in the order they are read after
+/// `DETCHECK_RANK`: torchrun's, Open MPI's, MPICH/Hydra's, PMIx's.
+const OTHER_RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
+
+/// The longest a start is staggered over all ranks.
+const MAX_STAGGER: Duration = Duration::from_millis(600);
+/// The stagger between two consecutive start slots, at most.
+const MAX_SLOT: Duration = Duration::from_millis(30);
+
+/// What a launched program is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// Where the trace files go.
+    pub trace_dir: PathBuf,
+    /// The number of ranks.
+    pub world_size: u32,
+    /// This process's rank, when the launcher gives one.
+    pub rank: Option<u32>,
+    /// The scenario's seed.
+    pub seed: u64,
+    /// The scenario's steps.
+    pub steps: u64,
+    /// What each record holds.
+    pub mode: DumpMode,
+    /// Which launch of the check (0, 1, ...) and its start time, for the start stagger.
+    pub start: Option<(u32, u64)>,
+}
+
+impl Launch {
+    /// The variables of this launch, for the runner to set (`DETCHECK_RANK` only when `rank` is
+    /// given).
+    #[must_use]
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![
+            (TRACE_DIR_VAR, self.trace_dir.display().to_string()),
+            (WORLD_SIZE_VAR, self.world_size.to_string()),
+            (SEED_VAR, self.seed.to_string()),
+            (STEPS_VAR, self.steps.to_string()),
+            (MODE_VAR, self.mode.name().to_owned()),
+        ];
+        if let Some(rank) = self.rank {
+            vars.push((RANK_VAR, rank.to_string()));
+        }
+        if let Some((launch, start_ms)) = self.start {
+            vars.push((LAUNCH_VAR, format!("{launch}:{start_ms}")));
+        }
+        vars
+    }
+
+    /// The launch this process belongs to: `None` when detcheck did not start it
+    /// (`DETCHECK_TRACE_DIR` unset), so a program runs unchanged outside detcheck.
+    ///
+    /// # Errors
+    /// [`DumpError::Field`] naming the variable that is set but cannot be read.
+    pub fn from_env() -> Result<Option<Self>, DumpError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Launch::from_env`] over any source of variables (tests).
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, DumpError> {
+        let Some(trace_dir) = var(TRACE_DIR_VAR) else {
+            return Ok(None);
+        };
+        let bad = |name: &str, value: &str, what: &str| DumpError::Field {
+            path: PathBuf::from("(environment)"),
+            field: name.to_owned(),
+            detail: format!("`{value}` is not {what}"),
+        };
+        let number = |name: &str| -> Result<Option<u64>, DumpError> {
+            var(name)
+                .map(|v| v.trim().parse::<u64>().map_err(|_| bad(name, &v, "a number")))
+                .transpose()
+        };
+        let world_size = number(WORLD_SIZE_VAR)?
+            .filter(|&w| w > 0)
+            .ok_or_else(|| bad(WORLD_SIZE_VAR, &var(WORLD_SIZE_VAR).unwrap_or_default(), "a positive number"))?;
+        let world_size =
+            u32::try_from(world_size).map_err(|_| bad(WORLD_SIZE_VAR, &world_size.to_string(), "a world size"))?;
+        let mut rank = None;
+        for name in std::iter::once(RANK_VAR).chain(OTHER_RANK_VARS) {
+            if let Some(r) = number(name)? {
+                let r = u32::try_from(r)
+                    .ok()
+                    .filter(|&r| r < world_size)
+                    .ok_or_else(|| bad(name, &r.to_string(), "a rank of this world"))?;
+                rank = Some(r);
+                break;
+            }
+        }
+        let mode = match var(MODE_VAR) {
+            None => DumpMode::Stats,
+            Some(m) => m
+                .parse()
+                .map_err(|_| bad(MODE_VAR, &m, "md5, stats or full"))?,
+        };
+        let start = match var(LAUNCH_VAR) {
+            None => None,
+            Some(v) => {
+                let parsed = v
+                    .split_once(':')
+                    .and_then(|(k, t)| Some((k.parse().ok()?, t.parse().ok()?)));
+                Some(parsed.ok_or_else(|| bad(LAUNCH_VAR, &v, "`launch:start_ms`"))?)
+            }
+        };
+        Ok(Some(Launch {
+            trace_dir: PathBuf::from(trace_dir),
+            world_size,
+            rank,
+            seed: number(SEED_VAR)?.unwrap_or(0),
+            steps: number(STEPS_VAR)?.unwrap_or(0),
+            mode,
+            start,
+        }))
+    }
+
+    /// How long rank `rank` waits after the launch's start time: its slot (the rank rotated by
+    /// the launch number) times the slot length.
+    #[must_use]
+    pub fn start_offset(&self, rank: u32) -> Duration {
+        let Some((launch, _)) = self.start else {
+            return Duration::ZERO;
+        };
+        let world = self.world_size.max(1);
+        let slot = (rank + launch % world) % world;
+        let step = MAX_SLOT.min(MAX_STAGGER / world);
+        step * slot
+    }
+
+    /// Waits until rank `rank`'s start slot (no wait when the slot has passed or the launch has
+    /// no start time).
+    pub fn wait_for_start(&self, rank: u32) {
+        let Some((_, start_ms)) = self.start else {
+            return;
+        };
+        let due = UNIX_EPOCH + Duration::from_millis(start_ms) + self.start_offset(rank);
+        if let Ok(wait) = due.duration_since(SystemTime::now()) {
+            std::thread::sleep(wait.min(MAX_STAGGER + Duration::from_secs(5)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(vars: &[(&str, &str)]) -> Result<Option<Launch>, DumpError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Launch::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_environment_round_trips() {
+        let sent = Launch {
+            trace_dir: PathBuf::from("/tmp/t"),
+            world_size: 4,
+            rank: Some(2),
+            seed: 7,
+            steps: 3,
+            mode: DumpMode::Md5,
+            start: Some((1, 1_700_000_000_000)),
+        };
+        let vars = sent.to_env();
+        let owned: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(launch(&owned).unwrap(), Some(sent));
+        assert_eq!(launch(&[]).unwrap(), None, "not under detcheck");
+    }
+
+    #[test]
+    fn the_rank_comes_from_other_launchers_and_bad_values_are_named() {
+        let base = [("DETCHECK_TRACE_DIR", "/t"), ("DETCHECK_WORLD_SIZE", "4")];
+        let with = |extra: (&'static str, &'static str)| {
+            let mut v = base.to_vec();
+            v.push(extra);
+            launch(&v)
+        };
+        assert_eq!(with(("RANK", "3")).unwrap().unwrap().rank, Some(3));
+        assert_eq!(with(("PMI_RANK", "1")).unwrap().unwrap().rank, Some(1));
+        assert_eq!(launch(&base).unwrap().unwrap().rank, None);
+        let err = with(("OMPI_COMM_WORLD_RANK", "4")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "(environment): field `OMPI_COMM_WORLD_RANK`: `4` is not a rank of this world"
+        );
+        let err = with(("DETCHECK_MODE", "everything")).unwrap_err().to_string();
+        assert!(err.contains("`DETCHECK_MODE`"), "{err}");
+        let err = launch(&[("DETCHECK_TRACE_DIR", "/t")]).unwrap_err().to_string();
+        assert!(err.contains("`DETCHECK_WORLD_SIZE`"), "{err}");
+    }
+
+    #[test]
+    fn every_launch_starts_the_ranks_in_another_order() {
+        let at = |launch: u32| {
+            let l = Launch {
+                trace_dir: PathBuf::new(),
+                world_size: 3,
+                rank: None,
+                seed: 0,
+                steps: 0,
+                mode: DumpMode::Stats,
+                start: Some((launch, 0)),
+            };
+            let mut order: Vec<u32> = (0..3).collect();
+            order.sort_by_key(|&r| l.start_offset(r));
+            order
+        };
+        assert_eq!(at(0), [0, 1, 2]);
+        assert_eq!(at(1), [2, 0, 1]);
+        assert_eq!(at(2), [1, 2, 0]);
+    }
+}

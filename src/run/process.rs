@@ -1,0 +1,487 @@
+//! The runner of `command` scenarios: a user's program launched in fresh processes.
+//!
+//! [`ProcessRunner`] starts the program as its launcher says (`processes`: one child per rank;
+//! `mpirun`, `torchrun`: one launcher process; `none`: one process for every rank), each launch
+//! with a fresh trace folder and the launch environment of `crate::file::launch`, waits for
+//! every process with the scenario's timeout, and reads the trace files back into a [`Trace`],
+//! which the checks compare as they compare a built-in kind's.
+//!
+//! What a launch varies, so that `repeat` catches what a program must not depend on:
+//! `PYTHONHASHSEED` (a different value every launch, unless the scenario's `env` sets it: a
+//! `set` or `dict` order bug is caught every time, not by luck), the order and stagger in which
+//! ranks start (`DETCHECK_LAUNCH`: every launch rotates it, so messages arrive in another order),
+//! `MASTER_PORT` and the trace folder's path.
+//!
+//! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
+//! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
+//! with the rank, the exit status and the tail of its stderr; an executable or launcher that
+//! cannot be started is bad input ([`RunError::CannotLaunch`], exit 2). Every child leads its own
+//! process group, and the whole group is killed on failure, timeout or drop: nothing is left
+//! running.
+//!
+//! Determinism: what a launch receives is a function of the request (spec, run, perturbation,
+//! plan); only timing depends on the machine.
+
+use crate::file::{load_trace, DumpMode, Launch};
+use crate::record::{RecordLevel, Trace};
+use crate::run::{RunError, RunRequest, Runner};
+use crate::scenario::command::{substitute, CommandProgram, Launcher, TemplateValues};
+use crate::scenario::{LoadedScenario, Program};
+use crate::value::seed::{derive_stream, Stream};
+use std::fs::File;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The user stream that derives each launch's `PYTHONHASHSEED`.
+const HASH_SEED_STREAM: u64 = 0x5059_4841_5348; // "PYHASH"
+/// How long ranks have to start (imports included) before the staggered start slots begin.
+const START_DELAY: Duration = Duration::from_millis(300);
+/// How many bytes of a failed process's stderr are shown, at most.
+const STDERR_TAIL: u64 = 4096;
+/// How many lines of it.
+const STDERR_LINES: usize = 20;
+
+/// Launches `command` scenarios (see the module doc).
+pub(crate) struct ProcessRunner;
+
+impl Runner for ProcessRunner {
+    fn run(&self, scenario: &LoadedScenario, request: &RunRequest) -> Result<Trace, RunError> {
+        let Program::Command(command) = &scenario.program else {
+            return Err(RunError::CannotLaunch {
+                scenario: request.name.clone(),
+                field: "kind".to_owned(),
+                message: "only a `command` scenario runs in its own processes".to_owned(),
+            });
+        };
+        CommandLaunch::new(command, request)?.run()
+    }
+
+    fn is_mpi(&self) -> bool {
+        false
+    }
+}
+
+/// A folder of this process's, removed when dropped.
+struct TempFolder(PathBuf);
+
+impl TempFolder {
+    fn new(what: &str) -> std::io::Result<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("detcheck-{what}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempFolder(dir))
+    }
+}
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One launched process: the rank it is (when it is one rank), the child, its stderr file.
+struct Process {
+    rank: Option<usize>,
+    child: Child,
+    stderr: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+impl Process {
+    /// Kills the process's whole group (it leads it), then reaps it.
+    fn kill(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.kill();
+        self.status = self.child.wait().ok();
+    }
+
+    fn who(&self) -> String {
+        match self.rank {
+            Some(rank) => format!("rank {rank} (pid {})", self.child.id()),
+            None => format!("the launcher (pid {})", self.child.id()),
+        }
+    }
+}
+
+/// Kills every process still running when a launch ends early (error, panic).
+struct Processes(Vec<Process>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            p.kill();
+        }
+    }
+}
+
+/// One launch of a command: what to start and where its files go.
+struct CommandLaunch<'a> {
+    command: &'a CommandProgram,
+    request: &'a RunRequest,
+    /// The launch's own folder: logs, and the trace folder unless the run dumps elsewhere.
+    folder: TempFolder,
+    trace_dir: PathBuf,
+    world_size: usize,
+}
+
+impl<'a> CommandLaunch<'a> {
+    fn new(command: &'a CommandProgram, request: &'a RunRequest) -> Result<Self, RunError> {
+        let folder = TempFolder::new("launch").map_err(|e| RunError::ProgramFailed {
+            scenario: request.name.clone(),
+            run: request.run,
+            message: format!("cannot create a folder for the launch: {e}"),
+        })?;
+        let trace_dir = match &request.dump {
+            Some(target) => target.dir.clone(),
+            None => folder.0.join("trace"),
+        };
+        Ok(CommandLaunch {
+            command,
+            request,
+            trace_dir,
+            folder,
+            world_size: request.spec.world_size,
+        })
+    }
+
+    fn failed(&self, message: String) -> RunError {
+        RunError::ProgramFailed {
+            scenario: self.request.name.clone(),
+            run: self.request.run,
+            message,
+        }
+    }
+
+    fn mode(&self) -> DumpMode {
+        match (&self.request.dump, self.request.record_level) {
+            (Some(target), _) => target.mode,
+            (None, RecordLevel::Stats) => DumpMode::Stats,
+            (None, _) => DumpMode::Md5,
+        }
+    }
+
+    /// The template values of a process (`rank`: the `processes` launcher's rank).
+    fn values(&self, rank: Option<usize>) -> TemplateValues {
+        let plan = &self.request.plan;
+        TemplateValues {
+            seed: self.request.spec.seed,
+            steps: self.request.spec.steps,
+            world_size: self.world_size,
+            rank,
+            scenario_dir: self.command.scenario_dir.clone(),
+            step: plan.stop_at,
+            dir: plan
+                .checkpoint_to
+                .clone()
+                .or_else(|| plan.resume_from.clone()),
+        }
+    }
+
+    /// The program's arguments for a process: the command, then the restart arguments this run
+    /// asks for (stop and checkpoint, or resume).
+    fn argv(&self, rank: Option<usize>) -> Vec<String> {
+        let values = self.values(rank);
+        let plan = &self.request.plan;
+        let mut argv: Vec<String> = self
+            .command
+            .command
+            .iter()
+            .map(|a| substitute(a, &values))
+            .collect();
+        if let Some(restart) = &self.command.restart {
+            if plan.checkpoint_to.is_some() {
+                argv.extend(restart.stop.iter().map(|a| substitute(a, &values)));
+            } else if plan.resume_from.is_some() {
+                argv.extend(restart.resume.iter().map(|a| substitute(a, &values)));
+            }
+        }
+        argv
+    }
+
+    /// `PYTHONHASHSEED` of this launch: a different value for each run of a check.
+    fn hash_seed(&self) -> String {
+        let (seed, launch) = self
+            .request
+            .perturbation
+            .map_or((self.request.spec.seed, 0), |p| (p.seed, p.rotation as u64));
+        derive_stream(seed, Stream::User(HASH_SEED_STREAM), launch, 0)
+            .below(1 << 32)
+            .to_string()
+    }
+
+    /// A process of this launch: `argv` with the launch environment (and, with the
+    /// `processes` launcher, its rank's).
+    fn process(
+        &self,
+        argv: &[String],
+        launch: &Launch,
+        rank: Option<usize>,
+        master_port: u16,
+        launcher_env: &[(String, String)],
+    ) -> Result<Process, RunError> {
+        let values = self.values(rank);
+        let mut cmd = Command::new(&argv[0]);
+        for (name, value) in launcher_env {
+            cmd.env(name, value);
+        }
+        cmd.args(&argv[1..])
+            .stdin(Stdio::null())
+            .process_group(0)
+            .env_remove("DETCHECK_NP");
+        for (name, value) in launch.to_env() {
+            cmd.env(name, value);
+        }
+        cmd.env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", master_port.to_string())
+            .env("WORLD_SIZE", self.world_size.to_string());
+        if let Some(rank) = rank {
+            cmd.env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_WORLD_SIZE", self.world_size.to_string());
+        }
+        if !self.command.env.contains_key("PYTHONHASHSEED") {
+            cmd.env("PYTHONHASHSEED", self.hash_seed());
+        }
+        for (name, value) in &self.command.env {
+            cmd.env(name, substitute(value, &values));
+        }
+        let tag = rank.map_or_else(|| "launcher".to_owned(), |r| format!("rank{r}"));
+        let log = |stream: &str| -> Result<(File, PathBuf), RunError> {
+            let path = self.folder.0.join(format!("{tag}.{stream}"));
+            let file = File::create(&path)
+                .map_err(|e| self.failed(format!("cannot create {}: {e}", path.display())))?;
+            Ok((file, path))
+        };
+        let (stdout, _) = log("stdout")?;
+        let (stderr, stderr_path) = log("stderr")?;
+        cmd.stdout(stdout).stderr(stderr);
+        let child = cmd.spawn().map_err(|e| {
+            let field = if self.command.launcher == Launcher::Processes
+                || self.command.launcher == Launcher::None
+            {
+                "params.command[0]".to_owned()
+            } else {
+                "params.launcher".to_owned()
+            };
+            RunError::CannotLaunch {
+                scenario: self.request.name.clone(),
+                field,
+                message: format!("cannot start `{}`: {e}", argv[0]),
+            }
+        })?;
+        Ok(Process {
+            rank,
+            child,
+            stderr: stderr_path,
+            status: None,
+        })
+    }
+
+    /// Starts every process of the launch, in this launch's rank order.
+    fn start(&self) -> Result<Processes, RunError> {
+        let start_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_add(START_DELAY)
+            .as_millis() as u64;
+        let rotation = self.request.perturbation.map_or(0, |p| p.rotation);
+        let launch = Launch {
+            trace_dir: self.trace_dir.clone(),
+            world_size: self.world_size as u32,
+            rank: None,
+            seed: self.request.spec.seed,
+            steps: self.request.spec.steps,
+            mode: self.mode(),
+            start: Some((rotation as u32, start_ms)),
+        };
+        let master_port = free_port().map_err(|e| self.failed(format!("no free port: {e}")))?;
+        let mut processes = Processes(Vec::new());
+        match self.command.launcher {
+            Launcher::Processes => {
+                // Spawn in the launch's rotated order too: another start order every launch.
+                for slot in 0..self.world_size {
+                    let rank = (slot + self.world_size - rotation % self.world_size)
+                        % self.world_size;
+                    let launch = Launch {
+                        rank: Some(rank as u32),
+                        ..launch.clone()
+                    };
+                    let argv = self.argv(Some(rank));
+                    processes
+                        .0
+                        .push(self.process(&argv, &launch, Some(rank), master_port, &[])?);
+                }
+            }
+            Launcher::None => {
+                let argv = self.argv(None);
+                processes
+                    .0
+                    .push(self.process(&argv, &launch, None, master_port, &[])?);
+            }
+            Launcher::Mpirun => {
+                let mpirun = crate::comm::MpiLauncher::from_env().map_err(|e| {
+                    RunError::CannotLaunch {
+                        scenario: self.request.name.clone(),
+                        field: "params.launcher".to_owned(),
+                        message: e.to_string(),
+                    }
+                })?;
+                // The launcher's program, flags and MPI pinning settings, then the program.
+                let mpirun = mpirun.command(self.world_size);
+                let mut argv: Vec<String> = std::iter::once(mpirun.get_program())
+                    .chain(mpirun.get_args())
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                argv.extend(self.argv(None));
+                let pinned: Vec<(String, String)> = mpirun
+                    .get_envs()
+                    .filter_map(|(k, v)| {
+                        Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned()))
+                    })
+                    .collect();
+                processes
+                    .0
+                    .push(self.process(&argv, &launch, None, master_port, &pinned)?);
+            }
+            Launcher::Torchrun => {
+                let mut argv = vec![
+                    "torchrun".to_owned(),
+                    "--nnodes=1".to_owned(),
+                    format!("--nproc-per-node={}", self.world_size),
+                    "--master-addr=127.0.0.1".to_owned(),
+                    format!("--master-port={master_port}"),
+                ];
+                argv.extend(self.argv(None));
+                processes
+                    .0
+                    .push(self.process(&argv, &launch, None, master_port, &[])?);
+            }
+        }
+        Ok(processes)
+    }
+
+    /// Launches, waits, reads the traces.
+    fn run(self) -> Result<Trace, RunError> {
+        let mut processes = self.start()?;
+        let deadline = Instant::now() + self.command.timeout;
+        let mut first_failure: Option<usize> = None;
+        loop {
+            let mut running = false;
+            for (i, p) in processes.0.iter_mut().enumerate() {
+                if p.status.is_some() {
+                    continue;
+                }
+                match p.child.try_wait() {
+                    Ok(Some(status)) => {
+                        p.status = Some(status);
+                        if !status.success() && first_failure.is_none() {
+                            first_failure = Some(i);
+                        }
+                    }
+                    Ok(None) => running = true,
+                    Err(e) => return Err(self.failed(format!("cannot wait for {}: {e}", p.who()))),
+                }
+            }
+            if let Some(i) = first_failure {
+                for p in &mut processes.0 {
+                    p.kill();
+                }
+                let p = &processes.0[i];
+                let status = p.status.map_or_else(|| "?".to_owned(), describe_status);
+                return Err(self.failed(format!(
+                    "{} exited with {status}{}",
+                    p.who(),
+                    stderr_tail(&p.stderr)
+                )));
+            }
+            if !running {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let still: Vec<String> = processes
+                    .0
+                    .iter()
+                    .filter(|p| p.status.is_none())
+                    .map(Process::who)
+                    .collect();
+                let tail = processes
+                    .0
+                    .iter()
+                    .find(|p| p.status.is_none())
+                    .map(|p| stderr_tail(&p.stderr))
+                    .unwrap_or_default();
+                for p in &mut processes.0 {
+                    p.kill();
+                }
+                return Err(self.failed(format!(
+                    "{} still running after the timeout of {:?} (params.timeout_secs); killed{tail}",
+                    still.join(", "),
+                    self.command.timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(processes);
+        load_trace(&self.trace_dir, self.world_size as u32).map_err(|e| {
+            self.failed(format!(
+                "every process exited 0, but the traces cannot be read: {e} (the program must \
+                 write one trace file per rank into $DETCHECK_TRACE_DIR, with detcheck's \
+                 TraceWriter)"
+            ))
+        })
+    }
+}
+
+/// A free TCP port on the loopback interface (taken and released: another process could take
+/// it in between, which a launch then reports as a failure).
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("status {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        _ => status.to_string(),
+    }
+}
+
+/// The last lines of a stderr file, indented, or nothing when it is empty.
+fn stderr_tail(path: &Path) -> String {
+    let Ok(mut file) = File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(STDERR_LINES)..];
+    if tail.is_empty() {
+        return "; its stderr is empty".to_owned();
+    }
+    let mut out = String::from("; the end of its stderr:");
+    for line in tail {
+        out.push_str("\n    ");
+        out.push_str(line);
+    }
+    out
+}

@@ -1,0 +1,194 @@
+//! `command` scenarios end to end: a user's program (examples/trace_ranks.rs) launched in fresh
+//! processes by the `detcheck` binary, its checks and controls, and every way a launch fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn detcheck(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Outcome {
+    let out = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+        .args(args)
+        .current_dir(cwd)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the detcheck binary runs");
+    Outcome {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The example program, built by `cargo test` beside this test (target/<profile>/examples/).
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let profile = deps.parent().unwrap().parent().unwrap();
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: cargo test builds the examples",
+        path.display()
+    );
+    path
+}
+
+/// A `command` scenario of `world_size` ranks running `argv`, with `extra` fields.
+fn write_scenario(dir: &Path, world_size: usize, argv: &[&str], params: &str, extra: &str) {
+    let argv = serde_json::to_string(argv).unwrap();
+    let text = format!(
+        r#"{{"kind": "command", "world_size": {world_size}, "steps": 3, "seed": 5,
+            "expect": "identical"{extra},
+            "params": {{"command": {argv}{params}}}}}"#
+    );
+    std::fs::write(dir.join("case.json"), text).unwrap();
+}
+
+fn check(dir: &Path, env: &[(&str, &str)]) -> Outcome {
+    detcheck(&["check", "--no-progress", "case.json"], dir, env)
+}
+
+#[test]
+fn the_shipped_program_scenarios_hold_and_their_control_is_caught() {
+    example("trace_ranks");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = detcheck(&["check", "--no-progress", "examples/programs"], root, &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("control_rust_hashmap_order"), "{}", out.stdout);
+    assert!(out.stdout.contains("ok (caught)"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("repeat+replicas+restart+variants"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The control is caught on every attempt: Rust seeds each process's HashMap from OS entropy.
+#[test]
+fn the_hashmap_order_control_is_caught_every_time() {
+    let program = example("trace_ranks");
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(
+        dir.path(),
+        2,
+        &[program.to_str().unwrap(), "--seed", "{seed}", "--plant-hashmap-order"],
+        "",
+        r#", "checks": ["repeat"]"#,
+    );
+    for attempt in 0..5 {
+        let out = check(dir.path(), &[]);
+        assert_eq!(out.code, 1, "attempt {attempt}:\n{}", out.stdout);
+        // Where depends on the draw (two orders can give the same bits for a while).
+        assert!(out.stdout.contains("FAIL"), "{}", out.stdout);
+        assert!(out.stdout.contains("`score`"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn a_program_that_exits_non_zero_fails_the_run_with_its_rank_status_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(
+        dir.path(),
+        3,
+        &["sh", "-c", "if [ \"$DETCHECK_RANK\" = 1 ]; then echo boom on rank 1 >&2; exit 7; fi; sleep 5"],
+        "",
+        "",
+    );
+    let started = Instant::now();
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("rank 1 (pid"), "{all}");
+    assert!(all.contains("exited with status 7"), "{all}");
+    assert!(all.contains("boom on rank 1"), "{all}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the other ranks are killed, not waited for"
+    );
+}
+
+#[test]
+fn a_launch_past_its_timeout_is_killed_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    // A grandchild (`sleep` under `sh`) must die with its group.
+    write_scenario(
+        dir.path(),
+        2,
+        &["sh", "-c", "sleep 37.25; true"],
+        r#", "timeout_secs": 1"#,
+        "",
+    );
+    let started = Instant::now();
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("still running after the timeout of 1s"), "{all}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    let left = Command::new("pgrep")
+        .args(["-f", "sleep 37.25"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(left.trim().is_empty(), "processes left behind: {left}");
+}
+
+#[test]
+fn a_program_that_writes_no_trace_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(dir.path(), 2, &["true"], "", "");
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("every process exited 0, but the traces cannot be read"), "{all}");
+}
+
+#[test]
+fn a_missing_program_or_launcher_is_bad_input_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(dir.path(), 2, &["/nonexistent/program"], "", "");
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("field `params.command[0]`: cannot start `/nonexistent/program`"), "{all}");
+
+    write_scenario(dir.path(), 2, &["true"], r#", "launcher": "mpirun""#, "");
+    let out = check(dir.path(), &[("DETCHECK_MPIRUN", "/nonexistent/mpirun")]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("field `params.launcher`: cannot run `/nonexistent/mpirun --version`"), "{all}");
+
+    write_scenario(dir.path(), 2, &["prog", "--lr={lr}"], "", "");
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("field `params.command[1]`: unknown template field `{lr}`"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `run --dump` launches the program once with the dump folder as its trace folder.
+#[test]
+fn a_command_dumps_and_two_dumps_compare() {
+    let program = example("trace_ranks");
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(
+        dir.path(),
+        2,
+        &[program.to_str().unwrap(), "--seed", "{seed}"],
+        "",
+        "",
+    );
+    for name in ["a", "b"] {
+        let out = detcheck(&["run", "case.json", "--dump", name, "--mode", "md5"], dir.path(), &[]);
+        assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    }
+    let out = detcheck(&["compare", "a", "b"], dir.path(), &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+}
