@@ -70,7 +70,9 @@ fn parse() -> Result<Args, String> {
 fn run() -> Result<(), String> {
     let args = parse()?;
     let Some(mut writer) = TraceWriter::from_env().map_err(|e| e.to_string())? else {
-        eprintln!("trace_ranks: not launched by detcheck (no DETCHECK_TRACE_DIR): nothing recorded");
+        eprintln!(
+            "trace_ranks: not launched by detcheck (no DETCHECK_TRACE_DIR): nothing recorded"
+        );
         return Ok(());
     };
     let rank = writer_rank();

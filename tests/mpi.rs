@@ -2,10 +2,11 @@
 //! failures planted in ranks (tests/mpi-faults/). Each test asserts how the job ends: contained
 //! failures end the run and the job goes on; a stalled rank ends the job at the deadline; a
 //! killed rank ends it at once; wrong usage gets a message. The launcher is `DETCHECK_MPIRUN`
-//! (default `mpirun`); its flags come from the harness's [`Flavour`].
+//! (default `mpirun`); its flags come from the library's [`MpiLauncher`]. The last tests run
+//! `command` scenarios of an rsmpi program (examples/mpi_sum.rs) under the `mpirun` launcher.
 #![cfg(feature = "mpi")]
 
-use detcheck_harness::relaunch::{Flavour, MPIRUN_VAR};
+use detcheck::comm::MpiLauncher;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -13,21 +14,11 @@ const FAULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi-faults");
 
 /// Runs `detcheck ARGS` on `np` MPI processes; returns the output and how long it took.
 fn mpirun(np: usize, args: &[&str]) -> (Output, Duration) {
-    let launcher = std::env::var(MPIRUN_VAR).unwrap_or_else(|_| "mpirun".to_owned());
-    let version = Command::new(&launcher)
-        .arg("--version")
-        .output()
-        .expect("mpirun runs (scripts/install-mpi.sh)");
-    let flavour = Flavour::from_version(&String::from_utf8_lossy(&version.stdout))
-        .expect("a known MPI launcher");
-    let as_root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let launcher = MpiLauncher::from_env().expect("mpirun runs (scripts/install-mpi.sh)");
     let started = Instant::now();
-    let output = Command::new(&launcher)
-        .args(flavour.flags(as_root))
-        .args(["-n", &np.to_string(), env!("CARGO_BIN_EXE_detcheck")])
+    let output = launcher
+        .command(np)
+        .arg(env!("CARGO_BIN_EXE_detcheck"))
         .args(args)
         .output()
         .unwrap();
@@ -117,4 +108,31 @@ fn a_scenario_larger_than_the_job_is_wrong_usage() {
         stderr.contains("every scenario needs more than the 2 processes mpirun started"),
         "{stderr}"
     );
+}
+
+/// An rsmpi program of the user's own under the `mpirun` launcher: repeat, replicas and
+/// world sizes 1-4 hold; its `MPI_ANY_SOURCE` control is caught on every attempt.
+#[test]
+fn an_mpi_program_of_the_users_own_is_checked_and_its_any_source_control_caught() {
+    let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/programs/mpi");
+    let check = |path: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+            .args(["check", "--no-progress", path])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&output);
+        (output.status.code(), stdout, stderr)
+    };
+    let (code, stdout, stderr) = check(programs);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(verdict(&stdout, "rust_mpi_sum"), "ok", "{stdout}");
+    let control = format!("{programs}/control_rust_mpi_any_source.json");
+    for attempt in 0..5 {
+        let (code, stdout, stderr) = check(&control);
+        assert_eq!(code, Some(0), "attempt {attempt}: {stdout}\n{stderr}");
+        assert!(
+            stdout.contains("ok (caught)"),
+            "attempt {attempt}: {stdout}"
+        );
+    }
 }

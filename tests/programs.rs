@@ -59,7 +59,11 @@ fn the_shipped_program_scenarios_hold_and_their_control_is_caught() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = detcheck(&["check", "--no-progress", "examples/programs"], root, &[]);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("control_rust_hashmap_order"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("control_rust_hashmap_order"),
+        "{}",
+        out.stdout
+    );
     assert!(out.stdout.contains("ok (caught)"), "{}", out.stdout);
     assert!(
         out.stdout.contains("repeat+replicas+restart+variants"),
@@ -76,7 +80,12 @@ fn the_hashmap_order_control_is_caught_every_time() {
     write_scenario(
         dir.path(),
         2,
-        &[program.to_str().unwrap(), "--seed", "{seed}", "--plant-hashmap-order"],
+        &[
+            program.to_str().unwrap(),
+            "--seed",
+            "{seed}",
+            "--plant-hashmap-order",
+        ],
         "",
         r#", "checks": ["repeat"]"#,
     );
@@ -95,7 +104,11 @@ fn a_program_that_exits_non_zero_fails_the_run_with_its_rank_status_and_stderr()
     write_scenario(
         dir.path(),
         3,
-        &["sh", "-c", "if [ \"$DETCHECK_RANK\" = 1 ]; then echo boom on rank 1 >&2; exit 7; fi; sleep 5"],
+        &[
+            "sh",
+            "-c",
+            "if [ \"$DETCHECK_RANK\" = 1 ]; then echo boom on rank 1 >&2; exit 7; fi; sleep 5",
+        ],
         "",
         "",
     );
@@ -127,7 +140,10 @@ fn a_launch_past_its_timeout_is_killed_with_its_children() {
     let out = check(dir.path(), &[]);
     assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;
-    assert!(all.contains("still running after the timeout of 1s"), "{all}");
+    assert!(
+        all.contains("still running after the timeout of 1s"),
+        "{all}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     let left = Command::new("pgrep")
@@ -145,7 +161,10 @@ fn a_program_that_writes_no_trace_fails_the_run() {
     let out = check(dir.path(), &[]);
     assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;
-    assert!(all.contains("every process exited 0, but the traces cannot be read"), "{all}");
+    assert!(
+        all.contains("every process exited 0, but the traces cannot be read"),
+        "{all}"
+    );
 }
 
 #[test]
@@ -155,19 +174,26 @@ fn a_missing_program_or_launcher_is_bad_input_naming_the_field() {
     let out = check(dir.path(), &[]);
     assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;
-    assert!(all.contains("field `params.command[0]`: cannot start `/nonexistent/program`"), "{all}");
+    assert!(
+        all.contains("field `params.command[0]`: cannot start `/nonexistent/program`"),
+        "{all}"
+    );
 
     write_scenario(dir.path(), 2, &["true"], r#", "launcher": "mpirun""#, "");
     let out = check(dir.path(), &[("DETCHECK_MPIRUN", "/nonexistent/mpirun")]);
     assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;
-    assert!(all.contains("field `params.launcher`: cannot run `/nonexistent/mpirun --version`"), "{all}");
+    assert!(
+        all.contains("field `params.launcher`: cannot run `/nonexistent/mpirun --version`"),
+        "{all}"
+    );
 
     write_scenario(dir.path(), 2, &["prog", "--lr={lr}"], "", "");
     let out = check(dir.path(), &[]);
     assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
     assert!(
-        out.stderr.contains("field `params.command[1]`: unknown template field `{lr}`"),
+        out.stderr
+            .contains("field `params.command[1]`: unknown template field `{lr}`"),
         "{}",
         out.stderr
     );
@@ -186,7 +212,11 @@ fn a_command_dumps_and_two_dumps_compare() {
         "",
     );
     for name in ["a", "b"] {
-        let out = detcheck(&["run", "case.json", "--dump", name, "--mode", "md5"], dir.path(), &[]);
+        let out = detcheck(
+            &["run", "case.json", "--dump", name, "--mode", "md5"],
+            dir.path(),
+            &[],
+        );
         assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     }
     let out = detcheck(&["compare", "a", "b"], dir.path(), &[]);

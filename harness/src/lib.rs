@@ -35,7 +35,7 @@
 
 pub mod relaunch;
 
-use detcheck::check::launcher_rank;
+use detcheck::check::{launcher_rank, mpi_skip_reason};
 use detcheck::scenario::ScenarioError;
 use detcheck::{
     discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, ParamError, Scenario,
@@ -127,8 +127,9 @@ impl Harness {
             for result in found {
                 trials.push(match result {
                     Ok(scenario) => {
-                        let too_large = processes.is_some_and(|p| scenario.spec.world_size > p);
-                        self.trial(scenario, too_large)
+                        let skip =
+                            processes.is_some_and(|p| mpi_skip_reason(&scenario, p).is_some());
+                        self.trial(scenario, skip)
                     }
                     Err(e) => {
                         let name = match &e {
@@ -151,9 +152,9 @@ impl Harness {
         trials
     }
 
-    fn trial(&self, scenario: LoadedScenario, too_large: bool) -> Trial {
+    fn trial(&self, scenario: LoadedScenario, skip: bool) -> Trial {
         let options = self.options.clone();
-        let ignored = scenario.spec.ignored || too_large;
+        let ignored = scenario.spec.ignored || skip;
         Trial::test(scenario.name.clone(), move || {
             check_trial(&scenario, &options)
         })

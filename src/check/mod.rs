@@ -26,7 +26,7 @@ mod session;
 pub use crate::run::{CheckOptions, RunError};
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
-pub use session::{launcher_rank, Session, SessionError};
+pub use session::{launcher_rank, mpi_skip_reason, Session, SessionError};
 
 use crate::compare::{
     compare_traces, Comparison, Divergence, DivergenceMap, RecordSummary, TraceView,

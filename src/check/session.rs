@@ -22,7 +22,7 @@ use crate::check::{run_checks, CheckOptions, RunError, ScenarioReport};
 use crate::comm::Communicator;
 #[cfg(feature = "mpi")]
 use crate::run::mpi as mpi_job;
-use crate::scenario::{KindRegistry, LoadedScenario};
+use crate::scenario::{KindRegistry, LoadedScenario, Program};
 
 /// The environment variables MPI launchers set in the processes they start: Open MPI, MPICH's
 /// Hydra (and Intel MPI), PMIx launchers (Open MPI 5, Slurm).
@@ -167,6 +167,15 @@ impl Session {
         }
     }
 
+    /// Why `scenario` cannot run in this session (`None`: it can): under MPI, a scenario that
+    /// needs more ranks than the job has processes, or a `command` scenario (it launches its
+    /// own processes; run it without `mpirun`).
+    #[must_use]
+    pub fn skip_reason(&self, scenario: &LoadedScenario) -> Option<&'static str> {
+        self.num_processes()
+            .and_then(|processes| mpi_skip_reason(scenario, processes))
+    }
+
     /// Runs `scenario`'s checks (leader only; under MPI every process takes part). Under MPI,
     /// `backends` is added where it applies.
     ///
@@ -218,6 +227,20 @@ impl Session {
             #[cfg(feature = "mpi")]
             Kind::Mpi(job) => job.finish(exit_code),
         }
+    }
+}
+
+/// Why `scenario` cannot run in an MPI job of `processes` processes (`None`: it can); what
+/// [`Session::skip_reason`] says under MPI, for callers that decide before the session starts
+/// (the harness's `--list`).
+#[must_use]
+pub fn mpi_skip_reason(scenario: &LoadedScenario, processes: usize) -> Option<&'static str> {
+    if matches!(scenario.program, Program::Command(_)) {
+        Some("a command scenario launches its own processes: run it without mpirun")
+    } else if scenario.spec.world_size > processes {
+        Some("needs more MPI processes")
+    } else {
+        None
     }
 }
 

@@ -106,9 +106,10 @@ impl MpiLauncher {
             })?;
         let text = String::from_utf8_lossy(&output.stdout).into_owned()
             + &String::from_utf8_lossy(&output.stderr);
-        let flavour = Flavour::from_version(&text).ok_or_else(|| LauncherError::UnknownFlavour {
-            program: program.to_owned(),
-        })?;
+        let flavour =
+            Flavour::from_version(&text).ok_or_else(|| LauncherError::UnknownFlavour {
+                program: program.to_owned(),
+            })?;
         Ok(MpiLauncher {
             program: program.to_owned(),
             flavour,

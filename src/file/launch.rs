@@ -109,14 +109,22 @@ impl Launch {
         };
         let number = |name: &str| -> Result<Option<u64>, DumpError> {
             var(name)
-                .map(|v| v.trim().parse::<u64>().map_err(|_| bad(name, &v, "a number")))
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| bad(name, &v, "a number"))
+                })
                 .transpose()
         };
-        let world_size = number(WORLD_SIZE_VAR)?
-            .filter(|&w| w > 0)
-            .ok_or_else(|| bad(WORLD_SIZE_VAR, &var(WORLD_SIZE_VAR).unwrap_or_default(), "a positive number"))?;
-        let world_size =
-            u32::try_from(world_size).map_err(|_| bad(WORLD_SIZE_VAR, &world_size.to_string(), "a world size"))?;
+        let world_size = number(WORLD_SIZE_VAR)?.filter(|&w| w > 0).ok_or_else(|| {
+            bad(
+                WORLD_SIZE_VAR,
+                &var(WORLD_SIZE_VAR).unwrap_or_default(),
+                "a positive number",
+            )
+        })?;
+        let world_size = u32::try_from(world_size)
+            .map_err(|_| bad(WORLD_SIZE_VAR, &world_size.to_string(), "a world size"))?;
         let mut rank = None;
         for name in std::iter::once(RANK_VAR).chain(OTHER_RANK_VARS) {
             if let Some(r) = number(name)? {
@@ -225,9 +233,13 @@ mod tests {
             err,
             "(environment): field `OMPI_COMM_WORLD_RANK`: `4` is not a rank of this world"
         );
-        let err = with(("DETCHECK_MODE", "everything")).unwrap_err().to_string();
+        let err = with(("DETCHECK_MODE", "everything"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`DETCHECK_MODE`"), "{err}");
-        let err = launch(&[("DETCHECK_TRACE_DIR", "/t")]).unwrap_err().to_string();
+        let err = launch(&[("DETCHECK_TRACE_DIR", "/t")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`DETCHECK_WORLD_SIZE`"), "{err}");
     }
 

@@ -522,14 +522,13 @@ pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError
         while source.next_step(&mut batch)?.is_some() {
             for (i, entry) in batch.entries.iter().enumerate() {
                 let layout = &source.layouts()[entry.layout as usize];
-                let dtype: DType = serde_json::from_value(serde_json::Value::String(
-                    layout.dtype.clone(),
-                ))
-                .map_err(|_| DumpError::Corrupt {
-                    path: trace_path(dir, rank),
-                    offset: 0,
-                    detail: format!("dtype `{}` is not one this build knows", layout.dtype),
-                })?;
+                let dtype: DType =
+                    serde_json::from_value(serde_json::Value::String(layout.dtype.clone()))
+                        .map_err(|_| DumpError::Corrupt {
+                            path: trace_path(dir, rank),
+                            offset: 0,
+                            detail: format!("dtype `{}` is not one this build knows", layout.dtype),
+                        })?;
                 let shape = layout
                     .shape
                     .iter()

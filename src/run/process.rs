@@ -72,8 +72,7 @@ impl TempFolder {
     fn new(what: &str) -> std::io::Result<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("detcheck-{what}-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("detcheck-{what}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(TempFolder(dir))
@@ -307,7 +306,11 @@ impl<'a> CommandLaunch<'a> {
             seed: self.request.spec.seed,
             steps: self.request.spec.steps,
             mode: self.mode(),
-            start: Some((rotation as u32, start_ms)),
+            // A perturbed run (a check's) staggers its ranks' starts; a plain run does not.
+            start: self
+                .request
+                .perturbation
+                .map(|_| (rotation as u32, start_ms)),
         };
         let master_port = free_port().map_err(|e| self.failed(format!("no free port: {e}")))?;
         let mut processes = Processes(Vec::new());
@@ -315,8 +318,8 @@ impl<'a> CommandLaunch<'a> {
             Launcher::Processes => {
                 // Spawn in the launch's rotated order too: another start order every launch.
                 for slot in 0..self.world_size {
-                    let rank = (slot + self.world_size - rotation % self.world_size)
-                        % self.world_size;
+                    let rank =
+                        (slot + self.world_size - rotation % self.world_size) % self.world_size;
                     let launch = Launch {
                         rank: Some(rank as u32),
                         ..launch.clone()
@@ -334,13 +337,12 @@ impl<'a> CommandLaunch<'a> {
                     .push(self.process(&argv, &launch, None, master_port, &[])?);
             }
             Launcher::Mpirun => {
-                let mpirun = crate::comm::MpiLauncher::from_env().map_err(|e| {
-                    RunError::CannotLaunch {
+                let mpirun =
+                    crate::comm::MpiLauncher::from_env().map_err(|e| RunError::CannotLaunch {
                         scenario: self.request.name.clone(),
                         field: "params.launcher".to_owned(),
                         message: e.to_string(),
-                    }
-                })?;
+                    })?;
                 // The launcher's program, flags and MPI pinning settings, then the program.
                 let mpirun = mpirun.command(self.world_size);
                 let mut argv: Vec<String> = std::iter::once(mpirun.get_program())
@@ -351,7 +353,10 @@ impl<'a> CommandLaunch<'a> {
                 let pinned: Vec<(String, String)> = mpirun
                     .get_envs()
                     .filter_map(|(k, v)| {
-                        Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned()))
+                        Some((
+                            k.to_string_lossy().into_owned(),
+                            v?.to_string_lossy().into_owned(),
+                        ))
                     })
                     .collect();
                 processes

@@ -198,7 +198,8 @@ impl CommandProgram {
         let with_rank = params.launcher == Launcher::Processes;
         let check = |field: String, text: &str, extra: &[&str]| -> Result<(), ParamError> {
             for name in template_fields(text).map_err(|m| ParamError::new(&field, m))? {
-                let known = ["seed", "steps", "world_size", "scenario_dir"].contains(&name.as_str())
+                let known = ["seed", "steps", "world_size", "scenario_dir"]
+                    .contains(&name.as_str())
                     || extra.contains(&name.as_str())
                     || (name == "rank" && with_rank);
                 if !known {
@@ -319,7 +320,10 @@ mod tests {
             dir: Some(PathBuf::from("/ck")),
         };
         assert_eq!(
-            substitute("--seed={seed} {rank}/{world_size} {{x}} {scenario_dir}/p.py", &values),
+            substitute(
+                "--seed={seed} {rank}/{world_size} {{x}} {scenario_dir}/p.py",
+                &values
+            ),
             "--seed=7 1/2 {x} dir/p.py"
         );
         assert_eq!(substitute("{dir}:{step}", &values), "/ck:2");
@@ -343,10 +347,10 @@ mod tests {
             .starts_with("field `params.timeout_secs`"));
         assert!(err(r#"{"command": ["x"], "launcher": "slurm"}"#)
             .starts_with("field `params.launcher`: unknown variant `slurm`"));
-        assert!(
-            err(r#"{"command": ["x"], "restart": {"stop": ["--at", "{when}"], "resume": []}}"#)
-                .starts_with("field `params.restart.stop[1]`: unknown template field `{when}`")
-        );
+        assert!(err(
+            r#"{"command": ["x"], "restart": {"stop": ["--at", "{when}"], "resume": []}}"#
+        )
+        .starts_with("field `params.restart.stop[1]`: unknown template field `{when}`"));
         let ok = program(
             r#"{"command": ["python3", "{scenario_dir}/p.py"], "env": {"A": "{seed}"},
                 "restart": {"stop": ["--stop", "{step}", "--ckpt", "{dir}"], "resume": ["{dir}"]}}"#,

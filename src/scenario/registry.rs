@@ -170,7 +170,9 @@ impl KindRegistry {
     fn make(entry: &KindEntry, spec: &ScenarioSpec, origin: &Path) -> Result<Program, ParamError> {
         Ok(match entry {
             KindEntry::Ranks(factory) => Program::Ranks(factory(spec)?),
-            KindEntry::Command => Program::Command(Arc::new(CommandProgram::from_spec(spec, origin)?)),
+            KindEntry::Command => {
+                Program::Command(Arc::new(CommandProgram::from_spec(spec, origin)?))
+            }
         })
     }
 
@@ -233,7 +235,10 @@ fn variant_spec(
         }
         if !variant.args.is_empty() {
             let Some(Value::Array(command)) = varied.params.get_mut("command") else {
-                return Err(ParamError::new("params.command", "must be an array of strings"));
+                return Err(ParamError::new(
+                    "params.command",
+                    "must be an array of strings",
+                ));
             };
             command.extend(variant.args.iter().cloned().map(Value::String));
         }

@@ -375,7 +375,10 @@ fn check(
     let mut worst = Exit::Ok;
     if let Some(processes) = session.num_processes() {
         out!("detcheck check on {}\n", session.describe());
-        if scenarios.iter().all(|s| s.spec.world_size > processes) {
+        if scenarios
+            .iter()
+            .all(|s| detcheck::check::mpi_skip_reason(s, processes).is_some())
+        {
             return Err(CliError::Invalid(format!(
                 "every scenario needs more than the {processes} processes mpirun started"
             )));
@@ -409,17 +412,9 @@ fn check(
             bar.inc(1);
             continue;
         }
-        if session
-            .num_processes()
-            .is_some_and(|processes| spec.world_size > processes)
-        {
+        if let Some(reason) = session.skip_reason(scenario) {
             skipped += 1;
-            rows.push(scenario_row(
-                &listed,
-                "-",
-                "skipped",
-                "needs more MPI processes",
-            ));
+            rows.push(scenario_row(&listed, "-", "skipped", reason));
             bar.inc(1);
             continue;
         }
@@ -479,7 +474,7 @@ fn check(
     }
     let passed = scenarios.len() - failed - errored - ignored - skipped;
     let skipped_note = if skipped > 0 {
-        format!(", {skipped} skipped (more ranks than MPI processes)")
+        format!(", {skipped} skipped (under MPI: more ranks than processes, or a command)")
     } else {
         String::new()
     };
