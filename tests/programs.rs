@@ -222,3 +222,30 @@ fn a_command_dumps_and_two_dumps_compare() {
     let out = detcheck(&["compare", "a", "b"], dir.path(), &[]);
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
 }
+
+/// Trace files of another world size (here copied from a 3-rank dump into a 2-rank launch) fail
+/// the run, naming the folder and both sizes.
+#[test]
+fn a_trace_of_another_world_size_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("three.json"),
+        r#"{"kind": "collective", "world_size": 3, "steps": 1, "seed": 1, "expect": "identical"}"#,
+    )
+    .unwrap();
+    let out = detcheck(&["run", "three.json", "--dump", "d3"], dir.path(), &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let d3 = dir.path().join("d3");
+    let copy = format!(
+        "cp {0}/rank0.dctrace {0}/rank1.dctrace {0}/rank2.dctrace \"$DETCHECK_TRACE_DIR\"/",
+        d3.display()
+    );
+    write_scenario(dir.path(), 2, &["sh", "-c", &copy], r#", "launcher": "none""#, "");
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(
+        all.contains("the trace files are of a world of 3 ranks, but the run has 2"),
+        "{all}"
+    );
+}

@@ -88,6 +88,8 @@ impl Drop for TempFolder {
 /// One launched process: the rank it is (when it is one rank), the child, its stderr file.
 struct Process {
     rank: Option<usize>,
+    /// What the process is when it is no single rank: `program` or `launcher`.
+    label: &'static str,
     child: Child,
     stderr: PathBuf,
     status: Option<ExitStatus>,
@@ -112,7 +114,7 @@ impl Process {
     fn who(&self) -> String {
         match self.rank {
             Some(rank) => format!("rank {rank} (pid {})", self.child.id()),
-            None => format!("the launcher (pid {})", self.child.id()),
+            None => format!("the {} (pid {})", self.label, self.child.id()),
         }
     }
 }
@@ -149,6 +151,11 @@ impl<'a> CommandLaunch<'a> {
             Some(target) => target.dir.clone(),
             None => folder.0.join("trace"),
         };
+        std::fs::create_dir_all(&trace_dir).map_err(|e| RunError::ProgramFailed {
+            scenario: request.name.clone(),
+            run: request.run,
+            message: format!("cannot create {}: {e}", trace_dir.display()),
+        })?;
         Ok(CommandLaunch {
             command,
             request,
@@ -285,6 +292,11 @@ impl<'a> CommandLaunch<'a> {
         })?;
         Ok(Process {
             rank,
+            label: if self.command.launcher == Launcher::None {
+                "program"
+            } else {
+                "launcher"
+            },
             child,
             stderr: stderr_path,
             status: None,
