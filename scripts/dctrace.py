@@ -7,7 +7,7 @@ It checks the header, the footer and the counts, as detcheck's reader does.
 import struct
 import sys
 
-DTYPES = {1: "f32", 2: "f64", 3: "i64", 4: "u8"}
+DTYPES = {1: "f32", 2: "f64", 3: "i64", 4: "u8", 5: "f16", 6: "bf16", 7: "i32", 8: "bool"}
 MODES = {1: "md5", 2: "stats", 3: "full"}
 
 

@@ -29,11 +29,16 @@
 //! Determinism: only `arrival_order` reads the order messages arrived in; every other result is
 //! a function of the contributions. Waits use the monotonic clock, never on a data path.
 //!
+//! Dtypes: every dtype is broadcast and gathered (f16 and bf16 travel as bytes, the others as
+//! MPI's typed elements); allreduce and reduce-scatter, `native` included, refuse f16, bf16 and
+//! bool with [`CommError::InvalidArgument`] before any message is sent, as thread ranks do (why:
+//! `value/reduce.rs`).
+//!
 //! Limits: messages carry native-endian element bytes (a homogeneous cluster, as MPI's typed
 //! messages assume); each message is one point-to-point send, so very large worlds pay
 //! O(ranks) messages per rank and collective.
 
-use super::threads::{copy_into, describe, Perturbation};
+use super::threads::{check_reducible, copy_into, describe, Perturbation};
 use super::{CollectiveId, CollectiveKind, CommError, Communicator};
 use crate::value::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
 use crate::value::tensor::{DType, Tensor, TensorData};
@@ -120,6 +125,10 @@ impl Header {
             Some(DType::F64) => 2,
             Some(DType::I64) => 3,
             Some(DType::U8) => 4,
+            Some(DType::F16) => 5,
+            Some(DType::BF16) => 6,
+            Some(DType::I32) => 7,
+            Some(DType::Bool) => 8,
         });
         out.extend_from_slice(&(self.shape.len() as u32).to_le_bytes());
         for &d in &self.shape {
@@ -144,6 +153,10 @@ impl Header {
             2 => Some(DType::F64),
             3 => Some(DType::I64),
             4 => Some(DType::U8),
+            5 => Some(DType::F16),
+            6 => Some(DType::BF16),
+            7 => Some(DType::I32),
+            8 => Some(DType::Bool),
             _ => return None,
         };
         let ndim = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
@@ -192,6 +205,10 @@ fn empty_like(dtype: DType, len: usize) -> TensorData {
         DType::F64 => TensorData::F64(vec![0.0; len]),
         DType::I64 => TensorData::I64(vec![0; len]),
         DType::U8 => TensorData::U8(vec![0; len]),
+        DType::F16 => TensorData::F16(vec![half::f16::ZERO; len]),
+        DType::BF16 => TensorData::BF16(vec![half::bf16::ZERO; len]),
+        DType::I32 => TensorData::I32(vec![0; len]),
+        DType::Bool => TensorData::Bool(vec![false; len]),
     }
 }
 
@@ -203,6 +220,8 @@ enum Pending<'a, 'b> {
     F32(Scoped<'a, 'b, f32>),
     F64(Scoped<'a, 'b, f64>),
     I64(Scoped<'a, 'b, i64>),
+    I32(Scoped<'a, 'b, i32>),
+    Bool(Scoped<'a, 'b, bool>),
 }
 
 impl Pending<'_, '_> {
@@ -213,6 +232,8 @@ impl Pending<'_, '_> {
             Pending::F32(r) => r.test().err().map(Pending::F32),
             Pending::F64(r) => r.test().err().map(Pending::F64),
             Pending::I64(r) => r.test().err().map(Pending::I64),
+            Pending::I32(r) => r.test().err().map(Pending::I32),
+            Pending::Bool(r) => r.test().err().map(Pending::Bool),
         }
     }
 }
@@ -238,6 +259,22 @@ fn send_data<'a, 'b>(
         }
         TensorData::U8(v) => {
             Pending::Bytes(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
+        }
+        TensorData::F16(v) => Pending::Bytes(process.immediate_send_with_tag(
+            scope,
+            bytemuck::cast_slice::<_, u8>(&v[range]),
+            TAG_DATA,
+        )),
+        TensorData::BF16(v) => Pending::Bytes(process.immediate_send_with_tag(
+            scope,
+            bytemuck::cast_slice::<_, u8>(&v[range]),
+            TAG_DATA,
+        )),
+        TensorData::I32(v) => {
+            Pending::I32(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
+        }
+        TensorData::Bool(v) => {
+            Pending::Bool(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
     }
 }
@@ -618,7 +655,10 @@ impl<'c> MpiComm<'c> {
             (TensorData::U8(i), TensorData::U8(o)) => {
                 self.comm.all_reduce_into(&i[..], &mut o[..], op)
             }
-            _ => unreachable!("input is a copy of the tensor"),
+            (TensorData::I32(i), TensorData::I32(o)) => {
+                self.comm.all_reduce_into(&i[..], &mut o[..], op)
+            }
+            _ => unreachable!("input is a copy of the tensor, of a dtype `check_reducible` passed"),
         }
         Ok(())
     }
@@ -637,6 +677,15 @@ fn receive_into(message: Message, data: &mut TensorData) {
         TensorData::F64(v) => drop(message.matched_receive_into(&mut v[..])),
         TensorData::I64(v) => drop(message.matched_receive_into(&mut v[..])),
         TensorData::U8(v) => drop(message.matched_receive_into(&mut v[..])),
+        // f16 and bf16 travel as their bytes (MPI has no standard type for them).
+        TensorData::F16(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::BF16(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::I32(v) => drop(message.matched_receive_into(&mut v[..])),
+        TensorData::Bool(v) => drop(message.matched_receive_into(&mut v[..])),
     }
 }
 
@@ -711,6 +760,7 @@ impl Communicator for MpiComm<'_> {
         mode: ReductionMode,
     ) -> Result<Tensor, CommError> {
         let id = self.begin(CollectiveKind::ReduceScatter);
+        check_reducible(self.rank, &id, tensor)?;
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let mine = chunk_range(tensor.len(), self.size, self.rank);
         let part = if mode == ReductionMode::Native {
@@ -731,6 +781,7 @@ impl Communicator for MpiComm<'_> {
         mode: ReductionMode,
     ) -> Result<(), CommError> {
         let id = self.begin(CollectiveKind::Allreduce);
+        check_reducible(self.rank, &id, tensor)?;
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         if mode == ReductionMode::Native {
             return self.native_allreduce(&id, &signature, tensor, op);
@@ -826,6 +877,10 @@ fn slice_data(data: &TensorData, range: Range<usize>) -> TensorData {
         TensorData::F64(v) => TensorData::F64(v[range].to_vec()),
         TensorData::I64(v) => TensorData::I64(v[range].to_vec()),
         TensorData::U8(v) => TensorData::U8(v[range].to_vec()),
+        TensorData::F16(v) => TensorData::F16(v[range].to_vec()),
+        TensorData::BF16(v) => TensorData::BF16(v[range].to_vec()),
+        TensorData::I32(v) => TensorData::I32(v[range].to_vec()),
+        TensorData::Bool(v) => TensorData::Bool(v[range].to_vec()),
     }
 }
 
@@ -858,5 +913,14 @@ mod tests {
         let mut bad_dtype = bytes.clone();
         bad_dtype[9] = 9;
         assert_eq!(Header::decode(&bad_dtype), None);
+        for dtype in DType::ALL {
+            let typed = Header {
+                round: 1,
+                dtype: Some(dtype),
+                shape: vec![2],
+                signature: format!("allgather, {dtype}[2]"),
+            };
+            assert_eq!(Header::decode(&typed.encode()), Some(typed), "{dtype}");
+        }
     }
 }

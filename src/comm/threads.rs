@@ -18,11 +18,17 @@
 //! runs with different `rotation`s deposit in a different order in every round: this is how the
 //! `arrival_order` control is caught every time rather than by luck.
 //!
+//! Dtypes: broadcast and allgather move tensors of every dtype; allreduce and reduce-scatter
+//! refuse f16, bf16 and bool with [`CommError::InvalidArgument`] before any data moves (why:
+//! `value/reduce.rs`).
+//!
 //! Determinism: the arrival order is the only timing-dependent value here, and only
 //! `arrival_order` reads it. Deadlines use the monotonic clock, never on a data path.
 
 use super::{CollectiveId, CollectiveKind, CommError, Communicator};
-use crate::value::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
+use crate::value::reduce::{
+    chunk_range, reduce_chunk, summation_order, unreducible, ReduceOp, ReductionMode,
+};
 use crate::value::seed::{derive_stream, Stream};
 use crate::value::tensor::{Tensor, TensorData};
 use std::any::Any;
@@ -394,6 +400,22 @@ pub(super) fn describe(tensor: &Tensor) -> String {
     format!("{}[{}]", tensor.dtype(), tensor.len())
 }
 
+/// The error of a reduction (allreduce, reduce-scatter) of a dtype that is not reduced.
+pub(super) fn check_reducible(
+    rank: usize,
+    id: &CollectiveId,
+    tensor: &Tensor,
+) -> Result<(), CommError> {
+    match unreducible(tensor.dtype()) {
+        None => Ok(()),
+        Some(reason) => Err(CommError::InvalidArgument {
+            rank,
+            collective: id.clone(),
+            reason,
+        }),
+    }
+}
+
 fn downcast<T: 'static>(payload: &Payload) -> &T {
     payload
         .downcast_ref::<T>()
@@ -407,6 +429,10 @@ pub(super) fn copy_into(out: &mut TensorData, start: usize, part: &TensorData) {
         (TensorData::F64(o), TensorData::F64(p)) => o[start..start + p.len()].copy_from_slice(p),
         (TensorData::I64(o), TensorData::I64(p)) => o[start..start + p.len()].copy_from_slice(p),
         (TensorData::U8(o), TensorData::U8(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::F16(o), TensorData::F16(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::BF16(o), TensorData::BF16(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::I32(o), TensorData::I32(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::Bool(o), TensorData::Bool(p)) => o[start..start + p.len()].copy_from_slice(p),
         _ => unreachable!("matching signatures carry matching dtypes"),
     }
 }
@@ -463,6 +489,7 @@ impl Communicator for ThreadComm {
         mode: ReductionMode,
     ) -> Result<Tensor, CommError> {
         let id = self.begin(CollectiveKind::ReduceScatter);
+        check_reducible(self.rank, &id, tensor)?;
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let (len, size) = (tensor.len(), self.size());
         // Round 1 of an allreduce: this rank reduces its own chunk of everyone's contribution.
@@ -487,6 +514,7 @@ impl Communicator for ThreadComm {
         mode: ReductionMode,
     ) -> Result<(), CommError> {
         let id = self.begin(CollectiveKind::Allreduce);
+        check_reducible(self.rank, &id, tensor)?;
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let len = tensor.len();
         let size = self.size();
@@ -824,6 +852,115 @@ mod tests {
                 .collect();
             assert_eq!(ranks, [0, 1, 2]);
             assert_eq!(m.values::<f64>().unwrap(), [2.0, 0.0]);
+        }
+    }
+
+    #[test]
+    fn broadcast_and_allgather_move_every_dtype() {
+        use half::{bf16, f16};
+        let tensor_of = |rank: usize| -> Vec<Tensor> {
+            let r = rank as f32;
+            vec![
+                Tensor::from_vec(vec![f16::from_f32(r + 0.5), f16::NAN, f16::from_bits(1)]),
+                Tensor::from_vec(vec![bf16::from_f32(-r), bf16::NEG_INFINITY]),
+                Tensor::from_vec(vec![rank as i32 - 7, i32::MIN]),
+                Tensor::from_vec(vec![rank % 2 == 0, true]),
+            ]
+        };
+        let bits = |t: &Tensor| {
+            let mut bytes = Vec::new();
+            t.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
+            (t.dtype(), t.shape().to_vec(), bytes)
+        };
+        let results = launch_threads(&config(3), move |comm| {
+            let mut out = Vec::new();
+            for (i, mut t) in tensor_of(comm.rank()).into_iter().enumerate() {
+                let gathered = comm.allgather(&t)?;
+                comm.broadcast(&mut t, i % 3)?;
+                out.push((t, gathered));
+            }
+            Ok(out)
+        })
+        .unwrap();
+        for per_rank in &results {
+            for (i, (t, gathered)) in per_rank.iter().enumerate() {
+                assert_eq!(bits(t), bits(&tensor_of(i % 3)[i]), "broadcast {i}");
+                for (r, g) in gathered.iter().enumerate() {
+                    assert_eq!(bits(g), bits(&tensor_of(r)[i]), "allgather {i} from {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn i32_reduces_exactly_as_i64_does() {
+        for mode in ReductionMode::ALL {
+            let results = launch_threads(&config(3), move |comm| {
+                let r = comm.rank() as i32;
+                let mut sum = Tensor::from_vec(vec![i32::MAX - r, r * 1000 - 5, -r, 7]);
+                comm.allreduce(&mut sum, ReduceOp::Sum, mode)?;
+                let mut max = Tensor::from_vec(vec![-r, r, i32::MIN + r, 0]);
+                comm.allreduce(&mut max, ReduceOp::Max, mode)?;
+                let chunk =
+                    comm.reduce_scatter(&Tensor::from_vec(vec![r; 5]), ReduceOp::Sum, mode)?;
+                Ok((sum, max, chunk))
+            })
+            .unwrap();
+            let first_sum = (i32::MAX)
+                .wrapping_add(i32::MAX - 1)
+                .wrapping_add(i32::MAX - 2);
+            for (rank, (sum, max, chunk)) in results.iter().enumerate() {
+                assert_eq!(
+                    sum.values::<i32>().unwrap(),
+                    [first_sum, 2985, -3, 21],
+                    "{mode}"
+                );
+                assert_eq!(
+                    max.values::<i32>().unwrap(),
+                    [0, 2, i32::MIN + 2, 0],
+                    "{mode}"
+                );
+                let expected = vec![3; chunk_range(5, 3, rank).len()];
+                assert_eq!(chunk.values::<i32>().unwrap(), expected, "{mode}");
+            }
+        }
+    }
+
+    #[test]
+    fn half_precision_and_bool_reductions_are_invalid_arguments() {
+        use half::{bf16, f16};
+        let refused = [
+            Tensor::from_vec(vec![f16::ONE; 4]),
+            Tensor::from_vec(vec![bf16::ONE; 4]),
+            Tensor::from_vec(vec![true; 4]),
+        ];
+        for t in refused {
+            for reduce_scatter in [false, true] {
+                let t = t.clone();
+                let err = launch_threads(&config(2), move |comm| {
+                    let mut t = t.clone();
+                    if reduce_scatter {
+                        comm.reduce_scatter(&t, ReduceOp::Max, ReductionMode::Ring)?;
+                    } else {
+                        comm.allreduce(&mut t, ReduceOp::Sum, ReductionMode::Reproducible)?;
+                    }
+                    Ok(())
+                })
+                .unwrap_err();
+                let LaunchError::Collective(CommError::InvalidArgument {
+                    collective, reason, ..
+                }) = &err
+                else {
+                    panic!("unexpected {err}");
+                };
+                let kind = if reduce_scatter {
+                    "reduce_scatter"
+                } else {
+                    "allreduce"
+                };
+                assert_eq!(collective.to_string(), format!("{kind} #0"));
+                assert!(reason.contains(" tensors are not reduced"), "{reason}");
+            }
         }
     }
 

@@ -121,6 +121,10 @@ impl TensorMetrics {
                 TensorData::F64(v) => v.clone(),
                 TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
                 TensorData::U8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::F16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::BF16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
             }
         }
         let (a, b) = (as_f64(a), as_f64(b));

@@ -266,6 +266,98 @@ fn full_mode_writes_safetensors_and_compare_measures_the_difference() {
 }
 
 #[test]
+fn views_and_new_dtypes_dump_as_tensors_do() {
+    use crate::value::tensor::TensorView;
+    use half::{bf16, f16};
+    let tensors = |last_f16: f32| {
+        vec![
+            Tensor::new(
+                vec![2, 2],
+                TensorData::F16(vec![
+                    f16::from_f32(1.5),
+                    f16::NAN,
+                    f16::from_bits(1),
+                    f16::from_f32(last_f16),
+                ]),
+            )
+            .unwrap(),
+            Tensor::from_vec(vec![
+                bf16::from_f32(-2.0),
+                bf16::INFINITY,
+                bf16::from_bits(0x8000),
+            ]),
+            Tensor::from_vec(vec![i32::MIN, 0, 7]),
+            Tensor::from_vec(vec![true, false]),
+            Tensor::scalar(0.25f32),
+        ]
+    };
+    let bytes_of = |t: &Tensor| {
+        let mut bytes = Vec::new();
+        t.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
+        bytes
+    };
+    let write = |mode: DumpMode, last_f16: f32, by_view: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TraceWriter::create(dir.path(), 0, 1, mode).unwrap();
+        for step in 0..2 {
+            for (i, t) in tensors(last_f16).iter().enumerate() {
+                let name = format!("t{i}");
+                let bytes = bytes_of(t);
+                let view = TensorView::new(t.dtype(), t.shape(), &bytes).unwrap();
+                match (by_view, i % 2 == 0) {
+                    (false, false) => w.record(step, &name, t),
+                    (false, true) => w.record_replicated(step, &name, t),
+                    (true, false) => w.record_view(step, &name, view),
+                    (true, true) => w.record_replicated_view(step, &name, view),
+                }
+                .unwrap();
+            }
+        }
+        w.finish().unwrap();
+        dir
+    };
+    for mode in [DumpMode::Md5, DumpMode::Stats, DumpMode::Full] {
+        let (a, b) = (write(mode, 3.0, false), write(mode, 3.0, true));
+        let read = |path: std::path::PathBuf| std::fs::read(path).unwrap();
+        assert_eq!(
+            read(trace_path(a.path(), 0)),
+            read(trace_path(b.path(), 0)),
+            "{mode}: a view writes the bytes its tensor writes"
+        );
+        if mode == DumpMode::Full {
+            assert_eq!(
+                read(tensor_path(a.path(), 0, 1)),
+                read(tensor_path(b.path(), 0, 1))
+            );
+        }
+        let d = open_dump(b.path()).unwrap();
+        let mut src = d.open_rank(0).unwrap();
+        let mut batch = Batch::default();
+        while src.next_step(&mut batch).unwrap().is_some() {}
+        let layouts: Vec<String> = src.layouts().iter().map(Layout::describe).collect();
+        assert_eq!(
+            layouts,
+            ["f16[2,2]", "bf16[3]", "i32[3]", "bool[2]", "f32[]"],
+            "{mode}"
+        );
+        assert!(compare(a.path(), b.path()).is_identical(), "{mode}");
+    }
+    // Full tensors of a new dtype are read back for the metrics of a difference.
+    let (a, c) = (
+        write(DumpMode::Full, 3.0, true),
+        write(DumpMode::Full, 3.5, true),
+    );
+    let cmp = compare(a.path(), c.path());
+    assert_eq!(cmp.num_differing, 2, "t0 at both steps");
+    let m = cmp
+        .first
+        .unwrap()
+        .metrics
+        .expect("full tensors on both sides");
+    assert_eq!(m.max_abs_err, 0.5, "{m:?}");
+}
+
+#[test]
 fn overflows_are_found_in_each_dump() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Stats).unwrap();

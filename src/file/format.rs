@@ -4,6 +4,10 @@
 //! definitions `N`, layout definitions `L`, records `R`), and a 40-byte footer `E`. Records are
 //! fixed-size: 40 bytes in md5 mode, 104 bytes with statistics. This module only encodes and
 //! decodes bytes; files are handled by the writer and the reader.
+//!
+//! Dtype codes 1-4 (f32, f64, i64, u8) are the first ones; 5-8 (f16, bf16, i32, bool) were added
+//! later within version 1: every older file stays valid, and only a file that uses a new dtype
+//! needs a reader that knows its code (an older one rejects it as an unknown dtype code).
 
 use crate::file::DumpMode;
 use crate::value::digest::{ExactF64, Stats};
@@ -66,6 +70,10 @@ pub(crate) fn dtype_code(dtype: DType) -> u8 {
         DType::F64 => 2,
         DType::I64 => 3,
         DType::U8 => 4,
+        DType::F16 => 5,
+        DType::BF16 => 6,
+        DType::I32 => 7,
+        DType::Bool => 8,
     }
 }
 
@@ -75,6 +83,10 @@ pub(crate) fn dtype_from_code(code: u8) -> Option<DType> {
         2 => Some(DType::F64),
         3 => Some(DType::I64),
         4 => Some(DType::U8),
+        5 => Some(DType::F16),
+        6 => Some(DType::BF16),
+        7 => Some(DType::I32),
+        8 => Some(DType::Bool),
         _ => None,
     }
 }
@@ -357,6 +369,29 @@ mod tests {
         encode_record(&mut out, &e, None);
         assert_eq!(out.len(), RECORD_LEN_MD5);
         assert_eq!(decode_record(&out), e);
+    }
+
+    #[test]
+    fn dtype_codes_are_fixed_and_round_trip() {
+        let codes: Vec<(DType, u8)> = DType::ALL.iter().map(|&d| (d, dtype_code(d))).collect();
+        assert_eq!(
+            codes,
+            [
+                (DType::F32, 1),
+                (DType::F64, 2),
+                (DType::I64, 3),
+                (DType::U8, 4),
+                (DType::F16, 5),
+                (DType::BF16, 6),
+                (DType::I32, 7),
+                (DType::Bool, 8),
+            ]
+        );
+        for (dtype, code) in codes {
+            assert_eq!(dtype_from_code(code), Some(dtype));
+        }
+        assert_eq!(dtype_from_code(0), None);
+        assert_eq!(dtype_from_code(9), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!
 //! Limits: a whole file is held in memory while it is encoded or decoded.
 
-use crate::value::tensor::{DType, Tensor, TensorData};
+use crate::value::tensor::{DType, Tensor, TensorView};
 
 /// The safetensors dtype of a detcheck dtype.
 fn safetensors_dtype(dtype: DType) -> safetensors::Dtype {
@@ -18,6 +18,10 @@ fn safetensors_dtype(dtype: DType) -> safetensors::Dtype {
         DType::F64 => safetensors::Dtype::F64,
         DType::I64 => safetensors::Dtype::I64,
         DType::U8 => safetensors::Dtype::U8,
+        DType::F16 => safetensors::Dtype::F16,
+        DType::BF16 => safetensors::Dtype::BF16,
+        DType::I32 => safetensors::Dtype::I32,
+        DType::Bool => safetensors::Dtype::BOOL,
     }
 }
 
@@ -46,8 +50,8 @@ pub(crate) fn encode(tensors: &[(String, DType, Vec<usize>, Vec<u8>)]) -> Result
 /// Tensor `name` of a parsed safetensors file; `Ok(None)` when the file has no such tensor.
 ///
 /// # Errors
-/// A description naming the tensor when its dtype is not one of ours or its size does not
-/// match its shape.
+/// A description naming the tensor when its dtype is not one of ours, its size does not
+/// match its shape or a bool is neither 0 nor 1.
 pub(crate) fn decode(
     file: &safetensors::SafeTensors<'_>,
     name: &str,
@@ -60,36 +64,21 @@ pub(crate) fn decode(
         safetensors::Dtype::F64 => DType::F64,
         safetensors::Dtype::I64 => DType::I64,
         safetensors::Dtype::U8 => DType::U8,
+        safetensors::Dtype::F16 => DType::F16,
+        safetensors::Dtype::BF16 => DType::BF16,
+        safetensors::Dtype::I32 => DType::I32,
+        safetensors::Dtype::BOOL => DType::Bool,
         other => return Err(format!("tensor `{name}` has unsupported dtype {other:?}")),
     };
-    tensor_from_bytes(dtype, view.shape().to_vec(), view.data())
-        .map(Some)
-        .ok_or_else(|| format!("tensor `{name}` has a size that does not match its shape"))
-}
-
-/// A tensor from its canonical bytes; `None` when the size does not match the shape.
-fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Option<Tensor> {
-    fn chunks<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-        bytes
-            .chunks_exact(N)
-            .map(|c| f(c.try_into().expect("chunk of N")))
-            .collect()
-    }
-    if bytes.len() % dtype.size_of() != 0 {
-        return None;
-    }
-    let data = match dtype {
-        DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
-        DType::F64 => TensorData::F64(chunks(bytes, f64::from_le_bytes)),
-        DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
-        DType::U8 => TensorData::U8(bytes.to_vec()),
-    };
-    Tensor::new(shape, data).ok()
+    TensorView::new(dtype, view.shape(), view.data())
+        .map(|v| Some(v.to_tensor()))
+        .map_err(|e| format!("tensor `{name}`: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::tensor::TensorData;
 
     #[test]
     fn tensors_round_trip_bit_for_bit_and_bad_shapes_are_named() {
@@ -114,5 +103,53 @@ mod tests {
         assert_eq!(decode(&file, "missing").unwrap(), None);
         let bad = vec![("c".to_owned(), DType::F32, vec![3], vec![0u8; 8])];
         assert!(encode(&bad).unwrap_err().starts_with("tensor `c`"));
+    }
+
+    #[test]
+    fn new_dtypes_round_trip_as_safetensors_dtypes() {
+        use half::{bf16, f16};
+        let tensors = [
+            Tensor::from_vec(vec![
+                f16::from_f32(1.5),
+                f16::NEG_INFINITY,
+                f16::from_bits(1),
+            ]),
+            Tensor::from_vec(vec![bf16::from_f32(-2.0), bf16::NAN]),
+            Tensor::from_vec(vec![i32::MIN, 7]),
+            Tensor::from_vec(vec![true, false]),
+        ];
+        let entries: Vec<_> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let key = format!("t{i}");
+                (key, t.dtype(), t.shape().to_vec(), canonical_bytes(t))
+            })
+            .collect();
+        let bytes = encode(&entries).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let dtypes: Vec<_> = (0..4)
+            .map(|i| file.tensor(&format!("t{i}")).unwrap().dtype())
+            .collect();
+        assert_eq!(
+            dtypes,
+            [
+                safetensors::Dtype::F16,
+                safetensors::Dtype::BF16,
+                safetensors::Dtype::I32,
+                safetensors::Dtype::BOOL
+            ]
+        );
+        for (i, t) in tensors.iter().enumerate() {
+            let back = decode(&file, &format!("t{i}")).unwrap().unwrap();
+            assert_eq!(canonical_bytes(&back), canonical_bytes(t), "t{i}");
+            assert_eq!(back.dtype(), t.dtype());
+        }
+        // A bool byte other than 0 or 1 is refused, with the tensor named.
+        let bad = vec![("m".to_owned(), DType::Bool, vec![2], vec![1u8, 2])];
+        let bytes = encode(&bad).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let err = decode(&file, "m").unwrap_err();
+        assert_eq!(err, "tensor `m`: bool element 1 is the byte 2, not 0 or 1");
     }
 }

@@ -2,15 +2,17 @@
 //!
 //! A [`Recorder`] belongs to one rank. Each call to [`Recorder::record`] turns a tensor into a
 //! [`Record`] at (rank, step, seq, name): dtype, shape, the md5 of its canonical bytes and its
-//! [`Stats`]. `seq` counts the records of one step on one rank, from 0, in call order. A finished
-//! recorder is a [`RankTrace`]; the traces of all ranks of a run form a [`Trace`].
+//! [`Stats`]. [`Recorder::record_view`] does the same for a [`TensorView`] (a buffer held
+//! elsewhere, e.g. numpy's), reading its bytes in place. `seq` counts the records of one step on
+//! one rank, from 0, in call order. A finished recorder is a [`RankTrace`]; the traces of all
+//! ranks of a run form a [`Trace`].
 //!
 //! Determinism: a record is a pure function of the tensor and of the call order on its rank; no
 //! clock, address or thread identity is stored. Two runs that record the same tensors in the same
 //! order give equal traces.
 //!
 //! Limits: traces live in memory; the trace files of `crate::file` are written through a tap
-//! that sees each record with its tensor as it is recorded. [`first_overflow`] finds the first
+//! that sees each record with a view of its tensor as it is recorded. [`first_overflow`] finds the first
 //! NaN, infinity or fp16 saturation of a trace.
 
 pub(crate) mod overflow;
@@ -18,7 +20,7 @@ pub(crate) mod overflow;
 pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
 
 use crate::value::digest::{Md5Digest, Stats};
-use crate::value::tensor::{DType, Tensor};
+use crate::value::tensor::{DType, Tensor, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -59,16 +61,16 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record of `tensor` at (rank, step, seq): its md5, and its stats when `with_stats`
+    /// The record of `view` at (rank, step, seq): its md5, and its stats when `with_stats`
     /// (empty otherwise).
     #[must_use]
-    pub(crate) fn of_tensor(
+    pub(crate) fn of_view(
         rank: u32,
         step: u64,
         seq: u32,
         name: &str,
         replicated: bool,
-        tensor: &Tensor,
+        view: TensorView<'_>,
         with_stats: bool,
     ) -> Record {
         Record {
@@ -77,11 +79,11 @@ impl Record {
             seq,
             name: name.to_owned(),
             replicated,
-            dtype: tensor.dtype(),
-            shape: tensor.shape().to_vec(),
-            md5: Md5Digest::of_tensor(tensor),
+            dtype: view.dtype(),
+            shape: view.shape().to_vec(),
+            md5: Md5Digest::of_view(view),
             stats: if with_stats {
-                Stats::of_tensor(tensor)
+                Stats::of_view(view)
             } else {
                 Stats::default()
             },
@@ -96,9 +98,9 @@ impl Record {
 }
 
 /// The callback of a [`RecordTap`].
-pub(crate) type TapFn = dyn FnMut(&Record, &Tensor) + Send;
+pub(crate) type TapFn = dyn FnMut(&Record, TensorView<'_>) + Send;
 
-/// Sees every record with its tensor as it is recorded (the dump writer uses it).
+/// Sees every record with a view of its tensor as it is recorded (the dump writer uses it).
 pub(crate) struct RecordTap(pub(crate) Box<TapFn>);
 
 impl std::fmt::Debug for RecordTap {
@@ -130,31 +132,46 @@ impl Recorder {
         }
     }
 
-    /// Calls `tap` with every record and its tensor from now on.
+    /// Calls `tap` with every record and a view of its tensor from now on.
     pub(crate) fn set_tap(&mut self, tap: RecordTap) {
         self.tap = Some(tap);
     }
 
     /// Records `tensor` as `name` at `step`.
     pub fn record(&mut self, step: u64, name: &str, tensor: &Tensor) {
-        self.push(step, name, tensor, false);
+        if self.level != RecordLevel::Off {
+            tensor.with_view(|view| self.push(step, name, view, false));
+        }
     }
 
     /// Records a tensor that every rank must hold with identical bits (checked by `replicas`).
     pub fn record_replicated(&mut self, step: u64, name: &str, tensor: &Tensor) {
-        self.push(step, name, tensor, true);
+        if self.level != RecordLevel::Off {
+            tensor.with_view(|view| self.push(step, name, view, true));
+        }
     }
 
-    fn push(&mut self, step: u64, name: &str, tensor: &Tensor, replicated: bool) {
+    /// Records a view as `name` at `step`, reading its bytes in place: the same record as
+    /// [`Recorder::record`] gives for a tensor of the same dtype, shape and values.
+    pub fn record_view(&mut self, step: u64, name: &str, view: TensorView<'_>) {
+        self.push(step, name, view, false);
+    }
+
+    /// Records a view that every rank must hold with identical bits (checked by `replicas`).
+    pub fn record_replicated_view(&mut self, step: u64, name: &str, view: TensorView<'_>) {
+        self.push(step, name, view, true);
+    }
+
+    fn push(&mut self, step: u64, name: &str, view: TensorView<'_>, replicated: bool) {
         if self.level == RecordLevel::Off {
             return;
         }
         let seq = self.next_seq.entry(step).or_insert(0);
         let with_stats = self.level == RecordLevel::Stats;
-        let record = Record::of_tensor(self.rank, step, *seq, name, replicated, tensor, with_stats);
+        let record = Record::of_view(self.rank, step, *seq, name, replicated, view, with_stats);
         *seq += 1;
         if let Some(tap) = &mut self.tap {
-            (tap.0)(&record, tensor);
+            (tap.0)(&record, view);
         }
         self.records.push(record);
     }
@@ -251,6 +268,40 @@ mod tests {
         assert!(d.same_bits(s));
         assert_eq!(d.stats, Stats::default());
         assert_ne!(s.stats, Stats::default());
+    }
+
+    #[test]
+    fn a_view_records_as_its_tensor_does() {
+        let tensors = [
+            Tensor::new(
+                vec![2, 2],
+                crate::value::TensorData::F32(vec![1.0, -0.0, 7.5, 2.0]),
+            )
+            .unwrap(),
+            Tensor::from_vec(vec![half::f16::from_f32(0.5), half::f16::NAN]),
+            Tensor::from_vec(vec![half::bf16::from_f32(-3.0)]),
+            Tensor::from_vec(vec![-5i32, 9]),
+            Tensor::from_vec(vec![true, false, true]),
+        ];
+        let mut by_tensor = Recorder::new(1, RecordLevel::Stats);
+        let mut by_view = Recorder::new(1, RecordLevel::Stats);
+        for (i, t) in tensors.iter().enumerate() {
+            let mut bytes = Vec::new();
+            t.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
+            let view = TensorView::new(t.dtype(), t.shape(), &bytes).unwrap();
+            by_tensor.record(0, &format!("t{i}"), t);
+            by_view.record_view(0, &format!("t{i}"), view);
+            by_tensor.record_replicated(1, "r", t);
+            by_view.record_replicated_view(1, "r", view);
+        }
+        let (a, b) = (by_tensor.finish(), by_view.finish());
+        assert_eq!(a, b);
+        assert_eq!(a.records[4].dtype, DType::Bool);
+        assert!(a
+            .records
+            .iter()
+            .filter(|r| r.step == 1)
+            .all(|r| r.replicated));
     }
 
     #[test]

@@ -7,14 +7,19 @@
 //!
 //! [`Stats`] are max, min, mean and L2 norm, accumulated in `f64` in eight interleaved lanes
 //! combined in lane order (a fixed order, so a pure function of the values), and the counts of
-//! NaN, +Inf and -Inf. [`ExactF64`] stores a float in JSON as its bit pattern, so NaN, infinities
-//! and -0.0 survive a round trip (JSON has no NaN).
+//! NaN, +Inf and -Inf. Every dtype is read as `f64`: exactly for f32, f16, bf16, i32, u8 and bool
+//! (0 or 1); i64 rounds to the nearest `f64`. [`ExactF64`] stores a float in JSON as its bit
+//! pattern, so NaN, infinities and -0.0 survive a round trip (JSON has no NaN).
+//!
+//! Both are computed on a [`TensorView`] (`of_view`), the canonical bytes read in place; a
+//! [`Tensor`] goes through its view (`of_tensor`), so there is one implementation.
 //!
 //! Determinism: both are pure functions of the tensor's values; stats are summed in one fixed order.
-//! A golden test pins the stats' bits.
+//! Golden tests pin the stats' bits and the md5 of each dtype.
 //! Limits: stats are summaries for people, not proofs; equality of runs is decided by the md5.
 
-use crate::value::tensor::{Tensor, TensorData};
+use crate::value::tensor::{DType, Tensor, TensorView};
+use half::{bf16, f16};
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -27,9 +32,13 @@ impl Md5Digest {
     /// The md5 of `tensor`'s canonical bytes.
     #[must_use]
     pub fn of_tensor(tensor: &Tensor) -> Self {
-        let mut hasher = Md5::new();
-        tensor.for_each_canonical_chunk(|chunk| hasher.update(chunk));
-        Md5Digest(hasher.finalize().into())
+        tensor.with_view(Md5Digest::of_view)
+    }
+
+    /// The md5 of a view's canonical bytes, read in place.
+    #[must_use]
+    pub fn of_view(view: TensorView<'_>) -> Self {
+        Md5Digest::of_bytes(view.bytes())
     }
 
     /// The md5 of raw bytes.
@@ -194,11 +203,12 @@ impl StatsAccumulator {
         }
     }
 
-    /// Feeds `values` in index order.
-    fn feed<T: Copy>(&mut self, values: &[T], to_f64: impl Fn(T) -> f64) {
-        let mut blocks = values.chunks_exact(LANES);
+    /// Feeds little-endian elements of `N` bytes each, in index order.
+    fn feed<const N: usize>(&mut self, bytes: &[u8], to_f64: impl Fn([u8; N]) -> f64) {
+        let element = |b: &[u8]| to_f64(b.try_into().expect("N bytes"));
+        let mut blocks = bytes.chunks_exact(N * LANES);
         for block in &mut blocks {
-            let xs: [f64; LANES] = std::array::from_fn(|i| to_f64(block[i]));
+            let xs: [f64; LANES] = std::array::from_fn(|i| element(&block[i * N..(i + 1) * N]));
             if xs.iter().all(|x| x.is_finite()) {
                 // The common case, without branches per element.
                 for (lane, &x) in xs.iter().enumerate() {
@@ -210,8 +220,8 @@ impl StatsAccumulator {
                 }
             }
         }
-        for (lane, &x) in blocks.remainder().iter().enumerate() {
-            self.push_lane(lane, to_f64(x));
+        for (lane, x) in blocks.remainder().chunks_exact(N).enumerate() {
+            self.push_lane(lane, element(x));
         }
     }
 
@@ -272,14 +282,24 @@ impl Stats {
     /// Computes the statistics of `tensor` in one pass.
     #[must_use]
     pub fn of_tensor(tensor: &Tensor) -> Self {
+        tensor.with_view(Stats::of_view)
+    }
+
+    /// Computes the statistics of a view in one pass, reading its bytes in place.
+    #[must_use]
+    pub fn of_view(view: TensorView<'_>) -> Self {
         let mut acc = StatsAccumulator::new();
-        match tensor.data() {
-            TensorData::F32(v) => acc.feed(v, f64::from),
-            TensorData::F64(v) => acc.feed(v, |x| x),
-            TensorData::I64(v) => acc.feed(v, |x| x as f64),
-            TensorData::U8(v) => acc.feed(v, f64::from),
+        let bytes = view.bytes();
+        match view.dtype() {
+            DType::F32 => acc.feed(bytes, |b| f64::from(f32::from_le_bytes(b))),
+            DType::F64 => acc.feed(bytes, f64::from_le_bytes),
+            DType::I64 => acc.feed(bytes, |b| i64::from_le_bytes(b) as f64),
+            DType::U8 | DType::Bool => acc.feed(bytes, |[b]: [u8; 1]| f64::from(b)),
+            DType::F16 => acc.feed(bytes, |b| f16::from_le_bytes(b).to_f64()),
+            DType::BF16 => acc.feed(bytes, |b| bf16::from_le_bytes(b).to_f64()),
+            DType::I32 => acc.feed(bytes, |b| f64::from(i32::from_le_bytes(b))),
         }
-        acc.finish(tensor.len())
+        acc.finish(view.len())
     }
 }
 
@@ -356,6 +376,129 @@ mod tests {
         assert_eq!((all_nan.max, all_nan.min), (None, None));
         let empty = Stats::of_tensor(&Tensor::from_vec(Vec::<u8>::new()));
         assert_eq!(empty, Stats::default());
+    }
+
+    /// The md5 and the stats' bits as one line: `md5 max min mean norm nan N +inf N -inf N`.
+    fn md5_and_stats(t: &Tensor) -> String {
+        let s = Stats::of_tensor(t);
+        let bits = [s.max, s.min, s.mean, s.norm]
+            .map(|x| x.map_or("none".to_owned(), |x| format!("{:016x}", x.0.to_bits())));
+        format!(
+            "{} {} nan {} +inf {} -inf {}",
+            Md5Digest::of_tensor(t),
+            bits.join(" "),
+            s.nan,
+            s.pos_inf,
+            s.neg_inf
+        )
+    }
+
+    // The golden lines of the new dtypes were computed independently of this crate, with numpy
+    // and hashlib: `hashlib.md5(a.tobytes())` of the array (`<f2`, the bf16 bits as `<u2`,
+    // `<i4`, `bool`), and the stats in Python floats from `a.astype(np.float64)` (bf16: its bits
+    // << 16 viewed as `<f4`), summed in the same eight lanes.
+
+    /// f16 bits: 1.5, -2.25, 0.1, 65504, -0.0, the smallest and largest subnormals, minus the
+    /// smallest; NaN, +Inf, -Inf, 3, -65504, 0, 0.001, 7; -1, 2, 0.5.
+    const F16_BITS: [u16; 19] = [
+        0x3e00, 0xc080, 0x2e66, 0x7bff, 0x8000, 0x0001, 0x03ff, 0x8001, 0x7e00, 0x7c00, 0xfc00,
+        0x4200, 0xfbff, 0x0000, 0x1419, 0x4700, 0xbc00, 0x4000, 0x3800,
+    ];
+
+    /// bf16 bits (f32 bits >> 16): 1.5, -3, 0.1, 1e10, -0.0, the smallest and largest
+    /// subnormals, minus the smallest; NaN, +Inf, -Inf, 1e-3, -2.5e-30, 0, 65504, 7; -1, 2, 0.5.
+    const BF16_BITS: [u16; 19] = [
+        0x3fc0, 0xc040, 0x3dcc, 0x5015, 0x8000, 0x0001, 0x007f, 0x8001, 0x7fc0, 0x7f80, 0xff80,
+        0x3a83, 0x8e4a, 0x0000, 0x477f, 0x40e0, 0xbf80, 0x4000, 0x3f00,
+    ];
+
+    #[test]
+    fn f16_md5_and_stats_bits_do_not_change() {
+        let all: Vec<f16> = F16_BITS.iter().map(|&b| f16::from_bits(b)).collect();
+        let finite: Vec<f16> = all.iter().copied().filter(|x| x.is_finite()).collect();
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(all)),
+            "6b45198b01be0203aa2a0b1543a652ff 7ff0000000000000 fff0000000000000 \
+             7ff8000000000000 7ff8000000000000 nan 1 +inf 1 -inf 1"
+        );
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(finite)),
+            "90930a53898e15258372b8a0d6e6fc90 40effc0000000000 c0effc0000000000 \
+             3fe5b3bb1e000000 40f69dca5441d5b6 nan 0 +inf 0 -inf 0"
+        );
+    }
+
+    #[test]
+    fn bf16_md5_and_stats_bits_do_not_change() {
+        let all: Vec<bf16> = BF16_BITS.iter().map(|&b| bf16::from_bits(b)).collect();
+        let finite: Vec<bf16> = all.iter().copied().filter(|x| x.is_finite()).collect();
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(all)),
+            "781cc844d7635b4f7baf409a109bf9eb 7ff0000000000000 fff0000000000000 \
+             7ff8000000000000 7ff8000000000000 nan 1 +inf 1 -inf 1"
+        );
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(finite)),
+            "8dcbeda21ff988ccfbda60ceb093ca79 4202a00000000000 c008000000000000 \
+             41c2a007f838ce0c 4202a0000001b469 nan 0 +inf 0 -inf 0"
+        );
+    }
+
+    #[test]
+    fn i32_md5_and_stats_bits_do_not_change() {
+        let values = vec![
+            0,
+            1,
+            -1,
+            i32::MAX,
+            i32::MIN,
+            123_456_789,
+            -987_654_321,
+            42,
+            7,
+            -7,
+            (1 << 24) + 1,
+            -(1 << 24) - 1,
+            1000,
+            -1000,
+            5,
+            6,
+            99,
+            -99,
+            3,
+        ];
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(values)),
+            "fff959d850159da8ade0c64d6c7d53f4 41dfffffffc00000 c1e0000000000000 \
+             c185b0416de50d79 41e7cff3cde4729e nan 0 +inf 0 -inf 0"
+        );
+    }
+
+    #[test]
+    fn bool_md5_and_stats_bits_do_not_change() {
+        let bytes = [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1];
+        let values: Vec<bool> = bytes.iter().map(|&b| b == 1).collect();
+        let t = Tensor::from_vec(values);
+        assert_eq!(Md5Digest::of_tensor(&t), Md5Digest::of_bytes(&bytes));
+        assert_eq!(
+            md5_and_stats(&t),
+            "307fcb458a884c00842350eef5b824b0 3ff0000000000000 0000000000000000 \
+             3fe286bca1af286c 400a887293fd6f34 nan 0 +inf 0 -inf 0"
+        );
+    }
+
+    #[test]
+    fn a_view_digests_as_its_tensor_in_place() {
+        // Unaligned bytes (offset 1) are read in place too.
+        let t = Tensor::from_vec(vec![3.0f32, -4.0, f32::NAN, 1.0, 0.5, 2.0, -0.0, 8.0, 9.0]);
+        let mut buffer = vec![0u8];
+        t.for_each_canonical_chunk(|c| buffer.extend_from_slice(c));
+        let view = TensorView::new(DType::F32, t.shape(), &buffer[1..]).unwrap();
+        assert_eq!(Md5Digest::of_view(view), Md5Digest::of_tensor(&t));
+        assert_eq!(Stats::of_view(view), Stats::of_tensor(&t));
+        let empty = TensorView::new(DType::BF16, &[0, 3], &[]).unwrap();
+        assert_eq!(Stats::of_view(empty), Stats::default());
+        assert_eq!(Md5Digest::of_view(empty), Md5Digest::of_bytes(b""));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Values: tensors and their canonical bytes, digests and statistics, seeded random streams, and
 //! the reduction arithmetic every backend shares (summation orders, reproducible sums).
 //!
-//! Main types: [`Tensor`], [`Md5Digest`], [`Stats`], [`RankRng`] (from [`derive_stream`]),
-//! [`ReductionMode`], [`ReduceOp`].
+//! Main types: [`Tensor`] (and its borrowed [`TensorView`]), [`Md5Digest`], [`Stats`],
+//! [`RankRng`] (from [`derive_stream`]), [`ReductionMode`], [`ReduceOp`].
 //!
 //! Determinism: a digest depends only on dtype, shape and the canonical little-endian bytes; a
 //! stream only on (seed, stream, rank, step); a reduction's bits only on its mode, its inputs and
@@ -16,9 +16,12 @@ pub(crate) mod seed;
 pub(crate) mod tensor;
 
 pub use digest::{ExactF64, Md5Digest, Stats};
+/// The `f16` and `bf16` element types (the `half` crate's), for [`TensorData::F16`] and
+/// [`TensorData::BF16`].
+pub use half::{bf16, f16};
 pub use reduce::{ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
 };
 pub use seed::{derive_stream, RankRng, Stream};
-pub use tensor::{DType, Element, ShapeError, Tensor, TensorData};
+pub use tensor::{DType, Element, ShapeError, Tensor, TensorData, TensorView, ViewError};

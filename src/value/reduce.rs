@@ -19,13 +19,21 @@
 //! [`chunk_range`], [`summation_order`] and [`reduce_chunk`] are the arithmetic every backend
 //! shares, so a schedule gives the same bits on threads as on any other backend.
 //!
+//! Dtypes: f32 and f64 reduce as above; i64, i32 and u8 exactly (wrap-around sums, integer max),
+//! so in any order. f16, bf16 and bool are not reduced: [`unreducible`] gives the reason, which
+//! every backend returns as `CommError::InvalidArgument` before any data moves. Summing half
+//! precision on the CPU would have to choose an accumulation precision (f16 after every addition,
+//! or f32, or wider, rounded once) that no backend promises, so detcheck's bits would stand for no
+//! real library's; a bool sum has no agreed meaning. Cast to f32 (or u8/i32) first. Broadcast and
+//! allgather move every dtype.
+//!
 //! Limits: only `reproducible` is invariant to the number of ranks, and only for sums of floats
 //! (`max` and integer sums are order-independent in every mode). It gives the multiset of the
 //! ranks' contributions one sum; for a batch split across ranks to sum to the same bits at any
 //! world size, sum the per-sample terms with `RankContext::reproducible_sum` instead.
 
 use crate::value::reprosum;
-use crate::value::tensor::{Element, TensorData};
+use crate::value::tensor::{DType, Element, TensorData};
 use multiversion::multiversion;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -108,6 +116,23 @@ impl fmt::Display for ReduceOp {
     }
 }
 
+/// Why tensors of `dtype` cannot be reduced (allreduce, reduce-scatter), or `None` when they can.
+#[must_use]
+pub(crate) fn unreducible(dtype: DType) -> Option<String> {
+    match dtype {
+        DType::F32 | DType::F64 | DType::I64 | DType::I32 | DType::U8 => None,
+        DType::F16 | DType::BF16 => Some(format!(
+            "{dtype} tensors are not reduced: a half-precision sum on the CPU would have to pick \
+             an accumulation precision that no backend promises; cast to f32 first"
+        )),
+        DType::Bool => Some(
+            "bool tensors are not reduced: a sum of booleans has no agreed meaning; cast to u8 \
+             or i32 first"
+                .to_owned(),
+        ),
+    }
+}
+
 /// The elements of chunk `chunk` when `len` elements are split into `parts` near-equal chunks.
 #[must_use]
 pub(crate) fn chunk_range(len: usize, parts: usize, chunk: usize) -> Range<usize> {
@@ -137,7 +162,8 @@ pub(crate) fn summation_order(
 /// Reduces `range` of every contribution, adding (or taking the max) in `order`.
 ///
 /// # Panics
-/// Panics if the contributions differ in dtype or are shorter than `range`: callers check that.
+/// Panics if the contributions differ in dtype, are shorter than `range` or are of a dtype that
+/// [`unreducible`] refuses: callers check that.
 #[must_use]
 pub(crate) fn reduce_chunk(
     contributions: &[&TensorData],
@@ -180,14 +206,21 @@ pub(crate) fn reduce_chunk(
                 reprosum::sum_columns_f64(&columns, &mut out);
                 return TensorData::F64(out);
             }
-            TensorData::I64(_) | TensorData::U8(_) => {}
+            _ => {}
         }
     }
     match contributions[0] {
         TensorData::F32(_) => typed::<f32>(contributions, range, order, op),
         TensorData::F64(_) => typed::<f64>(contributions, range, order, op),
         TensorData::I64(_) => typed::<i64>(contributions, range, order, op),
+        TensorData::I32(_) => typed::<i32>(contributions, range, order, op),
         TensorData::U8(_) => typed::<u8>(contributions, range, order, op),
+        TensorData::F16(_) | TensorData::BF16(_) | TensorData::Bool(_) => {
+            panic!(
+                "{}",
+                unreducible(contributions[0].dtype()).unwrap_or_default()
+            )
+        }
     }
 }
 
@@ -248,6 +281,7 @@ macro_rules! int_reducible {
     };
 }
 int_reducible!(i64);
+int_reducible!(i32);
 int_reducible!(u8);
 
 #[cfg(test)]
@@ -314,5 +348,42 @@ mod tests {
             reduce_chunk(&[&a, &b], 0..1, &[0, 1], ReduceOp::Sum, ReductionMode::Ring),
             TensorData::U8(vec![44])
         );
+    }
+
+    #[test]
+    fn i32_reduces_exactly_in_every_mode_and_order() {
+        let a = TensorData::I32(vec![i32::MAX, -7, 3]);
+        let b = TensorData::I32(vec![1, 5, -3]);
+        let c = TensorData::I32(vec![2, i32::MIN, 0]);
+        let all = [&a, &b, &c];
+        for mode in ReductionMode::ALL {
+            for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+                assert_eq!(
+                    reduce_chunk(&all, 0..3, &order, ReduceOp::Sum, mode),
+                    TensorData::I32(vec![i32::MIN + 2, i32::MAX - 1, 0]),
+                    "{mode} {order:?}"
+                );
+                assert_eq!(
+                    reduce_chunk(&all, 1..3, &order, ReduceOp::Max, mode),
+                    TensorData::I32(vec![5, 3]),
+                    "{mode} {order:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn half_precision_and_bool_are_refused_with_a_reason() {
+        for dtype in DType::ALL {
+            let refused = unreducible(dtype);
+            let expected = matches!(dtype, DType::F16 | DType::BF16 | DType::Bool);
+            assert_eq!(refused.is_some(), expected, "{dtype}");
+        }
+        let why = unreducible(DType::BF16).unwrap();
+        assert!(why.starts_with("bf16 tensors are not reduced"), "{why}");
+        assert!(why.contains("accumulation precision"), "{why}");
+        assert!(unreducible(DType::Bool)
+            .unwrap()
+            .starts_with("bool tensors"));
     }
 }
