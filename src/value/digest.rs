@@ -295,8 +295,9 @@ impl Stats {
             DType::F64 => acc.feed(bytes, f64::from_le_bytes),
             DType::I64 => acc.feed(bytes, |b| i64::from_le_bytes(b) as f64),
             DType::U8 | DType::Bool => acc.feed(bytes, |[b]: [u8; 1]| f64::from(b)),
-            DType::F16 => acc.feed(bytes, |b| f16::from_le_bytes(b).to_f64()),
-            DType::BF16 => acc.feed(bytes, |b| bf16::from_le_bytes(b).to_f64()),
+            // Through f32, which holds every f16 and bf16 value exactly (faster than `to_f64`).
+            DType::F16 => acc.feed(bytes, |b| f64::from(f16::from_le_bytes(b).to_f32())),
+            DType::BF16 => acc.feed(bytes, |b| f64::from(bf16::from_le_bytes(b).to_f32())),
             DType::I32 => acc.feed(bytes, |b| f64::from(i32::from_le_bytes(b))),
         }
         acc.finish(view.len())
