@@ -141,9 +141,19 @@ fn template_fields(text: &str) -> Result<Vec<String>, String> {
                 chars.next();
             }
             '{' => {
-                let field: String = chars.by_ref().take_while(|&c| c != '}').collect();
-                if field.is_empty() || field.contains('{') {
-                    return Err(format!("`{text}`: an empty or unclosed `{{...}}`"));
+                let mut field = String::new();
+                let mut closed = false;
+                for c in chars.by_ref() {
+                    if c == '}' {
+                        closed = true;
+                        break;
+                    }
+                    field.push(c);
+                }
+                if !closed || field.is_empty() || field.contains('{') {
+                    return Err(format!(
+                        "`{text}`: an empty or unclosed `{{...}}` (write `{{{{` for a brace)"
+                    ));
                 }
                 fields.push(field);
             }

@@ -278,7 +278,7 @@ mod tests {
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
              `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `workers`, \
-             `restart_at`, `params` at line 1 column 58"
+             `restart_at`, `variants`, `params` at line 1 column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));
@@ -289,7 +289,7 @@ mod tests {
                 .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024")
         );
         assert!(load_error(&GOOD.replace("collective", "nosuch")).contains(
-            "field `kind`: unknown kind `nosuch`; known kinds: collective, dataloader, seed, train"
+            "field `kind`: unknown kind `nosuch`; known kinds: collective, command, dataloader, seed, train"
         ));
         assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))
