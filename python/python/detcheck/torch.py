@@ -1,0 +1,173 @@
+"""Recording a PyTorch model every step: ``detcheck.torch.watch(model, writer, optimizer)``.
+
+What is recorded, per step (the handle's ``current_step``), in this order:
+
+- ``fwd/<module>``: the output of every module of ``model.named_modules()`` each time it runs
+  forward, as it runs (``fwd/layer1.0.conv``; the model itself is ``fwd/(model)``). Tensors
+  only: a tuple or list output gives ``fwd/<module>.0``, ``.1``, ...; a dict (Hugging Face's
+  ``ModelOutput``) gives ``fwd/<module>.<key>`` in its order; anything else is skipped. A module
+  that runs twice in a step is recorded twice (detcheck matches the n-th occurrence of a name).
+- ``grad/<param>``: when the step ends, the gradient of every parameter of
+  ``model.named_parameters()`` that has one, in that order. With an optimizer this happens just
+  before ``optimizer.step()`` runs, so under DistributedDataParallel the gradients are the
+  allreduced ones (DDP has finished its allreduce when backward returns).
+- ``param/<param>`` (only with an optimizer): every parameter that requires a gradient, just
+  after ``optimizer.step()``.
+
+A step ends at ``optimizer.step()`` when an optimizer is given, or at ``handle.next_step()``
+otherwise (call it after backward); ending a step records the gradients (and the parameters),
+then advances ``current_step`` by one. ``handle.step(n)`` sets the step the next records belong
+to (a loop with its own counter, a resumed run). Use one of the two ways to end steps, not both.
+
+Replicated records: under DistributedDataParallel with more than one rank (the writer's world
+size > 1 and ``model`` a ``DistributedDataParallel``), ``grad/*`` and ``param/*`` are recorded
+with ``record_replicated``, since every rank must hold identical bits after the allreduce and the
+update; ``fwd/*`` never is (each rank sees its own shard of the batch). ``replicated=True`` or
+``False`` overrides the rule (e.g. a model whose gradients are averaged by hand).
+
+Names are those of the module inside a ``DistributedDataParallel`` or ``DataParallel`` wrapper,
+so one-rank and multi-rank runs use the same names (``fwd/fc1``, not ``fwd/module.fc1``).
+
+Requires torch 2.0 or later (optimizer step hooks). Recording a GPU tensor copies it to the host,
+which synchronises the device: the recorded program runs slower, not differently.
+"""
+
+import torch as _torch
+
+__all__ = ["watch", "WatchHandle"]
+
+#: The name of the model's own output.
+ROOT = "(model)"
+
+
+def _unwrap(model):
+    wrappers = (_torch.nn.parallel.DistributedDataParallel, _torch.nn.DataParallel)
+    if isinstance(model, wrappers):
+        return model.module, isinstance(model, _torch.nn.parallel.DistributedDataParallel)
+    return model, False
+
+
+def _leaves(name, value, depth=0):
+    """``(name, tensor)`` of every tensor in a module's output, in order."""
+    if isinstance(value, _torch.Tensor):
+        yield name, value
+    elif depth >= 8:
+        return
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from _leaves(f"{name}.{i}", item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(f"{name}.{key}", item, depth + 1)
+
+
+class WatchHandle:
+    """The hooks of one ``watch``: the step counter, ``next_step()``, ``step(n)``, ``remove()``.
+
+    Also a context manager that removes the hooks when the block ends.
+    """
+
+    def __init__(self, model, writer, optimizer, replicated, start):
+        self._model = model
+        self._writer = writer
+        self._optimizer = optimizer
+        self._replicated = replicated
+        self._step = start
+        self._hooks = []
+        params = list(model.named_parameters())
+        self._params = params
+        if writer is None:
+            return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
+        for name, module in model.named_modules():
+            label = "fwd/" + (name if name else ROOT)
+            self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
+        if optimizer is not None:
+            if not hasattr(optimizer, "register_step_pre_hook"):
+                raise TypeError(
+                    "detcheck.torch.watch needs torch 2.0 or later with an optimizer "
+                    "(Optimizer.register_step_pre_hook)"
+                )
+            self._hooks.append(optimizer.register_step_pre_hook(self._before_update))
+            self._hooks.append(optimizer.register_step_post_hook(self._after_update))
+
+    @property
+    def current_step(self):
+        """The step the next records belong to."""
+        return self._step
+
+    @property
+    def replicated(self):
+        """Whether ``grad/*`` and ``param/*`` are recorded as replicated."""
+        return self._replicated
+
+    def step(self, n):
+        """The records that follow belong to step ``n``."""
+        if n < 0:
+            raise ValueError(f"step {n} is negative")
+        self._step = int(n)
+
+    def next_step(self):
+        """Ends the step (without an optimizer): records ``grad/*``, then advances the step."""
+        self._record_grads()
+        self._step += 1
+
+    def remove(self):
+        """Detaches every hook; nothing more is recorded. Removing twice does nothing."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+        return False
+
+    def _record(self, name, tensor):
+        if self._replicated:
+            self._writer.record_replicated(self._step, name, tensor)
+        else:
+            self._writer.record(self._step, name, tensor)
+
+    def _forward_hook(self, label):
+        def hook(module, inputs, output):
+            for name, tensor in _leaves(label, output):
+                self._writer.record(self._step, name, tensor)
+
+        return hook
+
+    def _record_grads(self):
+        if self._writer is None:
+            return
+        for name, param in self._params:
+            if param.grad is not None:
+                self._record("grad/" + name, param.grad)
+
+    def _before_update(self, optimizer, args, kwargs):
+        self._record_grads()
+
+    def _after_update(self, optimizer, args, kwargs):
+        with _torch.no_grad():
+            for name, param in self._params:
+                if param.requires_grad:
+                    self._record("param/" + name, param)
+        self._step += 1
+
+
+def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
+    """Records ``model``'s forward outputs, gradients and (with ``optimizer``) parameters into
+    ``writer`` every step, as this module's documentation describes; returns a ``WatchHandle``.
+
+    ``writer`` is a ``detcheck.TraceWriter`` (or anything with its ``record``,
+    ``record_replicated`` and ``world_size``), or ``None`` (what ``TraceWriter.from_env()`` gives
+    outside detcheck): then nothing is hooked or recorded, and the handle only counts steps. ``replicated``: ``None`` for the rule above
+    (DistributedDataParallel and world size > 1), or ``True``/``False``. ``start_step``: the
+    first step's number.
+    """
+    inner, is_ddp = _unwrap(model)
+    if replicated is None:
+        replicated = is_ddp and getattr(writer, "world_size", 1) > 1
+    if start_step < 0:
+        raise ValueError(f"start_step {start_step} is negative")
+    return WatchHandle(inner, writer, optimizer, bool(replicated), int(start_step))

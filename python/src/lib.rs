@@ -1,0 +1,421 @@
+//! detcheck for Python: the native module `detcheck._detcheck`, whose `TraceWriter` writes one
+//! rank's trace file with detcheck's own writer (`detcheck::file::TraceWriter`), so a Python
+//! program's dump is read, compared and checked by the `detcheck` binary like any other.
+//!
+//! An array reaches the writer as a `TensorView` of its canonical bytes: read in place from the
+//! buffer protocol when the object gives a C-contiguous, little-endian buffer of a supported
+//! dtype (numpy arrays, `memoryview`, `bytes`), hashed with the GIL released; anything else
+//! (torch tensors, strided or big-endian arrays, `__array__` objects, Python scalars) goes
+//! through `detcheck/_arrays.py`, which makes such a buffer (a copy only where one is needed).
+//!
+//! Determinism: a record's md5 and statistics are those of the Rust writer for the same dtype,
+//! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array).
+//!
+//! Errors (documented in python/README.md): `ValueError` for bad arguments and closed writers,
+//! `TypeError` for objects and dtypes that cannot be recorded, `OSError` for files, and
+//! `detcheck.DetcheckError` (a `RuntimeError`) for everything else detcheck refuses (records out
+//! of step order, a launch environment that cannot be read).
+//!
+//! `unsafe`: denied here and allowed only in `buffer`, the buffer protocol (see that module for
+//! why); PyO3's macros generate their own.
+
+#![deny(unsafe_code)]
+
+mod buffer;
+
+use buffer::Buffer;
+use detcheck::file::{DumpError, DumpMode, Launch, TraceWriter as RustWriter};
+use detcheck::value::{DType, TensorView, ViewError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyTuple;
+use std::path::PathBuf;
+
+pyo3::create_exception!(
+    detcheck,
+    DetcheckError,
+    PyRuntimeError,
+    "An error of detcheck itself: records out of step order, a launch environment that cannot \
+     be read, a trace that cannot be finished."
+);
+
+/// Arrays at least this large are hashed with the GIL released; below it, releasing and taking
+/// the GIL back costs more than it frees (and may wait a switch interval for another thread).
+const DETACH_BYTES: usize = 256 << 10;
+
+/// The dtype of a buffer's struct format and item size, when detcheck records it as it is:
+/// little-endian (or one byte per item) and of one of the supported dtypes.
+fn buffer_dtype(format: &str, itemsize: usize) -> Option<DType> {
+    let (order, code) = match format.as_bytes() {
+        [code] => (b'@', *code),
+        [order @ (b'@' | b'=' | b'<' | b'>' | b'!'), code] => (*order, *code),
+        _ => return None,
+    };
+    let little = match order {
+        b'<' => true,
+        b'>' | b'!' => false,
+        _ => cfg!(target_endian = "little"),
+    };
+    if !little && itemsize > 1 {
+        return None;
+    }
+    match (code, itemsize) {
+        (b'e', 2) => Some(DType::F16),
+        (b'f', 4) => Some(DType::F32),
+        (b'd', 8) => Some(DType::F64),
+        (b'b' | b'h' | b'i' | b'l' | b'q' | b'n', 4) => Some(DType::I32),
+        (b'b' | b'h' | b'i' | b'l' | b'q' | b'n', 8) => Some(DType::I64),
+        (b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' | b'c', 1) => Some(DType::U8),
+        (b'?', 1) => Some(DType::Bool),
+        _ => None,
+    }
+}
+
+/// The dtype `_arrays.normalize` names (numpy's names, and torch's `bfloat16`).
+fn dtype_named(name: &str) -> Option<DType> {
+    Some(match name {
+        "float16" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "float32" => DType::F32,
+        "float64" => DType::F64,
+        "int32" => DType::I32,
+        "int64" => DType::I64,
+        "uint8" => DType::U8,
+        "bool" => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// `detcheck._arrays.normalize`, imported once.
+fn normalize<'py>(py: Python<'py>) -> PyResult<&'py Bound<'py, PyAny>> {
+    static NORMALIZE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    NORMALIZE.import(py, "detcheck._arrays", "normalize")
+}
+
+/// The Python exception of a detcheck error.
+fn dump_error(e: DumpError) -> PyErr {
+    match &e {
+        DumpError::Io { source, .. } => match source.raw_os_error() {
+            // OSError(errno, message) picks the subclass (FileNotFoundError, PermissionError ...).
+            Some(errno) => PyOSError::new_err((errno, e.to_string())),
+            None => PyOSError::new_err(e.to_string()),
+        },
+        _ => DetcheckError::new_err(e.to_string()),
+    }
+}
+
+fn view_error(name: &str, e: ViewError) -> PyErr {
+    PyValueError::new_err(format!("cannot record `{name}`: {e}"))
+}
+
+/// One rank's trace file: `TraceWriter(dir, rank, world_size, mode="stats")`.
+///
+/// Records go in step order (`record(step, name, array)`); `close()` writes the footer, syncs
+/// and renames the file to `dir/rank{rank}.dctrace`. Until then nothing is under the final
+/// name, and a writer that is dropped, or left by an exception in a `with` block, removes its
+/// temporary file: a program that crashed leaves no trace that reads as complete.
+#[pyclass(module = "detcheck", name = "TraceWriter")]
+struct PyTraceWriter {
+    inner: Option<RustWriter>,
+    path: PathBuf,
+    rank: u32,
+    world_size: u32,
+    mode: DumpMode,
+    num_records: u64,
+}
+
+impl PyTraceWriter {
+    fn wrap(writer: RustWriter, rank: u32, world_size: u32, mode: DumpMode) -> Self {
+        PyTraceWriter {
+            path: writer.path().to_owned(),
+            inner: Some(writer),
+            rank,
+            world_size,
+            mode,
+            num_records: 0,
+        }
+    }
+
+    fn open(&mut self, name: &str) -> PyResult<&mut RustWriter> {
+        let rank = self.rank;
+        self.inner.as_mut().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "cannot record `{name}`: the trace writer of rank {rank} is closed"
+            ))
+        })
+    }
+
+    fn record_any(
+        &mut self,
+        step: u64,
+        name: &str,
+        array: &Bound<'_, PyAny>,
+        replicated: bool,
+    ) -> PyResult<()> {
+        let py = array.py();
+        self.open(name)?;
+        // The fast path: the object's own buffer, in place.
+        let direct = Buffer::c_contiguous(array).and_then(|buffer| {
+            let dtype = buffer_dtype(buffer.format(), buffer.itemsize())?;
+            Some((dtype, buffer))
+        });
+        let converted;
+        let (dtype, buffer) = match direct {
+            Some(found) => found,
+            None => {
+                converted = normalize(py)?.call1((array, name))?;
+                let pair = converted.cast::<PyTuple>()?;
+                let dtype_name: String = pair.get_item(0)?.extract()?;
+                let dtype = dtype_named(&dtype_name).ok_or_else(|| {
+                    PyTypeError::new_err(format!(
+                        "cannot record `{name}`: unsupported dtype {dtype_name}"
+                    ))
+                })?;
+                let array = pair.get_item(1)?;
+                let buffer = Buffer::c_contiguous(&array).ok_or_else(|| {
+                    PyTypeError::new_err(format!(
+                        "cannot record `{name}`: its conversion gave no contiguous buffer"
+                    ))
+                })?;
+                (dtype, buffer)
+            }
+        };
+        let shape = buffer.shape();
+        let view =
+            TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
+        let writer = self.open(name)?;
+        let mut write = move || {
+            if replicated {
+                writer.record_replicated_view(step, name, view)
+            } else {
+                writer.record_view(step, name, view)
+            }
+        };
+        let written = if view.bytes().len() >= DETACH_BYTES {
+            py.detach(write)
+        } else {
+            write()
+        };
+        written.map_err(dump_error)?;
+        self.num_records += 1;
+        Ok(())
+    }
+}
+
+fn parse_mode(mode: &str) -> PyResult<DumpMode> {
+    mode.parse().map_err(PyValueError::new_err)
+}
+
+#[pymethods]
+impl PyTraceWriter {
+    /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
+    #[new]
+    #[pyo3(signature = (dir, rank, world_size, mode = "stats"))]
+    fn new(dir: PathBuf, rank: u32, world_size: u32, mode: &str) -> PyResult<Self> {
+        let mode = parse_mode(mode)?;
+        if rank >= world_size {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} does not fit world size {world_size}"
+            )));
+        }
+        let writer = RustWriter::create(&dir, rank, world_size, mode).map_err(dump_error)?;
+        Ok(Self::wrap(writer, rank, world_size, mode))
+    }
+
+    /// The writer of this process's rank when detcheck launched it (`DETCHECK_TRACE_DIR` set),
+    /// in the launch's folder and mode, after waiting for the rank's start slot; `None` outside
+    /// detcheck.
+    #[staticmethod]
+    fn from_env(py: Python<'_>) -> PyResult<Option<Self>> {
+        let Some(launch) = Launch::from_env().map_err(dump_error)? else {
+            return Ok(None);
+        };
+        let writer = py.detach(RustWriter::from_env).map_err(dump_error)?;
+        // `from_env` found a rank (or failed): the launch's, read from the same variables.
+        let rank = launch.rank.unwrap_or_default();
+        Ok(writer.map(|w| Self::wrap(w, rank, launch.world_size, launch.mode)))
+    }
+
+    /// The writer of rank `rank` of the launch, for a program that writes every rank itself
+    /// (the `none` launcher); `None` outside detcheck.
+    #[staticmethod]
+    fn from_env_for_rank(py: Python<'_>, rank: u32) -> PyResult<Option<Self>> {
+        let Some(launch) = Launch::from_env().map_err(dump_error)? else {
+            return Ok(None);
+        };
+        if rank >= launch.world_size {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} does not fit the launch's world size {}",
+                launch.world_size
+            )));
+        }
+        let writer = py
+            .detach(|| RustWriter::from_env_for_rank(rank))
+            .map_err(dump_error)?;
+        Ok(writer.map(|w| Self::wrap(w, rank, launch.world_size, launch.mode)))
+    }
+
+    /// Records `array` as `name` at `step`: its md5, and its statistics unless the mode is md5
+    /// (and the whole tensor in full mode).
+    fn record(&mut self, step: u64, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.record_any(step, name, array, false)
+    }
+
+    /// Records an array that every rank must hold with identical bits (the `replicas` check
+    /// compares them across ranks).
+    fn record_replicated(
+        &mut self,
+        step: u64,
+        name: &str,
+        array: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.record_any(step, name, array, true)
+    }
+
+    /// Finishes the file: footer, fsync, rename to its final name. Closing again does nothing.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(writer) = self.inner.take() {
+            py.detach(|| writer.finish()).map_err(dump_error)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the file unfinished: its temporary file is removed and no trace is left.
+    fn abort(&mut self) {
+        self.inner = None;
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Closes the file when the block ends normally; aborts it when it ends with an exception,
+    /// so a crashed program leaves no trace that reads as complete. Never swallows the exception.
+    #[pyo3(signature = (exc_type, _exc_value, _traceback))]
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc_value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if exc_type.is_some_and(|t| !t.is_none()) {
+            self.abort();
+        } else {
+            self.close(py)?;
+        }
+        Ok(false)
+    }
+
+    /// This writer's rank.
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    #[getter]
+    fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// `"md5"`, `"stats"` or `"full"`.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.mode.name()
+    }
+
+    /// The number of records written so far.
+    #[getter]
+    fn num_records(&self) -> u64 {
+        self.num_records
+    }
+
+    /// The final path of the trace file, `dir/rank{rank}.dctrace` (there once closed).
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// `True` once `close()` or `abort()` was called (or the `with` block ended).
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "TraceWriter(rank={}, world_size={}, mode='{}', num_records={}, path='{}'{})",
+            self.rank,
+            self.world_size,
+            self.mode.name(),
+            self.num_records,
+            self.path.display(),
+            if self.inner.is_none() { ", closed" } else { "" }
+        )
+    }
+}
+
+/// The native part of the `detcheck` package (re-exported by `detcheck/__init__.py`).
+#[pymodule]
+#[pyo3(name = "_detcheck")]
+fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyTraceWriter>()?;
+    m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_formats() {
+        let check = |format: &str, itemsize: usize, expected: Option<DType>| {
+            assert_eq!(
+                buffer_dtype(format, itemsize),
+                expected,
+                "{format} {itemsize}"
+            );
+        };
+        check("<f", 4, Some(DType::F32));
+        check("f", 4, Some(DType::F32));
+        check("=d", 8, Some(DType::F64));
+        check("<e", 2, Some(DType::F16));
+        check("l", 8, Some(DType::I64));
+        check("q", 8, Some(DType::I64));
+        check("i", 4, Some(DType::I32));
+        check("l", 4, Some(DType::I32));
+        check("B", 1, Some(DType::U8));
+        check(">B", 1, Some(DType::U8));
+        check("?", 1, Some(DType::Bool));
+        check(">f", 4, None);
+        check("!d", 8, None);
+        check("h", 2, None);
+        check("H", 2, None);
+        check("b", 1, None);
+        check("Zf", 8, None);
+        check("T{f:x:}", 4, None);
+        check("", 1, None);
+    }
+
+    #[test]
+    fn dtype_names() {
+        for dtype in DType::ALL {
+            let numpy = match dtype {
+                DType::F16 => "float16",
+                DType::BF16 => "bfloat16",
+                DType::F32 => "float32",
+                DType::F64 => "float64",
+                DType::I32 => "int32",
+                DType::I64 => "int64",
+                DType::U8 => "uint8",
+                DType::Bool => "bool",
+            };
+            assert_eq!(dtype_named(numpy), Some(dtype));
+        }
+        assert_eq!(dtype_named("int16"), None);
+    }
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Python package of detcheck (python/) into a virtual environment, with maturin,
+# numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
+# environment and rebuilds the package incrementally.
+#
+#   bash scripts/install-python.sh [VENV]     # default target/venv
+#   target/venv/bin/pytest python/tests       # then
+#
+# Needs python3 (3.9 or later) with its venv module (python3-venv is installed with apt-get when
+# missing) and a Rust toolchain. The extension is built by maturin in the root's target folder
+# ($CARGO_TARGET_DIR if set), so it reuses what `cargo build --release` already compiled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+venv=${1:-target/venv}
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
+    echo "install-python.sh: $python is $("$python" --version 2>&1); detcheck needs Python 3.9 or later" >&2
+    exit 1
+fi
+
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "== python3-venv is missing: apt-get install python3-venv"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+    $sudo apt-get update -qq
+    minor=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv \
+        || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python$minor-venv"
+fi
+
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' 2>/dev/null; then
+    echo "== creating the virtual environment $venv"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+fi
+venv=$(cd "$venv" && pwd)
+
+# Versions that exist on PyPI for each Python: numpy 2.1+ needs 3.10, 2.3+ needs 3.11.
+numpy=$("$venv/bin/python" -c 'import sys
+v = sys.version_info[:2]
+print("2.0.2" if v < (3, 10) else "2.2.6" if v < (3, 11) else "2.4.6")')
+echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2"
+
+echo "== pip install ./python (maturin, release build)"
+# maturin's PEP 517 hooks call the `maturin` executable: the environment's, on PATH.
+PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --force-reinstall --no-deps ./python
+"$venv/bin/python" -c 'import detcheck; print("detcheck", detcheck.__version__, "for Python, in", detcheck.__file__)'
