@@ -22,13 +22,16 @@ pub use dump::{dump_scenario, DumpRunError};
 use crate::comm::{
     launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError,
 };
-use crate::file::{DumpError, DumpMode, TraceWriter};
+use crate::file::capture::CaptureMatcher;
+use crate::file::{Capture, DumpError, DumpMode, RunId, TraceWriter};
+use crate::record::environment::keys;
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
 use crate::scenario::{LoadedScenario, Program, RankContext, RunPlan, Scenario, ScenarioSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How checks run.
 #[derive(Debug, Clone)]
@@ -39,6 +42,10 @@ pub struct CheckOptions {
     pub record_level: RecordLevel,
     /// The upper bound of the perturbation's seeded delays.
     pub max_delay: Duration,
+    /// Name the first differing element of a check's divergence by running its two sides
+    /// again, each capturing only that record (one more run per side, only when a check finds
+    /// a divergence).
+    pub element_detail: bool,
 }
 
 impl Default for CheckOptions {
@@ -47,6 +54,7 @@ impl Default for CheckOptions {
             deadline: Duration::from_secs(60),
             record_level: RecordLevel::Stats,
             max_delay: Duration::from_micros(100),
+            element_detail: true,
         }
     }
 }
@@ -117,6 +125,29 @@ pub(crate) struct DumpTarget {
     pub(crate) dir: PathBuf,
     /// What each record holds.
     pub(crate) mode: DumpMode,
+    /// The run id every rank's file carries.
+    pub(crate) run_id: RunId,
+}
+
+/// A run id for a run of `request` (its files, or a launch's): the md5 of the scenario's name,
+/// seed, world size, the run's number, `extra` (the fingerprint, for a launch), and a nonce: the
+/// time now in nanoseconds, this process's id and a counter. Fresh on every call, so the files
+/// of two runs never pass for one dump; it tells dumps apart and is never compared as data.
+pub(crate) fn fresh_run_id(request: &RunRequest, extra: &str) -> RunId {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    RunId::of(&format!(
+        "{}:{}:{}:{}:{extra}:{nanos}:{}:{}",
+        request.name,
+        request.spec.seed,
+        request.spec.world_size,
+        request.run,
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// One run of a scenario, as every rank receives it. Serializable: MPI followers receive it.
@@ -140,6 +171,9 @@ pub(crate) struct RunRequest {
     pub(crate) plan: RunPlan,
     /// Where each rank writes its trace file, if anywhere.
     pub(crate) dump: Option<DumpTarget>,
+    /// The record whose tensor the run keeps, and the folder it goes to (a re-run for the
+    /// first differing element).
+    pub(crate) capture: Option<(Capture, PathBuf)>,
 }
 
 impl RunRequest {
@@ -161,6 +195,7 @@ impl RunRequest {
             perturbation,
             plan: plan.clone(),
             dump: None,
+            capture: None,
         }
     }
 
@@ -175,7 +210,14 @@ impl RunRequest {
         self.dump = Some(DumpTarget {
             dir: dir.to_owned(),
             mode,
+            run_id: fresh_run_id(&self, ""),
         });
+        self
+    }
+
+    /// The same request, also keeping the tensor of `capture`'s record in `dir`.
+    pub(crate) fn with_capture(mut self, capture: &Capture, dir: &Path) -> Self {
+        self.capture = Some((capture.clone(), dir.to_owned()));
         self
     }
 
@@ -210,39 +252,70 @@ pub(crate) fn run_rank(
         &request.plan,
         request.perturbation,
     );
-    let Some(target) = &request.dump else {
+    let rank = comm.rank() as u32;
+    let writer = match &request.dump {
+        Some(target) => {
+            let world = request.spec.world_size as u32;
+            let mut writer = TraceWriter::create(&target.dir, rank, world, target.mode)?;
+            writer.set_run_id(target.run_id);
+            writer.set_environment(keys::LAUNCHER, "threads")?;
+            writer.set_environment(keys::FINGERPRINT, &request.spec.fingerprint())?;
+            Some(writer)
+        }
+        None => None,
+    };
+    let matcher = request
+        .capture
+        .as_ref()
+        .and_then(|(capture, dir)| CaptureMatcher::for_rank(capture, dir, rank));
+    if writer.is_none() && matcher.is_none() {
         program.run_rank(&mut ctx)?;
         return Ok(ctx.into_recorder().finish());
-    };
-    let world = request.spec.world_size as u32;
-    let writer = TraceWriter::create(&target.dir, comm.rank() as u32, world, target.mode)?;
+    }
     // The tap runs inside `record`, which cannot fail: it keeps the first write error, and the
     // rank reports it when the program ends.
-    let state: Arc<Mutex<(Option<TraceWriter>, Option<DumpError>)>> =
-        Arc::new(Mutex::new((Some(writer), None)));
+    let state: Arc<Mutex<Tapped>> = Arc::new(Mutex::new(Tapped {
+        writer,
+        matcher,
+        error: None,
+    }));
     let tap_state = Arc::clone(&state);
     ctx.recorder_mut()
         .set_tap(RecordTap(Box::new(move |record, view| {
             let mut guard = tap_state.lock().unwrap_or_else(|e| e.into_inner());
-            let (writer, error) = &mut *guard;
-            if error.is_none() {
-                if let Some(w) = writer.as_mut() {
-                    if let Err(e) = w.write_record_view(record, Some(view)) {
-                        *error = Some(e);
-                    }
-                }
+            let tapped = &mut *guard;
+            if tapped.error.is_some() {
+                return;
+            }
+            let mut result = Ok(());
+            if let Some(w) = tapped.writer.as_mut() {
+                result = w.write_record_view(record, Some(view));
+            }
+            if let (Ok(()), Some(m)) = (&result, tapped.matcher.as_mut()) {
+                result = m.see(record.step, &record.name, view);
+            }
+            if let Err(e) = result {
+                tapped.error = Some(e);
             }
         })));
     program.run_rank(&mut ctx)?;
     let trace = ctx.into_recorder().finish();
     let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(e) = guard.1.take() {
+    if let Some(e) = guard.error.take() {
         return Err(Box::new(e));
     }
-    if let Some(writer) = guard.0.take() {
+    if let Some(writer) = guard.writer.take() {
         writer.finish()?;
     }
     Ok(trace)
+}
+
+/// What the rank body's record tap feeds: the rank's trace file, the captured record, and the
+/// first error either met.
+struct Tapped {
+    writer: Option<TraceWriter>,
+    matcher: Option<CaptureMatcher>,
+    error: Option<DumpError>,
 }
 
 /// A backend: launches the ranks of a run and gathers their traces.

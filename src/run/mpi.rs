@@ -335,6 +335,7 @@ mod tests {
         Outcome::Trace(RankTrace {
             rank,
             records: Vec::new(),
+            environment: None,
         })
     }
 

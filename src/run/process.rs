@@ -20,11 +20,13 @@
 //! running.
 //!
 //! Determinism: what a launch receives is a function of the request (spec, run, perturbation,
-//! plan); only timing depends on the machine.
+//! plan); only timing depends on the machine, and the run id of its trace files
+//! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass
+//! for one dump (`run::fresh_run_id`).
 
 use crate::file::{load_trace, DumpMode, Launch};
 use crate::record::{RecordLevel, Trace};
-use crate::run::{RunError, RunRequest, Runner};
+use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
 use crate::scenario::command::{substitute, CommandProgram, Launcher, TemplateValues};
 use crate::scenario::{LoadedScenario, Program};
 use crate::value::seed::{derive_stream, Stream};
@@ -252,6 +254,11 @@ impl<'a> CommandLaunch<'a> {
         for (name, value) in launch.to_env() {
             cmd.env(name, value);
         }
+        if let Some((capture, dir)) = &self.request.capture {
+            for (name, value) in capture.to_env(dir) {
+                cmd.env(name, value);
+            }
+        }
         cmd.env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", master_port.to_string())
             .env("WORLD_SIZE", self.world_size.to_string());
@@ -311,6 +318,7 @@ impl<'a> CommandLaunch<'a> {
             .saturating_add(START_DELAY)
             .as_millis() as u64;
         let rotation = self.request.perturbation.map_or(0, |p| p.rotation);
+        let fingerprint = self.request.spec.fingerprint();
         let launch = Launch {
             trace_dir: self.trace_dir.clone(),
             world_size: self.world_size as u32,
@@ -323,6 +331,10 @@ impl<'a> CommandLaunch<'a> {
                 .request
                 .perturbation
                 .map(|_| (rotation as u32, start_ms)),
+            run_id: Some(fresh_run_id(self.request, &fingerprint)),
+            launcher: Some(self.command.launcher.name().to_owned()),
+            fingerprint: Some(fingerprint),
+            mpi_library: None,
         };
         let master_port = free_port().map_err(|e| self.failed(format!("no free port: {e}")))?;
         let mut processes = Processes(Vec::new());
@@ -355,6 +367,10 @@ impl<'a> CommandLaunch<'a> {
                         field: "params.launcher".to_owned(),
                         message: e.to_string(),
                     })?;
+                let launch = Launch {
+                    mpi_library: Some(mpirun.library.clone()),
+                    ..launch
+                };
                 // The launcher's program, flags and MPI pinning settings, then the program.
                 let mpirun = mpirun.command(self.world_size);
                 let mut argv: Vec<String> = std::iter::once(mpirun.get_program())

@@ -290,8 +290,10 @@ impl CommandProgram {
 }
 
 /// The variables detcheck sets for every launch; a scenario's `params.env` may not set them.
-pub const RESERVED_ENV: [&str; 12] = [
+pub const RESERVED_ENV: [&str; 14] = [
     "DETCHECK_TRACE_DIR",
+    "DETCHECK_CAPTURE",
+    "DETCHECK_CAPTURE_DIR",
     "DETCHECK_SEED",
     "DETCHECK_STEPS",
     "DETCHECK_MODE",

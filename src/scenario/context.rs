@@ -8,7 +8,7 @@ use crate::checkpoint::{self, CheckpointIdentity, RankCheckpoint};
 use crate::comm::{CommError, Communicator, Perturbation, RankError};
 use crate::data::LoaderJitter;
 use crate::record::{RecordLevel, Recorder};
-use crate::scenario::ScenarioSpec;
+use crate::scenario::{BucketLayout, ScenarioSpec};
 use crate::value::reduce::{ReduceOp, ReductionMode};
 use crate::value::seed::{derive_stream, RankRng, Stream};
 use crate::value::tensor::Tensor;
@@ -31,6 +31,10 @@ pub struct RunPlan {
     pub resume_from: Option<PathBuf>,
     /// Remove this rank's checkpoint files once they are loaded (a check's own folder).
     pub remove_after_resume: bool,
+    /// How gradients are fused into allreduce buckets (`None`: the scenario's own layout; the
+    /// `buckets` check sets it).
+    #[serde(default)]
+    pub bucket_layout: Option<BucketLayout>,
 }
 
 /// Everything a rank program may use: its communicator, its recorder and its random streams.
@@ -217,6 +221,13 @@ impl<'a> RankContext<'a> {
     #[must_use]
     pub fn loader_workers(&self, default: usize) -> usize {
         self.plan.loader_workers.unwrap_or(default)
+    }
+
+    /// How this run fuses gradients into allreduce buckets: the plan's (the `buckets` check sets
+    /// it), or the program's own `default`.
+    #[must_use]
+    pub fn bucket_layout(&self, default: BucketLayout) -> BucketLayout {
+        self.plan.bucket_layout.unwrap_or(default)
     }
 
     /// The timing noise a data loader adds before each sample in a perturbed run (`None` when

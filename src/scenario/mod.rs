@@ -33,7 +33,7 @@ pub(crate) mod spec;
 pub use command::{CommandProgram, Launcher, RestartArgs, RESERVED_ENV};
 pub use context::{RankContext, RunPlan};
 pub use registry::{discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ScenarioError};
-pub use spec::{CheckKind, Expectation, ParamError, ScenarioSpec, Variant};
+pub use spec::{BucketLayout, CheckKind, Expectation, ParamError, ScenarioSpec, Variant};
 
 use crate::comm::RankError;
 use std::sync::Arc;
@@ -162,6 +162,10 @@ pub struct Capabilities {
     /// The program records tensors every rank must hold bit for bit
     /// ([`RankContext::record_replicated`]): the `replicas` check.
     pub replicated_records: bool,
+    /// The program fuses its gradients into allreduce buckets laid out as
+    /// [`RankContext::bucket_layout`] says: the `buckets` check (not a default: a schedule
+    /// such as `ring` is expected to depend on the layout).
+    pub fuses_buckets: bool,
 }
 
 impl Capabilities {
@@ -183,6 +187,13 @@ impl Capabilities {
     #[must_use]
     pub fn with_replicated_records(mut self) -> Self {
         self.replicated_records = true;
+        self
+    }
+
+    /// With gradient buckets (`buckets`).
+    #[must_use]
+    pub fn with_buckets(mut self) -> Self {
+        self.fuses_buckets = true;
         self
     }
 }
@@ -278,7 +289,7 @@ mod tests {
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
              `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `workers`, \
-             `restart_at`, `variants`, `params` at line 1 column 58"
+             `restart_at`, `buckets`, `variants`, `params` at line 1 column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));

@@ -304,6 +304,34 @@ fn validate_capabilities(
             ));
         }
     }
+    if checks.contains(&CheckKind::Buckets) {
+        if !capabilities.fuses_buckets {
+            return Err(ParamError::new(
+                field(CheckKind::Buckets),
+                format!(
+                    "`buckets` varies how gradients are fused into allreduce buckets, but kind \
+                     `{}` has none (the built-in kind with them: train, without zero)",
+                    spec.kind
+                ),
+            ));
+        }
+        if spec.buckets.len() < 2 {
+            return Err(ParamError::new(
+                "buckets",
+                "`buckets` needs at least two bucket layouts to compare",
+            ));
+        }
+        if let Some(i) = spec
+            .buckets
+            .iter()
+            .position(|b| *b == crate::scenario::BucketLayout::Elements(0))
+        {
+            return Err(ParamError::new(
+                format!("buckets[{i}]"),
+                "a bucket holds at least one element",
+            ));
+        }
+    }
     if checks.contains(&CheckKind::Variants) && spec.variants.is_empty() {
         return Err(ParamError::new(
             field(CheckKind::Variants),

@@ -33,6 +33,9 @@ pub enum CheckKind {
     /// A run under each of the spec's `variants` (settings that must not change the bits: an
     /// environment variable, a thread count, a loader's workers) gives the first run's records.
     Variants,
+    /// Runs with each of the spec's `buckets` layouts (the same gradients fused into other
+    /// allreduce buckets) give identical records: fusion invariance.
+    Buckets,
 }
 
 impl fmt::Display for CheckKind {
@@ -45,6 +48,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Workers => "workers",
             CheckKind::Restart => "restart",
             CheckKind::Variants => "variants",
+            CheckKind::Buckets => "buckets",
         })
     }
 }
@@ -110,6 +114,10 @@ pub struct ScenarioSpec {
     /// The step the `restart` check checkpoints at and resumes from (default `steps / 2`).
     #[serde(default)]
     pub restart_at: Option<u64>,
+    /// The bucket layouts the `buckets` check runs (default: one flat buffer, one bucket per
+    /// tensor, buckets of 64 and of 300 elements).
+    #[serde(default = "default_buckets")]
+    pub buckets: Vec<BucketLayout>,
     /// Settings that must not change the bits, each run and compared with the first run (the
     /// `variants` check).
     #[serde(default)]
@@ -162,6 +170,65 @@ impl Variant {
             parts.join(", ")
         }
     }
+}
+
+/// How a data-parallel program fuses its gradients into allreduce buckets (PyTorch DDP's
+/// `bucket_cap_mb`, Megatron's buckets): `"flat"` (one buffer), `"per_tensor"`, or
+/// `{"elements": N}` (consecutive buckets of N elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketLayout {
+    /// Every gradient (and the loss) in one buffer.
+    Flat,
+    /// One bucket per tensor (the loss in its own).
+    PerTensor,
+    /// Consecutive buckets of this many elements, the last one shorter.
+    Elements(usize),
+}
+
+impl BucketLayout {
+    /// The buckets of a buffer of `len` elements whose tensors end at `ends` (increasing, the
+    /// last one `len`): consecutive ranges covering it.
+    #[must_use]
+    pub fn buckets(self, len: usize, ends: &[usize]) -> Vec<std::ops::Range<usize>> {
+        match self {
+            BucketLayout::Flat => vec![0..len],
+            BucketLayout::PerTensor => {
+                let mut buckets = Vec::with_capacity(ends.len());
+                let mut start = 0;
+                for &end in ends {
+                    if end > start {
+                        buckets.push(start..end);
+                        start = end;
+                    }
+                }
+                buckets
+            }
+            BucketLayout::Elements(n) => (0..len)
+                .step_by(n.max(1))
+                .map(|start| start..(start + n.max(1)).min(len))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for BucketLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BucketLayout::Flat => f.write_str("flat"),
+            BucketLayout::PerTensor => f.write_str("per_tensor"),
+            BucketLayout::Elements(n) => write!(f, "{n}-element buckets"),
+        }
+    }
+}
+
+fn default_buckets() -> Vec<BucketLayout> {
+    vec![
+        BucketLayout::Flat,
+        BucketLayout::PerTensor,
+        BucketLayout::Elements(64),
+        BucketLayout::Elements(300),
+    ]
 }
 
 fn default_reduction() -> ReductionMode {
@@ -350,3 +417,32 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
 
 /// The largest number of loader workers a scenario file may ask for.
 pub(crate) const MAX_WORKERS: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_layouts_cover_the_buffer_in_order() {
+        let ends = [6, 8, 11, 12];
+        assert_eq!(BucketLayout::Flat.buckets(12, &ends), [0..12]);
+        assert_eq!(
+            BucketLayout::PerTensor.buckets(12, &ends),
+            [0..6, 6..8, 8..11, 11..12]
+        );
+        assert_eq!(
+            BucketLayout::Elements(5).buckets(12, &ends),
+            [0..5, 5..10, 10..12]
+        );
+        let layouts: Vec<BucketLayout> =
+            serde_json::from_str(r#"["flat", "per_tensor", {"elements": 64}]"#).unwrap();
+        assert_eq!(
+            layouts,
+            [
+                BucketLayout::Flat,
+                BucketLayout::PerTensor,
+                BucketLayout::Elements(64)
+            ]
+        );
+    }
+}

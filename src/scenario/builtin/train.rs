@@ -9,7 +9,7 @@
 //! rank runs forward (with a dropout mask
 //! drawn from the `dropout` stream at (sample, step), so a sample's mask does not depend on which
 //! rank runs it) and backward, sums its samples' gradients in batch order, allreduces gradients and
-//! loss in one bucket, divides by the global batch and applies the optimizer (SGD with momentum,
+//! loss in the buckets of `params.bucket` (one flat buffer by default), divides by the global batch and applies the optimizer (SGD with momentum,
 //! or Adam).
 //!
 //! In the `reproducible` mode the rank keeps each sample's gradient and sums them over all ranks
@@ -46,7 +46,9 @@ use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, Delivery, DistributedSampler,
     LoaderPosition, SyntheticVectors,
 };
-use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::scenario::{
+    BucketLayout, Capabilities, ParamError, RankContext, Scenario, ScenarioSpec,
+};
 use crate::value::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::value::reprosum::sum_columns_f32;
 use crate::value::seed::{derive_stream, RankRng, Stream};
@@ -142,9 +144,16 @@ struct TrainParams {
     /// Per-sample augmentation: only `noise_std` applies to feature vectors.
     #[serde(default)]
     augment: Augmentation,
+    /// How gradients (and the loss) are fused into allreduce buckets (the `buckets` check
+    /// overrides it); one flat buffer by default.
+    #[serde(default = "defaults::bucket")]
+    bucket: BucketLayout,
 }
 
 mod defaults {
+    pub(super) fn bucket() -> super::BucketLayout {
+        super::BucketLayout::Flat
+    }
     pub(super) fn input_dim() -> usize {
         16
     }
@@ -525,9 +534,23 @@ impl TrainScenario {
     ) -> Result<(Vec<f32>, f32), RankError> {
         let n = self.layout.len();
         let total = self.params.global_batch as u64;
+        // The buckets of the gradients then the loss (one flat buffer by default).
+        let ends: Vec<usize> = self
+            .layout
+            .tensors()
+            .iter()
+            .map(|(_, range, _)| range.end)
+            .chain([n + 1])
+            .collect();
+        let buckets = ctx
+            .bucket_layout(self.params.bucket)
+            .buckets(n + 1, &ends);
         if ctx.mode() == ReductionMode::Reproducible {
-            let columns: Vec<&[f32]> = terms.iter().map(Vec::as_slice).collect();
-            let mut sum = ctx.reproducible_sum(&columns, n + 1, total)?;
+            let mut sum = Vec::with_capacity(n + 1);
+            for range in buckets {
+                let columns: Vec<&[f32]> = terms.iter().map(|t| &t[range.clone()]).collect();
+                sum.extend(ctx.reproducible_sum(&columns, range.len(), total)?);
+            }
             let loss = sum.pop().expect("the bucket ends with the loss");
             if self.params.zero {
                 sum = sum[chunk_range(n, ctx.world_size(), ctx.rank())].to_vec();
@@ -549,11 +572,15 @@ impl TrainScenario {
             };
             return Ok((shard, loss[0]));
         }
-        let mut reduced = Tensor::from_vec(local);
-        ctx.allreduce(&mut reduced, ReduceOp::Sum)?;
-        let TensorData::F32(mut sum) = reduced.into_data() else {
-            unreachable!("an allreduce keeps the dtype");
-        };
+        let mut sum = Vec::with_capacity(n + 1);
+        for range in buckets {
+            let mut reduced = Tensor::from_vec(local[range].to_vec());
+            ctx.allreduce(&mut reduced, ReduceOp::Sum)?;
+            let TensorData::F32(part) = reduced.into_data() else {
+                unreachable!("an allreduce keeps the dtype");
+            };
+            sum.extend(part);
+        }
         let loss = sum.pop().expect("the bucket ends with the loss");
         Ok((sum, loss))
     }
@@ -645,10 +672,16 @@ impl TrainScenario {
 
 impl Scenario for TrainScenario {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
+        let supports = Capabilities::default()
             .with_loader()
             .with_checkpoints()
-            .with_replicated_records()
+            .with_replicated_records();
+        // ZeRO reduce-scatters one flat buffer: it has no buckets to lay out.
+        if self.params.zero {
+            supports
+        } else {
+            supports.with_buckets()
+        }
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
