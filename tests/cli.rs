@@ -680,3 +680,36 @@ fn the_multirank_harness_takes_several_name_filters() {
     );
     assert_contains("stdout", &out.stdout, &["2 passed; 0 failed"]);
 }
+
+/// `detcheck env --check` flags a variable that does not exist and a missing NCCL_ALGO (exit 1),
+/// and passes a pinned environment (exit 0).
+#[test]
+fn env_check_flags_nccl_deterministic_and_a_missing_algorithm() {
+    let lint = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_detcheck"));
+        cmd.args(["env", "--check", "--stack", "nccl"]);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")) {
+            cmd.env_remove(k);
+        }
+        cmd.envs(vars.iter().copied());
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = lint(&[("NCCL_DETERMINISTIC", "1")]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("NCCL_DETERMINISTIC=1 does not exist"), "{stdout}");
+    assert!(stdout.contains("NCCL_ALGO is not set: set NCCL_ALGO=Ring"), "{stdout}");
+    let (code, stdout) = lint(&[
+        ("NCCL_ALGO", "Ring"),
+        ("NCCL_PROTO", "Simple"),
+        ("NCCL_MIN_NCHANNELS", "4"),
+        ("NCCL_MAX_NCHANNELS", "4"),
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("NCCL_COLLNET_ENABLE", "0"),
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("no problem found"), "{stdout}");
+}

@@ -167,6 +167,21 @@ impl Session {
         }
     }
 
+    /// Every process's `value`, by rank, on the leader (threads: just this one; an MPI
+    /// follower gets an empty list). Every process of an MPI job must call it.
+    #[must_use]
+    pub fn gather(&self, value: String) -> Vec<String> {
+        match &self.kind {
+            Kind::Threads => vec![value],
+            #[cfg(feature = "mpi")]
+            Kind::Mpi(job) => job
+                .gather(value.as_bytes(), std::time::Duration::from_secs(60))
+                .into_iter()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .collect(),
+        }
+    }
+
     /// Why `scenario` cannot run in this session (`None`: it can): under MPI, a scenario that
     /// needs more ranks than the job has processes, or a `command` scenario (it launches its
     /// own processes; run it without `mpirun`).

@@ -17,12 +17,17 @@
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 
 mod launcher;
+mod lint;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 mod pinning;
 mod threads;
 
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
+pub use lint::{
+    differing_ranks, lint_environment, relevant_environment, Finding, FindingKind,
+    NONEXISTENT_VARIABLES,
+};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
@@ -194,4 +199,23 @@ pub trait Communicator {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<(), CommError>;
+}
+
+/// The MPI library this build is linked with, as `MPI_Get_library_version` names it (its first
+/// line, e.g. `Open MPI v4.1.4, package: ...`), for a trace's environment snapshot
+/// (`TraceWriter::set_environment("mpi.library", ...)`). Callable before MPI is initialised.
+/// `None` without the `mpi` feature, or when the library's answer is not text.
+#[must_use]
+pub fn mpi_library_version() -> Option<String> {
+    #[cfg(feature = "mpi")]
+    {
+        ::mpi::environment::library_version()
+            .ok()
+            .and_then(|v| v.lines().next().map(|l| l.trim().to_owned()))
+            .filter(|l| !l.is_empty())
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        None
+    }
 }

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 const TAG_COMMAND: i32 = 18;
 /// A rank's outcome to the leader, on the run's communicator.
 const TAG_RESULT: i32 = 19;
+/// A process's part of a gather to the leader, on the world communicator.
+const TAG_GATHER: i32 = 20;
 
 /// What the leader tells a follower to do next.
 #[derive(Debug, Serialize, Deserialize)]
@@ -186,6 +188,41 @@ impl MpiJob {
         let result = program(&comm);
         comm.finish(false);
         result
+    }
+
+    /// Every process's `bytes`, by rank, on the leader (an empty list on the others). Every
+    /// process must call it. The leader waits at most `deadline` for each part, then aborts the
+    /// job naming the process that sent none.
+    pub(crate) fn gather(&self, bytes: &[u8], deadline: Duration) -> Vec<Vec<u8>> {
+        if !self.is_leader() {
+            self.world
+                .process_at_rank(0)
+                .send_with_tag(bytes, TAG_GATHER);
+            return Vec::new();
+        }
+        let mut parts = vec![bytes.to_vec()];
+        let until = Instant::now() + deadline;
+        for source in 1..self.world.size() {
+            let mut backoff = Backoff::new();
+            let part = loop {
+                if let Some(found) = self
+                    .world
+                    .process_at_rank(source)
+                    .immediate_matched_probe_with_tag(TAG_GATHER)
+                {
+                    break found.matched_receive_vec::<u8>().0;
+                }
+                if Instant::now() >= until {
+                    abort_job(
+                        "gather",
+                        &format!("process {source} sent nothing within {deadline:?}"),
+                    );
+                }
+                backoff.wait();
+            };
+            parts.push(part);
+        }
+        parts
     }
 
     pub(crate) fn finish(self, exit_code: u8) -> u8 {

@@ -21,18 +21,21 @@ macro_rules! out {
 
 mod commands;
 mod exit;
+mod html;
+mod report;
 
 use clap::{Parser, Subcommand};
 use detcheck::comm::pin_settings_for;
 use detcheck::compare::curves::Tolerance;
 use detcheck::file::DumpMode;
-use detcheck::scenario::{CheckKind, Expectation, Program, RunPlan, ScenarioError};
+use detcheck::scenario::{CheckKind, Program, RunPlan, ScenarioError};
 use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
 use exit::{CliError, Exit};
 use indicatif::{ProgressBar, ProgressStyle};
+use report::{Outcome, ScenarioResult};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -62,9 +65,17 @@ enum Command {
         /// Also run scenarios marked `"ignored": true` (slow ones), as cargo test does.
         #[arg(long)]
         include_ignored: bool,
-        /// Write a divergence map (PNG) of each failed check into this folder.
+        /// Write a divergence map (PNG) and a report page (HTML) of each failed check into this
+        /// folder.
         #[arg(long, value_name = "DIR")]
         report_dir: Option<PathBuf>,
+        /// What to print: the table (text), or one JSON object per scenario and a summary
+        /// (json: JSON lines, with a "format_version").
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Also write a JUnit XML report (one testcase per scenario) to this file.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
     /// Run one scenario once and dump its trace: one file per rank.
     Run {
@@ -141,7 +152,28 @@ enum Command {
         /// Print `export NAME=VALUE` lines for a shell to eval instead of the table.
         #[arg(long)]
         export: bool,
+        /// Lint this environment instead (under mpirun: every rank's): variables that do not
+        /// exist, settings left unpinned or set otherwise, uncontrollable algorithms, ranks
+        /// whose settings differ. Exit 1 when a problem is found.
+        #[arg(long, conflicts_with = "export")]
+        check: bool,
     },
+}
+
+/// What `detcheck check` prints on standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// One row per scenario, then the details of every failure.
+    Text,
+    /// One JSON object per line: one per scenario as it ends, then a summary.
+    Json,
+}
+
+/// Where `detcheck check` reports, besides standard output.
+struct Reports<'a> {
+    format: Format,
+    junit: Option<&'a Path>,
+    report_dir: Option<&'a Path>,
 }
 
 fn main() -> ExitCode {
@@ -159,6 +191,8 @@ fn main() -> ExitCode {
             no_progress,
             include_ignored,
             report_dir,
+            format,
+            junit,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
@@ -172,13 +206,18 @@ fn main() -> ExitCode {
             let code = if session.is_leader() {
                 // Under mpirun every process has a pty: no progress bar there.
                 let progress = !no_progress && session.num_processes().is_none();
+                let reports = Reports {
+                    format,
+                    junit: junit.as_deref(),
+                    report_dir: report_dir.as_deref(),
+                };
                 exit::report(check(
                     &session,
                     &scenarios,
                     &options,
                     progress,
                     include_ignored,
-                    report_dir.as_deref(),
+                    &reports,
                 ))
                 .code()
             } else {
@@ -207,7 +246,7 @@ fn main() -> ExitCode {
                 stop_at,
                 checkpoint_to: checkpoint,
                 resume_from: resume,
-                remove_after_resume: false,
+                ..RunPlan::default()
             };
             exit::report(commands::run(
                 &scenario, &dump, mode, perturb, &options, &plan,
@@ -239,7 +278,72 @@ fn main() -> ExitCode {
             ))
             .into()
         }
-        Command::Env { stacks, export } => exit::report(env(&stacks, export)).into(),
+        Command::Env {
+            stacks,
+            check: true,
+            ..
+        } => env_check(&stacks),
+        Command::Env { stacks, export, .. } => exit::report(env(&stacks, export)).into(),
+    }
+}
+
+/// `detcheck env --check`: the lint of this environment (under mpirun, of every rank's, with the
+/// ranks whose settings differ named). Every MPI process takes part; the leader prints.
+fn env_check(stacks: &[String]) -> ExitCode {
+    let session = match Session::from_env() {
+        Ok(session) => session,
+        Err(e) => return exit::report(Err(e.into())).into(),
+    };
+    let mine = serde_json::to_string(&detcheck::comm::relevant_environment()).unwrap_or_default();
+    let gathered = session.gather(mine);
+    let exit = if session.is_leader() {
+        exit::report(lint_ranks(stacks, &gathered))
+    } else {
+        Exit::Ok
+    };
+    ExitCode::from(session.finish(exit.code()))
+}
+
+/// Prints the findings of every rank's environment (`ranks[r]`, JSON) and the variables whose
+/// values differ between ranks.
+fn lint_ranks(stacks: &[String], ranks: &[String]) -> Result<Exit, CliError> {
+    let environments: Vec<std::collections::BTreeMap<String, String>> = ranks
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap_or_default())
+        .collect();
+    let Some(first) = environments.first() else {
+        return Ok(Exit::Ok);
+    };
+    let unknown = |unknown: String| {
+        CliError::Invalid(format!(
+            "--stack {unknown}: unknown stack; known: openmpi, mpich, intel-mpi, nccl, hccl, \
+             cuda, python, mpi"
+        ))
+    };
+    let mut problems = 0;
+    // Rank 0's findings stand for every rank's; ranks that differ are listed after.
+    for finding in detcheck::comm::lint_environment(first, stacks).map_err(unknown)? {
+        out!("{finding}");
+        problems += 1;
+    }
+    for (variable, values) in detcheck::comm::differing_ranks(&environments) {
+        let shown: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(rank, v)| format!("rank {rank}: {}", v.as_deref().unwrap_or("(unset)")))
+            .collect();
+        out!("{variable} differs between ranks: {}", shown.join(", "));
+        problems += 1;
+    }
+    if problems == 0 {
+        out!(
+            "no problem found in the environment of {} rank(s)",
+            environments.len()
+        );
+        Ok(Exit::Ok)
+    } else {
+        out!("{problems} problem(s) found");
+        Ok(Exit::CheckFailed)
     }
 }
 
@@ -327,7 +431,7 @@ fn check(
     options: &CheckOptions,
     progress: bool,
     include_ignored: bool,
-    report_dir: Option<&Path>,
+    reports: &Reports<'_>,
 ) -> Result<Exit, CliError> {
     let scenarios = load_all(paths).map_err(CliError::Scenarios)?;
     if scenarios.is_empty() {
@@ -336,6 +440,7 @@ fn check(
             show_paths(paths)
         )));
     }
+    let json = reports.format == Format::Json;
 
     let bar = if progress {
         ProgressBar::new(scenarios.len() as u64)
@@ -369,12 +474,13 @@ fn check(
         "verdict",
         "first divergence",
     ])];
-    let mut details = Vec::new();
-    let (mut failed, mut errored, mut ignored, mut skipped) = (0, 0, 0, 0);
+    let mut results: Vec<ScenarioResult<'_>> = Vec::new();
     // The exit of the whole check: the worst of its scenarios' exits.
     let mut worst = Exit::Ok;
     if let Some(processes) = session.num_processes() {
-        out!("detcheck check on {}\n", session.describe());
+        if !json {
+            out!("detcheck check on {}\n", session.describe());
+        }
         if scenarios
             .iter()
             .all(|s| detcheck::check::mpi_skip_reason(s, processes).is_some())
@@ -392,6 +498,32 @@ fn check(
             Program::Ranks(_) => spec.effective_mode().to_string(),
             Program::Command(command) => command.launcher.name().to_owned(),
         };
+        // Only reported (JUnit `time`), never on a deterministic path.
+        let started = Instant::now();
+        let outcome = if spec.ignored && !include_ignored {
+            Outcome::Ignored
+        } else if let Some(reason) = session.skip_reason(scenario) {
+            Outcome::Skipped(reason)
+        } else {
+            match session.run_checks(scenario, options) {
+                Ok(report) => Outcome::Ran(report),
+                Err(e) => {
+                    let e = CliError::from(e);
+                    Outcome::Errored {
+                        message: e.to_string(),
+                        exit: e.exit(),
+                    }
+                }
+            }
+        };
+        let mut result = ScenarioResult {
+            scenario,
+            reduction: mode,
+            outcome,
+            elapsed: started.elapsed(),
+            detail: None,
+            files: Vec::new(),
+        };
         let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
         let listed = join_checks(scenario.checks.iter());
         let scenario_row = |checks: &str, records: &str, verdict: &str, first: &str| {
@@ -399,33 +531,18 @@ fn check(
                 &scenario.name,
                 &ranks,
                 &steps,
-                &mode,
+                &result.reduction,
                 checks,
                 records,
                 verdict,
                 first,
             ])
         };
-        if spec.ignored && !include_ignored {
-            ignored += 1;
-            rows.push(scenario_row(&listed, "-", "ignored", "-"));
-            bar.inc(1);
-            continue;
-        }
-        if let Some(reason) = session.skip_reason(scenario) {
-            skipped += 1;
-            rows.push(scenario_row(&listed, "-", "skipped", reason));
-            bar.inc(1);
-            continue;
-        }
-        match session.run_checks(scenario, options) {
-            Ok(report) => {
-                let verdict = match (report.passed(), spec.expect) {
-                    (true, Expectation::Identical) => "ok",
-                    (true, Expectation::Diverges) => "ok (caught)",
-                    (false, Expectation::Identical) => "FAIL",
-                    (false, Expectation::Diverges) => "FAIL (missed)",
-                };
+        let verdict = result.verdict();
+        match &result.outcome {
+            Outcome::Ignored => rows.push(scenario_row(&listed, "-", verdict, "-")),
+            Outcome::Skipped(reason) => rows.push(scenario_row(&listed, "-", verdict, reason)),
+            Outcome::Ran(report) => {
                 let first = report
                     .first_divergence()
                     .map(|(check, d)| {
@@ -441,49 +558,93 @@ fn check(
                         .map(|o| &o.kind),
                 );
                 rows.push(scenario_row(&ran, &records, verdict, &first));
-                let extra = commands::write_maps(&report, report_dir);
-                worst = worst.max(Exit::verdict(report.passed()));
+                let written = commands::write_reports(scenario, report, reports.report_dir);
                 if !report.passed() {
-                    failed += 1;
                     let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
-                    for line in &extra {
+                    for line in &written.lines {
                         detail.push_str(line);
                         detail.push('\n');
                     }
-                    details.push(detail);
+                    result.detail = Some(detail);
+                } else if spec.expect == detcheck::scenario::Expectation::Diverges {
+                    // What the control caught, down to the element.
+                    let mut detail = format!("{}:\n{}", scenario.name, report.explain_caught());
+                    for line in &written.lines {
+                        detail.push_str(line);
+                        detail.push('\n');
+                    }
+                    result.detail = Some(detail);
                 } else if report.overflow.is_some() {
-                    details.push(format!("{}:\n{}\n", scenario.name, extra.join("\n")));
+                    result.detail = Some(format!(
+                        "{}:\n{}\n",
+                        scenario.name,
+                        written.lines.join("\n")
+                    ));
                 }
+                result.files = written.files;
             }
-            Err(e) => {
-                let e = CliError::from(e);
-                worst = worst.max(e.exit());
-                errored += 1;
-                rows.push(scenario_row(&listed, "-", "ERROR", "-"));
-                details.push(format!("{}:\n  {e}\n", scenario.name));
+            Outcome::Errored { message, .. } => {
+                rows.push(scenario_row(&listed, "-", verdict, "-"));
+                result.detail = Some(format!("{}:\n  {message}\n", scenario.name));
             }
         }
+        worst = worst.max(result.exit());
+        if json {
+            bar.suspend(|| out!("{}", report::scenario_line(&result)));
+        }
+        results.push(result);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    for row in rows {
-        out!("{row}");
-    }
-    for detail in &details {
-        out!("\n{detail}");
-    }
-    let passed = scenarios.len() - failed - errored - ignored - skipped;
-    let skipped_note = if skipped > 0 {
-        format!(", {skipped} skipped (under MPI: more ranks than processes, or a command)")
+    if json {
+        out!(
+            "{}",
+            report::summary_line(&results, &session.describe(), worst)
+        );
     } else {
-        String::new()
-    };
-    out!(
-        "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} \
-         ignored{skipped_note}",
-        scenarios.len()
-    );
+        for row in rows {
+            out!("{row}");
+        }
+        for detail in results.iter().filter_map(|r| r.detail.as_ref()) {
+            out!("\n{detail}");
+        }
+        let count = |status: &str| results.iter().filter(|r| r.status() == status).count();
+        let (failed, errored, ignored, skipped) = (
+            count("failed"),
+            count("errored"),
+            count("ignored"),
+            count("skipped"),
+        );
+        let passed = count("passed");
+        let skipped_note = if skipped > 0 {
+            format!(", {skipped} skipped (under MPI: more ranks than processes, or a command)")
+        } else {
+            String::new()
+        };
+        out!(
+            "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} \
+             ignored{skipped_note}",
+            scenarios.len()
+        );
+    }
+    if let Some(path) = reports.junit {
+        write_junit(path, &results)?;
+    }
     Ok(worst)
+}
+
+/// Writes the JUnit XML of `results` to `path` atomically (its folder created if missing).
+fn write_junit(path: &Path, results: &[ScenarioResult<'_>]) -> Result<(), CliError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::Invalid(format!(
+                "--junit {}: cannot create its folder: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    detcheck::file::write_atomically(path, report::junit_xml(results).as_bytes())?;
+    Ok(())
 }
 
 fn join_checks<'a>(checks: impl Iterator<Item = &'a CheckKind>) -> String {
