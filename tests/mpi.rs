@@ -136,3 +136,32 @@ fn an_mpi_program_of_the_users_own_is_checked_and_its_any_source_control_caught(
         );
     }
 }
+
+/// `detcheck env --check` under mpirun gathers every rank's settings and names a variable set
+/// on some ranks only (here NCCL_ALGO on rank 0), exit 1.
+#[test]
+fn env_check_under_mpirun_names_ranks_whose_settings_differ() {
+    let launcher = MpiLauncher::from_env().expect("mpirun runs (scripts/install-mpi.sh)");
+    let bin = env!("CARGO_BIN_EXE_detcheck");
+    let lint = ["env", "--check", "--stack", "nccl"];
+    let output = launcher
+        .command(1)
+        .args(["env", "NCCL_ALGO=Ring", bin])
+        .args(lint)
+        .args([":", "-n", "1", bin])
+        .args(lint)
+        .env_remove("NCCL_ALGO")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("NCCL_ALGO differs between ranks: rank 0: Ring, rank 1: (unset)"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("problem(s) found").count(),
+        1,
+        "only the leader prints: {stdout}"
+    );
+}
