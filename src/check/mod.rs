@@ -28,6 +28,7 @@ pub use crate::run::{CheckOptions, RunError};
 pub use session::run_on_mpi_world;
 pub use session::{launcher_rank, mpi_skip_reason, Session, SessionError};
 
+use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{
     compare_traces, Comparison, Divergence, DivergenceMap, RecordSummary, TraceView,
 };
@@ -54,9 +55,42 @@ pub struct CheckOutcome {
     pub skipped: Option<&'static str>,
     /// What the check compared, when its labels need it (`world_sizes`: the two sizes).
     pub note: Option<String>,
+    /// The loss curves of the two runs its comparison compared ([`CURVE_NAME`] on rank 0, left
+    /// then right, each labelled by its run: `run 1`, `world size 4`, ...), when both runs
+    /// record one; `None` for `replicas`, which compares ranks within a run.
+    pub curves: Option<(Curve, Curve)>,
 }
 
+/// The scalar a check keeps the curves of ([`CheckOutcome::curves`]): `loss`.
+pub const CURVE_NAME: &str = "loss";
+
 impl CheckOutcome {
+    /// What the two sides of the check's comparison are, left then right (`run 1` and `run 2`
+    /// for `repeat`; `rank 0` and `this rank` for `replicas`).
+    #[must_use]
+    pub fn side_labels(&self) -> (&'static str, &'static str) {
+        match self.kind {
+            CheckKind::Repeat => ("run 1", "run 2"),
+            CheckKind::Replicas => ("rank 0", "this rank"),
+            CheckKind::Backends => ("mpi", "threads"),
+            CheckKind::WorldSizes => ("smallest", "larger"),
+            CheckKind::Workers => ("first", "other"),
+            CheckKind::Restart => ("continuous", "resumed"),
+            CheckKind::Variants => ("first", "variant"),
+        }
+    }
+
+    /// The ranks of a divergence's left and right records: the divergence's own rank on both
+    /// sides, except for `replicas`, whose left record is rank 0's.
+    #[must_use]
+    pub fn record_ranks(&self, divergence: &Divergence) -> (u32, u32) {
+        if self.kind == CheckKind::Replicas {
+            (0, divergence.rank)
+        } else {
+            (divergence.rank, divergence.rank)
+        }
+    }
+
     /// `true` when the finding matches the expectation, or the check was skipped.
     #[must_use]
     pub fn holds(&self) -> bool {
@@ -146,20 +180,7 @@ impl ScenarioReport {
                             .as_ref()
                             .map_or(String::new(), |n| format!(" ({n})"))
                     );
-                    let (left, right) = match outcome.kind {
-                        CheckKind::Repeat => ("run 1", "run 2"),
-                        CheckKind::Replicas => ("rank 0", "this rank"),
-                        CheckKind::Backends => ("mpi", "threads"),
-                        CheckKind::WorldSizes => ("smallest", "larger"),
-                        CheckKind::Workers => ("first", "other"),
-                        CheckKind::Restart => ("continuous", "resumed"),
-                        CheckKind::Variants => ("first", "variant"),
-                    };
-                    let _ = write!(
-                        out,
-                        "{}",
-                        describe_divergence(first, outcome.kind, left, right)
-                    );
+                    let _ = write!(out, "{}", describe_divergence(first, outcome));
                 }
             }
         }
@@ -169,22 +190,13 @@ impl ScenarioReport {
 
 /// A multi-line description of a divergence: where, and both records' md5s and stats.
 #[must_use]
-fn describe_divergence(
-    d: &Divergence,
-    kind: CheckKind,
-    left_label: &str,
-    right_label: &str,
-) -> String {
+fn describe_divergence(d: &Divergence, outcome: &CheckOutcome) -> String {
     let mut out = format!("  first divergence: {d}\n");
-    // The left record of `replicas` is rank 0's; every other check pairs a rank with itself.
-    let left_rank = if kind == CheckKind::Replicas {
-        0
-    } else {
-        d.rank
-    };
+    let (left_label, right_label) = outcome.side_labels();
+    let (left_rank, right_rank) = outcome.record_ranks(d);
     for (label, rank, record) in [
         (left_label, left_rank, &d.left),
-        (right_label, d.rank, &d.right),
+        (right_label, right_rank, &d.right),
     ] {
         let _ = match record {
             Some(r) => writeln!(out, "    {label:<9} {}", describe_record(rank, &d.name, r)),
@@ -221,25 +233,40 @@ fn describe_stats(s: &Stats) -> String {
     text
 }
 
+/// The first pair of a series that differs: its comparison, which value of the series (or
+/// variant) it was, and the two runs' curves.
+type FirstDiffering = (Comparison, usize, Option<(Curve, Curve)>);
+
+/// The [`CURVE_NAME`] curves of two runs, labelled, when both record it.
+fn curves_of(left: &Trace, right: &Trace, labels: (&str, &str)) -> Option<(Curve, Curve)> {
+    Some((
+        curve_of_trace(left, CURVE_NAME, labels.0)?,
+        curve_of_trace(right, CURVE_NAME, labels.1)?,
+    ))
+}
+
 /// Runs the scenario once per value of a series (world sizes, worker counts) under run 1's
 /// perturbation and compares each run with the first: the total, and a note naming the first
 /// pair that differs (`describe(first, other)`), or the whole series when none does. The first
-/// differing pair's comparison is kept whole (its first divergence and map).
+/// differing pair's comparison is kept whole (its first divergence and map), with the two runs'
+/// curves (labelled `label(value)`).
 fn compare_series(
     values: &[usize],
     run_at: impl Fn(usize) -> Result<Trace, RunError>,
     compare: impl Fn(&Trace, &Trace) -> Comparison,
     describe: impl Fn(usize, usize) -> String,
+    label: impl Fn(usize) -> String,
     series: &str,
 ) -> Result<SeriesOutcome, RunError> {
     let Some((&first, others)) = values.split_first() else {
         return Ok(SeriesOutcome {
             comparison: Comparison::empty(),
             note: format!("no {series} fits"),
+            curves: None,
         });
     };
     let base = run_at(first)?;
-    let mut found: Option<(Comparison, usize)> = None;
+    let mut found: Option<FirstDiffering> = None;
     let (mut num_compared, mut num_differing) = (0, 0);
     for &value in others {
         let other = run_at(value)?;
@@ -247,23 +274,30 @@ fn compare_series(
         num_compared += c.num_compared;
         num_differing += c.num_differing;
         if found.is_none() && !c.is_identical() {
-            found = Some((c, value));
+            let curves = curves_of(&base, &other, (&label(first), &label(value)));
+            found = Some((c, value, curves));
         }
     }
-    let (mut comparison, note) = match found {
-        Some((c, value)) => (c, describe(first, value)),
-        None => (Comparison::empty(), format!("{series} {values:?}")),
+    let (mut comparison, note, curves) = match found {
+        Some((c, value, curves)) => (c, describe(first, value), curves),
+        None => (Comparison::empty(), format!("{series} {values:?}"), None),
     };
     comparison.num_compared = num_compared;
     comparison.num_differing = num_differing;
-    Ok(SeriesOutcome { comparison, note })
+    Ok(SeriesOutcome {
+        comparison,
+        note,
+        curves,
+    })
 }
 
 /// What a check over several runs found: the comparison (the totals of the series, the first
-/// differing pair's divergence and map) and a note naming what was compared.
+/// differing pair's divergence and map), a note naming what was compared, and the curves of the
+/// first differing pair.
 struct SeriesOutcome {
     comparison: Comparison,
     note: String,
+    curves: Option<(Curve, Curve)>,
 }
 
 /// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
@@ -291,6 +325,7 @@ fn compare_across_world_sizes(
         run_at,
         |a, b| compare_traces(a, b, TraceView::RankZeroReplicated),
         |a, b| format!("world size {a} (smallest) vs {b} (larger)"),
+        |w| format!("world size {w}"),
         "world sizes",
     )
 }
@@ -318,6 +353,7 @@ fn compare_across_workers(
         run_at,
         |a, b| compare_traces(a, b, TraceView::All),
         |a, b| format!("{a} workers (first) vs {b} workers"),
+        |w| format!("{w} workers"),
         "workers",
     )
 }
@@ -331,7 +367,7 @@ fn compare_variants(
     first: &Trace,
 ) -> Result<SeriesOutcome, RunError> {
     let p = Some(perturbation(scenario.spec.seed, 1, options));
-    let mut found: Option<(Comparison, usize)> = None;
+    let mut found: Option<FirstDiffering> = None;
     let (mut num_compared, mut num_differing) = (0, 0);
     for (i, variant) in scenario.variants.iter().enumerate() {
         let request = RunRequest::new(variant, options, p, 1, &RunPlan::default());
@@ -340,25 +376,32 @@ fn compare_variants(
         num_compared += c.num_compared;
         num_differing += c.num_differing;
         if found.is_none() && !c.is_identical() {
-            found = Some((c, i));
+            let curves = curves_of(first, &trace, ("as written", &format!("variant {i}")));
+            found = Some((c, i, curves));
         }
     }
-    let (mut comparison, note) = match found {
-        Some((c, i)) => (
+    let (mut comparison, note, curves) = match found {
+        Some((c, i, curves)) => (
             c,
             format!(
                 "variant {i} ({}) vs the scenario as written",
                 scenario.spec.variants[i].describe()
             ),
+            curves,
         ),
         None => (
             Comparison::empty(),
             format!("{} variants", scenario.variants.len()),
+            None,
         ),
     };
     comparison.num_compared = num_compared;
     comparison.num_differing = num_differing;
-    Ok(SeriesOutcome { comparison, note })
+    Ok(SeriesOutcome {
+        comparison,
+        note,
+        curves,
+    })
 }
 
 /// A folder for one restart check's checkpoints, removed when dropped.
@@ -410,6 +453,7 @@ fn compare_restart(
     Ok(SeriesOutcome {
         comparison: compare_traces(continuous, &joined, TraceView::All),
         note: format!("checkpoint after step {at}, resumed in a fresh launch"),
+        curves: curves_of(continuous, &joined, ("continuous", "resumed")),
     })
 }
 
@@ -489,9 +533,13 @@ pub(crate) fn run_checks_on(
         .map(|&kind| {
             let mut skipped = None;
             let mut note = None;
+            let mut curves = None;
             let comparison = match kind {
                 CheckKind::Repeat => match &second {
-                    Some(second) => compare_traces(&first, second, TraceView::All),
+                    Some(second) => {
+                        curves = curves_of(&first, second, ("run 1", "run 2"));
+                        compare_traces(&first, second, TraceView::All)
+                    }
                     None => Comparison::empty(),
                 },
                 CheckKind::Replicas => {
@@ -505,7 +553,10 @@ pub(crate) fn run_checks_on(
                     }
                 }
                 CheckKind::Backends => match &on_threads {
-                    Some(threads) => compare_traces(&first, threads, TraceView::All),
+                    Some(threads) => {
+                        curves = curves_of(&first, threads, ("mpi", "threads"));
+                        compare_traces(&first, threads, TraceView::All)
+                    }
                     None => {
                         skipped =
                             Some("needs MPI ranks: build with --features mpi, run under mpirun");
@@ -525,6 +576,7 @@ pub(crate) fn run_checks_on(
                     match computed.take() {
                         Some(series) => {
                             note = Some(series.note);
+                            curves = series.curves;
                             series.comparison
                         }
                         None => Comparison::empty(),
@@ -537,6 +589,7 @@ pub(crate) fn run_checks_on(
                 comparison,
                 skipped,
                 note,
+                curves,
             }
         })
         .collect::<Vec<CheckOutcome>>();

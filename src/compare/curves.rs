@@ -14,6 +14,7 @@
 
 use crate::file::{open_dump, Batch, DumpError};
 use crate::picture::{axis_label, Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE};
+use crate::record::Trace;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -89,6 +90,28 @@ pub fn load_curve(path: &Path, name: &str) -> Result<Curve, CurveError> {
     }
     Ok(Curve {
         label: path.display().to_string(),
+        name: name.to_owned(),
+        points,
+    })
+}
+
+/// The curve of `name` in an in-memory run (a check's): rank 0's one-element records of that
+/// name, one point per step (the first when a step has two), the value from the record's mean.
+/// `None` when rank 0 has no such record with statistics (md5-level records have none).
+#[must_use]
+pub fn curve_of_trace(trace: &Trace, name: &str, label: &str) -> Option<Curve> {
+    let rank0 = trace.ranks.first()?;
+    let mut points: Vec<(u64, f64)> = Vec::new();
+    for r in rank0.records.iter().filter(|r| r.name == name) {
+        if r.shape.iter().product::<usize>() != 1 || points.last().is_some_and(|p| p.0 == r.step) {
+            continue;
+        }
+        if let Some(value) = r.stats.mean {
+            points.push((r.step, value.0));
+        }
+    }
+    (!points.is_empty()).then(|| Curve {
+        label: label.to_owned(),
         name: name.to_owned(),
         points,
     })
@@ -308,6 +331,13 @@ pub fn write_curve_plots(
     figure.write_png(&png)?;
     figure.write_svg(&svg)?;
     Ok((png, svg))
+}
+
+/// The plot of [`write_curve_plots`] as SVG text (to embed in a page): both curves above, their
+/// difference and the tolerance band below. Its bytes depend only on the curves.
+#[must_use]
+pub fn curve_plot_svg(a: &Curve, b: &Curve, cmp: &CurveComparison) -> String {
+    plot(a, b, cmp).to_svg()
 }
 
 /// A panel: pixel box and data ranges.

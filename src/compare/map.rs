@@ -232,6 +232,13 @@ impl DivergenceMap {
     pub fn write_png(&self, path: &Path, title: &str) -> Result<(), DumpError> {
         self.figure(title).write_png(path)
     }
+
+    /// The map as SVG text (the same drawing as [`DivergenceMap::write_png`]'s), to embed in a
+    /// page; every name in it is escaped. The same map and title give the same bytes.
+    #[must_use]
+    pub fn to_svg(&self, title: &str) -> String {
+        self.figure(title).to_svg()
+    }
 }
 
 #[cfg(test)]

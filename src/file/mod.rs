@@ -213,9 +213,13 @@ pub(crate) fn tensor_key(seq: u32, name: &str) -> String {
     format!("{seq:05}:{name}")
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the
-/// folder. A crash leaves either the old file or the new one, never half of one.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DumpError> {
+/// Writes `bytes` to `path` atomically: a temporary file beside it (`NAME.tmp`), fsync, rename,
+/// fsync of the folder. A crash leaves either the old file or the new one, never half of one.
+///
+/// # Errors
+/// [`DumpError::Io`] naming the file when it cannot be created, written or renamed (the
+/// temporary file is then removed).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DumpError> {
     let tmp = temp_path(path);
     let result = (|| {
         let mut file = std::fs::File::create(&tmp).map_err(|e| DumpError::io("create", &tmp, e))?;

@@ -1,17 +1,19 @@
 //! The CLI's dump commands: `detcheck run --dump`, `detcheck compare`, `detcheck curves`, and
-//! the divergence maps and overflow lines of `detcheck check`. Printing and verdicts only; the
+//! the divergence maps, report pages and overflow lines of `detcheck check`. Printing and verdicts only; the
 //! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`), and
 //! the exit code of an error is decided in `exit.rs`.
 
 use crate::exit::{CliError, Exit};
+use crate::html;
+use crate::report::ReportFile;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
 use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
-use detcheck::file::DumpMode;
+use detcheck::file::{write_atomically, DumpMode};
 use detcheck::run::dump_scenario;
 use detcheck::scenario::RunPlan;
 use detcheck::value::{ExactF64, Stats};
-use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry};
+use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry, LoadedScenario};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -119,7 +121,8 @@ fn clip(name: &str, width: usize) -> String {
     }
 }
 
-/// Prints a comparison: header, first divergence, notes, the table, overflows.
+/// Prints a comparison: header, environment differences, first divergence, notes, the table,
+/// overflows.
 fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
     outln!(
         o,
@@ -135,6 +138,13 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
         cmp.right,
         cmp.world_sizes.1
     );
+    // First: a changed variable, library or kernel often explains what follows.
+    if !cmp.environment.is_empty() {
+        outln!(o, "environment differs (A -> B):");
+        for d in &cmp.environment {
+            outln!(o, "  {d}");
+        }
+    }
     outln!(
         o,
         "compared {} records: {} differ",
@@ -361,25 +371,66 @@ pub(crate) fn curves(
     Ok(Exit::verdict(cmp.all_close))
 }
 
-/// Writes the divergence maps of a scenario's failed checks into `dir`; returns lines to print.
-pub(crate) fn write_maps(report: &ScenarioReport, dir: Option<&Path>) -> Vec<String> {
+/// What `--report-dir` wrote for a scenario: the lines `check` prints, and the files.
+pub(crate) struct Written {
+    pub(crate) lines: Vec<String>,
+    pub(crate) files: Vec<ReportFile>,
+}
+
+/// Writes, for each of a scenario's failed checks, its divergence map (`DIR/<scenario>.<check>.png`,
+/// when it found a divergence) and its HTML page (`DIR/<scenario>.<check>.html`) into `dir`;
+/// returns the lines to print (the first overflow, then each file) and the files written.
+pub(crate) fn write_reports(
+    scenario: &LoadedScenario,
+    report: &ScenarioReport,
+    dir: Option<&Path>,
+) -> Written {
     let mut lines = Vec::new();
+    let mut files = Vec::new();
     if let Some(o) = &report.overflow {
         lines.push(format!("  first overflow: {o}"));
     }
     let Some(dir) = dir else {
-        return lines;
+        return Written { lines, files };
     };
-    for (kind, map) in report.maps() {
-        let path: PathBuf = dir.join(format!("{}.{kind}.png", report.name));
-        let title = format!("{}: {kind} check, first divergent tensor", report.name);
-        let written = std::fs::create_dir_all(dir)
-            .map_err(|e| e.to_string())
-            .and_then(|()| map.write_png(&path, &title).map_err(|e| e.to_string()));
+    let created = std::fs::create_dir_all(dir).map_err(|e| e.to_string());
+    let maps: Vec<_> = report.maps().collect();
+    for outcome in report.outcomes.iter().filter(|o| !o.holds()) {
+        let kind = outcome.kind;
+        if let Some((_, map)) = maps.iter().find(|(k, _)| *k == kind) {
+            let path: PathBuf = dir.join(format!("{}.{kind}.png", report.name));
+            let title = format!("{}: {kind} check, first divergent tensor", report.name);
+            let written = created
+                .clone()
+                .and_then(|()| map.write_png(&path, &title).map_err(|e| e.to_string()));
+            match written {
+                Ok(()) => {
+                    lines.push(format!("  {kind}: divergence map {}", path.display()));
+                    files.push(ReportFile {
+                        check: kind,
+                        kind: "map",
+                        path,
+                    });
+                }
+                Err(e) => lines.push(format!("  {kind}: cannot write the divergence map: {e}")),
+            }
+        }
+        let path: PathBuf = dir.join(format!("{}.{kind}.html", report.name));
+        let page = html::page(scenario, report, outcome);
+        let written = created
+            .clone()
+            .and_then(|()| write_atomically(&path, page.as_bytes()).map_err(|e| e.to_string()));
         match written {
-            Ok(()) => lines.push(format!("  {kind}: divergence map {}", path.display())),
-            Err(e) => lines.push(format!("  {kind}: cannot write the divergence map: {e}")),
+            Ok(()) => {
+                lines.push(format!("  {kind}: report page {}", path.display()));
+                files.push(ReportFile {
+                    check: kind,
+                    kind: "page",
+                    path,
+                });
+            }
+            Err(e) => lines.push(format!("  {kind}: cannot write the report page: {e}")),
         }
     }
-    lines
+    Written { lines, files }
 }
