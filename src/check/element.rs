@@ -173,6 +173,24 @@ mod tests {
         );
     }
 
+    /// The sides of `world_sizes` (resized runs) and of `restart` (a stopped launch, then the
+    /// resumed one) are re-run too.
+    #[test]
+    fn world_sizes_and_restart_controls_name_their_elements() {
+        for file in [
+            "control_rank_ordered_world_sizes",
+            "control_resume_without_rng_state",
+        ] {
+            let report = control(file);
+            let d = report.outcomes[0].comparison.first.clone().unwrap();
+            assert!(
+                matches!(d.element, Some(ElementFinding::Found(_))),
+                "{file}: {:?}",
+                d.element
+            );
+        }
+    }
+
     #[test]
     fn element_detail_can_be_switched_off() {
         let path = format!(

@@ -21,6 +21,7 @@
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
 //! more ranks is caught every time.
 
+mod element;
 mod session;
 
 pub use crate::run::{CheckOptions, RunError};
@@ -30,12 +31,13 @@ pub use session::{launcher_rank, mpi_skip_reason, Session, SessionError};
 
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{
-    compare_traces, Comparison, Divergence, DivergenceMap, RecordSummary, TraceView,
+    compare_traces, Comparison, Difference, Divergence, DivergenceMap, ElementFinding,
+    NoElementDetail, RecordSummary, TraceView,
 };
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
-use crate::scenario::{CheckKind, Expectation, LoadedScenario, RunPlan};
+use crate::scenario::{BucketLayout, CheckKind, Expectation, LoadedScenario, RunPlan};
 use crate::value::digest::{ExactF64, Stats};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -77,6 +79,7 @@ impl CheckOutcome {
             CheckKind::Workers => ("first", "other"),
             CheckKind::Restart => ("continuous", "resumed"),
             CheckKind::Variants => ("first", "variant"),
+            CheckKind::Buckets => ("first", "other"),
         }
     }
 
@@ -180,12 +183,55 @@ impl ScenarioReport {
                             .as_ref()
                             .map_or(String::new(), |n| format!(" ({n})"))
                     );
+                    let _ = write!(out, "{}", describe_environment(c, outcome.side_labels()));
                     let _ = write!(out, "{}", describe_divergence(first, outcome));
                 }
             }
         }
         out
     }
+
+    /// A plain-text account of what each negative control's check caught: the counts, the
+    /// first divergence with both records, and its first differing element (empty when no
+    /// check caught anything).
+    #[must_use]
+    pub fn explain_caught(&self) -> String {
+        let mut out = String::new();
+        for outcome in self.outcomes.iter().filter(|o| {
+            o.holds() && o.expectation == Expectation::Diverges && o.skipped.is_none()
+        }) {
+            let c = &outcome.comparison;
+            if let Some(first) = &c.first {
+                let _ = writeln!(
+                    out,
+                    "{}: caught: {} of {} compared records differ{}",
+                    outcome.kind,
+                    c.num_differing,
+                    c.num_compared,
+                    outcome
+                        .note
+                        .as_ref()
+                        .map_or(String::new(), |n| format!(" ({n})"))
+                );
+                let _ = write!(out, "{}", describe_divergence(first, outcome));
+            }
+        }
+        out
+    }
+}
+
+/// The environment entries that differ between the two sides of a comparison, one per line
+/// (nothing when the snapshots agree or the runs have none: ranks in this process share its
+/// environment). Printed before the divergence, which they may explain.
+fn describe_environment(c: &Comparison, (left, right): (&str, &str)) -> String {
+    if c.environment.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("  environment differs ({left} -> {right}):\n");
+    for d in &c.environment {
+        let _ = writeln!(out, "    {d}");
+    }
+    out
 }
 
 /// A multi-line description of a divergence: where, and both records' md5s and stats.
@@ -202,6 +248,13 @@ fn describe_divergence(d: &Divergence, outcome: &CheckOutcome) -> String {
             Some(r) => writeln!(out, "    {label:<9} {}", describe_record(rank, &d.name, r)),
             None => writeln!(out, "    {label:<9} (no record)"),
         };
+    }
+    if let Some(element) = &d.element {
+        let _ = writeln!(
+            out,
+            "  first differing element: {}",
+            element.describe(left_label, right_label)
+        );
     }
     out
 }
@@ -263,6 +316,7 @@ fn compare_series(
             comparison: Comparison::empty(),
             note: format!("no {series} fits"),
             curves: None,
+            differing: None,
         });
     };
     let base = run_at(first)?;
@@ -278,6 +332,7 @@ fn compare_series(
             found = Some((c, value, curves));
         }
     }
+    let differing = found.as_ref().map(|(_, value, _)| (first, *value, base.clone()));
     let (mut comparison, note, curves) = match found {
         Some((c, value, curves)) => (c, describe(first, value), curves),
         None => (Comparison::empty(), format!("{series} {values:?}"), None),
@@ -288,6 +343,7 @@ fn compare_series(
         comparison,
         note,
         curves,
+        differing,
     })
 }
 
@@ -298,6 +354,9 @@ struct SeriesOutcome {
     comparison: Comparison,
     note: String,
     curves: Option<(Curve, Curve)>,
+    /// The first differing pair: (the base value, the other value, the base run's trace), to
+    /// run both sides again for the element detail.
+    differing: Option<(usize, usize, Trace)>,
 }
 
 /// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
@@ -358,6 +417,41 @@ fn compare_across_workers(
     )
 }
 
+/// The `buckets` check: the scenario with each of its `buckets` layouts (the same gradients
+/// fused into other allreduce buckets), every record compared with the first layout's.
+fn compare_across_buckets(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+) -> Result<SeriesOutcome, RunError> {
+    let layouts = &scenario.spec.buckets;
+    let run_at = |i: usize| {
+        let p = perturbation(scenario.spec.seed, 1, options);
+        let plan = buckets_plan(layouts[i]);
+        runner.run(
+            scenario,
+            &RunRequest::new(scenario, options, Some(p), 1, &plan),
+        )
+    };
+    let indices: Vec<usize> = (0..layouts.len()).collect();
+    compare_series(
+        &indices,
+        run_at,
+        |a, b| compare_traces(a, b, TraceView::All),
+        |a, b| format!("bucket layout {} (first) vs {}", layouts[a], layouts[b]),
+        |i| layouts[i].to_string(),
+        "bucket layouts",
+    )
+}
+
+/// The plan of a run with bucket layout `layout`.
+fn buckets_plan(layout: BucketLayout) -> RunPlan {
+    RunPlan {
+        bucket_layout: Some(layout),
+        ..RunPlan::default()
+    }
+}
+
 /// The `variants` check: run 1 again under each of the spec's variants (run 1's perturbation),
 /// every record compared with run 1's.
 fn compare_variants(
@@ -380,6 +474,7 @@ fn compare_variants(
             found = Some((c, i, curves));
         }
     }
+    let differing_variant = found.as_ref().map(|(_, i, _)| *i);
     let (mut comparison, note, curves) = match found {
         Some((c, i, curves)) => (
             c,
@@ -401,6 +496,7 @@ fn compare_variants(
         comparison,
         note,
         curves,
+        differing: differing_variant.map(|i| (0, i, first.clone())),
     })
 }
 
@@ -454,7 +550,201 @@ fn compare_restart(
         comparison: compare_traces(continuous, &joined, TraceView::All),
         note: format!("checkpoint after step {at}, resumed in a fresh launch"),
         curves: curves_of(continuous, &joined, ("continuous", "resumed")),
+        differing: None,
     })
+}
+
+/// What the element detail of a check's divergence re-runs: the check's runner and runs.
+struct Runs<'a> {
+    runner: &'a dyn Runner,
+    scenario: &'a LoadedScenario,
+    options: &'a CheckOptions,
+    first: &'a Trace,
+    second: Option<&'a Trace>,
+}
+
+impl<'a> Runs<'a> {
+    /// A side that runs `scenario` again on `runner` as run `run` (its perturbation) under
+    /// `plan`, for rank `rank`'s record.
+    fn side(
+        &self,
+        runner: &'a dyn Runner,
+        scenario: &'a LoadedScenario,
+        run: usize,
+        plan: RunPlan,
+        rank: u32,
+        label: &'static str,
+    ) -> element::Side<'a> {
+        let options = self.options;
+        let p = Some(perturbation(scenario.spec.seed, run, options));
+        element::Side {
+            rerun: Box::new(move |capture, dir| {
+                let request = RunRequest::new(scenario, options, p, run, &plan)
+                    .with_capture(capture, dir);
+                runner_for(scenario, runner).run(scenario, &request)
+            }),
+            rank,
+            label,
+        }
+    }
+
+    /// As [`Runs::side`], for a scenario of its own (a resized one): the side owns it.
+    fn owned_side(
+        &self,
+        scenario: LoadedScenario,
+        run: usize,
+        plan: RunPlan,
+        rank: u32,
+        label: &'static str,
+    ) -> element::Side<'a> {
+        let (runner, options) = (self.runner, self.options);
+        let p = Some(perturbation(scenario.spec.seed, run, options));
+        element::Side {
+            rerun: Box::new(move |capture, dir| {
+                let request = RunRequest::new(&scenario, options, p, run, &plan)
+                    .with_capture(capture, dir);
+                runner_for(&scenario, runner).run(&scenario, &request)
+            }),
+            rank,
+            label,
+        }
+    }
+
+    /// The resumed side of `restart` at `step`: run 3 (stopped after the restart step, with its
+    /// checkpoint) captures a step before it; a later step is run 4's, which resumes from run
+    /// 3's checkpoint in a fresh launch, as the check ran them.
+    fn resumed_side(&self, step: u64, rank: u32, label: &'static str) -> element::Side<'a> {
+        let (runner, scenario, options) = (self.runner, self.scenario, self.options);
+        let at = scenario.spec.restart_step();
+        let p = Some(perturbation(scenario.spec.seed, 2, options));
+        element::Side {
+            rerun: Box::new(move |capture, dir| {
+                let folder = RestartFolder::new();
+                let before = RunPlan {
+                    stop_at: Some(at),
+                    checkpoint_to: Some(folder.0.clone()),
+                    ..RunPlan::default()
+                };
+                let mut request = RunRequest::new(scenario, options, p, 3, &before);
+                if step < at {
+                    request = request.with_capture(capture, dir);
+                }
+                let stopped = runner_for(scenario, runner).run(scenario, &request)?;
+                if step < at {
+                    return Ok(stopped);
+                }
+                let after = RunPlan {
+                    resume_from: Some(folder.0.clone()),
+                    remove_after_resume: true,
+                    ..RunPlan::default()
+                };
+                let request =
+                    RunRequest::new(scenario, options, p, 4, &after).with_capture(capture, dir);
+                runner_for(scenario, runner).run(scenario, &request)
+            }),
+            rank,
+            label,
+        }
+    }
+
+    /// Names the first differing element of `outcome`'s divergence, when it is a digest
+    /// difference: its two sides are run again, capturing that record.
+    fn name_element(&self, outcome: &mut CheckOutcome, pair: Option<&(usize, usize, Trace)>) {
+        let Some(d) = outcome.comparison.first.clone() else {
+            return;
+        };
+        if d.difference != Difference::Digest || d.element.is_some() {
+            return;
+        }
+        let (left_label, right_label) = outcome.side_labels();
+        let (runner, scenario) = (self.runner, self.scenario);
+        let plain = RunPlan::default;
+        let sides = match outcome.kind {
+            CheckKind::Repeat => Some((
+                self.side(runner, scenario, 1, plain(), d.rank, left_label),
+                self.side(runner, scenario, 2, plain(), d.rank, right_label),
+                self.first,
+            )),
+            CheckKind::Replicas => {
+                // The run whose replicas differ: the first, unless only the second's do.
+                let (run, trace) = match self.second {
+                    Some(second)
+                        if compare_traces(self.first, self.first, TraceView::Replicas)
+                            .is_identical() =>
+                    {
+                        (2, second)
+                    }
+                    _ => (1, self.first),
+                };
+                Some((
+                    self.side(runner, scenario, run, plain(), 0, left_label),
+                    self.side(runner, scenario, run, plain(), d.rank, right_label),
+                    trace,
+                ))
+            }
+            CheckKind::Backends => Some((
+                self.side(runner, scenario, 1, plain(), d.rank, left_label),
+                self.side(&ThreadRunner, scenario, 1, plain(), d.rank, right_label),
+                self.first,
+            )),
+            CheckKind::Workers => pair.map(|(a, b, base)| {
+                let workers = |w: usize| RunPlan {
+                    loader_workers: Some(w),
+                    ..RunPlan::default()
+                };
+                (
+                    self.side(runner, scenario, 1, workers(*a), d.rank, left_label),
+                    self.side(runner, scenario, 1, workers(*b), d.rank, right_label),
+                    base,
+                )
+            }),
+            CheckKind::Buckets => pair.and_then(|(a, b, base)| {
+                let layouts = &scenario.spec.buckets;
+                Some((
+                    self.side(runner, scenario, 1, buckets_plan(*layouts.get(*a)?), d.rank, left_label),
+                    self.side(runner, scenario, 1, buckets_plan(*layouts.get(*b)?), d.rank, right_label),
+                    base,
+                ))
+            }),
+            CheckKind::Variants => pair.and_then(|(_, i, base)| {
+                let variant = scenario.variants.get(*i)?;
+                Some((
+                    self.side(runner, scenario, 1, plain(), d.rank, left_label),
+                    self.side(runner, variant, 1, plain(), d.rank, right_label),
+                    base,
+                ))
+            }),
+            CheckKind::WorldSizes => pair.map(|(a, b, base)| {
+                let resized = |size: usize| {
+                    let mut resized = scenario.clone();
+                    resized.spec.world_size = size;
+                    resized
+                };
+                (
+                    self.owned_side(resized(*a), 1, plain(), 0, left_label),
+                    self.owned_side(resized(*b), 1, plain(), 0, right_label),
+                    base,
+                )
+            }),
+            CheckKind::Restart => Some((
+                self.side(runner, scenario, 1, plain(), d.rank, left_label),
+                self.resumed_side(d.step, d.rank, right_label),
+                self.first,
+            )),
+        };
+        let finding = match sides {
+            Some((left, right, left_trace)) => element::find(&d, left_trace, &left, &right),
+            None => ElementFinding::Unavailable(NoElementDetail::NotCaptured {
+                reason: format!("`{}` runs are not re-run for the element", outcome.kind),
+            }),
+        };
+        let c = &mut outcome.comparison;
+        for row in c.rows.iter_mut().chain(c.first.as_mut()) {
+            if (row.step, row.seq, row.rank) == (d.step, d.seq, d.rank) {
+                row.element = Some(finding.clone());
+            }
+        }
+    }
 }
 
 /// Runs the scenario's checks on thread ranks and reports each outcome.
@@ -523,12 +813,19 @@ pub(crate) fn run_checks_on(
     } else {
         None
     };
+    let mut across_buckets = if checks.contains(&CheckKind::Buckets) {
+        Some(compare_across_buckets(runner, scenario, options)?)
+    } else {
+        None
+    };
     let mut variants = if checks.contains(&CheckKind::Variants) {
         Some(compare_variants(runner, scenario, options, &first)?)
     } else {
         None
     };
-    let outcomes = checks
+    // The first differing pair of each series check, for the element detail.
+    let mut pairs: Vec<(CheckKind, (usize, usize, Trace))> = Vec::new();
+    let mut outcomes = checks
         .iter()
         .map(|&kind| {
             let mut skipped = None;
@@ -566,15 +863,20 @@ pub(crate) fn run_checks_on(
                 CheckKind::WorldSizes
                 | CheckKind::Workers
                 | CheckKind::Restart
-                | CheckKind::Variants => {
+                | CheckKind::Variants
+                | CheckKind::Buckets => {
                     let computed = match kind {
                         CheckKind::WorldSizes => &mut across_sizes,
                         CheckKind::Workers => &mut across_workers,
                         CheckKind::Variants => &mut variants,
+                        CheckKind::Buckets => &mut across_buckets,
                         _ => &mut restart,
                     };
                     match computed.take() {
                         Some(series) => {
+                            if let Some(pair) = series.differing {
+                                pairs.push((kind, pair));
+                            }
                             note = Some(series.note);
                             curves = series.curves;
                             series.comparison
@@ -593,6 +895,22 @@ pub(crate) fn run_checks_on(
             }
         })
         .collect::<Vec<CheckOutcome>>();
+    if options.element_detail {
+        let runs = Runs {
+            runner,
+            scenario,
+            options,
+            first: &first,
+            second: second.as_ref(),
+        };
+        for outcome in &mut outcomes {
+            let pair = pairs
+                .iter()
+                .find(|(kind, _)| *kind == outcome.kind)
+                .map(|(_, pair)| pair);
+            runs.name_element(outcome, pair);
+        }
+    }
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         world_size: spec.world_size,
