@@ -19,17 +19,19 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The feature names and weights every rank uses.
-const FEATURES: [(&str, f32); 8] = [
-    ("age", 0.31),
-    ("bmi", -1.7),
-    ("height", 2.9e-3),
-    ("income", 4.4),
-    ("score", -0.013),
-    ("visits", 17.0),
-    ("weight", 0.77),
-    ("zone", -3.3),
-];
+/// How many named features every rank weighs.
+const FEATURES: usize = 32;
+
+/// The feature names and weights every rank uses: `f00`..`f31`, weights of mixed signs and
+/// magnitudes (so that the order of their sum shows in the bits).
+fn features() -> Vec<(String, f32)> {
+    (0..FEATURES)
+        .map(|i| {
+            let w = (i as f32 * 0.37 - 5.0) * if i.is_multiple_of(3) { 10.0 } else { 0.1 };
+            (format!("f{i:02}"), w)
+        })
+        .collect()
+}
 
 struct Args {
     seed: u64,
@@ -88,13 +90,11 @@ fn run() -> Result<(), String> {
         None => (0.0f64, 0),
     };
     let last = args.stop_at.unwrap_or(args.steps);
-    let weights: HashMap<String, f32> = FEATURES
-        .iter()
-        .map(|&(name, w)| (name.to_owned(), w))
-        .collect();
+    let named = features();
+    let weights: HashMap<String, f32> = named.iter().cloned().collect();
     for step in first..last {
         let mut rng = derive_stream(args.seed, Stream::Data, rank, step);
-        let shard: Vec<f32> = (0..64).map(|_| rng.normal_f32()).collect();
+        let shard: Vec<f32> = (0..8 * FEATURES).map(|_| rng.normal_f32()).collect();
         let names: Vec<&String> = if args.plant_hashmap_order {
             weights.keys().collect() // the order of this process's random hash keys
         } else {
@@ -106,8 +106,8 @@ fn run() -> Result<(), String> {
         // associative, so the order shows in the bits.
         let mut score = 0.0f32;
         for name in names {
-            let feature = FEATURES.iter().position(|(n, _)| n == name).unwrap_or(0);
-            let column: f32 = shard.iter().skip(feature).step_by(8).sum();
+            let feature = named.iter().position(|(n, _)| n == name).unwrap_or(0);
+            let column: f32 = shard.iter().skip(feature).step_by(FEATURES).sum();
             score += column * weights[name];
         }
         total += f64::from(score);

@@ -864,7 +864,7 @@ mod tests {
                 Tensor::from_vec(vec![f16::from_f32(r + 0.5), f16::NAN, f16::from_bits(1)]),
                 Tensor::from_vec(vec![bf16::from_f32(-r), bf16::NEG_INFINITY]),
                 Tensor::from_vec(vec![rank as i32 - 7, i32::MIN]),
-                Tensor::from_vec(vec![rank % 2 == 0, true]),
+                Tensor::from_vec(vec![rank.is_multiple_of(2), true]),
             ]
         };
         let bits = |t: &Tensor| {

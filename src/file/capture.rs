@@ -6,7 +6,7 @@
 //! writes that record's tensor, and only it, to `rank{R}.capture.safetensors` in a capture
 //! folder: the rank body through its recorder's tap (`crate::run`), and a launched program
 //! through [`TraceWriter`](crate::file::TraceWriter), which reads the capture from its launch
-//! environment (`DETCHECK_CAPTURE`, `DETCHECK_CAPTURE_DIR`). [`read_capture`] reads it back.
+//! environment (`DETCHECK_CAPTURE`, `DETCHECK_CAPTURE_DIR`). `read_capture` reads it back.
 //!
 //! Determinism: the file is a pure function of the tensor (safetensors without metadata),
 //! written atomically.

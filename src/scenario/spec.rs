@@ -192,7 +192,7 @@ impl BucketLayout {
     #[must_use]
     pub fn buckets(self, len: usize, ends: &[usize]) -> Vec<std::ops::Range<usize>> {
         match self {
-            BucketLayout::Flat => vec![0..len],
+            BucketLayout::Flat => std::iter::once(0..len).collect(),
             BucketLayout::PerTensor => {
                 let mut buckets = Vec::with_capacity(ends.len());
                 let mut start = 0;
@@ -425,7 +425,7 @@ mod tests {
     #[test]
     fn bucket_layouts_cover_the_buffer_in_order() {
         let ends = [6, 8, 11, 12];
-        assert_eq!(BucketLayout::Flat.buckets(12, &ends), [0..12]);
+        assert_eq!(BucketLayout::Flat.buckets(12, &ends), vec![(0..12)]);
         assert_eq!(
             BucketLayout::PerTensor.buckets(12, &ends),
             [0..6, 6..8, 8..11, 11..12]

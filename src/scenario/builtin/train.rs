@@ -242,7 +242,7 @@ impl TrainScenario {
             &[params.input_dim],
         )
         .map_err(param_error)?;
-        if params.global_batch % spec.world_size != 0 {
+        if !params.global_batch.is_multiple_of(spec.world_size) {
             return Err(ParamError::new(
                 "params.global_batch",
                 format!(
@@ -257,7 +257,7 @@ impl TrainScenario {
         if let Some(&w) = spec
             .world_sizes
             .iter()
-            .find(|&&w| runs_world_sizes && params.global_batch % w != 0)
+            .find(|&&w| runs_world_sizes && !params.global_batch.is_multiple_of(w))
         {
             return Err(ParamError::new(
                 "params.global_batch",
@@ -285,7 +285,7 @@ impl TrainScenario {
                  only with `\"dropout_rng\": \"sequential\"`",
             ));
         }
-        if params.dataset_size == 0 || params.dataset_size % params.global_batch != 0 {
+        if params.dataset_size == 0 || !params.dataset_size.is_multiple_of(params.global_batch) {
             return Err(ParamError::new(
                 "params.dataset_size",
                 format!(
