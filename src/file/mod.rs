@@ -177,6 +177,15 @@ pub enum DumpError {
         /// The record's name.
         name: String,
     },
+    /// A tensor file that a dump's record names (msprobe's `.pt` or `.npy`) cannot be read, or
+    /// does not hold the tensor its record describes.
+    #[error("{}: bad tensor file: {detail}", path.display())]
+    TensorFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// The tensors of a step could not be encoded or decoded as safetensors.
     #[error("{}: safetensors: {detail}", path.display())]
     Safetensors {

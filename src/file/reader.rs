@@ -72,7 +72,8 @@ impl Dump {
     }
 }
 
-/// Opens a dump folder: detcheck traces (`rank*.dctrace`) or an msprobe dump (`step*/rank*/`).
+/// Opens a dump folder: detcheck traces (`rank*.dctrace`) or an msprobe dump (`step*/rank*/` or
+/// `step*/proc*/`).
 pub(crate) fn open_dump(dir: &Path) -> Result<Dump, DumpError> {
     let entries = std::fs::read_dir(dir).map_err(|e| DumpError::io("read folder", dir, e))?;
     let mut ranks = Vec::new();
