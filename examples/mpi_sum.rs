@@ -52,6 +52,11 @@ fn run() -> Result<(), String> {
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let mut writer = TraceWriter::from_env().map_err(|e| e.to_string())?;
+    if let (Some(w), Some(library)) = (writer.as_mut(), detcheck::comm::mpi_library_version()) {
+        // The exact library this program is linked with, in the trace's environment snapshot.
+        w.set_environment("mpi.library", &library)
+            .map_err(|e| e.to_string())?;
+    }
     let mine = (rank * ROWS / size)..((rank + 1) * ROWS / size);
     for step in 0..steps {
         let rows: Vec<Vec<f32>> = mine.clone().map(|i| row(seed, step, i)).collect();

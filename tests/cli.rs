@@ -228,6 +228,67 @@ fn run_dumps_and_compare_finds_the_first_divergence_with_a_map() {
     assert_contains("stderr", &out.stderr, &["a: already holds a dump"]);
 }
 
+/// `compare` prints how the two dumps' environment snapshots differ first, before the counts
+/// and the first divergence; files of two dumps mixed in one folder, and a damaged byte, are bad
+/// input (exit 2) naming the file.
+#[test]
+fn compare_prints_environment_differences_first_and_rejects_mixed_or_damaged_dumps() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[("\"ring\"", "\"arrival_order\"")],
+    );
+    for (name, perturb, algo) in [("a", "1", "Ring"), ("b", "2", "Tree"), ("c", "1", "Ring")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+            .args(["run", "case.json", "--dump", name, "--perturb", perturb])
+            .current_dir(dir.path())
+            .env("NCCL_ALGO", algo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let out = expect(&["compare", "a", "b"], dir.path(), 1);
+    let at = |needle: &str| {
+        out.stdout
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in:\n{}", out.stdout))
+    };
+    let env = at("environment differs (A -> B):\n  NCCL_ALGO: Ring -> Tree (ranks 0..=2)\n");
+    assert!(env > at("B: b (") && env < at("compared ") && env < at("first divergence: "));
+    assert!(!out.stdout.contains("launcher:"), "{}", out.stdout);
+    let same = expect(&["compare", "a", "c"], dir.path(), 0);
+    assert!(!same.stdout.contains("environment"), "{}", same.stdout);
+    // Rank 1 of another dump (another run id) in c.
+    std::fs::copy(
+        dir.path().join("b/rank1.dctrace"),
+        dir.path().join("c/rank1.dctrace"),
+    )
+    .unwrap();
+    let out = expect(&["compare", "a", "c"], dir.path(), 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &[
+            "c/rank1.dctrace says rank 1 of 3",
+            "files of different dumps are mixed",
+        ],
+    );
+    // One damaged byte in the middle of a file.
+    let path = dir.path().join("a/rank2.dctrace");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x04;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = expect(&["compare", "a", "b"], dir.path(), 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["a/rank2.dctrace: corrupt trace at byte "],
+    );
+}
+
 #[test]
 fn run_resumes_from_a_checkpoint_in_a_fresh_process_bit_for_bit() {
     let dir = tempfile::tempdir().unwrap();
@@ -700,8 +761,14 @@ fn env_check_flags_nccl_deterministic_and_a_missing_algorithm() {
     };
     let (code, stdout) = lint(&[("NCCL_DETERMINISTIC", "1")]);
     assert_eq!(code, 1, "{stdout}");
-    assert!(stdout.contains("NCCL_DETERMINISTIC=1 does not exist"), "{stdout}");
-    assert!(stdout.contains("NCCL_ALGO is not set: set NCCL_ALGO=Ring"), "{stdout}");
+    assert!(
+        stdout.contains("NCCL_DETERMINISTIC=1 does not exist"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("NCCL_ALGO is not set: set NCCL_ALGO=Ring"),
+        "{stdout}"
+    );
     let (code, stdout) = lint(&[
         ("NCCL_ALGO", "Ring"),
         ("NCCL_PROTO", "Simple"),

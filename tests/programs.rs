@@ -95,6 +95,16 @@ fn the_hashmap_order_control_is_caught_every_time() {
         // Where depends on the draw (two orders can give the same bits for a while).
         assert!(out.stdout.contains("FAIL"), "{}", out.stdout);
         assert!(out.stdout.contains("`score`"), "{}", out.stdout);
+        // The launches' environment snapshots differ (each launch gets its own
+        // PYTHONHASHSEED), and the failure says so before the divergence.
+        let env = out.stdout.find("environment differs (run 1 -> run 2):");
+        let first = out.stdout.find("first divergence:");
+        assert!(env.is_some() && env < first, "{}", out.stdout);
+        assert!(
+            out.stdout.contains("    PYTHONHASHSEED: "),
+            "{}",
+            out.stdout
+        );
     }
 }
 
@@ -240,7 +250,13 @@ fn a_trace_of_another_world_size_fails_the_run() {
         "cp {0}/rank0.dctrace {0}/rank1.dctrace {0}/rank2.dctrace \"$DETCHECK_TRACE_DIR\"/",
         d3.display()
     );
-    write_scenario(dir.path(), 2, &["sh", "-c", &copy], r#", "launcher": "none""#, "");
+    write_scenario(
+        dir.path(),
+        2,
+        &["sh", "-c", &copy],
+        r#", "launcher": "none""#,
+        "",
+    );
     let out = check(dir.path(), &[]);
     assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;

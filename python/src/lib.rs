@@ -273,6 +273,22 @@ impl PyTraceWriter {
         self.record_any(step, name, array, true)
     }
 
+    /// Adds `key = value` to the trace's environment snapshot (replacing an earlier value of
+    /// `key`): what could change bits that detcheck cannot see, such as a framework's version.
+    /// `detcheck compare` and failed checks print the entries that differ between two runs.
+    /// Allowed until `close()`.
+    fn add_environment(&mut self, key: &str, value: &str) -> PyResult<()> {
+        let rank = self.rank;
+        let writer = self.inner.as_mut().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "cannot add `{key}` to the environment: the trace writer of rank {rank} is closed"
+            ))
+        })?;
+        writer
+            .set_environment(key, value)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
     /// Finishes the file: footer, fsync, rename to its final name. Closing again does nothing.
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
         if let Some(writer) = self.inner.take() {

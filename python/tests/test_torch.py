@@ -16,7 +16,7 @@ torch = pytest.importorskip(
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import compare, decode  # noqa: E402
+from conftest import DCTRACE, compare, decode  # noqa: E402
 
 
 def md5(tensor):
@@ -127,6 +127,17 @@ def test_watch_names_steps_and_order(tmp_path):
     for r in records:
         if r["name"].startswith("param/"):
             assert r["md5"] == md5(params_after[r["step"]][r["name"][6:]]), r
+
+
+def test_watch_adds_torch_versions_to_the_environment(tmp_path):
+    train(tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(DCTRACE), str(tmp_path / "rank0.dctrace")],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert f"environment: torch.version={torch.__version__}" in out, out
+    if torch.version.cuda is not None:
+        assert f"environment: torch.cuda={torch.version.cuda}" in out, out
 
 
 def test_watch_without_optimizer_next_step(tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import compare, decode
+from conftest import DCTRACE, compare, decode
 
 DTYPES = {
     "float16": "f16",
@@ -343,3 +343,25 @@ def test_compare_identical_and_different_dumps(tmp_path, detcheck_bin):
     code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "c")
     assert code == 1, out
     assert "first divergence: step 1 rank 1 seq 0 `fc1.weight`" in out, out
+
+
+def test_environment_entries_are_written_and_compared(tmp_path, detcheck_bin):
+    for name, value in (("a", "2.5.1"), ("b", "2.6.0")):
+        with detcheck.TraceWriter(tmp_path / name, 0, 1) as w:
+            w.add_environment("torch.version", value)
+            w.record(0, "x", np.arange(3, dtype=np.float32))
+            w.add_environment("late.entry", "after a record")  # until close()
+            with pytest.raises(ValueError, match="must not be empty"):
+                w.add_environment("", "x")
+        with pytest.raises(ValueError, match="closed"):
+            w.add_environment("k", "v")
+    out = subprocess.run(
+        [sys.executable, str(DCTRACE), str(tmp_path / "a" / "rank0.dctrace")],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "environment: torch.version=2.5.1" in out, out
+    assert "environment: late.entry=after a record" in out, out
+    assert "environment: detcheck.version=" in out, out
+    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "b")
+    assert code == 0, out
+    assert "environment differs (A -> B):\n  torch.version: 2.5.1 -> 2.6.0 (rank 0)" in out, out

@@ -39,6 +39,30 @@ impl Flavour {
         }
     }
 
+    /// The MPI library named by `<launcher> --version`'s output, for a trace's environment
+    /// snapshot: Open MPI's first line (`mpirun (Open MPI) 4.1.4`), Intel MPI's, or Hydra's
+    /// version (`MPICH (Hydra) 4.0.2`).
+    #[must_use]
+    pub fn library(self, text: &str) -> String {
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .map(|l| l.trim().to_owned())
+        };
+        match self {
+            Flavour::OpenMpi => line("Open MPI")
+                .or_else(|| line("OpenRTE"))
+                .unwrap_or_else(|| "Open MPI".to_owned()),
+            Flavour::Hydra => line("Intel(R) MPI").unwrap_or_else(|| {
+                let version = text
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("Version:"))
+                    .map_or(String::new(), |v| format!(" {}", v.trim()));
+                format!("MPICH (Hydra){version}")
+            }),
+        }
+    }
+
     /// The flags a job of detcheck's adds for this flavour.
     #[must_use]
     pub fn flags(self, as_root: bool) -> Vec<&'static str> {
@@ -80,6 +104,8 @@ pub struct MpiLauncher {
     pub program: String,
     /// Its flavour.
     pub flavour: Flavour,
+    /// The MPI library its `--version` names ([`Flavour::library`]).
+    pub library: String,
 }
 
 impl MpiLauncher {
@@ -113,6 +139,7 @@ impl MpiLauncher {
         Ok(MpiLauncher {
             program: program.to_owned(),
             flavour,
+            library: flavour.library(&text),
         })
     }
 
@@ -156,6 +183,8 @@ mod tests {
         assert_eq!(Flavour::from_version(open), Some(Flavour::OpenMpi));
         assert_eq!(Flavour::from_version(hydra), Some(Flavour::Hydra));
         assert_eq!(Flavour::from_version("srun 23.02"), None);
+        assert_eq!(Flavour::OpenMpi.library(open), "mpirun (Open MPI) 4.1.4");
+        assert_eq!(Flavour::Hydra.library(hydra), "MPICH (Hydra) 4.0.2");
         assert_eq!(
             Flavour::OpenMpi.flags(true),
             ["--oversubscribe", "--allow-run-as-root"]

@@ -185,6 +185,19 @@ mod tests {
         );
     }
 
+    /// A trace's environment snapshot records every setting `detcheck env` names (the list is
+    /// kept in `record/environment.rs`, a layer below this one).
+    #[test]
+    fn every_setting_is_in_a_traces_environment_snapshot() {
+        for p in PIN_SETTINGS {
+            assert!(
+                crate::record::environment::is_captured_variable(p.name),
+                "{} is not captured",
+                p.name
+            );
+        }
+    }
+
     #[test]
     fn every_variable_is_listed_once() {
         let mut names: Vec<_> = PIN_SETTINGS.iter().map(|p| p.name).collect();

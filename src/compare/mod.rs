@@ -19,19 +19,28 @@
 //! Guarantee: bitwise, as the digests; the metrics only describe a difference. The result is a pure
 //! function of the two dumps: the first divergence is the earliest step, then record (seq), then
 //! rank, and rows are kept in that order.
+//!
+//! The environment snapshots of the two sides (trace files of format version 2, and the traces a
+//! `command` scenario's program wrote) are compared rank by rank: [`Comparison::environment`]
+//! lists the keys whose values differ, which a report prints before the first divergence. They
+//! describe the runs and are never divergences: a comparison with different snapshots and equal
+//! records is identical. Ranks recorded in this process (thread ranks) hold no snapshot, and
+//! neither do msprobe dumps and version 1 files (a note says so).
 
 pub mod curves;
+mod element;
 mod map;
 #[cfg(test)]
 mod tests;
 
+pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, Dump, DumpError};
 use crate::record::overflow::{classify, Overflow};
-use crate::record::{Record, Trace};
+use crate::record::{Environment, Record, Trace};
 use crate::value::digest::Stats;
 use crate::value::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
@@ -191,6 +200,73 @@ pub struct Divergence {
     pub right: Option<RecordSummary>,
     /// Numeric differences, when both dumps hold the full tensors.
     pub metrics: Option<TensorMetrics>,
+    /// The first differing element: from the full tensors when both sides hold them, or (a
+    /// check) from a re-run that captured this record; why not, when it could not be named.
+    pub element: Option<ElementFinding>,
+}
+
+/// What is known of a divergence's first differing element.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElementFinding {
+    /// The element, both values and their distance.
+    Found(ElementDetail),
+    /// Why no element is named.
+    Unavailable(NoElementDetail),
+}
+
+impl ElementFinding {
+    /// The finding of two tensors whose digests differ (`None` when every bit is equal: then
+    /// the digests were of other tensors, and nothing is said).
+    #[must_use]
+    pub fn between(left: &Tensor, right: &Tensor) -> Option<Self> {
+        match ElementDetail::between(left, right) {
+            Ok(Some(detail)) => Some(ElementFinding::Found(detail)),
+            Ok(None) => None,
+            Err(why) => Some(ElementFinding::Unavailable(why)),
+        }
+    }
+
+    /// One line for reports, with the sides' labels.
+    #[must_use]
+    pub fn describe(&self, left: &str, right: &str) -> String {
+        match self {
+            ElementFinding::Found(detail) => detail.describe(left, right),
+            ElementFinding::Unavailable(why) => format!("not named: {why}"),
+        }
+    }
+}
+
+/// An environment entry whose value differs between the two sides, on the ranks listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvDifference {
+    /// The key: a variable (`NCCL_ALGO`) or one of detcheck's (`detcheck.kernel`).
+    pub key: String,
+    /// Its value on A's side (`None`: not set there).
+    pub left: Option<String>,
+    /// Its value on B's side.
+    pub right: Option<String>,
+    /// The ranks where the two sides' snapshots differ this way, ascending.
+    pub ranks: Vec<u32>,
+}
+
+impl fmt::Display for EnvDifference {
+    /// `NCCL_ALGO: Ring -> Tree (ranks 0..=3)`; an unset side reads `(unset)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |v: &Option<String>| match v {
+            None => "(unset)".to_owned(),
+            Some(v) if v.chars().any(char::is_control) => format!("{:?}", v),
+            Some(v) => v.clone(),
+        };
+        write!(
+            f,
+            "{}: {} -> {} ({})",
+            self.key,
+            show(&self.left),
+            show(&self.right),
+            describe_ranks(&self.ranks).trim_end_matches(':')
+        )
+    }
 }
 
 impl Divergence {
@@ -227,8 +303,13 @@ pub struct Comparison {
     pub first: Option<Divergence>,
     /// The first differing records, in order, at most `max_rows`.
     pub rows: Vec<Divergence>,
-    /// Explanations of structural differences: world sizes, steps, names, missing statistics.
+    /// Explanations of structural differences: world sizes, steps, names, missing statistics
+    /// and environment snapshots.
     pub notes: Vec<String>,
+    /// The environment entries that differ between the sides, by key (then values), with the
+    /// ranks where they do; empty when the snapshots agree or a side has none. Reports print
+    /// them first: a changed variable or library often explains the divergence.
+    pub environment: Vec<EnvDifference>,
     /// The first overflow (NaN, Inf, fp16 saturation) in A and in B.
     pub overflow: [Option<Overflow>; 2],
     /// The ranks × steps map, when asked for.
@@ -247,6 +328,7 @@ impl Comparison {
             first: None,
             rows: Vec::new(),
             notes: Vec::new(),
+            environment: Vec::new(),
             overflow: [None, None],
             map: None,
         }
@@ -265,6 +347,10 @@ pub(crate) trait Side {
     fn describe(&self) -> String;
     fn has_stats(&self) -> bool;
     fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError>;
+    /// Why this side's ranks hold no environment snapshot, when a note should say so.
+    fn no_environment(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl Side for Dump {
@@ -279,6 +365,9 @@ impl Side for Dump {
     }
     fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError> {
         Dump::open_rank(self, rank)
+    }
+    fn no_environment(&self) -> Option<&'static str> {
+        Dump::no_environment(self)
     }
 }
 
@@ -321,11 +410,14 @@ pub(crate) fn compare_traces(left: &Trace, right: &Trace, view: TraceView) -> Co
         max_rows: CHECK_ROWS,
         map: true,
     };
+    // `replicas` compares ranks of one run: their snapshots differ by host, not by run.
+    let with_environment = view != TraceView::Replicas;
     let side = |trace, replicas_of, replicated_only, num_ranks: Option<u32>| MemoryDump {
         trace,
         replicas_of,
         replicated_only,
         num_ranks: num_ranks.unwrap_or(trace.world_size() as u32),
+        with_environment,
     };
     let (a, b, first_rank) = match view {
         TraceView::All => (
@@ -360,6 +452,8 @@ struct MemoryDump<'t> {
     replicated_only: bool,
     /// The ranks this side shows (the first ones of the trace).
     num_ranks: u32,
+    /// Whether its ranks show their environment snapshots.
+    with_environment: bool,
 }
 
 impl Side for MemoryDump<'_> {
@@ -375,8 +469,15 @@ impl Side for MemoryDump<'_> {
     fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource + '_>, DumpError> {
         let from = self.replicas_of.unwrap_or(rank) as usize;
         let records = self.trace.ranks.get(from).map_or(&[][..], |r| &r.records);
+        let environment = self
+            .trace
+            .ranks
+            .get(from)
+            .and_then(|r| r.environment.as_ref())
+            .filter(|_| self.with_environment);
         Ok(Box::new(MemoryRank {
             records,
+            environment,
             replicated_only: self.replicated_only,
             pos: 0,
             names: Vec::new(),
@@ -388,6 +489,7 @@ impl Side for MemoryDump<'_> {
 
 struct MemoryRank<'t> {
     records: &'t [Record],
+    environment: Option<&'t Environment>,
     replicated_only: bool,
     pos: usize,
     names: Vec<String>,
@@ -441,6 +543,9 @@ impl RankSource for MemoryRank<'_> {
     }
     fn tensor(&mut self, _entry: &Entry) -> Result<Option<Tensor>, DumpError> {
         Ok(None)
+    }
+    fn environment(&self) -> Option<&Environment> {
+        self.environment
     }
 }
 
@@ -496,6 +601,10 @@ struct Engine<'o> {
     map_names: Vec<String>,
     map_name_ids: HashMap<String, u32>,
     world: u32,
+    /// (key, A's value, B's value) -> the ranks where the snapshots differ so.
+    environment: BTreeMap<(String, Option<String>, Option<String>), Vec<u32>>,
+    /// Whether a rank of A (of B) was read without a snapshot.
+    no_environment: [bool; 2],
 }
 
 /// Map cell codes; a tensor's cell is `TENSOR + its index` in the map's names.
@@ -571,6 +680,8 @@ fn compare_ranks(
         map_names: Vec::new(),
         map_name_ids: HashMap::new(),
         world,
+        environment: BTreeMap::new(),
+        no_environment: [false; 2],
     };
     for rank in first_rank..world {
         let sa = if rank < wa {
@@ -583,6 +694,7 @@ fn compare_ranks(
         } else {
             None
         };
+        engine.compare_environments(rank, sa.as_deref(), sb.as_deref());
         engine.compare_rank(rank, sa, sb)?;
     }
     let mut notes = Vec::new();
@@ -610,6 +722,13 @@ fn compare_ranks(
             ));
         }
     }
+    for ((side, s), missing) in [("A", a), ("B", b)].into_iter().zip(engine.no_environment) {
+        if let Some(why) = s.no_environment().filter(|_| missing) {
+            notes.push(format!(
+                "{side} holds no environment snapshot ({why}): environment differences are not shown"
+            ));
+        }
+    }
     for (side, s) in [("A", a), ("B", b)] {
         if !s.has_stats() {
             notes.push(format!(
@@ -631,6 +750,16 @@ fn compare_ranks(
         first: engine.first,
         rows: engine.rows.into_values().collect(),
         notes,
+        environment: engine
+            .environment
+            .into_iter()
+            .map(|((key, left, right), ranks)| EnvDifference {
+                key,
+                left,
+                right,
+                ranks,
+            })
+            .collect(),
         overflow: engine.overflow,
         map,
     })
@@ -659,6 +788,32 @@ fn summary(batch: &Batch, i: usize, src: &dyn RankSource) -> RecordSummary {
 }
 
 impl Engine<'_> {
+    /// Records how the environment snapshots of one rank's two sides differ (when both have one).
+    fn compare_environments(
+        &mut self,
+        rank: u32,
+        a: Option<&(dyn RankSource + '_)>,
+        b: Option<&(dyn RankSource + '_)>,
+    ) {
+        let (Some(a), Some(b)) = (a, b) else {
+            return;
+        };
+        let (ea, eb) = (a.environment(), b.environment());
+        self.no_environment[0] |= ea.is_none();
+        self.no_environment[1] |= eb.is_none();
+        let (Some(ea), Some(eb)) = (ea, eb) else {
+            return;
+        };
+        for d in ea.differences(eb) {
+            let key = (
+                d.key.to_owned(),
+                d.left.map(str::to_owned),
+                d.right.map(str::to_owned),
+            );
+            self.environment.entry(key).or_default().push(rank);
+        }
+    }
+
     fn compare_rank(
         &mut self,
         rank: u32,
@@ -932,16 +1087,19 @@ impl Engine<'_> {
                 continue;
             }
             let name = name.to_owned();
-            let metrics = match (x, y, difference) {
+            let (metrics, element) = match (x, y, difference) {
                 (Some(x), Some(y), Difference::Digest) => {
                     let ta = sa.as_deref_mut().expect("A").tensor(x)?;
                     let tb = sb.as_deref_mut().expect("B").tensor(y)?;
                     match (ta, tb) {
-                        (Some(ta), Some(tb)) => TensorMetrics::between(&ta, &tb),
-                        _ => None,
+                        (Some(ta), Some(tb)) => (
+                            TensorMetrics::between(&ta, &tb),
+                            ElementFinding::between(&ta, &tb),
+                        ),
+                        _ => (None, None),
                     }
                 }
-                _ => None,
+                _ => (None, None),
             };
             let row = Divergence {
                 step,
@@ -952,6 +1110,7 @@ impl Engine<'_> {
                 left: i.map(|i| summary(a, i, sa.as_deref().expect("A"))),
                 right: j.map(|j| summary(b, j, sb.as_deref().expect("B"))),
                 metrics,
+                element,
             };
             if want_first {
                 self.first = Some(row.clone());

@@ -1,8 +1,11 @@
 //! Dumps end to end: write, read back, reject damaged files, compare.
 
 use super::*;
-use crate::file::{format, tensor_path, trace_path, write_trace, DumpMode, TraceWriter};
-use crate::record::{RecordLevel, Recorder, Trace};
+use crate::file::{
+    format, tensor_path, trace_path, write_trace, write_trace_v2, DumpError, DumpMode, RunId,
+    TraceWriter,
+};
+use crate::record::{Environment, RecordLevel, Recorder, Trace};
 use crate::run::dump_scenario;
 use crate::scenario::RunPlan;
 use crate::value::tensor::Tensor;
@@ -26,9 +29,33 @@ fn trace(world: u32, steps: u64, value: f32) -> Trace {
     Trace { ranks }
 }
 
+/// A dump of `trace` in format version 1.
 fn dump(trace: &Trace, mode: DumpMode) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write_trace(dir.path(), trace, mode).unwrap();
+    dir
+}
+
+/// The snapshot of the version 2 golden files.
+fn golden_environment() -> Environment {
+    [
+        ("NCCL_ALGO", "Ring"),
+        ("detcheck.kernel", "baseline"),
+        ("launcher", "threads"),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A dump of `trace` in format version 2, with `environment` and `run_id` in every file.
+fn dump_v2(
+    trace: &Trace,
+    mode: DumpMode,
+    environment: &Environment,
+    run_id: RunId,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_trace_v2(dir.path(), trace, mode, environment, run_id).unwrap();
     dir
 }
 
@@ -64,10 +91,43 @@ fn the_bytes_of_a_dump_do_not_change() {
 }
 
 #[test]
+fn the_bytes_of_a_version_2_dump_do_not_change() {
+    // Golden: the md5 of rank 0's file of the trace of `the_bytes_of_a_dump_do_not_change`, in
+    // version 2, with a fixed snapshot and run id. A change here is a format change: bump the
+    // version and update docs/trace-format.md (and scripts/dctrace.py).
+    let run_id: RunId = "000102030405060708090a0b0c0d0e0f".parse().unwrap();
+    for (mode, expected_len, expected_md5) in [
+        (DumpMode::Md5, 441, "73b52b67651b842d2acc19602756dcb9"),
+        (DumpMode::Stats, 697, "6c4569223f0f29f28692992e7323e666"),
+    ] {
+        let dir = dump_v2(&trace(2, 2, 0.5), mode, &golden_environment(), run_id);
+        let bytes = std::fs::read(trace_path(dir.path(), 0)).unwrap();
+        assert_eq!(
+            (
+                bytes.len(),
+                crate::value::digest::Md5Digest::of_bytes(&bytes).to_string()
+            ),
+            (expected_len, expected_md5.to_owned()),
+            "{mode}"
+        );
+    }
+}
+
+#[test]
 fn a_dump_reads_back_as_written() {
     let t = trace(3, 4, 0.5);
-    for mode in [DumpMode::Md5, DumpMode::Stats] {
-        let dir = dump(&t, mode);
+    let dumps = [DumpMode::Md5, DumpMode::Stats]
+        .into_iter()
+        .flat_map(|mode| {
+            [
+                (mode, dump(&t, mode)),
+                (
+                    mode,
+                    dump_v2(&t, mode, &golden_environment(), RunId::of("x")),
+                ),
+            ]
+        });
+    for (mode, dir) in dumps {
         let d = open_dump(dir.path()).unwrap();
         assert_eq!(d.world_size(), 3);
         let mut src = d.open_rank(1).unwrap();
@@ -93,7 +153,7 @@ fn a_dump_reads_back_as_written() {
 }
 
 #[test]
-fn damaged_files_are_rejected_naming_the_file() {
+fn damaged_version_1_files_are_rejected_naming_the_file() {
     let dir = dump(&trace(1, 3, 0.5), DumpMode::Stats);
     let path = trace_path(dir.path(), 0);
     let good = std::fs::read(&path).unwrap();
@@ -111,17 +171,27 @@ fn damaged_files_are_rejected_naming_the_file() {
     let mut bad = good.clone();
     bad[0] = b'X';
     reject(&bad, "not a detcheck trace");
+    // A version 1 file whose version byte says 2 fails version 2's header checksum.
     let mut bad = good.clone();
     bad[8] = 2;
-    reject(&bad, "trace format version 2 is not supported");
+    reject(
+        &bad,
+        "corrupt trace at byte 0: the header's checksum does not match",
+    );
+    let mut bad = good.clone();
+    bad[8] = 9;
+    reject(
+        &bad,
+        "the header says version 9, but its checksum does not match",
+    );
     // A record count that disagrees with the footer.
     let mut bad = good.clone();
-    let footer = bad.len() - format::FOOTER_LEN;
+    let footer = bad.len() - format::FOOTER_LEN_V1;
     bad[footer + 8] += 1;
     reject(&bad, "the footer counts 7 records");
     // An unknown tag in the middle.
     let mut bad = good.clone();
-    bad[format::HEADER_LEN] = b'?';
+    bad[format::HEADER_LEN_V1] = b'?';
     reject(&bad, "unknown entry tag 0x3f");
     std::fs::write(&path, &good).unwrap();
     assert!(compare(dir.path(), dir.path()).is_identical());
@@ -542,4 +612,236 @@ fn a_scenario_dump_matches_its_trace_in_memory() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("already holds a dump"), "{err}");
+}
+
+/// A small full-mode dump of format version 2 (2 steps, 2 tensors each, a small snapshot).
+fn small_full_dump(run_id: RunId, scale: f32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+    w.replace_environment(golden_environment());
+    w.set_run_id(run_id);
+    for step in 0..2u64 {
+        let x = step as f32 * scale;
+        w.record(step, "x", &Tensor::from_vec(vec![x, 2.0, f32::NAN]))
+            .unwrap();
+        w.record_replicated(step, "loss", &Tensor::scalar(x + 0.5))
+            .unwrap();
+    }
+    w.finish().unwrap();
+    dir
+}
+
+/// The offsets at which changing one byte of `file` (XOR with each of `masks`) goes unreported:
+/// a compare of its dump with itself succeeds, or fails without naming the file and an offset
+/// inside it as corrupt.
+fn unreported_changes(dir: &Path, file: &Path, masks: &[u8]) -> Vec<(usize, u8, String)> {
+    let good = std::fs::read(file).unwrap();
+    let mut missed = Vec::new();
+    for at in 0..good.len() {
+        for &mask in masks {
+            let mut bad = good.clone();
+            bad[at] ^= mask;
+            std::fs::write(file, &bad).unwrap();
+            match compare_dumps(dir, dir, &CompareOptions::default()) {
+                Err(DumpError::Corrupt { path, offset, .. })
+                    if path == file && offset < good.len() as u64 => {}
+                Err(e) => missed.push((at, mask, e.to_string())),
+                Ok(_) => missed.push((at, mask, "read as a valid trace".to_owned())),
+            }
+        }
+    }
+    std::fs::write(file, &good).unwrap();
+    missed
+}
+
+/// Any one damaged byte of a version 2 file, wherever it is (header, blocks, statistics, flags,
+/// reserved bytes, the snapshot, the tensor-file list, the footer), is reported as corruption
+/// naming the file and a byte offset; the same sweep over a version 1 file (no checksums) finds
+/// changes that pass unnoticed, so this test would catch a return to unchecked files.
+#[test]
+fn every_single_byte_change_of_a_version_2_file_is_reported_with_its_offset() {
+    let dir = small_full_dump(RunId::of("flip"), 1.0);
+    let file = trace_path(dir.path(), 0);
+    let len = std::fs::metadata(&file).unwrap().len();
+    let missed = unreported_changes(dir.path(), &file, &[0x01, 0x80, 0xff]);
+    assert!(missed.is_empty(), "{len} bytes; unreported: {missed:?}");
+    assert!(compare(dir.path(), dir.path()).is_identical());
+
+    let v1 = dump(&trace(1, 2, 0.5), DumpMode::Stats);
+    let file = trace_path(v1.path(), 0);
+    let missed = unreported_changes(v1.path(), &file, &[0x01]);
+    assert!(
+        missed
+            .iter()
+            .any(|(_, _, why)| why == "read as a valid trace"),
+        "version 1 files have no checksums, so some changes must pass: {missed:?}"
+    );
+}
+
+#[test]
+fn a_newer_format_version_is_named_as_such() {
+    let dir = dump_v2(
+        &trace(1, 1, 0.5),
+        DumpMode::Md5,
+        &golden_environment(),
+        RunId::UNKNOWN,
+    );
+    let path = trace_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8] = 3;
+    let crc = format::crc32(&[&bytes[..60]]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = open_dump(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.ends_with(
+            "rank0.dctrace: trace format version 3 is not supported (this detcheck reads \
+             versions 1 to 2)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn listed_tensor_files_that_are_deleted_truncated_or_changed_are_named() {
+    let (a, b) = (
+        small_full_dump(RunId::of("a"), 1.0),
+        small_full_dump(RunId::of("b"), 3.0),
+    );
+    assert_eq!(
+        compare(a.path(), b.path()).num_differing,
+        2,
+        "x and loss at step 1"
+    );
+    let step1 = tensor_path(b.path(), 0, 1);
+    let good = std::fs::read(&step1).unwrap();
+    let error = || {
+        compare_dumps(a.path(), b.path(), &CompareOptions::default())
+            .unwrap_err()
+            .to_string()
+    };
+    std::fs::remove_file(&step1).unwrap();
+    let err = error();
+    assert!(
+        err.contains("rank0/step1.safetensors: missing, but"),
+        "{err}"
+    );
+    assert!(err.contains("rank0.dctrace lists it"), "{err}");
+    std::fs::write(&step1, &good[..good.len() - 3]).unwrap();
+    let err = error();
+    assert!(
+        err.contains("step1.safetensors: ") && err.contains("the tensor file is truncated"),
+        "{err}"
+    );
+    // The same size, one byte changed: its md5 is checked when the compare reads it.
+    let mut changed = good.clone();
+    *changed.last_mut().unwrap() ^= 1;
+    std::fs::write(&step1, &changed).unwrap();
+    let err = error();
+    assert!(
+        err.contains("step1.safetensors: corrupt: its md5 is"),
+        "{err}"
+    );
+    std::fs::write(&step1, &good).unwrap();
+    assert_eq!(compare(a.path(), b.path()).num_differing, 2);
+}
+
+#[test]
+fn rank_files_of_two_dumps_are_not_mixed() {
+    let t = trace(2, 1, 0.5);
+    let env = golden_environment();
+    let a = dump_v2(&t, DumpMode::Stats, &env, RunId::of("run a"));
+    let b = dump_v2(&t, DumpMode::Stats, &env, RunId::of("run b"));
+    assert!(compare(a.path(), b.path()).is_identical());
+    std::fs::copy(trace_path(b.path(), 1), trace_path(a.path(), 1)).unwrap();
+    let err = open_dump(a.path()).unwrap_err().to_string();
+    assert!(err.contains("files of different dumps are mixed"), "{err}");
+    assert!(err.contains(&RunId::of("run b").to_string()), "{err}");
+    // A version 1 file among version 2 files is another dump too.
+    let v1 = dump(&t, DumpMode::Stats);
+    std::fs::copy(trace_path(v1.path(), 0), trace_path(b.path(), 0)).unwrap();
+    let err = open_dump(b.path()).unwrap_err().to_string();
+    assert!(err.contains("files of different dumps are mixed"), "{err}");
+}
+
+#[test]
+fn environment_snapshots_round_trip_and_their_differences_are_compared() {
+    let t = trace(2, 1, 0.5);
+    let left = golden_environment();
+    let mut right = left.clone();
+    right.set("NCCL_ALGO", "Tree");
+    right.set("torch.version", "2.5.1");
+    right.remove("launcher");
+    let (a, b) = (
+        dump_v2(&t, DumpMode::Md5, &left, RunId::of("a")),
+        dump_v2(&t, DumpMode::Md5, &right, RunId::of("b")),
+    );
+    // Read back as written, by the engine and into a trace.
+    let d = open_dump(b.path()).unwrap();
+    assert_eq!(d.open_rank(1).unwrap().environment(), Some(&right));
+    let loaded = crate::file::load_trace(b.path(), 2).unwrap();
+    assert_eq!(loaded.ranks[0].environment.as_ref(), Some(&right));
+    // Differences, grouped over ranks; they are not divergences.
+    let cmp = compare(a.path(), b.path());
+    assert!(cmp.is_identical());
+    let lines: Vec<String> = cmp.environment.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "NCCL_ALGO: Ring -> Tree (ranks 0..=1)",
+            "launcher: threads -> (unset) (ranks 0..=1)",
+            "torch.version: (unset) -> 2.5.1 (ranks 0..=1)",
+        ]
+    );
+    assert!(compare(a.path(), a.path()).environment.is_empty());
+    // A side without snapshots (version 1) is named in a note, not compared.
+    let v1 = dump(&t, DumpMode::Md5);
+    let cmp = compare(v1.path(), b.path());
+    assert!(cmp.environment.is_empty());
+    assert!(
+        cmp.notes.iter().any(|n| n.starts_with(
+            "A holds no environment snapshot (its files are of trace format version 1"
+        )),
+        "{:?}",
+        cmp.notes
+    );
+    // A writer's own snapshot: this process's, plus what it adds.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Md5).unwrap();
+    w.set_environment("torch.cuda", "12.4").unwrap();
+    assert!(w.set_environment("", "x").is_err());
+    w.record(0, "x", &Tensor::scalar(1.0f32)).unwrap();
+    w.set_environment("late", "after the first record").unwrap();
+    let handle = w.environment_handle();
+    handle.set("from.another.thread", "yes").unwrap();
+    assert!(handle.set("", "x").is_err());
+    let expected = w.environment();
+    assert_eq!(expected.get("from.another.thread"), Some("yes"));
+    assert_eq!(
+        expected.get("detcheck.version"),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    w.finish().unwrap();
+    let d = open_dump(dir.path()).unwrap();
+    let src = d.open_rank(0).unwrap();
+    assert_eq!(src.environment(), Some(&expected));
+    assert_eq!(expected.get("late"), Some("after the first record"));
+}
+
+#[test]
+fn msprobe_dumps_are_noted_to_have_no_snapshot() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    msprobe(a.path(), 1, 1, |_, _, i| format!("{:08x}", i));
+    msprobe(b.path(), 1, 1, |_, _, i| format!("{:08x}", i));
+    let cmp = compare(a.path(), b.path());
+    assert!(cmp.environment.is_empty());
+    for side in ["A", "B"] {
+        assert!(
+            cmp.notes.iter().any(|n| n.starts_with(&format!(
+                "{side} holds no environment snapshot (msprobe dumps have no environment snapshot)"
+            ))),
+            "{:?}",
+            cmp.notes
+        );
+    }
 }

@@ -1,28 +1,51 @@
-//! The byte layout of a trace file (version 1), as documented in `docs/trace-format.md`.
+//! The byte layout of a trace file (versions 1 and 2), as documented in `docs/trace-format.md`.
 //!
-//! Everything is little-endian. A file is a 32-byte header, a sequence of entries (name
-//! definitions `N`, layout definitions `L`, records `R`), and a 40-byte footer `E`. Records are
-//! fixed-size: 40 bytes in md5 mode, 104 bytes with statistics. This module only encodes and
-//! decodes bytes; files are handled by the writer and the reader.
+//! Everything is little-endian. Version 2 (written by default) is a 64-byte header with the run
+//! id and a CRC-32 of itself; blocks `B` of entries (name definitions `N`, layout definitions
+//! `L`, records `R`), each with the CRC-32 of its framing and its entries; an environment section
+//! `V` (the sorted snapshot); a tensor-file section `T` (full mode: the md5 of each step's
+//! safetensors file); and a 64-byte footer `E` with the counts, the sections' offsets and a
+//! CRC-32 of itself. Version 1 (still read; written only by tests) is a 32-byte header, the same
+//! entries without blocks, and a 40-byte footer, with no checksum. Records are fixed-size: 40
+//! bytes in md5 mode, 104 bytes with statistics. This module only encodes and decodes bytes;
+//! files are handled by the writer and the reader.
+//!
+//! Checksums are CRC-32 (ISO-HDLC: zlib's and Python's `zlib.crc32`), which detects every change
+//! of up to 32 consecutive bits, so any one damaged byte of a version 2 file is caught.
 //!
 //! Dtype codes 1-4 (f32, f64, i64, u8) are the first ones; 5-8 (f16, bf16, i32, bool) were added
 //! later within version 1: every older file stays valid, and only a file that uses a new dtype
 //! needs a reader that knows its code (an older one rejects it as an unknown dtype code).
 
-use crate::file::DumpMode;
-use crate::value::digest::{ExactF64, Stats};
+use crate::file::{DumpMode, RunId};
+use crate::record::Environment;
+use crate::value::digest::{ExactF64, Md5Digest, Stats};
 use crate::value::tensor::DType;
 
 /// The first 8 bytes of every trace file.
 pub(crate) const MAGIC: [u8; 8] = *b"DCTRACE\0";
 /// The last 8 bytes of every complete trace file.
 pub(crate) const END_MAGIC: [u8; 8] = *b"DCTREND\0";
-/// The format version this build writes and reads.
-pub(crate) const VERSION: u16 = 1;
-/// Bytes of the header.
-pub(crate) const HEADER_LEN: usize = 32;
-/// Bytes of the footer.
-pub(crate) const FOOTER_LEN: usize = 40;
+/// The format version this build writes.
+pub(crate) const VERSION: u16 = 2;
+/// The first version, still read.
+pub(crate) const VERSION_1: u16 = 1;
+/// Bytes of a version 1 header.
+pub(crate) const HEADER_LEN_V1: usize = 32;
+/// Bytes of a version 2 header.
+pub(crate) const HEADER_LEN: usize = 64;
+/// Bytes of a version 1 footer.
+pub(crate) const FOOTER_LEN_V1: usize = 40;
+/// Bytes of a version 2 footer.
+pub(crate) const FOOTER_LEN: usize = 64;
+/// Bytes of a section's framing (blocks `B`, the environment `V`, the tensor files `T`).
+pub(crate) const SECTION_LEN: usize = 16;
+/// A block is closed once its entries reach this many bytes (after the record that crossed it).
+pub(crate) const BLOCK_TARGET: usize = 64 << 10;
+/// Bytes of an entry of the tensor-file section.
+pub(crate) const TENSOR_FILE_LEN: usize = 32;
+/// The checksum code of the header: CRC-32 (ISO-HDLC).
+pub(crate) const CHECKSUM_CRC32: u8 = 1;
 /// Bytes of a record without statistics.
 pub(crate) const RECORD_LEN_MD5: usize = 40;
 /// Bytes of a record with statistics.
@@ -34,9 +57,21 @@ pub(crate) const TAG_NAME: u8 = b'N';
 pub(crate) const TAG_LAYOUT: u8 = b'L';
 pub(crate) const TAG_RECORD: u8 = b'R';
 pub(crate) const TAG_END: u8 = b'E';
+pub(crate) const TAG_BLOCK: u8 = b'B';
+pub(crate) const TAG_ENVIRONMENT: u8 = b'V';
+pub(crate) const TAG_TENSOR_FILES: u8 = b'T';
 
 /// Record flag: the tensor is replicated on every rank.
 pub(crate) const FLAG_REPLICATED: u8 = 1;
+
+/// The CRC-32 of the concatenation of `parts`.
+pub(crate) fn crc32(parts: &[&[u8]]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hasher.finalize()
+}
 
 /// The record size of a mode.
 pub(crate) fn record_len(mode: DumpMode) -> usize {
@@ -44,6 +79,24 @@ pub(crate) fn record_len(mode: DumpMode) -> usize {
         RECORD_LEN_STATS
     } else {
         RECORD_LEN_MD5
+    }
+}
+
+/// The header size of a version.
+pub(crate) fn header_len(version: u16) -> usize {
+    if version == VERSION_1 {
+        HEADER_LEN_V1
+    } else {
+        HEADER_LEN
+    }
+}
+
+/// The footer size of a version.
+pub(crate) fn footer_len(version: u16) -> usize {
+    if version == VERSION_1 {
+        FOOTER_LEN_V1
+    } else {
+        FOOTER_LEN
     }
 }
 
@@ -94,55 +147,147 @@ pub(crate) fn dtype_from_code(code: u8) -> Option<DType> {
 /// The header's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
+    /// 1 or 2.
+    pub(crate) version: u16,
     pub(crate) mode: DumpMode,
     pub(crate) rank: u32,
     pub(crate) world_size: u32,
+    /// Zero in version 1 (which has none).
+    pub(crate) run_id: RunId,
 }
 
 /// Why a header could not be decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum HeaderError {
+    /// Not a trace at all.
     Magic,
+    /// A version this build does not read, in a header whose checksum holds.
     Version(u16),
-    Field(String),
+    /// Fewer bytes than the header needs.
+    Short,
+    /// Damaged bytes (a checksum that does not hold, a field out of range), at `offset`.
+    Damaged { offset: u64, detail: String },
 }
 
-pub(crate) fn encode_header(h: &Header) -> [u8; HEADER_LEN] {
-    let mut out = [0u8; HEADER_LEN];
+/// The bytes of a header: 32 in version 1, 64 in version 2.
+pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
+    let mut out = vec![0u8; header_len(h.version)];
     out[0..8].copy_from_slice(&MAGIC);
-    out[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    out[8..10].copy_from_slice(&h.version.to_le_bytes());
     out[10] = mode_code(h.mode);
     out[12..16].copy_from_slice(&h.rank.to_le_bytes());
     out[16..20].copy_from_slice(&h.world_size.to_le_bytes());
     out[20..24].copy_from_slice(&(record_len(h.mode) as u32).to_le_bytes());
+    if h.version != VERSION_1 {
+        out[11] = CHECKSUM_CRC32;
+        out[24..28].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        out[32..48].copy_from_slice(&h.run_id.0);
+        let crc = crc32(&[&out[..60]]);
+        out[60..64].copy_from_slice(&crc.to_le_bytes());
+    }
     out
 }
 
-pub(crate) fn decode_header(b: &[u8; HEADER_LEN]) -> Result<Header, HeaderError> {
+/// `true` when the version 2 header checksum of `b` (64 bytes or more) holds.
+fn header_checksum_holds(b: &[u8]) -> bool {
+    crc32(&[&b[..60]]) == u32_at(b, 60)
+}
+
+/// The index of the first byte where `a` and `b` differ.
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0)
+}
+
+/// Decodes a header from the first bytes of a file (up to 64; fewer when the file is shorter).
+pub(crate) fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
+    if b.len() < 10 {
+        return Err(HeaderError::Short);
+    }
     if b[0..8] != MAGIC {
+        // A version 2 header damaged in its magic only: its checksum holds with the magic
+        // restored. Anything else is not a trace.
+        if b.len() >= HEADER_LEN {
+            let mut restored = b[..HEADER_LEN].to_vec();
+            restored[..8].copy_from_slice(&MAGIC);
+            if header_checksum_holds(&restored) {
+                return Err(HeaderError::Damaged {
+                    offset: first_difference(&b[..8], &MAGIC) as u64,
+                    detail: "the magic `DCTRACE` is damaged".into(),
+                });
+            }
+        }
         return Err(HeaderError::Magic);
     }
     let version = u16_at(b, 8);
-    if version != VERSION {
-        return Err(HeaderError::Version(version));
+    let damaged = |offset: u64, detail: String| Err(HeaderError::Damaged { offset, detail });
+    match version {
+        VERSION_1 => {
+            if b.len() < HEADER_LEN_V1 {
+                return Err(HeaderError::Short);
+            }
+            // A version 1 writer wrote zeros here; a version 2 header read as version 1 (its
+            // version byte damaged) has its checksum code and header size here.
+            if let Some(at) = [11usize, 24, 25, 26, 27, 28, 29, 30, 31]
+                .into_iter()
+                .find(|&i| b[i] != 0)
+            {
+                return damaged(at as u64, "header: a reserved byte is not 0".into());
+            }
+        }
+        VERSION => {
+            if b.len() < HEADER_LEN {
+                return Err(HeaderError::Short);
+            }
+            if !header_checksum_holds(b) {
+                return damaged(0, "the header's checksum does not match its bytes".into());
+            }
+            if b[11] != CHECKSUM_CRC32 {
+                return damaged(11, format!("header: unknown checksum code {}", b[11]));
+            }
+            if u32_at(b, 24) as usize != HEADER_LEN {
+                return damaged(24, format!("header: header size {}", u32_at(b, 24)));
+            }
+        }
+        other => {
+            // A newer version keeps the header's checksum where version 2 has it: when it
+            // holds, the file is of a version this build does not know; when it does not,
+            // the version bytes themselves are damaged.
+            if b.len() >= HEADER_LEN && header_checksum_holds(b) {
+                return Err(HeaderError::Version(other));
+            }
+            return damaged(
+                8,
+                format!("the header says version {other}, but its checksum does not match"),
+            );
+        }
     }
-    let mode = mode_from_code(b[10])
-        .ok_or_else(|| HeaderError::Field(format!("unknown mode code {}", b[10])))?;
+    let mode = match mode_from_code(b[10]) {
+        Some(mode) => mode,
+        None => return damaged(10, format!("header: unknown mode code {}", b[10])),
+    };
     let (rank, world_size, rec_len) = (u32_at(b, 12), u32_at(b, 16), u32_at(b, 20));
     if world_size == 0 || rank >= world_size {
-        return Err(HeaderError::Field(format!(
-            "rank {rank} does not fit world size {world_size}"
-        )));
+        return damaged(
+            12,
+            format!("header: rank {rank} does not fit world size {world_size}"),
+        );
     }
     if rec_len as usize != record_len(mode) {
-        return Err(HeaderError::Field(format!(
-            "record size {rec_len} does not match mode {mode}"
-        )));
+        return damaged(
+            20,
+            format!("header: record size {rec_len} does not match mode {mode}"),
+        );
+    }
+    let mut run_id = RunId::UNKNOWN;
+    if version != VERSION_1 {
+        run_id.0.copy_from_slice(&b[32..48]);
     }
     Ok(Header {
+        version,
         mode,
         rank,
         world_size,
+        run_id,
     })
 }
 
@@ -154,10 +299,17 @@ pub(crate) struct Footer {
     pub(crate) num_layouts: u32,
     /// The byte offset of the footer itself: the length of the file before it.
     pub(crate) offset: u64,
+    /// Version 2: the number of blocks.
+    pub(crate) num_blocks: u32,
+    /// Version 2: the offset of the environment section (where the blocks end).
+    pub(crate) environment: u64,
+    /// Version 2: the offset of the tensor-file section.
+    pub(crate) tensor_files: u64,
 }
 
-pub(crate) fn encode_footer(f: &Footer) -> [u8; FOOTER_LEN] {
-    let mut out = [0u8; FOOTER_LEN];
+/// Encodes a version 1 footer (40 bytes).
+pub(crate) fn encode_footer_v1(f: &Footer) -> [u8; FOOTER_LEN_V1] {
+    let mut out = [0u8; FOOTER_LEN_V1];
     out[0] = TAG_END;
     out[8..16].copy_from_slice(&f.num_records.to_le_bytes());
     out[16..20].copy_from_slice(&f.num_names.to_le_bytes());
@@ -167,8 +319,8 @@ pub(crate) fn encode_footer(f: &Footer) -> [u8; FOOTER_LEN] {
     out
 }
 
-/// Decodes a footer; `None` when the tag or the end magic is wrong.
-pub(crate) fn decode_footer(b: &[u8; FOOTER_LEN]) -> Option<Footer> {
+/// Decodes a version 1 footer; `None` when the tag or the end magic is wrong.
+pub(crate) fn decode_footer_v1(b: &[u8]) -> Option<Footer> {
     if b[0] != TAG_END || b[32..40] != END_MAGIC {
         return None;
     }
@@ -177,7 +329,211 @@ pub(crate) fn decode_footer(b: &[u8; FOOTER_LEN]) -> Option<Footer> {
         num_names: u32_at(b, 16),
         num_layouts: u32_at(b, 20),
         offset: u64_at(b, 24),
+        num_blocks: 0,
+        environment: 0,
+        tensor_files: 0,
     })
+}
+
+/// The checksum of a version 2 footer: bytes 0..52 and the end magic.
+fn footer_checksum(b: &[u8]) -> u32 {
+    crc32(&[&b[..52], &b[56..64]])
+}
+
+/// Encodes a version 2 footer (64 bytes).
+pub(crate) fn encode_footer(f: &Footer) -> [u8; FOOTER_LEN] {
+    let mut out = [0u8; FOOTER_LEN];
+    out[0] = TAG_END;
+    out[4..8].copy_from_slice(&f.num_blocks.to_le_bytes());
+    out[8..16].copy_from_slice(&f.num_records.to_le_bytes());
+    out[16..20].copy_from_slice(&f.num_names.to_le_bytes());
+    out[20..24].copy_from_slice(&f.num_layouts.to_le_bytes());
+    out[24..32].copy_from_slice(&f.offset.to_le_bytes());
+    out[32..40].copy_from_slice(&f.environment.to_le_bytes());
+    out[40..48].copy_from_slice(&f.tensor_files.to_le_bytes());
+    out[56..64].copy_from_slice(&END_MAGIC);
+    let crc = footer_checksum(&out);
+    out[52..56].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Why a version 2 footer could not be decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FooterError {
+    /// No footer at all: the file was cut short (or has bytes appended).
+    Missing,
+    /// A footer with damaged bytes, at `offset` within it.
+    Damaged { offset: u64, detail: String },
+}
+
+/// Decodes a version 2 footer (the last 64 bytes of a file).
+pub(crate) fn decode_footer(b: &[u8]) -> Result<Footer, FooterError> {
+    let holds = footer_checksum(b) == u32_at(b, 52);
+    if b[56..64] != END_MAGIC {
+        // Damage in the end magic only (the checksum holds with it restored) is corruption;
+        // anything else is a file that does not end with a footer.
+        let mut restored = b[..FOOTER_LEN].to_vec();
+        restored[56..64].copy_from_slice(&END_MAGIC);
+        if footer_checksum(&restored) == u32_at(b, 52) {
+            return Err(FooterError::Damaged {
+                offset: 56 + first_difference(&b[56..64], &END_MAGIC) as u64,
+                detail: "the end magic `DCTREND` is damaged".into(),
+            });
+        }
+        return Err(FooterError::Missing);
+    }
+    if !holds {
+        return Err(FooterError::Damaged {
+            offset: 0,
+            detail: "the footer's checksum does not match its bytes".into(),
+        });
+    }
+    if b[0] != TAG_END || b[1..4] != [0, 0, 0] || b[48..52] != [0; 4] {
+        return Err(FooterError::Damaged {
+            offset: 0,
+            detail: "the footer's tag or reserved bytes are wrong".into(),
+        });
+    }
+    Ok(Footer {
+        num_blocks: u32_at(b, 4),
+        num_records: u64_at(b, 8),
+        num_names: u32_at(b, 16),
+        num_layouts: u32_at(b, 20),
+        offset: u64_at(b, 24),
+        environment: u64_at(b, 32),
+        tensor_files: u64_at(b, 40),
+    })
+}
+
+/// The framing of a section: its tag, the bytes of its payload, a count and the CRC-32 of the
+/// framing's first 12 bytes and the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Section {
+    pub(crate) tag: u8,
+    pub(crate) len: u32,
+    pub(crate) count: u32,
+    pub(crate) crc: u32,
+}
+
+/// The 16 bytes framing `payload` as a section of `tag` holding `count` items.
+pub(crate) fn encode_section(tag: u8, count: u32, payload: &[u8]) -> [u8; SECTION_LEN] {
+    let mut out = [0u8; SECTION_LEN];
+    out[0] = tag;
+    out[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    out[8..12].copy_from_slice(&count.to_le_bytes());
+    let crc = crc32(&[&out[..12], payload]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Decodes a section's framing (16 bytes); the reserved bytes must be 0.
+pub(crate) fn decode_section(b: &[u8]) -> Option<Section> {
+    (b[1..4] == [0, 0, 0]).then(|| Section {
+        tag: b[0],
+        len: u32_at(b, 4),
+        count: u32_at(b, 8),
+        crc: u32_at(b, 12),
+    })
+}
+
+/// `true` when `payload` is the one `framing` (its 16 bytes) was written for.
+pub(crate) fn section_checksum_holds(framing: &[u8], payload: &[u8]) -> bool {
+    crc32(&[&framing[..12], payload]) == u32_at(framing, 12)
+}
+
+/// The payload of the environment section: per entry the key's and the value's lengths (u16
+/// each), the key and the value (UTF-8), sorted by key.
+pub(crate) fn encode_environment(env: &Environment) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key, value) in env.iter() {
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+    out
+}
+
+/// Decodes the environment payload of `count` entries; `Err((offset in the payload, why))`.
+pub(crate) fn decode_environment(b: &[u8], count: u32) -> Result<Environment, (usize, String)> {
+    let mut env = Environment::new();
+    let mut pos = 0;
+    let mut last: Option<&str> = None;
+    for i in 0..count {
+        if b.len() - pos < 4 {
+            return Err((pos, format!("entry {i} runs past the section")));
+        }
+        let (klen, vlen) = (usize::from(u16_at(b, pos)), usize::from(u16_at(b, pos + 2)));
+        if b.len() - pos - 4 < klen + vlen {
+            return Err((pos, format!("entry {i} runs past the section")));
+        }
+        let text = |at: usize, len: usize| {
+            std::str::from_utf8(&b[at..at + len])
+                .map_err(|_| (at, format!("entry {i} is not UTF-8")))
+        };
+        let key = text(pos + 4, klen)?;
+        let value = text(pos + 4 + klen, vlen)?;
+        if key.is_empty() || last.is_some_and(|l| l >= key) {
+            return Err((pos, format!("entry {i} (`{key}`) is empty or out of order")));
+        }
+        env.set(key, value);
+        last = Some(key);
+        pos += 4 + klen + vlen;
+    }
+    if pos != b.len() {
+        return Err((pos, "bytes after the last entry".into()));
+    }
+    Ok(env)
+}
+
+/// A full-mode tensor file as its rank's trace lists it: the step, its size and its md5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TensorFile {
+    pub(crate) step: u64,
+    pub(crate) len: u64,
+    pub(crate) md5: Md5Digest,
+}
+
+/// The payload of the tensor-file section: 32 bytes per file, in step order.
+pub(crate) fn encode_tensor_files(files: &[TensorFile]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(files.len() * TENSOR_FILE_LEN);
+    for f in files {
+        out.extend_from_slice(&f.step.to_le_bytes());
+        out.extend_from_slice(&f.len.to_le_bytes());
+        out.extend_from_slice(&f.md5.0);
+    }
+    out
+}
+
+/// Decodes the tensor-file payload of `count` files; `Err((offset in the payload, why))`.
+pub(crate) fn decode_tensor_files(
+    b: &[u8],
+    count: u32,
+) -> Result<Vec<TensorFile>, (usize, String)> {
+    if b.len() != count as usize * TENSOR_FILE_LEN {
+        return Err((
+            0,
+            format!("{} bytes cannot hold {count} tensor files", b.len()),
+        ));
+    }
+    let mut files: Vec<TensorFile> = Vec::with_capacity(count as usize);
+    for (i, chunk) in b.chunks_exact(TENSOR_FILE_LEN).enumerate() {
+        let mut md5 = [0u8; 16];
+        md5.copy_from_slice(&chunk[16..32]);
+        let file = TensorFile {
+            step: u64_at(chunk, 0),
+            len: u64_at(chunk, 8),
+            md5: Md5Digest(md5),
+        };
+        if files.last().is_some_and(|l| l.step >= file.step) {
+            return Err((
+                i * TENSOR_FILE_LEN,
+                format!("tensor file {i} is out of step order"),
+            ));
+        }
+        files.push(file);
+    }
+    Ok(files)
 }
 
 /// Appends a name definition.
@@ -321,24 +677,116 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_round_trips_and_rejects_bad_bytes() {
-        let h = Header {
+    fn headers_round_trip_and_reject_bad_bytes() {
+        let v1 = Header {
+            version: VERSION_1,
             mode: DumpMode::Stats,
             rank: 2,
             world_size: 4,
+            run_id: RunId::UNKNOWN,
         };
-        let bytes = encode_header(&h);
+        let bytes = encode_header(&v1);
+        assert_eq!(bytes.len(), HEADER_LEN_V1);
         assert_eq!(&bytes[..12], b"DCTRACE\0\x01\x00\x02\x00");
-        assert_eq!(decode_header(&bytes), Ok(h));
-        let mut bad = bytes;
+        assert_eq!(decode_header(&bytes), Ok(v1));
+        let mut bad = bytes.clone();
         bad[0] = b'X';
         assert_eq!(decode_header(&bad), Err(HeaderError::Magic));
-        let mut bad = bytes;
-        bad[8] = 9;
-        assert_eq!(decode_header(&bad), Err(HeaderError::Version(9)));
-        let mut bad = bytes;
+        let mut bad = bytes.clone();
         bad[12] = 7;
-        assert!(matches!(decode_header(&bad), Err(HeaderError::Field(_))));
+        assert!(matches!(
+            decode_header(&bad),
+            Err(HeaderError::Damaged { offset: 12, .. })
+        ));
+        let mut bad = bytes;
+        bad[28] = 1;
+        assert!(matches!(
+            decode_header(&bad),
+            Err(HeaderError::Damaged { offset: 28, .. })
+        ));
+
+        let v2 = Header {
+            version: VERSION,
+            run_id: RunId([7; 16]),
+            ..v1
+        };
+        let bytes = encode_header(&v2);
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(&bytes[..12], b"DCTRACE\0\x02\x00\x02\x01");
+        assert_eq!(decode_header(&bytes), Ok(v2));
+        assert_eq!(decode_header(&bytes[..40]), Err(HeaderError::Short));
+        // Every damaged byte is reported as damage, never as another version or not a trace.
+        for at in 0..HEADER_LEN {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x10;
+            assert!(
+                matches!(decode_header(&bad), Err(HeaderError::Damaged { .. })),
+                "byte {at}: {:?}",
+                decode_header(&bad)
+            );
+        }
+        // A newer version with an intact header is a version this build does not read.
+        let mut newer = bytes;
+        newer[8] = 3;
+        let crc = crc32(&[&newer[..60]]);
+        newer[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_header(&newer), Err(HeaderError::Version(3)));
+    }
+
+    #[test]
+    fn footers_and_sections_round_trip_and_name_damage() {
+        let f = Footer {
+            num_records: 5,
+            num_names: 2,
+            num_layouts: 1,
+            offset: 1234,
+            num_blocks: 3,
+            environment: 1000,
+            tensor_files: 1100,
+        };
+        let bytes = encode_footer(&f);
+        assert_eq!(decode_footer(&bytes), Ok(f));
+        for at in 0..FOOTER_LEN {
+            let mut bad = bytes;
+            bad[at] ^= 1;
+            assert!(
+                matches!(decode_footer(&bad), Err(FooterError::Damaged { .. })),
+                "byte {at}"
+            );
+        }
+        assert_eq!(decode_footer(&[0; FOOTER_LEN]), Err(FooterError::Missing));
+
+        let env: Environment = [("NCCL_ALGO", "Ring"), ("launcher", "threads")]
+            .into_iter()
+            .collect();
+        let payload = encode_environment(&env);
+        let framing = encode_section(TAG_ENVIRONMENT, 2, &payload);
+        let section = decode_section(&framing).unwrap();
+        assert_eq!(
+            (section.tag, section.len, section.count),
+            (b'V', 4 + 13 + 4 + 15, 2)
+        );
+        assert!(section_checksum_holds(&framing, &payload));
+        assert_eq!(decode_environment(&payload, 2), Ok(env));
+        assert!(decode_environment(&payload, 1).is_err());
+        assert!(decode_environment(&payload, 3).is_err());
+
+        let files = [
+            TensorFile {
+                step: 0,
+                len: 100,
+                md5: Md5Digest([1; 16]),
+            },
+            TensorFile {
+                step: 2,
+                len: 120,
+                md5: Md5Digest([2; 16]),
+            },
+        ];
+        let payload = encode_tensor_files(&files);
+        assert_eq!(decode_tensor_files(&payload, 2).unwrap(), files);
+        let reversed = encode_tensor_files(&[files[1], files[0]]);
+        assert!(decode_tensor_files(&reversed, 2).is_err());
     }
 
     #[test]
@@ -395,17 +843,20 @@ mod tests {
     }
 
     #[test]
-    fn footer_needs_its_end_magic() {
+    fn a_version_1_footer_needs_its_end_magic() {
         let f = Footer {
             num_records: 5,
             num_names: 2,
             num_layouts: 1,
             offset: 1234,
+            num_blocks: 0,
+            environment: 0,
+            tensor_files: 0,
         };
-        let bytes = encode_footer(&f);
-        assert_eq!(decode_footer(&bytes), Some(f));
+        let bytes = encode_footer_v1(&f);
+        assert_eq!(decode_footer_v1(&bytes), Some(f));
         let mut bad = bytes;
         bad[39] = 1;
-        assert_eq!(decode_footer(&bad), None);
+        assert_eq!(decode_footer_v1(&bad), None);
     }
 }

@@ -13,6 +13,10 @@
 //! | `DETCHECK_SEED`, `DETCHECK_STEPS` | the scenario's seed and steps |
 //! | `DETCHECK_MODE` | `md5`, `stats` or `full`: what each record holds |
 //! | `DETCHECK_LAUNCH` | `K:T`: launch K of the check and its start time T (ms since the Unix epoch) |
+//! | `DETCHECK_RUN_ID` | 32 hex digits: the run id of this launch's trace files (`crate::file::RunId`) |
+//! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `none`), for the environment snapshot |
+//! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
+//! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
 //!
 //! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
 //! only moves timing: [`Launch::wait_for_start`] holds rank r until T + slot × step, where the
@@ -20,7 +24,7 @@
 //! arrival-order bug show up every time). It reads the wall clock, which is fine on a timing path
 //! and never touches a value.
 
-use crate::file::{DumpError, DumpMode};
+use crate::file::{DumpError, DumpMode, RunId};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,6 +42,14 @@ pub const STEPS_VAR: &str = "DETCHECK_STEPS";
 pub const MODE_VAR: &str = "DETCHECK_MODE";
 /// `DETCHECK_LAUNCH`.
 pub const LAUNCH_VAR: &str = "DETCHECK_LAUNCH";
+/// `DETCHECK_RUN_ID`.
+pub const RUN_ID_VAR: &str = "DETCHECK_RUN_ID";
+/// `DETCHECK_LAUNCHER`.
+pub const LAUNCHER_VAR: &str = "DETCHECK_LAUNCHER";
+/// `DETCHECK_FINGERPRINT`.
+pub const FINGERPRINT_VAR: &str = "DETCHECK_FINGERPRINT";
+/// `DETCHECK_MPI_LIBRARY`.
+pub const MPI_LIBRARY_VAR: &str = "DETCHECK_MPI_LIBRARY";
 
 /// The variables other launchers set for a process's rank, in the order they are read after
 /// `DETCHECK_RANK`: torchrun's, Open MPI's, MPICH/Hydra's, PMIx's.
@@ -65,6 +77,14 @@ pub struct Launch {
     pub mode: DumpMode,
     /// Which launch of the check (0, 1, ...) and its start time, for the start stagger.
     pub start: Option<(u32, u64)>,
+    /// The run id of the launch's trace files.
+    pub run_id: Option<RunId>,
+    /// The scenario's launcher, for the environment snapshot.
+    pub launcher: Option<String>,
+    /// The scenario's fingerprint, for the environment snapshot.
+    pub fingerprint: Option<String>,
+    /// The MPI library the launcher reports, for the environment snapshot.
+    pub mpi_library: Option<String>,
 }
 
 impl Launch {
@@ -84,6 +104,18 @@ impl Launch {
         }
         if let Some((launch, start_ms)) = self.start {
             vars.push((LAUNCH_VAR, format!("{launch}:{start_ms}")));
+        }
+        if let Some(id) = self.run_id {
+            vars.push((RUN_ID_VAR, id.to_string()));
+        }
+        for (name, value) in [
+            (LAUNCHER_VAR, &self.launcher),
+            (FINGERPRINT_VAR, &self.fingerprint),
+            (MPI_LIBRARY_VAR, &self.mpi_library),
+        ] {
+            if let Some(value) = value {
+                vars.push((name, value.clone()));
+            }
         }
         vars
     }
@@ -151,6 +183,13 @@ impl Launch {
                 Some(parsed.ok_or_else(|| bad(LAUNCH_VAR, &v, "`launch:start_ms`"))?)
             }
         };
+        let run_id = match var(RUN_ID_VAR) {
+            None => None,
+            Some(v) => Some(
+                v.parse()
+                    .map_err(|_| bad(RUN_ID_VAR, &v, "32 hex digits"))?,
+            ),
+        };
         Ok(Some(Launch {
             trace_dir: PathBuf::from(trace_dir),
             world_size,
@@ -159,6 +198,10 @@ impl Launch {
             steps: number(STEPS_VAR)?.unwrap_or(0),
             mode,
             start,
+            run_id,
+            launcher: var(LAUNCHER_VAR),
+            fingerprint: var(FINGERPRINT_VAR),
+            mpi_library: var(MPI_LIBRARY_VAR),
         }))
     }
 
@@ -210,6 +253,10 @@ mod tests {
             steps: 3,
             mode: DumpMode::Md5,
             start: Some((1, 1_700_000_000_000)),
+            run_id: Some(RunId([0xab; 16])),
+            launcher: Some("processes".into()),
+            fingerprint: Some("5d6e".into()),
+            mpi_library: Some("mpirun (Open MPI) 4.1.4".into()),
         };
         let vars = sent.to_env();
         let owned: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -241,6 +288,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`DETCHECK_WORLD_SIZE`"), "{err}");
+        let err = with(("DETCHECK_RUN_ID", "12")).unwrap_err().to_string();
+        assert!(
+            err.contains("`DETCHECK_RUN_ID`: `12` is not 32 hex digits"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -254,6 +306,10 @@ mod tests {
                 steps: 0,
                 mode: DumpMode::Stats,
                 start: Some((launch, 0)),
+                run_id: None,
+                launcher: None,
+                fingerprint: None,
+                mpi_library: None,
             };
             let mut order: Vec<u32> = (0..3).collect();
             order.sort_by_key(|&r| l.start_offset(r));

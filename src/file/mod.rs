@@ -17,8 +17,10 @@
 //! Limits: records must arrive in step order on each rank (a program records step 0, then step
 //! 1, ...); the full-tensor mode keeps one step's tensors of a rank in memory before writing them.
 
+pub mod capture;
 pub(crate) mod format;
 pub mod launch;
+pub use capture::Capture;
 pub use launch::Launch;
 mod msprobe;
 pub(crate) mod reader;
@@ -27,8 +29,8 @@ pub(crate) mod tensorfile;
 mod writer;
 
 #[cfg(test)]
-pub(crate) use writer::write_trace;
-pub use writer::TraceWriter;
+pub(crate) use writer::{write_trace, write_trace_v2};
+pub use writer::{EnvironmentHandle, TraceWriter};
 
 pub(crate) use reader::{load_trace, open_dump, Dump};
 pub(crate) use source::Batch;
@@ -112,7 +114,7 @@ pub enum DumpError {
     },
     /// The file's format version is not one this build reads.
     #[error(
-        "{}: trace format version {found} is not supported (this detcheck reads version {supported})",
+        "{}: trace format version {found} is not supported (this detcheck reads versions 1 to {supported})",
         path.display()
     )]
     Version {
@@ -177,6 +179,15 @@ pub enum DumpError {
         /// The record's name.
         name: String,
     },
+    /// A full-mode tensor file that the rank's trace lists is missing, has another size, or
+    /// another md5 than the trace records.
+    #[error("{}: {detail}", path.display())]
+    ListedFile {
+        /// The tensor file.
+        path: PathBuf,
+        /// What is wrong, and what the trace file records.
+        detail: String,
+    },
     /// A tensor file that a dump's record names (msprobe's `.pt` or `.npy`) cannot be read, or
     /// does not hold the tensor its record describes.
     #[error("{}: bad tensor file: {detail}", path.display())]
@@ -203,6 +214,62 @@ impl DumpError {
             path: path.to_owned(),
             source,
         }
+    }
+}
+
+/// What tells the trace files of one dump from another's: 16 bytes in every version 2 header.
+///
+/// The writer does not invent it: its caller gives it ([`TraceWriter::set_run_id`]).
+/// detcheck's runners give the md5 of the scenario's name, seed, world size, the run's number,
+/// and a nonce (the time the run started, in nanoseconds, this process's id and a counter), so
+/// two runs never share one, while the bytes of a file stay a pure function of what the writer
+/// is given (a test pins them). A program launched by detcheck gets it in `DETCHECK_RUN_ID`
+/// ([`Launch`]). A writer given none writes zeros, [`RunId::UNKNOWN`]: such files are told apart
+/// only by their world size, mode and format version. It is an identity, never compared as
+/// data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct RunId(pub [u8; 16]);
+
+impl RunId {
+    /// No run id (zeros).
+    pub const UNKNOWN: RunId = RunId([0; 16]);
+
+    /// The run id of a description: the md5 of its UTF-8 bytes.
+    #[must_use]
+    pub fn of(description: &str) -> Self {
+        RunId(crate::value::digest::Md5Digest::of_bytes(description.as_bytes()).0)
+    }
+
+    /// `true` for [`RunId::UNKNOWN`].
+    #[must_use]
+    pub fn is_unknown(&self) -> bool {
+        *self == RunId::UNKNOWN
+    }
+}
+
+impl fmt::Display for RunId {
+    /// 32 lowercase hex digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for RunId {
+    type Err = String;
+    /// 32 hex digits.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{s}` is not 32 hex digits");
+        if s.len() != 32 || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut id = [0u8; 16];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(RunId(id))
     }
 }
 

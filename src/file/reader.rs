@@ -1,18 +1,22 @@
 //! Reading dumps back: a folder of trace files, an msprobe dump folder, or an in-memory trace,
 //! each seen as one stream of steps per rank.
 //!
-//! [`open_dump`] recognises the folder and checks that its files belong together; a [`Dump`]
-//! opens one [`RankSource`] per rank; a source fills a [`Batch`] with the records of one step at a
-//! time. [`TraceReader`] checks a file's footer before its first record and its counts after the
-//! last, and rejects any entry that breaks the format, naming the file and byte offset.
+//! [`open_dump`] recognises the folder and checks that its files belong together (one world
+//! size, mode, format version and run id); a [`Dump`] opens one [`RankSource`] per rank; a
+//! source fills a [`Batch`] with the records of one step at a time. [`TraceReader`] checks a
+//! file's header and footer (and, in version 2, their checksums, the environment and the
+//! tensor-file sections) before its first record, each block's checksum before its entries, and
+//! its counts after the last; it rejects any entry that breaks the format, naming the file and
+//! byte offset. In a full dump of version 2, every tensor file the trace lists must exist with
+//! its size, and its md5 is checked when it is read.
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
-use crate::file::format::{self, Entry, Footer, Header, HeaderError};
+use crate::file::format::{self, Entry, Footer, FooterError, Header, HeaderError, TensorFile};
 use crate::file::msprobe::MsprobeDump;
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::tensorfile;
 use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
-use crate::record::{RankTrace, Record, Trace};
+use crate::record::{Environment, RankTrace, Record, Trace};
 use crate::value::digest::{Md5Digest, Stats};
 use crate::value::tensor::{DType, Tensor};
 use std::fs::File;
@@ -27,6 +31,8 @@ pub(crate) enum Dump {
         dir: PathBuf,
         world_size: u32,
         mode: DumpMode,
+        /// The files' format version.
+        version: u16,
     },
     /// An msprobe dump folder.
     Msprobe(MsprobeDump),
@@ -54,18 +60,27 @@ impl Dump {
         }
     }
 
+    /// Why the dump's ranks hold no environment snapshot, when they hold none.
+    pub(crate) fn no_environment(&self) -> Option<&'static str> {
+        match self {
+            Dump::Traces { version, .. } if *version == format::VERSION_1 => {
+                Some("its files are of trace format version 1, which has no environment snapshot")
+            }
+            Dump::Traces { .. } => None,
+            Dump::Msprobe(_) => Some("msprobe dumps have no environment snapshot"),
+        }
+    }
+
     pub(crate) fn open_rank(&self, rank: u32) -> Result<Box<dyn RankSource>, DumpError> {
         match self {
             Dump::Traces { dir, mode, .. } => {
                 let reader = TraceReader::open(&trace_path(dir, rank))?;
-                Ok(Box::new(TraceSource {
-                    reader,
-                    tensors: (*mode == DumpMode::Full).then(|| TensorFiles {
-                        dir: dir.clone(),
-                        rank,
-                        loaded: None,
-                    }),
-                }))
+                let tensors = if *mode == DumpMode::Full {
+                    Some(TensorFiles::open(dir, rank, &reader)?)
+                } else {
+                    None
+                };
+                Ok(Box::new(TraceSource { reader, tensors }))
             }
             Dump::Msprobe(m) => Ok(Box::new(m.open_rank(rank))),
         }
@@ -105,7 +120,8 @@ pub(crate) fn open_dump(dir: &Path) -> Result<Dump, DumpError> {
         });
     }
     ranks.sort_unstable();
-    // Every file's header must agree on the world size and mode, and every rank be present.
+    // Every file's header must agree on the world size, mode, version and run id, and every
+    // rank be present.
     let first = read_header(&trace_path(dir, ranks[0]))?;
     let world_size = first.world_size;
     for rank in 0..world_size {
@@ -118,16 +134,33 @@ pub(crate) fn open_dump(dir: &Path) -> Result<Dump, DumpError> {
             });
         }
     }
+    let describe = |h: &Header| {
+        let id = if h.version == format::VERSION_1 {
+            String::new()
+        } else {
+            format!(", run id {}", h.run_id)
+        };
+        format!(
+            "rank {} of {} in {} mode (format version {}{id})",
+            h.rank, h.world_size, h.mode, h.version
+        )
+    };
     for &rank in &ranks {
         let path = trace_path(dir, rank);
         let h = read_header(&path)?;
-        if h.world_size != world_size || h.mode != first.mode || h.rank != rank {
+        let same = h.world_size == world_size
+            && h.mode == first.mode
+            && h.version == first.version
+            && h.run_id == first.run_id;
+        if !same || h.rank != rank {
             return Err(DumpError::Folder {
                 path: dir.to_owned(),
                 detail: format!(
-                    "{} says rank {} of {} in {} mode, but rank{}.dctrace says rank {} of {} in {} mode: \
-                     files of different dumps are mixed",
-                    path.display(), h.rank, h.world_size, h.mode, ranks[0], first.rank, world_size, first.mode
+                    "{} says {}, but rank{}.dctrace says {}: files of different dumps are mixed",
+                    path.display(),
+                    describe(&h),
+                    ranks[0],
+                    describe(&first)
                 ),
             });
         }
@@ -136,18 +169,29 @@ pub(crate) fn open_dump(dir: &Path) -> Result<Dump, DumpError> {
         dir: dir.to_owned(),
         world_size,
         mode: first.mode,
+        version: first.version,
     })
 }
 
+/// Reads and checks the header of a trace file.
 fn read_header(path: &Path) -> Result<Header, DumpError> {
     let mut file = File::open(path).map_err(|e| DumpError::io("open", path, e))?;
-    let mut bytes = [0u8; format::HEADER_LEN];
-    read_exact_or_truncated(&mut file, &mut bytes, path, "the header")?;
-    decode_header(&bytes, path)
+    read_header_from(&mut file, path)
 }
 
-fn decode_header(bytes: &[u8; format::HEADER_LEN], path: &Path) -> Result<Header, DumpError> {
-    format::decode_header(bytes).map_err(|e| match e {
+/// Reads and checks the header at the start of `file` (up to 64 bytes: fewer for a shorter file).
+fn read_header_from(file: &mut File, path: &Path) -> Result<Header, DumpError> {
+    let mut bytes = [0u8; format::HEADER_LEN];
+    let mut len = 0;
+    while len < bytes.len() {
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(DumpError::io("read", path, e)),
+        }
+    }
+    format::decode_header(&bytes[..len]).map_err(|e| match e {
         HeaderError::Magic => DumpError::BadMagic {
             path: path.to_owned(),
         },
@@ -156,49 +200,68 @@ fn decode_header(bytes: &[u8; format::HEADER_LEN], path: &Path) -> Result<Header
             found,
             supported: format::VERSION,
         },
-        HeaderError::Field(detail) => DumpError::Corrupt {
+        HeaderError::Short => DumpError::Truncated {
             path: path.to_owned(),
-            offset: 0,
-            detail: format!("header: {detail}"),
+            detail: "the file ends inside the header".into(),
+        },
+        HeaderError::Damaged { offset, detail } => DumpError::Corrupt {
+            path: path.to_owned(),
+            offset,
+            detail,
         },
     })
 }
 
-fn read_exact_or_truncated(
-    file: &mut File,
-    buf: &mut [u8],
-    path: &Path,
-    what: &str,
-) -> Result<(), DumpError> {
-    file.read_exact(buf).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            DumpError::Truncated {
-                path: path.to_owned(),
-                detail: format!("the file ends inside {what}"),
+/// Reads `len` bytes at `offset` of `file`.
+fn read_at(file: &mut File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, DumpError> {
+    let mut buf = vec![0u8; len];
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_exact(&mut buf))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                DumpError::Truncated {
+                    path: path.to_owned(),
+                    detail: "the file became shorter while it was read".into(),
+                }
+            } else {
+                DumpError::io("read", path, e)
             }
-        } else {
-            DumpError::io("read", path, e)
-        }
-    })
+        })?;
+    Ok(buf)
 }
 
-/// Streams the records of one trace file. The footer is checked when the file is opened, so a
-/// truncated file is rejected before any record is compared.
+/// Streams the records of one trace file. The header and footer (and in version 2 the
+/// environment and tensor-file sections) are checked when the file is opened, so a truncated or
+/// damaged file is rejected before any record is compared; each block's checksum is checked
+/// before its first entry is read.
 pub(crate) struct TraceReader {
     path: PathBuf,
     file: File,
     footer: Footer,
+    version: u16,
     buf: Vec<u8>,
     pos: usize,
     end: usize,
     /// File offset of `buf[end]`.
     file_pos: u64,
+    /// File offset where the entries end: the footer (version 1) or the environment section.
+    data_end: u64,
+    /// Bytes of entries left in the current block (version 1: in the whole file).
+    block_left: u64,
+    /// Version 2: the offset of the current block, and its records (counted, and as framed).
+    block_at: u64,
+    block_records: u32,
+    block_count: u32,
+    num_blocks: u32,
     names: Vec<String>,
     layouts: Vec<Layout>,
     num_records: u64,
     last: Option<(u64, u32)>,
     peeked: Option<(Entry, Option<Stats>)>,
     record_len: usize,
+    /// Version 2: the snapshot and the listed tensor files.
+    environment: Option<Environment>,
+    tensor_files: Vec<TensorFile>,
 }
 
 const READ_BUFFER: usize = 1 << 20;
@@ -210,48 +273,110 @@ impl TraceReader {
             .metadata()
             .map_err(|e| DumpError::io("read", path, e))?
             .len();
-        let mut head = [0u8; format::HEADER_LEN];
-        read_exact_or_truncated(&mut file, &mut head, path, "the header")?;
-        let header = decode_header(&head, path)?;
+        let header = read_header_from(&mut file, path)?;
+        let (header_len, footer_len) = (
+            format::header_len(header.version),
+            format::footer_len(header.version),
+        );
         let truncated = |detail: String| DumpError::Truncated {
             path: path.to_owned(),
             detail,
         };
-        if len < (format::HEADER_LEN + format::FOOTER_LEN) as u64 {
+        let corrupt = |offset: u64, detail: String| DumpError::Corrupt {
+            path: path.to_owned(),
+            offset,
+            detail,
+        };
+        if len < (header_len + footer_len) as u64 {
             return Err(truncated(format!(
                 "{len} bytes is too short to hold a header and a footer"
             )));
         }
-        let footer_at = len - format::FOOTER_LEN as u64;
-        file.seek(SeekFrom::Start(footer_at))
-            .map_err(|e| DumpError::io("read", path, e))?;
-        let mut tail = [0u8; format::FOOTER_LEN];
-        read_exact_or_truncated(&mut file, &mut tail, path, "the footer")?;
-        let footer = format::decode_footer(&tail).ok_or_else(|| {
-            truncated("no footer at the end: the file was not completely written".into())
-        })?;
+        let footer_at = len - footer_len as u64;
+        let tail = read_at(&mut file, path, footer_at, footer_len)?;
+        let footer = if header.version == format::VERSION_1 {
+            format::decode_footer_v1(&tail).ok_or_else(|| {
+                truncated("no footer at the end: the file was not completely written".into())
+            })?
+        } else {
+            format::decode_footer(&tail).map_err(|e| match e {
+                FooterError::Missing => {
+                    truncated("no footer at the end: the file was not completely written".into())
+                }
+                FooterError::Damaged { offset, detail } => corrupt(footer_at + offset, detail),
+            })?
+        };
         if footer.offset != footer_at {
             return Err(truncated(format!(
                 "the footer says it starts at byte {}, but it is at byte {footer_at}",
                 footer.offset
             )));
         }
-        file.seek(SeekFrom::Start(format::HEADER_LEN as u64))
+        let (mut environment, mut tensor_files, mut data_end) = (None, Vec::new(), footer_at);
+        if header.version != format::VERSION_1 {
+            let (env_at, files_at) = (footer.environment, footer.tensor_files);
+            let fits = header_len as u64 <= env_at
+                && env_at + format::SECTION_LEN as u64 <= files_at
+                && files_at + format::SECTION_LEN as u64 <= footer_at;
+            if !fits {
+                return Err(corrupt(
+                    footer_at,
+                    format!(
+                        "the footer places the environment at byte {env_at} and the tensor files \
+                         at byte {files_at}, outside the file's entries"
+                    ),
+                ));
+            }
+            let bytes = read_section(&mut file, path, env_at, files_at, format::TAG_ENVIRONMENT)?;
+            let count = format::u32_at(&bytes, 8);
+            let payload = &bytes[format::SECTION_LEN..];
+            environment = Some(
+                format::decode_environment(payload, count).map_err(|(at, why)| {
+                    corrupt(env_at + (format::SECTION_LEN + at) as u64, why)
+                })?,
+            );
+            let bytes = read_section(
+                &mut file,
+                path,
+                files_at,
+                footer_at,
+                format::TAG_TENSOR_FILES,
+            )?;
+            let count = format::u32_at(&bytes, 8);
+            tensor_files = format::decode_tensor_files(&bytes[format::SECTION_LEN..], count)
+                .map_err(|(at, why)| corrupt(files_at + (format::SECTION_LEN + at) as u64, why))?;
+            data_end = env_at;
+        }
+        file.seek(SeekFrom::Start(header_len as u64))
             .map_err(|e| DumpError::io("read", path, e))?;
+        let block_left = if header.version == format::VERSION_1 {
+            data_end - header_len as u64
+        } else {
+            0
+        };
         Ok(TraceReader {
             path: path.to_owned(),
             file,
             record_len: format::record_len(header.mode),
             footer,
+            version: header.version,
             buf: vec![0; READ_BUFFER],
             pos: 0,
             end: 0,
-            file_pos: format::HEADER_LEN as u64,
+            file_pos: header_len as u64,
+            data_end,
+            block_left,
+            block_at: 0,
+            block_records: 0,
+            block_count: 0,
+            num_blocks: 0,
             names: Vec::new(),
             layouts: Vec::new(),
             num_records: 0,
             last: None,
             peeked: None,
+            environment,
+            tensor_files,
         })
     }
 
@@ -261,14 +386,18 @@ impl TraceReader {
     }
 
     fn corrupt(&self, detail: String) -> DumpError {
+        self.corrupt_at(self.offset(), detail)
+    }
+
+    fn corrupt_at(&self, offset: u64, detail: String) -> DumpError {
         DumpError::Corrupt {
             path: self.path.clone(),
-            offset: self.offset(),
+            offset,
             detail,
         }
     }
 
-    /// Makes `need` bytes available at `buf[pos..]`, reading no further than the footer.
+    /// Makes `need` bytes available at `buf[pos..]`, reading no further than the entries' end.
     fn fill(&mut self, need: usize) -> Result<(), DumpError> {
         if self.end - self.pos >= need {
             return Ok(());
@@ -280,7 +409,7 @@ impl TraceReader {
             self.buf.resize(need, 0);
         }
         while self.end < need {
-            let left_in_data = self.footer.offset - self.file_pos;
+            let left_in_data = self.data_end - self.file_pos;
             if left_in_data == 0 {
                 return Err(self.corrupt("an entry runs into the footer".into()));
             }
@@ -301,25 +430,103 @@ impl TraceReader {
         Ok(())
     }
 
-    /// Reads the next record into `batch`, handling the definitions before it; `false` after
-    /// the last one.
+    /// Checks that an entry of `len` bytes fits in what is left of its block.
+    fn check_fits(&self, len: usize) -> Result<(), DumpError> {
+        if (len as u64) <= self.block_left {
+            return Ok(());
+        }
+        Err(self.corrupt(if self.version == format::VERSION_1 {
+            "an entry runs into the footer".into()
+        } else {
+            format!(
+                "an entry runs past the end of the block at byte {}",
+                self.block_at
+            )
+        }))
+    }
+
+    /// Version 2: ends the current block (its record count must match its framing) and starts
+    /// the next one, checking its checksum; `false` at the end of the entries.
+    fn next_block(&mut self) -> Result<bool, DumpError> {
+        if self.num_blocks > 0 && self.block_records != self.block_count {
+            return Err(self.corrupt_at(
+                self.block_at,
+                format!(
+                    "the block says it holds {} records, but it holds {}",
+                    self.block_count, self.block_records
+                ),
+            ));
+        }
+        if self.offset() == self.data_end {
+            return Ok(false);
+        }
+        let at = self.offset();
+        if self.data_end - at < format::SECTION_LEN as u64 {
+            return Err(self.corrupt(format!(
+                "{} bytes before the environment section are too few for a block",
+                self.data_end - at
+            )));
+        }
+        self.fill(format::SECTION_LEN)?;
+        let framing = &self.buf[self.pos..self.pos + format::SECTION_LEN];
+        let section = format::decode_section(framing).filter(|s| s.tag == format::TAG_BLOCK);
+        let Some(section) = section else {
+            return Err(self.corrupt(format!(
+                "expected a block (tag 0x42), found tag 0x{:02x} or reserved bytes that are not 0",
+                framing[0]
+            )));
+        };
+        let len = u64::from(section.len);
+        if len > self.data_end - at - format::SECTION_LEN as u64 {
+            return Err(self.corrupt(format!(
+                "the block says it holds {len} bytes, which runs past the environment section \
+                 at byte {}",
+                self.data_end
+            )));
+        }
+        self.fill(format::SECTION_LEN + len as usize)?;
+        let framing = &self.buf[self.pos..self.pos + format::SECTION_LEN];
+        let payload = &self.buf
+            [self.pos + format::SECTION_LEN..self.pos + format::SECTION_LEN + len as usize];
+        if !format::section_checksum_holds(framing, payload) {
+            return Err(self.corrupt(format!(
+                "the checksum of the block of {len} bytes at byte {at} does not match its bytes"
+            )));
+        }
+        self.pos += format::SECTION_LEN;
+        self.block_at = at;
+        self.block_left = len;
+        self.block_records = 0;
+        self.block_count = section.count;
+        self.num_blocks += 1;
+        Ok(true)
+    }
+
+    /// Reads the next record into `batch`, handling the definitions (and blocks) before it;
+    /// `false` after the last one.
     fn next_into(&mut self, batch: &mut Batch) -> Result<bool, DumpError> {
         loop {
-            if self.pos == self.end && self.file_pos == self.footer.offset {
-                return self.check_counts().map(|()| false);
+            if self.block_left == 0 {
+                if self.version == format::VERSION_1 || !self.next_block()? {
+                    return self.check_counts().map(|()| false);
+                }
+                continue;
             }
             self.fill(1)?;
             match self.buf[self.pos] {
                 format::TAG_RECORD => {
+                    self.check_fits(self.record_len)?;
                     self.fill(self.record_len)?;
                     self.take_record(batch)?;
                     return Ok(true);
                 }
                 format::TAG_NAME => {
+                    self.check_fits(format::DEF_LEN)?;
                     self.fill(format::DEF_LEN)?;
                     let b = &self.buf[self.pos..];
                     let (len, id) = (format::u16_at(b, 2) as usize, format::u32_at(b, 4));
                     self.check_id(id, self.names.len(), "name")?;
+                    self.check_fits(format::DEF_LEN + len)?;
                     self.fill(format::DEF_LEN + len)?;
                     let bytes =
                         &self.buf[self.pos + format::DEF_LEN..self.pos + format::DEF_LEN + len];
@@ -328,8 +535,10 @@ impl TraceReader {
                         .to_owned();
                     self.names.push(name);
                     self.pos += format::DEF_LEN + len;
+                    self.block_left -= (format::DEF_LEN + len) as u64;
                 }
                 format::TAG_LAYOUT => {
+                    self.check_fits(format::DEF_LEN)?;
                     self.fill(format::DEF_LEN)?;
                     let b = &self.buf[self.pos..];
                     let (code, ndim, id) =
@@ -338,6 +547,7 @@ impl TraceReader {
                     let dtype = format::dtype_from_code(code).ok_or_else(|| {
                         self.corrupt(format!("layout {id} has unknown dtype code {code}"))
                     })?;
+                    self.check_fits(format::DEF_LEN + 8 * ndim)?;
                     self.fill(format::DEF_LEN + 8 * ndim)?;
                     let b = &self.buf[self.pos + format::DEF_LEN..];
                     let shape = (0..ndim).map(|i| format::u64_at(b, 8 * i)).collect();
@@ -346,6 +556,7 @@ impl TraceReader {
                         shape,
                     });
                     self.pos += format::DEF_LEN + 8 * ndim;
+                    self.block_left -= (format::DEF_LEN + 8 * ndim) as u64;
                 }
                 tag => {
                     return Err(self.corrupt(format!("unknown entry tag 0x{tag:02x}")));
@@ -354,7 +565,8 @@ impl TraceReader {
         }
     }
 
-    /// Decodes and checks the record at `buf[pos..]`, which must be complete, into `batch`.
+    /// Decodes and checks the record at `buf[pos..]`, which must be complete and within its
+    /// block, into `batch`.
     #[inline]
     fn take_record(&mut self, batch: &mut Batch) -> Result<(), DumpError> {
         let bytes = &self.buf[self.pos..self.pos + self.record_len];
@@ -373,6 +585,8 @@ impl TraceReader {
         }
         let stats = (self.record_len > format::RECORD_LEN_MD5).then(|| format::decode_stats(bytes));
         self.pos += self.record_len;
+        self.block_left -= self.record_len as u64;
+        self.block_records += 1;
         self.last = Some((e.step, e.seq));
         self.num_records += 1;
         batch.push(e, stats);
@@ -393,15 +607,19 @@ impl TraceReader {
         if f.num_records != self.num_records
             || f.num_names as usize != self.names.len()
             || f.num_layouts as usize != self.layouts.len()
+            || f.num_blocks != self.num_blocks
         {
             return Err(self.corrupt(format!(
-                "the footer counts {} records, {} names, {} layouts, but the file holds {}, {}, {}",
+                "the footer counts {} records, {} names, {} layouts, {} blocks, but the file holds \
+                 {}, {}, {}, {}",
                 f.num_records,
                 f.num_names,
                 f.num_layouts,
+                f.num_blocks,
                 self.num_records,
                 self.names.len(),
-                self.layouts.len()
+                self.layouts.len(),
+                self.num_blocks
             )));
         }
         Ok(())
@@ -413,6 +631,11 @@ impl TraceReader {
 
     pub(crate) fn layouts(&self) -> &[Layout] {
         &self.layouts
+    }
+
+    /// The environment snapshot (version 2).
+    pub(crate) fn environment(&self) -> Option<&Environment> {
+        self.environment.as_ref()
     }
 
     /// Reads the records of the next step into `out`.
@@ -428,8 +651,10 @@ impl TraceReader {
         }
         let step = out.entries[0].step;
         loop {
-            // The common case, a whole record in the buffer, without the general entry loop.
-            let whole = self.end - self.pos >= self.record_len;
+            // The common case, a whole record in the buffer and its block, without the general
+            // entry loop.
+            let whole =
+                self.end - self.pos >= self.record_len && self.block_left >= self.record_len as u64;
             if whole && self.buf[self.pos] == format::TAG_RECORD {
                 self.take_record(out)?;
             } else if !self.next_into(out)? {
@@ -444,22 +669,144 @@ impl TraceReader {
     }
 }
 
+/// Reads the section of `tag` at `[at, end)` of a version 2 file and checks its framing and
+/// checksum; returns its bytes (framing, then payload).
+fn read_section(
+    file: &mut File,
+    path: &Path,
+    at: u64,
+    end: u64,
+    tag: u8,
+) -> Result<Vec<u8>, DumpError> {
+    let corrupt = |detail: String| DumpError::Corrupt {
+        path: path.to_owned(),
+        offset: at,
+        detail,
+    };
+    let len = usize::try_from(end - at).map_err(|_| corrupt("a section is too large".into()))?;
+    let bytes = read_at(file, path, at, len)?;
+    let what = if tag == format::TAG_ENVIRONMENT {
+        "environment"
+    } else {
+        "tensor-file"
+    };
+    let section = format::decode_section(&bytes).filter(|s| s.tag == tag);
+    let Some(section) = section else {
+        return Err(corrupt(format!(
+            "expected the {what} section (tag 0x{tag:02x}), found tag 0x{:02x} or reserved bytes \
+             that are not 0",
+            bytes[0]
+        )));
+    };
+    if section.len as usize != len - format::SECTION_LEN {
+        return Err(corrupt(format!(
+            "the {what} section says it holds {} bytes, but the footer gives it {}",
+            section.len,
+            len - format::SECTION_LEN
+        )));
+    }
+    if !format::section_checksum_holds(&bytes, &bytes[format::SECTION_LEN..]) {
+        return Err(corrupt(format!(
+            "the checksum of the {what} section does not match its bytes"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// The safetensors files of one rank, one step loaded at a time.
 struct TensorFiles {
     dir: PathBuf,
     rank: u32,
     loaded: Option<(u64, Vec<u8>)>,
+    /// Version 2: the files the trace lists, with their sizes and md5s (checked when opened and
+    /// when read); `None` for version 1, whose missing files only mean no metrics.
+    listed: Option<Vec<TensorFile>>,
+    /// The trace file, named when a tensor file does not match it.
+    trace: PathBuf,
 }
 
 impl TensorFiles {
+    /// The tensor files of `rank`: in version 2, every file the trace lists must exist with the
+    /// size it lists.
+    fn open(dir: &Path, rank: u32, reader: &TraceReader) -> Result<Self, DumpError> {
+        let listed = (reader.version != format::VERSION_1).then(|| reader.tensor_files.clone());
+        let trace = reader.path.clone();
+        for file in listed.iter().flatten() {
+            let path = tensor_path(dir, rank, file.step);
+            let bad = |detail: String| DumpError::ListedFile {
+                path: path.clone(),
+                detail,
+            };
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.len() == file.len => {}
+                Ok(meta) => {
+                    return Err(bad(format!(
+                        "{} bytes, but {} lists it with {} bytes: the tensor file is truncated \
+                         or was replaced",
+                        meta.len(),
+                        trace.display(),
+                        file.len
+                    )))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(bad(format!(
+                        "missing, but {} lists it ({} bytes, md5 {})",
+                        trace.display(),
+                        file.len,
+                        file.md5
+                    )))
+                }
+                Err(e) => return Err(DumpError::io("read", &path, e)),
+            }
+        }
+        Ok(TensorFiles {
+            dir: dir.to_owned(),
+            rank,
+            loaded: None,
+            listed,
+            trace,
+        })
+    }
+
     fn tensor(&mut self, step: u64, key: &str) -> Result<Option<Tensor>, DumpError> {
         let path = tensor_path(&self.dir, self.rank, step);
         if self.loaded.as_ref().is_none_or(|(s, _)| *s != step) {
+            let listed = match &self.listed {
+                Some(files) => match files.binary_search_by_key(&step, |f| f.step) {
+                    Ok(i) => Some(files[i]),
+                    // A step the trace lists no file for has no tensors.
+                    Err(_) => return Ok(None),
+                },
+                None => None,
+            };
             let bytes = match std::fs::read(&path) {
                 Ok(bytes) => bytes,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && listed.is_none() => {
+                    return Ok(None)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(DumpError::ListedFile {
+                        path,
+                        detail: format!("missing, but {} lists it", self.trace.display()),
+                    })
+                }
                 Err(e) => return Err(DumpError::io("read", &path, e)),
             };
+            if let Some(file) = listed {
+                let md5 = Md5Digest::of_bytes(&bytes);
+                if md5 != file.md5 || bytes.len() as u64 != file.len {
+                    return Err(DumpError::ListedFile {
+                        path,
+                        detail: format!(
+                            "corrupt: its md5 is {md5} ({} bytes), but {} records {} ({} bytes)",
+                            bytes.len(),
+                            self.trace.display(),
+                            file.md5,
+                            file.len
+                        ),
+                    });
+                }
+            }
             self.loaded = Some((step, bytes));
         }
         let bytes = &self.loaded.as_ref().expect("loaded").1;
@@ -487,6 +834,9 @@ impl RankSource for TraceSource {
     }
     fn layouts(&self) -> &[Layout] {
         self.reader.layouts()
+    }
+    fn environment(&self) -> Option<&Environment> {
+        self.reader.environment()
     }
     fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError> {
         let Some(files) = self.tensors.as_mut() else {
@@ -553,7 +903,11 @@ pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError
                 });
             }
         }
-        ranks.push(RankTrace { rank, records });
+        ranks.push(RankTrace {
+            rank,
+            records,
+            environment: source.environment().cloned(),
+        });
     }
     Ok(Trace { ranks })
 }

@@ -7,6 +7,7 @@
 
 use crate::file::format::Entry;
 use crate::file::DumpError;
+use crate::record::Environment;
 use crate::value::digest::Stats;
 use crate::value::tensor::Tensor;
 
@@ -78,4 +79,8 @@ pub(crate) trait RankSource {
     fn layouts(&self) -> &[Layout];
     /// The full tensor of an entry, where the dump holds one.
     fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError>;
+    /// The environment snapshot the rank was recorded under, where the source holds one.
+    fn environment(&self) -> Option<&Environment> {
+        None
+    }
 }

@@ -5,21 +5,28 @@
 //! `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
 //! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
 //!
-//! Determinism: the bytes written are a pure function of the records, in the order given; ids are
-//! assigned in order of first use. Limits: names up to 65535 bytes, up to 65535 dimensions.
+//! Determinism: the bytes written are a pure function of the records, in the order given, the
+//! environment snapshot and the run id; ids are assigned in order of first use. Limits: names up
+//! to 65535 bytes, up to 65535 dimensions.
 
-use crate::file::format::{self, Digest, Entry, Footer, Header};
+use crate::file::capture::{Capture, CaptureMatcher};
+use crate::file::format::{self, Digest, Entry, Footer, Header, TensorFile};
 use crate::file::launch::Launch;
 use crate::file::tensorfile;
-use crate::file::{tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode};
-use crate::record::Record;
+use crate::file::{
+    tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode, RunId,
+};
+use crate::record::environment::keys;
 #[cfg(test)]
 use crate::record::Trace;
+use crate::record::{Environment, Record};
+use crate::value::digest::Md5Digest;
 use crate::value::tensor::{DType, Tensor, TensorView};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write as _};
+use std::io::{BufWriter, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Writes the trace file of one rank, record by record, as `docs/trace-format.md` describes.
 ///
@@ -27,6 +34,10 @@ use std::path::{Path, PathBuf};
 /// order (as [`Recorder`](crate::record::Recorder) does). Nothing is visible under the final name until
 /// [`TraceWriter::finish`] has written the footer, synced the file and renamed it; a writer dropped
 /// without `finish` removes its temporary file.
+///
+/// The file (format version 2) carries an environment snapshot, [`Environment::capture`] when the
+/// writer is created, to which [`TraceWriter::set_environment`] adds entries, and the run id its
+/// caller gives ([`TraceWriter::set_run_id`]); both may be set at any time before `finish`.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), detcheck::file::DumpError> {
@@ -56,7 +67,22 @@ pub struct TraceWriter {
     last: Option<(u64, u32)>,
     /// The tensors of the step being written (full mode).
     pending: Vec<(String, DType, Vec<usize>, Vec<u8>)>,
+    /// The entries not yet written: the block being filled (version 2), or one record's entries
+    /// (version 1).
     scratch: Vec<u8>,
+    /// The record whose tensor a re-run keeps (`DETCHECK_CAPTURE`), when it is this rank's.
+    capture: Option<CaptureMatcher>,
+    world_size: u32,
+    /// The format version written: 2, or 1 for tests of the version 1 reader.
+    version: u16,
+    /// Blocks written, and the records of the block being filled (version 2).
+    num_blocks: u32,
+    block_records: u32,
+    /// Shared with the [`EnvironmentHandle`]s given out.
+    environment: EnvironmentHandle,
+    run_id: RunId,
+    /// The safetensors files written (full mode), listed in the trace with their md5.
+    tensor_files: Vec<TensorFile>,
 }
 
 impl TraceWriter {
@@ -99,7 +125,33 @@ impl TraceWriter {
             });
         };
         launch.wait_for_start(rank);
-        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode).map(Some)
+        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode)
+            .map(|w| Some(w.with_capture_from_env().with_launch(&launch)))
+    }
+
+    /// Takes the run id and the environment entries the launch gives.
+    fn with_launch(mut self, launch: &Launch) -> Self {
+        if let Some(id) = launch.run_id {
+            self.run_id = id;
+        }
+        for (key, value) in [
+            (keys::LAUNCHER, &launch.launcher),
+            (keys::FINGERPRINT, &launch.fingerprint),
+            (keys::MPI_LIBRARY, &launch.mpi_library),
+        ] {
+            if let Some(value) = value {
+                self.environment.lock().set(key, value.as_str());
+            }
+        }
+        self
+    }
+
+    /// Adds the capture the launch asks for, when it is this writer's rank's.
+    fn with_capture_from_env(mut self) -> Self {
+        if let Some((capture, dir)) = Capture::from_env() {
+            self.capture = CaptureMatcher::for_rank(&capture, &dir, self.rank);
+        }
+        self
     }
 
     /// The writer of rank `rank` of the launch, for a program that writes every rank's trace
@@ -112,7 +164,8 @@ impl TraceWriter {
         let Some(launch) = Launch::from_env()? else {
             return Ok(None);
         };
-        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode).map(Some)
+        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode)
+            .map(|w| Some(w.with_capture_from_env().with_launch(&launch)))
     }
 
     /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
@@ -126,6 +179,18 @@ impl TraceWriter {
         world_size: u32,
         mode: DumpMode,
     ) -> Result<Self, DumpError> {
+        Self::create_version(dir, rank, world_size, mode, format::VERSION)
+    }
+
+    /// [`TraceWriter::create`] for a format version: 2, or 1 (no blocks, checksums, snapshot or
+    /// run id) for tests of the version 1 reader.
+    pub(crate) fn create_version(
+        dir: &Path,
+        rank: u32,
+        world_size: u32,
+        mode: DumpMode,
+        version: u16,
+    ) -> Result<Self, DumpError> {
         if rank >= world_size {
             return Err(DumpError::Folder {
                 path: dir.to_owned(),
@@ -137,10 +202,13 @@ impl TraceWriter {
         let tmp = super::temp_path(&path);
         let file = File::create(&tmp).map_err(|e| DumpError::io("create", &tmp, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
+        // Written again by `finish`, with the run id set by then.
         let header = format::encode_header(&Header {
+            version,
             mode,
             rank,
             world_size,
+            run_id: RunId::UNKNOWN,
         });
         out.write_all(&header)
             .map_err(|e| DumpError::io("write", &tmp, e))?;
@@ -154,11 +222,63 @@ impl TraceWriter {
             names: HashMap::new(),
             layouts: HashMap::new(),
             num_records: 0,
-            offset: format::HEADER_LEN as u64,
+            offset: header.len() as u64,
             last: None,
             pending: Vec::new(),
             scratch: Vec::with_capacity(256),
+            capture: None,
+            world_size,
+            version,
+            num_blocks: 0,
+            block_records: 0,
+            environment: EnvironmentHandle(Arc::new(Mutex::new(Environment::capture()))),
+            run_id: RunId::UNKNOWN,
+            tensor_files: Vec::new(),
         })
+    }
+
+    /// Sets `key` to `value` in the file's environment snapshot (replacing an earlier value of
+    /// `key`): what the recorder knows that could change bits, such as a framework's version
+    /// (`torch.version`). Callable at any time before [`TraceWriter::finish`]; the snapshot is
+    /// stored sorted by key, so the order of calls does not matter. Keys and values longer than
+    /// [`MAX_LEN`](crate::record::environment::MAX_LEN) bytes are cut.
+    ///
+    /// # Errors
+    /// [`DumpError::Field`] for an empty key.
+    pub fn set_environment(&mut self, key: &str, value: &str) -> Result<(), DumpError> {
+        self.environment.set(key, value)
+    }
+
+    /// The environment snapshot as it would be written now: [`Environment::capture`] of the
+    /// process that created the writer, and the entries set since.
+    #[must_use]
+    pub fn environment(&self) -> Environment {
+        self.environment.lock().clone()
+    }
+
+    /// A handle that sets entries of this writer's snapshot, for code that no longer holds the
+    /// writer (one moved to a thread of its own, as the Python package's is).
+    #[must_use]
+    pub fn environment_handle(&self) -> EnvironmentHandle {
+        self.environment.clone()
+    }
+
+    /// Replaces the whole snapshot (tests pin the bytes of a file with a fixed one).
+    #[cfg(test)]
+    pub(crate) fn replace_environment(&mut self, environment: Environment) {
+        *self.environment.lock() = environment;
+    }
+
+    /// Sets the run id written in the header: what tells this dump's files from another
+    /// dump's (see [`RunId`]). Callable at any time before [`TraceWriter::finish`].
+    pub fn set_run_id(&mut self, run_id: RunId) {
+        self.run_id = run_id;
+    }
+
+    /// The run id the header will hold.
+    #[must_use]
+    pub fn run_id(&self) -> RunId {
+        self.run_id
     }
 
     /// The final path of the trace file.
@@ -295,6 +415,9 @@ impl TraceWriter {
                 self.flush_tensors(last.0)?;
             }
         }
+        if let (Some(matcher), Some(view)) = (self.capture.as_mut(), view) {
+            matcher.see(record.step, &record.name, view)?;
+        }
         if self.mode == DumpMode::Full {
             let view = view.ok_or_else(|| DumpError::MissingTensor {
                 name: record.name.clone(),
@@ -306,7 +429,6 @@ impl TraceWriter {
                 view.bytes().to_vec(),
             ));
         }
-        self.scratch.clear();
         let name = match self.names.get(&record.name) {
             Some(&id) => id,
             None => {
@@ -336,18 +458,50 @@ impl TraceWriter {
         };
         let stats = self.mode.has_stats().then_some(&record.stats);
         format::encode_record(&mut self.scratch, &entry, stats);
-        self.write_scratch()?;
         self.num_records += 1;
+        self.block_records += 1;
         self.last = Some((record.step, record.seq));
+        if self.version == format::VERSION_1 || self.scratch.len() >= format::BLOCK_TARGET {
+            self.flush_block()?;
+        }
         Ok(())
     }
 
-    fn write_scratch(&mut self) -> Result<(), DumpError> {
+    /// Writes the entries not yet written: as a block `B` with its checksum (version 2), or as
+    /// they are (version 1).
+    fn flush_block(&mut self) -> Result<(), DumpError> {
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
         let out = self.out.as_mut().expect("not finished");
-        out.write_all(&self.scratch)
-            .map_err(|e| DumpError::io("write", &self.tmp, e))?;
+        let write = |out: &mut BufWriter<File>, bytes: &[u8]| {
+            out.write_all(bytes)
+                .map_err(|e| DumpError::io("write", &self.tmp, e))
+        };
+        if self.version != format::VERSION_1 {
+            let framing =
+                format::encode_section(format::TAG_BLOCK, self.block_records, &self.scratch);
+            write(out, &framing)?;
+            self.offset += framing.len() as u64;
+            self.num_blocks += 1;
+        }
+        write(out, &self.scratch)?;
         self.offset += self.scratch.len() as u64;
+        self.scratch.clear();
+        self.block_records = 0;
         Ok(())
+    }
+
+    /// Writes a section (`V` or `T`) of `count` items; returns its offset.
+    fn write_section(&mut self, tag: u8, count: u32, payload: &[u8]) -> Result<u64, DumpError> {
+        let at = self.offset;
+        let framing = format::encode_section(tag, count, payload);
+        let out = self.out.as_mut().expect("not finished");
+        out.write_all(&framing)
+            .and_then(|()| out.write_all(payload))
+            .map_err(|e| DumpError::io("write", &self.tmp, e))?;
+        self.offset += (framing.len() + payload.len()) as u64;
+        Ok(at)
     }
 
     /// Writes the pending tensors of `step` to their safetensors file.
@@ -365,36 +519,109 @@ impl TraceWriter {
             std::fs::create_dir_all(parent)
                 .map_err(|e| DumpError::io("create folder", parent, e))?;
         }
-        write_atomically(&path, &bytes)
+        write_atomically(&path, &bytes)?;
+        self.tensor_files.push(TensorFile {
+            step,
+            len: bytes.len() as u64,
+            md5: Md5Digest::of_bytes(&bytes),
+        });
+        Ok(())
     }
 
-    /// Writes the footer, syncs the file and renames it to its final name.
+    /// Writes the last block, the environment and tensor-file sections and the footer, then the
+    /// header with its run id; syncs the file and renames it to its final name.
     ///
     /// # Errors
-    /// [`DumpError::Io`] when writing, syncing or renaming fails.
+    /// [`DumpError::Io`] when writing, syncing or renaming fails (the temporary file is then
+    /// removed).
     pub fn finish(mut self) -> Result<PathBuf, DumpError> {
+        let result = self.finish_file();
+        if result.is_err() {
+            self.out = None;
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        result
+    }
+
+    fn finish_file(&mut self) -> Result<PathBuf, DumpError> {
         if let Some((step, _)) = self.last {
             self.flush_tensors(step)?;
         }
-        let footer = format::encode_footer(&Footer {
+        self.flush_block()?;
+        let mut footer = Footer {
             num_records: self.num_records,
             num_names: self.names.len() as u32,
             num_layouts: self.layouts.len() as u32,
-            offset: self.offset,
+            offset: 0,
+            num_blocks: self.num_blocks,
+            environment: 0,
+            tensor_files: 0,
+        };
+        let footer = if self.version == format::VERSION_1 {
+            footer.offset = self.offset;
+            format::encode_footer_v1(&footer).to_vec()
+        } else {
+            let snapshot = self.environment();
+            let env = format::encode_environment(&snapshot);
+            let count = snapshot.len() as u32;
+            footer.environment = self.write_section(format::TAG_ENVIRONMENT, count, &env)?;
+            let files = format::encode_tensor_files(&self.tensor_files);
+            let count = self.tensor_files.len() as u32;
+            footer.tensor_files = self.write_section(format::TAG_TENSOR_FILES, count, &files)?;
+            footer.offset = self.offset;
+            format::encode_footer(&footer).to_vec()
+        };
+        let header = format::encode_header(&Header {
+            version: self.version,
+            mode: self.mode,
+            rank: self.rank,
+            world_size: self.world_size,
+            run_id: self.run_id,
         });
+        let tmp = &self.tmp;
         let mut out = self.out.take().expect("finished once");
-        let tmp = self.tmp.clone();
         out.write_all(&footer)
-            .map_err(|e| DumpError::io("write", &tmp, e))?;
+            .and_then(|()| out.seek(SeekFrom::Start(0)))
+            .and_then(|_| out.write_all(&header))
+            .map_err(|e| DumpError::io("write", tmp, e))?;
         let file = out
             .into_inner()
-            .map_err(|e| DumpError::io("write", &tmp, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| DumpError::io("sync", &tmp, e))?;
+            .map_err(|e| DumpError::io("write", tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| DumpError::io("sync", tmp, e))?;
         drop(file);
-        std::fs::rename(&tmp, &self.path).map_err(|e| DumpError::io("rename", &self.path, e))?;
+        std::fs::rename(&self.tmp, &self.path)
+            .map_err(|e| DumpError::io("rename", &self.path, e))?;
         super::sync_parent(&self.path);
         Ok(self.path.clone())
+    }
+}
+
+/// Sets entries of a [`TraceWriter`]'s environment snapshot from anywhere
+/// ([`TraceWriter::environment_handle`]); what is set before the writer's `finish` is written.
+#[derive(Debug, Clone)]
+pub struct EnvironmentHandle(Arc<Mutex<Environment>>);
+
+impl EnvironmentHandle {
+    /// As [`TraceWriter::set_environment`].
+    ///
+    /// # Errors
+    /// [`DumpError::Field`] for an empty key.
+    pub fn set(&self, key: &str, value: &str) -> Result<(), DumpError> {
+        if key.is_empty() {
+            return Err(DumpError::Field {
+                path: PathBuf::from("(environment)"),
+                field: "environment".to_owned(),
+                detail: "a key must not be empty".to_owned(),
+            });
+        }
+        self.lock().set(key, value);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Environment> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -407,11 +634,41 @@ impl Drop for TraceWriter {
     }
 }
 
-/// Writes a whole in-memory trace (md5 or stats mode: records hold no tensors) to `dir`.
+/// Writes a whole in-memory trace (md5 or stats mode: records hold no tensors) to `dir`, in format
+/// version 1 (the version 1 golden bytes and the reader's tests of version 1 files use it;
+/// `write_trace_v2` writes the current version).
 #[cfg(test)]
 pub(crate) fn write_trace(dir: &Path, trace: &Trace, mode: DumpMode) -> Result<(), DumpError> {
     for rank in &trace.ranks {
+        let mut w = TraceWriter::create_version(
+            dir,
+            rank.rank,
+            trace.world_size() as u32,
+            mode,
+            format::VERSION_1,
+        )?;
+        for r in &rank.records {
+            w.write_record(r, None)?;
+        }
+        w.finish()?;
+    }
+    Ok(())
+}
+
+/// Writes a whole in-memory trace in the current format version, with the snapshot `environment`
+/// (instead of this process's) and `run_id` in every rank's file.
+#[cfg(test)]
+pub(crate) fn write_trace_v2(
+    dir: &Path,
+    trace: &Trace,
+    mode: DumpMode,
+    environment: &Environment,
+    run_id: RunId,
+) -> Result<(), DumpError> {
+    for rank in &trace.ranks {
         let mut w = TraceWriter::create(dir, rank.rank, trace.world_size() as u32, mode)?;
+        w.replace_environment(environment.clone());
+        w.set_run_id(run_id);
         for r in &rank.records {
             w.write_record(r, None)?;
         }

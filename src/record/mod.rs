@@ -13,10 +13,13 @@
 //!
 //! Limits: traces live in memory; the trace files of `crate::file` are written through a tap
 //! that sees each record with a view of its tensor as it is recorded. [`first_overflow`] finds the first
-//! NaN, infinity or fp16 saturation of a trace.
+//! NaN, infinity or fp16 saturation of a trace. An [`Environment`] is the snapshot of what could
+//! change a run's bits (variables, versions, host, CPU kernel) that a trace file carries.
 
+pub mod environment;
 pub(crate) mod overflow;
 
+pub use environment::Environment;
 pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
 
 use crate::value::digest::{Md5Digest, Stats};
@@ -190,6 +193,7 @@ impl Recorder {
         RankTrace {
             rank: self.rank,
             records: self.records,
+            environment: None,
         }
     }
 }
@@ -201,6 +205,10 @@ pub struct RankTrace {
     pub rank: u32,
     /// Its records, sorted by (step, seq).
     pub records: Vec<Record>,
+    /// The environment snapshot of the trace file it was read from (`None` for a rank recorded
+    /// in this process, or a file of format version 1).
+    #[serde(default)]
+    pub environment: Option<Environment>,
 }
 
 /// All records of one run: one [`RankTrace`] per rank, in rank order.

@@ -29,8 +29,8 @@ use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
 use crate::scenario::{LoadedScenario, Program, RankContext, RunPlan, Scenario, ScenarioSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How checks run.

@@ -290,8 +290,12 @@ impl CommandProgram {
 }
 
 /// The variables detcheck sets for every launch; a scenario's `params.env` may not set them.
-pub const RESERVED_ENV: [&str; 14] = [
+pub const RESERVED_ENV: [&str; 18] = [
     "DETCHECK_TRACE_DIR",
+    "DETCHECK_RUN_ID",
+    "DETCHECK_LAUNCHER",
+    "DETCHECK_FINGERPRINT",
+    "DETCHECK_MPI_LIBRARY",
     "DETCHECK_CAPTURE",
     "DETCHECK_CAPTURE_DIR",
     "DETCHECK_SEED",

@@ -19,7 +19,7 @@ pub use digest::{ExactF64, Md5Digest, Stats};
 /// The `f16` and `bf16` element types (the `half` crate's), for [`TensorData::F16`] and
 /// [`TensorData::BF16`].
 pub use half::{bf16, f16};
-pub use reduce::{ReduceOp, ReductionMode};
+pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
 };

@@ -237,6 +237,36 @@ fn combine_into<T: Reducible>(out: &mut [T], next: &[T], op: ReduceOp) {
     }
 }
 
+/// The version of the multiversioned kernels this process runs: `avx512`, `avx2` or `baseline`.
+///
+/// `combine_into` and the reproducible-sum kernels (`value/reprosum.rs`) are compiled for the
+/// same targets, in the same priority, so the dispatcher picks the same one for all of them;
+/// this function is compiled for those targets too and names the one it was dispatched to.
+/// Their bits do not depend on it (the same operations per element, only the vector width
+/// differs), but a trace records it (`detcheck.kernel` in its environment snapshot), so two runs
+/// that differ say so.
+#[must_use]
+pub fn selected_kernel() -> &'static str {
+    // The vector width in bits of the version dispatched to (the macro cannot return a
+    // `&'static str`).
+    #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+    fn width() -> u32 {
+        let target = multiversion::target::selected_target!();
+        if target.supports_feature_str("avx512f") {
+            512
+        } else if target.supports_feature_str("avx2") {
+            256
+        } else {
+            128
+        }
+    }
+    match width() {
+        512 => "avx512",
+        256 => "avx2",
+        _ => "baseline",
+    }
+}
+
 /// Elementwise arithmetic with order-independent `max` and wrap-around integer sums.
 trait Reducible: Element {
     fn add(self, other: Self) -> Self;
@@ -370,6 +400,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_selected_kernel_is_the_best_one_the_cpu_runs() {
+        let kernel = selected_kernel();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let expected = if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512dq")
+            {
+                "avx512"
+            } else if std::is_x86_feature_detected!("avx2") {
+                "avx2"
+            } else {
+                "baseline"
+            };
+            assert_eq!(kernel, expected);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(kernel, "baseline");
     }
 
     #[test]

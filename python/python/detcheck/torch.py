@@ -28,6 +28,9 @@ update; ``fwd/*`` never is (each rank sees its own shard of the batch). ``replic
 Names are those of the module inside a ``DistributedDataParallel`` or ``DataParallel`` wrapper,
 so one-rank and multi-rank runs use the same names (``fwd/fc1``, not ``fwd/module.fc1``).
 
+The writer's environment snapshot gets ``torch.version``, and ``torch.cuda`` and
+``torch.cudnn`` where torch was built with them (``writer.add_environment``).
+
 Requires torch 2.0 or later (optimizer step hooks). Recording a GPU tensor copies it to the host,
 which synchronises the device: the recorded program runs slower, not differently.
 """
@@ -155,6 +158,20 @@ class WatchHandle:
         self._step += 1
 
 
+def _add_versions(writer):
+    """Adds torch's, CUDA's and cuDNN's versions to the writer's environment snapshot (those
+    available), so ``detcheck compare`` shows when two runs used different ones."""
+    if writer is None or not hasattr(writer, "add_environment"):
+        return
+    versions = {"torch.version": _torch.__version__, "torch.cuda": _torch.version.cuda}
+    cudnn = getattr(_torch.backends, "cudnn", None)
+    if cudnn is not None and cudnn.is_available():
+        versions["torch.cudnn"] = cudnn.version()
+    for key, value in versions.items():
+        if value is not None:
+            writer.add_environment(key, str(value))
+
+
 def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
     """Records ``model``'s forward outputs, gradients and (with ``optimizer``) parameters into
     ``writer`` every step, as this module's documentation describes; returns a ``WatchHandle``.
@@ -166,6 +183,7 @@ def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
     first step's number.
     """
     inner, is_ddp = _unwrap(model)
+    _add_versions(writer)
     if replicated is None:
         replicated = is_ddp and getattr(writer, "world_size", 1) > 1
     if start_step < 0:
