@@ -56,15 +56,12 @@ impl Drop for CaptureFolder {
 /// Which record of its name in its step the divergence's left record is (the engine pairs the
 /// k-th record of a name on one side with the k-th on the other).
 fn occurrence(trace: &Trace, rank: u32, d: &Divergence) -> u32 {
-    trace
-        .ranks
-        .get(rank as usize)
-        .map_or(0, |r| {
-            r.records
-                .iter()
-                .filter(|rec| rec.step == d.step && rec.name == d.name && rec.seq < d.seq)
-                .count() as u32
-        })
+    trace.ranks.get(rank as usize).map_or(0, |r| {
+        r.records
+            .iter()
+            .filter(|rec| rec.step == d.step && rec.name == d.name && rec.seq < d.seq)
+            .count() as u32
+    })
 }
 
 /// Runs both sides again capturing the divergent record, and compares what they captured.
@@ -92,9 +89,7 @@ pub(crate) fn find(
         };
         let captured = (side.rerun)(&capture, &folder.0)
             .map_err(|e| format!("the re-run of {} failed: {e}", side.label))
-            .and_then(|_| {
-                read_capture(&folder.0, side.rank).map_err(|e| e.to_string())
-            });
+            .and_then(|_| read_capture(&folder.0, side.rank).map_err(|e| e.to_string()));
         let tensor = match captured {
             Ok(Some(t)) => t,
             Ok(None) => {
@@ -166,7 +161,9 @@ mod tests {
         assert!(
             matches!(
                 d.element,
-                Some(ElementFinding::Unavailable(NoElementDetail::NotReproduced { .. }))
+                Some(ElementFinding::Unavailable(
+                    NoElementDetail::NotReproduced { .. }
+                ))
             ),
             "{:?}",
             d.element
@@ -205,6 +202,14 @@ mod tests {
             ..CheckOptions::default()
         };
         let report = run_checks(&scenario, &options).unwrap();
-        assert_eq!(report.outcomes[0].comparison.first.as_ref().unwrap().element, None);
+        assert_eq!(
+            report.outcomes[0]
+                .comparison
+                .first
+                .as_ref()
+                .unwrap()
+                .element,
+            None
+        );
     }
 }

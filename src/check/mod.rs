@@ -197,9 +197,11 @@ impl ScenarioReport {
     #[must_use]
     pub fn explain_caught(&self) -> String {
         let mut out = String::new();
-        for outcome in self.outcomes.iter().filter(|o| {
-            o.holds() && o.expectation == Expectation::Diverges && o.skipped.is_none()
-        }) {
+        for outcome in self
+            .outcomes
+            .iter()
+            .filter(|o| o.holds() && o.expectation == Expectation::Diverges && o.skipped.is_none())
+        {
             let c = &outcome.comparison;
             if let Some(first) = &c.first {
                 let _ = writeln!(
@@ -332,7 +334,9 @@ fn compare_series(
             found = Some((c, value, curves));
         }
     }
-    let differing = found.as_ref().map(|(_, value, _)| (first, *value, base.clone()));
+    let differing = found
+        .as_ref()
+        .map(|(_, value, _)| (first, *value, base.clone()));
     let (mut comparison, note, curves) = match found {
         Some((c, value, curves)) => (c, describe(first, value), curves),
         None => (Comparison::empty(), format!("{series} {values:?}"), None),
@@ -579,8 +583,8 @@ impl<'a> Runs<'a> {
         let p = Some(perturbation(scenario.spec.seed, run, options));
         element::Side {
             rerun: Box::new(move |capture, dir| {
-                let request = RunRequest::new(scenario, options, p, run, &plan)
-                    .with_capture(capture, dir);
+                let request =
+                    RunRequest::new(scenario, options, p, run, &plan).with_capture(capture, dir);
                 runner_for(scenario, runner).run(scenario, &request)
             }),
             rank,
@@ -601,8 +605,8 @@ impl<'a> Runs<'a> {
         let p = Some(perturbation(scenario.spec.seed, run, options));
         element::Side {
             rerun: Box::new(move |capture, dir| {
-                let request = RunRequest::new(&scenario, options, p, run, &plan)
-                    .with_capture(capture, dir);
+                let request =
+                    RunRequest::new(&scenario, options, p, run, &plan).with_capture(capture, dir);
                 runner_for(&scenario, runner).run(&scenario, &request)
             }),
             rank,
@@ -701,8 +705,22 @@ impl<'a> Runs<'a> {
             CheckKind::Buckets => pair.and_then(|(a, b, base)| {
                 let layouts = &scenario.spec.buckets;
                 Some((
-                    self.side(runner, scenario, 1, buckets_plan(*layouts.get(*a)?), d.rank, left_label),
-                    self.side(runner, scenario, 1, buckets_plan(*layouts.get(*b)?), d.rank, right_label),
+                    self.side(
+                        runner,
+                        scenario,
+                        1,
+                        buckets_plan(*layouts.get(*a)?),
+                        d.rank,
+                        left_label,
+                    ),
+                    self.side(
+                        runner,
+                        scenario,
+                        1,
+                        buckets_plan(*layouts.get(*b)?),
+                        d.rank,
+                        right_label,
+                    ),
                     base,
                 ))
             }),

@@ -96,7 +96,10 @@ impl fmt::Display for Finding {
 ///
 /// # Errors
 /// The name of a stack that is not known.
-pub fn lint_environment(vars: &BTreeMap<String, String>, stacks: &[String]) -> Result<Vec<Finding>, String> {
+pub fn lint_environment(
+    vars: &BTreeMap<String, String>,
+    stacks: &[String],
+) -> Result<Vec<Finding>, String> {
     let settings = pin_settings_for(stacks)?;
     let mut findings = Vec::new();
     for &(name, meant) in NONEXISTENT_VARIABLES {
@@ -132,7 +135,10 @@ pub fn lint_environment(vars: &BTreeMap<String, String>, stacks: &[String]) -> R
         if let Some(algo) = vars.get("NCCL_ALGO") {
             let lower = algo.to_ascii_lowercase();
             for uncontrolled in ["tree", "nvls", "collnet", "pat"] {
-                if lower.split([',', ';', ' ']).any(|a| a.trim() == uncontrolled) {
+                if lower
+                    .split([',', ';', ' '])
+                    .any(|a| a.trim() == uncontrolled)
+                {
                     findings.push(Finding {
                         kind: FindingKind::Uncontrolled,
                         variable: "NCCL_ALGO".to_owned(),
@@ -185,9 +191,7 @@ fn is_relevant(name: &str) -> bool {
 /// The variables whose values differ between ranks' environments (`ranks[r]` is rank r's), with
 /// each rank's value (`None`: unset), sorted by variable.
 #[must_use]
-pub fn differing_ranks(
-    ranks: &[BTreeMap<String, String>],
-) -> Vec<(String, Vec<Option<String>>)> {
+pub fn differing_ranks(ranks: &[BTreeMap<String, String>]) -> Vec<(String, Vec<Option<String>>)> {
     let mut names: Vec<&String> = ranks.iter().flat_map(BTreeMap::keys).collect();
     names.sort();
     names.dedup();
@@ -224,7 +228,9 @@ mod tests {
             (first.kind, first.variable.as_str()),
             (FindingKind::Nonexistent, "NCCL_DETERMINISTIC")
         );
-        assert!(first.to_string().starts_with("NCCL_DETERMINISTIC=1 does not exist: "));
+        assert!(first
+            .to_string()
+            .starts_with("NCCL_DETERMINISTIC=1 does not exist: "));
         assert!(findings
             .iter()
             .any(|f| f.kind == FindingKind::Unpinned && f.variable == "NCCL_ALGO"));

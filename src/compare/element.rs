@@ -111,7 +111,12 @@ fn element(data: &TensorData, i: usize) -> Element {
         is_float: false,
     };
     match data {
-        TensorData::F32(v) => float(v[i].into(), v[i].to_bits().into(), 32, format!("{:e}", v[i])),
+        TensorData::F32(v) => float(
+            v[i].into(),
+            v[i].to_bits().into(),
+            32,
+            format!("{:e}", v[i]),
+        ),
         TensorData::F64(v) => float(v[i], v[i].to_bits(), 64, format!("{:e}", v[i])),
         TensorData::F16(v) => float(
             v[i].to_f64(),
@@ -250,16 +255,30 @@ mod tests {
 
     #[test]
     fn the_first_element_its_bits_and_ulps() {
-        let a = Tensor::new(vec![2, 3], TensorData::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).unwrap();
+        let a = Tensor::new(
+            vec![2, 3],
+            TensorData::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        )
+        .unwrap();
         let next = f32::from_bits(6.0f32.to_bits() + 3);
         let b = Tensor::new(
             vec![2, 3],
-            TensorData::F32(vec![1.0, 2.0, 3.0, 4.0, f32::from_bits(5.0f32.to_bits() + 1), next]),
+            TensorData::F32(vec![
+                1.0,
+                2.0,
+                3.0,
+                4.0,
+                f32::from_bits(5.0f32.to_bits() + 1),
+                next,
+            ]),
         )
         .unwrap();
         let d = ElementDetail::between(&a, &b).unwrap().unwrap();
         assert_eq!((d.flat_index, d.index.clone()), (4, vec![1, 1]));
-        assert_eq!((d.left_bits.as_str(), d.right_bits.as_str()), ("0x40a00000", "0x40a00001"));
+        assert_eq!(
+            (d.left_bits.as_str(), d.right_bits.as_str()),
+            ("0x40a00000", "0x40a00001")
+        );
         assert_eq!(d.ulps, Some(1));
         assert_eq!((d.num_differing, d.num_elements), (2, 6));
         assert!(d.describe("run 1", "run 2").starts_with(
@@ -274,7 +293,11 @@ mod tests {
         let a = Tensor::from_vec(vec![-0.0f64, f64::NAN, 1.0]);
         let b = Tensor::from_vec(vec![0.0f64, 1.0, 1.0]);
         let d = ElementDetail::between(&a, &b).unwrap().unwrap();
-        assert_eq!((d.flat_index, d.ulps), (0, Some(1)), "-0 and +0 are neighbours");
+        assert_eq!(
+            (d.flat_index, d.ulps),
+            (0, Some(1)),
+            "-0 and +0 are neighbours"
+        );
         let smallest = Tensor::from_vec(vec![-f32::from_bits(1)]);
         let d = ElementDetail::between(&smallest, &Tensor::from_vec(vec![f32::from_bits(1)]))
             .unwrap()
@@ -295,7 +318,10 @@ mod tests {
         .unwrap();
         assert_eq!((ints.flat_index, ints.ulps), (1, Some(9)));
         assert_eq!(
-            ElementDetail::between(&Tensor::from_vec(vec![1.0f32]), &Tensor::from_vec(vec![1.0f64])),
+            ElementDetail::between(
+                &Tensor::from_vec(vec![1.0f32]),
+                &Tensor::from_vec(vec![1.0f64])
+            ),
             Err(NoElementDetail::Layout)
         );
     }

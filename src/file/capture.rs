@@ -41,7 +41,10 @@ impl Capture {
         vec![
             (
                 CAPTURE_VAR,
-                format!("{}:{}:{}:{}", self.rank, self.step, self.occurrence, self.name),
+                format!(
+                    "{}:{}:{}:{}",
+                    self.rank, self.step, self.occurrence, self.name
+                ),
             ),
             (CAPTURE_DIR_VAR, dir.display().to_string()),
         ]
@@ -144,12 +147,11 @@ pub(crate) fn read_capture(dir: &Path, rank: u32) -> Result<Option<Tensor>, Dump
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(DumpError::io("read", &path, e)),
     };
-    let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-        DumpError::Safetensors {
+    let file =
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| DumpError::Safetensors {
             path: path.clone(),
             detail: e.to_string(),
-        }
-    })?;
+        })?;
     tensorfile::decode(&file, "captured").map_err(|detail| DumpError::Safetensors { path, detail })
 }
 

@@ -542,9 +542,7 @@ impl TrainScenario {
             .map(|(_, range, _)| range.end)
             .chain([n + 1])
             .collect();
-        let buckets = ctx
-            .bucket_layout(self.params.bucket)
-            .buckets(n + 1, &ends);
+        let buckets = ctx.bucket_layout(self.params.bucket).buckets(n + 1, &ends);
         if ctx.mode() == ReductionMode::Reproducible {
             let mut sum = Vec::with_capacity(n + 1);
             for range in buckets {
