@@ -10,14 +10,15 @@
 //! `cargo bench --bench dump -- --write DIR md5 1000` leaves such a pair in `DIR/a` and `DIR/b`, to
 //! time the CLI by hand: `/usr/bin/time -v target/release/detcheck compare DIR/a DIR/b`.
 //!
-//! `cargo bench --bench dump -- msprobe [MB] [--against OLD_BENCH_BINARY]`: the msprobe case only
+//! `cargo bench --bench dump -- msprobe [MB] [--against OLD_BENCH_BINARY]...`: the msprobe case only
 //! (it also ends the default run). Writes two msprobe dumps of one step of one rank,
 //! `step0/rank0/dump.json`, of about MB megabytes each (default 26: ~80k tensor records, the size
 //! of the real dump in issue 6) in msprobe 26.2's shape (md5 mode, `json.dump(indent=1)`'s
 //! layout), B differing from A in the md5 of its last record, and times `compare_dumps(A, B)` in a
-//! child process, 5 times; throughput is the JSON of both files over the compare's time. With
-//! `--against`, another build of this bench (an older commit's `target/release/deps/dump-*`)
-//! times the same pair as its child, alternating with this one: before and after, side by side.
+//! child process, 5 times; throughput is the JSON of both files over the compare's time (and over
+//! the CPU time of all its threads). With `--against`, other builds of this bench (an older
+//! commit's `target/release/deps/dump-*`) time the same pair as their child, alternating with
+//! this one: before and after, side by side.
 //! `-- --write-msprobe DIR MB` leaves such a pair in `DIR/a` and `DIR/b`.
 
 use detcheck::compare::{compare_dumps, CompareOptions};
@@ -109,16 +110,22 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// This process's time on a CPU so far, in seconds (/proc/self/schedstat, nanoseconds): on a
-/// shared machine it varies less than the wall clock, which also counts waiting for a core.
+/// This process's time on a CPU so far, all its threads (the msprobe reader's included), in
+/// seconds: user + system time from /proc/self/stat, in clock ticks of 10 ms. On a shared
+/// machine it varies less than the wall clock, which also counts waiting for a core.
 fn cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/schedstat").unwrap_or_default();
-    let ns: f64 = stat
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    ns / 1e9
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line: 11 and 12 counted from 0 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// The child: compares and prints "seconds peak_kib differing cpu_seconds".
@@ -241,15 +248,16 @@ fn write_msprobe(dir: &Path, bytes: u64, flip: bool) -> (u64, u64) {
 
 /// The msprobe case: two dumps of `mb` MB, compared 5 times by this binary's child (and, with
 /// `against`, as often by another build's, alternating).
-fn msprobe_case(root: &Path, mb: u64, against: Option<&str>) {
+fn msprobe_case(root: &Path, mb: u64, against: &[&str]) {
     let exe = std::env::current_exe().expect("own path");
     let (a, b) = (root.join("msprobe_a"), root.join("msprobe_b"));
     let (bytes, records) = write_msprobe(&a, mb * 1_000_000, false);
     write_msprobe(&b, mb * 1_000_000, true);
-    let mut runners: Vec<(String, std::path::PathBuf)> = vec![("this build".into(), exe)];
-    if let Some(old) = against {
-        runners.insert(0, (old.to_owned(), old.into()));
-    }
+    let mut runners: Vec<(String, std::path::PathBuf)> = against
+        .iter()
+        .map(|old| ((*old).to_owned(), old.into()))
+        .collect();
+    runners.push(("this build".into(), exe));
     let mut results: Vec<[Vec<f64>; 3]> = vec![Default::default(); runners.len()];
     for _ in 0..5 {
         for (k, (_, exe)) in runners.iter().enumerate() {
@@ -311,12 +319,13 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("msprobe") {
         let mb = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(26);
-        let against = args
-            .iter()
-            .position(|a| a == "--against")
-            .and_then(|i| args.get(i + 1));
+        let against: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "--against")
+            .map(|w| w[1].as_str())
+            .collect();
         let root = tempfile::tempdir_in(std::env::temp_dir()).expect("temp dir");
-        msprobe_case(root.path(), mb, against.map(String::as_str));
+        msprobe_case(root.path(), mb, &against);
         return;
     }
     if args.first().map(String::as_str) == Some("--write") {
@@ -370,5 +379,5 @@ fn main() {
             std::fs::remove_dir_all(&b).expect("clean b");
         }
     }
-    msprobe_case(root.path(), 26, None);
+    msprobe_case(root.path(), 26, &[]);
 }

@@ -17,9 +17,10 @@
 //! it means to msprobe), and within a call the inputs, outputs, then parameters.
 //!
 //! Reading is streaming ([`scan`]): `dump.json` is read in chunks and only the fields above are
-//! kept, so memory is the records of one step, not the file, and Python's `NaN`, `Infinity` and
-//! `-Infinity` are accepted (msprobe writes them); anything after the JSON document, or any
-//! syntax error, is an error naming the file, the field and the byte.
+//! kept, so memory is the records of a step (two: a thread per rank reads step N+1 while step N
+//! is compared, and reads both sides of a comparison at once), not the file. Python's `NaN`,
+//! `Infinity` and `-Infinity` are accepted (msprobe writes them); anything after the JSON
+//! document, or any syntax error, is an error naming the file, the field and the byte.
 //!
 //! Tensor mode: a record's `data_name` is looked up in `dump_tensor_data/` beside `dump.json` (or
 //! beside it), never at the absolute `dump_data_dir` of the machine that dumped. PyTorch's files
@@ -50,6 +51,8 @@ use scan::{Next, Scalar, ScanError, Scanner, MAX_DEPTH};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// An msprobe dump folder: its steps and ranks.
 #[derive(Debug)]
@@ -181,21 +184,15 @@ impl MsprobeDump {
         format!("msprobe dump at {}{}", self.dir.display(), self.procs)
     }
 
+    /// A rank's steps; a thread starts reading them at once.
     pub(crate) fn open_rank(&self, rank: u32) -> MsprobeRank {
-        MsprobeRank {
-            files: self
-                .files
+        MsprobeRank::new(
+            self.files
                 .iter()
                 .filter(|((_, r), _)| *r == rank)
                 .map(|(&(step, _), path)| (step, path.clone()))
                 .collect(),
-            next: 0,
-            tables: Tables::default(),
-            walk: Buffers::default(),
-            step: None,
-            step_dir: PathBuf::new(),
-            tensor_files: Vec::new(),
-        }
+        )
     }
 }
 
@@ -272,17 +269,23 @@ fn fx_hash(name: &[u8]) -> u64 {
     h.finish()
 }
 
-/// A rank's name and layout tables (ids are indices, stable across steps).
+/// A rank's name and layout tables as the reader builds them (ids are indices, stable across
+/// steps). Names are kept in one buffer (the rank source keeps them as `String`s); what a step
+/// added is handed over with the step.
 #[derive(Default)]
 struct Tables {
-    names: Vec<String>,
-    /// The hash of a name -> its id (names are not stored twice); `collisions` holds the names
-    /// whose hash an earlier name has.
+    /// Every name, end to end; `ends[id]` is where name `id` ends.
+    name_bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// The hash of a name -> its id; `collisions` holds the names whose hash an earlier name has.
     name_ids: FxMap<u64, u32>,
     collisions: HashMap<Vec<u8>, u32>,
-    layouts: Vec<Layout>,
     /// (dtype as written, shape) -> layout id.
     layout_ids: FxMap<(Vec<u8>, Vec<u64>), u32>,
+    layouts: Vec<Layout>,
+    /// Names and layouts added since the last step was handed over.
+    new_names: Vec<String>,
+    new_layouts: Vec<Layout>,
 }
 
 /// Text the scanner checked as UTF-8 (so the lossy conversion is never needed).
@@ -292,24 +295,36 @@ fn text(bytes: &[u8]) -> String {
 }
 
 impl Tables {
+    fn name(&self, id: u32) -> &[u8] {
+        let id = id as usize;
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.name_bytes[start..self.ends[id]]
+    }
+
     fn name_id(&mut self, name: &[u8]) -> u32 {
         let hash = fx_hash(name);
         match self.name_ids.get(&hash) {
-            Some(&id) if self.names[id as usize].as_bytes() == name => return id,
+            Some(&id) if self.name(id) == name => return id,
             Some(_) => {
                 if let Some(&id) = self.collisions.get(name) {
                     return id;
                 }
-                let id = self.names.len() as u32;
+                let id = self.add_name(name);
                 self.collisions.insert(name.to_vec(), id);
-                self.names.push(text(name));
                 return id;
             }
             None => {}
         }
-        let id = self.names.len() as u32;
-        self.names.push(text(name));
+        let id = self.add_name(name);
         self.name_ids.insert(hash, id);
+        id
+    }
+
+    fn add_name(&mut self, name: &[u8]) -> u32 {
+        let id = self.ends.len() as u32;
+        self.name_bytes.extend_from_slice(name);
+        self.ends.push(self.name_bytes.len());
+        self.new_names.push(text(name));
         id
     }
 
@@ -322,10 +337,12 @@ impl Tables {
                 let id = self.layouts.len() as u32;
                 let full = text(&key.0);
                 let short = full.rsplit('.').next().unwrap_or(&full).to_owned();
-                self.layouts.push(Layout {
+                let layout = Layout {
                     dtype: short,
                     shape: key.1.clone(),
-                });
+                };
+                self.layouts.push(layout.clone());
+                self.new_layouts.push(layout);
                 self.layout_ids.insert(key.clone(), id);
                 id
             }
@@ -335,67 +352,227 @@ impl Tables {
     }
 }
 
-/// One rank of an msprobe dump: one `dump.json` per step.
-pub(crate) struct MsprobeRank {
-    files: Vec<(u64, PathBuf)>,
-    next: usize,
+/// One step of a rank, read: its records, and what the tables gained.
+struct Step {
+    step: u64,
+    /// The folder of its dump.json.
+    dir: PathBuf,
+    batch: Batch,
+    /// Its records' tensor files (`data_name`), by seq.
+    tensor_files: Vec<Option<Box<str>>>,
+    new_names: Vec<String>,
+    new_layouts: Vec<Layout>,
+}
+
+/// What the reader thread sends: a step, the end, or why it stopped.
+enum Message {
+    Step(Step),
+    End,
+    Failed(DumpError),
+}
+
+/// Reads a rank's dump.json files in step order.
+struct StepReader {
+    files: std::vec::IntoIter<(u64, PathBuf)>,
     tables: Tables,
     walk: Buffers,
+    /// Set when the rank source is dropped: the reader stops at its next call.
+    stop: Arc<AtomicBool>,
+}
+
+impl StepReader {
+    /// The next step, `None` after the last (or once stopped).
+    fn read_next(&mut self) -> Option<Result<Step, DumpError>> {
+        let (step, path) = self.files.next()?;
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.read(step, &path))
+    }
+
+    fn read(&mut self, step: u64, path: &Path) -> Result<Step, DumpError> {
+        let dir = path.parent().map(Path::to_owned).unwrap_or_default();
+        let file = std::fs::File::open(path).map_err(|e| DumpError::io("read", path, e))?;
+        let (mut batch, mut tensor_files) = (Batch::default(), Vec::new());
+        let mut walk = Walk {
+            sc: Scanner::new(file),
+            tables: &mut self.tables,
+            b: &mut self.walk,
+            out: &mut batch,
+            tensor_files: &mut tensor_files,
+            step,
+            order: 0,
+            stop: &self.stop,
+        };
+        walk.document()
+            .map_err(|e| e.into_dump_error(path, &walk.b.field))?;
+        // Tensor mode: the checksum msprobe's md5 mode would have written, from each file.
+        for (seq, name) in tensor_files.iter().enumerate() {
+            let Some(name) = name.as_deref() else {
+                continue;
+            };
+            let entry = &mut batch.entries[seq];
+            if !entry.digest.is_none() {
+                continue;
+            }
+            let Some(file) = tensor_path(&dir, name) else {
+                continue;
+            };
+            let layout = &self.tables.layouts[entry.layout as usize];
+            if let Some(crc) = checksum(&file, is_bf16(layout))? {
+                let mut bytes = [0u8; 16];
+                bytes[..4].copy_from_slice(&crc.to_be_bytes());
+                entry.digest = Digest { bytes, len: 4 };
+            }
+        }
+        Ok(Step {
+            step,
+            dir,
+            batch,
+            tensor_files,
+            new_names: std::mem::take(&mut self.tables.new_names),
+            new_layouts: std::mem::take(&mut self.tables.new_layouts),
+        })
+    }
+
+    /// The reader thread's body: every step, then the end; stops early on an error, or when the
+    /// rank source is gone.
+    fn run(mut self, to: std::sync::mpsc::SyncSender<Message>) {
+        loop {
+            let message = match self.read_next() {
+                Some(Ok(step)) => Message::Step(step),
+                Some(Err(e)) => Message::Failed(e),
+                None => Message::End,
+            };
+            let last = !matches!(message, Message::Step(_));
+            if to.send(message).is_err() || last {
+                return;
+            }
+        }
+    }
+}
+
+/// Where a rank's steps come from: a reader thread, or (when no thread could be started) the
+/// reader itself, called in turn.
+enum Steps {
+    Thread(std::sync::mpsc::Receiver<Message>),
+    Inline(Box<StepReader>),
+}
+
+/// One rank of an msprobe dump: one `dump.json` per step, read ahead by a thread of its own (so
+/// the two sides of a comparison are read at once, and step N+1 while step N is compared).
+/// Determinism: the thread reads the same files in the same order, whenever it runs.
+pub(crate) struct MsprobeRank {
+    steps: Steps,
+    stop: Arc<AtomicBool>,
+    done: bool,
+    names: Vec<String>,
+    layouts: Vec<Layout>,
     /// The step read last, its folder, and its records' tensor files (`data_name`, by seq).
     step: Option<u64>,
     step_dir: PathBuf,
     tensor_files: Vec<Option<Box<str>>>,
 }
 
+impl MsprobeRank {
+    fn new(files: Vec<(u64, PathBuf)>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = |files: Vec<(u64, PathBuf)>| StepReader {
+            files: files.into_iter(),
+            tables: Tables::default(),
+            walk: Buffers::default(),
+            stop: Arc::clone(&stop),
+        };
+        // One step ahead at most: the thread holds step N+1 while step N is compared.
+        let (to, from) = std::sync::mpsc::sync_channel(0);
+        let thread = reader(files.clone());
+        let spawned = std::thread::Builder::new()
+            .name("msprobe-reader".into())
+            .spawn(move || thread.run(to));
+        let steps = match spawned {
+            Ok(_) => Steps::Thread(from),
+            // No thread (a resource limit): the same reading, done in turn by the caller.
+            Err(_) => Steps::Inline(Box::new(reader(files))),
+        };
+        MsprobeRank {
+            steps,
+            stop,
+            done: false,
+            names: Vec::new(),
+            layouts: Vec::new(),
+            step: None,
+            step_dir: PathBuf::new(),
+            tensor_files: Vec::new(),
+        }
+    }
+
+    /// A record's tensor file in the current step.
+    fn tensor_path(&self, name: &str) -> Option<PathBuf> {
+        tensor_path(&self.step_dir, name)
+    }
+}
+
+impl Drop for MsprobeRank {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A record's tensor file: in `dump_tensor_data/` beside dump.json, or beside it.
+fn tensor_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    [dir.join("dump_tensor_data").join(name), dir.join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
 impl RankSource for MsprobeRank {
     fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         out.clear();
         self.tensor_files.clear();
-        let Some((step, path)) = self.files.get(self.next).cloned() else {
+        if self.done {
             return Ok(None);
+        }
+        let message = match &mut self.steps {
+            Steps::Thread(from) => from.recv().unwrap_or_else(|_| {
+                Message::Failed(DumpError::Folder {
+                    path: self.step_dir.clone(),
+                    detail: "the thread reading msprobe's dump.json files stopped unexpectedly"
+                        .into(),
+                })
+            }),
+            Steps::Inline(reader) => match reader.read_next() {
+                Some(Ok(step)) => Message::Step(step),
+                Some(Err(e)) => Message::Failed(e),
+                None => Message::End,
+            },
         };
-        self.next += 1;
-        self.step = Some(step);
-        self.step_dir = path.parent().map(Path::to_owned).unwrap_or_default();
-        let file = std::fs::File::open(&path).map_err(|e| DumpError::io("read", &path, e))?;
-        let mut walk = Walk {
-            sc: Scanner::new(file),
-            tables: &mut self.tables,
-            b: &mut self.walk,
-            out,
-            tensor_files: &mut self.tensor_files,
-            step,
-            order: 0,
-        };
-        walk.document()
-            .map_err(|e| e.into_dump_error(&path, &walk.b.field))?;
-        // Tensor mode: the checksum msprobe's md5 mode would have written, from each file.
-        for seq in 0..self.tensor_files.len() {
-            let Some(name) = self.tensor_files[seq].as_deref() else {
-                continue;
-            };
-            if !out.entries[seq].digest.is_none() {
-                continue;
+        match message {
+            Message::Step(step) => {
+                self.names.extend(step.new_names);
+                self.layouts.extend(step.new_layouts);
+                *out = step.batch;
+                self.tensor_files = step.tensor_files;
+                self.step = Some(step.step);
+                self.step_dir = step.dir;
+                Ok(Some(step.step))
             }
-            let Some(file) = self.tensor_path(name) else {
-                continue;
-            };
-            let layout = &self.tables.layouts[out.entries[seq].layout as usize];
-            if let Some(crc) = checksum(&file, is_bf16(layout))? {
-                let mut bytes = [0u8; 16];
-                bytes[..4].copy_from_slice(&crc.to_be_bytes());
-                out.entries[seq].digest = Digest { bytes, len: 4 };
+            Message::End => {
+                self.done = true;
+                Ok(None)
+            }
+            Message::Failed(e) => {
+                self.done = true;
+                Err(e)
             }
         }
-        Ok(Some(step))
     }
 
     fn names(&self) -> &[String] {
-        &self.tables.names
+        &self.names
     }
 
     fn layouts(&self) -> &[Layout] {
-        &self.tables.layouts
+        &self.layouts
     }
 
     fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError> {
@@ -408,7 +585,7 @@ impl RankSource for MsprobeRank {
         let Some(path) = self.tensor_path(name) else {
             return Ok(None);
         };
-        let layout = &self.tables.layouts[entry.layout as usize];
+        let layout = &self.layouts[entry.layout as usize];
         let bad = |detail: String| DumpError::TensorFile {
             path: path.clone(),
             detail,
@@ -424,24 +601,12 @@ impl RankSource for MsprobeRank {
         {
             return Err(bad(format!(
                 "holds a tensor of shape {:?}, but dump.json gives {:?} for `{}`",
-                elements.shape, layout.shape, self.tables.names[entry.name as usize]
+                elements.shape, layout.shape, self.names[entry.name as usize]
             )));
         }
         TensorView::new(elements.dtype, &elements.shape, &elements.bytes)
             .map(|v| Some(v.to_tensor()))
             .map_err(|e| bad(e.to_string()))
-    }
-}
-
-impl MsprobeRank {
-    /// A record's tensor file: in `dump_tensor_data/` beside dump.json, or beside it.
-    fn tensor_path(&self, name: &str) -> Option<PathBuf> {
-        [
-            self.step_dir.join("dump_tensor_data").join(name),
-            self.step_dir.join(name),
-        ]
-        .into_iter()
-        .find(|p| p.is_file())
     }
 }
 
@@ -680,6 +845,8 @@ struct Walk<'a, R> {
     step: u64,
     /// The order of the part of the call being read (see [`Pending::order`]).
     order: u8,
+    /// Set when nobody waits for this step any more.
+    stop: &'a AtomicBool,
 }
 
 impl<R: Read> Walk<'_, R> {
@@ -725,6 +892,9 @@ impl<R: Read> Walk<'_, R> {
         self.sc.begin_object()?;
         let mut first = true;
         while let Some(op) = self.sc.next_key(&mut first)? {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(WalkError::Field(String::new(), "stopped".into()));
+            }
             let b = &mut *self.b;
             b.name.clear();
             b.name.extend_from_slice(op);
@@ -1129,6 +1299,7 @@ mod tests {
             Batch::default(),
             Vec::new(),
         );
+        let stop = AtomicBool::new(false);
         let mut walk = Walk {
             sc: Scanner::new(src),
             tables: &mut tables,
@@ -1137,6 +1308,7 @@ mod tests {
             tensor_files: &mut files,
             step: 3,
             order: 0,
+            stop: &stop,
         };
         match walk
             .document()
@@ -1149,7 +1321,7 @@ mod tests {
         let names = out
             .entries
             .iter()
-            .map(|e| tables.names[e.name as usize].clone())
+            .map(|e| tables.new_names[e.name as usize].clone())
             .collect();
         Ok((names, out, tables))
     }
@@ -1246,6 +1418,73 @@ mod tests {
         }
     }
 
+    /// A step as read: its number, its records' names and digests.
+    type StepSummary = (u64, Vec<String>, Vec<String>);
+
+    /// Every step of rank 0, or the first error.
+    fn steps(mut rank: MsprobeRank) -> Result<Vec<StepSummary>, String> {
+        let mut out = Vec::new();
+        let mut batch = Batch::default();
+        while let Some(step) = rank.next_step(&mut batch).map_err(|e| e.to_string())? {
+            let names = batch
+                .entries
+                .iter()
+                .map(|e| rank.names()[e.name as usize].clone());
+            let digests = batch.entries.iter().map(|e| e.digest.hex());
+            out.push((step, names.collect(), digests.collect()));
+        }
+        assert!(rank.next_step(&mut batch).unwrap().is_none());
+        Ok(out)
+    }
+
+    #[test]
+    fn the_reader_thread_and_inline_reading_give_the_same_steps_and_errors() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/msprobe");
+        let dump = MsprobeDump::open(&fixtures.join("md5_L1")).unwrap();
+        let inline = |dump: &MsprobeDump| {
+            let mut rank = MsprobeRank::new(Vec::new());
+            let files = dump
+                .files
+                .iter()
+                .map(|(&(s, _), p)| (s, p.clone()))
+                .collect();
+            rank.steps = Steps::Inline(Box::new(StepReader {
+                files: Vec::into_iter(files),
+                tables: Tables::default(),
+                walk: Buffers::default(),
+                stop: Arc::clone(&rank.stop),
+            }));
+            rank
+        };
+        let threaded = steps(dump.open_rank(0)).unwrap();
+        assert_eq!(threaded.len(), 2);
+        assert_eq!(threaded[1].0, 1);
+        assert_eq!(threaded[1].1[4], "Functional.relu.0.forward.input.0");
+        assert_eq!(steps(inline(&dump)).unwrap(), threaded);
+        // A damaged second step: the first is read, then the error, then nothing.
+        let dir = tempfile::tempdir().unwrap();
+        for step in ["step0", "step1"] {
+            let from = std::fs::read_dir(fixtures.join("md5_L1").join(step))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path();
+            let to = dir.path().join(step).join("proc7");
+            std::fs::create_dir_all(&to).unwrap();
+            std::fs::copy(from.join("dump.json"), to.join("dump.json")).unwrap();
+        }
+        std::fs::write(dir.path().join("step1/proc7/dump.json"), "{\"data\": {}} x").unwrap();
+        let dump = MsprobeDump::open(dir.path()).unwrap();
+        for mut rank in [dump.open_rank(0), inline(&dump)] {
+            let mut batch = Batch::default();
+            assert_eq!(rank.next_step(&mut batch).unwrap(), Some(0));
+            let err = rank.next_step(&mut batch).unwrap_err().to_string();
+            assert!(err.contains("after the end of the JSON document"), "{err}");
+            assert!(rank.next_step(&mut batch).unwrap().is_none());
+        }
+    }
+
     #[test]
     fn python_literals_are_numbers() {
         let doc = r#"{"data": {"F.a.0.forward": {"output": [{"type": "torch.Tensor", "dtype": "torch.float32",
@@ -1338,7 +1577,8 @@ mod tests {
         t.name_ids.insert(fx_hash(b"b"), id);
         assert_eq!(t.name_id(b"b"), 1);
         assert_eq!(t.name_id(b"b"), 1);
-        assert_eq!(t.names, ["a", "b"]);
+        assert_eq!(t.new_names, ["a", "b"]);
+        assert_eq!((t.name(0), t.name(1)), (&b"a"[..], &b"b"[..]));
     }
 
     #[test]
