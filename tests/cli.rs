@@ -350,7 +350,53 @@ fn run_resumes_from_a_checkpoint_in_a_fresh_process_bit_for_bit() {
     assert_contains(
         "stderr",
         &out.stderr,
-        &["rank1-step3.json was written by a run with seed = 2, but this run has seed = 1"],
+        &["rank1-step3.json is corrupt: its checksum does not match its bytes"],
+    );
+    assert!(!dir.path().join("x").exists(), "no rank started");
+    std::fs::write(&json, &text).unwrap();
+    let tensors = dir.path().join("ck/rank2-step3.safetensors");
+    let good = std::fs::read(&tensors).unwrap();
+    let mut bad = good.clone();
+    bad[good.len() / 2] ^= 0x10;
+    std::fs::write(&tensors, &bad).unwrap();
+    let out = expect(
+        &["run", "case.json", "--dump", "x", "--resume", "ck"],
+        dir.path(),
+        2,
+    );
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["rank2-step3.safetensors is corrupt: its md5 is"],
+    );
+    std::fs::write(&tensors, &good).unwrap();
+    let seed2 = std::fs::read_to_string(dir.path().join("case.json"))
+        .unwrap()
+        .replace("\"seed\": 1", "\"seed\": 2");
+    std::fs::write(dir.path().join("seed2.json"), seed2).unwrap();
+    expect(
+        &[
+            "run",
+            "seed2.json",
+            "--dump",
+            "f2",
+            "--stop-at",
+            "3",
+            "--checkpoint",
+            "ck2",
+        ],
+        dir.path(),
+        0,
+    );
+    let out = expect(
+        &["run", "case.json", "--dump", "x", "--resume", "ck2"],
+        dir.path(),
+        2,
+    );
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["rank0-step3.json was written by a run with seed = 2, but this run has seed = 1"],
     );
     std::fs::write(&json, &text[..text.len() / 3]).unwrap();
     let out = expect(

@@ -12,9 +12,11 @@
 //! checkpoint stays intact and is the one found. A rank keeps its `KEEP` (2) newest checkpoints,
 //! so ranks that crashed at different moments still share a complete one.
 //!
-//! Loading ([`load_checkpoint`]) checks the format version, the identity (seed, world size, rank, and the
-//! fingerprint of the scenario's kind and parameters) and the md5 of the tensors before trusting
-//! any byte; every failure is a [`CheckpointError`] naming the file and what is wrong.
+//! Loading ([`load_checkpoint`]) checks the JSON's own checksum (version 2: the md5 of its bytes
+//! before the `checksum` field, so any changed byte is caught), the format version, the identity
+//! (seed, world size, rank, and the fingerprint of the scenario's kind and parameters) and the md5
+//! of the tensors before trusting any byte; every failure is a [`CheckpointError`] naming the file
+//! and what is wrong. Version 1 files (no checksum) are still read.
 //!
 //! Determinism: the files are a pure function of the checkpoint (no clock, host or path inside;
 //! maps are ordered), so two runs that agree write identical checkpoints.
@@ -30,8 +32,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The version of the checkpoint JSON this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+/// The version of the checkpoint JSON this build writes (it reads this one and version 1).
+///
+/// Version 2 ends with a `checksum` field: the md5 of the JSON's bytes before it, as written
+/// (`docs/checkpoints.md`). Version 1 has none.
+pub const CHECKPOINT_VERSION: u32 = 2;
+
+/// The first version, still read.
+const CHECKPOINT_VERSION_1: u32 = 1;
 
 /// The `format` field of every checkpoint JSON.
 const FORMAT: &str = "detcheck-checkpoint";
@@ -157,7 +165,7 @@ pub enum CheckpointError {
         reason: String,
     },
     /// A checkpoint of another format version.
-    #[error("checkpoint file {} has version {found}; this build reads version {supported}", path.display())]
+    #[error("checkpoint file {} has version {found}; this build reads versions 1 to {supported}", path.display())]
     Version {
         /// The file.
         path: PathBuf,
@@ -211,6 +219,45 @@ struct Manifest {
     tensors: Vec<String>,
     generators: BTreeMap<String, RankRng>,
     counters: BTreeMap<String, u64>,
+    /// Version 2: the md5 of the file's bytes before this field (see [`seal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
+}
+
+/// What follows the body of a version 2 JSON: the checksum field, then the closing brace.
+const CHECKSUM_FIELD: &str = ",\n  \"checksum\": \"";
+
+/// The bytes of a version 2 JSON: `body` (a pretty-printed object without the `checksum` field,
+/// ending in `\n}`) with `"checksum": "<md5 of body without its last 2 bytes>"` added as its
+/// last field.
+fn seal(body: &[u8]) -> Vec<u8> {
+    let open = &body[..body.len() - 2];
+    let mut out = open.to_vec();
+    out.extend_from_slice(CHECKSUM_FIELD.as_bytes());
+    out.extend_from_slice(hex(&Md5::digest(open)).as_bytes());
+    out.extend_from_slice(b"\"\n}");
+    out
+}
+
+/// Checks the checksum of a version 2 JSON (as [`seal`] wrote it); why not, when it fails.
+fn check_seal(text: &[u8]) -> Result<(), String> {
+    let tail = CHECKSUM_FIELD.len() + 32 + 3;
+    let Some(at) = text.len().checked_sub(tail) else {
+        return Err("too short to end with its checksum".to_owned());
+    };
+    let (open, end) = text.split_at(at);
+    if !end.starts_with(CHECKSUM_FIELD.as_bytes()) || !end.ends_with(b"\"\n}") {
+        return Err("it does not end with its `checksum` field".to_owned());
+    }
+    let recorded = &end[CHECKSUM_FIELD.len()..CHECKSUM_FIELD.len() + 32];
+    let md5 = hex(&Md5::digest(open));
+    if md5.as_bytes() != recorded {
+        return Err(format!(
+            "its checksum does not match its bytes (their md5 is {md5}, the file records {})",
+            String::from_utf8_lossy(recorded)
+        ));
+    }
+    Ok(())
 }
 
 /// Only `format` and `version`: read first, so a future version is reported as such.
@@ -270,8 +317,9 @@ pub fn save_checkpoint(
         tensors: checkpoint.tensors.keys().cloned().collect(),
         generators: checkpoint.generators.clone(),
         counters: checkpoint.counters.clone(),
+        checksum: None,
     };
-    let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+    let json = seal(&serde_json::to_vec_pretty(&manifest).expect("a manifest serializes"));
     let json_path = checkpoint_path(dir, identity.rank, checkpoint.step);
     write_atomically(&tensors_path, &bytes)?;
     write_atomically(&json_path, &json)?;
@@ -375,20 +423,32 @@ pub fn load_checkpoint(
     if probe.format.as_deref() != Some(FORMAT) {
         return Err(corrupt(format!("field `format` is not \"{FORMAT}\"")));
     }
-    match probe.version {
-        Some(CHECKPOINT_VERSION) => {}
-        Some(found) => {
+    let version = probe
+        .version
+        .ok_or_else(|| corrupt("field `version` is missing".to_owned()))?;
+    match version {
+        CHECKPOINT_VERSION => check_seal(&text).map_err(corrupt)?,
+        CHECKPOINT_VERSION_1 => {}
+        found => {
+            // A newer version keeps the checksum at the end: when it holds, the file is of a
+            // version this build does not read; when not, its version field may be damaged.
+            check_seal(&text)
+                .map_err(|why| corrupt(format!("it says version {found}, but {why}")))?;
             return Err(CheckpointError::Version {
                 path: json_path,
                 found,
                 supported: CHECKPOINT_VERSION,
-            })
+            });
         }
-        None => return Err(corrupt("field `version` is missing".to_owned())),
     }
     let manifest: Manifest =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text))
             .map_err(|e| corrupt(format!("field `{}`: {}", e.path(), e.inner())))?;
+    if version == CHECKPOINT_VERSION_1 && manifest.checksum.is_some() {
+        return Err(corrupt(
+            "it says version 1, which has no `checksum` field: its version is damaged".to_owned(),
+        ));
+    }
     if manifest.step != step {
         return Err(corrupt(format!(
             "field `step` is {}, but the file name says {step}",
@@ -619,6 +679,16 @@ mod tests {
         other.world_size = 4;
         assert!(error(&other).contains("world_size = 2, but this run has world_size = 4"));
 
+        // A foreign checkpoint (written by a run with another seed) is named as such.
+        let foreign = tempfile::tempdir().unwrap();
+        let mut other_run = identity(0);
+        other_run.seed = 9;
+        save_checkpoint(foreign.path(), &other_run, &checkpoint(3)).unwrap();
+        let e = load_checkpoint(foreign.path(), &identity(0), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("written by a run with seed = 9"), "{e}");
+
         // A flipped bit in the tensors.
         let good = std::fs::read(&tensors).unwrap();
         let mut flipped = good.clone();
@@ -634,20 +704,27 @@ mod tests {
         );
         std::fs::write(&tensors, &good).unwrap();
 
-        // A missing tensors file, a future version, a truncated JSON, an unknown field.
+        // A missing tensors file, a future version, a truncated JSON, an edited one, an unknown
+        // field (the edits sealed again, as a writer of that content would).
         std::fs::remove_file(&tensors).unwrap();
         assert!(error(&identity(0)).starts_with("cannot read checkpoint file"));
         std::fs::write(&tensors, &good).unwrap();
         let text = std::fs::read_to_string(&json).unwrap();
-        std::fs::write(&json, text.replace("\"version\": 1", "\"version\": 9")).unwrap();
-        assert!(error(&identity(0)).ends_with("has version 9; this build reads version 1"));
+        let resealed = |text: &str| {
+            let body = &text[..text.find(CHECKSUM_FIELD).unwrap()];
+            seal(format!("{body}\n}}").as_bytes())
+        };
+        let newer = text.replace("\"version\": 2", "\"version\": 9");
+        std::fs::write(&json, resealed(&newer)).unwrap();
+        assert!(error(&identity(0)).ends_with("has version 9; this build reads versions 1 to 2"));
+        std::fs::write(&json, &newer).unwrap();
+        assert!(error(&identity(0)).contains("is corrupt: it says version 9, but its checksum"));
         std::fs::write(&json, &text[..text.len() / 2]).unwrap();
         assert!(error(&identity(0)).contains("is corrupt: EOF while parsing"));
-        std::fs::write(
-            &json,
-            text.replace("\"step\": 3", "\"step\": 3, \"extra\": 1"),
-        )
-        .unwrap();
+        std::fs::write(&json, text.replace("\"seed\": 7", "\"seed\": 8")).unwrap();
+        assert!(error(&identity(0)).contains("is corrupt: its checksum does not match its bytes"));
+        let extra = text.replace("\"step\": 3", "\"step\": 3, \"extra\": 1");
+        std::fs::write(&json, resealed(&extra)).unwrap();
         assert!(error(&identity(0)).contains("unknown field `extra`"));
         std::fs::write(&json, &text).unwrap();
 
@@ -662,5 +739,35 @@ mod tests {
             c.take_generator("augment").unwrap_err().to_string(),
             "checkpoint generator `augment` is missing"
         );
+    }
+
+    /// Any one changed byte of a checkpoint's JSON is reported as that file's corruption (never
+    /// read as other state, never as another version or run).
+    #[test]
+    fn every_single_byte_change_of_a_checkpoint_json_is_corruption_of_that_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = save_checkpoint(dir.path(), &identity(1), &checkpoint(3)).unwrap();
+        let good = std::fs::read(&json).unwrap();
+        assert!(load_checkpoint(dir.path(), &identity(1), None).is_ok());
+        let mut missed = Vec::new();
+        for at in 0..good.len() {
+            for mask in [0x01u8, 0x20, 0x80] {
+                let mut bad = good.clone();
+                bad[at] ^= mask;
+                std::fs::write(&json, &bad).unwrap();
+                match load_checkpoint(dir.path(), &identity(1), Some(3)) {
+                    Err(CheckpointError::Corrupt { path, .. }) if path == json => {}
+                    other => missed.push((at, mask, format!("{other:?}"))),
+                }
+            }
+        }
+        assert!(missed.is_empty(), "{missed:?}");
+        // A version 1 file (no checksum) is still read.
+        let text = String::from_utf8(good).unwrap();
+        let body = &text[..text.find(CHECKSUM_FIELD).unwrap()];
+        let v1 = format!("{body}\n}}").replace("\"version\": 2", "\"version\": 1");
+        std::fs::write(&json, v1).unwrap();
+        let c = load_checkpoint(dir.path(), &identity(1), Some(3)).unwrap();
+        assert_eq!(c, checkpoint(3));
     }
 }
