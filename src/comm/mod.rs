@@ -209,9 +209,15 @@ pub trait Communicator {
 pub fn mpi_library_version() -> Option<String> {
     #[cfg(feature = "mpi")]
     {
+        // The library's buffer may hold its terminating NUL.
         ::mpi::environment::library_version()
             .ok()
-            .and_then(|v| v.lines().next().map(|l| l.trim().to_owned()))
+            .and_then(|v| {
+                v.lines().next().map(|l| {
+                    l.trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                        .to_owned()
+                })
+            })
             .filter(|l| !l.is_empty())
     }
     #[cfg(not(feature = "mpi"))]
