@@ -1,4 +1,5 @@
 //! `detcheck env --check`: a lint of an environment for a stack, the causes users hit most.
+//! It reads the variables a trace's environment snapshot captures (one list, in `crate::record`).
 //!
 //! [`lint_environment`] reads a set of variables (this process's, or any rank's) and reports
 //! [`Finding`]s: variables that do not exist though people set them (`NCCL_DETERMINISTIC`, set by
@@ -9,7 +10,8 @@
 //!
 //! Determinism: findings are sorted (by kind, then variable), a pure function of the variables.
 
-use crate::comm::pinning::{pin_settings_for, PIN_SETTINGS};
+use crate::comm::pinning::pin_settings_for;
+use crate::record::environment::is_captured_variable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -162,30 +164,16 @@ fn settings_cover(stacks: &[String], stack: &str) -> bool {
     stacks.is_empty() || stacks.iter().any(|s| s == stack)
 }
 
-/// The variables that matter to the lint, as this process has them: the pinning settings, the
-/// nonexistent ones, and every `NCCL_*`, `HCCL_*`, `CUBLAS_*`, `OMP_*`, `I_MPI_*`, `OMPI_MCA_*`
-/// and `MPIR_CVAR_*` variable and `PYTHONHASHSEED`.
+/// The variables that matter to the lint, as this process has them: those a trace's
+/// environment snapshot captures (`crate::record`'s one list of them), and the variables that
+/// do not exist.
 #[must_use]
 pub fn relevant_environment() -> BTreeMap<String, String> {
     std::env::vars()
-        .filter(|(name, _)| is_relevant(name))
+        .filter(|(name, _)| {
+            is_captured_variable(name) || NONEXISTENT_VARIABLES.iter().any(|(n, _)| n == name)
+        })
         .collect()
-}
-
-fn is_relevant(name: &str) -> bool {
-    const PREFIXES: [&str; 7] = [
-        "NCCL_",
-        "HCCL_",
-        "CUBLAS_",
-        "OMP_",
-        "I_MPI_",
-        "OMPI_MCA_",
-        "MPIR_CVAR_",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p))
-        || name == "PYTHONHASHSEED"
-        || PIN_SETTINGS.iter().any(|s| s.name == name)
-        || NONEXISTENT_VARIABLES.iter().any(|(n, _)| *n == name)
 }
 
 /// The variables whose values differ between ranks' environments (`ranks[r]` is rank r's), with
