@@ -4,8 +4,8 @@
 //! A `processes` launch of 4 ranks of a program that records nothing (examples/trace_ranks.rs
 //! with `--steps 0`: it starts, creates its trace file, finishes it), timed end to end through
 //! `run_once` (spawn, wait, read the traces back, clean up), 15 times each way, interleaved:
-//! - `staggered`: as every check launches, each rank held until its start slot (300 ms after
-//!   the spawn, then 30 ms apart: the start-order perturbation);
+//! - `staggered`: as every check launches, the ranks meet (all started), then each is held
+//!   until its start slot, 30 ms apart (the start-order perturbation);
 //! - `plain`: the same launch without the stagger (`run --dump`-like, perturbation off), which
 //!   is the cost of the processes themselves.
 //!

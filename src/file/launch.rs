@@ -19,10 +19,11 @@
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
 //!
 //! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
-//! only moves timing: [`Launch::wait_for_start`] holds rank r until T + slot × step, where the
+//! only moves timing: [`Launch::wait_for_start`] holds every rank until all have arrived
+//! (marker files `.detcheck-start-R` in the trace folder), then rank r for slot × step, where the
 //! slot is r rotated by K, so every launch starts its ranks in another order (what makes an
-//! arrival-order bug show up every time). It reads the wall clock, which is fine on a timing path
-//! and never touches a value.
+//! arrival-order bug show up every time, however slowly the ranks started). It reads the wall
+//! clock (T bounds the wait), which is fine on a timing path and never touches a value.
 
 use crate::file::{DumpError, DumpMode, RunId};
 use std::path::PathBuf;
@@ -218,18 +219,33 @@ impl Launch {
         step * slot
     }
 
-    /// Waits until rank `rank`'s start slot (no wait when the slot has passed or the launch has
-    /// no start time).
+    /// Waits until rank `rank`'s start slot: first until every rank of the launch has come
+    /// this far (each leaves a marker file in the trace folder: ranks start at very different
+    /// times when imports or `MPI_Init` are slow), then for its slot's offset. Without a start
+    /// time (a plain run) it returns at once; it never waits longer than [`MAX_RENDEZVOUS`]
+    /// for the others (a rank that never comes is the program's failure to report, not this).
     pub fn wait_for_start(&self, rank: u32) {
         let Some((_, start_ms)) = self.start else {
             return;
         };
-        let due = UNIX_EPOCH + Duration::from_millis(start_ms) + self.start_offset(rank);
-        if let Ok(wait) = due.duration_since(SystemTime::now()) {
-            std::thread::sleep(wait.min(MAX_STAGGER + Duration::from_secs(5)));
+        let marker = |r: u32| self.trace_dir.join(format!(".detcheck-start-{r}"));
+        let arrived = std::fs::create_dir_all(&self.trace_dir)
+            .and_then(|()| std::fs::write(marker(rank), b""))
+            .is_ok();
+        let give_up = UNIX_EPOCH + Duration::from_millis(start_ms) + MAX_RENDEZVOUS;
+        while arrived
+            && SystemTime::now() < give_up
+            && (0..self.world_size).any(|r| !marker(r).exists())
+        {
+            std::thread::sleep(Duration::from_millis(1));
         }
+        std::thread::sleep(self.start_offset(rank));
     }
 }
+
+/// The longest a rank waits for the others at the start of a staggered launch (from the
+/// launch's start time).
+pub const MAX_RENDEZVOUS: Duration = Duration::from_secs(20);
 
 #[cfg(test)]
 mod tests {

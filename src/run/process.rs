@@ -40,8 +40,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The user stream that derives each launch's `PYTHONHASHSEED`.
 const HASH_SEED_STREAM: u64 = 0x5059_4841_5348; // "PYHASH"
-/// How long ranks have to start (imports included) before the staggered start slots begin.
-const START_DELAY: Duration = Duration::from_millis(300);
 /// How many bytes of a failed process's stderr are shown, at most.
 const STDERR_TAIL: u64 = 4096;
 /// How many lines of it.
@@ -315,7 +313,6 @@ impl<'a> CommandLaunch<'a> {
         let start_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
-            .saturating_add(START_DELAY)
             .as_millis() as u64;
         let rotation = self.request.perturbation.map_or(0, |p| p.rotation);
         let fingerprint = self.request.spec.fingerprint();
