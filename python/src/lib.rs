@@ -4,33 +4,42 @@
 //!
 //! An array reaches the writer as a `TensorView` of its canonical bytes: read in place from the
 //! buffer protocol when the object gives a C-contiguous, little-endian buffer of a supported
-//! dtype (numpy arrays, `memoryview`, `bytes`), hashed with the GIL released; anything else
-//! (torch tensors, strided or big-endian arrays, `__array__` objects, Python scalars) goes
-//! through `detcheck/_arrays.py`, which makes such a buffer (a copy only where one is needed).
+//! dtype (numpy arrays, `memoryview`, `bytes`); anything else (torch tensors, strided or
+//! big-endian arrays, `__array__` objects, Python scalars) goes through `detcheck/_arrays.py`,
+//! which makes such a buffer (a copy only where one is needed). `record` checks it, copies its
+//! bytes (with the GIL released from 256 KiB up) and hands them, in batches, to the writer's own
+//! thread (`worker`), which computes the statistics and the md5 (several arrays at once in SIMD lanes,
+//! `md5x`) and writes the records in order, while the program goes on.
 //!
 //! Determinism: a record's md5 and statistics are those of the Rust writer for the same dtype,
-//! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array).
+//! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array), and the records,
+//! their order and sequence numbers those of the Rust writer called in the same order.
 //!
 //! Errors (documented in python/README.md): `ValueError` for bad arguments and closed writers,
 //! `TypeError` for objects and dtypes that cannot be recorded, `OSError` for files, and
 //! `detcheck.DetcheckError` (a `RuntimeError`) for everything else detcheck refuses (records out
-//! of step order, a launch environment that cannot be read).
+//! of step order, a launch environment that cannot be read). A failure to write the file, on the
+//! writer's thread, is raised by the next `record`, `flush` or `close`.
 //!
 //! `unsafe`: denied here and allowed only in `buffer`, the buffer protocol (see that module for
-//! why); PyO3's macros generate their own.
+//! why), and in `md5x`, to call its AVX2 and AVX-512 functions once the CPU is known to have
+//! them and for their unaligned vector loads and stores; PyO3's macros generate their own.
 
 #![deny(unsafe_code)]
 
 mod buffer;
+mod md5x;
+mod worker;
 
 use buffer::Buffer;
-use detcheck::file::{DumpError, DumpMode, Launch, TraceWriter as RustWriter};
+use detcheck::file::{DumpError, DumpMode, EnvironmentHandle, Launch, TraceWriter as RustWriter};
 use detcheck::value::{DType, TensorView, ViewError};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use std::path::PathBuf;
+use worker::{Background, Failure, Job};
 
 pyo3::create_exception!(
     detcheck,
@@ -40,7 +49,7 @@ pyo3::create_exception!(
      be read, a trace that cannot be finished."
 );
 
-/// Arrays at least this large are hashed with the GIL released; below it, releasing and taking
+/// Arrays at least this large are copied with the GIL released; below it, releasing and taking
 /// the GIL back costs more than it frees (and may wait a switch interval for another thread).
 const DETACH_BYTES: usize = 256 << 10;
 
@@ -105,6 +114,15 @@ fn dump_error(e: DumpError) -> PyErr {
     }
 }
 
+/// The Python exception of a failure of the writer's thread.
+fn failure_error(f: Failure) -> PyErr {
+    match (f.io, f.errno) {
+        (true, Some(errno)) => PyOSError::new_err((errno, f.message)),
+        (true, None) => PyOSError::new_err(f.message),
+        _ => DetcheckError::new_err(f.message),
+    }
+}
+
 fn view_error(name: &str, e: ViewError) -> PyErr {
     PyValueError::new_err(format!("cannot record `{name}`: {e}"))
 }
@@ -117,33 +135,47 @@ fn view_error(name: &str, e: ViewError) -> PyErr {
 /// temporary file: a program that crashed leaves no trace that reads as complete.
 #[pyclass(module = "detcheck", name = "TraceWriter")]
 struct PyTraceWriter {
-    inner: Option<RustWriter>,
+    /// The writer's thread (it owns the Rust writer); `None` once closed or aborted.
+    inner: Option<Background>,
     path: PathBuf,
     rank: u32,
     world_size: u32,
     mode: DumpMode,
     num_records: u64,
+    /// The (step, seq) of the last record handed over.
+    last: Option<(u64, u32)>,
+    /// The writer's environment snapshot (the writer itself is the thread's).
+    environment: EnvironmentHandle,
 }
 
 impl PyTraceWriter {
-    fn wrap(writer: RustWriter, rank: u32, world_size: u32, mode: DumpMode) -> Self {
-        PyTraceWriter {
-            path: writer.path().to_owned(),
-            inner: Some(writer),
+    fn wrap(writer: RustWriter, rank: u32, world_size: u32, mode: DumpMode) -> PyResult<Self> {
+        let path = writer.path().to_owned();
+        let environment = writer.environment_handle();
+        let inner = Background::start(writer, rank, mode)?;
+        Ok(PyTraceWriter {
+            path,
+            inner: Some(inner),
             rank,
             world_size,
             mode,
             num_records: 0,
-        }
+            last: None,
+            environment,
+        })
     }
 
-    fn open(&mut self, name: &str) -> PyResult<&mut RustWriter> {
+    fn open(&mut self, name: &str) -> PyResult<&mut Background> {
         let rank = self.rank;
-        self.inner.as_mut().ok_or_else(|| {
+        let inner = self.inner.as_mut().ok_or_else(|| {
             PyValueError::new_err(format!(
                 "cannot record `{name}`: the trace writer of rank {rank} is closed"
             ))
-        })
+        })?;
+        match inner.failure() {
+            Some(f) => Err(failure_error(f)),
+            None => Ok(inner),
+        }
     }
 
     fn record_any(
@@ -184,20 +216,40 @@ impl PyTraceWriter {
         let shape = buffer.shape();
         let view =
             TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
-        let writer = self.open(name)?;
-        let mut write = move || {
-            if replicated {
-                writer.record_replicated_view(step, name, view)
-            } else {
-                writer.record_view(step, name, view)
+        let seq = match self.last {
+            Some((last, seq)) if last == step => seq + 1,
+            Some((last, _)) if last > step => {
+                return Err(dump_error(DumpError::OutOfOrder {
+                    name: name.to_owned(),
+                    step,
+                    last,
+                }))
             }
+            _ => 0,
         };
-        let written = if view.bytes().len() >= DETACH_BYTES {
-            py.detach(write)
+        let bytes = view.bytes();
+        let inner = self.open(name)?;
+        let mut data = inner.buffer(bytes.len());
+        if bytes.len() >= DETACH_BYTES || inner.must_wait(bytes.len()) {
+            py.detach(|| {
+                inner.wait_room(bytes.len());
+                data.extend_from_slice(bytes);
+            });
         } else {
-            write()
-        };
-        written.map_err(dump_error)?;
+            data.extend_from_slice(bytes);
+        }
+        inner
+            .submit(Job {
+                step,
+                seq,
+                name: name.to_owned(),
+                replicated,
+                dtype,
+                shape: shape.clone(),
+                data,
+            })
+            .map_err(failure_error)?;
+        self.last = Some((step, seq));
         self.num_records += 1;
         Ok(())
     }
@@ -220,7 +272,7 @@ impl PyTraceWriter {
             )));
         }
         let writer = RustWriter::create(&dir, rank, world_size, mode).map_err(dump_error)?;
-        Ok(Self::wrap(writer, rank, world_size, mode))
+        Self::wrap(writer, rank, world_size, mode)
     }
 
     /// The writer of this process's rank when detcheck launched it (`DETCHECK_TRACE_DIR` set),
@@ -234,7 +286,9 @@ impl PyTraceWriter {
         let writer = py.detach(RustWriter::from_env).map_err(dump_error)?;
         // `from_env` found a rank (or failed): the launch's, read from the same variables.
         let rank = launch.rank.unwrap_or_default();
-        Ok(writer.map(|w| Self::wrap(w, rank, launch.world_size, launch.mode)))
+        writer
+            .map(|w| Self::wrap(w, rank, launch.world_size, launch.mode))
+            .transpose()
     }
 
     /// The writer of rank `rank` of the launch, for a program that writes every rank itself
@@ -253,7 +307,9 @@ impl PyTraceWriter {
         let writer = py
             .detach(|| RustWriter::from_env_for_rank(rank))
             .map_err(dump_error)?;
-        Ok(writer.map(|w| Self::wrap(w, rank, launch.world_size, launch.mode)))
+        writer
+            .map(|w| Self::wrap(w, rank, launch.world_size, launch.mode))
+            .transpose()
     }
 
     /// Records `array` as `name` at `step`: its md5, and its statistics unless the mode is md5
@@ -278,28 +334,40 @@ impl PyTraceWriter {
     /// `detcheck compare` and failed checks print the entries that differ between two runs.
     /// Allowed until `close()`.
     fn add_environment(&mut self, key: &str, value: &str) -> PyResult<()> {
-        let rank = self.rank;
-        let writer = self.inner.as_mut().ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "cannot add `{key}` to the environment: the trace writer of rank {rank} is closed"
-            ))
-        })?;
-        writer
-            .set_environment(key, value)
+        if self.inner.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "cannot add `{key}` to the environment: the trace writer of rank {} is closed",
+                self.rank
+            )));
+        }
+        self.environment
+            .set(key, value)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
-    /// Finishes the file: footer, fsync, rename to its final name. Closing again does nothing.
+    /// Waits until every record given so far is hashed and written to the file (its buffer),
+    /// and raises the writer thread's failure if it had one. Recording goes on afterwards.
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(inner) = self.inner.as_mut() {
+            py.detach(|| inner.flush()).map_err(failure_error)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the file: the records still being hashed, the footer, fsync, rename to its
+    /// final name. Closing again does nothing.
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let Some(writer) = self.inner.take() {
-            py.detach(|| writer.finish()).map_err(dump_error)?;
+        if let Some(inner) = self.inner.take() {
+            py.detach(|| inner.finish()).map_err(failure_error)?;
         }
         Ok(())
     }
 
     /// Drops the file unfinished: its temporary file is removed and no trace is left.
-    fn abort(&mut self) {
-        self.inner = None;
+    fn abort(&mut self, py: Python<'_>) {
+        if let Some(inner) = self.inner.take() {
+            py.detach(|| inner.abort());
+        }
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -317,7 +385,7 @@ impl PyTraceWriter {
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if exc_type.is_some_and(|t| !t.is_none()) {
-            self.abort();
+            self.abort(py);
         } else {
             self.close(py)?;
         }
@@ -342,7 +410,7 @@ impl PyTraceWriter {
         self.mode.name()
     }
 
-    /// The number of records written so far.
+    /// The number of records given so far (the writer's thread writes them in that order).
     #[getter]
     fn num_records(&self) -> u64 {
         self.num_records

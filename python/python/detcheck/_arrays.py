@@ -31,7 +31,17 @@ def _unsupported(name, dtype):
     )
 
 
+_TORCH_DTYPES = None
+
+
 def _torch_dtypes(torch):
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        _TORCH_DTYPES = _torch_dtype_names(torch)
+    return _TORCH_DTYPES
+
+
+def _torch_dtype_names(torch):
     return {
         torch.float16: "float16",
         torch.bfloat16: "bfloat16",

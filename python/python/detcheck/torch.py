@@ -50,6 +50,33 @@ def _unwrap(model):
     return model, False
 
 
+#: Dtypes whose CPU tensors the writer reads in place through numpy (bfloat16 has no numpy
+#: dtype: it goes through ``detcheck._arrays``, as tensors on other devices do).
+_NUMPY_DTYPES = frozenset(
+    [
+        _torch.float16,
+        _torch.float32,
+        _torch.float64,
+        _torch.int32,
+        _torch.int64,
+        _torch.uint8,
+        _torch.bool,
+    ]
+)
+
+
+def _host(tensor):
+    """What to hand the writer for ``tensor``: a numpy view of its memory (no copy) for a dense
+    CPU tensor of a numpy dtype, so the writer reads it through the buffer protocol without
+    calling back into Python; otherwise the tensor itself (the writer converts it)."""
+    if tensor.is_cpu and tensor.dtype in _NUMPY_DTYPES and tensor.layout is _torch.strided:
+        try:
+            return tensor.detach().numpy()
+        except (RuntimeError, TypeError):  # a tensor numpy cannot view (a negative-bit view)
+            pass
+    return tensor
+
+
 def _leaves(name, value, depth=0):
     """``(name, tensor)`` of every tensor in a module's output, in order."""
     if isinstance(value, _torch.Tensor):
@@ -79,6 +106,8 @@ class WatchHandle:
         self._hooks = []
         params = list(model.named_parameters())
         self._params = params
+        self._grad_labels = [("grad/" + name, p) for name, p in params]
+        self._param_labels = [("param/" + name, p) for name, p in params]
         if writer is None:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         for name, module in model.named_modules():
@@ -127,34 +156,38 @@ class WatchHandle:
         self.remove()
         return False
 
-    def _record(self, name, tensor):
-        if self._replicated:
-            self._writer.record_replicated(self._step, name, tensor)
-        else:
-            self._writer.record(self._step, name, tensor)
-
     def _forward_hook(self, label):
+        record = self._writer.record
+        tensor_type = _torch.Tensor
+
         def hook(module, inputs, output):
+            if isinstance(output, tensor_type):  # the common case, without the generator
+                record(self._step, label, _host(output))
+                return
             for name, tensor in _leaves(label, output):
-                self._writer.record(self._step, name, tensor)
+                record(self._step, name, _host(tensor))
 
         return hook
 
     def _record_grads(self):
         if self._writer is None:
             return
-        for name, param in self._params:
-            if param.grad is not None:
-                self._record("grad/" + name, param.grad)
+        record = self._writer.record_replicated if self._replicated else self._writer.record
+        step = self._step
+        for label, param in self._grad_labels:
+            grad = param.grad
+            if grad is not None:
+                record(step, label, _host(grad))
 
     def _before_update(self, optimizer, args, kwargs):
         self._record_grads()
 
     def _after_update(self, optimizer, args, kwargs):
-        with _torch.no_grad():
-            for name, param in self._params:
-                if param.requires_grad:
-                    self._record("param/" + name, param)
+        record = self._writer.record_replicated if self._replicated else self._writer.record
+        step = self._step
+        for label, param in self._param_labels:
+            if param.requires_grad:
+                record(step, label, _host(param))
         self._step += 1
 
 

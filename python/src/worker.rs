@@ -1,0 +1,490 @@
+//! The writer's own thread: records are hashed and written there, while the program goes on.
+//!
+//! `TraceWriter.record` checks the record (dtype, shape, bool bytes, step order) and copies the
+//! array's bytes into a buffer the writer owns; the records gather into a batch ([`BATCH_BYTES`]
+//! or [`BATCH_RECORDS`]) that goes to this thread, which computes the statistics (stats and full
+//! modes), the md5s (many buffers at once in SIMD lanes, `md5x`: the larger the batch, the fuller
+//! the lanes) and writes the records in the order they were given, with the sequence numbers
+//! given to them. So the program's own thread pays for a copy (memcpy speed) rather than for md5
+//! (one core's ~600 MB/s), and the array may change as soon as `record` returns. Batches also
+//! spare the program a wake-up of the thread per record (about 15 us, as much as the copy of a
+//! 256 KiB array).
+//!
+//! Memory: at most [`LIMIT`] bytes of copies are in flight (one larger array alone); `record`
+//! waits, with the GIL released, for the thread to catch up beyond that. Buffers come back to
+//! the Python side and are reused, so a training loop does not fault in fresh pages every step.
+//!
+//! Errors: the checks that `record` can make are made there and raised at once. A failure of the
+//! thread (writing the file) is raised by the next `record`, `flush` or `close`; the file is then
+//! never finished, as when the writer is dropped.
+//!
+//! Determinism: the records, their order, sequence numbers, md5s and statistics are those the
+//! writer would produce called in place (`TraceWriter::record_view`), so the files are the same.
+
+use crate::md5x::{Lanes, Simd};
+use detcheck::file::{DumpError, DumpMode, TraceWriter as RustWriter};
+use detcheck::record::Record;
+use detcheck::value::{DType, Md5Digest, Stats, TensorView};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// At most this many bytes of copied arrays wait for the thread.
+pub(crate) const LIMIT: usize = 64 << 20;
+
+/// Buffers at least this large are kept for reuse when they come back.
+const REUSE_BYTES: usize = 64 << 10;
+
+/// Blocks per lane hashed between two looks at the queue.
+const BUDGET: usize = 64;
+
+/// Records go to the thread once this many bytes of them wait ...
+const BATCH_BYTES: usize = LIMIT / 4;
+
+/// ... or this many records (or when `flush`, `close` or a `record` short of room waits).
+const BATCH_RECORDS: usize = 256;
+
+/// A record for the thread: everything but its md5 and statistics.
+pub(crate) struct Job {
+    pub(crate) step: u64,
+    pub(crate) seq: u32,
+    pub(crate) name: String,
+    pub(crate) replicated: bool,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
+    /// The array's canonical bytes, copied.
+    pub(crate) data: Vec<u8>,
+}
+
+enum Msg {
+    Records(Vec<Job>),
+    /// Answer once every record sent before is written.
+    Flush(Sender<()>),
+}
+
+/// A failure of the thread, as it is raised on the Python side (a `DumpError` is not `Clone`).
+#[derive(Clone, Debug)]
+pub(crate) struct Failure {
+    /// The OS error number of an I/O error.
+    pub(crate) errno: Option<i32>,
+    /// An I/O error (`OSError`), otherwise detcheck's (`DetcheckError`).
+    pub(crate) io: bool,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    fn of(e: &DumpError) -> Self {
+        match e {
+            DumpError::Io { source, .. } => Failure {
+                errno: source.raw_os_error(),
+                io: true,
+                message: e.to_string(),
+            },
+            _ => Failure {
+                errno: None,
+                io: false,
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn other(message: &str) -> Self {
+        Failure {
+            errno: None,
+            io: false,
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// The Python side's handle on the thread.
+pub(crate) struct Background {
+    tx: Option<Sender<Msg>>,
+    /// Buffers the thread is done with (in a `Mutex` only to make the writer `Sync`, as PyO3
+    /// asks; it is reached through `&mut self`, never locked).
+    returned: Mutex<Receiver<Vec<u8>>>,
+    thread: Option<JoinHandle<Result<(), Failure>>>,
+    abort: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<Failure>>>,
+    pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
+    /// Bytes handed over (batched or sent) and not back yet.
+    in_flight: usize,
+    /// The batch being gathered, and its bytes.
+    batch: Vec<Job>,
+    batch_bytes: usize,
+    /// The process that started the thread: a forked child has the handle but not the thread.
+    pid: u32,
+}
+
+impl Background {
+    /// Starts the thread that writes into `writer`.
+    pub(crate) fn start(writer: RustWriter, rank: u32, mode: DumpMode) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let (back, returned) = mpsc::channel();
+        let abort = Arc::new(AtomicBool::new(false));
+        let failure = Arc::new(Mutex::new(None));
+        let thread = {
+            let abort = Arc::clone(&abort);
+            let failure = Arc::clone(&failure);
+            std::thread::Builder::new()
+                .name(format!("detcheck-writer-{rank}"))
+                .spawn(move || {
+                    Thread {
+                        rank,
+                        mode,
+                        rx,
+                        back,
+                        abort,
+                        failure,
+                    }
+                    .run(writer)
+                })?
+        };
+        Ok(Background {
+            tx: Some(tx),
+            returned: Mutex::new(returned),
+            thread: Some(thread),
+            abort,
+            failure,
+            pool: Vec::new(),
+            pool_bytes: 0,
+            in_flight: 0,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            pid: std::process::id(),
+        })
+    }
+
+    /// The thread's failure, if it had one; in a forked child, that the thread is not there.
+    pub(crate) fn failure(&self) -> Option<Failure> {
+        if std::process::id() != self.pid {
+            return Some(Failure::other(&format!(
+                "this trace writer belongs to process {} (a writer cannot be used across fork)",
+                self.pid
+            )));
+        }
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Takes back the buffers the thread is done with.
+    fn reclaim(&mut self, data: Vec<u8>) {
+        self.in_flight -= data.len();
+        let capacity = data.capacity();
+        if capacity >= REUSE_BYTES && self.pool_bytes + capacity <= LIMIT {
+            self.pool_bytes += capacity;
+            self.pool.push(data);
+        }
+    }
+
+    fn returned(&mut self) -> &Receiver<Vec<u8>> {
+        match self.returned.get_mut() {
+            Ok(rx) => rx,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn reclaim_ready(&mut self) {
+        while let Ok(data) = self.returned().try_recv() {
+            self.reclaim(data);
+        }
+    }
+
+    /// An empty buffer of at least `len` bytes: the smallest one that fits from those that came
+    /// back, or a new one.
+    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.reclaim_ready();
+        let best = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut data = self.pool.swap_remove(i);
+                self.pool_bytes -= data.capacity();
+                data.clear();
+                data
+            }
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    /// `true` when `len` more bytes would go beyond [`LIMIT`] (and something is in flight).
+    pub(crate) fn must_wait(&mut self, len: usize) -> bool {
+        self.reclaim_ready();
+        self.in_flight > 0 && self.in_flight + len > LIMIT
+    }
+
+    /// Waits until `len` more bytes fit (call it with the GIL released).
+    pub(crate) fn wait_room(&mut self, len: usize) {
+        if self.in_flight > 0 && self.in_flight + len > LIMIT && self.send_batch().is_err() {
+            return; // the thread is gone; `submit` reports why
+        }
+        while self.in_flight > 0 && self.in_flight + len > LIMIT {
+            match self.returned().recv() {
+                Ok(data) => self.reclaim(data),
+                Err(_) => return, // the thread is gone; `submit` reports why
+            }
+        }
+    }
+
+    /// Hands a record to the thread (in a batch).
+    pub(crate) fn submit(&mut self, job: Job) -> Result<(), Failure> {
+        let len = job.data.len();
+        self.in_flight += len;
+        self.batch_bytes += len;
+        self.batch.push(job);
+        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_RECORDS {
+            self.send_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the batch gathered so far.
+    fn send_batch(&mut self) -> Result<(), Failure> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_bytes = 0;
+        match self.tx.as_ref().map(|tx| tx.send(Msg::Records(batch))) {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.gone()),
+        }
+    }
+
+    /// Waits until every record handed over is written (call it with the GIL released).
+    pub(crate) fn flush(&mut self) -> Result<(), Failure> {
+        if let Some(f) = self.failure() {
+            return Err(f);
+        }
+        self.send_batch()?;
+        let (ack, done) = mpsc::channel();
+        let sent = self.tx.as_ref().map(|tx| tx.send(Msg::Flush(ack)));
+        if !matches!(sent, Some(Ok(()))) || done.recv().is_err() {
+            return Err(self.gone());
+        }
+        self.reclaim_ready();
+        match self.failure() {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the thread stopped taking records: its failure, or a panic.
+    fn gone(&mut self) -> Failure {
+        if let Some(f) = self.failure() {
+            return f;
+        }
+        match self.join() {
+            Err(f) => f,
+            Ok(()) => Failure::other("the writer's thread has stopped"),
+        }
+    }
+
+    fn join(&mut self) -> Result<(), Failure> {
+        self.tx = None;
+        if std::process::id() != self.pid {
+            // A forked child: the thread is the parent's; there is nothing here to wait for.
+            std::mem::forget(self.thread.take());
+            return Err(self.failure().expect("another process"));
+        }
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(Failure::other("the writer's thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes what is left, then the footer; syncs and renames the file (call it with the GIL
+    /// released).
+    pub(crate) fn finish(mut self) -> Result<(), Failure> {
+        self.send_batch()?;
+        self.join()
+    }
+
+    /// Stops at once; the unfinished file is removed.
+    pub(crate) fn abort(mut self) {
+        self.abort.store(true, Ordering::SeqCst);
+        let _ = self.join();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.abort.store(true, Ordering::SeqCst);
+            let _ = self.join();
+        }
+    }
+}
+
+/// A record in the thread, waiting for its md5 to be written in order.
+struct Slot {
+    job: Job,
+    stats: Stats,
+    md5: Option<[u8; 16]>,
+}
+
+/// The thread's records and lanes.
+struct State {
+    lanes: Option<Lanes<u64>>,
+    /// The records not yet written, in order; `first` is the id of the front one.
+    queue: VecDeque<Slot>,
+    first: u64,
+    /// Flushes to answer once the record of that id is written.
+    flushes: Vec<(u64, Sender<()>)>,
+}
+
+impl State {
+    fn has_lane_work(&self) -> bool {
+        self.lanes.as_ref().is_some_and(|l| !l.is_idle())
+    }
+}
+
+struct Thread {
+    rank: u32,
+    mode: DumpMode,
+    rx: Receiver<Msg>,
+    back: Sender<Vec<u8>>,
+    abort: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<Failure>>>,
+}
+
+impl Thread {
+    fn run(self, mut writer: RustWriter) -> Result<(), Failure> {
+        let simd = Simd::detect();
+        let mut st = State {
+            lanes: (simd != Simd::None).then(|| Lanes::new(simd)),
+            queue: VecDeque::new(),
+            first: 0,
+            flushes: Vec::new(),
+        };
+        let mut open = true;
+        let mut failed: Option<Failure> = None;
+        loop {
+            if !st.has_lane_work() {
+                if !open && st.queue.is_empty() {
+                    break;
+                }
+                match self.rx.recv() {
+                    Ok(msg) => self.take(msg, &mut st),
+                    Err(_) => open = false,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(msg) => self.take(msg, &mut st),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            if self.abort.load(Ordering::SeqCst) {
+                return Ok(()); // dropping `writer` removes its temporary file
+            }
+            let State {
+                lanes,
+                queue,
+                first,
+                ..
+            } = &mut st;
+            if let Some(lanes) = lanes.as_mut() {
+                lanes.run(BUDGET, |data, id, md5| {
+                    let slot = &mut queue[(id - *first) as usize];
+                    slot.job.data = data;
+                    slot.md5 = Some(md5);
+                });
+            }
+            while st.queue.front().is_some_and(|s| s.md5.is_some()) {
+                let slot = st.queue.pop_front().expect("checked");
+                st.first += 1;
+                let data = self.write(&mut writer, slot, &mut failed);
+                let _ = self.back.send(data);
+            }
+            let first = st.first;
+            st.flushes.retain(|(upto, ack)| {
+                let done = first >= *upto;
+                if done {
+                    let _ = ack.send(());
+                }
+                !done
+            });
+        }
+        match failed {
+            Some(f) => Err(f),
+            None => writer.finish().map(|_| ()).map_err(|e| self.fail(&e)),
+        }
+    }
+
+    /// Takes a message: each record is queued (with its statistics) and handed to the lanes,
+    /// or hashed here when there are none.
+    fn take(&self, msg: Msg, st: &mut State) {
+        let jobs = match msg {
+            Msg::Records(jobs) => jobs,
+            Msg::Flush(ack) => {
+                st.flushes.push((st.first + st.queue.len() as u64, ack));
+                return;
+            }
+        };
+        for job in jobs {
+            let stats = match TensorView::new(job.dtype, &job.shape, &job.data) {
+                Ok(view) if self.mode.has_stats() => Stats::of_view(view),
+                _ => Stats::default(), // checked by `record` already
+            };
+            let id = st.first + st.queue.len() as u64;
+            let mut slot = Slot {
+                job,
+                stats,
+                md5: None,
+            };
+            match st.lanes.as_mut() {
+                Some(lanes) => lanes.push(std::mem::take(&mut slot.job.data), id),
+                None => slot.md5 = Some(Md5Digest::of_bytes(&slot.job.data).0),
+            }
+            st.queue.push_back(slot);
+        }
+    }
+
+    /// Writes a record (unless an earlier one failed); gives its buffer back.
+    fn write(&self, writer: &mut RustWriter, slot: Slot, failed: &mut Option<Failure>) -> Vec<u8> {
+        let Slot { job, stats, md5 } = slot;
+        if failed.is_none() {
+            let record = Record {
+                rank: self.rank,
+                step: job.step,
+                seq: job.seq,
+                name: job.name,
+                replicated: job.replicated,
+                dtype: job.dtype,
+                shape: job.shape,
+                md5: Md5Digest(md5.expect("hashed")),
+                stats,
+            };
+            let view = match self.mode {
+                DumpMode::Full => TensorView::new(record.dtype, &record.shape, &job.data).ok(),
+                _ => None,
+            };
+            if let Err(e) = writer.write_record_view(&record, view) {
+                *failed = Some(self.fail(&e));
+            }
+        }
+        job.data
+    }
+
+    fn fail(&self, e: &DumpError) -> Failure {
+        let f = Failure::of(e);
+        if let Ok(mut slot) = self.failure.lock() {
+            slot.get_or_insert_with(|| f.clone());
+        }
+        f
+    }
+}
