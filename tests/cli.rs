@@ -826,3 +826,310 @@ fn env_check_flags_nccl_deterministic_and_a_missing_algorithm() {
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("no problem found"), "{stdout}");
 }
+
+// Issue 16, parts 1 and 6: concurrent writers, non-regular files, the augment field.
+
+/// Runs `detcheck` in `dir`, killing it (and failing the test) if it has not ended within
+/// `seconds`: a command that hangs on its input fails here instead of hanging the test.
+fn detcheck_within(args: &[&str], dir: &Path, seconds: u64) -> Outcome {
+    let child = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    ended_within(child, seconds, &format!("detcheck {args:?}"))
+}
+
+/// The outcome of `child` once it ends, or a failed test if it outlives `seconds`.
+fn ended_within(mut child: std::process::Child, seconds: u64, what: &str) -> Outcome {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > give_up {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} still ran after {seconds} s: it hangs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Outcome {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A `detcheck run --dump` started in `dir`, running.
+fn spawn_run(dir: &Path, scenario: &str, dump: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_detcheck"))
+        .args(["run", scenario, "--dump", dump])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A collective scenario whose run takes about a second (debug build), so that two runs
+/// started together overlap.
+fn slow_scenario(dir: &Path) -> PathBuf {
+    scenario(
+        dir,
+        "collective",
+        r#", "params": {"elements": 300000}"#,
+        &[],
+    )
+}
+
+#[test]
+fn two_runs_into_one_folder_exactly_one_writes_the_other_is_refused_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    slow_scenario(dir.path());
+    expect(&["run", "case.json", "--dump", "reference"], dir.path(), 0);
+    for trial in 0..10 {
+        let dump = format!("d{trial}");
+        let first = spawn_run(dir.path(), "case.json", &dump);
+        let second = spawn_run(dir.path(), "case.json", &dump);
+        let pids = [first.id(), second.id()];
+        let outs = [
+            ended_within(first, 120, "the first run"),
+            ended_within(second, 120, "the second run"),
+        ];
+        let codes = [outs[0].code, outs[1].code];
+        let show = format!(
+            "trial {trial}: {codes:?}\n{}{}",
+            outs[0].stderr, outs[1].stderr
+        );
+        assert!(codes == [0, 2] || codes == [2, 0], "{show}");
+        let (winner, loser) = if codes[0] == 0 { (0, 1) } else { (1, 0) };
+        assert_contains(
+            "stderr of the refused run",
+            &outs[loser].stderr,
+            &[
+                &format!("error: {dump}: in use by another run: pid {}", pids[winner]),
+                "for a dump (`",
+                &format!("lock file {dump}/detcheck.lock"),
+            ],
+        );
+        assert!(
+            outs[winner]
+                .stdout
+                .starts_with(&format!("wrote {dump}: 3 ranks")),
+            "{show}"
+        );
+        // The dump is complete (it reads back, identical to a run alone) and the lock is gone.
+        let same = expect(&["compare", "reference", &dump], dir.path(), 0);
+        assert!(same.stdout.contains("identical"), "{}", same.stdout);
+        assert!(!dir.path().join(&dump).join("detcheck.lock").exists());
+    }
+}
+
+#[test]
+fn a_run_started_while_another_writes_the_folder_is_refused_and_the_dump_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    slow_scenario(dir.path());
+    let first = spawn_run(dir.path(), "case.json", "d");
+    let holder = first.id();
+    let lock = dir.path().join("d/detcheck.lock");
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !lock.exists() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the first run never claimed d"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let second = detcheck_within(&["run", "case.json", "--dump", "d"], dir.path(), 60);
+    let first = ended_within(first, 120, "the first run");
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(second.code, 2, "{}{}", second.stdout, second.stderr);
+    assert_contains(
+        "stderr",
+        &second.stderr,
+        &[&format!(
+            "error: d: in use by another run: pid {holder} on host "
+        )],
+    );
+    let same = expect(&["compare", "d", "d"], dir.path(), 0);
+    assert_contains("stdout", &same.stdout, &["identical"]);
+    // Once finished, the dump is refused as a dump, and never emptied.
+    let out = expect(&["run", "case.json", "--dump", "d"], dir.path(), 2);
+    assert_contains("stderr", &out.stderr, &["d: already holds a dump"]);
+    expect(&["compare", "d", "d"], dir.path(), 0);
+}
+
+/// The pid of a process that has ended and been reaped: no process has it (for now).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn a_lock_left_by_a_killed_run_is_explained_and_not_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(dir.path(), "collective", "", &[]);
+    let folder = dir.path().join("d");
+    std::fs::create_dir(&folder).unwrap();
+    // The lock of a run on this host whose process is gone.
+    let lock = detcheck::file::FolderLock::claim(&folder, "dump").unwrap();
+    let mut holder: detcheck::file::Holder =
+        serde_json::from_slice(&std::fs::read(lock.path()).unwrap()).unwrap();
+    drop(lock);
+    let pid = dead_pid();
+    holder.pid = pid;
+    holder.process_start = None;
+    let stale = serde_json::to_string(&holder).unwrap();
+    std::fs::write(folder.join("detcheck.lock"), &stale).unwrap();
+    let out = expect(&["run", "case.json", "--dump", "d"], dir.path(), 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &[
+            &format!("error: d: locked by a run that is gone: pid {pid} on host "),
+            "remove the folder, or only its lock file d/detcheck.lock",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("detcheck.lock")).unwrap(),
+        stale,
+        "a stale lock is not taken over"
+    );
+    std::fs::remove_file(folder.join("detcheck.lock")).unwrap();
+    expect(&["run", "case.json", "--dump", "d"], dir.path(), 0);
+}
+
+#[test]
+fn a_checkpoint_folder_in_use_is_refused_before_any_rank_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "train",
+        r#", "params": {"dataset_size": 48, "global_batch": 12}"#,
+        &[],
+    );
+    let ck = dir.path().join("ck");
+    std::fs::create_dir(&ck).unwrap();
+    // This test process holds it, as a running `detcheck run --checkpoint ck` would.
+    let held = detcheck::file::FolderLock::claim(&ck, "checkpoint").unwrap();
+    let args = [
+        "run",
+        "case.json",
+        "--dump",
+        "d",
+        "--stop-at",
+        "1",
+        "--checkpoint",
+        "ck",
+    ];
+    let out = expect(&args, dir.path(), 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &[&format!(
+            "error: ck: in use by another run: pid {} on host ",
+            std::process::id()
+        )],
+    );
+    let written: Vec<_> = std::fs::read_dir(dir.path().join("d")).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+    assert_eq!(std::fs::read_dir(&ck).unwrap().count(), 1, "only the lock");
+    drop(held);
+    let out = expect(&args, dir.path(), 0);
+    assert_contains("stdout", &out.stdout, &["checkpoint of step 1 in ck"]);
+    assert!(!ck.join("detcheck.lock").exists() && !dir.path().join("d/detcheck.lock").exists());
+}
+
+/// Makes a FIFO at `path` (`mkfifo`).
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn a_fifo_or_device_given_as_input_is_refused_at_once_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    mkfifo(&d.join("fifo.json"));
+    let refused = |args: &[&str], names: &str| {
+        let out = detcheck_within(args, d, 30);
+        assert_eq!(
+            out.code, 2,
+            "detcheck {args:?}: {}{}",
+            out.stdout, out.stderr
+        );
+        assert_contains("stderr", &out.stderr, &[names, "not a regular file"]);
+    };
+    // A scenario file.
+    refused(&["check", "fifo.json"], "fifo.json: is a FIFO");
+    refused(&["run", "fifo.json", "--dump", "x"], "fifo.json: is a FIFO");
+    refused(&["check", "/dev/zero"], "/dev/zero: is a device");
+    // A rank's trace file.
+    scenario(
+        d,
+        "train",
+        r#", "params": {"dataset_size": 48, "global_batch": 12}"#,
+        &[],
+    );
+    expect(&["run", "case.json", "--dump", "a"], d, 0);
+    expect(
+        &[
+            "run",
+            "case.json",
+            "--dump",
+            "b",
+            "--stop-at",
+            "1",
+            "--checkpoint",
+            "ck",
+        ],
+        d,
+        0,
+    );
+    std::fs::remove_file(d.join("a/rank1.dctrace")).unwrap();
+    mkfifo(&d.join("a/rank1.dctrace"));
+    refused(&["compare", "a", "b"], "a/rank1.dctrace: is a FIFO");
+    // A checkpoint file.
+    std::fs::remove_file(d.join("ck/rank0-step1.json")).unwrap();
+    mkfifo(&d.join("ck/rank0-step1.json"));
+    refused(
+        &["run", "case.json", "--dump", "c", "--resume", "ck"],
+        "ck/rank0-step1.json: is a FIFO",
+    );
+    // An msprobe dump.json.
+    std::fs::create_dir_all(d.join("ms/step0/rank")).unwrap();
+    mkfifo(&d.join("ms/step0/rank/dump.json"));
+    refused(&["compare", "ms", "ms"], "dump.json: is a FIFO");
+    // A curves file.
+    refused(
+        &["curves", "fifo.json", "fifo.json"],
+        "fifo.json: is a FIFO",
+    );
+}
+
+#[test]
+fn augment_of_the_wrong_shape_is_bad_input_naming_the_field() {
+    for kind in ["dataloader", "train"] {
+        for augment in ["[1]", "[0, true, 0.5]", "1", "true", "\"flip\"", "null"] {
+            let params = format!(r#", "params": {{"augment": {augment}}}"#);
+            let dir = tempfile::tempdir().unwrap();
+            scenario(dir.path(), kind, &params, &[]);
+            let out = expect(&["run", "case.json", "--dump", "x"], dir.path(), 2);
+            assert_contains(
+                "stderr",
+                &out.stderr,
+                &["case.json: field `params.augment`: invalid type"],
+            );
+        }
+    }
+    // A wrong field inside it is named as it was.
+    check(
+        ("dataloader", r#", "params": {"augment": {"flip": 3}}"#, &[]),
+        2,
+        &[],
+        &["case.json: field `params.augment.flip`: invalid type: integer `3`"],
+    );
+}

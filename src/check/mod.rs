@@ -34,6 +34,7 @@ use crate::compare::{
     compare_traces, Comparison, Difference, Divergence, DivergenceMap, ElementFinding,
     NoElementDetail, RecordSummary, TraceView,
 };
+use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
@@ -504,22 +505,45 @@ fn compare_variants(
     })
 }
 
-/// A folder for one restart check's checkpoints, removed when dropped.
-struct RestartFolder(PathBuf);
+/// A folder for one restart check's checkpoints, claimed ([`FolderLock`]) by the process that
+/// runs the check (under MPI the leader, before any rank writes), and removed when dropped.
+struct RestartFolder {
+    dir: PathBuf,
+    _lock: FolderLock,
+}
 
 impl RestartFolder {
-    fn new() -> Self {
+    /// A new folder in the temporary folder. Its name is this process's and a counter's, and it
+    /// is created exclusively (a name already taken, by a run killed earlier or one in another
+    /// PID namespace that shares the folder, is skipped), so no other run's files are in it.
+    fn new(scenario: &str) -> Result<Self, RunError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("detcheck-restart-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        RestartFolder(dir)
+        let failed = |source: DumpError| RunError::Checkpoints {
+            scenario: scenario.to_owned(),
+            source,
+        };
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("detcheck-restart-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    let lock = FolderLock::claim(&dir, "checkpoint").map_err(|e| {
+                        let _ = std::fs::remove_dir_all(&dir);
+                        failed(e)
+                    })?;
+                    return Ok(RestartFolder { dir, _lock: lock });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(failed(DumpError::io("create folder", &dir, e))),
+            }
+        }
     }
 }
 
 impl Drop for RestartFolder {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -533,15 +557,15 @@ fn compare_restart(
     continuous: &Trace,
 ) -> Result<SeriesOutcome, RunError> {
     let at = scenario.spec.restart_step();
-    let folder = RestartFolder::new();
+    let folder = RestartFolder::new(&scenario.name)?;
     let p = Some(perturbation(scenario.spec.seed, 2, options));
     let before = RunPlan {
         stop_at: Some(at),
-        checkpoint_to: Some(folder.0.clone()),
+        checkpoint_to: Some(folder.dir.clone()),
         ..RunPlan::default()
     };
     let after = RunPlan {
-        resume_from: Some(folder.0.clone()),
+        resume_from: Some(folder.dir.clone()),
         remove_after_resume: true,
         ..RunPlan::default()
     };
@@ -623,10 +647,10 @@ impl<'a> Runs<'a> {
         let p = Some(perturbation(scenario.spec.seed, 2, options));
         element::Side {
             rerun: Box::new(move |capture, dir| {
-                let folder = RestartFolder::new();
+                let folder = RestartFolder::new(&scenario.name)?;
                 let before = RunPlan {
                     stop_at: Some(at),
-                    checkpoint_to: Some(folder.0.clone()),
+                    checkpoint_to: Some(folder.dir.clone()),
                     ..RunPlan::default()
                 };
                 let mut request = RunRequest::new(scenario, options, p, 3, &before);
@@ -638,7 +662,7 @@ impl<'a> Runs<'a> {
                     return Ok(stopped);
                 }
                 let after = RunPlan {
-                    resume_from: Some(folder.0.clone()),
+                    resume_from: Some(folder.dir.clone()),
                     remove_after_resume: true,
                     ..RunPlan::default()
                 };

@@ -414,7 +414,8 @@ pub fn load_checkpoint(
         });
     };
     let json_path = checkpoint_path(dir, identity.rank, step);
-    let text = std::fs::read(&json_path).map_err(|e| CheckpointError::io("read", &json_path, e))?;
+    let text = crate::file::read_input(&json_path)
+        .map_err(|e| CheckpointError::io("read", &json_path, e))?;
     let corrupt = |reason: String| CheckpointError::Corrupt {
         path: json_path.clone(),
         reason,
@@ -464,8 +465,8 @@ pub fn load_checkpoint(
             manifest.tensors_file
         )));
     }
-    let bytes =
-        std::fs::read(&tensors_path).map_err(|e| CheckpointError::io("read", &tensors_path, e))?;
+    let bytes = crate::file::read_input(&tensors_path)
+        .map_err(|e| CheckpointError::io("read", &tensors_path, e))?;
     let bad_tensors = |reason: String| CheckpointError::Corrupt {
         path: tensors_path.clone(),
         reason,

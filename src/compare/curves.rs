@@ -164,7 +164,8 @@ fn from_trainer_state(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveE
         path: path.to_owned(),
         detail,
     };
-    let text = std::fs::read(path).map_err(|e| CurveError::Dump(DumpError::io("read", path, e)))?;
+    let text = crate::file::read_input(path)
+        .map_err(|e| CurveError::Dump(DumpError::io("read", path, e)))?;
     let doc: Value =
         serde_json::from_slice(&text).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
     let history = doc

@@ -22,6 +22,8 @@ pub(crate) mod format;
 pub mod launch;
 pub use capture::Capture;
 pub use launch::Launch;
+mod lock;
+pub use lock::{FolderLock, Holder, LOCK_FILE};
 mod msprobe;
 pub(crate) mod reader;
 pub(crate) mod source;
@@ -197,6 +199,32 @@ pub enum DumpError {
         /// What is wrong.
         detail: String,
     },
+    /// Another run holds the folder (its lock file exists): a second writer is refused at once.
+    #[error("{}: in use by another run: {holder} (lock file {}); wait for that run to end, or choose another folder", folder.display(), lock.display())]
+    Locked {
+        /// The folder.
+        folder: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+        /// Who holds it ([`Holder`]), as text.
+        holder: String,
+    },
+    /// The folder's lock file names a run that is gone (killed before it could release it).
+    #[error(
+        "{}: locked by a run that is gone: {holder}; it was killed before it released the \
+         folder, and may have left partial files there: remove the folder, or only its lock file \
+         {} to keep them",
+        folder.display(),
+        lock.display()
+    )]
+    StaleLock {
+        /// The folder.
+        folder: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+        /// Who held it ([`Holder`]), as text.
+        holder: String,
+    },
     /// The tensors of a step could not be encoded or decoded as safetensors.
     #[error("{}: safetensors: {detail}", path.display())]
     Safetensors {
@@ -312,6 +340,69 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DumpError> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Opens a file of the user's input (a scenario, a trace, a checkpoint, an msprobe or curves
+/// file) for reading, refusing at once what is not a regular file: a FIFO (whose read blocks
+/// until a writer comes), a device (`/dev/zero` never ends), a folder or a socket.
+///
+/// The file is opened non-blocking (a FIFO swapped in after the check still cannot block the
+/// open) and its type checked again on the open file; for a regular file the flag changes
+/// nothing.
+///
+/// # Errors
+/// The open's error, or one of kind [`std::io::ErrorKind::InvalidInput`] saying what the path
+/// is (`is a FIFO, not a regular file`); callers name the file.
+pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    input_file_check(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)?;
+    not_regular(&file.metadata()?)?;
+    Ok(file)
+}
+
+/// The whole of a file of the user's input, read through [`open_input`].
+///
+/// # Errors
+/// As [`open_input`], and the read's error.
+pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut file = open_input(path)?;
+    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// `Ok` when `path` is a regular file (following links); otherwise the error [`open_input`]
+/// gives (`NotFound`, or what the path is).
+pub(crate) fn input_file_check(path: &Path) -> std::io::Result<()> {
+    not_regular(&std::fs::metadata(path)?)
+}
+
+/// An error when `metadata` is not a regular file's, saying what it is.
+fn not_regular(metadata: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = metadata.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "a folder"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "neither a file nor a folder"
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("is {what}, not a regular file"),
+    ))
 }
 
 /// The temporary name a file is written under before its rename.

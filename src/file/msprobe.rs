@@ -140,11 +140,17 @@ impl MsprobeDump {
             });
             for (rank, rank_dir) in ranks.into_iter().chain(procs) {
                 let json = rank_dir.join("dump.json");
-                if !json.is_file() {
-                    return Err(DumpError::Folder {
-                        path: rank_dir,
-                        detail: "has no dump.json".into(),
-                    });
+                match super::input_file_check(&json) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(DumpError::io("read", &json, e))
+                    }
+                    Err(_) => {
+                        return Err(DumpError::Folder {
+                            path: rank_dir,
+                            detail: "has no dump.json".into(),
+                        })
+                    }
                 }
                 if let Some(other) = files.insert((step, rank), json) {
                     return Err(DumpError::Folder {
@@ -392,7 +398,7 @@ impl StepReader {
 
     fn read(&mut self, step: u64, path: &Path) -> Result<Step, DumpError> {
         let dir = path.parent().map(Path::to_owned).unwrap_or_default();
-        let file = std::fs::File::open(path).map_err(|e| DumpError::io("read", path, e))?;
+        let file = super::open_input(path).map_err(|e| DumpError::io("read", path, e))?;
         let (mut batch, mut tensor_files) = (Batch::default(), Vec::new());
         let mut walk = Walk {
             sc: Scanner::new(file),
@@ -638,7 +644,7 @@ fn read_elements(path: &Path, bf16: bool) -> Result<Option<Elements>, DumpError>
             .map(Some)
             .map_err(bad),
         Some("npy") => {
-            let bytes = std::fs::read(path).map_err(|e| DumpError::io("read", path, e))?;
+            let bytes = super::read_input(path).map_err(|e| DumpError::io("read", path, e))?;
             npy::read(&bytes, bf16).map(Some).map_err(bad)
         }
         _ => Ok(None),

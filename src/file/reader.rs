@@ -175,7 +175,7 @@ pub(crate) fn open_dump(dir: &Path) -> Result<Dump, DumpError> {
 
 /// Reads and checks the header of a trace file.
 fn read_header(path: &Path) -> Result<Header, DumpError> {
-    let mut file = File::open(path).map_err(|e| DumpError::io("open", path, e))?;
+    let mut file = super::open_input(path).map_err(|e| DumpError::io("open", path, e))?;
     read_header_from(&mut file, path)
 }
 
@@ -268,7 +268,7 @@ const READ_BUFFER: usize = 1 << 20;
 
 impl TraceReader {
     pub(crate) fn open(path: &Path) -> Result<Self, DumpError> {
-        let mut file = File::open(path).map_err(|e| DumpError::io("open", path, e))?;
+        let mut file = super::open_input(path).map_err(|e| DumpError::io("open", path, e))?;
         let len = file
             .metadata()
             .map_err(|e| DumpError::io("read", path, e))?
@@ -779,7 +779,7 @@ impl TensorFiles {
                 },
                 None => None,
             };
-            let bytes = match std::fs::read(&path) {
+            let bytes = match super::read_input(&path) {
                 Ok(bytes) => bytes,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && listed.is_none() => {
                     return Ok(None)

@@ -1,13 +1,21 @@
 //! `detcheck run --dump`: one run of a scenario whose ranks write their trace files as they run.
 //!
 //! The rank body ([`run_rank`](super::run_rank)) writes the files; this module claims the folder
-//! first (it must not already hold a dump) and removes what the ranks wrote when the run fails,
-//! so a failed run leaves no dump that looks usable.
+//! first, with a [`FolderLock`] (and the `--checkpoint` folder, when the run writes
+//! checkpoints), so a second run into the same folder is refused at once rather than mixed in
+//! or emptied; then checks that the folder holds no dump, and removes what the ranks wrote when
+//! the run fails, so a failed run leaves no dump that looks usable. Since the folder held no
+//! dump and no other run could write there meanwhile, what it removes is only this run's. The
+//! locks are released when the run ends, whatever its outcome.
 //!
-//! Determinism: the files are a pure function of the records (see `crate::file`).
+//! Determinism: the files are a pure function of the records (see `crate::file`); the lock
+//! file is not part of the dump.
+//!
+//! Limits: under `mpirun`, `detcheck run` is one independent run per process: the first to
+//! claim the folder writes it, the others are refused.
 
 use crate::comm::LaunchError;
-use crate::file::{trace_path, DumpError, DumpMode};
+use crate::file::{trace_path, DumpError, DumpMode, FolderLock};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, ThreadRunner};
 use crate::scenario::{LoadedScenario, Program, RunPlan};
@@ -39,10 +47,12 @@ pub enum DumpRunError {
 /// under `rank{R}/`). `perturb_as_run` applies the perturbation of run 1 or 2 of a check
 /// ([`run_checks`](crate::check::run_checks)), so two dumps made with 1 and 2 see the arrival orders `repeat` sees;
 /// `None` is a plain run. The folder must not already hold a dump, so two runs are never mixed
-/// in one folder.
+/// in one folder, and is claimed ([`FolderLock`]) for the whole run, as is `plan`'s checkpoint
+/// folder.
 ///
 /// # Errors
-/// [`DumpRunError::Dump`] when the folder cannot be created or already holds a dump;
+/// [`DumpRunError::Dump`] when the folder cannot be created, already holds a dump, or is
+/// claimed by another run (or was, by one that is gone: a stale lock);
 /// [`DumpRunError::Run`] when a rank fails or cannot write its file.
 pub fn dump_scenario(
     scenario: &LoadedScenario,
@@ -53,21 +63,22 @@ pub fn dump_scenario(
     plan: &RunPlan,
 ) -> Result<Trace, DumpRunError> {
     std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
-    let existing = std::fs::read_dir(dir)
-        .map_err(|e| DumpError::io("read folder", dir, e))?
-        .filter_map(Result::ok)
-        .any(|entry| {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("rank") && name.ends_with(".dctrace")
-        });
-    if existing {
+    // Claimed before anything is read or written: from here on no other run writes here, so
+    // what the check below finds stays true, and the files of the ranks are this run's.
+    let _dump_lock = FolderLock::claim(dir, "dump")?;
+    if let Some(found) = dump_files(dir)? {
         return Err(DumpError::Folder {
             path: dir.to_owned(),
-            detail: "already holds a dump; choose a new folder or remove it first".into(),
+            detail: format!(
+                "already holds a dump (`{found}`); choose a new folder or remove it first"
+            ),
         }
         .into());
     }
+    let _checkpoint_lock = match &plan.checkpoint_to {
+        Some(to) => claim_checkpoint_folder(to, dir)?,
+        None => None,
+    };
     let perturbation =
         perturb_as_run.map(|run| perturbation(scenario.spec.seed, run.max(1), options));
     let request = RunRequest::new(scenario, options, perturbation, 1, plan).with_dump(dir, mode);
@@ -81,14 +92,47 @@ pub fn dump_scenario(
             });
     }
     ThreadRunner.launch(scenario, &request).map_err(|source| {
-        // The folder held no dump before: remove what the ranks that did finish wrote, so a
-        // failed run leaves no dump that looks usable.
+        // The folder held no dump before and this run holds its lock, so every trace and
+        // tensor file in it is this run's: remove what the ranks that did finish wrote, so a
+        // failed run leaves no dump that looks usable (and never another run's files).
         remove_dump_files(dir, scenario.spec.world_size as u32);
         DumpRunError::Run {
             scenario: scenario.name.clone(),
             source,
         }
     })
+}
+
+/// The first file of a dump that `dir` holds (a trace file `rank{R}.dctrace` or a full-mode
+/// folder `rank{R}/`), if any.
+fn dump_files(dir: &Path) -> Result<Option<String>, DumpError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| DumpError::io("read folder", dir, e))?;
+    let mut found: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            name.strip_prefix("rank").is_some_and(|rest| {
+                let digits = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+                digits.len() < rest.len() && (digits.is_empty() || digits == ".dctrace")
+            })
+        })
+        .collect();
+    found.sort();
+    Ok(found.into_iter().next())
+}
+
+/// Claims the checkpoint folder `to` of a run that dumps into `dump` (created if needed);
+/// `None` when it is the dump folder itself, already claimed.
+fn claim_checkpoint_folder(to: &Path, dump: &Path) -> Result<Option<FolderLock>, DumpError> {
+    std::fs::create_dir_all(to).map_err(|e| DumpError::io("create folder", to, e))?;
+    let same = match (to.canonicalize(), dump.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        return Ok(None);
+    }
+    FolderLock::claim(to, "checkpoint").map(Some)
 }
 
 /// Removes the trace files of ranks `0..world` and their safetensors files (best effort; a

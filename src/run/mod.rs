@@ -94,6 +94,14 @@ pub enum RunError {
         /// Why.
         message: String,
     },
+    /// The folder for a check's checkpoints (`restart`) could not be created or claimed.
+    #[error("scenario `{scenario}`: the folder for the restart check's checkpoints: {source}")]
+    Checkpoints {
+        /// The scenario.
+        scenario: String,
+        /// What failed, naming the folder.
+        source: DumpError,
+    },
     /// The scenario needs more ranks than the MPI job has processes.
     #[error(
         "scenario `{scenario}` needs {needed} ranks, but the MPI job has {available} processes: \

@@ -181,10 +181,15 @@ impl KindRegistry {
     /// # Errors
     /// [`ScenarioError`] naming the file, and the field where there is one.
     pub fn load_file(&self, path: &Path) -> Result<LoadedScenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::file::read_input(path)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|source| ScenarioError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let spec = parse_spec(&text).map_err(|e| ScenarioError::Invalid {
             path: path.to_path_buf(),
             field: e.field,

@@ -64,7 +64,7 @@ fn io(what: &str, e: &std::io::Error) -> PtError {
 impl Archive {
     /// Reads the zip directory and the pickle of a `.pt` file.
     pub(super) fn open(path: &Path) -> Result<Archive, PtError> {
-        let mut file = File::open(path).map_err(|e| io("open", &e))?;
+        let mut file = crate::file::open_input(path).map_err(|e| io("open", &e))?;
         let len = file.metadata().map_err(|e| io("read", &e))?.len();
         let entries = read_directory(&mut file, len)?;
         let pickle = entries
