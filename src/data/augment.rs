@@ -315,6 +315,34 @@ mod tests {
         SyntheticImages::new(9, 100, SHAPE[0], SHAPE[1], SHAPE[2], 4).get(index)
     }
 
+    #[test]
+    fn an_augmentation_is_read_from_an_object_only() {
+        let read = serde_json::from_str::<Augmentation>;
+        assert_eq!(
+            read(r#"{"crop_padding": 1, "noise_std": 0.5}"#).unwrap(),
+            Augmentation {
+                crop_padding: 1,
+                flip: false,
+                noise_std: 0.5
+            }
+        );
+        assert_eq!(read("{}").unwrap(), Augmentation::default());
+        // serde's derive would read an array as the fields in order: `[1]` as a crop of 1.
+        for wrong in [
+            "[1]",
+            "[0, true, 0.5]",
+            "[]",
+            "1",
+            "true",
+            "null",
+            "\"flip\"",
+        ] {
+            let error = read(wrong).unwrap_err().to_string();
+            assert!(error.starts_with("invalid type"), "{wrong}: {error}");
+        }
+        assert!(read(r#"{"rotate": 1}"#).is_err());
+    }
+
     fn augmenter(augmentation: Augmentation) -> Augmenter {
         Augmenter::new(augmentation, AugmentRng::PerSample { seed: 17 }, &SHAPE).unwrap()
     }

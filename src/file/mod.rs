@@ -1,6 +1,8 @@
 //! Files: traces on disk (writing a rank's records to a dump folder, reading dumps back, reading
-//! msprobe's dump folders), tensors as safetensors, and the atomic write every file of detcheck
-//! goes through.
+//! msprobe's dump folders), tensors as safetensors, the atomic write every file of detcheck
+//! goes through, the open every input file goes through ([`open_input`]: regular files only, so
+//! a FIFO or a device never blocks a read), and the lock that gives a folder one writer
+//! ([`FolderLock`]).
 //!
 //! A *dump* is a folder with one trace file per rank, `rank{R}.dctrace`, in the compact binary
 //! format of `docs/trace-format.md` (a versioned header, name and layout definitions, fixed-size
@@ -423,5 +425,39 @@ pub(crate) fn sync_parent(path: &Path) {
         if let Ok(dir) = std::fs::File::open(parent) {
             let _ = dir.sync_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_that_is_not_a_regular_file_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("scenario.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // With no writer, a blocking open of the FIFO would wait for ever: on a thread, so a
+        // regression fails here instead of hanging the tests.
+        let (sent, received) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || sent.send(read_input(&path).map(|_| ())));
+        let error = received
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a FIFO must not block")
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(error.to_string(), "is a FIFO, not a regular file");
+        let error = open_input(dir.path()).unwrap_err();
+        assert_eq!(error.to_string(), "is a folder, not a regular file");
+        let error = open_input(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(error.to_string(), "is a device, not a regular file");
+        let file = dir.path().join("ok.json");
+        std::fs::write(&file, b"{}").unwrap();
+        assert_eq!(read_input(&file).unwrap(), b"{}");
+        assert_eq!(
+            open_input(&dir.path().join("missing")).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
     }
 }

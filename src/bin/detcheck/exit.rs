@@ -49,7 +49,10 @@ pub(crate) const TABLE: [(Exit, &str); 4] = [
         "bad input: a flag, or a scenario file or folder that cannot be read or is invalid (the \
          message names the file and the field); a dump that is missing, truncated, corrupt, of \
          another format version, or mixes files of two dumps (the message names the file); a \
-         `run --dump` folder that already holds a dump; a `run --resume` checkpoint that is \
+         `run --dump` folder that already holds a dump; a `run --dump` or `--checkpoint` folder \
+         that another run holds, or that a killed run left locked (the message names the folder \
+         and the holder); an input file that is a FIFO, a device or a folder (the message names \
+         the file); a `run --resume` checkpoint that is \
          missing, corrupt, of another version or written by another run (the message names the \
          file); wrong MPI usage (started by `mpirun` without the `mpi` feature, an `mpirun` of \
          another MPI than the one linked, no scenario small enough for the job); a `command` \
