@@ -1133,3 +1133,26 @@ fn augment_of_the_wrong_shape_is_bad_input_naming_the_field() {
         &["case.json: field `params.augment.flip`: invalid type: integer `3`"],
     );
 }
+
+#[test]
+fn run_under_an_mpi_launcher_of_several_processes_is_refused_by_every_process() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(dir.path(), "collective", "", &[]);
+    for rank in ["0", "1"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+            .args(["run", "case.json", "--dump", "d"])
+            .current_dir(dir.path())
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("OMPI_COMM_WORLD_RANK", rank)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_contains(
+            "stderr",
+            &stderr,
+            &["run: started by an MPI launcher with 2 processes, each of which would write"],
+        );
+        assert!(!dir.path().join("d").exists(), "nothing is written");
+    }
+}

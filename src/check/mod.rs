@@ -27,7 +27,7 @@ mod session;
 pub use crate::run::{CheckOptions, RunError};
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
-pub use session::{launcher_rank, mpi_skip_reason, Session, SessionError};
+pub use session::{launcher_rank, launcher_size, mpi_skip_reason, Session, SessionError};
 
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{

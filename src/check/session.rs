@@ -38,6 +38,15 @@ pub fn launcher_rank() -> Option<usize> {
         .find_map(|var| std::env::var(var).ok()?.parse().ok())
 }
 
+/// The number of processes an MPI launcher started, read from its environment without starting
+/// MPI (`None` when no launcher started it, or when it does not say: PMIx's).
+#[must_use]
+pub fn launcher_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok()?.parse().ok())
+}
+
 /// The first launcher variable set in this process, with its value.
 fn launcher_var() -> Option<(&'static str, String)> {
     LAUNCHER_VARS

@@ -11,8 +11,8 @@
 //! Determinism: the files are a pure function of the records (see `crate::file`); the lock
 //! file is not part of the dump.
 //!
-//! Limits: under `mpirun`, `detcheck run` is one independent run per process: the first to
-//! claim the folder writes it, the others are refused.
+//! Limits: `detcheck run` is one process (its ranks are threads); the CLI refuses it under an
+//! `mpirun` of several processes, each of which would be a whole run into the same folder.
 
 use crate::comm::LaunchError;
 use crate::file::{trace_path, DumpError, DumpMode, FolderLock};

@@ -6,6 +6,7 @@
 use crate::exit::{CliError, Exit};
 use crate::html;
 use crate::report::ReportFile;
+use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
 use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
@@ -47,6 +48,16 @@ pub(crate) fn run(
     options: &CheckOptions,
     plan: &RunPlan,
 ) -> Result<Exit, CliError> {
+    // Every process of the job would be one whole run into the same folder: one would claim
+    // it, the others fail, and the launcher would kill the one writing. All refuse instead.
+    if let Some(processes) = launcher_size().filter(|&n| n > 1) {
+        return Err(CliError::Invalid(format!(
+            "run: started by an MPI launcher with {processes} processes, each of which would \
+             write its own run into {}: `detcheck run` runs a scenario's ranks as threads of one \
+             process; start it without mpirun (or with -n 1)",
+            dir.display()
+        )));
+    }
     let scenario = KindRegistry::builtin().load_file(scenario)?;
     let spec = &scenario.spec;
     let end = plan.stop_at.unwrap_or(spec.steps);

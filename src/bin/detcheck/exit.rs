@@ -55,7 +55,8 @@ pub(crate) const TABLE: [(Exit, &str); 4] = [
          the file); a `run --resume` checkpoint that is \
          missing, corrupt, of another version or written by another run (the message names the \
          file); wrong MPI usage (started by `mpirun` without the `mpi` feature, an `mpirun` of \
-         another MPI than the one linked, no scenario small enough for the job); a `command` \
+         another MPI than the one linked, no scenario small enough for the job, `run` under an \
+         `mpirun` of several processes); a `command` \
          scenario whose program or launcher cannot be started (the message names the field)",
     ),
     (
