@@ -1156,3 +1156,18 @@ fn run_under_an_mpi_launcher_of_several_processes_is_refused_by_every_process() 
         assert!(!dir.path().join("d").exists(), "nothing is written");
     }
 }
+
+#[test]
+fn a_failed_run_releases_its_folder_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = r#", "params": {"fault": {"rank": 2, "step": 1, "kind": "panic"}}"#;
+    scenario(dir.path(), "collective", fault, &[]);
+    expect(&["run", "case.json", "--dump", "d"], dir.path(), 3);
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("d")).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "no lock and no trace file is left: {left:?}"
+    );
+    scenario(dir.path(), "collective", "", &[]);
+    expect(&["run", "case.json", "--dump", "d"], dir.path(), 0);
+}

@@ -27,8 +27,8 @@
 use super::DumpError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read as _, Write as _};
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -44,7 +44,7 @@ const MAX_COMMAND: usize = 400;
 
 /// How long a claim waits for a lock file that another run has just created to get its
 /// contents (they are written right after the exclusive create) before calling it unreadable.
-const UNREADABLE_GRACE: Duration = Duration::from_millis(200);
+const UNREADABLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Who holds a folder: the contents of its lock file (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,7 +178,7 @@ impl Drop for FolderLock {
     fn drop(&mut self) {
         // Only this claim's file: if it was removed by hand and another run claimed the folder
         // since, that run's lock stays.
-        if std::fs::read(&self.file).is_ok_and(|now| now == self.bytes) {
+        if super::read_input(&self.file).is_ok_and(|now| now == self.bytes) {
             let _ = std::fs::remove_file(&self.file);
         }
     }
@@ -217,9 +217,8 @@ fn refusal(folder: &Path, file: &Path) -> DumpError {
 fn read_holder(file: &Path) -> Option<Holder> {
     let start = std::time::Instant::now();
     loop {
-        let mut text = Vec::new();
-        let read = File::open(file).and_then(|mut f| f.read_to_end(&mut text));
-        if read.is_ok() {
+        // Through `read_input`: a FIFO put in its place must not block the claim.
+        if let Ok(text) = super::read_input(file) {
             if let Ok(holder) = serde_json::from_slice::<Holder>(&text) {
                 if holder.format == FORMAT {
                     return Some(holder);
@@ -378,6 +377,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(message.contains("lock file is unreadable"), "{message}");
+        // A FIFO in its place is unreadable too, and does not block the claim.
+        std::fs::remove_file(&file).unwrap();
+        nix::unistd::mkfifo(&file, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let message = FolderLock::claim(dir.path(), "dump")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("lock file is unreadable"), "{message}");
+        std::fs::remove_file(&file).unwrap();
         // pid 0 would test a process group: never a live holder.
         std::fs::write(&file, holder_text(0, &host_name())).unwrap();
         assert!(FolderLock::claim(dir.path(), "dump").is_err());
@@ -392,6 +399,18 @@ mod tests {
         let other = FolderLock::claim(dir.path(), "dump").unwrap();
         drop(lock);
         assert!(other.path().exists(), "the other run's lock must stay");
+    }
+
+    #[test]
+    fn a_panic_releases_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().to_owned();
+        let unwound = std::panic::catch_unwind(|| {
+            let _lock = FolderLock::claim(&folder, "dump").unwrap();
+            panic!("the run panicked while it held the folder");
+        });
+        assert!(unwound.is_err());
+        assert!(!dir.path().join(LOCK_FILE).exists());
     }
 
     #[test]
