@@ -271,7 +271,7 @@ pub fn check_memory(estimate: &MemoryEstimate, available: Available) -> Result<(
     }
     let (field, _) = estimate.dominant().unwrap_or(("steps", total));
     let mut parts: Vec<&(String, u64)> = estimate.parts.iter().filter(|(_, b)| *b > 0).collect();
-    parts.sort_by(|a, b| b.1.cmp(&a.1));
+    parts.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
     let parts: Vec<String> = parts
         .iter()
         .take(3)
