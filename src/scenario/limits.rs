@@ -15,7 +15,9 @@
 //!
 //! Limits: the estimate is an upper bound of the large parts (tensors, loader queues, the
 //! traces a check keeps), not of the allocator's overhead or the threads' stacks; where
-//! `/proc/meminfo` cannot be read (not Linux), [`FALLBACK_AVAILABLE`] is assumed.
+//! `/proc/meminfo` cannot be read (not Linux), [`FALLBACK_AVAILABLE`] is assumed. It counts
+//! every rank in one process, as thread ranks are (under MPI the leader checks it, since it also
+//! runs `backends` on thread ranks; followers build what it accepted without checking again).
 
 use crate::scenario::{CheckKind, ParamError, Program, RunPlan, ScenarioSpec};
 

@@ -86,6 +86,17 @@ impl KindRegistry {
         self
     }
 
+    /// This registry without the memory check: an MPI follower builds what its leader already
+    /// accepted (the leader decides, followers follow), and holds only its own ranks.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn without_memory_check(mut self) -> Self {
+        self.memory = Some(Available {
+            bytes: u64::MAX,
+            source: "not checked: the leader checked it",
+        });
+        self
+    }
+
     /// The names of the known kinds, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.kinds.keys().map(String::as_str)
