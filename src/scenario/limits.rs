@@ -13,6 +13,12 @@
 //! Determinism: nothing here reaches a run; only whether a scenario is accepted depends on the
 //! machine.
 //!
+//! The built-in kinds' estimates were checked against the peak RSS of `detcheck check` (debug
+//! build, 2 steps): collective of 5M elements on 3 ranks, 480 MB estimated, 217 MB measured;
+//! seed 5M, 3 ranks: 420 / 221 MB; dataloader of 3×256×256 images, batches of 32, 3 ranks:
+//! 1.4 GB (4 workers under `workers`) / 359 MB; train 512→2048, 3 ranks: 535 / 301 MB;
+//! collective 1M on 16 ranks: 512 / 222 MB.
+//!
 //! Limits: the estimate is an upper bound of the large parts (tensors, loader queues, the
 //! traces a check keeps), not of the allocator's overhead or the threads' stacks; where
 //! `/proc/meminfo` cannot be read (not Linux), [`FALLBACK_AVAILABLE`] is assumed. It counts
