@@ -140,6 +140,76 @@ fn bad_input_exits_2_naming_file_and_field() {
     assert_contains("stderr", &out.stderr, &["no scenario files found in empty"]);
 }
 
+/// Issue 16: sizes and counts beyond the machine or the documented maxima exit 2 naming the
+/// field, before any rank starts: never an abort (10^10 elements), a panic (`capacity overflow`
+/// at 2^63; a name of 70,000 characters, exit 101) or a silent run of 10^9 steps.
+#[test]
+fn limits_exit_2_naming_the_field_never_abort_or_panic() {
+    let long_name = format!(r#", "name": "{}""#, "n".repeat(70_000));
+    check(
+        ("seed", &long_name, &[]),
+        2,
+        &[],
+        &["case.json: field `name`: must be at most 200 bytes"],
+    );
+    check(
+        ("seed", "", &[("\"steps\": 2", "\"steps\": 1000000000")]),
+        2,
+        &[],
+        &["case.json: field `steps`: must be between 1 and 1000000"],
+    );
+    check(
+        (
+            "collective",
+            r#", "params": {"elements": 10000000000}"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `params.elements`: the run would hold about 960.0 GB"],
+    );
+    check(
+        (
+            "collective",
+            r#", "params": {"elements": 9223372036854775808}"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `params.elements`: must be at most 1099511627776"],
+    );
+    check(
+        (
+            "train",
+            r#", "params": {"hidden": 10000000000, "global_batch": 63, "dataset_size": 63}"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `params.hidden`: the run would hold about"],
+    );
+    check(
+        ("seed", "", &[("\"world_size\": 3", "\"world_size\": 1025")]),
+        2,
+        &[],
+        &["case.json: field `world_size`: must be between 1 and 1024, got 1025"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    scenario(dir.path(), "dataloader", "", &[]);
+    let out = expect(
+        &["run", "case.json", "--dump", "d", "--workers", "100000"],
+        dir.path(),
+        2,
+    );
+    assert_contains("stderr", &out.stderr, &["--workers 100000: at most 64"]);
+    let out = expect(
+        &["check", "--deadline", "18446744073709551615", "case.json"],
+        dir.path(),
+        2,
+    );
+    assert_contains("stderr", &out.stderr, &["--deadline", "not in 1..=604800"]);
+}
+
 #[test]
 fn failing_ranks_exit_3_naming_the_rank_and_collective() {
     let fault = |kind: &str| {

@@ -103,7 +103,8 @@ pub fn curve_of_trace(trace: &Trace, name: &str, label: &str) -> Option<Curve> {
     let rank0 = trace.ranks.first()?;
     let mut points: Vec<(u64, f64)> = Vec::new();
     for r in rank0.records.iter().filter(|r| r.name == name) {
-        if r.shape.iter().product::<usize>() != 1 || points.last().is_some_and(|p| p.0 == r.step) {
+        // A scalar: every dimension 1 (a shape from a file may overflow a product).
+        if r.shape.iter().any(|&d| d != 1) || points.last().is_some_and(|p| p.0 == r.step) {
             continue;
         }
         if let Some(value) = r.stats.mean {
@@ -567,6 +568,40 @@ mod tests {
                 .map(|p| p.0),
             Some(0)
         );
+    }
+
+    /// A record's shape read from a file may overflow its product: only all-ones is a scalar.
+    #[test]
+    fn a_shape_whose_product_overflows_is_not_a_scalar() {
+        use crate::record::{RankTrace, Record, Trace};
+        use crate::value::digest::{ExactF64, Md5Digest, Stats};
+        let record = |step: u64, shape: Vec<usize>| Record {
+            rank: 0,
+            step,
+            seq: 0,
+            name: "loss".into(),
+            replicated: true,
+            dtype: crate::value::tensor::DType::F32,
+            shape,
+            md5: Md5Digest([0; 16]),
+            stats: Stats {
+                mean: Some(ExactF64(0.5)),
+                ..Stats::default()
+            },
+        };
+        let trace = Trace {
+            ranks: vec![RankTrace {
+                rank: 0,
+                records: vec![
+                    record(0, vec![1, 1]),
+                    record(1, vec![3, 6_148_914_691_236_517_206]),
+                    record(2, vec![]),
+                ],
+                environment: None,
+            }],
+        };
+        let curve = curve_of_trace(&trace, "loss", "x").unwrap();
+        assert_eq!(curve.points, [(0, 0.5), (2, 0.5)]);
     }
 
     #[test]

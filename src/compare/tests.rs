@@ -845,3 +845,32 @@ fn msprobe_dumps_are_noted_to_have_no_snapshot() {
         );
     }
 }
+
+/// A footer whose checksum holds but whose section offsets are near 2^64 (a crafted file) is
+/// corrupt, not an overflow: the offsets are added without wrapping.
+#[test]
+fn footer_offsets_near_the_end_of_u64_are_corrupt_not_an_overflow() {
+    let dir = dump_v2(
+        &trace(1, 2, 1.0),
+        DumpMode::Stats,
+        &golden_environment(),
+        RunId::of("offsets"),
+    );
+    let path = trace_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - format::FOOTER_LEN;
+    for (environment, tensor_files) in [(u64::MAX - 8, 64), (64, u64::MAX - 8)] {
+        let mut footer = format::decode_footer(&bytes[at..]).unwrap();
+        footer.environment = environment;
+        footer.tensor_files = tensor_files;
+        bytes[at..].copy_from_slice(&format::encode_footer(&footer));
+        std::fs::write(&path, &bytes).unwrap();
+        let err = crate::file::open_dump(dir.path())
+            .and_then(|dump| dump.open_rank(0).map(|_| ()))
+            .unwrap_err();
+        assert!(
+            matches!(err, DumpError::Corrupt { .. }),
+            "{environment} {tensor_files}: {err}"
+        );
+    }
+}

@@ -149,6 +149,17 @@ impl Augmenter {
         if augmentation.flip && sample_shape.len() != 3 {
             return Err(needs_image("augment.flip"));
         }
+        // A padding beyond the image crops only zeros, and its offsets would overflow.
+        let side = sample_shape.iter().skip(1).copied().max().unwrap_or(0);
+        if augmentation.crop_padding > side {
+            return Err(DataError::invalid(
+                "augment.crop_padding",
+                format!(
+                    "must be at most the image's larger side ({side}), got {}",
+                    augmentation.crop_padding
+                ),
+            ));
+        }
         let noise = augmentation.noise_std;
         if !(noise.is_finite() && noise >= 0.0) {
             return Err(DataError::invalid(
@@ -585,5 +596,29 @@ mod tests {
         );
         let err = parse(r#"{"flip": true, "rotate": 90}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `rotate`"), "{err}");
+    }
+
+    /// A padding from a scenario file larger than the image is refused, naming the field (a
+    /// padding near 2^64 overflowed the crop's offsets).
+    #[test]
+    fn crop_padding_is_at_most_the_larger_side() {
+        let padded = |crop_padding| Augmentation {
+            crop_padding,
+            ..Augmentation::default()
+        };
+        let rng = || AugmentRng::PerSample { seed: 1 };
+        assert!(Augmenter::new(padded(16), rng(), &[3, 8, 16]).is_ok());
+        let err = Augmenter::new(padded(usize::MAX), rng(), &[3, 8, 16]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            DataError::invalid(
+                "augment.crop_padding",
+                format!(
+                    "must be at most the image's larger side (16), got {}",
+                    usize::MAX
+                )
+            )
+            .to_string()
+        );
     }
 }

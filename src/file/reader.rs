@@ -315,9 +315,15 @@ impl TraceReader {
         let (mut environment, mut tensor_files, mut data_end) = (None, Vec::new(), footer_at);
         if header.version != format::VERSION_1 {
             let (env_at, files_at) = (footer.environment, footer.tensor_files);
+            // Offsets from the file: added without overflow (a crafted footer may hold any).
+            let section = format::SECTION_LEN as u64;
             let fits = header_len as u64 <= env_at
-                && env_at + format::SECTION_LEN as u64 <= files_at
-                && files_at + format::SECTION_LEN as u64 <= footer_at;
+                && env_at
+                    .checked_add(section)
+                    .is_some_and(|end| end <= files_at)
+                && files_at
+                    .checked_add(section)
+                    .is_some_and(|end| end <= footer_at);
             if !fits {
                 return Err(corrupt(
                     footer_at,

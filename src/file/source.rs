@@ -25,8 +25,11 @@ impl Layout {
         format!("{}[{}]", self.dtype, dims.join(","))
     }
 
+    /// The product of the shape, saturating: a shape read from a file may overflow 64 bits.
     pub(crate) fn num_elements(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .fold(1u64, |acc, &d| acc.saturating_mul(d))
     }
 }
 
@@ -82,5 +85,26 @@ pub(crate) trait RankSource {
     /// The environment snapshot the rank was recorded under, where the source holds one.
     fn environment(&self) -> Option<&Environment> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    /// A shape read from a file may overflow its product: it saturates, never panics (nor
+    /// wraps to 1 and passes for a scalar).
+    #[test]
+    fn num_elements_saturates() {
+        let layout = |shape: Vec<u64>| Layout {
+            dtype: "f32".into(),
+            shape,
+        };
+        assert_eq!(layout(vec![2, 3]).num_elements(), 6);
+        assert_eq!(
+            layout(vec![3, 6_148_914_691_236_517_206]).num_elements(),
+            u64::MAX
+        );
+        assert_eq!(layout(vec![1 << 32, 1 << 32, 2]).num_elements(), u64::MAX);
     }
 }

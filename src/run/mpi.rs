@@ -164,6 +164,8 @@ impl MpiJob {
                 Command::Stop { exit_code } => return exit_code,
                 Command::Run(run) => {
                     let program = registry
+                        .clone()
+                        .without_memory_check()
                         .build(run.spec.clone(), &run.origin)
                         .map_err(|e| e.to_string())
                         .and_then(|loaded| {

@@ -27,11 +27,13 @@
 mod builtin;
 pub(crate) mod command;
 mod context;
+pub mod limits;
 mod registry;
 pub(crate) mod spec;
 
 pub use command::{CommandProgram, Launcher, RestartArgs, RESERVED_ENV};
 pub use context::{RankContext, RunPlan};
+pub use limits::Footprint;
 pub use registry::{discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ScenarioError};
 pub use spec::{BucketLayout, CheckKind, Expectation, ParamError, ScenarioSpec, Variant};
 
@@ -61,6 +63,17 @@ impl Program {
                 supports.resumes = command.restart.is_some();
                 supports
             }
+        }
+    }
+
+    /// What one rank holds and records in a world of `world_size` under `plan`: the rank
+    /// program's own [`Scenario::footprint`]; a command's processes are their own (only their
+    /// records are counted, [`limits::DEFAULT_RECORDS_PER_STEP`] per step).
+    #[must_use]
+    pub fn footprint(&self, world_size: usize, plan: &RunPlan) -> Footprint {
+        match self {
+            Program::Ranks(program) => program.footprint(world_size, plan),
+            Program::Command(_) => Footprint::default(),
         }
     }
 
@@ -143,6 +156,16 @@ pub trait Scenario: Send + Sync {
     /// What the program supports; the default checks follow from it. None by default.
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
+    }
+
+    /// What one rank holds at most while it runs in a world of `world_size` under `plan` (its
+    /// tensors, its loader's queue), each part named by the parameter that drives it, and how
+    /// many records it writes per step. A scenario is refused when the estimate of its run
+    /// exceeds the memory available ([`limits`]). Nothing known by default: the records then
+    /// count [`limits::DEFAULT_RECORDS_PER_STEP`] per step.
+    fn footprint(&self, world_size: usize, plan: &RunPlan) -> Footprint {
+        let _ = (world_size, plan);
+        Footprint::default()
     }
 }
 
@@ -335,6 +358,151 @@ mod tests {
         ));
         let missing = discover_scenarios(&dir.path().join("nope"), &KindRegistry::builtin());
         assert!(missing.unwrap_err().to_string().starts_with("cannot read "));
+    }
+
+    /// The (field, message) of the error of building `kind` with `params`, on a machine with
+    /// 16 GB available; `None` when it builds.
+    fn refusal(kind: &str, params: &str) -> Option<(String, String)> {
+        let text = format!(
+            r#"{{"kind": "{kind}", "world_size": 4, "steps": 3, "seed": 1, "reduction": "ring",
+                "deterministic_comm": true, "expect": "identical", "params": {{{params}}}}}"#
+        );
+        let spec = match parse_spec(&text) {
+            Ok(spec) => spec,
+            Err(e) => return Some((e.field, e.message)),
+        };
+        let registry = KindRegistry::builtin().with_available_memory(16_000_000_000);
+        match registry.build(spec, Path::new("big.json")) {
+            Ok(_) => None,
+            Err(ScenarioError::Invalid { field, message, .. }) => Some((field, message)),
+            Err(other) => panic!("{other}"),
+        }
+    }
+
+    /// Issue 16: every size of a scenario at 10^10 and at 2^63 is refused naming its field,
+    /// before any rank starts (it aborted on allocation, or panicked with `capacity overflow`).
+    #[test]
+    fn every_size_field_at_1e10_and_2_pow_63_is_refused_naming_the_field() {
+        let cases: [(&str, &str); 14] = [
+            ("seed", "elements"),
+            ("collective", "elements"),
+            ("dataloader", "dataset_size"),
+            ("dataloader", "channels"),
+            ("dataloader", "height"),
+            ("dataloader", "width"),
+            ("dataloader", "batch_size"),
+            ("dataloader", "prefetch"),
+            ("dataloader", "workers"),
+            ("train", "input_dim"),
+            ("train", "hidden"),
+            ("train", "classes"),
+            ("train", "prefetch"),
+            ("train", "workers"),
+        ];
+        for (kind, field) in cases {
+            for value in [10_000_000_000u64, 1 << 63] {
+                let (got, message) = refusal(kind, &format!(r#""{field}": {value}"#))
+                    .unwrap_or_else(|| panic!("{kind} {field} {value} was accepted"));
+                assert_eq!(got, format!("params.{field}"), "{kind} {value}: {message}");
+            }
+        }
+        // Sizes that must stay multiples of the batch.
+        for value in [10_000_000_000u64 * 64, 1 << 63] {
+            let (got, message) = refusal("train", &format!(r#""dataset_size": {value}"#)).unwrap();
+            assert_eq!(got, "params.dataset_size", "{message}");
+            let params = format!(r#""global_batch": {value}, "dataset_size": {value}"#);
+            let (got, message) = refusal("train", &params).unwrap();
+            assert!(
+                got == "params.global_batch" || got == "params.dataset_size",
+                "{message}"
+            );
+        }
+        // A class count costs no memory in a dataloader: refused only above the hard maximum.
+        assert_eq!(refusal("dataloader", r#""classes": 10000000000"#), None);
+        let (got, message) = refusal("dataloader", r#""classes": 9223372036854775808"#).unwrap();
+        assert_eq!(got, "params.classes");
+        assert!(
+            message.contains("must be at most 1099511627776"),
+            "{message}"
+        );
+        // The memory estimate is in the message, with the available bytes.
+        let (_, message) = refusal("seed", r#""elements": 10000000000"#).unwrap();
+        assert!(
+            message.starts_with("the run would hold about 1.1 TB (params.elements 1.1 TB"),
+            "{message}"
+        );
+        assert!(message.contains("more than the 16.0 GB available (set by a test)"));
+    }
+
+    /// `steps` has a hard maximum, and within it the traces a check keeps count in the estimate.
+    #[test]
+    fn steps_are_bounded_and_counted_in_the_estimate() {
+        let steps = |n: u64| format!(r#", "steps": {n}"#);
+        let with_steps = |n: u64| {
+            let text = format!(
+                r#"{{"kind": "collective", "world_size": 4, "seed": 1, "reduction": "ring",
+                    "deterministic_comm": true, "expect": "identical"{}}}"#,
+                steps(n)
+            );
+            let spec = parse_spec(&text).unwrap();
+            KindRegistry::builtin()
+                .with_available_memory(16_000_000_000)
+                .build(spec, Path::new("long.json"))
+        };
+        let message = |n| match with_steps(n) {
+            Err(ScenarioError::Invalid { field, message, .. }) => {
+                assert_eq!(field, "steps");
+                message
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(message(1_000_000_000).starts_with("must be between 1 and 1000000"));
+        assert!(message(1_000_000).starts_with("the run would hold about"));
+        assert!(with_steps(10_000).is_ok());
+    }
+
+    /// World sizes above the documented maximum are refused naming the field.
+    #[test]
+    fn world_sizes_above_the_maximum_are_refused() {
+        assert_eq!(refusal("seed", ""), None);
+        let error = |text: &str| load_error(&GOOD.replace("\"world_size\": 3", text));
+        assert!(error("\"world_size\": 1025")
+            .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024, got 1025"));
+        assert!(error(r#""world_size": 3, "world_sizes": [2, 4096]"#)
+            .starts_with("DIR/bad.json: field `world_sizes[1]`: must be between 1 and 1024"));
+        assert!(error(r#""world_size": 18446744073709551615"#)
+            .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024"));
+    }
+
+    /// Issue 16: a 70,000-character name panicked `check` (a format width over 65,535).
+    #[test]
+    fn names_are_bounded_and_cannot_be_paths() {
+        let named =
+            |name: &str| GOOD.replace("{\"kind\"", &format!("{{\"name\": \"{name}\", \"kind\""));
+        assert!(load_error(&named(&"a".repeat(70_000)))
+            .starts_with("DIR/bad.json: field `name`: must be at most 200 bytes"));
+        assert!(load_error(&named("../x")).contains("field `name`: must not contain `/`"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "ok.json", &named(&"a".repeat(200)));
+        assert!(KindRegistry::builtin().load_file(&path).is_ok());
+    }
+
+    /// The estimates stay far below a laptop's memory for every shipped scenario: the limits
+    /// refuse sizes, not the scenarios detcheck ships.
+    #[test]
+    fn the_shipped_scenarios_are_estimated_small() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let registry = KindRegistry::builtin().with_available_memory(1 << 30);
+        for loaded in discover_scenarios(&dir, &registry).unwrap() {
+            let loaded = loaded.unwrap();
+            let estimate = limits::estimate(&loaded.spec, &loaded.checks, &loaded.program);
+            eprintln!("{}: {}", loaded.name, limits::show_bytes(estimate.total()));
+            assert!(
+                estimate.total() < 200_000_000,
+                "{}: {estimate:?}",
+                loaded.name
+            );
+        }
     }
 
     #[test]

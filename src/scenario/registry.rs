@@ -1,10 +1,13 @@
 //! Kinds by name ([`KindRegistry`]), loading scenario files ([`LoadedScenario`],
 //! [`discover_scenarios`]) and the default checks, which follow from a kind's [`Capabilities`].
 //!
-//! Bad input: every error names the file, and the field where there is one ([`ScenarioError`]).
+//! Bad input: every error names the file, and the field where there is one ([`ScenarioError`]);
+//! a scenario whose run would not fit in the available memory is refused when it is built,
+//! naming the field that dominates the estimate (`limits`).
 //! Determinism: files are loaded in file-name order.
 
 use crate::scenario::command::CommandProgram;
+use crate::scenario::limits::{available_memory, check_memory, estimate, Available};
 use crate::scenario::spec::{parse_spec, validate_common};
 use crate::scenario::{
     builtin, CheckKind, Expectation, ParamError, Program, Scenario, ScenarioSpec,
@@ -31,6 +34,8 @@ enum KindEntry {
 #[derive(Clone)]
 pub struct KindRegistry {
     kinds: BTreeMap<String, KindEntry>,
+    /// The memory a run may hold: measured when a scenario is built (`None`), or set by a test.
+    memory: Option<Available>,
 }
 
 impl fmt::Debug for KindRegistry {
@@ -52,6 +57,7 @@ impl KindRegistry {
     pub fn builtin() -> Self {
         let mut registry = KindRegistry {
             kinds: BTreeMap::new(),
+            memory: None,
         };
         builtin::register(&mut registry);
         registry
@@ -68,6 +74,27 @@ impl KindRegistry {
     ) {
         self.kinds
             .insert(name.into(), KindEntry::Ranks(Arc::new(factory)));
+    }
+
+    /// This registry with `bytes` taken as the available memory instead of the machine's.
+    #[cfg(test)]
+    pub(crate) fn with_available_memory(mut self, bytes: u64) -> Self {
+        self.memory = Some(Available {
+            bytes,
+            source: "set by a test",
+        });
+        self
+    }
+
+    /// This registry without the memory check: an MPI follower builds what its leader already
+    /// accepted (the leader decides, followers follow), and holds only its own ranks.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn without_memory_check(mut self) -> Self {
+        self.memory = Some(Available {
+            bytes: u64::MAX,
+            source: "not checked: the leader checked it",
+        });
+        self
     }
 
     /// The names of the known kinds, sorted.
@@ -144,6 +171,17 @@ impl KindRegistry {
             }
         }
         validate_capabilities(&spec, &checks, &program).map_err(invalid)?;
+        // Before any rank starts: the largest configuration the checks run, and each variant's.
+        let available = self.memory.unwrap_or_else(available_memory);
+        check_memory(&estimate(&spec, &checks, &program), available).map_err(invalid)?;
+        for (i, (varied, program)) in variants.iter().enumerate() {
+            check_memory(&estimate(varied, &checks, program), available).map_err(|e| {
+                invalid(ParamError {
+                    field: format!("variants[{i}].{}", e.field),
+                    message: e.message,
+                })
+            })?;
+        }
         let variants = variants
             .into_iter()
             .enumerate()

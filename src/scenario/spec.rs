@@ -5,6 +5,7 @@
 //! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
 //! kind, effective reduction and parameters.
 
+use crate::scenario::limits::{MAX_NAME_BYTES, MAX_STEPS, MAX_WORKERS, MAX_WORLD_SIZE};
 use crate::value::reduce::ReductionMode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,9 @@ pub enum Expectation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioSpec {
-    /// Trial name; defaults to the file name without `.json`.
+    /// Trial name; defaults to the file name without `.json`. At most
+    /// [`MAX_NAME_BYTES`](crate::scenario::limits::MAX_NAME_BYTES) bytes, without whitespace,
+    /// `/` or `\`.
     #[serde(default)]
     pub name: Option<String>,
     /// What the scenario shows, for people.
@@ -83,9 +86,9 @@ pub struct ScenarioSpec {
     pub description: String,
     /// The kind of program: `seed`, `collective`, `dataloader`, `train`, or a registered one.
     pub kind: String,
-    /// Number of ranks.
+    /// Number of ranks (at most [`MAX_WORLD_SIZE`](crate::scenario::limits::MAX_WORLD_SIZE)).
     pub world_size: usize,
-    /// Number of steps.
+    /// Number of steps (at most [`MAX_STEPS`](crate::scenario::limits::MAX_STEPS)).
     pub steps: u64,
     /// The seed every random stream derives from.
     pub seed: u64,
@@ -206,7 +209,7 @@ impl BucketLayout {
             }
             BucketLayout::Elements(n) => (0..len)
                 .step_by(n.max(1))
-                .map(|start| start..(start + n.max(1)).min(len))
+                .map(|start| start..start.saturating_add(n.max(1)).min(len))
                 .collect(),
         }
     }
@@ -348,9 +351,6 @@ pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
     Ok(spec)
 }
 
-/// The largest world a scenario file may ask for.
-const MAX_WORLD_SIZE: usize = 1024;
-
 pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
     if spec.world_size == 0 || spec.world_size > MAX_WORLD_SIZE {
         return Err(ParamError::new(
@@ -361,8 +361,15 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             ),
         ));
     }
-    if spec.steps == 0 {
-        return Err(ParamError::new("steps", "must be at least 1"));
+    if spec.steps == 0 || spec.steps > MAX_STEPS {
+        return Err(ParamError::new(
+            "steps",
+            format!(
+                "must be between 1 and {MAX_STEPS} (a check keeps every step's records in \
+                 memory), got {}",
+                spec.steps
+            ),
+        ));
     }
     for (i, &w) in spec.world_sizes.iter().enumerate() {
         if w == 0 || w > MAX_WORLD_SIZE {
@@ -411,12 +418,25 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
                 "must be non-empty and without whitespace (it is a test name)",
             ));
         }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(ParamError::new(
+                "name",
+                format!(
+                    "must be at most {MAX_NAME_BYTES} bytes (report pages are files named \
+                     after it), got {}",
+                    name.len()
+                ),
+            ));
+        }
+        if name.contains(['/', '\\']) {
+            return Err(ParamError::new(
+                "name",
+                "must not contain `/` or `\\` (report pages are files named after it)",
+            ));
+        }
     }
     Ok(())
 }
-
-/// The largest number of loader workers a scenario file may ask for.
-pub(crate) const MAX_WORKERS: usize = 64;
 
 #[cfg(test)]
 mod tests {

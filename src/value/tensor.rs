@@ -184,7 +184,11 @@ impl Tensor {
     /// # Errors
     /// [`ShapeError`] when the product of `shape` differs from the number of values.
     pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Self, ShapeError> {
-        let expected = shape.iter().product::<usize>();
+        // A shape from a file may overflow a product: no tensor holds usize::MAX values.
+        let expected = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .unwrap_or(usize::MAX);
         if expected != data.len() {
             return Err(ShapeError {
                 shape,
@@ -555,6 +559,9 @@ mod tests {
             "shape [2, 3] holds 6 elements but 5 values were given"
         );
         assert!(Tensor::new(vec![2, 3], TensorData::F32(vec![0.0; 6])).is_ok());
+        // A shape whose product overflows is an error, not a panic.
+        let huge = vec![1 << 40, 1 << 40, 3];
+        assert!(Tensor::new(huge, TensorData::F32(vec![0.0; 6])).is_err());
     }
 
     #[test]

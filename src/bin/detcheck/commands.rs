@@ -12,6 +12,7 @@ use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, T
 use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
 use detcheck::file::{write_atomically, DumpMode};
 use detcheck::run::dump_scenario;
+use detcheck::scenario::limits::MAX_WORKERS;
 use detcheck::scenario::RunPlan;
 use detcheck::value::{ExactF64, Stats};
 use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry, LoadedScenario};
@@ -73,6 +74,11 @@ pub(crate) fn run(
     let capabilities = scenario.program.capabilities();
     if plan.loader_workers.is_some() && !capabilities.loads_data {
         return Err(unsupported("--workers", "load data with worker threads"));
+    }
+    if let Some(workers) = plan.loader_workers.filter(|&w| w > MAX_WORKERS) {
+        return Err(CliError::Invalid(format!(
+            "--workers {workers}: at most {MAX_WORKERS} loader workers per rank"
+        )));
     }
     if (plan.checkpoint_to.is_some() || plan.resume_from.is_some()) && !capabilities.resumes {
         return Err(unsupported("--checkpoint/--resume", "write checkpoints"));

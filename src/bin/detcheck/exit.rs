@@ -47,7 +47,9 @@ pub(crate) const TABLE: [(Exit, &str); 4] = [
     (
         Exit::BadInput,
         "bad input: a flag, or a scenario file or folder that cannot be read or is invalid (the \
-         message names the file and the field); a dump that is missing, truncated, corrupt, of \
+         message names the file and the field), or that asks for more than a documented maximum \
+         or a run larger than the memory available (the message names the field and gives the \
+         estimate); a dump that is missing, truncated, corrupt, of \
          another format version, or mixes files of two dumps (the message names the file); a \
          `run --dump` folder that already holds a dump; a `run --dump` or `--checkpoint` folder \
          that another run holds, or that a killed run left locked (the message names the folder \

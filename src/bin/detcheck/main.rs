@@ -37,6 +37,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// The longest `--deadline`: a week. A deadline is added to the clock, which a larger number
+/// would overflow.
+const MAX_DEADLINE_SECS: u64 = 7 * 24 * 3600;
+
 #[derive(Parser)]
 #[command(
     name = "detcheck",
@@ -56,8 +60,8 @@ enum Command {
     Check {
         /// Scenario files or folders of them (default: `scenarios`).
         scenarios: Vec<PathBuf>,
-        /// Longest wait in one collective, in seconds.
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        /// Longest wait in one collective, in seconds (at most a week).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
         deadline: u64,
         /// Do not draw a progress bar.
         #[arg(long)]
@@ -90,8 +94,8 @@ enum Command {
         /// Perturb the run as run 1 or 2 of `check` does (seeded delays and arrival orders).
         #[arg(long, value_name = "RUN", value_parser = clap::value_parser!(u64).range(1..))]
         perturb: Option<u64>,
-        /// Longest wait in one collective, in seconds.
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        /// Longest wait in one collective, in seconds (at most a week).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
         deadline: u64,
         /// Data-loader worker threads per rank (default: the scenario's own).
         #[arg(long, value_name = "N")]

@@ -13,9 +13,12 @@
 //! kills the rank's process with SIGKILL, as the out-of-memory killer would: under `mpirun` that is
 //! one rank; on thread ranks it is the whole run, so use it under MPI only.
 
-use super::at_least;
+use super::size_param;
 use crate::comm::RankError;
-use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::scenario::limits::{bytes_of, size};
+use crate::scenario::{
+    Capabilities, Footprint, ParamError, RankContext, RunPlan, Scenario, ScenarioSpec,
+};
 use crate::value::reduce::ReduceOp;
 use crate::value::seed::Stream;
 use crate::value::tensor::{DType, Tensor};
@@ -72,7 +75,7 @@ pub(super) struct CollectiveScenario {
 impl CollectiveScenario {
     pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
         let params: CollectiveParams = spec.parse_params()?;
-        at_least("params.elements", params.elements, 1)?;
+        size_param("params.elements", params.elements, 1)?;
         if !matches!(params.dtype, DType::F32 | DType::F64) {
             return Err(ParamError::new(
                 "params.dtype",
@@ -100,6 +103,17 @@ const GATHERED: usize = 4;
 impl Scenario for CollectiveScenario {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default().with_replicated_records()
+    }
+
+    /// The f64 values, the tensor and the allreduce's buffers: 32 bytes an element, whatever
+    /// the dtype; records: input, one allgather per rank, allreduce, broadcast.
+    fn footprint(&self, world_size: usize, _plan: &RunPlan) -> Footprint {
+        Footprint::default()
+            .with_bytes(
+                "params.elements",
+                bytes_of(&[size(self.params.elements), 32]),
+            )
+            .with_records_per_step(size(world_size).saturating_add(3))
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {

@@ -17,14 +17,17 @@
 //! Limits: with the planted shared generator, a checkpoint does not hold that generator's
 //! position (the fault is about timing; a restart with it diverges too).
 
-use super::at_least;
+use super::{largest_field, size_param, workers_param};
 use crate::checkpoint::RankCheckpoint;
 use crate::comm::RankError;
 use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, DataError, DataLoader, Dataset,
     Delivery, DistributedSampler, LoaderConfig, LoaderPosition, SyntheticImages,
 };
-use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::scenario::limits::{bytes_of, size, size_in_range};
+use crate::scenario::{
+    Capabilities, Footprint, ParamError, RankContext, RunPlan, Scenario, ScenarioSpec,
+};
 use crate::value::seed::Stream;
 use crate::value::tensor::Tensor;
 use serde::Deserialize;
@@ -201,14 +204,38 @@ pub(super) fn next_batch(loader: &mut DataLoader, step: u64) -> Result<Batch, Ra
         .ok_or_else(|| format!("the loader ended before step {step}"))?)
 }
 
+/// What a loader holds at most, and the field that drives it: the `workers · prefetch` batches
+/// of its window (one batch without workers), each of `batch` samples of f32 values of the
+/// `sample` dimensions, twice (a batch is assembled from augmented copies), plus the batch the
+/// rank is using.
+pub(super) fn loader_bytes(
+    sample: &[(&'static str, u64)],
+    batch: usize,
+    workers: usize,
+    prefetch: usize,
+) -> (&'static str, u64) {
+    let window = bytes_of(&[size(workers.max(1)), size(prefetch)]).saturating_add(1);
+    let values = sample
+        .iter()
+        .fold(4u64, |acc, &(_, n)| acc.saturating_mul(n));
+    let bytes = bytes_of(&[window, size(batch), values, 2]);
+    let mut factors = sample.to_vec();
+    factors.push(("params.prefetch", size(prefetch)));
+    factors.push(("params.batch_size", size(batch)));
+    (largest_field(&factors), bytes)
+}
+
 impl DataLoaderScenario {
     pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
         let params: LoaderParams = spec.parse_params()?;
-        at_least("params.channels", params.channels, 1)?;
-        at_least("params.height", params.height, 1)?;
-        at_least("params.width", params.width, 1)?;
-        at_least("params.classes", params.classes, 1)?;
-        at_least("params.prefetch", params.prefetch, 1)?;
+        size_param("params.channels", params.channels, 1)?;
+        size_param("params.height", params.height, 1)?;
+        size_param("params.width", params.width, 1)?;
+        size_param("params.classes", params.classes, 1)?;
+        size_param("params.prefetch", params.prefetch, 1)?;
+        size_param("params.batch_size", params.batch_size, 1)?;
+        size_in_range("params.dataset_size", params.dataset_size, 1)?;
+        workers_param(params.workers)?;
         let scenario = DataLoaderScenario { params };
         // Every world this spec may run at must give a valid sampler.
         let mut worlds = vec![spec.world_size];
@@ -240,6 +267,23 @@ impl DataLoaderScenario {
 impl Scenario for DataLoaderScenario {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default().with_loader().with_checkpoints()
+    }
+
+    /// The loader's batches in flight (see [`loader_bytes`]) and the sampler's order of the
+    /// dataset (8 bytes a sample); records: indices, values, labels.
+    fn footprint(&self, _world_size: usize, plan: &RunPlan) -> Footprint {
+        let p = &self.params;
+        let sample = [
+            ("params.channels", size(p.channels)),
+            ("params.height", size(p.height)),
+            ("params.width", size(p.width)),
+        ];
+        let workers = plan.loader_workers.unwrap_or(p.workers);
+        let (field, bytes) = loader_bytes(&sample, p.batch_size, workers, p.prefetch);
+        Footprint::default()
+            .with_bytes(field, bytes)
+            .with_bytes("params.dataset_size", bytes_of(&[p.dataset_size, 8]))
+            .with_records_per_step(3)
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {

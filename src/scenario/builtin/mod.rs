@@ -8,6 +8,7 @@ mod dataloader;
 mod seed;
 mod train;
 
+use super::limits::{size, size_in_range, MAX_WORKERS};
 use super::{KindRegistry, ParamError, Scenario};
 use std::sync::Arc;
 
@@ -28,15 +29,35 @@ fn build<S: Scenario + 'static>(
     Ok(Arc::new(scenario?))
 }
 
-/// Rejects `value` of `field` when it is below `minimum`.
-fn at_least(field: &str, value: usize, minimum: usize) -> Result<(), ParamError> {
-    if value < minimum {
+/// Rejects a size or count `value` of `field` below `minimum` or above
+/// [`MAX_SIZE`](crate::scenario::limits::MAX_SIZE).
+fn size_param(field: &str, value: usize, minimum: u64) -> Result<(), ParamError> {
+    size_in_range(field, size(value), minimum)
+}
+
+/// Rejects a loader's `params.workers` above [`MAX_WORKERS`].
+fn workers_param(workers: usize) -> Result<(), ParamError> {
+    if workers > MAX_WORKERS {
         return Err(ParamError::new(
-            field,
-            format!("must be at least {minimum}, got {value}"),
+            "params.workers",
+            format!("must be at most {MAX_WORKERS}, got {workers}"),
         ));
     }
     Ok(())
+}
+
+/// The field of the largest of `factors`, which name a part of a footprint: the one to lower.
+fn largest_field(factors: &[(&'static str, u64)]) -> &'static str {
+    factors
+        .iter()
+        .fold(
+            None::<(&'static str, u64)>,
+            |best, &(field, value)| match best {
+                Some((_, most)) if most >= value => best,
+                _ => Some((field, value)),
+            },
+        )
+        .map_or("params", |(field, _)| field)
 }
 
 /// A seed mixed with OS entropy: a planted fault, never used on a deterministic path.

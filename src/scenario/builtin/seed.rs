@@ -8,9 +8,12 @@
 //! Params: `elements` (default 256), `dropout` (default 0.1), `plant`: `os_entropy_init` mixes OS
 //! entropy into the init seed, the fault `seed_all` exists to prevent.
 
-use super::{at_least, os_entropy};
+use super::{os_entropy, size_param};
 use crate::comm::RankError;
-use crate::scenario::{Capabilities, ParamError, RankContext, Scenario, ScenarioSpec};
+use crate::scenario::limits::{bytes_of, size};
+use crate::scenario::{
+    Capabilities, Footprint, ParamError, RankContext, RunPlan, Scenario, ScenarioSpec,
+};
 use crate::value::seed::{derive_stream, Stream};
 use crate::value::tensor::Tensor;
 use serde::Deserialize;
@@ -48,7 +51,7 @@ pub(super) struct SeedScenario {
 impl SeedScenario {
     pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
         let params: SeedParams = spec.parse_params()?;
-        at_least("params.elements", params.elements, 1)?;
+        size_param("params.elements", params.elements, 1)?;
         if !(0.0..1.0).contains(&params.dropout) {
             return Err(ParamError::new(
                 "params.dropout",
@@ -62,6 +65,17 @@ impl SeedScenario {
 impl Scenario for SeedScenario {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default().with_replicated_records()
+    }
+
+    /// A step's tensors (f32 weight, f64 bias of n/8, u8 mask, i64 order: 14 bytes an
+    /// element), twice for their recording; four records a step.
+    fn footprint(&self, _world_size: usize, _plan: &RunPlan) -> Footprint {
+        Footprint::default()
+            .with_bytes(
+                "params.elements",
+                bytes_of(&[size(self.params.elements), 28]),
+            )
+            .with_records_per_step(4)
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {

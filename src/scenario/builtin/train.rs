@@ -35,10 +35,11 @@
 //! Limits: no batching across samples in the kernels (plain loops); outside `reproducible`, a
 //! rank's shard depends on the world size, so its local sum (and so the bits) do too.
 
-use super::at_least;
 use super::dataloader::{
-    loader_config, next_batch, open_loader, param_error, restored_position, store_position,
+    loader_bytes, loader_config, next_batch, open_loader, param_error, restored_position,
+    store_position,
 };
+use super::{largest_field, size_param, workers_param};
 use crate::checkpoint::{CheckpointError, RankCheckpoint};
 use crate::comm::RankError;
 use crate::data::dataset::dot;
@@ -46,8 +47,9 @@ use crate::data::{
     AugmentRng, Augmentation, Augmenter, Batch, BatchSampler, Delivery, DistributedSampler,
     LoaderPosition, SyntheticVectors,
 };
+use crate::scenario::limits::{bytes_of, size};
 use crate::scenario::{
-    BucketLayout, Capabilities, ParamError, RankContext, Scenario, ScenarioSpec,
+    BucketLayout, Capabilities, Footprint, ParamError, RankContext, RunPlan, Scenario, ScenarioSpec,
 };
 use crate::value::reduce::{chunk_range, ReduceOp, ReductionMode};
 use crate::value::reprosum::sum_columns_f32;
@@ -231,11 +233,13 @@ pub(super) struct TrainScenario {
 impl TrainScenario {
     pub(super) fn from_spec(spec: &ScenarioSpec) -> Result<Self, ParamError> {
         let params: TrainParams = spec.parse_params()?;
-        at_least("params.input_dim", params.input_dim, 1)?;
-        at_least("params.hidden", params.hidden, 1)?;
-        at_least("params.classes", params.classes, 2)?;
-        at_least("params.global_batch", params.global_batch, 1)?;
-        at_least("params.prefetch", params.prefetch, 1)?;
+        size_param("params.input_dim", params.input_dim, 1)?;
+        size_param("params.hidden", params.hidden, 1)?;
+        size_param("params.classes", params.classes, 2)?;
+        size_param("params.global_batch", params.global_batch, 1)?;
+        size_param("params.prefetch", params.prefetch, 1)?;
+        size_param("params.dataset_size", params.dataset_size, 1)?;
+        workers_param(params.workers)?;
         Augmenter::new(
             params.augment,
             AugmentRng::PerSample { seed: spec.seed },
@@ -680,6 +684,39 @@ impl Scenario for TrainScenario {
         } else {
             supports.with_buckets()
         }
+    }
+
+    /// The model (parameters, gradients, optimizer state, buckets, the teacher: ten copies of
+    /// it), each sample's gradient of the rank's batch (twice: the reproducible sum's columns),
+    /// the loader's batches and the sampler's order of the dataset; records: `local_grad/*`, `loss`, `grad/*`, `param/*` and, at
+    /// step 0, `init/*`.
+    fn footprint(&self, world_size: usize, plan: &RunPlan) -> Footprint {
+        let p = &self.params;
+        let (d, h, c) = (size(p.input_dim), size(p.hidden), size(p.classes));
+        let dims = [
+            ("params.input_dim", d),
+            ("params.hidden", h),
+            ("params.classes", c),
+        ];
+        // h·d + h + c·h + c, and the loss.
+        let model = bytes_of(&[h, d])
+            .saturating_add(bytes_of(&[c, h.saturating_add(1)]))
+            .saturating_add(h)
+            .saturating_add(1);
+        let local_batch = p.global_batch / world_size.max(1);
+        let mut sample_factors = dims.to_vec();
+        sample_factors.push(("params.global_batch", size(local_batch)));
+        let workers = plan.loader_workers.unwrap_or(p.workers);
+        let (loader_field, loader) = loader_bytes(&[dims[0]], local_batch, workers, p.prefetch);
+        Footprint::default()
+            .with_bytes(largest_field(&dims), bytes_of(&[model, 4, 10]))
+            .with_bytes(
+                largest_field(&sample_factors),
+                bytes_of(&[model, size(local_batch), 4, 2]),
+            )
+            .with_bytes(loader_field, loader)
+            .with_bytes("params.dataset_size", bytes_of(&[size(p.dataset_size), 8]))
+            .with_records_per_step(17)
     }
 
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
