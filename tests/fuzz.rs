@@ -1,0 +1,780 @@
+//! A fuzz suite on the stable toolchain (docs/fuzzing.md): the readers of scenario files, trace
+//! files, msprobe dumps and checkpoints, fed with valid inputs that proptest mutates (byte flips,
+//! truncation, insertion, removal, huge length fields, splices of two files, JSON values
+//! replaced by extreme ones), read through the public API as the CLI reads them.
+//!
+//! Main type: [`Target`], one reader with its valid seed cases and its property. Every case must
+//! hold, whatever its bytes:
+//! - nothing panics (caught, the input saved), hangs (a deadline per case) or aborts: the
+//!   allocator is capped at [`ALLOCATION_CAP`], so an allocation sized by a length taken from a
+//!   file without checking it against the file's size aborts at once instead of swapping, and
+//!   the case being read is left in `target/fuzz-work/<target>/case`;
+//! - an error names the case's folder or one of its files;
+//! - a file under checksums (trace format 2 and its tensor files, checkpoints) that was changed
+//!   at all reads as an error, never as other values.
+//!
+//! Determinism: cases come from proptest's ChaCha generator seeded with `DETCHECK_FUZZ_SEED`
+//! (a fixed default), so a run is replayed by its seed. `DETCHECK_FUZZ_CASES` sets the cases per
+//! round (default [`DEFAULT_CASES`], a few seconds for all targets in `cargo test`), and
+//! `DETCHECK_FUZZ_SECONDS` a time budget per target: rounds with seeds `seed`, `seed + 1`, ...
+//! run until it is spent (CI: `.ci/run`). A failure is shrunk and saved as a folder under
+//! `target/fuzz-failures/` (its files, and `expect` saying whether they were changed), which
+//! `DETCHECK_FUZZ_REPLAY=<folder>` checks again. Limits: version 1 trace files (no checksums)
+//! and `.pt`/`.npy`/`dump.json` edits are only checked not to crash: their formats cannot tell
+//! a changed byte from other data.
+
+use cap::Cap;
+use detcheck::checkpoint::{load_checkpoint, save_checkpoint, CheckpointIdentity, RankCheckpoint};
+use detcheck::compare::{compare_dumps, CompareOptions};
+use detcheck::file::{DumpMode, TraceWriter};
+use detcheck::value::derive_stream;
+use detcheck::{KindRegistry, Stream, Tensor};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use std::alloc::System;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The most memory the whole test process may hold. The readers hold a step of a rank at most,
+/// so this is far above what any case needs, and far below what a length of 2^32 would ask.
+const ALLOCATION_CAP: usize = 512 << 20;
+
+#[global_allocator]
+static ALLOCATOR: Cap<System> = Cap::new(System, ALLOCATION_CAP);
+
+/// Cases per round when `DETCHECK_FUZZ_CASES` is not set.
+const DEFAULT_CASES: u32 = 48;
+
+/// The first seed when `DETCHECK_FUZZ_SEED` is not set.
+const DEFAULT_SEED: u64 = 0x16_f022;
+
+/// How long one case may take before it counts as a hang (debug build, a busy machine).
+const CASE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The files of one case, by path relative to its folder, and the seed case it was made from.
+#[derive(Clone, PartialEq)]
+struct Case {
+    files: BTreeMap<String, Vec<u8>>,
+    origin: usize,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sizes: Vec<_> = self
+            .files
+            .iter()
+            .map(|(name, bytes)| format!("{name} ({} bytes)", bytes.len()))
+            .collect();
+        write!(f, "Case[seed case {}: {}]", self.origin, sizes.join(", "))
+    }
+}
+
+impl Case {
+    /// Every file under `dir`, recursively, as a case made from seed case `origin`.
+    fn read(dir: &Path, origin: usize) -> Case {
+        fn walk(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) {
+            let mut entries: Vec<_> = std::fs::read_dir(dir)
+                .expect("a seed folder")
+                .map(|entry| entry.expect("a folder entry").path())
+                .collect();
+            entries.sort();
+            for path in entries {
+                if path.is_dir() {
+                    walk(root, &path, files);
+                } else {
+                    let name = path.strip_prefix(root).expect("under the root");
+                    let name = name.to_str().expect("a UTF-8 name").to_owned();
+                    files.insert(name, std::fs::read(&path).expect("a seed file"));
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        walk(dir, dir, &mut files);
+        Case { files, origin }
+    }
+
+    /// Writes the case into `dir`, replacing what was there.
+    fn write(&self, dir: &Path) {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).expect("remove the last case");
+        }
+        for (name, bytes) in &self.files {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("create a folder");
+            std::fs::write(&path, bytes).expect("write a case file");
+        }
+    }
+}
+
+/// One change to a file's bytes. Positions are [`Index`]es, resolved against the bytes at hand.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// XOR one byte with a non-zero mask.
+    Flip { at: Index, mask: u8 },
+    /// Cut the file.
+    Truncate { to: Index },
+    /// Insert bytes.
+    Insert { at: Index, bytes: Vec<u8> },
+    /// Remove up to `len` bytes.
+    Remove { at: Index, len: usize },
+    /// Overwrite a little-endian length field with a huge value.
+    Huge { at: Index, width: usize, value: u64 },
+    /// Repeat a range of the file after itself.
+    Repeat { at: Index, len: usize },
+    /// The file's bytes before `at`, then another seed file's bytes from `from` on.
+    Splice {
+        at: Index,
+        donor: Index,
+        from: Index,
+    },
+    /// In a JSON file: replace the value at one path by an extreme one (sizes, long names).
+    Json { path: Index, value: usize },
+    /// In any file: replace one run of ASCII digits (a size in JSON, an `.npy` header's shape,
+    /// a zip or pickle field written as text) by a huge number.
+    Number { run: Index, digits: &'static str },
+}
+
+/// Values that were crashes before, or are edges: sizes that overflow, long and odd strings.
+fn extreme_json(which: usize) -> serde_json::Value {
+    use serde_json::json;
+    let values = [
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(1u64 << 62),
+        json!(1u64 << 40),
+        json!(1u64 << 32),
+        json!(4_294_967_295u64),
+        json!(-1),
+        json!(0),
+        json!(1e308),
+        json!(-0.0),
+        json!("x".repeat(100_000)),
+        json!(""),
+        json!("../../../../etc/passwd"),
+        json!("\u{0}\u{ffff}"),
+        json!(null),
+        json!(true),
+        json!([]),
+        json!({}),
+        json!([u64::MAX, u64::MAX]),
+    ];
+    values[which % values.len()].clone()
+}
+
+/// The paths of every value in a JSON document, in document order.
+fn json_paths(value: &serde_json::Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    out.push(prefix.clone());
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, child) in map {
+                prefix.push(key.clone());
+                json_paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                prefix.push(i.to_string());
+                json_paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Mutation {
+    fn apply(&self, bytes: &mut Vec<u8>, donors: &[Vec<u8>]) {
+        let len = bytes.len();
+        let pos = |at: &Index| if len == 0 { 0 } else { at.index(len) };
+        match self {
+            Mutation::Flip { at, mask } => {
+                if len > 0 {
+                    bytes[pos(at)] ^= *mask;
+                }
+            }
+            Mutation::Truncate { to } => bytes.truncate(pos(to)),
+            Mutation::Insert { at, bytes: new } => {
+                let at = if len == 0 { 0 } else { at.index(len + 1) };
+                bytes.splice(at..at, new.iter().copied());
+            }
+            Mutation::Remove { at, len: n } => {
+                let at = pos(at);
+                bytes.drain(at..(at + n).min(len));
+            }
+            Mutation::Huge { at, width, value } => {
+                let at = pos(at);
+                let end = (at + width).min(len);
+                bytes[at..end].copy_from_slice(&value.to_le_bytes()[..end - at]);
+            }
+            Mutation::Repeat { at, len: n } => {
+                let at = pos(at);
+                let range = bytes[at..(at + n).min(len)].to_vec();
+                let end = at + range.len();
+                bytes.splice(end..end, range);
+            }
+            Mutation::Splice { at, donor, from } => {
+                let donor = &donors[donor.index(donors.len())];
+                let from = if donor.is_empty() {
+                    0
+                } else {
+                    from.index(donor.len())
+                };
+                bytes.truncate(pos(at));
+                bytes.extend_from_slice(&donor[from..]);
+            }
+            Mutation::Number { run, digits } => {
+                let mut runs = Vec::new();
+                let mut i = 0;
+                while i < len {
+                    if bytes[i].is_ascii_digit() {
+                        let start = i;
+                        while i < len && bytes[i].is_ascii_digit() {
+                            i += 1;
+                        }
+                        runs.push(start..i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                if !runs.is_empty() {
+                    let range = runs[run.index(runs.len())].clone();
+                    bytes.splice(range, digits.bytes());
+                }
+            }
+            Mutation::Json { path, value } => {
+                let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+                    return;
+                };
+                let mut paths = Vec::new();
+                json_paths(&doc, &mut Vec::new(), &mut paths);
+                let chosen = &paths[path.index(paths.len())];
+                let mut slot = &mut doc;
+                for key in chosen {
+                    slot = match slot {
+                        serde_json::Value::Object(map) => map.get_mut(key).expect("a key"),
+                        serde_json::Value::Array(items) => {
+                            &mut items[key.parse::<usize>().expect("an index")]
+                        }
+                        _ => unreachable!("paths lead through objects and arrays"),
+                    };
+                }
+                *slot = extreme_json(*value);
+                *bytes = serde_json::to_vec_pretty(&doc).expect("JSON serializes");
+            }
+        }
+    }
+}
+
+/// Numbers in text that overflow a `u32`, an `i64`, a `u64`, or a size in bytes.
+const HUGE_NUMBERS: &[&str] = &[
+    "4294967296",
+    "9223372036854775807",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "1099511627776",
+];
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let huge = prop_oneof![
+        Just(u64::MAX),
+        Just(u64::from(u32::MAX)),
+        Just(1u64 << 31),
+        Just(1u64 << 40),
+        Just(i64::MAX as u64),
+    ];
+    prop_oneof![
+        4 => (any::<Index>(), 1..=255u8).prop_map(|(at, mask)| Mutation::Flip { at, mask }),
+        1 => any::<Index>().prop_map(|to| Mutation::Truncate { to }),
+        1 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..12))
+            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+        1 => (any::<Index>(), 1..32usize).prop_map(|(at, len)| Mutation::Remove { at, len }),
+        2 => (any::<Index>(), prop_oneof![Just(2usize), Just(4), Just(8)], huge)
+            .prop_map(|(at, width, value)| Mutation::Huge { at, width, value }),
+        1 => (any::<Index>(), 1..64usize).prop_map(|(at, len)| Mutation::Repeat { at, len }),
+        1 => (any::<Index>(), any::<Index>(), any::<Index>())
+            .prop_map(|(at, donor, from)| Mutation::Splice { at, donor, from }),
+        2 => (any::<Index>(), any::<usize>()).prop_map(|(path, value)| Mutation::Json { path, value }),
+        2 => (any::<Index>(), prop::sample::select(HUGE_NUMBERS))
+            .prop_map(|(run, digits)| Mutation::Number { run, digits }),
+    ]
+}
+
+/// A generated case: which seed, which of its files, and the mutations applied to that file.
+type Recipe = (Index, Index, Vec<Mutation>);
+
+fn recipe() -> impl Strategy<Value = Recipe> {
+    (
+        any::<Index>(),
+        any::<Index>(),
+        prop::collection::vec(mutation(), 1..4),
+    )
+}
+
+/// What one reader returned for a case: `Ok` or the error's text.
+type Reading = Result<(), String>;
+
+/// One reader to fuzz.
+struct Target {
+    name: &'static str,
+    /// Valid cases the mutations start from.
+    seeds: Vec<Case>,
+    /// Whether a changed case must read as an error (its files are under checksums).
+    checksummed: bool,
+    /// Reads the case written in the folder, made from the seed case of that index.
+    read: Arc<dyn Fn(&Path, usize) -> Reading + Send + Sync>,
+    /// How long one case may take before it counts as a hang.
+    deadline: Duration,
+    /// How many cases read as valid, and as errors (printed: a target whose cases are all
+    /// errors tests little beyond the first check of its reader).
+    num_valid: AtomicU64,
+    num_errors: AtomicU64,
+}
+
+impl Target {
+    fn new(
+        name: &'static str,
+        seeds: Vec<Case>,
+        checksummed: bool,
+        read: impl Fn(&Path, usize) -> Reading + Send + Sync + 'static,
+    ) -> Self {
+        Target {
+            name,
+            seeds,
+            checksummed,
+            read: Arc::new(read),
+            deadline: CASE_DEADLINE,
+            num_valid: AtomicU64::new(0),
+            num_errors: AtomicU64::new(0),
+        }
+    }
+
+    fn build(&self, (seed, file, mutations): &Recipe) -> (Case, bool) {
+        let mut case = self.seeds[seed.index(self.seeds.len())].clone();
+        let names: Vec<String> = case.files.keys().cloned().collect();
+        let name = &names[file.index(names.len())];
+        let donors: Vec<Vec<u8>> = self
+            .seeds
+            .iter()
+            .flat_map(|seed| seed.files.values().cloned())
+            .collect();
+        let original = case.files[name].clone();
+        let bytes = case.files.get_mut(name).expect("the chosen file");
+        for mutation in mutations {
+            mutation.apply(bytes, &donors);
+        }
+        let changed = *bytes != original;
+        (case, changed)
+    }
+
+    fn work_dir(&self) -> PathBuf {
+        target_dir().join("fuzz-work").join(self.name)
+    }
+
+    /// Writes the case and reads it, on a thread of its own, within [`CASE_DEADLINE`].
+    fn check(&self, case: &Case, changed: bool) -> Result<(), String> {
+        let dir = self.work_dir().join("case");
+        case.write(&dir);
+        let read = Arc::clone(&self.read);
+        let (send, receive) = std::sync::mpsc::channel();
+        let thread_dir = dir.clone();
+        let origin = case.origin;
+        std::thread::Builder::new()
+            .name(format!("fuzz-{}", self.name))
+            .spawn(move || {
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| read(&thread_dir, origin)));
+                let _ = send.send(outcome);
+            })
+            .expect("spawn a case's thread");
+        let reading = match receive.recv_timeout(self.deadline) {
+            Err(_) => return Err(format!("the reader did not finish in {:?}", self.deadline)),
+            Ok(Err(panic)) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                return Err(format!("the reader panicked: {message}"));
+            }
+            Ok(Ok(reading)) => reading,
+        };
+        let count = if reading.is_ok() { &self.num_valid } else { &self.num_errors };
+        count.fetch_add(1, Ordering::Relaxed);
+        match reading {
+            Ok(()) if changed && self.checksummed => {
+                Err("a changed file under checksums was read as valid".to_owned())
+            }
+            Ok(()) => Ok(()),
+            Err(message) if !message.contains(dir.to_str().expect("a UTF-8 path")) => Err(
+                format!("the error does not name the case's folder or files: {message}"),
+            ),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Rounds of cases from `seed` on until the budget is spent (one round without a budget).
+    fn run(&self) {
+        if let Ok(folder) = std::env::var("DETCHECK_FUZZ_REPLAY") {
+            return self.replay(Path::new(&folder));
+        }
+        let cases = env_number("DETCHECK_FUZZ_CASES").map_or(DEFAULT_CASES, |n| n as u32);
+        let budget = Duration::from_secs(env_number("DETCHECK_FUZZ_SECONDS").unwrap_or(0));
+        let first_seed = env_number("DETCHECK_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+        let start = Instant::now();
+        let mut seed = first_seed;
+        loop {
+            self.round(seed, cases);
+            seed += 1;
+            if start.elapsed() >= budget {
+                break;
+            }
+        }
+        std::fs::remove_dir_all(self.work_dir()).ok();
+        println!(
+            "fuzz {}: {} rounds of {cases} cases, seeds {first_seed}..{seed}: {} read as valid, \
+             {} as errors",
+            self.name,
+            seed - first_seed,
+            self.num_valid.load(Ordering::Relaxed),
+            self.num_errors.load(Ordering::Relaxed),
+        );
+    }
+
+    fn round(&self, seed: u64, cases: u32) {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        key[8..8 + self.name.len().min(24)]
+            .copy_from_slice(&self.name.as_bytes()[..self.name.len().min(24)]);
+        let config = Config {
+            cases,
+            failure_persistence: None,
+            max_shrink_time: 60_000,
+            ..Config::default()
+        };
+        let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+        let result = runner.run(&recipe(), |recipe| {
+            let (case, changed) = self.build(&recipe);
+            self.check(&case, changed).map_err(TestCaseError::fail)
+        });
+        match result {
+            Ok(()) => {}
+            Err(TestError::Fail(reason, recipe)) => {
+                let (case, changed) = self.build(&recipe);
+                let saved = self.save(seed, &case, changed);
+                panic!(
+                    "fuzz {}: seed {seed}: {reason}\n  input: {case:?} ({}), saved in {}\n  \
+                     replay: DETCHECK_FUZZ_REPLAY={} cargo test --test fuzz {}\n  mutations: {:?}",
+                    self.name,
+                    if changed { "changed" } else { "unchanged" },
+                    saved.display(),
+                    saved.display(),
+                    self.name,
+                    recipe.2
+                );
+            }
+            Err(TestError::Abort(why)) => panic!("fuzz {}: seed {seed}: aborted: {why}", self.name),
+        }
+    }
+
+    /// Saves a failing case in `target/fuzz-failures/<target>-<seed>/`.
+    fn save(&self, seed: u64, case: &Case, changed: bool) -> PathBuf {
+        let dir = target_dir()
+            .join("fuzz-failures")
+            .join(format!("{}-{seed}", self.name));
+        case.write(&dir.join("case"));
+        let expect = if changed { "changed" } else { "unchanged" };
+        std::fs::write(dir.join("expect"), format!("{expect}\n{}\n", case.origin))
+            .expect("write the expectation");
+        dir
+    }
+
+    /// Checks a saved case again (a folder [`Target::save`] wrote) when it is this target's.
+    fn replay(&self, folder: &Path) {
+        let is_mine = folder
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with(&format!("{}-", self.name)));
+        if !is_mine {
+            return;
+        }
+        let expect = std::fs::read_to_string(folder.join("expect"))
+            .expect("a saved case has `expect`");
+        let mut lines = expect.lines();
+        let changed = lines.next() == Some("changed");
+        let origin = lines.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        let case = Case::read(&folder.join("case"), origin);
+        if let Err(reason) = self.check(&case, changed) {
+            panic!("fuzz {}: replay of {}: {reason}", self.name, folder.display());
+        }
+    }
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    Some(
+        text.parse()
+            .unwrap_or_else(|_| panic!("{name}={text} is not a number")),
+    )
+}
+
+/// Cargo's target folder (`target/`), where failures and cases in flight are kept.
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target/tmp has a parent")
+        .to_path_buf()
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `.json` files of `dir`, sorted.
+fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("a folder of scenarios")
+        .map(|entry| entry.expect("a folder entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn error_text(error: impl std::error::Error) -> Reading {
+    Err(error.to_string())
+}
+
+/// Scenario files: parsed, validated and built into the kind's program (no rank runs).
+fn scenarios() -> Target {
+    let mut seeds = Vec::new();
+    for dir in ["scenarios", "examples/programs", "tests/fuzz-corpus/scenario"] {
+        for path in json_files(&repo().join(dir)) {
+            let bytes = std::fs::read(&path).expect("a scenario file");
+            seeds.push(Case {
+                files: BTreeMap::from([("scenario.json".to_owned(), bytes)]),
+                origin: seeds.len(),
+            });
+        }
+    }
+    let registry = Arc::new(KindRegistry::builtin());
+    Target::new("scenario", seeds, false, move |dir, _| {
+        registry
+            .load_file(&dir.join("scenario.json"))
+            .map(drop)
+            .or_else(error_text)
+    })
+}
+
+/// Writes a small dump: 2 ranks, 3 steps, records of several dtypes and shapes.
+fn write_dump(dir: &Path, mode: DumpMode, scale: f32) {
+    for rank in 0..2u32 {
+        let mut writer = TraceWriter::create(dir, rank, 2, mode).expect("create a trace");
+        writer
+            .set_environment("fuzz.scale", &scale.to_string())
+            .expect("set a variable");
+        for step in 0..3u64 {
+            let base = scale * (step as f32 + 1.0) + rank as f32;
+            let grad = Tensor::from_vec(vec![base, -base, base * 0.5, f32::MIN_POSITIVE]);
+            writer.record(step, "layer.0.grad", &grad).expect("record");
+            let weights = Tensor::from_vec(vec![f64::from(base); 6]);
+            writer.record(step, "layer.0.weight", &weights).expect("record");
+            let ids = Tensor::from_vec(vec![step as i64, i64::from(rank), -7]);
+            writer.record(step, "batch.ids", &ids).expect("record");
+            let loss = Tensor::scalar(base / 3.0);
+            writer.record_replicated(step, "loss", &loss).expect("record");
+        }
+        writer.finish().expect("finish a trace");
+    }
+}
+
+/// Trace files (format 2) of every mode, and full mode's tensor files, read to the end: compared
+/// with a dump whose every record differs, so that every tensor file is read too.
+fn traces() -> Target {
+    let seeds_dir = target_dir().join("fuzz-work/trace-seeds");
+    std::fs::remove_dir_all(&seeds_dir).ok();
+    let mut seeds = Vec::new();
+    let mut others = Vec::new();
+    for mode in [DumpMode::Stats, DumpMode::Md5, DumpMode::Full] {
+        let (seed, other) = (seeds_dir.join(mode.name()), seeds_dir.join(format!("{}-other", mode.name())));
+        write_dump(&seed, mode, 1.0);
+        write_dump(&other, mode, 2.0);
+        seeds.push(Case::read(&seed, seeds.len()));
+        others.push(other);
+    }
+    let options = CompareOptions {
+        max_rows: usize::MAX,
+        map: true,
+    };
+    Target::new("trace", seeds, true, move |dir, origin| {
+        compare_dumps(dir, &others[origin], &options)
+            .map(drop)
+            .or_else(error_text)
+    })
+}
+
+/// msprobe dumps (tests/fixtures/msprobe/): dump.json, construct.json, `.pt` and `.npy` files,
+/// compared with the unchanged dump (every differing record's tensors are read).
+fn msprobe() -> Target {
+    let fixtures = repo().join("tests/fixtures/msprobe");
+    let dumps = [
+        "md5_L1",
+        "dist_md5_L1",
+        "nan_L1",
+        "stats_L0",
+        "tensor_L1",
+        "npy/a",
+        "npy/b",
+    ];
+    let seeds: Vec<Case> = (dumps.iter().enumerate())
+        .map(|(i, dump)| Case::read(&fixtures.join(dump), i))
+        .collect();
+    let options = CompareOptions {
+        max_rows: usize::MAX,
+        map: true,
+    };
+    Target::new("msprobe", seeds, false, move |dir, origin| {
+        // The unchanged fixture is the other side.
+        compare_dumps(dir, &fixtures.join(dumps[origin]), &options)
+            .map(drop)
+            .or_else(error_text)
+    })
+}
+
+fn checkpoint_identity(rank: usize) -> CheckpointIdentity {
+    CheckpointIdentity {
+        fingerprint: "0123456789abcdef0123456789abcdef".to_owned(),
+        seed: 16,
+        world_size: 2,
+        rank,
+    }
+}
+
+/// Checkpoints (versioned JSON + safetensors), loaded and checked as a resumed rank loads them.
+fn checkpoints() -> Target {
+    let seeds_dir = target_dir().join("fuzz-work/checkpoint-seeds");
+    std::fs::remove_dir_all(&seeds_dir).ok();
+    let mut seeds = Vec::new();
+    for rank in 0..2usize {
+        let dir = seeds_dir.join(rank.to_string());
+        let mut checkpoint = RankCheckpoint::new(3 + rank as u64);
+        let values: Vec<f32> = (0..24).map(|i| i as f32 * 0.25 - rank as f32).collect();
+        let weight = Tensor::new(vec![4, 6], Tensor::from_vec(values).into_data())
+            .expect("a 4x6 tensor");
+        checkpoint.tensors.insert("layer.0.weight".to_owned(), weight);
+        let moments = Tensor::from_vec(vec![1e-300f64, -0.0, f64::MAX]);
+        checkpoint.tensors.insert("adam.m".to_owned(), moments);
+        let flags = Tensor::from_vec(vec![1u8, 0, 255]);
+        checkpoint.tensors.insert("mask".to_owned(), flags);
+        checkpoint.generators.insert(
+            "dropout".to_owned(),
+            derive_stream(16, Stream::Dropout, rank as u64, 3),
+        );
+        checkpoint.counters.insert("loader.epoch".to_owned(), 1);
+        checkpoint.counters.insert("optimizer.steps".to_owned(), 3);
+        save_checkpoint(&dir, &checkpoint_identity(rank), &checkpoint).expect("save");
+        seeds.push(Case::read(&dir, rank));
+    }
+    Target::new("checkpoint", seeds, true, |dir, rank| {
+        load_checkpoint(dir, &checkpoint_identity(rank), None)
+            .map(drop)
+            .or_else(error_text)
+    })
+}
+
+#[test]
+fn scenario_files_never_crash_and_errors_name_the_file() {
+    scenarios().run();
+}
+
+#[test]
+fn changed_trace_files_are_errors_and_nothing_crashes() {
+    traces().run();
+}
+
+#[test]
+fn msprobe_dumps_never_crash_and_errors_name_the_file() {
+    msprobe().run();
+}
+
+#[test]
+fn changed_checkpoints_are_errors_and_nothing_crashes() {
+    checkpoints().run();
+}
+
+// The fuzz harness itself: each kind of failure is caught, reported and saved for replay.
+
+/// One seed case of a few bytes, for the harness's own tests.
+fn tiny_seeds() -> Vec<Case> {
+    vec![Case {
+        files: BTreeMap::from([("file".to_owned(), b"{\"size\": 12}".to_vec())]),
+        origin: 0,
+    }]
+}
+
+/// Runs one round of `target` and returns its failure message (empty when it passed).
+fn failure_of(target: &Target) -> String {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| target.round(DEFAULT_SEED, 16)));
+    match outcome {
+        Ok(()) => String::new(),
+        Err(panic) => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+#[test]
+fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
+    let target = Target::new("selftest-panic", tiny_seeds(), false, |dir, _| {
+        let bytes = std::fs::read(dir.join("file")).expect("the case's file");
+        assert_eq!(bytes.len(), 12, "a planted panic");
+        Ok(())
+    });
+    let failure = failure_of(&target);
+    assert!(failure.contains("the reader panicked"), "{failure}");
+    assert!(failure.contains("a planted panic"), "{failure}");
+    let saved = target_dir().join(format!("fuzz-failures/selftest-panic-{DEFAULT_SEED}"));
+    assert!(failure.contains(&saved.display().to_string()), "{failure}");
+    let replayed = std::panic::catch_unwind(AssertUnwindSafe(|| target.replay(&saved)));
+    assert!(replayed.is_err(), "the saved case fails again when replayed");
+}
+
+#[test]
+fn the_harness_reports_a_hang() {
+    let mut target = Target::new("selftest-hang", tiny_seeds(), false, |_, _| loop {
+        std::thread::park();
+    });
+    target.deadline = Duration::from_millis(100);
+    let failure = failure_of(&target);
+    assert!(failure.contains("did not finish in 100ms"), "{failure}");
+}
+
+#[test]
+fn the_harness_reports_a_changed_checksummed_file_read_as_valid() {
+    let target = Target::new("selftest-misread", tiny_seeds(), true, |_, _| Ok(()));
+    let failure = failure_of(&target);
+    assert!(failure.contains("read as valid"), "{failure}");
+    assert!(failure.contains("(changed)"), "{failure}");
+}
+
+#[test]
+fn the_harness_reports_an_error_that_names_no_file() {
+    let target = Target::new("selftest-unnamed", tiny_seeds(), false, |_, _| {
+        Err("something is wrong".to_owned())
+    });
+    let failure = failure_of(&target);
+    assert!(failure.contains("does not name the case's folder"), "{failure}");
+}
+
+#[test]
+fn the_allocator_refuses_more_than_the_cap() {
+    let mut buffer: Vec<u8> = Vec::new();
+    assert!(buffer.try_reserve_exact(ALLOCATION_CAP + 1).is_err());
+}
