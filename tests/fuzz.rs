@@ -8,7 +8,7 @@
 //! - nothing panics (caught, the input saved), hangs (a deadline per case) or aborts: the
 //!   allocator is capped at [`ALLOCATION_CAP`], so an allocation sized by a length taken from a
 //!   file without checking it against the file's size aborts at once instead of swapping, and
-//!   the case being read is left in `target/fuzz-work/<target>/case`;
+//!   the case being read is left in `target/fuzz-work/<process id>/<target>/case`;
 //! - an error names the case's folder or one of its files;
 //! - a file under checksums (trace format 2 and its tensor files, checkpoints) that was changed
 //!   at all reads as an error, never as other values.
@@ -32,6 +32,7 @@ use detcheck::{KindRegistry, Stream, Tensor};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use md5::{Digest as _, Md5};
 use std::alloc::System;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -307,15 +308,135 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// A generated case: which seed, which of its files, and the mutations applied to that file.
-type Recipe = (Index, Index, Vec<Mutation>);
+/// A generated case: which seed, which of its files, the mutations applied to that file, and
+/// whether the checksums are then made to hold again (to reach the parsing behind them).
+type Recipe = (Index, Index, Vec<Mutation>, bool);
 
 fn recipe() -> impl Strategy<Value = Recipe> {
     (
         any::<Index>(),
         any::<Index>(),
         prop::collection::vec(mutation(), 1..4),
+        any::<bool>(),
     )
+}
+
+/// Makes a changed case's checksums hold again, given the name of the file that was changed.
+type Reseal = fn(&mut Case, &str);
+
+fn crc32(parts: &[&[u8]]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hasher.finalize()
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Recomputes a version 2 trace file's CRC-32s (docs/trace-format.md) where its framing can
+/// still be followed: the header, each section from byte 64 on, the footer.
+fn reseal_trace_file(bytes: &mut [u8]) {
+    let len = bytes.len();
+    if len < 128 {
+        return;
+    }
+    let crc = crc32(&[&bytes[..60]]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    let footer = len - 64;
+    let mut at = 64;
+    while at + 16 <= footer {
+        let Some(end) = (at + 16)
+            .checked_add(u32_at(bytes, at + 4))
+            .filter(|&end| end <= footer)
+        else {
+            break;
+        };
+        let crc = crc32(&[&bytes[at..at + 12], &bytes[at + 16..end]]);
+        bytes[at + 12..at + 16].copy_from_slice(&crc.to_le_bytes());
+        at = end;
+    }
+    let crc = crc32(&[&bytes[footer..footer + 52], &bytes[footer + 56..]]);
+    bytes[footer + 52..footer + 56].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A trace dump's reseal: a changed tensor file `rank{R}/step{S}.safetensors` gets its size and
+/// md5 in rank R's tensor-file section; then the rank's trace file gets its CRC-32s.
+fn reseal_trace(case: &mut Case, changed: &str) {
+    let (trace, tensors) = match changed.split_once('/') {
+        Some((rank, file)) => (format!("{rank}.dctrace"), Some(file.to_owned())),
+        None => (changed.to_owned(), None),
+    };
+    let step = tensors.as_deref().and_then(|file| {
+        file.strip_prefix("step")?
+            .strip_suffix(".safetensors")?
+            .parse::<u64>()
+            .ok()
+    });
+    let tensor_file = step.map(|step| (case.files[changed].clone(), step));
+    let Some(bytes) = case.files.get_mut(&trace) else {
+        return;
+    };
+    if let Some((contents, step)) = tensor_file {
+        let len = bytes.len();
+        let section = if len >= 128 {
+            usize::try_from(u64_at(bytes, len - 64 + 40)).ok()
+        } else {
+            None
+        };
+        if let Some(at) = section.filter(|&at| at + 16 <= len - 64) {
+            let count = u32_at(bytes, at + 8);
+            for entry in (0..count).map(|i| at + 16 + 32 * i) {
+                if entry + 32 <= len - 64 && u64_at(bytes, entry) == step {
+                    bytes[entry + 8..entry + 16]
+                        .copy_from_slice(&(contents.len() as u64).to_le_bytes());
+                    bytes[entry + 16..entry + 32].copy_from_slice(&Md5::digest(&contents));
+                }
+            }
+        }
+    }
+    reseal_trace_file(bytes);
+}
+
+/// The end of a checkpoint's JSON: its md5 follows (src/checkpoint/mod.rs).
+const CHECKPOINT_CHECKSUM_FIELD: &str = ",\n  \"checksum\": \"";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A checkpoint's reseal: a changed tensor file gets its md5 in the JSON; then the JSON's own
+/// md5 at its end.
+fn reseal_checkpoint(case: &mut Case, changed: &str) {
+    let Some(json) = case.files.keys().find(|name| name.ends_with(".json")).cloned() else {
+        return;
+    };
+    if changed.ends_with(".safetensors") {
+        let md5 = hex(&Md5::digest(&case.files[changed]));
+        let text = case.files.get_mut(&json).expect("the JSON");
+        let field = b"\"tensors_md5\": \"";
+        if let Some(at) = text.windows(field.len()).position(|w| w == field) {
+            let at = at + field.len();
+            if at + 32 <= text.len() {
+                text[at..at + 32].copy_from_slice(md5.as_bytes());
+            }
+        }
+    }
+    let text = case.files.get_mut(&json).expect("the JSON");
+    let field = CHECKPOINT_CHECKSUM_FIELD.as_bytes();
+    if let Some(at) = text.windows(field.len()).rposition(|w| w == field) {
+        let md5 = hex(&Md5::digest(&text[..at]));
+        let at = at + field.len();
+        if at + 32 <= text.len() {
+            text[at..at + 32].copy_from_slice(md5.as_bytes());
+        }
+    }
 }
 
 /// What one reader returned for a case: `Ok` or the error's text.
@@ -328,6 +449,8 @@ struct Target {
     seeds: Vec<Case>,
     /// Whether a changed case must read as an error (its files are under checksums).
     checksummed: bool,
+    /// How to make the checksums hold again after a change (half of the cases).
+    reseal: Option<Reseal>,
     /// Reads the case written in the folder, made from the seed case of that index.
     read: Arc<dyn Fn(&Path, usize) -> Reading + Send + Sync>,
     /// How long one case may take before it counts as a hang.
@@ -349,6 +472,7 @@ impl Target {
             name,
             seeds,
             checksummed,
+            reseal: None,
             read: Arc::new(read),
             deadline: CASE_DEADLINE,
             num_valid: AtomicU64::new(0),
@@ -356,7 +480,9 @@ impl Target {
         }
     }
 
-    fn build(&self, (seed, file, mutations): &Recipe) -> (Case, bool) {
+    /// The case a recipe makes, and whether it must read as an error (a changed file under
+    /// checksums that were not made to hold again).
+    fn build(&self, (seed, file, mutations, resealed): &Recipe) -> (Case, bool) {
         let mut case = self.seeds[seed.index(self.seeds.len())].clone();
         let names: Vec<String> = case.files.keys().cloned().collect();
         let name = &names[file.index(names.len())];
@@ -371,15 +497,21 @@ impl Target {
             mutation.apply(bytes, &donors);
         }
         let changed = *bytes != original;
-        (case, changed)
+        match self.reseal {
+            Some(reseal) if *resealed => {
+                reseal(&mut case, name);
+                (case, false)
+            }
+            _ => (case, changed && self.checksummed),
+        }
     }
 
     fn work_dir(&self) -> PathBuf {
-        target_dir().join("fuzz-work").join(self.name)
+        work_root().join(self.name)
     }
 
     /// Writes the case and reads it, on a thread of its own, within [`CASE_DEADLINE`].
-    fn check(&self, case: &Case, changed: bool) -> Result<(), String> {
+    fn check(&self, case: &Case, must_fail: bool) -> Result<(), String> {
         let dir = self.work_dir().join("case");
         case.write(&dir);
         let read = Arc::clone(&self.read);
@@ -408,7 +540,7 @@ impl Target {
         let count = if reading.is_ok() { &self.num_valid } else { &self.num_errors };
         count.fetch_add(1, Ordering::Relaxed);
         match reading {
-            Ok(()) if changed && self.checksummed => {
+            Ok(()) if must_fail => {
                 Err("a changed file under checksums was read as valid".to_owned())
             }
             Ok(()) => Ok(()),
@@ -437,6 +569,8 @@ impl Target {
             }
         }
         std::fs::remove_dir_all(self.work_dir()).ok();
+        // The last target to finish removes the process's folder.
+        std::fs::remove_dir(work_root()).ok();
         println!(
             "fuzz {}: {} rounds of {cases} cases, seeds {first_seed}..{seed}: {} read as valid, \
              {} as errors",
@@ -460,19 +594,19 @@ impl Target {
         };
         let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
         let result = runner.run(&recipe(), |recipe| {
-            let (case, changed) = self.build(&recipe);
-            self.check(&case, changed).map_err(TestCaseError::fail)
+            let (case, must_fail) = self.build(&recipe);
+            self.check(&case, must_fail).map_err(TestCaseError::fail)
         });
         match result {
             Ok(()) => {}
             Err(TestError::Fail(reason, recipe)) => {
-                let (case, changed) = self.build(&recipe);
-                let saved = self.save(seed, &case, changed);
+                let (case, must_fail) = self.build(&recipe);
+                let saved = self.save(seed, &case, must_fail);
                 panic!(
                     "fuzz {}: seed {seed}: {reason}\n  input: {case:?} ({}), saved in {}\n  \
                      replay: DETCHECK_FUZZ_REPLAY={} cargo test --test fuzz {}\n  mutations: {:?}",
                     self.name,
-                    if changed { "changed" } else { "unchanged" },
+                    if must_fail { "must read as an error" } else { "must not crash" },
                     saved.display(),
                     saved.display(),
                     self.name,
@@ -484,12 +618,13 @@ impl Target {
     }
 
     /// Saves a failing case in `target/fuzz-failures/<target>-<seed>/`.
-    fn save(&self, seed: u64, case: &Case, changed: bool) -> PathBuf {
+    fn save(&self, seed: u64, case: &Case, must_fail: bool) -> PathBuf {
         let dir = target_dir()
             .join("fuzz-failures")
             .join(format!("{}-{seed}", self.name));
+        std::fs::remove_dir_all(&dir).ok();
         case.write(&dir.join("case"));
-        let expect = if changed { "changed" } else { "unchanged" };
+        let expect = if must_fail { "error" } else { "any" };
         std::fs::write(dir.join("expect"), format!("{expect}\n{}\n", case.origin))
             .expect("write the expectation");
         dir
@@ -507,10 +642,10 @@ impl Target {
         let expect = std::fs::read_to_string(folder.join("expect"))
             .expect("a saved case has `expect`");
         let mut lines = expect.lines();
-        let changed = lines.next() == Some("changed");
+        let must_fail = lines.next() == Some("error");
         let origin = lines.next().and_then(|n| n.parse().ok()).unwrap_or(0);
         let case = Case::read(&folder.join("case"), origin);
-        if let Err(reason) = self.check(&case, changed) {
+        if let Err(reason) = self.check(&case, must_fail) {
             panic!("fuzz {}: replay of {}: {reason}", self.name, folder.display());
         }
     }
@@ -522,6 +657,14 @@ fn env_number(name: &str) -> Option<u64> {
         text.parse()
             .unwrap_or_else(|_| panic!("{name}={text} is not a number")),
     )
+}
+
+/// This process's folder for cases in flight and seed dumps: `target/fuzz-work/<process id>/`
+/// (two runs at once must not share a case).
+fn work_root() -> PathBuf {
+    target_dir()
+        .join("fuzz-work")
+        .join(std::process::id().to_string())
 }
 
 /// Cargo's target folder (`target/`), where failures and cases in flight are kept.
@@ -597,7 +740,7 @@ fn write_dump(dir: &Path, mode: DumpMode, scale: f32) {
 /// Trace files (format 2) of every mode, and full mode's tensor files, read to the end: compared
 /// with a dump whose every record differs, so that every tensor file is read too.
 fn traces() -> Target {
-    let seeds_dir = target_dir().join("fuzz-work/trace-seeds");
+    let seeds_dir = work_root().join("trace/seeds");
     std::fs::remove_dir_all(&seeds_dir).ok();
     let mut seeds = Vec::new();
     let mut others = Vec::new();
@@ -612,11 +755,13 @@ fn traces() -> Target {
         max_rows: usize::MAX,
         map: true,
     };
-    Target::new("trace", seeds, true, move |dir, origin| {
+    let mut target = Target::new("trace", seeds, true, move |dir, origin| {
         compare_dumps(dir, &others[origin], &options)
             .map(drop)
             .or_else(error_text)
-    })
+    });
+    target.reseal = Some(reseal_trace);
+    target
 }
 
 /// msprobe dumps (tests/fixtures/msprobe/): dump.json, construct.json, `.pt` and `.npy` files,
@@ -658,7 +803,7 @@ fn checkpoint_identity(rank: usize) -> CheckpointIdentity {
 
 /// Checkpoints (versioned JSON + safetensors), loaded and checked as a resumed rank loads them.
 fn checkpoints() -> Target {
-    let seeds_dir = target_dir().join("fuzz-work/checkpoint-seeds");
+    let seeds_dir = work_root().join("checkpoint/seeds");
     std::fs::remove_dir_all(&seeds_dir).ok();
     let mut seeds = Vec::new();
     for rank in 0..2usize {
@@ -681,11 +826,13 @@ fn checkpoints() -> Target {
         save_checkpoint(&dir, &checkpoint_identity(rank), &checkpoint).expect("save");
         seeds.push(Case::read(&dir, rank));
     }
-    Target::new("checkpoint", seeds, true, |dir, rank| {
+    let mut target = Target::new("checkpoint", seeds, true, |dir, rank| {
         load_checkpoint(dir, &checkpoint_identity(rank), None)
             .map(drop)
             .or_else(error_text)
-    })
+    });
+    target.reseal = Some(reseal_checkpoint);
+    target
 }
 
 #[test]
@@ -718,9 +865,13 @@ fn tiny_seeds() -> Vec<Case> {
     }]
 }
 
-/// Runs one round of `target` and returns its failure message (empty when it passed).
+/// Runs one round of `target` and returns its failure message (empty when it passed), leaving
+/// neither its case nor its saved failure behind.
 fn failure_of(target: &Target) -> String {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| target.round(DEFAULT_SEED, 16)));
+    std::fs::remove_dir_all(target.work_dir()).ok();
+    std::fs::remove_dir(work_root()).ok();
+    std::fs::remove_dir_all(saved_failure(target)).ok();
     match outcome {
         Ok(()) => String::new(),
         Err(panic) => panic
@@ -730,6 +881,11 @@ fn failure_of(target: &Target) -> String {
     }
 }
 
+/// Where a failure of the harness's tests (seed [`DEFAULT_SEED`]) is saved.
+fn saved_failure(target: &Target) -> PathBuf {
+    target_dir().join(format!("fuzz-failures/{}-{DEFAULT_SEED}", target.name))
+}
+
 #[test]
 fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
     let target = Target::new("selftest-panic", tiny_seeds(), false, |dir, _| {
@@ -737,13 +893,19 @@ fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
         assert_eq!(bytes.len(), 12, "a planted panic");
         Ok(())
     });
-    let failure = failure_of(&target);
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| target.round(DEFAULT_SEED, 16)));
+    let failure = outcome
+        .expect_err("a planted panic fails the round")
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
     assert!(failure.contains("the reader panicked"), "{failure}");
     assert!(failure.contains("a planted panic"), "{failure}");
-    let saved = target_dir().join(format!("fuzz-failures/selftest-panic-{DEFAULT_SEED}"));
+    let saved = saved_failure(&target);
     assert!(failure.contains(&saved.display().to_string()), "{failure}");
     let replayed = std::panic::catch_unwind(AssertUnwindSafe(|| target.replay(&saved)));
     assert!(replayed.is_err(), "the saved case fails again when replayed");
+    failure_of(&target);
 }
 
 #[test]
@@ -761,7 +923,7 @@ fn the_harness_reports_a_changed_checksummed_file_read_as_valid() {
     let target = Target::new("selftest-misread", tiny_seeds(), true, |_, _| Ok(()));
     let failure = failure_of(&target);
     assert!(failure.contains("read as valid"), "{failure}");
-    assert!(failure.contains("(changed)"), "{failure}");
+    assert!(failure.contains("(must read as an error)"), "{failure}");
 }
 
 #[test]
