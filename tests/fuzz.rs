@@ -29,17 +29,17 @@ use detcheck::compare::{compare_dumps, CompareOptions};
 use detcheck::file::{DumpMode, TraceWriter};
 use detcheck::value::derive_stream;
 use detcheck::{KindRegistry, Stream, Tensor};
+use md5::{Digest as _, Md5};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-use md5::{Digest as _, Md5};
 use std::alloc::System;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The most memory the whole test process may hold. The readers hold a step of a rank at most,
@@ -414,7 +414,12 @@ fn hex(bytes: &[u8]) -> String {
 /// A checkpoint's reseal: a changed tensor file gets its md5 in the JSON; then the JSON's own
 /// md5 at its end.
 fn reseal_checkpoint(case: &mut Case, changed: &str) {
-    let Some(json) = case.files.keys().find(|name| name.ends_with(".json")).cloned() else {
+    let Some(json) = case
+        .files
+        .keys()
+        .find(|name| name.ends_with(".json"))
+        .cloned()
+    else {
         return;
     };
     if changed.ends_with(".safetensors") {
@@ -442,6 +447,9 @@ fn reseal_checkpoint(case: &mut Case, changed: &str) {
 /// What one reader returned for a case: `Ok` or the error's text.
 type Reading = Result<(), String>;
 
+/// Reads a case's folder, given the index of the seed case it was made from.
+type Reader = dyn Fn(&Path, usize) -> Reading + Send + Sync;
+
 /// One reader to fuzz.
 struct Target {
     name: &'static str,
@@ -452,7 +460,7 @@ struct Target {
     /// How to make the checksums hold again after a change (half of the cases).
     reseal: Option<Reseal>,
     /// Reads the case written in the folder, made from the seed case of that index.
-    read: Arc<dyn Fn(&Path, usize) -> Reading + Send + Sync>,
+    read: Arc<Reader>,
     /// How long one case may take before it counts as a hang.
     deadline: Duration,
     /// How many cases read as valid, and as errors (printed: a target whose cases are all
@@ -521,7 +529,8 @@ impl Target {
         std::thread::Builder::new()
             .name(format!("fuzz-{}", self.name))
             .spawn(move || {
-                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| read(&thread_dir, origin)));
+                let outcome =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| read(&thread_dir, origin)));
                 let _ = send.send(outcome);
             })
             .expect("spawn a case's thread");
@@ -537,16 +546,20 @@ impl Target {
             }
             Ok(Ok(reading)) => reading,
         };
-        let count = if reading.is_ok() { &self.num_valid } else { &self.num_errors };
+        let count = if reading.is_ok() {
+            &self.num_valid
+        } else {
+            &self.num_errors
+        };
         count.fetch_add(1, Ordering::Relaxed);
         match reading {
             Ok(()) if must_fail => {
                 Err("a changed file under checksums was read as valid".to_owned())
             }
             Ok(()) => Ok(()),
-            Err(message) if !message.contains(dir.to_str().expect("a UTF-8 path")) => Err(
-                format!("the error does not name the case's folder or files: {message}"),
-            ),
+            Err(message) if !message.contains(dir.to_str().expect("a UTF-8 path")) => Err(format!(
+                "the error does not name the case's folder or files: {message}"
+            )),
             Err(_) => Ok(()),
         }
     }
@@ -592,7 +605,8 @@ impl Target {
             max_shrink_time: 60_000,
             ..Config::default()
         };
-        let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
         let result = runner.run(&recipe(), |recipe| {
             let (case, must_fail) = self.build(&recipe);
             self.check(&case, must_fail).map_err(TestCaseError::fail)
@@ -606,7 +620,11 @@ impl Target {
                     "fuzz {}: seed {seed}: {reason}\n  input: {case:?} ({}), saved in {}\n  \
                      replay: DETCHECK_FUZZ_REPLAY={} cargo test --test fuzz {}\n  mutations: {:?}",
                     self.name,
-                    if must_fail { "must read as an error" } else { "must not crash" },
+                    if must_fail {
+                        "must read as an error"
+                    } else {
+                        "must not crash"
+                    },
                     saved.display(),
                     saved.display(),
                     self.name,
@@ -639,14 +657,18 @@ impl Target {
         if !is_mine {
             return;
         }
-        let expect = std::fs::read_to_string(folder.join("expect"))
-            .expect("a saved case has `expect`");
+        let expect =
+            std::fs::read_to_string(folder.join("expect")).expect("a saved case has `expect`");
         let mut lines = expect.lines();
         let must_fail = lines.next() == Some("error");
         let origin = lines.next().and_then(|n| n.parse().ok()).unwrap_or(0);
         let case = Case::read(&folder.join("case"), origin);
         if let Err(reason) = self.check(&case, must_fail) {
-            panic!("fuzz {}: replay of {}: {reason}", self.name, folder.display());
+            panic!(
+                "fuzz {}: replay of {}: {reason}",
+                self.name,
+                folder.display()
+            );
         }
     }
 }
@@ -697,7 +719,11 @@ fn error_text(error: impl std::error::Error) -> Reading {
 /// Scenario files: parsed, validated and built into the kind's program (no rank runs).
 fn scenarios() -> Target {
     let mut seeds = Vec::new();
-    for dir in ["scenarios", "examples/programs", "tests/fuzz-corpus/scenario"] {
+    for dir in [
+        "scenarios",
+        "examples/programs",
+        "tests/fuzz-corpus/scenario",
+    ] {
         for path in json_files(&repo().join(dir)) {
             let bytes = std::fs::read(&path).expect("a scenario file");
             seeds.push(Case {
@@ -727,11 +753,15 @@ fn write_dump(dir: &Path, mode: DumpMode, scale: f32) {
             let grad = Tensor::from_vec(vec![base, -base, base * 0.5, f32::MIN_POSITIVE]);
             writer.record(step, "layer.0.grad", &grad).expect("record");
             let weights = Tensor::from_vec(vec![f64::from(base); 6]);
-            writer.record(step, "layer.0.weight", &weights).expect("record");
+            writer
+                .record(step, "layer.0.weight", &weights)
+                .expect("record");
             let ids = Tensor::from_vec(vec![step as i64, i64::from(rank), -7]);
             writer.record(step, "batch.ids", &ids).expect("record");
             let loss = Tensor::scalar(base / 3.0);
-            writer.record_replicated(step, "loss", &loss).expect("record");
+            writer
+                .record_replicated(step, "loss", &loss)
+                .expect("record");
         }
         writer.finish().expect("finish a trace");
     }
@@ -745,7 +775,10 @@ fn traces() -> Target {
     let mut seeds = Vec::new();
     let mut others = Vec::new();
     for mode in [DumpMode::Stats, DumpMode::Md5, DumpMode::Full] {
-        let (seed, other) = (seeds_dir.join(mode.name()), seeds_dir.join(format!("{}-other", mode.name())));
+        let (seed, other) = (
+            seeds_dir.join(mode.name()),
+            seeds_dir.join(format!("{}-other", mode.name())),
+        );
         write_dump(&seed, mode, 1.0);
         write_dump(&other, mode, 2.0);
         seeds.push(Case::read(&seed, seeds.len()));
@@ -810,9 +843,11 @@ fn checkpoints() -> Target {
         let dir = seeds_dir.join(rank.to_string());
         let mut checkpoint = RankCheckpoint::new(3 + rank as u64);
         let values: Vec<f32> = (0..24).map(|i| i as f32 * 0.25 - rank as f32).collect();
-        let weight = Tensor::new(vec![4, 6], Tensor::from_vec(values).into_data())
-            .expect("a 4x6 tensor");
-        checkpoint.tensors.insert("layer.0.weight".to_owned(), weight);
+        let weight =
+            Tensor::new(vec![4, 6], Tensor::from_vec(values).into_data()).expect("a 4x6 tensor");
+        checkpoint
+            .tensors
+            .insert("layer.0.weight".to_owned(), weight);
         let moments = Tensor::from_vec(vec![1e-300f64, -0.0, f64::MAX]);
         checkpoint.tensors.insert("adam.m".to_owned(), moments);
         let flags = Tensor::from_vec(vec![1u8, 0, 255]);
@@ -874,10 +909,7 @@ fn failure_of(target: &Target) -> String {
     std::fs::remove_dir_all(saved_failure(target)).ok();
     match outcome {
         Ok(()) => String::new(),
-        Err(panic) => panic
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default(),
+        Err(panic) => panic.downcast_ref::<String>().cloned().unwrap_or_default(),
     }
 }
 
@@ -904,7 +936,10 @@ fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
     let saved = saved_failure(&target);
     assert!(failure.contains(&saved.display().to_string()), "{failure}");
     let replayed = std::panic::catch_unwind(AssertUnwindSafe(|| target.replay(&saved)));
-    assert!(replayed.is_err(), "the saved case fails again when replayed");
+    assert!(
+        replayed.is_err(),
+        "the saved case fails again when replayed"
+    );
     failure_of(&target);
 }
 
@@ -932,7 +967,10 @@ fn the_harness_reports_an_error_that_names_no_file() {
         Err("something is wrong".to_owned())
     });
     let failure = failure_of(&target);
-    assert!(failure.contains("does not name the case's folder"), "{failure}");
+    assert!(
+        failure.contains("does not name the case's folder"),
+        "{failure}"
+    );
 }
 
 #[test]
