@@ -126,6 +126,8 @@ enum Mutation {
     Remove { at: Index, len: usize },
     /// Overwrite a little-endian length field with a huge value.
     Huge { at: Index, width: usize, value: u64 },
+    /// Append bytes (trailing garbage).
+    Append { bytes: Vec<u8> },
     /// Repeat a range of the file after itself.
     Repeat { at: Index, len: usize },
     /// The file's bytes before `at`, then another seed file's bytes from `from` on.
@@ -214,6 +216,7 @@ impl Mutation {
                 let end = (at + width).min(len);
                 bytes[at..end].copy_from_slice(&value.to_le_bytes()[..end - at]);
             }
+            Mutation::Append { bytes: new } => bytes.extend_from_slice(new),
             Mutation::Repeat { at, len: n } => {
                 let at = pos(at);
                 let range = bytes[at..(at + n).min(len)].to_vec();
@@ -300,6 +303,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         2 => (any::<Index>(), prop_oneof![Just(2usize), Just(4), Just(8)], huge)
             .prop_map(|(at, width, value)| Mutation::Huge { at, width, value }),
         1 => (any::<Index>(), 1..64usize).prop_map(|(at, len)| Mutation::Repeat { at, len }),
+        1 => prop::collection::vec(any::<u8>(), 1..8).prop_map(|bytes| Mutation::Append { bytes }),
         1 => (any::<Index>(), any::<Index>(), any::<Index>())
             .prop_map(|(at, donor, from)| Mutation::Splice { at, donor, from }),
         2 => (any::<Index>(), any::<usize>()).prop_map(|(path, value)| Mutation::Json { path, value }),
@@ -455,8 +459,9 @@ struct Target {
     name: &'static str,
     /// Valid cases the mutations start from.
     seeds: Vec<Case>,
-    /// Whether a changed case must read as an error (its files are under checksums).
-    checksummed: bool,
+    /// Whether a case whose file `name` was changed from the first bytes to the second must
+    /// read as an error.
+    must_fail: fn(name: &str, original: &[u8], changed: &[u8]) -> bool,
     /// How to make the checksums hold again after a change (half of the cases).
     reseal: Option<Reseal>,
     /// Reads the case written in the folder, made from the seed case of that index.
@@ -473,13 +478,13 @@ impl Target {
     fn new(
         name: &'static str,
         seeds: Vec<Case>,
-        checksummed: bool,
+        must_fail: fn(&str, &[u8], &[u8]) -> bool,
         read: impl Fn(&Path, usize) -> Reading + Send + Sync + 'static,
     ) -> Self {
         Target {
             name,
             seeds,
-            checksummed,
+            must_fail,
             reseal: None,
             read: Arc::new(read),
             deadline: CASE_DEADLINE,
@@ -504,13 +509,13 @@ impl Target {
         for mutation in mutations {
             mutation.apply(bytes, &donors);
         }
-        let changed = *bytes != original;
+        let must_fail = (self.must_fail)(name, &original, bytes);
         match self.reseal {
             Some(reseal) if *resealed => {
                 reseal(&mut case, name);
                 (case, false)
             }
-            _ => (case, changed && self.checksummed),
+            _ => (case, must_fail),
         }
     }
 
@@ -554,7 +559,7 @@ impl Target {
         count.fetch_add(1, Ordering::Relaxed);
         match reading {
             Ok(()) if must_fail => {
-                Err("a changed file under checksums was read as valid".to_owned())
+                Err("a damaged file (changed under checksums, cut or followed by garbage) was read as valid".to_owned())
             }
             Ok(()) => Ok(()),
             Err(message) if !message.contains(dir.to_str().expect("a UTF-8 path")) => Err(format!(
@@ -712,6 +717,35 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Files under checksums: any change must be an error.
+fn any_change(_: &str, original: &[u8], changed: &[u8]) -> bool {
+    original != changed
+}
+
+/// Files without checksums: only crashes are failures.
+fn no_change(_: &str, _: &[u8], _: &[u8]) -> bool {
+    false
+}
+
+/// An msprobe `dump.json` cut before its last value ends, or followed by more than whitespace,
+/// must be an error (truncated copies and trailing garbage were misread before).
+fn dump_json_cut_or_extended(name: &str, original: &[u8], changed: &[u8]) -> bool {
+    if !name.ends_with("dump.json") {
+        return false;
+    }
+    let content_end = original
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    let cut = changed.len() < content_end && original.starts_with(changed);
+    let extended = changed.len() > original.len()
+        && changed.starts_with(original)
+        && !changed[original.len()..]
+            .iter()
+            .all(u8::is_ascii_whitespace);
+    cut || extended
+}
+
 fn error_text(error: impl std::error::Error) -> Reading {
     Err(error.to_string())
 }
@@ -733,7 +767,7 @@ fn scenarios() -> Target {
         }
     }
     let registry = Arc::new(KindRegistry::builtin());
-    Target::new("scenario", seeds, false, move |dir, _| {
+    Target::new("scenario", seeds, no_change, move |dir, _| {
         registry
             .load_file(&dir.join("scenario.json"))
             .map(drop)
@@ -788,7 +822,7 @@ fn traces() -> Target {
         max_rows: usize::MAX,
         map: true,
     };
-    let mut target = Target::new("trace", seeds, true, move |dir, origin| {
+    let mut target = Target::new("trace", seeds, any_change, move |dir, origin| {
         compare_dumps(dir, &others[origin], &options)
             .map(drop)
             .or_else(error_text)
@@ -817,12 +851,17 @@ fn msprobe() -> Target {
         max_rows: usize::MAX,
         map: true,
     };
-    Target::new("msprobe", seeds, false, move |dir, origin| {
-        // The unchanged fixture is the other side.
-        compare_dumps(dir, &fixtures.join(dumps[origin]), &options)
-            .map(drop)
-            .or_else(error_text)
-    })
+    Target::new(
+        "msprobe",
+        seeds,
+        dump_json_cut_or_extended,
+        move |dir, origin| {
+            // The unchanged fixture is the other side.
+            compare_dumps(dir, &fixtures.join(dumps[origin]), &options)
+                .map(drop)
+                .or_else(error_text)
+        },
+    )
 }
 
 fn checkpoint_identity(rank: usize) -> CheckpointIdentity {
@@ -861,7 +900,7 @@ fn checkpoints() -> Target {
         save_checkpoint(&dir, &checkpoint_identity(rank), &checkpoint).expect("save");
         seeds.push(Case::read(&dir, rank));
     }
-    let mut target = Target::new("checkpoint", seeds, true, |dir, rank| {
+    let mut target = Target::new("checkpoint", seeds, any_change, |dir, rank| {
         load_checkpoint(dir, &checkpoint_identity(rank), None)
             .map(drop)
             .or_else(error_text)
@@ -920,7 +959,7 @@ fn saved_failure(target: &Target) -> PathBuf {
 
 #[test]
 fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
-    let target = Target::new("selftest-panic", tiny_seeds(), false, |dir, _| {
+    let target = Target::new("selftest-panic", tiny_seeds(), no_change, |dir, _| {
         let bytes = std::fs::read(dir.join("file")).expect("the case's file");
         assert_eq!(bytes.len(), 12, "a planted panic");
         Ok(())
@@ -945,7 +984,7 @@ fn the_harness_reports_a_panic_saves_the_input_and_replays_it() {
 
 #[test]
 fn the_harness_reports_a_hang() {
-    let mut target = Target::new("selftest-hang", tiny_seeds(), false, |_, _| loop {
+    let mut target = Target::new("selftest-hang", tiny_seeds(), no_change, |_, _| loop {
         std::thread::park();
     });
     target.deadline = Duration::from_millis(100);
@@ -955,7 +994,7 @@ fn the_harness_reports_a_hang() {
 
 #[test]
 fn the_harness_reports_a_changed_checksummed_file_read_as_valid() {
-    let target = Target::new("selftest-misread", tiny_seeds(), true, |_, _| Ok(()));
+    let target = Target::new("selftest-misread", tiny_seeds(), any_change, |_, _| Ok(()));
     let failure = failure_of(&target);
     assert!(failure.contains("read as valid"), "{failure}");
     assert!(failure.contains("(must read as an error)"), "{failure}");
@@ -963,7 +1002,7 @@ fn the_harness_reports_a_changed_checksummed_file_read_as_valid() {
 
 #[test]
 fn the_harness_reports_an_error_that_names_no_file() {
-    let target = Target::new("selftest-unnamed", tiny_seeds(), false, |_, _| {
+    let target = Target::new("selftest-unnamed", tiny_seeds(), no_change, |_, _| {
         Err("something is wrong".to_owned())
     });
     let failure = failure_of(&target);
