@@ -50,7 +50,7 @@ const ALLOCATION_CAP: usize = 512 << 20;
 static ALLOCATOR: Cap<System> = Cap::new(System, ALLOCATION_CAP);
 
 /// Cases per round when `DETCHECK_FUZZ_CASES` is not set.
-const DEFAULT_CASES: u32 = 48;
+const DEFAULT_CASES: u32 = 32;
 
 /// The first seed when `DETCHECK_FUZZ_SEED` is not set.
 const DEFAULT_SEED: u64 = 0x16_f022;
@@ -525,8 +525,9 @@ impl Target {
 
     /// Writes the case and reads it, on a thread of its own, within [`CASE_DEADLINE`].
     fn check(&self, case: &Case, must_fail: bool) -> Result<(), String> {
+        // Replayable as it is, should the reader abort the process.
+        write_case(&self.work_dir(), case, must_fail);
         let dir = self.work_dir().join("case");
-        case.write(&dir);
         let read = Arc::clone(&self.read);
         let (send, receive) = std::sync::mpsc::channel();
         let thread_dir = dir.clone();
@@ -646,19 +647,17 @@ impl Target {
             .join("fuzz-failures")
             .join(format!("{}-{seed}", self.name));
         std::fs::remove_dir_all(&dir).ok();
-        case.write(&dir.join("case"));
-        let expect = if must_fail { "error" } else { "any" };
-        std::fs::write(dir.join("expect"), format!("{expect}\n{}\n", case.origin))
-            .expect("write the expectation");
+        write_case(&dir, case, must_fail);
         dir
     }
 
-    /// Checks a saved case again (a folder [`Target::save`] wrote) when it is this target's.
+    /// Checks a saved case again when it is this target's: a failure ([`Target::save`],
+    /// `<target>-<seed>`), or the case in flight when a run aborted (`<target>`).
     fn replay(&self, folder: &Path) {
         let is_mine = folder
             .file_name()
             .and_then(|name| name.to_str())
-            .is_some_and(|name| name.starts_with(&format!("{}-", self.name)));
+            .is_some_and(|name| name == self.name || name.starts_with(&format!("{}-", self.name)));
         if !is_mine {
             return;
         }
@@ -676,6 +675,15 @@ impl Target {
             );
         }
     }
+}
+
+/// Writes `case` into `dir/case/`, and into `dir/expect` whether it must read as an error and
+/// the seed case it came from: a folder `DETCHECK_FUZZ_REPLAY` takes.
+fn write_case(dir: &Path, case: &Case, must_fail: bool) {
+    case.write(&dir.join("case"));
+    let expect = if must_fail { "error" } else { "any" };
+    std::fs::write(dir.join("expect"), format!("{expect}\n{}\n", case.origin))
+        .expect("write the expectation");
 }
 
 fn env_number(name: &str) -> Option<u64> {
