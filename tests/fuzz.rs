@@ -1,27 +1,32 @@
 //! A fuzz suite on the stable toolchain (docs/fuzzing.md): the readers of scenario files, trace
 //! files, msprobe dumps and checkpoints, fed with valid inputs that proptest mutates (byte flips,
-//! truncation, insertion, removal, huge length fields, splices of two files, JSON values
-//! replaced by extreme ones), read through the public API as the CLI reads them.
+//! truncation, insertion, appended garbage, removal, huge length fields, splices of two files,
+//! JSON values and numbers in text replaced by extreme ones), read through the public API as the
+//! CLI reads them.
 //!
 //! Main type: [`Target`], one reader with its valid seed cases and its property. Every case must
 //! hold, whatever its bytes:
 //! - nothing panics (caught, the input saved), hangs (a deadline per case) or aborts: the
 //!   allocator is capped at [`ALLOCATION_CAP`], so an allocation sized by a length taken from a
 //!   file without checking it against the file's size aborts at once instead of swapping, and
-//!   the case being read is left in `target/fuzz-work/<process id>/<target>/case`;
+//!   the case being read is left, replayable, in `target/fuzz-work/<process id>/<target>/`;
 //! - an error names the case's folder or one of its files;
 //! - a file under checksums (trace format 2 and its tensor files, checkpoints) that was changed
-//!   at all reads as an error, never as other values.
+//!   at all reads as an error, never as other values, and so does an msprobe `dump.json` cut
+//!   short or followed by garbage. In half of the trace and checkpoint cases the test makes the
+//!   checksums hold again after the change ([`reseal_trace`], [`reseal_checkpoint`]), so that
+//!   the bytes reach the parsers behind them; those cases must only not crash.
 //!
 //! Determinism: cases come from proptest's ChaCha generator seeded with `DETCHECK_FUZZ_SEED`
-//! (a fixed default), so a run is replayed by its seed. `DETCHECK_FUZZ_CASES` sets the cases per
-//! round (default [`DEFAULT_CASES`], a few seconds for all targets in `cargo test`), and
-//! `DETCHECK_FUZZ_SECONDS` a time budget per target: rounds with seeds `seed`, `seed + 1`, ...
-//! run until it is spent (CI: `.ci/run`). A failure is shrunk and saved as a folder under
-//! `target/fuzz-failures/` (its files, and `expect` saying whether they were changed), which
-//! `DETCHECK_FUZZ_REPLAY=<folder>` checks again. Limits: version 1 trace files (no checksums)
-//! and `.pt`/`.npy`/`dump.json` edits are only checked not to crash: their formats cannot tell
-//! a changed byte from other data.
+//! (a fixed default) and the target's name, so a run is replayed by its seed.
+//! `DETCHECK_FUZZ_CASES` sets the cases per round (default [`DEFAULT_CASES`], a few seconds for
+//! all targets in `cargo test`), and `DETCHECK_FUZZ_SECONDS` a time budget per target: rounds
+//! with seeds `seed`, `seed + 1`, ... run until it is spent (CI: `.ci/run`). A failure is shrunk
+//! and saved as a folder under `target/fuzz-failures/` (its files, and `expect`: whether they
+//! must read as an error), which `DETCHECK_FUZZ_REPLAY=<folder>` checks again. Limits: version 1
+//! trace files (no checksums; their writer is not public) are not fuzzed, and the values an
+//! edited `.pt`, `.npy` or `dump.json` reads as are not checked: those formats cannot tell a
+//! changed byte from other data.
 
 use cap::Cap;
 use detcheck::checkpoint::{load_checkpoint, save_checkpoint, CheckpointIdentity, RankCheckpoint};
@@ -811,8 +816,8 @@ fn write_dump(dir: &Path, mode: DumpMode, scale: f32) {
 
 /// Trace files (format 2) of every mode, and full mode's tensor files, read to the end: compared
 /// with a dump whose every record differs, so that every tensor file is read too.
-fn traces() -> Target {
-    let seeds_dir = work_root().join("trace/seeds");
+fn traces(name: &'static str) -> Target {
+    let seeds_dir = work_root().join(name).join("seeds");
     std::fs::remove_dir_all(&seeds_dir).ok();
     let mut seeds = Vec::new();
     let mut others = Vec::new();
@@ -830,7 +835,7 @@ fn traces() -> Target {
         max_rows: usize::MAX,
         map: true,
     };
-    let mut target = Target::new("trace", seeds, any_change, move |dir, origin| {
+    let mut target = Target::new(name, seeds, any_change, move |dir, origin| {
         compare_dumps(dir, &others[origin], &options)
             .map(drop)
             .or_else(error_text)
@@ -882,8 +887,8 @@ fn checkpoint_identity(rank: usize) -> CheckpointIdentity {
 }
 
 /// Checkpoints (versioned JSON + safetensors), loaded and checked as a resumed rank loads them.
-fn checkpoints() -> Target {
-    let seeds_dir = work_root().join("checkpoint/seeds");
+fn checkpoints(name: &'static str) -> Target {
+    let seeds_dir = work_root().join(name).join("seeds");
     std::fs::remove_dir_all(&seeds_dir).ok();
     let mut seeds = Vec::new();
     for rank in 0..2usize {
@@ -908,7 +913,7 @@ fn checkpoints() -> Target {
         save_checkpoint(&dir, &checkpoint_identity(rank), &checkpoint).expect("save");
         seeds.push(Case::read(&dir, rank));
     }
-    let mut target = Target::new("checkpoint", seeds, any_change, |dir, rank| {
+    let mut target = Target::new(name, seeds, any_change, |dir, rank| {
         load_checkpoint(dir, &checkpoint_identity(rank), None)
             .map(drop)
             .or_else(error_text)
@@ -924,7 +929,7 @@ fn scenario_files_never_crash_and_errors_name_the_file() {
 
 #[test]
 fn changed_trace_files_are_errors_and_nothing_crashes() {
-    traces().run();
+    traces("trace").run();
 }
 
 #[test]
@@ -934,7 +939,7 @@ fn msprobe_dumps_never_crash_and_errors_name_the_file() {
 
 #[test]
 fn changed_checkpoints_are_errors_and_nothing_crashes() {
-    checkpoints().run();
+    checkpoints("checkpoint").run();
 }
 
 // The fuzz harness itself: each kind of failure is caught, reported and saved for replay.
@@ -1024,4 +1029,77 @@ fn the_harness_reports_an_error_that_names_no_file() {
 fn the_allocator_refuses_more_than_the_cap() {
     let mut buffer: Vec<u8> = Vec::new();
     assert!(buffer.try_reserve_exact(ALLOCATION_CAP + 1).is_err());
+}
+
+/// Replaces the first occurrence of `from` in a case's file by `to` (of the same length).
+fn replace_in(case: &mut Case, name: &str, from: &[u8], to: &[u8]) {
+    let bytes = case.files.get_mut(name).expect("the file");
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("the bytes to replace");
+    bytes[at..at + to.len()].copy_from_slice(to);
+}
+
+#[test]
+fn resealed_trace_and_checkpoint_changes_read_as_valid_unresealed_ones_do_not() {
+    // A changed environment value (trace file) and tensor byte (full mode's tensor file): the
+    // resealed cases read as other values, so half of the fuzz cases reach the parsers.
+    let trace = traces("reseal-trace");
+    let read_trace = |case: &Case| {
+        write_case(&trace.work_dir(), case, false);
+        (trace.read)(&trace.work_dir().join("case"), case.origin)
+    };
+    let full = trace.seeds[2].clone();
+    for (name, edit) in [
+        ("rank0.dctrace", (&b"fuzz.scale1"[..], &b"fuzz.scale3"[..])),
+        ("rank1/step1.safetensors", (&[][..], &[][..])),
+    ] {
+        let mut case = full.clone();
+        if edit.0.is_empty() {
+            *case
+                .files
+                .get_mut(name)
+                .expect("the file")
+                .last_mut()
+                .expect("a byte") ^= 1;
+        } else {
+            replace_in(&mut case, name, edit.0, edit.1);
+        }
+        assert!(read_trace(&case).is_err(), "{name} changed is an error");
+        reseal_trace(&mut case, name);
+        assert_eq!(read_trace(&case), Ok(()), "{name} changed and resealed");
+    }
+    std::fs::remove_dir_all(trace.work_dir()).ok();
+
+    let checkpoint = checkpoints("reseal-checkpoint");
+    let dir = checkpoint.work_dir().join("case");
+    let mut case = checkpoint.seeds[0].clone();
+    let json = "rank0-step3.json";
+    replace_in(
+        &mut case,
+        json,
+        b"\"loader.epoch\": 1",
+        b"\"loader.epoch\": 7",
+    );
+    case.write(&dir);
+    assert!(load_checkpoint(&dir, &checkpoint_identity(0), None).is_err());
+    reseal_checkpoint(&mut case, json);
+    case.write(&dir);
+    let loaded = load_checkpoint(&dir, &checkpoint_identity(0), None).expect("resealed");
+    assert_eq!(loaded.counter("loader.epoch").expect("the counter"), 7);
+    let tensors = "rank0-step3.safetensors";
+    *case
+        .files
+        .get_mut(tensors)
+        .expect("the file")
+        .last_mut()
+        .expect("a byte") ^= 1;
+    case.write(&dir);
+    assert!(load_checkpoint(&dir, &checkpoint_identity(0), None).is_err());
+    reseal_checkpoint(&mut case, tensors);
+    case.write(&dir);
+    load_checkpoint(&dir, &checkpoint_identity(0), None).expect("resealed tensors");
+    std::fs::remove_dir_all(checkpoint.work_dir()).ok();
+    std::fs::remove_dir(work_root()).ok();
 }
