@@ -1,6 +1,8 @@
 //! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
+//! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
+//! fixed bytes per rank.
 //!
 //! Every comparison is measured side by side in one run: the contenders alternate within each
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
@@ -165,6 +167,58 @@ fn bench_allreduce_repro() {
         );
     }
     println!();
+}
+
+/// The cost of an allreduce against the number of thread ranks at fixed bytes per rank
+/// (`cargo bench --bench detcheck -- allreduce_ranks`): the work is ranks × bytes, so a
+/// coordination that grows no worse than linearly keeps the time per rank flat. The rank counts
+/// of a repetition run side by side, in a rotated order; each repetition's time per rank is
+/// divided by that repetition's at the fewest ranks, and the median and range of those ratios
+/// are reported.
+fn bench_allreduce_ranks() {
+    let rank_counts = [8usize, 16, 32, 64, 256, 1024];
+    let reps = 5;
+    for mode in [ReductionMode::Ring, ReductionMode::Reproducible] {
+        for bytes_per_rank in [4usize << 10, 256 << 10] {
+            let len = bytes_per_rank / 4;
+            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); rank_counts.len()];
+            for rep in 0..reps {
+                for k in 0..rank_counts.len() {
+                    let i = (k + rep) % rank_counts.len();
+                    let ranks = rank_counts[i];
+                    let iters = ((256usize << 20) / (ranks * bytes_per_rank)).clamp(3, 200);
+                    samples[i].push(allreduce_secs(ranks, len, mode, iters));
+                }
+            }
+            println!(
+                "## Allreduce cost vs ranks: {mode}, {} f32 per rank (median of {reps} launches)\n",
+                human_size(bytes_per_rank)
+            );
+            println!(
+                "| ranks | time per allreduce | per rank | per rank vs {} ranks (median, range) |",
+                rank_counts[0]
+            );
+            println!("| ---: | ---: | ---: | ---: |");
+            for (i, &ranks) in rank_counts.iter().enumerate() {
+                let ratios: Vec<f64> = (0..reps)
+                    .map(|r| {
+                        (samples[i][r] / ranks as f64) / (samples[0][r] / rank_counts[0] as f64)
+                    })
+                    .collect();
+                let (low, high) = ratios
+                    .iter()
+                    .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+                let secs = median(samples[i].clone());
+                println!(
+                    "| {ranks} | {} | {} | {:.2}× ({low:.2}–{high:.2}) |",
+                    human_time(secs),
+                    human_time(secs / ranks as f64),
+                    median(ratios)
+                );
+            }
+            println!();
+        }
+    }
 }
 
 /// Single-core elementwise sum of 4 contributions (what a rank does with its allreduce chunk):
@@ -373,6 +427,9 @@ fn main() {
     }
     if selected.iter().any(|s| s == "allreduce_repro") {
         bench_allreduce_repro();
+    }
+    if selected.iter().any(|s| s == "allreduce_ranks") {
+        bench_allreduce_ranks();
     }
     if wants("record") {
         bench_record();
