@@ -296,8 +296,9 @@ impl Shared {
         if failed && state.first_failure.is_none() {
             state.first_failure = Some(rank);
         }
-        // Ranks waiting for their turn may be waiting for this one: wake exactly those.
-        for round in state.rounds.values() {
+        // Ranks waiting for their turn may be waiting for this one: wake exactly those (a
+        // completed round, still being left, has nobody waiting for a turn).
+        for round in state.rounds.values().filter(|r| r.complete.is_none()) {
             for q in 0..self.size {
                 if round.entered[q] && round.contributions[q].is_none() {
                     self.turns[q].notify_one();
@@ -1223,6 +1224,40 @@ mod tests {
                 err,
                 LaunchError::Collective(CommError::PeerExited { exited_rank: 1, .. })
             ),
+            "{err}"
+        );
+    }
+
+    /// Under a perturbation ranks wait for their turn on their own condvar: a rank that exits
+    /// before its turn must still wake those queued behind it, at once, not at the deadline.
+    #[test]
+    fn a_rank_that_exits_before_its_turn_releases_the_ranks_queued_behind_it() {
+        let perturbation = Perturbation {
+            seed: 8,
+            rotation: 0,
+            max_delay: Duration::from_micros(10),
+        };
+        let first = perturbation.arrival_order(4, 0)[0];
+        let cfg = config(4)
+            .with_deadline(Duration::from_secs(20))
+            .with_perturbation(perturbation);
+        let started = Instant::now();
+        let err = launch_threads(&cfg, move |comm| {
+            if comm.rank() == first {
+                // Exits once the others are queued for their turns behind it.
+                std::thread::sleep(Duration::from_millis(300));
+            } else {
+                comm.barrier()?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "released at once"
+        );
+        assert!(
+            matches!(err, LaunchError::Collective(CommError::PeerExited { exited_rank, .. }) if exited_rank == first),
             "{err}"
         );
     }
