@@ -1,6 +1,8 @@
 //! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
+//! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
+//! fixed bytes per rank.
 //!
 //! Every comparison is measured side by side in one run: the contenders alternate within each
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
@@ -165,6 +167,115 @@ fn bench_allreduce_repro() {
         );
     }
     println!();
+}
+
+/// Seconds per two waits on a `std::sync::Barrier` of `ranks` threads (timed on thread 0 over
+/// `iters` pairs): the floor of any thread-per-rank collective of two rounds, the wakeups of the
+/// operating system alone.
+fn two_barriers_secs(ranks: usize, iters: usize) -> f64 {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(ranks));
+    let threads: Vec<_> = (0..ranks)
+        .map(|_| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    barrier.wait();
+                    barrier.wait();
+                }
+                barrier.wait();
+                start.elapsed().as_secs_f64() / iters as f64
+            })
+        })
+        .collect();
+    let times: Vec<f64> = threads
+        .into_iter()
+        .map(|t| t.join().expect("barrier threads do not panic"))
+        .collect();
+    times[0]
+}
+
+/// The median and range of `values`, as `m (lo–hi)`.
+fn median_range(values: &[f64]) -> String {
+    let (low, high) = values
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+    format!("{:.2}× ({low:.2}–{high:.2})", median(values.to_vec()))
+}
+
+/// The cost of an allreduce against the number of thread ranks at fixed bytes per rank
+/// (`cargo bench --bench detcheck -- allreduce_ranks`): the work is ranks × bytes, so a
+/// coordination that grows no worse than linearly keeps the time per rank flat. Beside it, two
+/// waits on a `std::sync::Barrier` of as many threads: what the operating system's wakeups alone
+/// cost per rank. The contenders of a repetition (every rank count, allreduce and barrier) run
+/// side by side in a rotated order; each repetition's time per rank is divided by that
+/// repetition's at the fewest ranks, and the median and range of those ratios are reported.
+fn bench_allreduce_ranks() {
+    // `DETCHECK_BENCH_RANKS=8,1024` and `DETCHECK_BENCH_KIB=4` narrow the run (a profile).
+    let list = |var: &str, default: &[usize]| -> Vec<usize> {
+        std::env::var(var).map_or_else(
+            |_| default.to_vec(),
+            |v| {
+                v.split(',')
+                    .map(|x| x.trim().parse().expect("a number"))
+                    .collect()
+            },
+        )
+    };
+    let rank_counts = list("DETCHECK_BENCH_RANKS", &[8, 16, 32, 64, 256, 1024]);
+    let kib_per_rank = list("DETCHECK_BENCH_KIB", &[4, 256]);
+    let reps = 5;
+    for mode in [ReductionMode::Ring, ReductionMode::Reproducible] {
+        for bytes_per_rank in kib_per_rank.iter().map(|k| k << 10) {
+            let len = bytes_per_rank / 4;
+            let n = rank_counts.len();
+            let (mut allreduce, mut barrier) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+            for rep in 0..reps {
+                for k in 0..2 * n {
+                    let c = (k + rep) % (2 * n);
+                    let ranks = rank_counts[c % n];
+                    let iters = ((256usize << 20) / (ranks * bytes_per_rank)).clamp(3, 200);
+                    if c < n {
+                        allreduce[c].push(allreduce_secs(ranks, len, mode, iters));
+                    } else {
+                        barrier[c - n].push(two_barriers_secs(ranks, iters));
+                    }
+                }
+            }
+            println!(
+                "## Allreduce cost vs ranks: {mode}, {} f32 per rank (median of {reps} launches)\n",
+                human_size(bytes_per_rank)
+            );
+            println!(
+                "| ranks | time per allreduce | per rank | per rank vs {0} ranks | two barrier waits per rank vs {0} ranks | allreduce / two barrier waits |",
+                rank_counts[0]
+            );
+            println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+            let per_rank_ratio = |samples: &[Vec<f64>], i: usize| -> Vec<f64> {
+                (0..reps)
+                    .map(|r| {
+                        (samples[i][r] / rank_counts[i] as f64)
+                            / (samples[0][r] / rank_counts[0] as f64)
+                    })
+                    .collect()
+            };
+            for (i, &ranks) in rank_counts.iter().enumerate() {
+                let secs = median(allreduce[i].clone());
+                let vs_barrier: Vec<f64> =
+                    (0..reps).map(|r| allreduce[i][r] / barrier[i][r]).collect();
+                println!(
+                    "| {ranks} | {} | {} | {} | {} | {} |",
+                    human_time(secs),
+                    human_time(secs / ranks as f64),
+                    median_range(&per_rank_ratio(&allreduce, i)),
+                    median_range(&per_rank_ratio(&barrier, i)),
+                    median_range(&vs_barrier),
+                );
+            }
+            println!();
+        }
+    }
 }
 
 /// Single-core elementwise sum of 4 contributions (what a rank does with its allreduce chunk):
@@ -373,6 +484,9 @@ fn main() {
     }
     if selected.iter().any(|s| s == "allreduce_repro") {
         bench_allreduce_repro();
+    }
+    if selected.iter().any(|s| s == "allreduce_ranks") {
+        bench_allreduce_ranks();
     }
     if wants("record") {
         bench_record();

@@ -7,11 +7,19 @@
 //! mode's order, then all ranks gather the chunks. So each element is reduced exactly once and
 //! every rank gets the same bits.
 //!
-//! Failure: every wait has a deadline ([`LaunchConfig::deadline`]). A rank that returns an error,
-//! panics, or finishes without joining a collective releases the waiting ranks at once; a rank that
-//! never arrives makes them fail when the deadline passes. The launch returns the first failure,
-//! which names the rank and the collective. A rank thread that never returns is detached, not
-//! joined, so the caller is never held by it.
+//! Failure: every wait has a deadline ([`LaunchConfig::deadline`]), counted from the collective's
+//! last progress (the latest rank to enter or deposit), not from the waiting rank's own arrival:
+//! a world larger than the machine's cores arrives a few ranks at a time, and only a round where
+//! nothing happens for a whole deadline is stuck. A rank that returns an error, panics, or
+//! finishes without joining a collective releases the waiting ranks at once; a rank that never
+//! arrives makes them fail a deadline after the last rank that did. The launch returns the first
+//! failure, which names the rank and the collective. A rank thread that never returns is
+//! detached, not joined, so the caller is never held by it.
+//!
+//! Cost: a round wakes each rank O(1) times (a deposit wakes the next rank of the order, the last
+//! deposit everyone) and builds its result once, shared by an `Arc`, so a round's coordination is
+//! O(ranks) and 1024 ranks (the scenario files' maximum) run in seconds on two cores
+//! (docs/scaling.md).
 //!
 //! Perturbation: a [`Perturbation`] makes a run change what must not matter. Before each round a
 //! rank sleeps a seeded delay, and contributions are deposited in a seeded, permuted order. Two
@@ -48,7 +56,10 @@ const PERTURB_DELAY_STREAM: u64 = 0x7065_7274_646c_7900;
 pub struct LaunchConfig {
     /// Number of ranks.
     pub world_size: usize,
-    /// The longest any rank waits in one collective.
+    /// The longest a collective may go without progress: a waiting rank fails when no rank has
+    /// entered or deposited in its collective for this long (and this long after its own
+    /// arrival). Also how long the launcher waits for the remaining ranks after the latest one
+    /// ended.
     pub deadline: Duration,
     /// The longest a whole run may take before the ranks still running are reported as stuck.
     pub run_timeout: Duration,
@@ -187,6 +198,14 @@ pub type RankError = Box<dyn Error + Send + Sync>;
 
 type Payload = Arc<dyn Any + Send + Sync>;
 
+/// What a completed round gives every rank: each rank's payload (in rank order) and the order
+/// they arrived in. Built once, by the last rank to deposit, and shared: a rank takes one `Arc`,
+/// not one per peer.
+struct Exchanged {
+    payloads: Vec<Payload>,
+    arrival: Vec<usize>,
+}
+
 /// One exchange among all ranks.
 struct Round {
     /// What the first rank to arrive called, and with which arguments.
@@ -196,21 +215,71 @@ struct Round {
     entered: Vec<bool>,
     contributions: Vec<Option<Payload>>,
     arrival: Vec<usize>,
+    /// Under a perturbation, the round's seeded arrival order and each rank's place in it
+    /// (drawn once, by the first rank to enter); empty without one.
+    order: Vec<usize>,
+    turn: Vec<usize>,
+    /// Set by the last rank to deposit.
+    complete: Option<Arc<Exchanged>>,
     departed: usize,
+    /// When a rank last entered or deposited: a waiting rank's deadline counts from here.
+    last_progress: Instant,
+}
+
+impl Round {
+    fn new(
+        signature: &str,
+        first_rank: usize,
+        size: usize,
+        order: Option<Vec<usize>>,
+        now: Instant,
+    ) -> Self {
+        let order = order.unwrap_or_default();
+        let mut turn = vec![0; order.len()];
+        for (place, &rank) in order.iter().enumerate() {
+            turn[rank] = place;
+        }
+        Round {
+            signature: signature.to_owned(),
+            first_rank,
+            entered: vec![false; size],
+            contributions: vec![None; size],
+            arrival: Vec::with_capacity(size),
+            order,
+            turn,
+            complete: None,
+            departed: 0,
+            last_progress: now,
+        }
+    }
+
+    /// Ranks that have not deposited yet, in rank order.
+    fn not_deposited(&self) -> Vec<usize> {
+        (0..self.contributions.len())
+            .filter(|&r| self.contributions[r].is_none())
+            .collect()
+    }
 }
 
 struct State {
     rounds: BTreeMap<u64, Round>,
     first_failure: Option<usize>,
     exited: Vec<bool>,
+    num_exited: usize,
 }
 
+/// Who wakes whom. A rank sleeps on its own `turns` condvar while it waits for its turn to
+/// deposit (under a perturbation), and on `completed` while it waits for the round to complete.
+/// A deposit wakes only the next rank in the order; only the last deposit wakes everyone. So a
+/// round costs O(ranks) wakeups, not O(ranks²) (every deposit waking every waiter), which is
+/// what made 256 thread ranks take seconds per collective on two cores.
 struct Shared {
     size: usize,
     deadline: Duration,
     perturbation: Option<Perturbation>,
     state: Mutex<State>,
-    wakeup: Condvar,
+    completed: Condvar,
+    turns: Vec<Condvar>,
 }
 
 impl Shared {
@@ -220,12 +289,28 @@ impl Shared {
 
     fn finish_rank(&self, rank: usize, failed: bool) {
         let mut state = self.lock();
-        state.exited[rank] = true;
+        if !state.exited[rank] {
+            state.exited[rank] = true;
+            state.num_exited += 1;
+        }
         if failed && state.first_failure.is_none() {
             state.first_failure = Some(rank);
         }
+        // Ranks waiting for their turn may be waiting for this one: wake exactly those (a
+        // completed round, still being left, has nobody waiting for a turn).
+        for round in state.rounds.values().filter(|r| r.complete.is_none()) {
+            for q in 0..self.size {
+                if round.entered[q] && round.contributions[q].is_none() {
+                    self.turns[q].notify_one();
+                }
+            }
+        }
+        // A waiting rank always waits in a live round: with none, nobody is waiting.
+        let anyone_waiting = !state.rounds.is_empty();
         drop(state);
-        self.wakeup.notify_all();
+        if anyone_waiting {
+            self.completed.notify_all();
+        }
     }
 }
 
@@ -253,19 +338,26 @@ impl ThreadComm {
         CollectiveId { kind, call }
     }
 
-    /// Waits on the condition variable until `ready` holds, failing on a peer's failure or exit
-    /// (as judged by `missing`) or at the deadline.
+    /// Waits on `wakeup` until `ready` holds, failing on a peer's failure or exit (as judged by
+    /// `missing`, the ranks this wait needs) or at the deadline: `deadline` after the later of
+    /// `entered_at` and the round's last progress (a rank entering or depositing).
+    #[allow(clippy::too_many_arguments)]
     fn wait_until<'a>(
         &self,
         mut state: MutexGuard<'a, State>,
+        wakeup: &Condvar,
         id: &CollectiveId,
         round_no: u64,
-        deadline: Instant,
-        mut missing: impl FnMut(&State) -> Vec<usize>,
+        entered_at: Instant,
+        ready: impl Fn(&Round) -> bool,
+        missing: impl Fn(&Round) -> Vec<usize>,
     ) -> Result<MutexGuard<'a, State>, CommError> {
         loop {
-            let waiting_for = missing(&state);
-            if waiting_for.is_empty() {
+            let round = state
+                .rounds
+                .get(&round_no)
+                .expect("a round stays until every rank has left it");
+            if ready(round) {
                 return Ok(state);
             }
             if let Some(failed_rank) = state.first_failure {
@@ -275,35 +367,34 @@ impl ThreadComm {
                     failed_rank,
                 });
             }
-            if let Some(&exited_rank) = waiting_for.iter().find(|&&r| state.exited[r]) {
-                return Err(CommError::PeerExited {
-                    rank: self.rank,
-                    collective: id.clone(),
-                    exited_rank,
-                });
+            if state.num_exited > 0 {
+                if let Some(exited_rank) = missing(round).into_iter().find(|&r| state.exited[r]) {
+                    return Err(CommError::PeerExited {
+                        rank: self.rank,
+                        collective: id.clone(),
+                        exited_rank,
+                    });
+                }
             }
+            let deadline = round.last_progress.max(entered_at) + self.shared.deadline;
             let now = Instant::now();
             if now >= deadline {
                 // Name the ranks that never called the collective, not those queued behind them.
-                let never_entered: Vec<usize> = state
-                    .rounds
-                    .get(&round_no)
-                    .map(|r| (0..r.entered.len()).filter(|&q| !r.entered[q]).collect())
-                    .unwrap_or_default();
+                let never_entered: Vec<usize> = (0..round.entered.len())
+                    .filter(|&q| !round.entered[q])
+                    .collect();
                 return Err(CommError::Timeout {
                     rank: self.rank,
                     collective: id.clone(),
                     waited: self.shared.deadline,
                     missing: if never_entered.is_empty() {
-                        waiting_for
+                        missing(round)
                     } else {
                         never_entered
                     },
                 });
             }
-            state = self
-                .shared
-                .wakeup
+            state = wakeup
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
@@ -317,30 +408,20 @@ impl ThreadComm {
         id: &CollectiveId,
         signature: &str,
         payload: Payload,
-    ) -> Result<(Vec<Payload>, Vec<usize>), CommError> {
+    ) -> Result<Arc<Exchanged>, CommError> {
         let round_no = self.next_round.get();
         self.next_round.set(round_no + 1);
-        let size = self.shared.size;
-        let arrived_ranks = |state: &State| -> Vec<usize> {
-            state
-                .rounds
-                .get(&round_no)
-                .map_or_else(Vec::new, |r| r.arrival.clone())
-        };
+        let (size, rank) = (self.shared.size, self.rank);
+        let perturbation = self.shared.perturbation;
 
-        if let Some(p) = &self.shared.perturbation {
-            std::thread::sleep(p.delay(self.rank, round_no));
+        if let Some(p) = &perturbation {
+            std::thread::sleep(p.delay(rank, round_no));
         }
-        let deadline = Instant::now() + self.shared.deadline;
-        let rank = self.rank;
+        let entered_at = Instant::now();
         let mut state = self.shared.lock();
-        let round = state.rounds.entry(round_no).or_insert_with(|| Round {
-            signature: signature.to_owned(),
-            first_rank: rank,
-            entered: vec![false; size],
-            contributions: vec![None; size],
-            arrival: Vec::with_capacity(size),
-            departed: 0,
+        let round = state.rounds.entry(round_no).or_insert_with(|| {
+            let order = perturbation.map(|p| p.arrival_order(size, round_no));
+            Round::new(signature, rank, size, order, entered_at)
         });
         if round.signature != signature {
             return Err(CommError::Mismatch {
@@ -352,18 +433,19 @@ impl ThreadComm {
             });
         }
         round.entered[rank] = true;
-        if let Some(p) = &self.shared.perturbation {
-            let order = p.arrival_order(size, round_no);
-            let position = order.iter().position(|&r| r == rank).unwrap_or(0);
-            let before_me = order[..position].to_vec();
-            state = self.wait_until(state, id, round_no, deadline, |s| {
-                let arrived = arrived_ranks(s);
-                before_me
-                    .iter()
-                    .copied()
-                    .filter(|r| !arrived.contains(r))
-                    .collect()
-            })?;
+        round.last_progress = Instant::now();
+        if let Some(&turn) = round.turn.get(rank) {
+            // Deposits follow the order, so the ranks before this one have all deposited
+            // exactly when `turn` ranks have.
+            state = self.wait_until(
+                state,
+                &self.shared.turns[rank],
+                id,
+                round_no,
+                entered_at,
+                |r| r.arrival.len() >= turn,
+                |r| r.order[r.arrival.len().min(turn)..turn].to_vec(),
+            )?;
         }
         let round = state
             .rounds
@@ -371,27 +453,44 @@ impl ThreadComm {
             .expect("a round stays until every rank has left it");
         round.contributions[rank] = Some(payload);
         round.arrival.push(rank);
-        self.shared.wakeup.notify_all();
+        round.last_progress = Instant::now();
+        if round.arrival.len() == size {
+            let payloads = round
+                .contributions
+                .iter_mut()
+                .map(|c| c.take().expect("every rank has contributed"))
+                .collect();
+            round.complete = Some(Arc::new(Exchanged {
+                payloads,
+                arrival: round.arrival.clone(),
+            }));
+            self.shared.completed.notify_all();
+        } else if let Some(&next) = round.order.get(round.arrival.len()) {
+            self.shared.turns[next].notify_one();
+        }
 
-        let mut state = self.wait_until(state, id, round_no, deadline, |s| {
-            let arrived = arrived_ranks(s);
-            (0..size).filter(|r| !arrived.contains(r)).collect()
-        })?;
+        let mut state = self.wait_until(
+            state,
+            &self.shared.completed,
+            id,
+            round_no,
+            entered_at,
+            |r| r.complete.is_some(),
+            Round::not_deposited,
+        )?;
         let round = state
             .rounds
             .get_mut(&round_no)
             .expect("a round stays until every rank has left it");
-        let payloads = round
-            .contributions
-            .iter()
-            .map(|c| c.clone().expect("every rank has contributed"))
-            .collect();
-        let arrival = round.arrival.clone();
+        let exchanged = round
+            .complete
+            .clone()
+            .expect("the wait returns once the round is complete");
         round.departed += 1;
         if round.departed == size {
             state.rounds.remove(&round_no);
         }
-        Ok((payloads, arrival))
+        Ok(exchanged)
     }
 }
 
@@ -466,17 +565,18 @@ impl Communicator for ThreadComm {
         } else {
             Arc::new(())
         };
-        let (payloads, _) = self.exchange(&id, &signature, payload)?;
+        let exchanged = self.exchange(&id, &signature, payload)?;
         if self.rank != root {
-            *tensor = downcast::<Tensor>(&payloads[root]).clone();
+            *tensor = downcast::<Tensor>(&exchanged.payloads[root]).clone();
         }
         Ok(())
     }
 
     fn allgather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, CommError> {
         let id = self.begin(CollectiveKind::Allgather);
-        let (payloads, _) = self.exchange(&id, &describe(tensor), Arc::new(tensor.clone()))?;
-        Ok(payloads
+        let exchanged = self.exchange(&id, &describe(tensor), Arc::new(tensor.clone()))?;
+        Ok(exchanged
+            .payloads
             .iter()
             .map(|p| downcast::<Tensor>(p).clone())
             .collect())
@@ -493,10 +593,9 @@ impl Communicator for ThreadComm {
         let signature = format!("{op} in {mode}, {}", describe(tensor));
         let (len, size) = (tensor.len(), self.size());
         // Round 1 of an allreduce: this rank reduces its own chunk of everyone's contribution.
-        let (payloads, arrival) =
-            self.exchange(&id, &signature, Arc::new(tensor.data().clone()))?;
-        let contributions: Vec<&TensorData> = payloads.iter().map(downcast).collect();
-        let order = summation_order(mode, size, self.rank, &arrival);
+        let exchanged = self.exchange(&id, &signature, Arc::new(tensor.data().clone()))?;
+        let contributions: Vec<&TensorData> = exchanged.payloads.iter().map(downcast).collect();
+        let order = summation_order(mode, size, self.rank, &exchanged.arrival);
         let part = reduce_chunk(
             &contributions,
             chunk_range(len, size, self.rank),
@@ -528,9 +627,10 @@ impl Communicator for ThreadComm {
 
         // Round 1: everyone's contribution; this rank reduces chunk `rank`.
         let part = match self.exchange(&id, &signature, mine.clone()) {
-            Ok((payloads, arrival)) => {
-                let contributions: Vec<&TensorData> = payloads.iter().map(downcast).collect();
-                let order = summation_order(mode, size, self.rank, &arrival);
+            Ok(exchanged) => {
+                let contributions: Vec<&TensorData> =
+                    exchanged.payloads.iter().map(downcast).collect();
+                let order = summation_order(mode, size, self.rank, &exchanged.arrival);
                 reduce_chunk(
                     &contributions,
                     chunk_range(len, size, self.rank),
@@ -548,9 +648,9 @@ impl Communicator for ThreadComm {
         // Round 2: everyone's reduced chunk. Once it completes, no rank reads round 1 any more,
         // so this rank's own buffer is free to hold the result.
         match self.exchange(&id, &signature, Arc::new(part)) {
-            Ok((parts, _)) => {
+            Ok(exchanged) => {
                 let mut out = Arc::try_unwrap(mine).unwrap_or_else(|shared| (*shared).clone());
-                for (chunk, part) in parts.iter().enumerate() {
+                for (chunk, part) in exchanged.payloads.iter().enumerate() {
                     copy_into(
                         &mut out,
                         chunk_range(len, size, chunk).start,
@@ -591,7 +691,7 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
 ///
 /// # Errors
 /// The first failure ([`LaunchError`]): a rank's error or panic, a collective that failed, or
-/// ranks still running one deadline after another rank ended (or past `run_timeout`).
+/// ranks still running one deadline after the latest other rank ended (or past `run_timeout`).
 pub fn launch_threads<R, F>(config: &LaunchConfig, program: F) -> Result<Vec<R>, LaunchError>
 where
     R: Send + 'static,
@@ -609,8 +709,10 @@ where
             rounds: BTreeMap::new(),
             first_failure: None,
             exited: vec![false; size],
+            num_exited: 0,
         }),
-        wakeup: Condvar::new(),
+        completed: Condvar::new(),
+        turns: (0..size).map(|_| Condvar::new()).collect(),
     });
     let program = Arc::new(program);
     let (sender, receiver) = mpsc::channel::<(usize, Ending<R>)>();
@@ -668,10 +770,11 @@ where
                     // The thread has sent its last message; joining only waits for it to exit.
                     let _ = handle.join();
                 }
-                if grace.is_none() {
-                    grace = Some(Instant::now() + config.deadline);
-                    stuck_after = ("another rank ended", config.deadline);
-                }
+                // Measured from the latest ending, as a collective's deadline is measured from
+                // its latest arrival: a world larger than the machine's cores ends a rank at a
+                // time, and is stuck only when no rank has ended for a deadline.
+                grace = Some(Instant::now() + config.deadline);
+                stuck_after = ("another rank ended", config.deadline);
             }
             Err(_) => break,
         }
@@ -1027,6 +1130,67 @@ mod tests {
         assert_eq!(err.rank(), Some(2));
     }
 
+    /// The documented maximum world size (`scenario/spec.rs`) on a perturbed step of every
+    /// collective. Before a deposit woke only the next rank, every deposit woke every waiter
+    /// (O(ranks²) wakeups per collective): 512 ranks took a minute per step on two cores, and
+    /// 1024 missed this deadline.
+    #[test]
+    fn a_thousand_and_twenty_four_ranks_finish_a_perturbed_step_of_every_collective() {
+        let cfg = LaunchConfig::new(1024)
+            .with_deadline(Duration::from_secs(20))
+            .with_perturbation(Perturbation {
+                seed: 3,
+                rotation: 1,
+                max_delay: Duration::from_micros(100),
+            });
+        let results = launch_threads(&cfg, |comm| {
+            let mut t = random_tensor(comm.rank(), 1024);
+            let gathered = comm.allgather(&Tensor::scalar(comm.rank() as i32))?;
+            comm.allreduce(&mut t, ReduceOp::Sum, ReductionMode::Ring)?;
+            let mut token = Tensor::scalar(comm.rank() as i64);
+            comm.broadcast(&mut token, 1023)?;
+            comm.barrier()?;
+            let bits: Vec<u32> = t
+                .values::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            Ok((gathered.len(), token.values::<i64>().unwrap()[0], bits))
+        })
+        .unwrap();
+        assert_eq!(results.len(), 1024);
+        for (gathered, token, bits) in &results {
+            assert_eq!((*gathered, *token), (1024, 1023));
+            assert_eq!(bits, &results[0].2, "every rank gets the same bits");
+        }
+    }
+
+    /// A world larger than the machine's cores arrives a rank at a time: the deadline counts
+    /// from the collective's last arrival, so only a rank that stops the progress for a whole
+    /// deadline fails the run.
+    #[test]
+    fn ranks_arriving_one_by_one_over_more_than_a_deadline_are_not_timed_out() {
+        let cfg = LaunchConfig::new(6).with_deadline(Duration::from_secs(1));
+        launch_threads(&cfg, |comm| {
+            std::thread::sleep(Duration::from_millis(300) * comm.rank() as u32);
+            comm.barrier()?;
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// Likewise a world's ranks end one by one: stuck means no rank ended for a deadline.
+    #[test]
+    fn ranks_ending_one_by_one_over_more_than_a_deadline_are_not_stuck() {
+        let cfg = LaunchConfig::new(4).with_deadline(Duration::from_secs(1));
+        launch_threads(&cfg, |comm| {
+            std::thread::sleep(Duration::from_millis(400) * comm.rank() as u32);
+            Ok(())
+        })
+        .unwrap();
+    }
+
     #[test]
     fn a_rank_still_running_a_deadline_after_the_others_is_reported_stuck() {
         let cfg = LaunchConfig::new(2).with_deadline(Duration::from_millis(300));
@@ -1060,6 +1224,40 @@ mod tests {
                 err,
                 LaunchError::Collective(CommError::PeerExited { exited_rank: 1, .. })
             ),
+            "{err}"
+        );
+    }
+
+    /// Under a perturbation ranks wait for their turn on their own condvar: a rank that exits
+    /// before its turn must still wake those queued behind it, at once, not at the deadline.
+    #[test]
+    fn a_rank_that_exits_before_its_turn_releases_the_ranks_queued_behind_it() {
+        let perturbation = Perturbation {
+            seed: 8,
+            rotation: 0,
+            max_delay: Duration::from_micros(10),
+        };
+        let first = perturbation.arrival_order(4, 0)[0];
+        let cfg = config(4)
+            .with_deadline(Duration::from_secs(20))
+            .with_perturbation(perturbation);
+        let started = Instant::now();
+        let err = launch_threads(&cfg, move |comm| {
+            if comm.rank() == first {
+                // Exits once the others are queued for their turns behind it.
+                std::thread::sleep(Duration::from_millis(300));
+            } else {
+                comm.barrier()?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "released at once"
+        );
+        assert!(
+            matches!(err, LaunchError::Collective(CommError::PeerExited { exited_rank, .. }) if exited_rank == first),
             "{err}"
         );
     }
