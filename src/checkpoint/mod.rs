@@ -420,7 +420,8 @@ pub fn load_checkpoint(
         path: json_path.clone(),
         reason,
     };
-    let probe: VersionProbe = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    let probe: VersionProbe = crate::file::strict::from_slice(&text)
+        .map_err(|e| corrupt(e.into_inner().to_string()))?;
     if probe.format.as_deref() != Some(FORMAT) {
         return Err(corrupt(format!("field `format` is not \"{FORMAT}\"")));
     }
@@ -443,7 +444,7 @@ pub fn load_checkpoint(
         }
     }
     let manifest: Manifest =
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text))
+        crate::file::strict::from_slice(&text)
             .map_err(|e| corrupt(format!("field `{}`: {}", e.path(), e.inner())))?;
     if version == CHECKPOINT_VERSION_1 && manifest.checksum.is_some() {
         return Err(corrupt(

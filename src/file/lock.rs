@@ -219,7 +219,7 @@ fn read_holder(file: &Path) -> Option<Holder> {
     loop {
         // Through `read_input`: a FIFO put in its place must not block the claim.
         if let Ok(text) = super::read_input(file) {
-            if let Ok(holder) = serde_json::from_slice::<Holder>(&text) {
+            if let Ok(holder) = super::strict::from_slice::<Holder>(&text) {
                 if holder.format == FORMAT {
                     return Some(holder);
                 }

@@ -297,7 +297,8 @@ impl ScenarioSpec {
     /// A [`ParamError`] whose field starts with `params.`.
     pub fn parse_params<P: DeserializeOwned>(&self) -> Result<P, ParamError> {
         let value = serde_json::Value::Object(self.params.clone());
-        serde_path_to_error::deserialize(value).map_err(|e| {
+        // Strict: a struct of the kind's, at any depth, is read from an object only.
+        crate::file::strict::from_value(value).map_err(|e| {
             let path = e.path().to_string();
             ParamError {
                 field: if path == "." {
@@ -333,8 +334,8 @@ impl ParamError {
 
 /// Parses scenario JSON, naming the field of the first error.
 pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let spec: ScenarioSpec = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    // Strict: the spec and its structs (variants, ...) are read from objects only.
+    crate::file::strict::from_slice(text.as_bytes()).map_err(|e| {
         let path = e.path().to_string();
         ParamError::new(
             if path == "." {
@@ -344,11 +345,7 @@ pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
             },
             e.into_inner().to_string(),
         )
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| ParamError::new("(top level)", e.to_string()))?;
-    Ok(spec)
+    })
 }
 
 pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
