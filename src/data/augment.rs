@@ -284,7 +284,8 @@ mod tests {
     fn an_augmentation_is_read_from_an_object_only() {
         // As scenario files are read.
         let read = |text: &str| {
-            crate::file::strict::from_slice::<Augmentation>(text.as_bytes()).map_err(|e| e.into_inner())
+            crate::file::strict::from_slice::<Augmentation>(text.as_bytes())
+                .map_err(|e| e.into_inner())
         };
         assert_eq!(
             read(r#"{"crop_padding": 1, "noise_std": 0.5}"#).unwrap(),
@@ -300,12 +301,7 @@ mod tests {
             let error = read(wrong).unwrap_err().to_string();
             assert!(error.starts_with("expected an object"), "{wrong}: {error}");
         }
-        for wrong in [
-            "1",
-            "true",
-            "null",
-            "\"flip\"",
-        ] {
+        for wrong in ["1", "true", "null", "\"flip\""] {
             let error = read(wrong).unwrap_err().to_string();
             assert!(error.starts_with("invalid type"), "{wrong}: {error}");
         }

@@ -34,8 +34,9 @@ pub(crate) fn from_slice<T: de::DeserializeOwned>(
 ) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
     let mut json = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(Strict(&mut json))?;
-    json.end()
-        .map_err(|e| serde_path_to_error::Error::new(serde_path_to_error::Track::new().path(), e))?;
+    json.end().map_err(|e| {
+        serde_path_to_error::Error::new(serde_path_to_error::Track::new().path(), e)
+    })?;
     Ok(value)
 }
 
@@ -446,6 +447,9 @@ mod tests {
         );
         let err = read(r#"{"tagged": ["sgd", 0.5]}"#).unwrap_err();
         assert_eq!(err.path().to_string(), "tagged");
-        assert!(err.inner().to_string().starts_with(EXPECTED_OBJECT), "{err}");
+        assert!(
+            err.inner().to_string().starts_with(EXPECTED_OBJECT),
+            "{err}"
+        );
     }
 }
