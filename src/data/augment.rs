@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Random crop (zero padding), horizontal flip and Gaussian noise; all off by default.
 ///
 /// In a scenario file it is an object (`{"flip": true, "noise_std": 0.1}`), and only an object:
-/// scenario files are read through [`crate::file::strict`], which refuses an array of the fields
+/// scenario files are read strictly (`file::strict`), which refuses an array of the fields
 /// in order (`"augment": [1]` is not a crop of 1).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, rename_all = "snake_case", deny_unknown_fields)]

@@ -1,7 +1,8 @@
 //! The scenario file as written ([`ScenarioSpec`]), its parsing and validation, and the check
 //! vocabulary it uses ([`CheckKind`], [`Expectation`]).
 //!
-//! Bad input: unknown fields are rejected and every error names the field ([`ParamError`]).
+//! Bad input: unknown fields are rejected, a struct is read from a JSON object only (never from
+//! an array of its fields, `file::strict`), and every error names the field ([`ParamError`]).
 //! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
 //! kind, effective reduction and parameters.
 
@@ -291,7 +292,11 @@ impl ScenarioSpec {
         }
     }
 
-    /// Parses `params` into the kind's own parameter type, naming the field on error.
+    /// Parses `params` into the kind's own parameter type, naming the field on error. Every
+    /// struct of `P`, at any depth, is read from a JSON object only: one given as an array of
+    /// its fields is refused ("expected an object, got an array"), never read by position. (An
+    /// internally tagged or untagged enum is read by serde through a buffer where this cannot
+    /// be seen; such a field should ask for a map itself.)
     ///
     /// # Errors
     /// A [`ParamError`] whose field starts with `params.`.
