@@ -1,4 +1,4 @@
-//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train]...`: the figures in
+//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train|strict]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
@@ -469,6 +469,106 @@ fn human_time(secs: f64) -> String {
     }
 }
 
+/// A kind's params as a bench kind of its own would declare them: scalars, a nested struct and
+/// a list of nested structs (the shapes `file::strict` wraps).
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct BenchParams {
+    elements: usize,
+    hidden: usize,
+    dropout: f64,
+    zero: bool,
+    optimizer: BenchOptimizer,
+    #[serde(default)]
+    faults: Vec<BenchFault>,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct BenchOptimizer {
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct BenchFault {
+    rank: usize,
+    step: u64,
+    kind: String,
+}
+
+/// The cost of strict JSON (issue 16): `ScenarioSpec::parse_params` (through `file::strict`, a
+/// struct only from an object) against the same `serde_path_to_error` read without the wrapper,
+/// alternating (order rotated each repetition), on a scenario's params and on 10,000 nested
+/// structs.
+fn bench_strict() {
+    let spec_of = |faults: usize| -> ScenarioSpec {
+        let faults: Vec<String> = (0..faults)
+            .map(|i| format!(r#"{{"rank": {}, "step": {i}, "kind": "panic"}}"#, i % 8))
+            .collect();
+        serde_json::from_str(&format!(
+            r#"{{"kind": "bench", "world_size": 4, "steps": 2, "seed": 1, "expect": "identical",
+                "params": {{"elements": 4096, "hidden": 32, "dropout": 0.1, "zero": true,
+                "optimizer": {{"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}},
+                "faults": [{}]}}}}"#,
+            faults.join(", ")
+        ))
+        .expect("the bench's spec parses")
+    };
+    let reps = 41;
+    println!("## Strict JSON: params read with and without `file::strict` (median of {reps})\n");
+    println!("| params | plain µs | strict µs | strict / plain (median, range) |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (label, faults, inner) in [
+        ("a scenario's (12 fields, 1 fault)", 1, 5000),
+        ("10,000 nested structs", 10_000, 3),
+    ] {
+        let spec = spec_of(faults);
+        let plain = || {
+            let value = serde_json::Value::Object(spec.params.clone());
+            let p: BenchParams = serde_path_to_error::deserialize(value).expect("plain parses");
+            black_box(p);
+        };
+        let strict = || {
+            let p: BenchParams = spec.parse_params().expect("strict parses");
+            black_box(p);
+        };
+        let (mut plains, mut stricts, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let run = |f: &dyn Fn()| {
+                time(|| {
+                    for _ in 0..inner {
+                        f();
+                    }
+                }) / inner as f64
+            };
+            let (p, s) = if rep % 2 == 0 {
+                let p = run(&plain);
+                (p, run(&strict))
+            } else {
+                let s = run(&strict);
+                (run(&plain), s)
+            };
+            plains.push(p);
+            stricts.push(s);
+            ratios.push(s / p);
+        }
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        println!(
+            "| {label} | {:.1} | {:.1} | {:.2}× ({lo:.2}–{hi:.2}) |",
+            median(plains) * 1e6,
+            median(stricts) * 1e6,
+            median(ratios),
+        );
+    }
+    println!();
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; any other argument selects groups by name.
     let selected: Vec<String> = std::env::args()
@@ -499,5 +599,8 @@ fn main() {
     }
     if wants("train") {
         bench_train_modes();
+    }
+    if wants("strict") {
+        bench_strict();
     }
 }

@@ -1180,6 +1180,34 @@ fn a_fifo_or_device_given_as_input_is_refused_at_once_naming_it() {
     );
 }
 
+/// Issue 16: a struct of a scenario file given as an array of its fields (which serde's derive
+/// reads by position) exits 2 naming the field, for `check` and `run` alike.
+#[test]
+fn a_struct_given_as_an_array_exits_2_naming_the_field() {
+    check(
+        (
+            "collective",
+            r#", "params": {"fault": [2, 1, "panic"]}"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `params.fault`: expected an object, got an array"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("case.json"),
+        r#"[null, "", "collective", 3, 2, 1, "ring", true, "identical"]"#,
+    )
+    .unwrap();
+    let out = expect(&["run", "case.json", "--dump", "x"], dir.path(), 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["case.json: field `(top level)`: expected an object, got an array"],
+    );
+}
+
 #[test]
 fn augment_of_the_wrong_shape_is_bad_input_naming_the_field() {
     for kind in ["dataloader", "train"] {
@@ -1188,10 +1216,15 @@ fn augment_of_the_wrong_shape_is_bad_input_naming_the_field() {
             let dir = tempfile::tempdir().unwrap();
             scenario(dir.path(), kind, &params, &[]);
             let out = expect(&["run", "case.json", "--dump", "x"], dir.path(), 2);
+            let why = if augment.starts_with('[') {
+                "expected an object, got an array"
+            } else {
+                "invalid type"
+            };
             assert_contains(
                 "stderr",
                 &out.stderr,
-                &["case.json: field `params.augment`: invalid type"],
+                &[&format!("case.json: field `params.augment`: {why}")],
             );
         }
     }

@@ -420,7 +420,8 @@ pub fn load_checkpoint(
         path: json_path.clone(),
         reason,
     };
-    let probe: VersionProbe = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    let probe: VersionProbe =
+        crate::file::strict::from_slice(&text).map_err(|e| corrupt(e.into_inner().to_string()))?;
     if probe.format.as_deref() != Some(FORMAT) {
         return Err(corrupt(format!("field `format` is not \"{FORMAT}\"")));
     }
@@ -442,9 +443,8 @@ pub fn load_checkpoint(
             });
         }
     }
-    let manifest: Manifest =
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text))
-            .map_err(|e| corrupt(format!("field `{}`: {}", e.path(), e.inner())))?;
+    let manifest: Manifest = crate::file::strict::from_slice(&text)
+        .map_err(|e| corrupt(format!("field `{}`: {}", e.path(), e.inner())))?;
     if version == CHECKPOINT_VERSION_1 && manifest.checksum.is_some() {
         return Err(corrupt(
             "it says version 1, which has no `checksum` field: its version is damaged".to_owned(),
@@ -740,6 +740,47 @@ mod tests {
             c.take_generator("augment").unwrap_err().to_string(),
             "checkpoint generator `augment` is missing"
         );
+    }
+
+    /// Issue 16: a struct of the checkpoint JSON (the file, its identity, a generator's state)
+    /// given as an array of its fields, sealed as a writer of that content would, is refused
+    /// naming the field: never read by position.
+    #[test]
+    fn a_struct_of_the_json_given_as_an_array_is_refused_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = save_checkpoint(dir.path(), &identity(0), &checkpoint(3)).unwrap();
+        let text = std::fs::read_to_string(&json).unwrap();
+        let body = &text[..text.find(CHECKSUM_FIELD).unwrap()];
+        let object: serde_json::Value = serde_json::from_str(&format!("{body}\n}}")).unwrap();
+        let fields = |value: &serde_json::Value, names: &[&str]| {
+            serde_json::Value::Array(names.iter().map(|n| value[n].clone()).collect())
+        };
+        let mut identity_array = object.clone();
+        identity_array["identity"] = fields(
+            &object["identity"],
+            &["fingerprint", "seed", "world_size", "rank"],
+        );
+        let mut generator_array = object.clone();
+        generator_array["generators"]["dropout"] = fields(&object["generators"]["dropout"], &["s"]);
+        for (edited, field) in [
+            (identity_array, "identity"),
+            (generator_array, "generators.dropout"),
+        ] {
+            let sealed = seal(&serde_json::to_vec_pretty(&edited).unwrap());
+            std::fs::write(&json, sealed).unwrap();
+            let e = load_checkpoint(dir.path(), &identity(0), None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "field `{field}`: expected an object, got an array"
+                )),
+                "{e}"
+            );
+        }
+        // The same file as objects reads back (the edit above is the only difference).
+        std::fs::write(&json, seal(&serde_json::to_vec_pretty(&object).unwrap())).unwrap();
+        load_checkpoint(dir.path(), &identity(0), None).unwrap();
     }
 
     /// Any one changed byte of a checkpoint's JSON is reported as that file's corruption (never

@@ -169,6 +169,11 @@ fn from_trainer_state(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveE
         .map_err(|e| CurveError::Dump(DumpError::io("read", path, e)))?;
     let doc: Value =
         serde_json::from_slice(&text).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
+    if !doc.is_object() {
+        return Err(json_err(
+            "the top level: expected an object (a trainer_state.json)".into(),
+        ));
+    }
     let history = doc
         .get("log_history")
         .and_then(Value::as_array)
@@ -177,6 +182,13 @@ fn from_trainer_state(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveE
         })?;
     let mut points = BTreeMap::new();
     for (i, entry) in history.iter().enumerate() {
+        // An entry is an object of named values, never read (or skipped) as an array.
+        if !entry.is_object() {
+            return Err(json_err(format!(
+                "field `log_history[{i}]`: expected an object, got {}",
+                kind_of(entry)
+            )));
+        }
         let Some(value) = entry.get(name) else {
             continue;
         };
@@ -208,6 +220,18 @@ fn from_trainer_state(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveE
         });
     }
     Ok(points.into_iter().collect())
+}
+
+/// What a JSON value is, in an error: `an array`, `a number`, ...
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// The `allclose` tolerance: |a − b| ≤ atol + rtol·|b|.
@@ -632,5 +656,26 @@ mod tests {
         std::fs::write(&path, r#"{"log_history": [{"step": 1, "loss": "x"}]}"#).unwrap();
         let err = load_curve(&path, "loss").unwrap_err().to_string();
         assert!(err.contains("field `log_history[0].loss`"), "{err}");
+    }
+
+    /// Issue 16: an entry of `log_history` given as an array is refused naming it (it was
+    /// skipped), and so is a file that is not an object.
+    #[test]
+    fn trainer_state_entries_and_the_file_are_objects_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trainer_state.json");
+        std::fs::write(
+            &path,
+            r#"{"log_history": [{"step": 10, "loss": 2.5}, [20, 2.25]]}"#,
+        )
+        .unwrap();
+        let err = load_curve(&path, "loss").unwrap_err().to_string();
+        assert!(
+            err.contains("field `log_history[1]`: expected an object, got an array"),
+            "{err}"
+        );
+        std::fs::write(&path, r#"[{"log_history": []}]"#).unwrap();
+        let err = load_curve(&path, "loss").unwrap_err().to_string();
+        assert!(err.contains("the top level: expected an object"), "{err}");
     }
 }

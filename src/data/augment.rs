@@ -27,10 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Random crop (zero padding), horizontal flip and Gaussian noise; all off by default.
 ///
 /// In a scenario file it is an object (`{"flip": true, "noise_std": 0.1}`), and only an object:
-/// serde would also take a struct from an array of its fields in order, which would read
-/// `"augment": [1]` as a crop of 1.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// scenario files are read strictly (`file::strict`), which refuses an array of the fields
+/// in order (`"augment": [1]` is not a crop of 1).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "snake_case", deny_unknown_fields)]
 pub struct Augmentation {
     /// Zeros added on each side before a random `H × W` window is cut (0: no crop).
     pub crop_padding: usize,
@@ -38,52 +38,6 @@ pub struct Augmentation {
     pub flip: bool,
     /// Standard deviation of the noise added to every value (0: no noise).
     pub noise_std: f32,
-}
-
-/// [`Augmentation`]'s fields as they are read, from a map.
-#[derive(Deserialize)]
-#[serde(default, rename_all = "snake_case", deny_unknown_fields)]
-struct AugmentationFields {
-    crop_padding: usize,
-    flip: bool,
-    noise_std: f32,
-}
-
-impl Default for AugmentationFields {
-    fn default() -> Self {
-        let a = Augmentation::default();
-        AugmentationFields {
-            crop_padding: a.crop_padding,
-            flip: a.flip,
-            noise_std: a.noise_std,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Augmentation {
-    /// From a map only (see [`Augmentation`]); the fields go through the map as they are, so
-    /// an error names its field (`augment.flip`).
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MapOnly;
-        impl<'de> serde::de::Visitor<'de> for MapOnly {
-            type Value = AugmentationFields;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object with crop_padding, flip and noise_std")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<AugmentationFields, A::Error> {
-                AugmentationFields::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-            }
-        }
-        let fields = deserializer.deserialize_map(MapOnly)?;
-        Ok(Augmentation {
-            crop_padding: fields.crop_padding,
-            flip: fields.flip,
-            noise_std: fields.noise_std,
-        })
-    }
 }
 
 impl Augmentation {
@@ -328,7 +282,11 @@ mod tests {
 
     #[test]
     fn an_augmentation_is_read_from_an_object_only() {
-        let read = serde_json::from_str::<Augmentation>;
+        // As scenario files are read.
+        let read = |text: &str| {
+            crate::file::strict::from_slice::<Augmentation>(text.as_bytes())
+                .map_err(|e| e.into_inner())
+        };
         assert_eq!(
             read(r#"{"crop_padding": 1, "noise_std": 0.5}"#).unwrap(),
             Augmentation {
@@ -339,15 +297,11 @@ mod tests {
         );
         assert_eq!(read("{}").unwrap(), Augmentation::default());
         // serde's derive would read an array as the fields in order: `[1]` as a crop of 1.
-        for wrong in [
-            "[1]",
-            "[0, true, 0.5]",
-            "[]",
-            "1",
-            "true",
-            "null",
-            "\"flip\"",
-        ] {
+        for wrong in ["[1]", "[0, true, 0.5]", "[]"] {
+            let error = read(wrong).unwrap_err().to_string();
+            assert!(error.starts_with("expected an object"), "{wrong}: {error}");
+        }
+        for wrong in ["1", "true", "null", "\"flip\""] {
             let error = read(wrong).unwrap_err().to_string();
             assert!(error.starts_with("invalid type"), "{wrong}: {error}");
         }

@@ -219,7 +219,7 @@ fn read_holder(file: &Path) -> Option<Holder> {
     loop {
         // Through `read_input`: a FIFO put in its place must not block the claim.
         if let Ok(text) = super::read_input(file) {
-            if let Ok(holder) = serde_json::from_slice::<Holder>(&text) {
+            if let Ok(holder) = super::strict::from_slice::<Holder>(&text) {
                 if holder.format == FORMAT {
                     return Some(holder);
                 }
@@ -388,6 +388,30 @@ mod tests {
         // pid 0 would test a process group: never a live holder.
         std::fs::write(&file, holder_text(0, &host_name())).unwrap();
         assert!(FolderLock::claim(dir.path(), "dump").is_err());
+    }
+
+    /// Issue 16: a holder written as an array of its fields is not read by position (it would
+    /// name a gone process here, and be called stale): the lock file is unreadable.
+    #[test]
+    fn a_holder_given_as_an_array_is_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(LOCK_FILE);
+        let holder: Holder = serde_json::from_str(&holder_text(dead_pid(), &host_name())).unwrap();
+        let array = serde_json::json!([
+            holder.format,
+            holder.purpose,
+            holder.pid,
+            holder.host,
+            holder.process_start,
+            holder.since,
+            holder.command,
+            holder.claim
+        ]);
+        std::fs::write(&file, array.to_string()).unwrap();
+        let message = FolderLock::claim(dir.path(), "dump")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("lock file is unreadable"), "{message}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub use lock::{FolderLock, Holder, LOCK_FILE};
 mod msprobe;
 pub(crate) mod reader;
 pub(crate) mod source;
+pub(crate) mod strict;
 pub(crate) mod tensorfile;
 mod writer;
 

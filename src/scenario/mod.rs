@@ -331,6 +331,136 @@ mod tests {
         assert!(load_error(&GOOD.replace("\"steps\": 2,", "")).contains("missing field `steps`"));
     }
 
+    /// Issue 16: every struct of a scenario file (the file itself, a variant, each built-in
+    /// kind's params and their nested structs) given as an array of its fields is refused naming
+    /// the field; serde's derive alone reads each of these by position. (`checks` entries and
+    /// `buckets` layouts are enums, which serde already refuses as arrays.)
+    #[test]
+    fn a_struct_given_as_an_array_is_refused_naming_the_field() {
+        let spec = |kind: &str, params: &str, rest: &str| {
+            format!(
+                r#"{{"kind": "{kind}", "world_size": 3, "steps": 2, "seed": 1, "reduction": "ring",
+                    "deterministic_comm": true, "expect": "identical", "params": {{{params}}}{rest}}}"#
+            )
+        };
+        let cases = [
+            (
+                r#"[null, "", "collective", 3, 2, 1, "ring", true, "identical"]"#.to_owned(),
+                "(top level)",
+            ),
+            (
+                spec("collective", "", r#", "variants": [[{}, [], {}]]"#),
+                "variants[0]",
+            ),
+            (
+                spec("collective", r#""fault": [2, 1, "panic"]"#, ""),
+                "params.fault",
+            ),
+            (
+                spec(
+                    "collective",
+                    "",
+                    r#", "variants": [{"params": {"fault": [0, 1, "error"]}}]"#,
+                ),
+                "variants[0].params.fault",
+            ),
+            (
+                spec("dataloader", r#""augment": [1]"#, ""),
+                "params.augment",
+            ),
+            (
+                spec(
+                    "train",
+                    r#""global_batch": 48, "dataset_size": 960, "augment": [0, false, 0.1]"#,
+                    "",
+                ),
+                "params.augment",
+            ),
+            (
+                spec(
+                    "train",
+                    r#""global_batch": 48, "dataset_size": 960, "optimizer": ["sgd", 0.1]"#,
+                    "",
+                ),
+                "params.optimizer",
+            ),
+            (
+                spec(
+                    "command",
+                    r#""command": ["true"], "restart": [["--stop"], ["--resume"]]"#,
+                    "",
+                ),
+                "params.restart",
+            ),
+        ];
+        let accepted: Vec<String> = cases
+            .iter()
+            .filter_map(|(text, field)| {
+                let dir = tempfile::tempdir().unwrap();
+                let path = write(dir.path(), "bad.json", text);
+                let error = match KindRegistry::builtin().load_file(&path) {
+                    Ok(_) => "accepted".to_owned(),
+                    Err(e) => e
+                        .to_string()
+                        .replace(&dir.path().display().to_string(), "DIR"),
+                };
+                let wanted =
+                    format!("DIR/bad.json: field `{field}`: expected an object, got an array");
+                (!error.starts_with(&wanted)).then(|| format!("{field}: {error}"))
+            })
+            .collect();
+        assert!(accepted.is_empty(), "{accepted:#?}");
+    }
+
+    /// A user's kind reads its params through [`ScenarioSpec::parse_params`], and so gets the
+    /// same strictness at every depth of its own types.
+    #[test]
+    fn a_user_kind_reads_its_params_strictly() {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Window {
+            #[allow(dead_code)]
+            from: u64,
+            #[allow(dead_code)]
+            to: u64,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct MineParams {
+            #[allow(dead_code)]
+            windows: Vec<Window>,
+        }
+        struct Mine;
+        impl Scenario for Mine {
+            fn run_rank(&self, _ctx: &mut RankContext<'_>) -> Result<(), RankError> {
+                Ok(())
+            }
+        }
+        let build = |params: &str| {
+            let mut registry = KindRegistry::builtin();
+            registry.register("mine", |spec: &ScenarioSpec| {
+                let _: MineParams = spec.parse_params()?;
+                Ok(std::sync::Arc::new(Mine) as std::sync::Arc<dyn Scenario>)
+            });
+            let text = format!(
+                r#"{{"kind": "mine", "world_size": 2, "steps": 2, "seed": 1, "reduction": "ring",
+                    "deterministic_comm": true, "expect": "identical", "params": {params}}}"#
+            );
+            registry
+                .build(parse_spec(&text).unwrap(), Path::new("mine.json"))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        build(r#"{"windows": [{"from": 0, "to": 1}]}"#).unwrap();
+        let error = build(r#"{"windows": [{"from": 0, "to": 1}, [1, 2]]}"#).unwrap_err();
+        assert!(
+            error.starts_with(
+                "mine.json: field `params.windows[1]`: expected an object, got an array"
+            ),
+            "{error}"
+        );
+    }
+
     #[test]
     fn discovery_sorts_files_and_reports_each_bad_one() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
 //! The scenario file as written ([`ScenarioSpec`]), its parsing and validation, and the check
 //! vocabulary it uses ([`CheckKind`], [`Expectation`]).
 //!
-//! Bad input: unknown fields are rejected and every error names the field ([`ParamError`]).
+//! Bad input: unknown fields are rejected, a struct is read from a JSON object only (never from
+//! an array of its fields, `file::strict`), and every error names the field ([`ParamError`]).
 //! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
 //! kind, effective reduction and parameters.
 
@@ -291,13 +292,18 @@ impl ScenarioSpec {
         }
     }
 
-    /// Parses `params` into the kind's own parameter type, naming the field on error.
+    /// Parses `params` into the kind's own parameter type, naming the field on error. Every
+    /// struct of `P`, at any depth, is read from a JSON object only: one given as an array of
+    /// its fields is refused ("expected an object, got an array"), never read by position. (An
+    /// internally tagged or untagged enum is read by serde through a buffer where this cannot
+    /// be seen; such a field should ask for a map itself.)
     ///
     /// # Errors
     /// A [`ParamError`] whose field starts with `params.`.
     pub fn parse_params<P: DeserializeOwned>(&self) -> Result<P, ParamError> {
         let value = serde_json::Value::Object(self.params.clone());
-        serde_path_to_error::deserialize(value).map_err(|e| {
+        // Strict: a struct of the kind's, at any depth, is read from an object only.
+        crate::file::strict::from_value(value).map_err(|e| {
             let path = e.path().to_string();
             ParamError {
                 field: if path == "." {
@@ -333,8 +339,8 @@ impl ParamError {
 
 /// Parses scenario JSON, naming the field of the first error.
 pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let spec: ScenarioSpec = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    // Strict: the spec and its structs (variants, ...) are read from objects only.
+    crate::file::strict::from_slice(text.as_bytes()).map_err(|e| {
         let path = e.path().to_string();
         ParamError::new(
             if path == "." {
@@ -344,11 +350,7 @@ pub(crate) fn parse_spec(text: &str) -> Result<ScenarioSpec, ParamError> {
             },
             e.into_inner().to_string(),
         )
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| ParamError::new("(top level)", e.to_string()))?;
-    Ok(spec)
+    })
 }
 
 pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {

@@ -6,6 +6,8 @@
 //! deterministic reduction mode. `tests/multirank.rs` registers the kind and runs the files in
 //! `scenarios/` with detcheck-harness.
 
+use detcheck::scenario::limits::{bytes_of, size};
+use detcheck::scenario::{Footprint, RunPlan};
 use detcheck::{
     Capabilities, ParamError, RankContext, RankError, ReduceOp, Scenario, ScenarioSpec, Stream,
     Tensor,
@@ -51,6 +53,16 @@ impl Scenario for Histogram {
         Capabilities::default().with_replicated_records()
     }
 
+    /// What one rank holds: the counts (8 bytes a bin) at most three times over (its own, the
+    /// allreduce's buffer, the sum); the samples are drawn one at a time, never held. Two
+    /// records a step, three with `float_total`. So a file asking for more bins than the
+    /// machine holds is refused when it loads, naming `params.bins`, before any rank allocates.
+    fn footprint(&self, _world_size: usize, _plan: &RunPlan) -> Footprint {
+        Footprint::default()
+            .with_bytes("params.bins", bytes_of(&[size(self.params.bins), 8, 3]))
+            .with_records_per_step(if self.params.float_total { 3 } else { 2 })
+    }
+
     fn run_rank(&self, ctx: &mut RankContext<'_>) -> Result<(), RankError> {
         let bins = self.params.bins;
         for step in 0..ctx.steps() {
@@ -73,5 +85,43 @@ impl Scenario for Histogram {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use detcheck::KindRegistry;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// Builds a 4-rank `histogram` scenario with `params`, as the harness would load it.
+    fn build(params: &str) -> Result<(), String> {
+        let mut registry = KindRegistry::builtin();
+        registry.register("histogram", |spec| {
+            Ok(Arc::new(Histogram::from_spec(spec)?) as Arc<dyn Scenario>)
+        });
+        let text = format!(
+            r#"{{"kind": "histogram", "world_size": 4, "steps": 2, "seed": 1,
+                "reduction": "ring", "deterministic_comm": true, "expect": "identical",
+                "params": {params}}}"#
+        );
+        let spec: ScenarioSpec = serde_json::from_str(&text).unwrap();
+        registry
+            .build(spec, Path::new("histogram.json"))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// With its footprint, 2^40 bins (26 TB of counts per rank) are refused naming the field;
+    /// without it the file loaded and the first rank died allocating them.
+    #[test]
+    fn bins_beyond_the_machine_are_refused_naming_the_field() {
+        build(r#"{"samples": 10, "bins": 16}"#).unwrap();
+        let error = build(r#"{"samples": 10, "bins": 1099511627776}"#).unwrap_err();
+        assert!(
+            error.starts_with("histogram.json: field `params.bins`: the run would hold about"),
+            "{error}"
+        );
     }
 }

@@ -128,7 +128,12 @@ struct TrainParams {
     global_batch: usize,
     #[serde(default = "defaults::dropout")]
     dropout: f64,
-    #[serde(default = "defaults::optimizer")]
+    /// An internally tagged enum, which serde reads through `deserialize_any` (and so would
+    /// also take from `["sgd", 0.1]`): an object only.
+    #[serde(
+        default = "defaults::optimizer",
+        deserialize_with = "crate::file::strict::object"
+    )]
     optimizer: OptimizerSpec,
     #[serde(default)]
     plant: Option<TrainPlant>,
