@@ -6,9 +6,13 @@
 //! - **the same bits as thread ranks**: an allreduce sends chunk `c` of every contribution to rank
 //!   `c`, which reduces it with the shared arithmetic of [`crate::value::reduce`] in the mode's order and
 //!   sends the result to every rank: the schedule of `comm/threads.rs`, element for element;
-//! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Iprobe` on
+//! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Improbe` on
 //!   `MPI_ANY_SOURCE`) until the messages it needs are in, a peer is known to have failed or
-//!   exited, or the deadline passes;
+//!   exited, or the deadline passes. A wait spins, then yields, and sleeps between polls only
+//!   after 50 ms (`Backoff`): a sleep on the critical path costs more than a small message;
+//! - **small messages**: a payload of up to `INLINE_MAX_BYTES` (32 KiB) travels in its header's
+//!   message (one message per peer and round), larger ones as a typed message after it; receive
+//!   buffers are reused from one collective to the next. Same elements, so the same bits;
 //! - **contained failures**: a rank whose program ends, by returning, erroring or panicking, sends
 //!   every peer a *done* message after its last data message (MPI keeps the order of messages
 //!   between two ranks on one tag). A peer waiting for data from it then fails with
