@@ -106,7 +106,7 @@ impl Backoff {
             return;
         }
         // The clock is read once per 64 polls: a yield is about a microsecond.
-        if self.polls % 64 == 0 {
+        if self.polls.is_multiple_of(64) {
             let since = *self.since.get_or_insert_with(Instant::now);
             self.sleeping = since.elapsed() >= Self::SLEEP_AFTER;
         }
