@@ -9,7 +9,7 @@
 //! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Improbe` on
 //!   `MPI_ANY_SOURCE`) until the messages it needs are in, a peer is known to have failed or
 //!   exited, or the deadline passes. A wait spins, then yields, and sleeps between polls only
-//!   after 50 ms (`Backoff`): a sleep on the critical path costs more than a small message;
+//!   after 2 ms (`Backoff`): a sleep on the critical path costs more than a small message;
 //! - **small messages**: a payload of up to `INLINE_MAX_BYTES` (32 KiB) travels in its header's
 //!   message (one message per peer and round), larger ones as a typed message after it; receive
 //!   buffers are reused from one collective to the next. Same elements, so the same bits;
@@ -73,9 +73,9 @@ const INLINE_MAX_BYTES: usize = 32 << 10;
 
 /// Waits politely: spins briefly for latency, then yields, so that ranks oversubscribed on few
 /// cores leave the CPU to the rank they wait for; only a wait longer than [`Backoff::SLEEP_AFTER`]
-/// (a peer computing a large chunk, or stalled) sleeps between polls. A sleep on the critical path
-/// costs its whole length at every message (the scheduler's granularity, not the message's), which
-/// is where small allreduces lost to `MPI_Allreduce`; a yield costs nothing when nobody waits.
+/// sleeps between polls. Why not sleep sooner: a sleep costs its whole length plus the timer's
+/// slack (tens of µs) on a message that takes a few µs, and it was on the critical path of every
+/// small allreduce; a yield costs about a microsecond when nobody else wants the core.
 pub(crate) struct Backoff {
     polls: u32,
     since: Option<Instant>,
@@ -83,9 +83,11 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    /// Waits longer than this sleep [`Backoff::SLEEP`] between polls.
-    const SLEEP_AFTER: Duration = Duration::from_millis(50);
-    const SLEEP: Duration = Duration::from_micros(100);
+    /// Waits longer than this sleep [`Backoff::SLEEP`] between polls. A wait that long is a
+    /// peer computing (a large chunk) or stalled, and sleeping gives a rank that shares its core
+    /// the whole core; a sleep (with the timer's slack, ~100 µs) then adds at most ~5% to it.
+    const SLEEP_AFTER: Duration = Duration::from_millis(2);
+    const SLEEP: Duration = Duration::from_micros(50);
 
     pub(crate) fn new() -> Self {
         Backoff {
