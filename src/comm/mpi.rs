@@ -266,9 +266,18 @@ impl Inbox {
     }
 
     /// A buffer of `len` elements of `dtype`: a spare one when there is one of that dtype (its
-    /// old elements are overwritten by the message received into it), a new one otherwise.
+    /// old elements are overwritten by the message received into it), a new one otherwise. The
+    /// spare that fits best is taken (at least `len`, closest), so that buffers of a run's
+    /// different sizes keep their sizes instead of being zeroed again as they grow.
     fn buffer(&mut self, dtype: DType, len: usize) -> TensorData {
-        match self.spare.iter().position(|d| d.dtype() == dtype) {
+        let best = self
+            .spare
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.dtype() == dtype)
+            .min_by_key(|(_, d)| (d.len() < len, d.len().abs_diff(len)))
+            .map(|(i, _)| i);
+        match best {
             Some(i) => {
                 let mut data = self.spare.swap_remove(i);
                 resize_data(&mut data, len);
@@ -1133,6 +1142,25 @@ mod tests {
         // An empty message is complete with its header.
         inbox.accept_header(0, header(7, 0));
         assert!(inbox.awaiting_payload[0].is_none() && inbox.is_complete(7, 0));
+    }
+
+    #[test]
+    fn receive_buffers_are_reused_best_fit_first() {
+        let mut inbox = Inbox::new(2);
+        inbox.spare = vec![
+            TensorData::F32(vec![1.0; 8]),
+            TensorData::F32(vec![2.0; 100]),
+            TensorData::F64(vec![3.0; 10]),
+        ];
+        // 10 f32: the 100-element buffer fits (the 8 would grow), truncated to 10.
+        assert_eq!(inbox.buffer(DType::F32, 10), TensorData::F32(vec![2.0; 10]));
+        // 12 f32: only the 8 is left; it grows, the new elements zeroed.
+        let mut grown = vec![1.0; 8];
+        grown.extend([0.0; 4]);
+        assert_eq!(inbox.buffer(DType::F32, 12), TensorData::F32(grown));
+        // No spare of the dtype: a new buffer.
+        assert_eq!(inbox.buffer(DType::I32, 2), TensorData::I32(vec![0; 2]));
+        assert_eq!(inbox.spare.len(), 1);
     }
 
     /// The latency path's bytes give back the elements a typed message would: every dtype,
