@@ -6,9 +6,13 @@
 //! - **the same bits as thread ranks**: an allreduce sends chunk `c` of every contribution to rank
 //!   `c`, which reduces it with the shared arithmetic of [`crate::value::reduce`] in the mode's order and
 //!   sends the result to every rank: the schedule of `comm/threads.rs`, element for element;
-//! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Iprobe` on
+//! - **deadlines**: nothing blocks. Sends are immediate and every wait polls (`MPI_Improbe` on
 //!   `MPI_ANY_SOURCE`) until the messages it needs are in, a peer is known to have failed or
-//!   exited, or the deadline passes;
+//!   exited, or the deadline passes. A wait spins, then yields, and sleeps between polls only
+//!   after 2 ms (`Backoff`): a sleep on the critical path costs more than a small message;
+//! - **small messages**: a payload of up to `INLINE_MAX_BYTES` (32 KiB) travels in its header's
+//!   message (one message per peer and round), larger ones as a typed message after it; receive
+//!   buffers are reused from one collective to the next. Same elements, so the same bits;
 //! - **contained failures**: a rank whose program ends, by returning, erroring or panicking, sends
 //!   every peer a *done* message after its last data message (MPI keeps the order of messages
 //!   between two ranks on one tag). A peer waiting for data from it then fails with
@@ -59,33 +63,64 @@ const TAG_DATA: i32 = 17;
 
 const KIND_HEADER: u8 = 1;
 const KIND_DONE: u8 = 2;
+/// A header with its payload's bytes after it, in one message.
+const KIND_INLINE: u8 = 3;
 
-/// Waits politely: spins briefly for latency, then yields, then sleeps, so that ranks
-/// oversubscribed on few cores leave the CPU to the rank they wait for.
+/// Payloads of at most this many bytes travel in their header's message (the latency path): one
+/// message per peer and round instead of two, for one copy on each side. The bytes are the same
+/// native-endian elements a typed message carries, so the results are too.
+const INLINE_MAX_BYTES: usize = 32 << 10;
+
+/// Waits politely: spins briefly for latency, then yields, so that ranks oversubscribed on few
+/// cores leave the CPU to the rank they wait for; only a wait longer than [`Backoff::SLEEP_AFTER`]
+/// sleeps between polls. Why not sleep sooner: a sleep costs its whole length plus the timer's
+/// slack (tens of µs) on a message that takes a few µs, and it was on the critical path of every
+/// small allreduce; a yield costs about a microsecond when nobody else wants the core.
 pub(crate) struct Backoff {
     polls: u32,
+    since: Option<Instant>,
+    sleeping: bool,
 }
 
 impl Backoff {
+    /// Waits longer than this sleep [`Backoff::SLEEP`] between polls. A wait that long is a
+    /// peer computing (a large chunk) or stalled, and sleeping gives a rank that shares its core
+    /// the whole core; a sleep (with the timer's slack, ~100 µs) then adds at most ~5% to it.
+    const SLEEP_AFTER: Duration = Duration::from_millis(2);
+    const SLEEP: Duration = Duration::from_micros(50);
+
     pub(crate) fn new() -> Self {
-        Backoff { polls: 0 }
+        Backoff {
+            polls: 0,
+            since: None,
+            sleeping: false,
+        }
     }
 
     pub(crate) fn wait(&mut self) {
         self.polls = self.polls.saturating_add(1);
         if self.polls < 64 {
             std::hint::spin_loop();
-        } else if self.polls < 512 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(if self.polls < 4096 {
-                20
-            } else {
-                200
-            }));
+            return;
         }
+        if self.sleeping {
+            std::thread::sleep(Self::SLEEP);
+            return;
+        }
+        // The clock is read once per 64 polls: a yield is about a microsecond.
+        if self.polls.is_multiple_of(64) {
+            let since = *self.since.get_or_insert_with(Instant::now);
+            self.sleeping = since.elapsed() >= Self::SLEEP_AFTER;
+        }
+        std::thread::yield_now();
     }
 }
+
+/// How long a rank waits between printing why it aborts and `MPI_Abort`. The launcher forwards
+/// a rank's stderr through its own process; MPICH's Hydra tears the job down on an abort without
+/// forwarding what is still in that pipe, so without the pause the message could be lost (1 run
+/// in 8 of the stall test lost every rank's message).
+const ABORT_GRACE: Duration = Duration::from_millis(500);
 
 /// Prints why this rank cannot go on and aborts the whole MPI job with exit code 3.
 pub(crate) fn abort_job(context: &str, reason: &str) -> ! {
@@ -95,6 +130,7 @@ pub(crate) fn abort_job(context: &str, reason: &str) -> ! {
         world.rank(),
         world.size()
     );
+    std::thread::sleep(ABORT_GRACE);
     world.abort(3)
 }
 
@@ -116,8 +152,16 @@ impl Header {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
-        let mut out = vec![KIND_HEADER];
+    /// The header alone (`KIND_HEADER`: a payload, if any, follows as its own message), or with
+    /// `inline` payload bytes after it (`KIND_INLINE`).
+    fn encode(&self, inline: Option<&[u8]>) -> Vec<u8> {
+        let kind = if inline.is_some() {
+            KIND_INLINE
+        } else {
+            KIND_HEADER
+        };
+        let mut out = Vec::with_capacity(64 + inline.map_or(0, <[u8]>::len));
+        out.push(kind);
         out.extend_from_slice(&self.round.to_le_bytes());
         out.push(match self.dtype {
             None => 0,
@@ -134,12 +178,15 @@ impl Header {
         for &d in &self.shape {
             out.extend_from_slice(&(d as u64).to_le_bytes());
         }
+        out.extend_from_slice(&(self.signature.len() as u32).to_le_bytes());
         out.extend_from_slice(self.signature.as_bytes());
+        out.extend_from_slice(inline.unwrap_or_default());
         out
     }
 
-    /// Decodes a header; `None` for bytes no detcheck rank sends.
-    fn decode(bytes: &[u8]) -> Option<Header> {
+    /// Decodes a header and the bytes after it (an inline payload); `None` for bytes no
+    /// detcheck rank sends.
+    fn decode(bytes: &[u8]) -> Option<(Header, &[u8])> {
         let mut at = 1;
         let mut take = |n: usize| -> Option<&[u8]> {
             let part = bytes.get(at..at + n)?;
@@ -164,13 +211,15 @@ impl Header {
         for _ in 0..ndim {
             shape.push(usize::try_from(u64::from_le_bytes(take(8)?.try_into().ok()?)).ok()?);
         }
-        let signature = String::from_utf8(bytes.get(at..)?.to_vec()).ok()?;
-        Some(Header {
+        let signature_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let signature = String::from_utf8(take(signature_len)?.to_vec()).ok()?;
+        let header = Header {
             round,
             dtype,
             shape,
             signature,
-        })
+        };
+        Some((header, bytes.get(at..)?))
     }
 }
 
@@ -180,22 +229,180 @@ struct Incoming {
     data: Option<TensorData>,
 }
 
+/// A header whose payload is its sender's next message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AwaitedPayload {
+    round: u64,
+    dtype: DType,
+    len: usize,
+}
+
 /// Everything received and not yet consumed, plus what is known about each peer.
 struct Inbox {
     messages: BTreeMap<(u64, usize), Incoming>,
     /// Per round, the sources whose message is complete, in the order they completed.
     arrival: BTreeMap<u64, Vec<usize>>,
-    /// Per source: the round of a header whose payload is the source's next message.
-    awaiting_payload: Vec<Option<u64>>,
+    /// Per source: the header whose payload is the source's next message. It outlives its round:
+    /// a round that ended early (a peer failed) still receives, and discards, the payloads in flight.
+    awaiting_payload: Vec<Option<AwaitedPayload>>,
     /// Per source: its done notice (`Some(failed)`) once received.
     done: Vec<Option<bool>>,
+    /// The bytes of the last header or notice received, kept for the next one.
+    scratch: Vec<u8>,
+    /// Receive buffers given back after their collective, taken again by later messages.
+    spare: Vec<TensorData>,
 }
 
 impl Inbox {
+    fn new(size: usize) -> Self {
+        Inbox {
+            messages: BTreeMap::new(),
+            arrival: BTreeMap::new(),
+            awaiting_payload: vec![None; size],
+            done: vec![None; size],
+            scratch: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// A buffer of `len` elements of `dtype`: a spare one when there is one of that dtype (its
+    /// old elements are overwritten by the message received into it), a new one otherwise. The
+    /// spare that fits best is taken (at least `len`, closest), so that buffers of a run's
+    /// different sizes keep their sizes instead of being zeroed again as they grow.
+    fn buffer(&mut self, dtype: DType, len: usize) -> TensorData {
+        let best = self
+            .spare
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.dtype() == dtype)
+            .min_by_key(|(_, d)| (d.len() < len, d.len().abs_diff(len)))
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut data = self.spare.swap_remove(i);
+                resize_data(&mut data, len);
+                data
+            }
+            None => empty_like(dtype, len),
+        }
+    }
+
+    /// Files a header from `source` with its payload, received in the same message.
+    fn accept_inline(&mut self, source: usize, header: Header, data: TensorData) {
+        let round = header.round;
+        self.arrival.entry(round).or_default().push(source);
+        self.messages.insert(
+            (round, source),
+            Incoming {
+                header,
+                data: Some(data),
+            },
+        );
+    }
+
     fn is_complete(&self, round: u64, source: usize) -> bool {
         self.messages
             .get(&(round, source))
             .is_some_and(|m| m.header.len() == 0 || m.data.is_some())
+    }
+
+    /// Files a header from `source`; a typed, non-empty one makes its payload awaited.
+    fn accept_header(&mut self, source: usize, header: Header) {
+        let round = header.round;
+        match header.dtype.filter(|_| header.len() > 0) {
+            Some(dtype) => {
+                self.awaiting_payload[source] = Some(AwaitedPayload {
+                    round,
+                    dtype,
+                    len: header.len(),
+                });
+            }
+            None => self.arrival.entry(round).or_default().push(source),
+        }
+        self.messages
+            .insert((round, source), Incoming { header, data: None });
+    }
+
+    /// Files the payload of `awaited` from `source`. A round that already ended (its exchange
+    /// failed on another peer and took its messages) gets nothing: the payload is dropped.
+    fn accept_payload(&mut self, source: usize, awaited: AwaitedPayload, data: TensorData) {
+        if let Some(incoming) = self.messages.get_mut(&(awaited.round, source)) {
+            incoming.data = Some(data);
+            self.arrival.entry(awaited.round).or_default().push(source);
+        }
+    }
+
+    /// Takes round `round`'s messages from `sources` and its arrival order; whatever is still in
+    /// flight for that round is discarded when it arrives.
+    fn take_round(
+        &mut self,
+        round: u64,
+        sources: &[usize],
+    ) -> (BTreeMap<usize, Incoming>, Vec<usize>) {
+        let arrival = self.arrival.remove(&round).unwrap_or_default();
+        let received = sources
+            .iter()
+            .filter_map(|&source| Some((source, self.messages.remove(&(round, source))?)))
+            .collect();
+        (received, arrival)
+    }
+}
+
+/// Resizes `data` to `len` elements, writing defaults only where it grows.
+fn resize_data(data: &mut TensorData, len: usize) {
+    match data {
+        TensorData::F32(v) => v.resize(len, 0.0),
+        TensorData::F64(v) => v.resize(len, 0.0),
+        TensorData::I64(v) => v.resize(len, 0),
+        TensorData::U8(v) => v.resize(len, 0),
+        TensorData::F16(v) => v.resize(len, half::f16::ZERO),
+        TensorData::BF16(v) => v.resize(len, half::bf16::ZERO),
+        TensorData::I32(v) => v.resize(len, 0),
+        TensorData::Bool(v) => v.resize(len, false),
+    }
+}
+
+/// The native-endian bytes of elements `range` of `data`: what a typed message carries.
+fn payload_bytes(data: &TensorData, range: Range<usize>) -> &[u8] {
+    match data {
+        TensorData::F32(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::F64(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::I64(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::U8(v) => &v[range],
+        TensorData::F16(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::BF16(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::I32(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::Bool(v) => bytemuck::cast_slice(&v[range]),
+    }
+}
+
+/// Overwrites `data`'s elements with `bytes` (as [`payload_bytes`] gives them); `false` when
+/// the lengths differ or a bool byte is neither 0 nor 1.
+fn fill_from_bytes(data: &mut TensorData, bytes: &[u8]) -> bool {
+    fn copy(out: &mut [u8], bytes: &[u8]) -> bool {
+        let fits = out.len() == bytes.len();
+        if fits {
+            out.copy_from_slice(bytes);
+        }
+        fits
+    }
+    match data {
+        TensorData::F32(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::F64(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::I64(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::U8(v) => copy(v, bytes),
+        TensorData::F16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::BF16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::I32(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::Bool(v) => {
+            let fits = v.len() == bytes.len() && bytes.iter().all(|&b| b <= 1);
+            if fits {
+                for (out, &b) in v.iter_mut().zip(bytes) {
+                    *out = b == 1;
+                }
+            }
+            fits
+        }
     }
 }
 
@@ -346,12 +553,7 @@ impl<'c> MpiComm<'c> {
             deadline,
             perturbation,
             context,
-            inbox: RefCell::new(Inbox {
-                messages: BTreeMap::new(),
-                arrival: BTreeMap::new(),
-                awaiting_payload: vec![None; size],
-                done: vec![None; size],
-            }),
+            inbox: RefCell::new(Inbox::new(size)),
             next_call: Cell::new(0),
             next_round: Cell::new(0),
         }
@@ -376,47 +578,55 @@ impl<'c> MpiComm<'c> {
             .immediate_matched_probe_with_tag(TAG_DATA)
         {
             let source = status.source_rank() as usize;
-            if let Some(round) = inbox.awaiting_payload[source].take() {
-                let incoming = inbox
-                    .messages
-                    .get_mut(&(round, source))
-                    .expect("a payload follows its header");
-                let dtype = incoming
-                    .header
-                    .dtype
-                    .expect("only typed headers have payloads");
-                let mut data = empty_like(dtype, incoming.header.len());
+            // Nothing between the probe and the receive may panic: a matched message dropped
+            // unreceived panics in rsmpi's destructor, and a second panic aborts the process.
+            if let Some(awaited) = inbox.awaiting_payload[source].take() {
+                let mut data = inbox.buffer(awaited.dtype, awaited.len);
                 receive_into(message, &mut data);
-                incoming.data = Some(data);
-                inbox.arrival.entry(round).or_default().push(source);
+                inbox.accept_payload(source, awaited, data);
                 continue;
             }
-            let (bytes, _) = (message, status).matched_receive_vec::<u8>();
+            let count = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
+            let mut bytes = std::mem::take(&mut inbox.scratch);
+            bytes.resize(count, 0);
+            message.matched_receive_into(&mut bytes[..]);
             match bytes.first() {
                 Some(&KIND_DONE) => inbox.done[source] = Some(bytes.get(1) == Some(&1)),
-                Some(&KIND_HEADER) => {
-                    let Some(header) = Header::decode(&bytes) else {
-                        abort_job(
+                Some(&kind @ (KIND_HEADER | KIND_INLINE)) => {
+                    let decoded = Header::decode(&bytes).and_then(|(header, rest)| {
+                        match (kind, header.dtype) {
+                            (KIND_HEADER, _) if rest.is_empty() => Some((header, None)),
+                            (KIND_INLINE, Some(dtype)) => {
+                                let mut data = inbox.buffer(dtype, header.len());
+                                fill_from_bytes(&mut data, rest).then_some((header, Some(data)))
+                            }
+                            _ => None,
+                        }
+                    });
+                    match decoded {
+                        Some((header, None)) => inbox.accept_header(source, header),
+                        Some((header, Some(data))) => inbox.accept_inline(source, header, data),
+                        None => abort_job(
                             &self.context,
                             &format!("malformed header from rank {source}"),
-                        );
-                    };
-                    let round = header.round;
-                    if header.len() > 0 {
-                        inbox.awaiting_payload[source] = Some(round);
-                    } else {
-                        inbox.arrival.entry(round).or_default().push(source);
+                        ),
                     }
-                    inbox
-                        .messages
-                        .insert((round, source), Incoming { header, data: None });
                 }
                 _ => abort_job(
                     &self.context,
                     &format!("malformed message from rank {source}"),
                 ),
             }
+            inbox.scratch = bytes;
         }
+    }
+
+    /// Gives the buffers of `received` messages back, for later messages to be received into.
+    fn recycle(&self, received: impl IntoIterator<Item = Incoming>) {
+        let mut inbox = self.inbox.borrow_mut();
+        inbox
+            .spare
+            .extend(received.into_iter().filter_map(|m| m.data));
     }
 
     /// Sleeps the perturbation's delay for `round`: a seeded delay plus the rank's position in the
@@ -446,28 +656,42 @@ impl<'c> MpiComm<'c> {
         let round = self.next_round.get();
         self.next_round.set(round + 1);
         self.perturb(round);
-        let headers: Vec<Vec<u8>> = outgoing
+        // A payload small enough travels inside its header's message; `None`: its own message.
+        let headers: Vec<(Vec<u8>, bool)> = outgoing
             .iter()
             .map(|o| {
-                Header {
+                let header = Header {
                     round,
                     dtype,
                     shape: o.shape.clone(),
                     signature: signature.to_owned(),
+                };
+                let payload = o
+                    .data
+                    .clone()
+                    .filter(|(_, range)| !range.is_empty())
+                    .map(|(data, range)| payload_bytes(data, range));
+                match payload {
+                    Some(bytes) if bytes.len() <= INLINE_MAX_BYTES => {
+                        (header.encode(Some(bytes)), true)
+                    }
+                    _ => (header.encode(None), false),
                 }
-                .encode()
             })
             .collect();
         let deadline = Instant::now() + self.deadline;
         let waited = mpi::request::scope(|scope| {
             let mut pending = Vec::with_capacity(2 * outgoing.len());
-            for (o, header) in outgoing.iter().zip(&headers) {
+            for (o, (header, inline)) in outgoing.iter().zip(&headers) {
                 let process = self.comm.process_at_rank(o.dest as i32);
                 pending.push(Pending::Bytes(process.immediate_send_with_tag(
                     scope,
                     &header[..],
                     TAG_DATA,
                 )));
+                if *inline {
+                    continue;
+                }
                 if let Some((data, range)) = o.data.clone().filter(|(_, r)| !r.is_empty()) {
                     pending.push(send_data(self.comm, scope, o.dest, data, range));
                 }
@@ -480,15 +704,7 @@ impl<'c> MpiComm<'c> {
                 .push(self.rank);
             self.wait_for(id, round, expect_from, pending, deadline)
         });
-        let mut inbox = self.inbox.borrow_mut();
-        let arrival = inbox.arrival.remove(&round).unwrap_or_default();
-        let mut received = BTreeMap::new();
-        for &source in expect_from {
-            if let Some(m) = inbox.messages.remove(&(round, source)) {
-                received.insert(source, m);
-            }
-        }
-        drop(inbox);
+        let (received, arrival) = self.inbox.borrow_mut().take_round(round, expect_from);
         waited?;
         for (&source, m) in &received {
             if m.header.signature != signature {
@@ -795,16 +1011,17 @@ impl Communicator for MpiComm<'_> {
             .iter()
             .map(|&dest| Outgoing::part(dest, &reduced, 0..reduced.len()))
             .collect();
-        let (mut parts, _) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
+        let (parts, _) = self.exchange(&id, &signature, Some(dtype), &outgoing, &others)?;
         let out = tensor.data_mut();
         for chunk in 0..size {
             let range = chunk_range(len, size, chunk);
             if chunk == self.rank {
                 copy_into(out, range.start, &reduced);
-            } else if let Some(part) = parts.remove(&chunk).and_then(|m| m.data) {
-                copy_into(out, range.start, &part);
+            } else if let Some(part) = parts.get(&chunk).and_then(|m| m.data.as_ref()) {
+                copy_into(out, range.start, part);
             }
         }
+        self.recycle(parts.into_values());
         Ok(())
     }
 }
@@ -855,13 +1072,9 @@ impl MpiComm<'_> {
             })
             .collect();
         let order = summation_order(mode, size, self.rank, &arrival);
-        Ok(reduce_chunk(
-            &contributions,
-            0..mine.len(),
-            &order,
-            op,
-            mode,
-        ))
+        let reduced = reduce_chunk(&contributions, 0..mine.len(), &order, op, mode);
+        self.recycle(received.into_values());
+        Ok(reduced)
     }
 }
 
@@ -888,6 +1101,105 @@ fn slice_data(data: &TensorData, range: Range<usize>) -> TensorData {
 mod tests {
     use super::*;
 
+    fn header(round: u64, len: usize) -> Header {
+        Header {
+            round,
+            dtype: Some(DType::F32),
+            shape: vec![len],
+            signature: format!("sum in ring, f32[{len}]"),
+        }
+    }
+
+    /// MPICH delivered a peer's *done* before another peer's payload: the round failed and took
+    /// its messages, and the payload that came next hit "a payload follows its header" (then a
+    /// second panic in rsmpi's destructor of the unreceived message, and an abort).
+    #[test]
+    fn a_payload_whose_round_already_failed_is_discarded_not_a_panic() {
+        let mut inbox = Inbox::new(3);
+        inbox.accept_header(2, header(5, 4));
+        let awaited = inbox.awaiting_payload[2]
+            .take()
+            .expect("the payload is awaited");
+        assert_eq!((awaited.round, awaited.len), (5, 4));
+        assert!(!inbox.is_complete(5, 2));
+        // Rank 1 is done: the exchange of round 5 fails and takes what it has.
+        let (taken, _) = inbox.take_round(5, &[1, 2]);
+        assert_eq!(taken.len(), 1);
+        inbox.accept_payload(2, awaited, TensorData::F32(vec![1.0; 4]));
+        assert!(inbox.messages.is_empty() && inbox.arrival.is_empty());
+
+        // A round that is still open gets its payload, and the source counts as arrived.
+        inbox.accept_header(1, header(6, 2));
+        let awaited = inbox.awaiting_payload[1].take().expect("awaited");
+        inbox.accept_payload(1, awaited, TensorData::F32(vec![2.0; 2]));
+        assert!(inbox.is_complete(6, 1));
+        let (mut taken, arrival) = inbox.take_round(6, &[1]);
+        assert_eq!(arrival, vec![1]);
+        assert_eq!(
+            taken.remove(&1).and_then(|m| m.data),
+            Some(TensorData::F32(vec![2.0; 2]))
+        );
+        // An empty message is complete with its header.
+        inbox.accept_header(0, header(7, 0));
+        assert!(inbox.awaiting_payload[0].is_none() && inbox.is_complete(7, 0));
+    }
+
+    #[test]
+    fn receive_buffers_are_reused_best_fit_first() {
+        let mut inbox = Inbox::new(2);
+        inbox.spare = vec![
+            TensorData::F32(vec![1.0; 8]),
+            TensorData::F32(vec![2.0; 100]),
+            TensorData::F64(vec![3.0; 10]),
+        ];
+        // 10 f32: the 100-element buffer fits (the 8 would grow), truncated to 10.
+        assert_eq!(inbox.buffer(DType::F32, 10), TensorData::F32(vec![2.0; 10]));
+        // 12 f32: only the 8 is left; it grows, the new elements zeroed.
+        let mut grown = vec![1.0; 8];
+        grown.extend([0.0; 4]);
+        assert_eq!(inbox.buffer(DType::F32, 12), TensorData::F32(grown));
+        // No spare of the dtype: a new buffer.
+        assert_eq!(inbox.buffer(DType::I32, 2), TensorData::I32(vec![0; 2]));
+        assert_eq!(inbox.spare.len(), 1);
+    }
+
+    /// The latency path's bytes give back the elements a typed message would: every dtype,
+    /// bit for bit (NaN payloads, -0.0); wrong lengths and non-0/1 bools are refused.
+    #[test]
+    fn inline_payloads_round_trip_every_dtype_bit_for_bit() {
+        let samples = [
+            TensorData::F32(vec![
+                -0.0,
+                f32::from_bits(0x7fc0_1234),
+                1.5,
+                f32::MIN_POSITIVE,
+            ]),
+            TensorData::F64(vec![f64::from_bits(0xfff8_0000_0000_0001), -0.0, 2.25]),
+            TensorData::I64(vec![i64::MIN, -1, 7]),
+            TensorData::U8(vec![0, 255, 3]),
+            TensorData::F16(vec![half::f16::from_bits(0x7e01), half::f16::NEG_ZERO]),
+            TensorData::BF16(vec![half::bf16::from_bits(0xffc1), half::bf16::ONE]),
+            TensorData::I32(vec![i32::MAX, -5]),
+            TensorData::Bool(vec![true, false, true]),
+        ];
+        for data in &samples {
+            let len = data.len();
+            let bytes = payload_bytes(data, 1..len);
+            let mut back = empty_like(data.dtype(), len - 1);
+            assert!(fill_from_bytes(&mut back, bytes), "{:?}", data.dtype());
+            assert_eq!(
+                payload_bytes(&back, 0..len - 1),
+                bytes,
+                "{:?}",
+                data.dtype()
+            );
+            let mut wrong = empty_like(data.dtype(), len);
+            assert!(!fill_from_bytes(&mut wrong, bytes), "{:?}", data.dtype());
+        }
+        let mut flags = empty_like(DType::Bool, 2);
+        assert!(!fill_from_bytes(&mut flags, &[1, 2]));
+    }
+
     #[test]
     fn headers_round_trip_and_malformed_ones_are_refused() {
         let header = Header {
@@ -896,8 +1208,14 @@ mod tests {
             shape: vec![3, 5],
             signature: "sum in ring, f64[15]".to_owned(),
         };
-        let bytes = header.encode();
-        assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        let bytes = header.encode(None);
+        assert_eq!(Header::decode(&bytes), Some((header.clone(), &[][..])));
+        let inline = header.encode(Some(&[1, 2, 3]));
+        assert_eq!(inline[0], KIND_INLINE);
+        assert_eq!(
+            Header::decode(&inline),
+            Some((header.clone(), &[1, 2, 3][..]))
+        );
         assert_eq!(header.len(), 15);
         let bare = Header {
             dtype: None,
@@ -905,9 +1223,10 @@ mod tests {
             ..header
         };
         assert_eq!(bare.len(), 0);
-        assert_eq!(Header::decode(&bare.encode()), Some(bare));
-        // Truncated anywhere before the signature, or an unknown dtype: refused, not a panic.
-        for cut in 1..bytes.len() - "sum in ring, f64[15]".len() {
+        assert_eq!(Header::decode(&bare.encode(None)), Some((bare, &[][..])));
+        // Truncated anywhere (the signature has its length), or an unknown dtype: refused, not
+        // a panic.
+        for cut in 1..bytes.len() {
             assert_eq!(Header::decode(&bytes[..cut]), None, "cut at {cut}");
         }
         let mut bad_dtype = bytes.clone();
@@ -920,7 +1239,8 @@ mod tests {
                 shape: vec![2],
                 signature: format!("allgather, {dtype}[2]"),
             };
-            assert_eq!(Header::decode(&typed.encode()), Some(typed), "{dtype}");
+            let bytes = typed.encode(None);
+            assert_eq!(Header::decode(&bytes), Some((typed, &[][..])), "{dtype}");
         }
     }
 }
