@@ -16,6 +16,11 @@
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 
+/// The longest collective deadline: a week. A deadline is added to the clock, which a larger
+/// duration could overflow (a panic); a longer one given to [`LaunchConfig`] or a run is cut to
+/// this, and the CLI refuses a longer `--deadline`.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 mod launcher;
 mod lint;
 #[cfg(feature = "mpi")]

@@ -701,9 +701,13 @@ where
     if size == 0 {
         return Err(LaunchError::EmptyWorld { world_size: size });
     }
+    // Cut to a week, and so is the run limit: both are added to the clock, which an unbounded
+    // duration from a library caller would overflow.
+    let deadline = config.deadline.min(super::MAX_DEADLINE);
+    let run_timeout = config.run_timeout.min(super::MAX_DEADLINE);
     let shared = Arc::new(Shared {
         size,
-        deadline: config.deadline,
+        deadline,
         perturbation: config.perturbation,
         state: Mutex::new(State {
             rounds: BTreeMap::new(),
@@ -756,9 +760,9 @@ where
     let mut grace: Option<Instant> = None;
     let mut pending = size;
     // What a stuck rank's wait is measured from, and how long it was.
-    let mut stuck_after = ("the run started", config.run_timeout);
+    let mut stuck_after = ("the run started", run_timeout);
     while pending > 0 {
-        let limit = grace.unwrap_or(started + config.run_timeout);
+        let limit = grace.unwrap_or(started + run_timeout);
         let Some(wait) = limit.checked_duration_since(Instant::now()) else {
             break;
         };
@@ -773,8 +777,8 @@ where
                 // Measured from the latest ending, as a collective's deadline is measured from
                 // its latest arrival: a world larger than the machine's cores ends a rank at a
                 // time, and is stuck only when no rank has ended for a deadline.
-                grace = Some(Instant::now() + config.deadline);
-                stuck_after = ("another rank ended", config.deadline);
+                grace = Some(Instant::now() + deadline);
+                stuck_after = ("another rank ended", deadline);
             }
             Err(_) => break,
         }
@@ -839,6 +843,15 @@ mod tests {
                 .collect())
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_deadline_and_run_limit_beyond_a_week_are_cut_not_overflowed() {
+        // Duration::MAX added to the clock panicked before the limits were cut to a week.
+        let mut cfg = LaunchConfig::new(2).with_deadline(Duration::MAX);
+        cfg.run_timeout = Duration::MAX;
+        let sums = allreduce_all(&cfg, ReductionMode::Ring, 8);
+        assert_eq!(sums[0], sums[1]);
     }
 
     #[test]

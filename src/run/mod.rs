@@ -198,7 +198,7 @@ impl RunRequest {
             spec: scenario.spec.clone(),
             origin: scenario.origin.clone(),
             run,
-            deadline: options.deadline,
+            deadline: options.deadline.min(crate::comm::MAX_DEADLINE),
             record_level: options.record_level,
             perturbation,
             plan: plan.clone(),

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 /// The longest `--deadline`: a week. A deadline is added to the clock, which a larger number
 /// would overflow.
-const MAX_DEADLINE_SECS: u64 = 7 * 24 * 3600;
+const MAX_DEADLINE_SECS: u64 = detcheck::comm::MAX_DEADLINE.as_secs();
 
 #[derive(Parser)]
 #[command(
