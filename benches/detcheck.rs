@@ -95,7 +95,10 @@ fn bench_md5_many() {
         .chain([1])
         .collect();
     let mut sets: Vec<(String, Vec<usize>)> = vec![
-        ("train, 1 step (13 tensors, 228 KiB)".into(), train_step.clone()),
+        (
+            "train, 1 step (13 tensors, 228 KiB)".into(),
+            train_step.clone(),
+        ),
         (
             "train, 5 steps (65 tensors, 1.1 MiB)".into(),
             train_step.repeat(5),
@@ -146,10 +149,12 @@ fn bench_md5_many() {
         for rep in 0..reps {
             for k in 0..3 {
                 let i = (k + rep) % 3;
-                samples[i].push(match i {
-                    2 => time(recorder),
-                    _ => time(|| (0..iters).for_each(|_| contenders[i]())),
-                } / iters as f64);
+                samples[i].push(
+                    match i {
+                        2 => time(recorder),
+                        _ => time(|| (0..iters).for_each(|_| contenders[i]())),
+                    } / iters as f64,
+                );
             }
         }
         let [one, many, rec] = [0, 1, 2].map(|i| median(samples[i].clone()));
@@ -446,18 +451,17 @@ fn step_secs(scenario: &detcheck::LoadedScenario, level: RecordLevel, warmup: u6
             calls: std::cell::RefCell::new(Vec::new()),
         };
         let steps = spec.steps;
-        let mut ctx = detcheck::RankContext::new(
-            &timed,
-            level,
-            spec.seed,
-            steps,
-            spec.effective_mode(),
-        );
+        let mut ctx =
+            detcheck::RankContext::new(&timed, level, spec.seed, steps, spec.effective_mode());
         program.run_rank(&mut ctx)?;
         let trace = ctx.into_recorder().finish();
         let end = Instant::now();
         let calls = timed.calls.into_inner();
-        assert_eq!(calls.len() as u64 % steps, 0, "the same collectives every step");
+        assert_eq!(
+            calls.len() as u64 % steps,
+            0,
+            "the same collectives every step"
+        );
         let start = calls[(calls.len() as u64 / steps * warmup) as usize];
         let secs = (end - start).as_secs_f64() / (steps - warmup) as f64;
         Ok((secs, trace.records.len()))
@@ -519,7 +523,10 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
         } else {
             format!("{med:.3}×")
         };
-        println!("| {name} | {} | {step} | {ratio} | {lo:.3}–{hi:.3} |", records[i]);
+        println!(
+            "| {name} | {} | {step} | {ratio} | {lo:.3}–{hi:.3} |",
+            records[i]
+        );
     }
     println!();
 }

@@ -240,7 +240,9 @@ impl Recorder {
         if len >= BATCH_BYTES {
             self.digest_pending();
             let with_stats = self.level == RecordLevel::Stats;
-            let record = Record::of_view(self.rank, step, this_seq, name, replicated, view, with_stats);
+            let record = Record::of_view(
+                self.rank, step, this_seq, name, replicated, view, with_stats,
+            );
             self.keep(record, view);
             return;
         }
@@ -445,7 +447,13 @@ mod tests {
     fn batched_records_are_the_records_of_each_tensor_in_call_order() {
         let large = BATCH_BYTES / 4 + 3;
         let lens: Vec<usize> = (0..3 * BATCH_RECORDS + 5)
-            .map(|i| if i == BATCH_RECORDS + 7 { large } else { (i * 37) % 700 })
+            .map(|i| {
+                if i == BATCH_RECORDS + 7 {
+                    large
+                } else {
+                    (i * 37) % 700
+                }
+            })
             .collect();
         let tensors: Vec<Tensor> = lens
             .iter()

@@ -326,7 +326,9 @@ impl<B: AsRef<[u8]>, T> Lane<B, T> {
     /// them) the rest of the tail.
     fn contiguous(&self) -> &[[u8; 64]] {
         if self.next < self.whole {
-            self.data.as_ref()[self.next..self.whole].as_chunks::<64>().0
+            self.data.as_ref()[self.next..self.whole]
+                .as_chunks::<64>()
+                .0
         } else {
             &self.tail[self.tail_next..self.tail_blocks]
         }
@@ -573,7 +575,11 @@ mod tests {
                     .map(|i| bytes(3000 + 577 * i + (i * i) % 131, i as u64))
                     .collect();
                 let want: Vec<Md5Digest> = inputs.iter().map(|d| Md5Digest::of_bytes(d)).collect();
-                assert_eq!(hash_all(max, &inputs, 16), want, "{max} lanes, {count} buffers");
+                assert_eq!(
+                    hash_all(max, &inputs, 16),
+                    want,
+                    "{max} lanes, {count} buffers"
+                );
                 if max == 16 {
                     let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
                     assert_eq!(md5_of_many(&refs), want, "{count} buffers at once");

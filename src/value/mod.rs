@@ -17,10 +17,10 @@ pub(crate) mod seed;
 pub(crate) mod tensor;
 
 pub use digest::{ExactF64, Md5Digest, Stats};
-pub use md5x::{md5_of_many, Md5Lanes};
 /// The `f16` and `bf16` element types (the `half` crate's), for [`TensorData::F16`] and
 /// [`TensorData::BF16`].
 pub use half::{bf16, f16};
+pub use md5x::{md5_of_many, Md5Lanes};
 pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
