@@ -9,8 +9,8 @@
 //!
 //! Speed: md5 is a chain (one buffer runs at one core's ~0.5 GB/s), so the recorder copies each
 //! tensor's canonical bytes (memcpy speed) and digests the records in batches, many buffers at
-//! once in SIMD lanes ([`crate::value::md5_of_many`]): when [`BATCH_RECORDS`] records or
-//! [`BATCH_BYTES`] bytes wait, and when the recorder finishes. A tensor of `BATCH_BYTES` or more
+//! once in SIMD lanes ([`crate::value::md5_of_many`]): when `BATCH_RECORDS` (64) records or
+//! `BATCH_BYTES` (16 MiB) wait, and when the recorder finishes. A tensor of `BATCH_BYTES` or more
 //! is digested in place at once (no copy; alone in its lane it would gain nothing).
 //!
 //! Determinism: a record is a pure function of the tensor and of the call order on its rank; no
@@ -143,10 +143,10 @@ impl std::fmt::Debug for RecordTap {
 
 /// A batch is digested once this many records wait (two rounds of 16 lanes, and more to refill
 /// the lanes that finish first).
-pub const BATCH_RECORDS: usize = 64;
+pub(crate) const BATCH_RECORDS: usize = 64;
 
 /// A batch is digested once this many bytes wait; a tensor this large is digested in place.
-pub const BATCH_BYTES: usize = 16 << 20;
+pub(crate) const BATCH_BYTES: usize = 16 << 20;
 
 /// A record whose md5 and stats wait for its batch: where it goes and a copy of its bytes.
 #[derive(Debug)]

@@ -11,8 +11,8 @@
 //! AVX2 and the baseline (SSE2), picked at run time with the same targets as the reduction
 //! kernels (`value/reduce.rs`, [`crate::value::selected_kernel`]), and LLVM turns each array
 //! operation into one vector instruction. No `unsafe`: the block's words are gathered into the
-//! lanes element by element (a transpose LLVM vectorises only in part, about a third of a
-//! round's time).
+//! lanes element by element (a transpose; the Python package's former intrinsics version did it
+//! in registers, with `unsafe` loads and stores).
 //!
 //! Widths: 16 lanes on AVX-512 (8 while at most 8 buffers are in flight), 8 on AVX2, 4 on the
 //! baseline; with few buffers in flight (two or fewer on AVX-512, three on the others) the
