@@ -1,4 +1,4 @@
-//! `cargo bench --bench detcheck [md5|allreduce|record|reprosum|columns|train|strict]...`: the figures in
+//! `cargo bench --bench detcheck [md5|md5_many|allreduce|record|reprosum|columns|train|strict]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
@@ -11,7 +11,7 @@
 use detcheck::comm::{launch_threads, Communicator, LaunchConfig};
 use detcheck::record::RecordLevel;
 use detcheck::run::run_once;
-use detcheck::value::{Md5Digest, ReductionMode, Stats};
+use detcheck::value::{md5_of_many, Md5Digest, ReductionMode, Stats};
 use detcheck::{CheckOptions, KindRegistry, ReduceOp, ScenarioSpec, Tensor};
 use md5::{Digest as _, Md5};
 use std::hint::black_box;
@@ -79,6 +79,97 @@ fn bench_md5() {
         mib_per_s(bytes.len(), record),
         raw / record
     );
+}
+
+/// md5 throughput over a set of tensors: single-stream md-5, one tensor after the other, against
+/// the recorder's path (`md5_of_many`: many at once in SIMD lanes), and against a `Recorder` at
+/// `RecordLevel::Digest` (copy, batch, md5s, records), on the same bytes, alternating in rotated
+/// order; median of the repetitions.
+fn bench_md5_many() {
+    let reps = 15;
+    // One step of `train`'s records on one rank (64→256→10: local_grad, grad, param, loss) and
+    // sets of equal tensors.
+    let train_step: Vec<usize> = [256 * 64, 256, 10 * 256, 10]
+        .iter()
+        .copied()
+        .cycle()
+        .take(12)
+        .chain([1])
+        .collect();
+    let mut sets: Vec<(String, Vec<usize>)> = vec![
+        (
+            "train, 1 step (13 tensors, 228 KiB)".into(),
+            train_step.clone(),
+        ),
+        (
+            "train, 5 steps (65 tensors, 1.1 MiB)".into(),
+            train_step.repeat(5),
+        ),
+    ];
+    for n in [1, 2, 4, 8, 16, 32] {
+        sets.push((format!("{n} × 64 KiB"), vec![16 << 10; n]));
+    }
+    for n in [8, 16] {
+        sets.push((format!("{n} × 1 MiB"), vec![256 << 10; n]));
+    }
+    println!("## md5 of many tensors at once, one core (median of {reps})\n");
+    println!("| tensors | md-5, one by one | `md5_of_many` | vs md-5 | `Recorder` (md5 level) | vs md-5 |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (label, lens) in sets {
+        let tensors: Vec<Tensor> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Tensor::from_vec(random_f32(n, 100 + i as u64)))
+            .collect();
+        let buffers: Vec<&[u8]> = tensors
+            .iter()
+            .map(|t| bytemuck::cast_slice(t.values::<f32>().expect("f32")))
+            .collect();
+        let total: usize = buffers.iter().map(|b| b.len()).sum();
+        let iters = ((32usize << 20) / total).max(2);
+        let contenders: [&dyn Fn(); 2] = [
+            &|| {
+                for b in &buffers {
+                    black_box(Md5::digest(black_box(b)));
+                }
+            },
+            &|| {
+                black_box(md5_of_many(black_box(&buffers)));
+            },
+        ];
+        // A recorder lives for a run: it records the set `iters` times, as steps, and finishes.
+        let recorder = || {
+            let mut rec = detcheck::record::Recorder::new(0, RecordLevel::Digest);
+            for step in 0..iters as u64 {
+                for t in &tensors {
+                    rec.record(step, "t", black_box(t));
+                }
+            }
+            black_box(rec.finish());
+        };
+        let mut samples = vec![Vec::new(); 3];
+        for rep in 0..reps {
+            for k in 0..3 {
+                let i = (k + rep) % 3;
+                samples[i].push(
+                    match i {
+                        2 => time(recorder),
+                        _ => time(|| (0..iters).for_each(|_| contenders[i]())),
+                    } / iters as f64,
+                );
+            }
+        }
+        let [one, many, rec] = [0, 1, 2].map(|i| median(samples[i].clone()));
+        println!(
+            "| {label} | {:.0} MiB/s | {:.0} MiB/s | {:.2}× | {:.0} MiB/s | {:.2}× |",
+            mib_per_s(total, one),
+            mib_per_s(total, many),
+            one / many,
+            mib_per_s(total, rec),
+            one / rec
+        );
+    }
+    println!();
 }
 
 /// Seconds per allreduce of `len` f32 on `ranks` thread ranks in `mode`, timed on rank 0 between
@@ -400,56 +491,163 @@ fn train_spec(global_batch: usize) -> ScenarioSpec {
     serde_json::from_str(&text).expect("the benchmark spec is valid")
 }
 
-/// Step time of the train scenario with recording off, digest only, and digest plus stats.
-fn bench_record() {
-    for global_batch in [512, 4096] {
-        bench_record_at(global_batch);
+/// A communicator that notes when each collective is called (the benchmark's clock inside the
+/// ranks): a train step calls the same collectives every step, so the k-th call of step `s` marks
+/// the same point of every step.
+struct TimedComm<'a> {
+    inner: &'a dyn Communicator,
+    calls: std::cell::RefCell<Vec<Instant>>,
+}
+
+impl TimedComm<'_> {
+    fn mark(&self) {
+        self.calls.borrow_mut().push(Instant::now());
     }
 }
 
-fn bench_record_at(global_batch: usize) {
-    let reps = 5;
+impl Communicator for TimedComm<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn barrier(&self) -> Result<(), detcheck::comm::CommError> {
+        self.mark();
+        self.inner.barrier()
+    }
+    fn broadcast(&self, t: &mut Tensor, root: usize) -> Result<(), detcheck::comm::CommError> {
+        self.mark();
+        self.inner.broadcast(t, root)
+    }
+    fn allgather(&self, t: &Tensor) -> Result<Vec<Tensor>, detcheck::comm::CommError> {
+        self.mark();
+        self.inner.allgather(t)
+    }
+    fn reduce_scatter(
+        &self,
+        t: &Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<Tensor, detcheck::comm::CommError> {
+        self.mark();
+        self.inner.reduce_scatter(t, op, mode)
+    }
+    fn allreduce(
+        &self,
+        t: &mut Tensor,
+        op: ReduceOp,
+        mode: ReductionMode,
+    ) -> Result<(), detcheck::comm::CommError> {
+        self.mark();
+        self.inner.allreduce(t, op, mode)
+    }
+}
+
+/// Seconds per step of `scenario` recorded at `level` on thread ranks (no perturbation: no
+/// seeded delays), timed inside the ranks: from the first collective of step `warmup` to the end
+/// of the rank's recording (its last batch digested), over the steps from `warmup` on; the
+/// slowest rank's. Thread launch, the loader's start and the first steps are outside the window.
+/// Also the number of records of the run.
+fn step_secs(scenario: &detcheck::LoadedScenario, level: RecordLevel, warmup: u64) -> (f64, usize) {
+    let detcheck::scenario::Program::Ranks(program) = &scenario.program else {
+        panic!("train is a rank program");
+    };
+    let program = std::sync::Arc::clone(program);
+    let spec = scenario.spec.clone();
+    let config = LaunchConfig::new(spec.world_size);
+    let per_rank = launch_threads(&config, move |comm| {
+        let timed = TimedComm {
+            inner: comm,
+            calls: std::cell::RefCell::new(Vec::new()),
+        };
+        let steps = spec.steps;
+        let mut ctx =
+            detcheck::RankContext::new(&timed, level, spec.seed, steps, spec.effective_mode());
+        program.run_rank(&mut ctx)?;
+        let trace = ctx.into_recorder().finish();
+        let end = Instant::now();
+        let calls = timed.calls.into_inner();
+        assert_eq!(
+            calls.len() as u64 % steps,
+            0,
+            "the same collectives every step"
+        );
+        let start = calls[(calls.len() as u64 / steps * warmup) as usize];
+        let secs = (end - start).as_secs_f64() / (steps - warmup) as f64;
+        Ok((secs, trace.records.len()))
+    })
+    .expect("benchmark ranks do not fail");
+    let secs = per_rank.iter().map(|r| r.0).fold(0.0, f64::max);
+    (secs, per_rank.iter().map(|r| r.1).sum())
+}
+
+/// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
+/// timed inside the ranks, the contenders' order rotated each round.
+fn bench_record() {
+    // (global batch, steps, warm-up steps, rounds): ~0.3 s and ~1 s a run here.
+    for (global_batch, steps, warmup, rounds) in [(512, 60, 10, 21), (4096, 24, 4, 15)] {
+        bench_record_at(global_batch, steps, warmup, rounds);
+    }
+}
+
+fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) {
     let levels = [
         ("off", RecordLevel::Off),
+        ("off2 (off again: the noise floor)", RecordLevel::Off),
         ("md5", RecordLevel::Digest),
         ("md5 + stats", RecordLevel::Stats),
     ];
-    let spec = train_spec(global_batch);
-    let steps = spec.steps as f64;
+    let mut spec = train_spec(global_batch);
+    spec.steps = steps;
     let scenario = KindRegistry::builtin()
         .build(spec, std::path::Path::new("bench_train.json"))
         .expect("the benchmark spec builds");
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
+    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
     let mut records = vec![0; levels.len()];
-    for _ in 0..reps {
-        for (i, &(_, level)) in levels.iter().enumerate() {
-            let options = CheckOptions {
-                record_level: level,
-                ..CheckOptions::default()
-            };
-            let mut trace = None;
-            samples[i].push(time(|| {
-                trace = Some(run_once(&scenario, &options, None, 1).expect("bench run"));
-            }));
-            records[i] = trace.map_or(0, |t| t.num_records());
+    for round in 0..rounds {
+        for k in 0..levels.len() {
+            let i = (k + round) % levels.len();
+            let (s, n) = step_secs(&scenario, levels[i].1, warmup);
+            secs[i].push(s);
+            records[i] = n;
         }
     }
-    let medians: Vec<f64> = samples.into_iter().map(median).collect();
     println!(
         "## Recording overhead: `train`, 4 thread ranks, 64→256→10 MLP (19 k parameters), \
          global batch {global_batch}; every parameter, gradient and local gradient recorded every \
-         step (median of {reps})\n"
+         step; steps {warmup}–{steps} timed inside the ranks, {rounds} rounds in rotated order\n"
     );
-    println!("| recording | records | step time | vs off |\n| --- | ---: | ---: | ---: |");
+    println!("| recording | records | step time (median) | vs off, median of rounds | range |");
+    println!("| --- | ---: | ---: | ---: | --- |");
     for (i, (name, _)) in levels.iter().enumerate() {
+        let step = human_time(median(secs[i].clone()));
+        if i == 0 {
+            println!("| {name} | {} | {step} | 1 | |", records[i]);
+            continue;
+        }
+        let (med, lo, hi) = ratio_summary(&secs[i], &secs[0]);
+        // Recording is a superset of `off`'s work: a ratio below 1, or within the noise floor's
+        // spread of it, is noise, not a speed-up.
+        let ratio = if i >= 2 && med < 1.0 {
+            "unresolved: noise".to_string()
+        } else {
+            format!("{med:.3}×")
+        };
         println!(
-            "| {name} | {} | {} | {:.3}× |",
-            records[i],
-            human_time(medians[i] / steps),
-            medians[i] / medians[0]
+            "| {name} | {} | {step} | {ratio} | {lo:.3}–{hi:.3} |",
+            records[i]
         );
     }
     println!();
+}
+
+/// Median, lowest and highest of the per-round ratios `a[r] / b[r]`.
+fn ratio_summary(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    (median(ratios), lo, hi)
 }
 
 fn human_size(bytes: usize) -> String {
@@ -578,6 +776,9 @@ fn main() {
     let wants = |name: &str| selected.is_empty() || selected.iter().any(|s| s == name);
     if wants("md5") {
         bench_md5();
+    }
+    if wants("md5") || selected.iter().any(|s| s == "md5_many") {
+        bench_md5_many();
     }
     if wants("allreduce") {
         bench_allreduce();

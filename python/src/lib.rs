@@ -9,7 +9,7 @@
 //! which makes such a buffer (a copy only where one is needed). `record` checks it, copies its
 //! bytes (with the GIL released from 256 KiB up) and hands them, in batches, to the writer's own
 //! thread (`worker`), which computes the statistics and the md5 (several arrays at once in SIMD lanes,
-//! `md5x`) and writes the records in order, while the program goes on.
+//! the library's `detcheck::value::Md5Lanes`) and writes the records in order, while the program goes on.
 //!
 //! Determinism: a record's md5 and statistics are those of the Rust writer for the same dtype,
 //! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array), and the records,
@@ -22,13 +22,11 @@
 //! writer's thread, is raised by the next `record`, `flush` or `close`.
 //!
 //! `unsafe`: denied here and allowed only in `buffer`, the buffer protocol (see that module for
-//! why), and in `md5x`, to call its AVX2 and AVX-512 functions once the CPU is known to have
-//! them and for their unaligned vector loads and stores; PyO3's macros generate their own.
+//! why); PyO3's macros generate their own.
 
 #![deny(unsafe_code)]
 
 mod buffer;
-mod md5x;
 mod worker;
 
 use buffer::Buffer;

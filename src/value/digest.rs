@@ -21,6 +21,7 @@
 use crate::value::tensor::{DType, Tensor, TensorView};
 use half::{bf16, f16};
 use md5::{Digest as _, Md5};
+use multiversion::multiversion;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -174,7 +175,7 @@ impl StatsAccumulator {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_finite(&mut self, lane: usize, x: f64) {
         self.max[lane] = if x > self.max[lane] {
             x
@@ -190,7 +191,7 @@ impl StatsAccumulator {
         self.sum_sq[lane] += x * x;
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_lane(&mut self, lane: usize, x: f64) {
         if x.is_finite() {
             self.push_finite(lane, x);
@@ -203,7 +204,9 @@ impl StatsAccumulator {
         }
     }
 
-    /// Feeds little-endian elements of `N` bytes each, in index order.
+    /// Feeds little-endian elements of `N` bytes each, in index order (inlined into
+    /// `feed_view`'s versions, so it is vectorised for each).
+    #[inline(always)]
     fn feed<const N: usize>(&mut self, bytes: &[u8], to_f64: impl Fn([u8; N]) -> f64) {
         let element = |b: &[u8]| to_f64(b.try_into().expect("N bytes"));
         let mut blocks = bytes.chunks_exact(N * LANES);
@@ -289,8 +292,18 @@ impl Stats {
     #[must_use]
     pub fn of_view(view: TensorView<'_>) -> Self {
         let mut acc = StatsAccumulator::new();
-        let bytes = view.bytes();
-        match view.dtype() {
+        feed_view(&mut acc, view.dtype(), view.bytes());
+        acc.finish(view.len())
+    }
+}
+
+/// Feeds every element of `bytes` (little-endian `dtype`s) to `acc`, compiled for the reduction
+/// kernels' targets (`value/reduce.rs`) and picked at run time: the same operations per lane in
+/// the same order on each (no FMA), only the vector width differs, so the same bits.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+fn feed_view(acc: &mut StatsAccumulator, dtype: DType, bytes: &[u8]) {
+    {
+        match dtype {
             DType::F32 => acc.feed(bytes, |b| f64::from(f32::from_le_bytes(b))),
             DType::F64 => acc.feed(bytes, f64::from_le_bytes),
             DType::I64 => acc.feed(bytes, |b| i64::from_le_bytes(b) as f64),
@@ -300,7 +313,6 @@ impl Stats {
             DType::BF16 => acc.feed(bytes, |b| f64::from(bf16::from_le_bytes(b).to_f32())),
             DType::I32 => acc.feed(bytes, |b| f64::from(i32::from_le_bytes(b))),
         }
-        acc.finish(view.len())
     }
 }
 

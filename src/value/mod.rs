@@ -10,6 +10,7 @@
 //! the bottom layer: it uses no other module of the crate.
 
 pub(crate) mod digest;
+pub(crate) mod md5x;
 pub(crate) mod reduce;
 pub(crate) mod reprosum;
 pub(crate) mod seed;
@@ -19,6 +20,7 @@ pub use digest::{ExactF64, Md5Digest, Stats};
 /// The `f16` and `bf16` element types (the `half` crate's), for [`TensorData::F16`] and
 /// [`TensorData::BF16`].
 pub use half::{bf16, f16};
+pub use md5x::{md5_of_many, Md5Lanes};
 pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,

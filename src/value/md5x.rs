@@ -1,0 +1,617 @@
+//! md5 of many buffers at once: one md5 per SIMD lane, in safe portable code.
+//!
+//! md5 is a chain: each 64-byte block of a message depends on the previous one, so one message
+//! cannot be hashed faster than one core's latency allows (~0.5-0.6 GB/s). Independent messages
+//! can: [`Md5Lanes`] hashes each buffer it is given in a lane of its own, one block per lane per
+//! round, and a buffer that finishes frees its lane for the next one waiting (Intel ISA-L's and
+//! minio's md5-simd's multi-buffer scheme). [`md5_of_many`] is the one-call form.
+//!
+//! The lanes are arrays of `u32` (`[u32; 16]`, `[u32; 8]`, `[u32; 4]`) operated on element by
+//! element with `wrapping_add` and `rotate_left`; `multiversion` compiles the rounds for AVX-512,
+//! AVX2 and the baseline (SSE2), picked at run time with the same targets as the reduction
+//! kernels (`value/reduce.rs`, [`crate::value::selected_kernel`]), and LLVM turns each array
+//! operation into one vector instruction. No `unsafe`: the block's words are gathered into the
+//! lanes element by element (a transpose; the Python package's former intrinsics version did it
+//! in registers, with `unsafe` loads and stores).
+//!
+//! Widths: 16 lanes on AVX-512 (8 while at most 8 buffers are in flight), 8 on AVX2, 4 on the
+//! baseline; with few buffers in flight (two or fewer on AVX-512, three on the others) the
+//! rounds run one buffer after the other, which is quicker for so few. A vector round costs about
+//! as much with one buffer as with all its lanes busy, so the more buffers at once the better.
+//!
+//! Determinism: every lane computes RFC 1321 md5 of its own buffer (the same 64 steps, the same
+//! padding), so a digest is the `md-5` crate's (`hashlib.md5(bytes)`), whatever the lane, the
+//! width, the CPU or the other buffers; the tests compare every length up to 300 bytes, large
+//! buffers, and every number of buffers up to 40 with `md-5`.
+//! Limits: one buffer alone is no faster than `md-5` (use [`Md5Digest::of_bytes`]); lanes of very
+//! different lengths leave lanes idle once the short ones are done and nothing waits.
+
+use crate::value::digest::Md5Digest;
+use multiversion::multiversion;
+use std::collections::VecDeque;
+
+/// md5's initial state (RFC 1321, 3.3).
+const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+
+/// md5's additive constants, `floor(abs(sin(i + 1)) * 2^32)`.
+static K: [u32; 64] = [
+    0xd76a_a478,
+    0xe8c7_b756,
+    0x2420_70db,
+    0xc1bd_ceee,
+    0xf57c_0faf,
+    0x4787_c62a,
+    0xa830_4613,
+    0xfd46_9501,
+    0x6980_98d8,
+    0x8b44_f7af,
+    0xffff_5bb1,
+    0x895c_d7be,
+    0x6b90_1122,
+    0xfd98_7193,
+    0xa679_438e,
+    0x49b4_0821,
+    0xf61e_2562,
+    0xc040_b340,
+    0x265e_5a51,
+    0xe9b6_c7aa,
+    0xd62f_105d,
+    0x0244_1453,
+    0xd8a1_e681,
+    0xe7d3_fbc8,
+    0x21e1_cde6,
+    0xc337_07d6,
+    0xf4d5_0d87,
+    0x455a_14ed,
+    0xa9e3_e905,
+    0xfcef_a3f8,
+    0x676f_02d9,
+    0x8d2a_4c8a,
+    0xfffa_3942,
+    0x8771_f681,
+    0x6d9d_6122,
+    0xfde5_380c,
+    0xa4be_ea44,
+    0x4bde_cfa9,
+    0xf6bb_4b60,
+    0xbebf_bc70,
+    0x289b_7ec6,
+    0xeaa1_27fa,
+    0xd4ef_3085,
+    0x0488_1d05,
+    0xd9d4_d039,
+    0xe6db_99e5,
+    0x1fa2_7cf8,
+    0xc4ac_5665,
+    0xf429_2244,
+    0x432a_ff97,
+    0xab94_23a7,
+    0xfc93_a039,
+    0x655b_59c3,
+    0x8f0c_cc92,
+    0xffef_f47d,
+    0x8584_5dd1,
+    0x6fa8_7e4f,
+    0xfe2c_e6e0,
+    0xa301_4314,
+    0x4e08_11a1,
+    0xf753_7e82,
+    0xbd3a_f235,
+    0x2ad7_d2bb,
+    0xeb86_d391,
+];
+
+/// One `u32` per lane; the operations are lane by lane (the compiler vectorises them).
+#[derive(Clone, Copy)]
+struct V<const N: usize>([u32; N]);
+
+impl<const N: usize> V<N> {
+    #[inline(always)]
+    fn splat(x: u32) -> Self {
+        V([x; N])
+    }
+    #[inline(always)]
+    fn zip(self, o: Self, f: impl Fn(u32, u32) -> u32) -> Self {
+        V(std::array::from_fn(|i| f(self.0[i], o.0[i])))
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.zip(o, u32::wrapping_add)
+    }
+    #[inline(always)]
+    fn and(self, o: Self) -> Self {
+        self.zip(o, |a, b| a & b)
+    }
+    #[inline(always)]
+    fn or(self, o: Self) -> Self {
+        self.zip(o, |a, b| a | b)
+    }
+    #[inline(always)]
+    fn xor(self, o: Self) -> Self {
+        self.zip(o, |a, b| a ^ b)
+    }
+    #[inline(always)]
+    fn not(self) -> Self {
+        V(self.0.map(|a| !a))
+    }
+    #[inline(always)]
+    fn rotl<const S: u32>(self) -> Self {
+        V(self.0.map(|a| a.rotate_left(S)))
+    }
+}
+
+#[inline(always)]
+fn f<const N: usize>(b: V<N>, c: V<N>, d: V<N>) -> V<N> {
+    d.xor(b.and(c.xor(d)))
+}
+#[inline(always)]
+fn g<const N: usize>(b: V<N>, c: V<N>, d: V<N>) -> V<N> {
+    c.xor(d.and(b.xor(c)))
+}
+#[inline(always)]
+fn h<const N: usize>(b: V<N>, c: V<N>, d: V<N>) -> V<N> {
+    b.xor(c).xor(d)
+}
+#[inline(always)]
+fn i<const N: usize>(b: V<N>, c: V<N>, d: V<N>) -> V<N> {
+    c.xor(b.or(d.not()))
+}
+
+/// One md5 step: `a = b + ((a + m + k + fn(b, c, d)) <<< s)`, summed in that order so that
+/// only `fn`, one addition, the rotation and the last addition wait for `b` (the step before).
+macro_rules! step {
+    ($fn:ident, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:literal) => {
+        $a = $b.add(
+            $a.add($m)
+                .add(V::splat($k))
+                .add($fn($b, $c, $d))
+                .rotl::<$s>(),
+        );
+    };
+}
+
+/// md5's compression of one 64-byte block per lane (RFC 1321, 3.4), lanes side by side:
+/// `state[word][lane]`, `words[j][lane]`.
+#[inline(always)]
+fn compress<const N: usize>(state: &mut [[u32; N]; 4], words: &[[u32; N]; 16]) {
+    let m: [V<N>; 16] = std::array::from_fn(|j| V(words[j]));
+    // Opaque to the optimiser: with the constants known, it adds them last, after `fn`, which
+    // puts one more addition on the chain from step to step (about 15% slower).
+    let k: &[u32; 64] = std::hint::black_box(&K);
+    let (a0, b0, c0, d0) = (V(state[0]), V(state[1]), V(state[2]), V(state[3]));
+    let (mut a, mut b, mut c, mut d) = (a0, b0, c0, d0);
+    step!(f, a, b, c, d, m[0], k[0], 7);
+    step!(f, d, a, b, c, m[1], k[1], 12);
+    step!(f, c, d, a, b, m[2], k[2], 17);
+    step!(f, b, c, d, a, m[3], k[3], 22);
+    step!(f, a, b, c, d, m[4], k[4], 7);
+    step!(f, d, a, b, c, m[5], k[5], 12);
+    step!(f, c, d, a, b, m[6], k[6], 17);
+    step!(f, b, c, d, a, m[7], k[7], 22);
+    step!(f, a, b, c, d, m[8], k[8], 7);
+    step!(f, d, a, b, c, m[9], k[9], 12);
+    step!(f, c, d, a, b, m[10], k[10], 17);
+    step!(f, b, c, d, a, m[11], k[11], 22);
+    step!(f, a, b, c, d, m[12], k[12], 7);
+    step!(f, d, a, b, c, m[13], k[13], 12);
+    step!(f, c, d, a, b, m[14], k[14], 17);
+    step!(f, b, c, d, a, m[15], k[15], 22);
+
+    step!(g, a, b, c, d, m[1], k[16], 5);
+    step!(g, d, a, b, c, m[6], k[17], 9);
+    step!(g, c, d, a, b, m[11], k[18], 14);
+    step!(g, b, c, d, a, m[0], k[19], 20);
+    step!(g, a, b, c, d, m[5], k[20], 5);
+    step!(g, d, a, b, c, m[10], k[21], 9);
+    step!(g, c, d, a, b, m[15], k[22], 14);
+    step!(g, b, c, d, a, m[4], k[23], 20);
+    step!(g, a, b, c, d, m[9], k[24], 5);
+    step!(g, d, a, b, c, m[14], k[25], 9);
+    step!(g, c, d, a, b, m[3], k[26], 14);
+    step!(g, b, c, d, a, m[8], k[27], 20);
+    step!(g, a, b, c, d, m[13], k[28], 5);
+    step!(g, d, a, b, c, m[2], k[29], 9);
+    step!(g, c, d, a, b, m[7], k[30], 14);
+    step!(g, b, c, d, a, m[12], k[31], 20);
+
+    step!(h, a, b, c, d, m[5], k[32], 4);
+    step!(h, d, a, b, c, m[8], k[33], 11);
+    step!(h, c, d, a, b, m[11], k[34], 16);
+    step!(h, b, c, d, a, m[14], k[35], 23);
+    step!(h, a, b, c, d, m[1], k[36], 4);
+    step!(h, d, a, b, c, m[4], k[37], 11);
+    step!(h, c, d, a, b, m[7], k[38], 16);
+    step!(h, b, c, d, a, m[10], k[39], 23);
+    step!(h, a, b, c, d, m[13], k[40], 4);
+    step!(h, d, a, b, c, m[0], k[41], 11);
+    step!(h, c, d, a, b, m[3], k[42], 16);
+    step!(h, b, c, d, a, m[6], k[43], 23);
+    step!(h, a, b, c, d, m[9], k[44], 4);
+    step!(h, d, a, b, c, m[12], k[45], 11);
+    step!(h, c, d, a, b, m[15], k[46], 16);
+    step!(h, b, c, d, a, m[2], k[47], 23);
+
+    step!(i, a, b, c, d, m[0], k[48], 6);
+    step!(i, d, a, b, c, m[7], k[49], 10);
+    step!(i, c, d, a, b, m[14], k[50], 15);
+    step!(i, b, c, d, a, m[5], k[51], 21);
+    step!(i, a, b, c, d, m[12], k[52], 6);
+    step!(i, d, a, b, c, m[3], k[53], 10);
+    step!(i, c, d, a, b, m[10], k[54], 15);
+    step!(i, b, c, d, a, m[1], k[55], 21);
+    step!(i, a, b, c, d, m[8], k[56], 6);
+    step!(i, d, a, b, c, m[15], k[57], 10);
+    step!(i, c, d, a, b, m[6], k[58], 15);
+    step!(i, b, c, d, a, m[13], k[59], 21);
+    step!(i, a, b, c, d, m[4], k[60], 6);
+    step!(i, d, a, b, c, m[11], k[61], 10);
+    step!(i, c, d, a, b, m[2], k[62], 15);
+    step!(i, b, c, d, a, m[9], k[63], 21);
+
+    state[0] = a.add(a0).0;
+    state[1] = b.add(b0).0;
+    state[2] = c.add(c0).0;
+    state[3] = d.add(d0).0;
+}
+
+/// The 16 little-endian message words of block `round` of each lane, lanes side by side:
+/// `words[j][lane]`.
+#[inline(always)]
+fn words<const N: usize>(blocks: &[&[[u8; 64]]; N], round: usize) -> [[u32; N]; 16] {
+    let mut m = [[0u32; N]; 16];
+    for (lane, blocks) in blocks.iter().enumerate() {
+        let (block_words, _) = blocks[round].as_chunks::<4>();
+        for (j, w) in block_words.iter().enumerate() {
+            m[j][lane] = u32::from_le_bytes(*w);
+        }
+    }
+    m
+}
+
+/// `n` compressions of `N` lanes: lane `l` hashes `blocks[l][0..n]` one after the other. Compiled
+/// for the reduction kernels' targets (the same priority, so the same pick as
+/// [`crate::value::selected_kernel`]); the operations are the same on each, only the vector width differs.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+fn rounds<const N: usize>(state: &mut [[u32; N]; 4], n: usize, blocks: &[&[[u8; 64]]; N]) {
+    for round in 0..n {
+        compress(state, &words(blocks, round));
+    }
+}
+
+/// A buffer being hashed in a lane.
+struct Lane<B, T> {
+    /// The caller's buffer and its tag.
+    data: B,
+    tag: T,
+    /// The byte offset of the next whole block of `data`.
+    next: usize,
+    /// Where the whole blocks end.
+    whole: usize,
+    /// The last partial block, the padding and the length: one or two blocks.
+    tail: [[u8; 64]; 2],
+    tail_blocks: usize,
+    tail_next: usize,
+    state: [u32; 4],
+}
+
+impl<B: AsRef<[u8]>, T> Lane<B, T> {
+    fn new(data: B, tag: T) -> Self {
+        let bytes = data.as_ref();
+        let whole = bytes.len() / 64 * 64;
+        let rest = &bytes[whole..];
+        let mut tail = [0u8; 128];
+        tail[..rest.len()].copy_from_slice(rest);
+        tail[rest.len()] = 0x80;
+        let tail_blocks = if rest.len() < 56 { 1 } else { 2 };
+        let bits = (bytes.len() as u64).wrapping_mul(8);
+        tail[tail_blocks * 64 - 8..tail_blocks * 64].copy_from_slice(&bits.to_le_bytes());
+        let (tail_chunks, _) = tail.as_chunks::<64>();
+        Lane {
+            tail: [tail_chunks[0], tail_chunks[1]],
+            data,
+            tag,
+            next: 0,
+            whole,
+            tail_blocks,
+            tail_next: 0,
+            state: INIT,
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        (self.whole - self.next) / 64 + self.tail_blocks - self.tail_next
+    }
+
+    /// The next blocks that lie one after the other: the rest of the whole blocks, or (after
+    /// them) the rest of the tail.
+    fn contiguous(&self) -> &[[u8; 64]] {
+        if self.next < self.whole {
+            self.data.as_ref()[self.next..self.whole]
+                .as_chunks::<64>()
+                .0
+        } else {
+            &self.tail[self.tail_next..self.tail_blocks]
+        }
+    }
+
+    fn advance(&mut self, blocks: usize) {
+        let whole = ((self.whole - self.next) / 64).min(blocks);
+        self.next += whole * 64;
+        self.tail_next += blocks - whole;
+    }
+
+    fn digest(&self) -> Md5Digest {
+        let mut out = [0u8; 16];
+        for (chunk, word) in out.chunks_exact_mut(4).zip(self.state) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        Md5Digest(out)
+    }
+}
+
+/// The most blocks per lane in one [`Md5Lanes::run`] (the zero blocks of an unused lane are this
+/// long).
+const MAX_ROUNDS: usize = 64;
+
+/// What an unused lane of a vector hashes (its result is not used).
+static ZEROS: [[u8; 64]; MAX_ROUNDS] = [[0; 64]; MAX_ROUNDS];
+
+/// The most lanes the rounds this process runs fill: 16 (AVX-512), 8 (AVX2) or 4 (baseline).
+fn widest() -> usize {
+    match crate::value::reduce::selected_kernel() {
+        "avx512" => 16,
+        "avx2" => 8,
+        _ => 4,
+    }
+}
+
+/// Hashes buffers in SIMD lanes as they come: [`Md5Lanes::push`] a buffer with a tag, call
+/// [`Md5Lanes::run`] until [`Md5Lanes::is_idle`]; each finished buffer comes back with its tag
+/// and md5. `B` is any byte buffer (`Vec<u8>` to hand ownership over and get it back, `&[u8]`
+/// to borrow).
+pub struct Md5Lanes<B, T> {
+    lanes: Vec<Option<Lane<B, T>>>,
+    /// The fewest buffers in flight that the vector rounds take (fewer: one by one).
+    vector_from: usize,
+    waiting: VecDeque<(B, T)>,
+}
+
+impl<B: AsRef<[u8]>, T> Default for Md5Lanes<B, T> {
+    fn default() -> Self {
+        Md5Lanes::new()
+    }
+}
+
+impl<B: AsRef<[u8]>, T> Md5Lanes<B, T> {
+    /// As many lanes as this CPU's vectors hold (16, 8 or 4).
+    #[must_use]
+    pub fn new() -> Self {
+        Md5Lanes::with_max_lanes(16)
+    }
+
+    /// At most `max` lanes (rounded down to 16, 8, 4 or 1; 1 hashes one buffer after the other):
+    /// to compare widths, or to leave vector units to other work.
+    #[must_use]
+    pub fn with_max_lanes(max: usize) -> Self {
+        let widest = widest();
+        let width = [16, 8, 4, 1]
+            .into_iter()
+            .find(|&w| w <= max.min(widest))
+            .unwrap_or(1);
+        Md5Lanes {
+            lanes: (0..width).map(|_| None).collect(),
+            // AVX-512 rotates in one instruction: 8 lanes beat one by one from 3 buffers.
+            vector_from: if widest == 16 { 3 } else { 4 },
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// How many buffers are hashed at once.
+    #[must_use]
+    pub fn num_lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Queues `data` for hashing.
+    pub fn push(&mut self, data: B, tag: T) {
+        self.waiting.push_back((data, tag));
+    }
+
+    /// `true` when no buffer is waiting or being hashed.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.lanes.iter().all(Option::is_none)
+    }
+
+    /// Hashes up to `budget` blocks per lane (at least one; fewer when a buffer finishes first),
+    /// and hands each finished buffer to `done` with its tag and md5, in lane order.
+    pub fn run(&mut self, budget: usize, mut done: impl FnMut(B, T, Md5Digest)) {
+        for slot in &mut self.lanes {
+            if slot.is_none() {
+                if let Some((data, tag)) = self.waiting.pop_front() {
+                    *slot = Some(Lane::new(data, tag));
+                }
+            }
+        }
+        let width = self.lanes.len();
+        let mut active: Vec<&mut Lane<B, T>> = self.lanes.iter_mut().flatten().collect();
+        // No lane crosses from its data into its tail within a run: each reads one slice.
+        let Some(n) = active.iter().map(|l| l.contiguous().len()).min() else {
+            return;
+        };
+        let n = n.min(budget.max(1)).min(MAX_ROUNDS);
+        if active.len() < self.vector_from || width == 1 {
+            for lane in &mut active {
+                group::<1, B, T>(std::slice::from_mut(lane), n);
+            }
+        } else if width == 16 && active.len() > 8 {
+            group::<16, B, T>(&mut active, n);
+        } else if width >= 8 {
+            for chunk in active.chunks_mut(8) {
+                group::<8, B, T>(chunk, n);
+            }
+        } else {
+            for chunk in active.chunks_mut(4) {
+                group::<4, B, T>(chunk, n);
+            }
+        }
+        for slot in &mut self.lanes {
+            if slot.as_ref().is_some_and(|l| l.remaining() == 0) {
+                if let Some(lane) = slot.take() {
+                    let digest = lane.digest();
+                    done(lane.data, lane.tag, digest);
+                }
+            }
+        }
+    }
+}
+
+/// `n` rounds of up to `N` lanes (the vector's other lanes hash zeros, unused).
+fn group<const N: usize, B: AsRef<[u8]>, T>(lanes: &mut [&mut Lane<B, T>], n: usize) {
+    let mut state = [[0u32; N]; 4];
+    for (l, lane) in lanes.iter().enumerate() {
+        for (w, word) in lane.state.iter().enumerate() {
+            state[w][l] = *word;
+        }
+    }
+    {
+        let view: &[&mut Lane<B, T>] = lanes;
+        let blocks: [&[[u8; 64]]; N] = std::array::from_fn(|l| match view.get(l) {
+            Some(lane) => &lane.contiguous()[..n],
+            None => &ZEROS[..n],
+        });
+        rounds(&mut state, n, &blocks);
+    }
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        for (w, word) in lane.state.iter_mut().enumerate() {
+            *word = state[w][l];
+        }
+        lane.advance(n);
+    }
+}
+
+/// The md5 of each buffer, in order, hashed in SIMD lanes ([`Md5Lanes`]): the same digests as
+/// [`Md5Digest::of_bytes`] of each.
+#[must_use]
+pub fn md5_of_many(buffers: &[&[u8]]) -> Vec<Md5Digest> {
+    if buffers.len() < 2 {
+        return buffers.iter().map(|b| Md5Digest::of_bytes(b)).collect();
+    }
+    let mut lanes: Md5Lanes<&[u8], usize> = Md5Lanes::new();
+    let mut out = vec![Md5Digest([0; 16]); buffers.len()];
+    for (i, buffer) in buffers.iter().enumerate() {
+        lanes.push(buffer, i);
+    }
+    while !lanes.is_idle() {
+        lanes.run(MAX_ROUNDS, |_, i, md5| out[i] = md5);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Hashes `inputs` with lanes of at most `max`, `budget` blocks per run, pushing while
+    /// running; checks each buffer comes back with its tag.
+    fn hash_all(max: usize, inputs: &[Vec<u8>], budget: usize) -> Vec<Md5Digest> {
+        let mut lanes = Md5Lanes::with_max_lanes(max);
+        let mut out = vec![None; inputs.len()];
+        for (i, data) in inputs.iter().enumerate() {
+            lanes.push(data.clone(), i);
+            if i % 3 == 0 {
+                lanes.run(budget, |_, tag, md5| out[tag] = Some(md5));
+            }
+        }
+        while !lanes.is_idle() {
+            lanes.run(budget, |data, tag, md5| {
+                assert_eq!(data, inputs[tag]);
+                out[tag] = Some(md5);
+            });
+        }
+        out.into_iter().map(|d| d.expect("hashed")).collect()
+    }
+
+    #[test]
+    fn every_length_up_to_300_and_large_buffers_are_md5() {
+        let mut inputs: Vec<Vec<u8>> = (0..=300).map(|len| bytes(len, len as u64)).collect();
+        for (i, len) in [4096, 65_536 + 7, 1 << 20, 3 * 64 * 1024 + 55, 100_000]
+            .iter()
+            .enumerate()
+        {
+            inputs.push(bytes(*len, 1000 + i as u64));
+        }
+        let want: Vec<Md5Digest> = inputs.iter().map(|d| Md5Digest::of_bytes(d)).collect();
+        for max in [16, 8, 4, 1] {
+            for budget in [1, 7, 64, 1 << 20] {
+                assert_eq!(
+                    hash_all(max, &inputs, budget),
+                    want,
+                    "{max} lanes, budget {budget}"
+                );
+            }
+        }
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        assert_eq!(md5_of_many(&refs), want);
+    }
+
+    #[test]
+    fn every_number_of_buffers_of_different_lengths_is_md5() {
+        for max in [16, 8, 4, 1] {
+            for count in 0..=40 {
+                let inputs: Vec<Vec<u8>> = (0..count)
+                    .map(|i| bytes(3000 + 577 * i + (i * i) % 131, i as u64))
+                    .collect();
+                let want: Vec<Md5Digest> = inputs.iter().map(|d| Md5Digest::of_bytes(d)).collect();
+                assert_eq!(
+                    hash_all(max, &inputs, 16),
+                    want,
+                    "{max} lanes, {count} buffers"
+                );
+                if max == 16 {
+                    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+                    assert_eq!(md5_of_many(&refs), want, "{count} buffers at once");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn golden_digests_are_rfc_1321() {
+        // RFC 1321, A.5.
+        let cases: [(&[u8], &str); 4] = [
+            (b"", "d41d8cd98f00b204e9800998ecf8427e"),
+            (b"abc", "900150983cd24fb0d6963f7d28e17f72"),
+            (b"message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
+            (
+                b"12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+                "57edf4a22be3c955ac49da2e2107b67a",
+            ),
+        ];
+        let buffers: Vec<&[u8]> = cases.iter().map(|c| c.0).collect();
+        let got = md5_of_many(&buffers);
+        for ((_, want), got) in cases.iter().zip(got) {
+            assert_eq!(got.to_string(), *want);
+        }
+    }
+
+    #[test]
+    fn lanes_are_capped_and_never_wider_than_the_cpu() {
+        assert_eq!(Md5Lanes::<Vec<u8>, ()>::with_max_lanes(1).num_lanes(), 1);
+        assert_eq!(Md5Lanes::<Vec<u8>, ()>::with_max_lanes(5).num_lanes(), 4);
+        assert_eq!(Md5Lanes::<Vec<u8>, ()>::with_max_lanes(0).num_lanes(), 1);
+        assert_eq!(Md5Lanes::<Vec<u8>, ()>::new().num_lanes(), widest());
+    }
+}
