@@ -31,6 +31,14 @@
 //! grids (`P` and `P + 50` bits below the largest), summed as `i128`: at most 2⁻⁴⁸ of an f64 ulp of
 //! the largest term per term. The measured errors are in the tests and `docs/benchmarks.md`.
 //!
+//! Sums of outer products (`outer`: the `train` kind's weight gradients, `Σ_s delta(s) ·
+//! input(s)ᵀ`) use a grid fixed before the sum from bounds, `2^(e_j + e_i − P)` with `2^e_j` above
+//! the largest `|delta_j|` and `2^e_i` above the largest `|input_i|`: one `max` allreduce of
+//! `p + q` values instead of one per element of `p × q`. Every exact product (two f32 multiply
+//! exactly in f64) is rounded to it once and added in `i64`, so no per-sample term is ever formed
+//! or rounded to f32; its accuracy is in `outer`'s docs and tests, its bits are pinned by a golden
+//! digest.
+//!
 //! Non-finite input is deterministic: any NaN gives NaN; +∞ and −∞ together give NaN; otherwise an
 //! infinity wins with its sign. A finite sum beyond the type's range rounds to ±∞. Zero sums are
 //! +0.0. The result is a canonical NaN (the type's `NAN`), whatever the payloads.

@@ -619,7 +619,7 @@ impl TrainScenario {
 
     /// The summed gradient bucket (gradients then loss) over all ranks: the whole bucket, or with
     /// `zero` this rank's chunk of the gradients and the loss.
-    fn reduce(&self, ctx: &RankContext<'_>, local: Vec<f32>) -> Result<(Vec<f32>, f32), RankError> {
+    fn reduce(&self, ctx: &RankContext<'_>, local: Vec<f32>) -> Result<Summed, RankError> {
         let n = self.layout.len();
         if self.params.zero {
             let loss_sum = local[n];
@@ -658,7 +658,7 @@ impl TrainScenario {
         &self,
         ctx: &RankContext<'_>,
         f: &Factors,
-    ) -> Result<(Vec<f32>, (Vec<f32>, f32)), RankError> {
+    ) -> Result<(Vec<f32>, Summed), RankError> {
         let l = &self.layout;
         let n = l.len();
         // The largest magnitudes of every factor (and a non-finite flag), over all ranks.
@@ -690,7 +690,7 @@ impl TrainScenario {
         let total = self.params.global_batch as u64;
         let one = [1.0f32];
         let blocks = [
-            (&f.d_hidden, l.h, &f.inputs, l.d, d_hidden, &inputs[..]),
+            (&f.d_hidden, l.h, &f.inputs, l.d, d_hidden, inputs),
             (&f.d_hidden, l.h, &f.ones, 1, d_hidden, &one[..]),
             (&f.d_logits, l.c, &f.hidden, l.h, d_logits, hidden),
             (&f.d_logits, l.c, &f.ones, 1, d_logits, &one[..]),
@@ -753,6 +753,10 @@ impl TrainScenario {
         Ok((local, (sum, loss)))
     }
 }
+
+/// The gradients (all of them, or with `zero` this rank's chunk) and the loss, summed over all
+/// ranks.
+type Summed = (Vec<f32>, f32);
 
 /// Names in checkpoints.
 const DROPOUT_GENERATOR: &str = "dropout";
