@@ -365,6 +365,57 @@ impl TrainScenario {
     }
 }
 
+/// Forward and backward of one sample; adds its gradient into `grad` and returns its loss: the
+/// per-sample loop of every mode but `reproducible` (which keeps the factors, [`Backprop`]; a
+/// test checks that the two agree bit for bit).
+fn sample_gradient(
+    l: &Layout,
+    params: &[f32],
+    x: &[f32],
+    label: usize,
+    mask: &[f32],
+    grad: &mut [f32],
+) -> f32 {
+    let (w1, b1, w2, b2) = (
+        &params[l.w1()],
+        &params[l.b1()],
+        &params[l.w2()],
+        &params[l.b2()],
+    );
+    let h: Vec<f32> = (0..l.h)
+        .map(|k| b1[k] + dot(&w1[k * l.d..(k + 1) * l.d], x))
+        .collect();
+    let a: Vec<f32> = h.iter().zip(mask).map(|(&v, &m)| v.max(0.0) * m).collect();
+    let z: Vec<f32> = (0..l.c)
+        .map(|c| b2[c] + dot(&w2[c * l.h..(c + 1) * l.h], &a))
+        .collect();
+    let z_max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = z.iter().map(|&v| libm::expf(v - z_max)).collect();
+    let total: f32 = e.iter().sum();
+    let loss = libm::logf(total) - (z[label] - z_max);
+
+    let mut dz: Vec<f32> = e.iter().map(|&v| v / total).collect();
+    dz[label] -= 1.0;
+    let mut da = vec![0.0f32; l.h];
+    let (g_w2_start, g_b2_start) = (l.w2().start, l.b2().start);
+    for c in 0..l.c {
+        let row = &mut grad[g_w2_start + c * l.h..g_w2_start + (c + 1) * l.h];
+        row.iter_mut().zip(&a).for_each(|(g, &v)| *g += dz[c] * v);
+        grad[g_b2_start + c] += dz[c];
+        da.iter_mut()
+            .zip(&w2[c * l.h..(c + 1) * l.h])
+            .for_each(|(d, &w)| *d += w * dz[c]);
+    }
+    let (g_w1_start, g_b1_start) = (l.w1().start, l.b1().start);
+    for k in 0..l.h {
+        let dh = if h[k] > 0.0 { da[k] * mask[k] } else { 0.0 };
+        let row = &mut grad[g_w1_start + k * l.d..g_w1_start + (k + 1) * l.d];
+        row.iter_mut().zip(x).for_each(|(g, &v)| *g += dh * v);
+        grad[g_b1_start + k] += dh;
+    }
+    loss
+}
+
 /// One sample's forward and backward pass: what its gradient is made of. The gradient of a
 /// layer's weights is the outer product of its output deltas and its inputs, of its bias the
 /// deltas.
@@ -419,6 +470,7 @@ impl Backprop {
     }
 
     /// Adds this sample's gradient (input `x`) into `grad`, one f32 product per element.
+    #[cfg(test)]
     fn add_gradient(&self, l: &Layout, x: &[f32], grad: &mut [f32]) {
         let (g_w2_start, g_b2_start) = (l.w2().start, l.b2().start);
         for (c, &dz) in self.d_logits.iter().enumerate() {
@@ -501,17 +553,15 @@ impl Optimizer {
 }
 
 impl TrainScenario {
-    /// Runs forward and backward on every sample of `batch`, in batch order, and hands each
-    /// sample's input and pass to `each`. Dropout masks come from `sequential` when the run draws
-    /// them from one generator.
+    /// Hands every sample of `batch`, in batch order, to `each`: its input, label and dropout
+    /// mask. Dropout masks come from `sequential` when the run draws them from one generator.
     fn for_each_sample(
         &self,
         ctx: &RankContext<'_>,
         batch: &Batch,
-        params: &[f32],
         step: u64,
         mut sequential: Option<&mut RankRng>,
-        mut each: impl FnMut(&[f32], Backprop),
+        mut each: impl FnMut(&[f32], usize, &[f32]),
     ) -> Result<(), RankError> {
         let l = &self.layout;
         let keep = 1.0 - self.params.dropout;
@@ -536,7 +586,7 @@ impl TrainScenario {
                 // The mask of a sample is drawn at (sample, step): the same on any rank.
                 None => draw(&mut derive_stream(ctx.seed(), Stream::Dropout, index, step)),
             };
-            each(x, Backprop::new(l, params, x, label, &mask));
+            each(x, label, &mask);
         }
         Ok(())
     }
@@ -552,10 +602,9 @@ impl TrainScenario {
     ) -> Result<Vec<Vec<f32>>, RankError> {
         let l = &self.layout;
         let mut terms = Vec::with_capacity(batch.indices.len());
-        self.for_each_sample(ctx, batch, params, step, sequential, |x, pass| {
+        self.for_each_sample(ctx, batch, step, sequential, |x, label, mask| {
             let mut term = vec![0.0f32; l.len() + 1];
-            pass.add_gradient(l, x, &mut term[..l.len()]);
-            term[l.len()] = pass.loss;
+            term[l.len()] = sample_gradient(l, params, x, label, mask, &mut term[..l.len()]);
             terms.push(term);
         })?;
         Ok(terms)
@@ -571,7 +620,9 @@ impl TrainScenario {
         sequential: Option<&mut RankRng>,
     ) -> Result<Factors, RankError> {
         let mut f = Factors::default();
-        self.for_each_sample(ctx, batch, params, step, sequential, |x, pass| {
+        let l = &self.layout;
+        self.for_each_sample(ctx, batch, step, sequential, |x, label, mask| {
+            let pass = Backprop::new(l, params, x, label, mask);
             f.inputs.extend_from_slice(x);
             f.hidden.extend_from_slice(&pass.hidden);
             f.d_logits.extend_from_slice(&pass.d_logits);
@@ -973,6 +1024,35 @@ mod tests {
             .filter(|r| r.replicated)
             .map(|r| format!("{} {} {}", r.step, r.name, r.md5))
             .collect()
+    }
+
+    /// The reproducible mode's factors ([`Backprop`]) describe the same gradient as the other
+    /// modes' per-sample loop ([`sample_gradient`]): the same loss and, element by element, the
+    /// same f32 products, bit for bit (with ReLU zeros and dropout).
+    #[test]
+    fn the_factors_give_the_per_sample_gradient_bit_for_bit() {
+        let l = Layout { d: 5, h: 12, c: 3 };
+        let mut rng = derive_stream(3, Stream::Init, 0, 0);
+        let params: Vec<f32> = (0..l.len()).map(|_| rng.normal_f32()).collect();
+        for sample in 0..20 {
+            let x: Vec<f32> = (0..l.d).map(|_| rng.normal_f32()).collect();
+            let mask: Vec<f32> = (0..l.h)
+                .map(|_| if rng.bernoulli(0.8) { 1.25 } else { 0.0 })
+                .collect();
+            let label = sample % l.c;
+            let mut expected = vec![0.0f32; l.len()];
+            let loss = sample_gradient(&l, &params, &x, label, &mask, &mut expected);
+            let pass = Backprop::new(&l, &params, &x, label, &mask);
+            let mut got = vec![0.0f32; l.len()];
+            pass.add_gradient(&l, &x, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|g| g.to_bits()).collect::<Vec<_>>();
+            assert_eq!(pass.loss.to_bits(), loss.to_bits(), "sample {sample}");
+            assert_eq!(bits(&got), bits(&expected), "sample {sample}");
+            assert!(
+                pass.d_hidden.contains(&0.0),
+                "sample {sample}: no ReLU zeros"
+            );
+        }
     }
 
     /// Golden bits of the reproducible mode: the md5 of rank 0's replicated records (loss,
