@@ -448,34 +448,52 @@ fn bench_reprosum() {
     println!();
 }
 
-/// Step time of the train scenario (recording on) with `reproducible` against `ring`.
+/// Step time of the train scenario (recording on) with `reproducible` against `ring`: the two
+/// modes alternate within each repetition, the first of them rotating, and each repetition gives
+/// one ratio; the medians and the range of the ratios are reported.
 fn bench_train_modes() {
-    let reps = 5;
-    println!("## Train step time by reduction mode, 4 thread ranks (median of {reps})\n");
-    println!("| global batch | ring | reproducible | ratio |");
-    println!("| ---: | ---: | ---: | ---: |");
+    let reps = 9;
+    let modes = ["ring", "reproducible"];
+    println!(
+        "## Train step time by reduction mode, 4 thread ranks (median of {reps}, alternating, \
+         the first mode rotating; ratio: median and range of the {reps} paired ratios)\n"
+    );
+    println!("| global batch | ring | reproducible | ratio | range |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
     for global_batch in [512, 4096] {
+        let scenarios = modes.map(|mode| {
+            let text = serde_json::to_string(&train_spec(global_batch))
+                .expect("specs serialize")
+                .replace("\"ring\"", &format!("\"{mode}\""));
+            let spec: ScenarioSpec = serde_json::from_str(&text).expect("valid spec");
+            KindRegistry::builtin()
+                .build(spec, std::path::Path::new("bench.json"))
+                .expect("valid scenario")
+        });
         let mut samples = [Vec::new(), Vec::new()];
-        for _ in 0..reps {
-            for (i, mode) in ["ring", "reproducible"].iter().enumerate() {
-                let text = serde_json::to_string(&train_spec(global_batch))
-                    .expect("specs serialize")
-                    .replace("\"ring\"", &format!("\"{mode}\""));
-                let spec: ScenarioSpec = serde_json::from_str(&text).expect("valid spec");
-                let scenario = KindRegistry::builtin()
-                    .build(spec, std::path::Path::new("bench.json"))
-                    .expect("valid scenario");
+        for rep in 0..reps {
+            for k in 0..modes.len() {
+                let i = (rep + k) % modes.len();
+                let scenario = &scenarios[i];
                 let start = Instant::now();
-                run_once(&scenario, &CheckOptions::default(), None, 1).expect("runs");
+                run_once(scenario, &CheckOptions::default(), None, 1).expect("runs");
                 samples[i].push(start.elapsed().as_secs_f64() / scenario.spec.steps as f64);
             }
         }
+        let mut ratios: Vec<f64> = samples[1]
+            .iter()
+            .zip(&samples[0])
+            .map(|(repro, ring)| repro / ring)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
         let [ring, repro] = samples.map(median);
         println!(
-            "| {global_batch} | {} | {} | {:.2}× |",
+            "| {global_batch} | {} | {} | {:.2}× | {:.2}–{:.2} |",
             human_time(ring),
             human_time(repro),
-            repro / ring
+            median(ratios.clone()),
+            ratios[0],
+            ratios[ratios.len() - 1]
         );
     }
     println!();

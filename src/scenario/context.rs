@@ -191,29 +191,41 @@ impl<'a> RankContext<'a> {
     ) -> Result<Vec<f32>, CommError> {
         use crate::value::reprosum::distributed as d;
         use crate::value::tensor::TensorData;
-        // Integer sums and max are exact in any order; `rank_ordered` keeps them off any float path.
-        let exact = ReductionMode::RankOrdered;
         let mut max_abs = Tensor::from_vec(d::local_max_abs(terms, len));
-        self.comm.allreduce(&mut max_abs, ReduceOp::Max, exact)?;
+        self.exact_allreduce(&mut max_abs, ReduceOp::Max)?;
         let TensorData::F32(max_abs) = max_abs.into_data() else {
             unreachable!("an allreduce keeps the dtype");
         };
         let magics = d::magics(&max_abs[..len], total_terms);
         let mut sums = Tensor::from_vec(d::grid_sums(terms, &magics));
-        self.comm.allreduce(&mut sums, ReduceOp::Sum, exact)?;
+        self.exact_allreduce(&mut sums, ReduceOp::Sum)?;
         let TensorData::I64(sums) = sums.into_data() else {
             unreachable!("an allreduce keeps the dtype");
         };
         let mut out = d::finish(&sums, &magics);
         if max_abs[len] > 0.0 {
             let mut counts = Tensor::from_vec(d::local_special_counts(terms, len));
-            self.comm.allreduce(&mut counts, ReduceOp::Sum, exact)?;
+            self.exact_allreduce(&mut counts, ReduceOp::Sum)?;
             let TensorData::I64(counts) = counts.into_data() else {
                 unreachable!("an allreduce keeps the dtype");
             };
             d::apply_specials(&mut out, &counts);
         }
         Ok(out)
+    }
+
+    /// Allreduces a tensor whose reduction is exact in any order, whatever the run's mode: integer
+    /// sums (the grid integers of a reproducible sum) and `max`. `rank_ordered` keeps them off any
+    /// float path.
+    ///
+    /// # Errors
+    /// The communicator's error, naming the collective.
+    pub(crate) fn exact_allreduce(
+        &self,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        self.comm.allreduce(tensor, op, ReductionMode::RankOrdered)
     }
 
     /// The number of data-loader worker threads this run uses: the plan's (the `workers` check

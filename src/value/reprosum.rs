@@ -31,6 +31,14 @@
 //! grids (`P` and `P + 50` bits below the largest), summed as `i128`: at most 2⁻⁴⁸ of an f64 ulp of
 //! the largest term per term. The measured errors are in the tests and `docs/benchmarks.md`.
 //!
+//! Sums of outer products (`outer`: the `train` kind's weight gradients, `Σ_s delta(s) ·
+//! input(s)ᵀ`) use a grid fixed before the sum from bounds, `2^(e_j + e_i − P)` with `2^e_j` above
+//! the largest `|delta_j|` and `2^e_i` above the largest `|input_i|`: one `max` allreduce of
+//! `p + q` values instead of one per element of `p × q`. Every exact product (two f32 multiply
+//! exactly in f64) is rounded to it once and added in `i64`, so no per-sample term is ever formed
+//! or rounded to f32; its accuracy is in `outer`'s docs and tests, its bits are pinned by a golden
+//! digest.
+//!
 //! Non-finite input is deterministic: any NaN gives NaN; +∞ and −∞ together give NaN; otherwise an
 //! infinity wins with its sign. A finite sum beyond the type's range rounds to ±∞. Zero sums are
 //! +0.0. The result is a canonical NaN (the type's `NAN`), whatever the payloads.
@@ -231,17 +239,22 @@ fn grid_steps(x: f32, magic: f64) -> i64 {
     ((f64::from(x) + magic).to_bits() as i64).wrapping_sub(magic.to_bits() as i64)
 }
 
-/// The f32 nearest to `sum` grid steps of `step`, rounded once (ties to even; beyond the range,
-/// ±∞). Up to 2^53 steps the product is exact in f64 and only the conversion rounds; a larger
-/// sum is a normal f32 or overflows (`step ≥ 2^-176`), where rounding to 24 bits first and then
-/// scaling by a power of two is the same single rounding.
+/// The f32 nearest to `sum` grid steps of `step` (a power of two, at least `2^-970`), rounded
+/// once (ties to even; beyond the range, ±∞). Up to 2^53 steps the product is exact in f64 and
+/// only the conversion rounds. A larger sum is first rounded to odd at 53 bits (the bits shifted
+/// out collapse into the last bit kept), which is exact in f64 and, having more than 24 + 1
+/// bits, rounds to the same f32 as the exact sum, whether that is normal, subnormal or ±∞.
 #[inline]
 fn f32_from_grid(sum: i64, step: f64) -> f32 {
-    if sum.unsigned_abs() <= 1 << 53 {
-        (sum as f64 * step) as f32
-    } else {
-        (f64::from(sum as f32) * step) as f32
+    let magnitude = sum.unsigned_abs();
+    if magnitude <= 1 << 53 {
+        return (sum as f64 * step) as f32;
     }
+    let shift = 11 - magnitude.leading_zeros();
+    let sticky = u64::from(magnitude & ((1 << shift) - 1) != 0);
+    let odd = ((magnitude >> shift) | sticky) as f64 * f64::from(1u32 << shift);
+    let value = odd * step;
+    (if sum < 0 { -value } else { value }) as f32
 }
 
 /// The reproducible sum of f32 terms: its bits depend only on the multiset of `terms`, and it is
@@ -732,6 +745,190 @@ pub(crate) mod distributed {
     }
 }
 
+/// Sums over samples of outer products, `Σ_s u(s) v(s)ᵀ`, reproducibly and without forming the
+/// per-sample terms: a layer's weight gradient is its output deltas (`u`, `p` per sample) times
+/// its inputs (`v`, `q` per sample), and a bias gradient is the deltas times a constant 1.
+///
+/// The grid of element `(j, i)` is fixed from bounds known before the sum: `2^(e_j + e_i − P)`,
+/// where `2^e_j > max |u_j|` and `2^e_i > max |v_i|` over every sample of every rank (one `max`
+/// allreduce of `p + q` values; `e ≥ −126`, as in [`grid_magic`]) and `P = precision(n)` for the
+/// `n` samples. It is separable, so the factors are scaled once, `u'_j = u_j · 2^(P_u − e_j)` and
+/// `v'_i = v_i · 2^(P_v − e_i)` with `P_u + P_v = P` (exact: powers of two, far from f64's limits),
+/// and the product of two scaled f32 values is exact in f64 (48 bits) and below `2^P`; adding
+/// `1.5 · 2^52` rounds it to an integer (ties to even), and its bits less those of the constant
+/// are that integer. The integers add exactly in `i64` (`n · 2^P < 2^63`), in any order, on any
+/// rank, so an element's sum is a function of the multiset of its exact products: the same bits at
+/// any world size. Summed over ranks (an exact `i64` allreduce), it is rounded to f32 once.
+///
+/// Accuracy: each exact product is rounded once, to `2^(e_j + e_i − P)`, at most `2^−50` of the
+/// bound on the element's products for up to 4096 samples; the error of a sum is at most `n`
+/// half steps plus half an ulp of the result (a naive f32 sum rounds every product and every
+/// partial sum to 24 bits). The bound is looser than the element's largest product when the
+/// largest `u_j` and `v_i` come from different samples, which costs grid bits, not correctness.
+///
+/// Non-finite factors: the element of a NaN or infinite product is decided as in
+/// [`reproducible_sum_f32`] ([`special_counts`], then [`distributed::apply_specials`]); finite
+/// products never overflow (a sum beyond f32's range rounds to ±∞ once).
+pub(crate) mod outer {
+    use multiversion::multiversion;
+
+    use super::{f32_from_grid, pow2, precision, Specials};
+
+    /// `1.5 · 2^52`: added to a product of magnitude below `2^51`, it leaves the product rounded
+    /// to an integer in the low bits of the sum.
+    const ROUNDING: f64 = 6_755_399_441_055_744.0;
+
+    /// Samples per block of the kernel: the block's scaled `v` rows (`q` f64 each) stay in L1
+    /// while every row of the accumulator passes over them.
+    const SAMPLE_BLOCK: usize = 32;
+
+    /// Per column of `values` (rows of `max_abs.len()` values, one per sample), the largest
+    /// finite magnitude, folded into `max_abs`; returns whether some value is not finite.
+    pub(crate) fn fold_max_abs(values: &[f32], max_abs: &mut [f32]) -> bool {
+        let mut special = false;
+        for row in values.chunks_exact(max_abs.len().max(1)) {
+            for (m, &x) in max_abs.iter_mut().zip(row) {
+                let a = x.abs();
+                if a.is_finite() {
+                    *m = m.max(a);
+                } else {
+                    special = true;
+                }
+            }
+        }
+        special
+    }
+
+    /// The smallest `e ≥ −126` with `2^e > m`, for a finite `m ≥ 0`.
+    fn exponent_above(m: f32) -> i32 {
+        match (m.to_bits() >> 23) & 0xff {
+            0 => -126,
+            biased => biased as i32 - 126,
+        }
+    }
+
+    /// The grid of a sum of outer products: an exponent per row of `u` and per column of `v`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct OuterGrid {
+        row_exponents: Vec<i32>,
+        col_exponents: Vec<i32>,
+        precision: i32,
+    }
+
+    impl OuterGrid {
+        /// The grid for factors whose largest finite magnitudes over every sample of every rank
+        /// are `u_max` (per row) and `v_max` (per column), for `total_samples` samples.
+        pub(crate) fn new(u_max: &[f32], v_max: &[f32], total_samples: u64) -> OuterGrid {
+            OuterGrid {
+                row_exponents: u_max.iter().map(|&m| exponent_above(m)).collect(),
+                col_exponents: v_max.iter().map(|&m| exponent_above(m)).collect(),
+                precision: precision(total_samples),
+            }
+        }
+
+        /// The number of elements, `p × q`.
+        pub(crate) fn len(&self) -> usize {
+            self.row_exponents.len() * self.col_exponents.len()
+        }
+
+        /// `values` (rows of `exponents.len()`) scaled to `|x| < 2^bits`, in f64.
+        fn scaled(values: &[f32], exponents: &[i32], bits: i32) -> Vec<f64> {
+            let scales: Vec<f64> = exponents.iter().map(|&e| pow2(bits - e)).collect();
+            values
+                .chunks_exact(scales.len().max(1))
+                .flat_map(|row| row.iter().zip(&scales).map(|(&x, &s)| f64::from(x) * s))
+                .collect()
+        }
+
+        /// Adds this rank's samples' products, each rounded to the grid, into `sums` (`p × q`,
+        /// row-major): `u` holds `p` values per sample, `v` `q`, for the same samples in the same
+        /// order. Exact, so the order of samples (and their split over calls) does not matter.
+        pub(crate) fn add_sums(&self, u: &[f32], v: &[f32], sums: &mut [i64]) {
+            let (p, q) = (self.row_exponents.len(), self.col_exponents.len());
+            debug_assert_eq!(sums.len(), p * q);
+            debug_assert_eq!(u.len() / p.max(1), v.len() / q.max(1));
+            let u_bits = self.precision / 2;
+            let u = Self::scaled(u, &self.row_exponents, u_bits);
+            let v = Self::scaled(v, &self.col_exponents, self.precision - u_bits);
+            add_products(&u, &v, p, q, sums);
+        }
+
+        /// The f32 of each summed element (`p × q`), rounded once.
+        pub(crate) fn finish(&self, sums: &[i64], out: &mut [f32]) {
+            let q = self.col_exponents.len();
+            for (j, (sums, out)) in sums
+                .chunks_exact(q)
+                .zip(out.chunks_exact_mut(q))
+                .enumerate()
+            {
+                let row = self.row_exponents[j] - self.precision;
+                for ((o, &sum), &e) in out.iter_mut().zip(sums).zip(&self.col_exponents) {
+                    *o = f32_from_grid(sum, pow2(row + e));
+                }
+            }
+        }
+    }
+
+    /// The kernel of [`OuterGrid::add_sums`]: `u` (`p` per sample) and `v` (`q` per sample) are
+    /// scaled, so every product is below `2^50` and exact. Per row of the sums, each sample whose
+    /// `u` is zero is skipped (its products are zero steps: ReLU's zeros are about half of a
+    /// hidden layer's deltas); the others add `bits(u · v + ROUNDING)` with wrap-around, and the
+    /// bits of `ROUNDING` are taken away once per sample added.
+    #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+    fn add_products(u: &[f64], v: &[f64], p: usize, q: usize, sums: &mut [i64]) {
+        if p == 0 || q == 0 {
+            return;
+        }
+        let bias = ROUNDING.to_bits() as i64;
+        let samples = u.len() / p;
+        let mut added = vec![0i64; p];
+        for start in (0..samples).step_by(SAMPLE_BLOCK) {
+            let end = (start + SAMPLE_BLOCK).min(samples);
+            for (j, (row, added)) in sums.chunks_exact_mut(q).zip(&mut added).enumerate() {
+                for s in start..end {
+                    let c = u[s * p + j];
+                    if c == 0.0 {
+                        continue;
+                    }
+                    *added += 1;
+                    let v = &v[s * q..(s + 1) * q];
+                    for (a, &x) in row.iter_mut().zip(v) {
+                        *a = a.wrapping_add((c * x + ROUNDING).to_bits() as i64);
+                    }
+                }
+            }
+        }
+        for (row, &added) in sums.chunks_exact_mut(q).zip(&added) {
+            let total = added.wrapping_mul(bias);
+            row.iter_mut().for_each(|a| *a = a.wrapping_sub(total));
+        }
+    }
+
+    /// Per element (`p × q`), counts of NaN, +∞ and −∞ products among these samples (three
+    /// blocks of `p × q`, for [`distributed::apply_specials`](super::distributed::apply_specials)).
+    /// Only needed when some factor is not finite.
+    pub(crate) fn special_counts(u: &[f32], p: usize, v: &[f32], q: usize) -> Vec<i64> {
+        let len = p * q;
+        let mut counts = vec![0i64; 3 * len];
+        if len == 0 {
+            return counts;
+        }
+        for (u, v) in u.chunks_exact(p).zip(v.chunks_exact(q)) {
+            for (j, &a) in u.iter().enumerate() {
+                for (i, &b) in v.iter().enumerate() {
+                    let mut specials = Specials::default();
+                    specials.note(f64::from(a) * f64::from(b));
+                    let k = j * q + i;
+                    counts[k] += i64::from(specials.nan);
+                    counts[len + k] += i64::from(specials.pos_inf);
+                    counts[2 * len + k] += i64::from(specials.neg_inf);
+                }
+            }
+        }
+        counts
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1161,6 +1358,242 @@ pub(crate) mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         assert_eq!(digest, "c8b1979007454f6dab68adda9120b082");
+    }
+
+    /// The sum of grid steps is rounded once even where the result is subnormal and the sum
+    /// beyond 2^53 steps (the grids of products go down to `2^-302`): rounding the sum to 24
+    /// bits first would round twice.
+    #[test]
+    fn a_large_sum_on_a_fine_grid_is_rounded_once() {
+        let step = pow2(-209);
+        // (2^60 + 2^59 ∓ 1) · 2^-209 = 1.5 · 2^-149 ∓ 2^-209: just below and just above a tie
+        // between the subnormals 2^-149 and 2^-148.
+        assert_eq!(
+            f32_from_grid((1 << 60) + (1 << 59) - 1, step),
+            f32::from_bits(1)
+        );
+        assert_eq!(
+            f32_from_grid((1 << 60) + (1 << 59) + 1, step),
+            f32::from_bits(2)
+        );
+        assert_eq!(
+            f32_from_grid(-(1 << 60) - (1 << 59) + 1, step),
+            -f32::from_bits(1)
+        );
+        assert_eq!(f32_from_grid(i64::MIN, pow2(-100)), -pow2(-37) as f32);
+        assert_eq!(f32_from_grid(i64::MAX, pow2(100)), f32::INFINITY);
+    }
+
+    /// Random factors of `samples` rows: `p` deltas and `q` inputs per sample, with magnitudes
+    /// spread over `2^±(spread/2)`, some zeros (ReLU) and a subnormal.
+    fn factors(samples: usize, p: usize, q: usize, seed: u64, spread: f64) -> (Vec<f32>, Vec<f32>) {
+        let mut u = normals(samples * p, 500 + seed, spread);
+        let v = normals(samples * q, 600 + seed, spread);
+        for (k, x) in u.iter_mut().enumerate() {
+            if k % 3 == 1 {
+                *x = 0.0;
+            }
+        }
+        u[p + 1] = f32::from_bits(5);
+        (u, v)
+    }
+
+    /// `Σ_s u(s) v(s)ᵀ` with the samples dealt to `ranks` ranks in contiguous blocks: each rank's
+    /// largest magnitudes, their `max`, the grid, each rank's sums, their integer sum, one
+    /// rounding (what `train` does with its collectives).
+    fn outer_sum(u: &[f32], v: &[f32], p: usize, q: usize, ranks: usize) -> Vec<f32> {
+        let samples = u.len() / p;
+        let shares: Vec<std::ops::Range<usize>> = (0..ranks)
+            .map(|r| samples * r / ranks..samples * (r + 1) / ranks)
+            .collect();
+        let (mut u_max, mut v_max) = (vec![0.0f32; p], vec![0.0f32; q]);
+        for share in &shares {
+            let (mut mu, mut mv) = (vec![0.0f32; p], vec![0.0f32; q]);
+            outer::fold_max_abs(&u[share.start * p..share.end * p], &mut mu);
+            outer::fold_max_abs(&v[share.start * q..share.end * q], &mut mv);
+            u_max.iter_mut().zip(&mu).for_each(|(m, x)| *m = m.max(*x));
+            v_max.iter_mut().zip(&mv).for_each(|(m, x)| *m = m.max(*x));
+        }
+        let grid = outer::OuterGrid::new(&u_max, &v_max, samples as u64);
+        let mut total = vec![0i64; p * q];
+        for share in shares.iter().rev() {
+            let mut sums = vec![0i64; p * q];
+            grid.add_sums(
+                &u[share.start * p..share.end * p],
+                &v[share.start * q..share.end * q],
+                &mut sums,
+            );
+            total
+                .iter_mut()
+                .zip(&sums)
+                .for_each(|(t, s)| *t = t.wrapping_add(*s));
+        }
+        let mut out = vec![0.0f32; p * q];
+        grid.finish(&total, &mut out);
+        out
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The same bits at world sizes 1 to 8, for any order of the samples, on narrow and wide
+    /// ranges and more samples than a kernel block.
+    #[test]
+    fn outer_sums_are_the_same_at_any_world_size_and_order() {
+        for (samples, spread) in [(48, 4.0), (100, 40.0), (240, 90.0)] {
+            let (p, q) = (7, 33);
+            let (u, v) = factors(samples, p, q, samples as u64, spread);
+            let one = outer_sum(&u, &v, p, q, 1);
+            for ranks in 2..=8 {
+                assert_eq!(bits(&outer_sum(&u, &v, p, q, ranks)), bits(&one), "{ranks}");
+            }
+            // The samples in another order.
+            let mut order: Vec<usize> = (0..samples).collect();
+            derive_stream(7, Stream::User(8), 0, 0).shuffle(&mut order);
+            let gather = |x: &[f32], w: usize| -> Vec<f32> {
+                order
+                    .iter()
+                    .flat_map(|&s| x[s * w..(s + 1) * w].to_vec())
+                    .collect()
+            };
+            let shuffled = outer_sum(&gather(&u, p), &gather(&v, q), p, q, 3);
+            assert_eq!(bits(&shuffled), bits(&one), "shuffled");
+        }
+    }
+
+    /// Against an exact sum of the exact products (an f64 expansion): the error of every element
+    /// is within the documented bound (n half steps of its grid plus half an ulp), and the
+    /// largest error in ulps of the exact sum is at most a naive f32 sum's (products rounded to
+    /// f32 and added in sample order, as `ring`'s local sum does), on narrow, wide and
+    /// cancelling factors.
+    #[test]
+    fn outer_sums_are_at_least_as_accurate_as_a_naive_f32_sum() {
+        let ulp = |x: f64| {
+            let x = (x as f32).abs();
+            f64::from(f32::from_bits(x.to_bits() + 1) - x).max(f64::from(f32::from_bits(1)))
+        };
+        for (name, samples, spread) in [
+            ("narrow", 512, 2.0),
+            ("wide", 512, 40.0),
+            ("cancel", 512, 8.0),
+        ] {
+            let (p, q) = (5, 17);
+            let (mut u, mut v) = factors(samples, p, q, 1 + samples as u64, spread);
+            if name == "cancel" {
+                // The second half of the samples repeats the first with `u` negated and scaled
+                // by 2^20 in the first, so that large products cancel, leaving small ones.
+                let half = samples / 2;
+                for s in 0..half {
+                    for j in 0..p {
+                        u[s * p + j] *= 1.0e6;
+                        u[(s + half) * p + j] = -u[s * p + j];
+                    }
+                    for i in 0..q {
+                        v[(s + half) * q + i] = v[s * q + i];
+                    }
+                }
+                u[0] = 1.0e-3;
+            }
+            let ours = outer_sum(&u, &v, p, q, 4);
+            let (mut worst_ours, mut worst_naive) = (0.0f64, 0.0f64);
+            let (u_max, v_max) = {
+                let (mut a, mut b) = (vec![0.0f32; p], vec![0.0f32; q]);
+                outer::fold_max_abs(&u, &mut a);
+                outer::fold_max_abs(&v, &mut b);
+                (a, b)
+            };
+            for j in 0..p {
+                for i in 0..q {
+                    let products: Vec<f64> = (0..samples)
+                        .map(|s| f64::from(u[s * p + j]) * f64::from(v[s * q + i]))
+                        .collect();
+                    let exact = exact_f64(products.iter().copied());
+                    let naive = (0..samples).fold(0.0f32, |a, s| a + u[s * p + j] * v[s * q + i]);
+                    let got = ours[j * q + i];
+                    let e_ours = abs_error(f64::from(got), &products);
+                    let e_naive = abs_error(f64::from(naive), &products);
+                    let bound_exponent = |m: f32| {
+                        if m >= f32::MIN_POSITIVE {
+                            exponent_above(f64::from(m))
+                        } else {
+                            -126
+                        }
+                    };
+                    let step = pow2(
+                        bound_exponent(u_max[j]) + bound_exponent(v_max[i])
+                            - precision(samples as u64),
+                    );
+                    let bound = samples as f64 * step / 2.0 + ulp(exact) / 2.0;
+                    assert!(
+                        e_ours <= bound,
+                        "{name} ({j}, {i}): {e_ours:e} > bound {bound:e}"
+                    );
+                    worst_ours = worst_ours.max(e_ours / ulp(exact));
+                    worst_naive = worst_naive.max(e_naive / ulp(exact));
+                }
+            }
+            eprintln!(
+                "{name}: largest error in ulps of the exact sum: outer grid {worst_ours:.3}, \
+                 naive f32 {worst_naive:.3}"
+            );
+            assert!(worst_ours <= 0.5 + 1e-9, "{name}: {worst_ours} ulp");
+            assert!(
+                worst_ours <= worst_naive,
+                "{name}: {worst_ours} > naive {worst_naive}"
+            );
+        }
+    }
+
+    /// Non-finite factors decide their elements as in `reproducible_sum_f32`; finite products
+    /// beyond f32's range add exactly and the sum rounds to ±∞ once, or comes back in range.
+    #[test]
+    fn outer_sums_of_non_finite_and_huge_factors() {
+        let (p, q) = (2, 3);
+        // Two samples: u rows, v rows.
+        let u = [f32::NAN, 1.0e30, 0.0, -1.0e30];
+        let v = [1.0, f32::INFINITY, 1.0e30, 2.0, 1.0, -1.0e30];
+        let (mut u_max, mut v_max) = (vec![0.0f32; p], vec![0.0f32; q]);
+        assert!(outer::fold_max_abs(&u, &mut u_max));
+        assert!(outer::fold_max_abs(&v, &mut v_max));
+        let grid = outer::OuterGrid::new(&u_max, &v_max, 2);
+        let mut sums = vec![0i64; p * q];
+        grid.add_sums(&u, &v, &mut sums);
+        let mut out = vec![0.0f32; p * q];
+        grid.finish(&sums, &mut out);
+        distributed::apply_specials(&mut out, &outer::special_counts(&u, p, &v, q));
+        // Row 0: NaN · anything; row 1: 1e30·1 + (−1e30)·2, 1e30·∞ + (−1e30)·1, 1e30·1e30 + (−1e30)(−1e30).
+        assert!(out[..3].iter().all(|x| x.is_nan()), "{out:?}");
+        assert_eq!(out[3], -1.0e30);
+        assert_eq!(out[4], f32::INFINITY);
+        assert_eq!(out[5], f32::INFINITY);
+        // 0 · ∞ is NaN, however the kernel skips zero factors.
+        let counts = outer::special_counts(&[0.0], 1, &[f32::INFINITY], 1);
+        assert_eq!(counts, [1, 0, 0]);
+    }
+
+    /// Golden bits: the md5 of outer-product sums of fixed random factors at 1 to 8 ranks
+    /// (narrow and wide ranges, zeros, a subnormal). Computed when the `train` kind's
+    /// reproducible mode moved to these sums (2026-11-22): a change here changes its bits.
+    #[test]
+    fn outer_sums_match_the_golden_bits() {
+        use md5::{Digest as _, Md5};
+        let mut hasher = Md5::new();
+        for (k, (samples, spread)) in [(64, 4.0), (96, 30.0), (48, 90.0)].into_iter().enumerate() {
+            let (p, q) = (9, 21);
+            let (u, v) = factors(samples, p, q, 900 + k as u64, spread);
+            for ranks in [1, 3, 8] {
+                for x in outer_sum(&u, &v, p, q, ranks) {
+                    hasher.update(x.to_bits().to_le_bytes());
+                }
+            }
+        }
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest, "bf6ff8e1e3b5d84cae6041dc1ed6d34a");
     }
 
     #[test]
