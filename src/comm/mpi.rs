@@ -361,7 +361,7 @@ impl Inbox {
 /// that are all in by its first poll come out of an `MPI_ANY_SOURCE` probe in the library's
 /// order (Open MPI's matching scans peers by rank), whatever order they were sent in. Two runs
 /// then summed in the same order in most rounds, and the 4-rank `arrival_order` control was
-/// missed in 4 checks of 110 on 2 loaded cores. The seeded orders of runs 1 and 2 differ
+/// missed in 1 to 3 checks of 26 on 2 loaded cores. The seeded orders of runs 1 and 2 differ
 /// in every round (their rotations differ), so a check sees two different orders for certain.
 fn round_order(
     perturbation: Option<&Perturbation>,
