@@ -32,13 +32,17 @@ fn text(output: &Output) -> (String, String) {
     )
 }
 
-/// The verdict cell of `scenario`'s row in the table.
-fn verdict<'a>(stdout: &'a str, scenario: &str) -> &'a str {
-    let row = stdout
+/// `scenario`'s row in the table.
+fn row<'a>(stdout: &'a str, scenario: &str) -> &'a str {
+    stdout
         .lines()
         .find(|l| l.starts_with(scenario))
-        .unwrap_or_else(|| panic!("no row for {scenario} in:\n{stdout}"));
-    row.split_whitespace().nth(6).unwrap()
+        .unwrap_or_else(|| panic!("no row for {scenario} in:\n{stdout}"))
+}
+
+/// The verdict cell of `scenario`'s row in the table.
+fn verdict<'a>(stdout: &'a str, scenario: &str) -> &'a str {
+    row(stdout, scenario).split_whitespace().nth(6).unwrap()
 }
 
 #[test]
@@ -113,6 +117,56 @@ fn a_scenario_larger_than_the_job_is_wrong_usage() {
         stderr.contains("every scenario needs more than the 2 processes mpirun started"),
         "{stderr}"
     );
+}
+
+/// Issue 16: one f64 summed in `arrival_order` on 4 MPI ranks (as the downstream example's
+/// control sums its histogram's total) must be caught by every check, not by timing luck. Ten
+/// such controls, seeds whose two seeded orders give different sums (so thread ranks catch
+/// each), checked under mpirun three times in a row: all 30 caught. When MPI summed in the
+/// order it received the messages, about half of them were missed on every attempt.
+#[test]
+fn the_arrival_order_control_is_caught_on_every_attempt_under_mpirun() {
+    let dir = tempfile::tempdir().unwrap();
+    // Seeds 8 and 12 are left out: their seeded orders happen to give the same sums.
+    let seeds = [1, 2, 3, 4, 5, 6, 7, 9, 10, 11];
+    for seed in seeds {
+        let scenario = format!(
+            r#"{{"description": "Negative control: one f64 summed in arrival order.",
+                "kind": "collective", "world_size": 4, "steps": 2, "seed": {seed},
+                "reduction": "arrival_order", "deterministic_comm": true,
+                "expect": "diverges", "params": {{"elements": 1, "dtype": "f64"}}}}"#
+        );
+        let file = dir
+            .path()
+            .join(format!("control_total_seed{seed}_4ranks.json"));
+        std::fs::write(file, scenario).unwrap();
+    }
+    let dir = dir.path().to_str().unwrap();
+    let on_threads = Command::new(env!("CARGO_BIN_EXE_detcheck"))
+        .args(["check", "--no-progress", dir])
+        .output()
+        .unwrap();
+    let (threads, stderr) = text(&on_threads);
+    assert_eq!(on_threads.status.code(), Some(0), "{threads}\n{stderr}");
+    for attempt in 0..3 {
+        let (output, _) = mpirun(4, &["check", "--no-progress", dir]);
+        let (stdout, stderr) = text(&output);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "attempt {attempt}: {stdout}\n{stderr}"
+        );
+        for seed in seeds {
+            let name = format!("control_total_seed{seed}_4ranks");
+            assert_eq!(verdict(&stdout, &name), "ok", "attempt {attempt}: {stdout}");
+            // The same first divergence as thread ranks: the same seeded orders, the same sums.
+            assert_eq!(
+                row(&stdout, &name),
+                row(&threads, &name),
+                "attempt {attempt}"
+            );
+        }
+    }
 }
 
 /// An rsmpi program of the user's own under the `mpirun` launcher: repeat, replicas and

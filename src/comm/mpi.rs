@@ -20,8 +20,12 @@
 //!   [`MpiComm::finish`] drains every message still addressed to this rank, so the communicator
 //!   is clean for the next run: no `MPI_ERR_TRUNCATE`, no abort.
 //!
-//! `arrival_order` reduces in the order messages were received from `MPI_ANY_SOURCE`: the
-//! negative control. `native` calls `MPI_Allreduce` after a handshake that proves every rank
+//! `arrival_order` is the negative control. In a plain run it reduces in the order this rank
+//! received the messages (from `MPI_ANY_SOURCE`, itself counted when it sent); under a check's
+//! [`Perturbation`] it reduces in the round's seeded order, as thread ranks do, because the
+//! received order does not follow the senders' timing (`round_order` says why). Runs 1 and 2 of
+//! a check therefore add in different orders in every round, for certain, not by timing luck.
+//! A perturbation's seeded delays still shift when ranks send. `native` calls `MPI_Allreduce` after a handshake that proves every rank
 //! entered the collective (so a rank that failed before it is reported, not waited for); the
 //! settings of `detcheck env` pin the algorithm the MPI library uses.
 //!
@@ -30,8 +34,8 @@
 //! state, the rank prints what it waited for, naming the missing ranks, and aborts the job
 //! (`MPI_Abort`, exit code 3 from `mpirun`).
 //!
-//! Determinism: only `arrival_order` reads the order messages arrived in; every other result is
-//! a function of the contributions. Waits use the monotonic clock, never on a data path.
+//! Determinism: only `arrival_order` reads the order messages arrived in, and only in a plain
+//! run; every other result is a function of the contributions. Waits use the monotonic clock, never on a data path.
 //!
 //! Dtypes: every dtype is broadcast and gathered (f16 and bf16 travel as bytes, the others as
 //! MPI's typed elements); allreduce and reduce-scatter, `native` included, refuse f16, bf16 and
@@ -348,6 +352,33 @@ impl Inbox {
     }
 }
 
+/// The order in which round `round`'s contributions count as arrived: `arrival`, the order
+/// this rank received them in, for a plain run; under a perturbation, the same ranks in the
+/// round's seeded order ([`Perturbation::arrival_order`], the order thread ranks deposit in).
+///
+/// Why not the received order under a check: it does not follow the senders' timing. A rank
+/// counts itself when it sends, after its own delay, without polling during it; and messages
+/// that are all in by its first poll come out of an `MPI_ANY_SOURCE` probe in the library's
+/// order (Open MPI's matching scans peers by rank), whatever order they were sent in. Two runs
+/// then summed in the same order in most rounds, and the 4-rank `arrival_order` control was
+/// missed in 1 to 3 checks of 26 on 2 loaded cores. The seeded orders of runs 1 and 2 differ
+/// in every round (their rotations differ), so a check sees two different orders for certain.
+fn round_order(
+    perturbation: Option<&Perturbation>,
+    size: usize,
+    round: u64,
+    arrival: Vec<usize>,
+) -> Vec<usize> {
+    match perturbation {
+        None => arrival,
+        Some(p) => p
+            .arrival_order(size, round)
+            .into_iter()
+            .filter(|rank| arrival.contains(rank))
+            .collect(),
+    }
+}
+
 /// Resizes `data` to `len` elements, writing defaults only where it grows.
 fn resize_data(data: &mut TensorData, len: usize) {
     match data {
@@ -629,13 +660,12 @@ impl<'c> MpiComm<'c> {
             .extend(received.into_iter().filter_map(|m| m.data));
     }
 
-    /// Sleeps the perturbation's delay for `round`: a seeded delay plus the rank's position in the
-    /// round's seeded arrival order, so that two runs send in different orders.
+    /// Sleeps the perturbation's seeded delay for `round`, as a thread rank does. The delay
+    /// perturbs timing only: the arrival order a check compares is forced by [`round_order`],
+    /// never left to when the messages happen to come in.
     fn perturb(&self, round: u64) {
         if let Some(p) = &self.perturbation {
-            let order = p.arrival_order(self.size, round);
-            let position = order.iter().position(|&r| r == self.rank).unwrap_or(0);
-            let delay = p.delay(self.rank, round) + p.max_delay * position as u32;
+            let delay = p.delay(self.rank, round);
             if !delay.is_zero() {
                 std::thread::sleep(delay);
             }
@@ -706,6 +736,7 @@ impl<'c> MpiComm<'c> {
         });
         let (received, arrival) = self.inbox.borrow_mut().take_round(round, expect_from);
         waited?;
+        let arrival = round_order(self.perturbation.as_ref(), self.size, round, arrival);
         for (&source, m) in &received {
             if m.header.signature != signature {
                 return Err(CommError::Mismatch {
@@ -1142,6 +1173,42 @@ mod tests {
         // An empty message is complete with its header.
         inbox.accept_header(0, header(7, 0));
         assert!(inbox.awaiting_payload[0].is_none() && inbox.is_complete(7, 0));
+    }
+
+    /// Issue 16: under mpirun the 4-rank `arrival_order` control was sometimes missed, because
+    /// both runs of a check received the messages in the same order (the reducer first, then
+    /// by rank). Under a check, the received order no longer matters: runs 1 and 2 add the same
+    /// ranks in different orders in every round, whatever order the messages came in.
+    #[test]
+    fn a_checks_two_runs_add_in_different_orders_in_every_round_whatever_was_received() {
+        let run = |rotation| Perturbation {
+            seed: 3 ^ 0x9e37_79b9_7f4a_7c15,
+            rotation,
+            max_delay: Duration::from_micros(100),
+        };
+        let (first, second) = (run(0), run(1));
+        for size in 2..=9 {
+            for round in 0..500 {
+                let received: Vec<usize> = (0..size).collect();
+                let one = round_order(Some(&first), size, round, received.clone());
+                let two = round_order(Some(&second), size, round, received.clone());
+                assert_ne!(one, two, "size {size}, round {round}");
+                // The same order from any received order: a function of the seed alone.
+                let mut reversed = received.clone();
+                reversed.reverse();
+                assert_eq!(one, round_order(Some(&first), size, round, reversed));
+                let mut sorted = one.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, received, "every rank once");
+            }
+        }
+        // The ranks of the round only (a broadcast's: the root and this rank), in seeded order.
+        let partial = round_order(Some(&first), 4, 7, vec![2, 0]);
+        let seeded = first.arrival_order(4, 7);
+        let expected: Vec<usize> = seeded.into_iter().filter(|r| [0, 2].contains(r)).collect();
+        assert_eq!(partial, expected);
+        // A plain run (no check) keeps the order the messages really arrived in.
+        assert_eq!(round_order(None, 4, 7, vec![3, 0, 2, 1]), vec![3, 0, 2, 1]);
     }
 
     #[test]
