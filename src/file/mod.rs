@@ -373,9 +373,10 @@ pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
 /// As [`open_input`], and the read's error.
 pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
-    let mut file = open_input(path)?;
-    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
-    file.read_to_end(&mut bytes)?;
+    // No capacity from the file's length here: `File::read_to_end` sizes its buffer from the
+    // metadata itself.
+    let mut bytes = Vec::new();
+    open_input(path)?.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 

@@ -1286,17 +1286,7 @@ mod tests {
         read_from(text.as_bytes())
     }
 
-    /// A reader that gives at most `1` bytes per read, so tokens straddle the scanner's chunks.
-    struct Slow<'a>(&'a [u8], usize);
-
-    impl Read for Slow<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.0.len().min(self.1).min(buf.len());
-            buf[..n].copy_from_slice(&self.0[..n]);
-            self.0 = &self.0[n..];
-            Ok(n)
-        }
-    }
+    use scan::Slow;
 
     fn read_from(src: impl Read) -> Result<(Vec<String>, Batch, Tables), (String, String)> {
         let (mut tables, mut b, mut out, mut files) = (

@@ -579,21 +579,27 @@ fn show_byte(b: u8) -> String {
     }
 }
 
+/// A reader that gives at most `.1` bytes per read, so tokens straddle the scanner's chunks
+/// (the tests of the scanner and of the dump.json reader).
+#[cfg(test)]
+pub(super) struct Slow<'a>(pub(super) &'a [u8], pub(super) usize);
+
+#[cfg(test)]
+impl Read for Slow<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.len().min(self.1).min(buf.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Every scalar of a document, in order (keys excluded), or the error's offset and text.
     fn scalars(text: &str, chunk: usize) -> Result<Vec<String>, (u64, String)> {
-        struct Slow<'a>(&'a [u8], usize);
-        impl Read for Slow<'_> {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = self.0.len().min(self.1).min(buf.len());
-                buf[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
-        }
         fn walk<R: Read>(s: &mut Scanner<R>, out: &mut Vec<String>) -> Result<(), ScanError> {
             match s.next_kind("a value")? {
                 Next::Object => {

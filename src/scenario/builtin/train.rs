@@ -581,7 +581,7 @@ impl TrainScenario {
         let mut filled = 0;
         self.for_each_sample(ctx, batch, step, sequential, |x, label, mask| {
             if filled == terms.len() {
-                terms.push(vec![0.0f32; l.len() + 1]);
+                terms.push(Vec::new());
             }
             let term = &mut terms[filled];
             term.clear();
