@@ -1,12 +1,13 @@
 //! `cargo test --features mpi --test mpi`: the `detcheck` binary under a real `mpirun`, with
 //! failures planted in ranks (tests/mpi-faults/). Each test asserts how the job ends: contained
 //! failures end the run and the job goes on; a stalled rank ends the job at the deadline; a
-//! killed rank ends it at once; wrong usage gets a message. The launcher is `DETCHECK_MPIRUN`
+//! killed rank ends it at once, named (by `mpirun` under Open MPI, by the rank's watcher under
+//! MPICH's Hydra); wrong usage gets a message. The launcher is `DETCHECK_MPIRUN`
 //! (default `mpirun`); its flags come from the library's [`MpiLauncher`]. The last tests run
 //! `command` scenarios of an rsmpi program (examples/mpi_sum.rs) under the `mpirun` launcher.
 #![cfg(feature = "mpi")]
 
-use detcheck::comm::MpiLauncher;
+use detcheck::comm::{Flavour, MpiLauncher};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,20 @@ fn mpirun(np: usize, args: &[&str]) -> (Output, Duration) {
         .output()
         .unwrap();
     (output, started.elapsed())
+}
+
+/// The pids of the processes whose NUL-separated command line contains `argv`.
+fn processes_with(argv: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let cmdline = std::fs::read(path.join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(argv)
+                .then(|| path.file_name().unwrap().to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 fn text(output: &Output) -> (String, String) {
@@ -94,12 +109,25 @@ fn a_rank_killed_with_sigkill_ends_the_job_naming_it() {
         lower.contains("signal 9") || lower.contains("signal: 9"),
         "{all}"
     );
-    // Open MPI names the rank: "process rank 2 ... exited on signal 9". MPICH's Hydra kills
-    // every other rank with SIGKILL at once, before any can speak, and then reports one pid
-    // of the killed processes, often not the first one's (measured: rank 0's or rank 1's
-    // while rank 2 was killed), so no output of that job can name the rank.
-    if !all.contains("BAD TERMINATION") {
-        assert!(lower.contains("process rank 2"), "{all}");
+    // The rank killed first is named, and only it. Open MPI's mpirun says "process rank 2 ...
+    // exited on signal 9". MPICH's Hydra kills every other rank with SIGKILL at once, before
+    // any can speak, and reports one pid of its choosing (often rank 0's or 1's), so rank 2's
+    // watcher names it (src/comm/watcher.rs); the ranks Hydra kills die with their watchers.
+    let flavour = MpiLauncher::from_env().unwrap().flavour;
+    let named = match flavour {
+        Flavour::OpenMpi => "process rank 2",
+        Flavour::Hydra => "detcheck: mpi rank 2 (pid ",
+    };
+    assert!(lower.contains(named), "{flavour:?}: {all}");
+    for other in [0, 1, 3] {
+        let wrongly = format!("mpi rank {other} (pid ");
+        assert!(!lower.contains(&wrongly), "{all}");
+    }
+    if flavour == Flavour::Hydra {
+        // The watcher ended with the job: none outlives it (no orphan).
+        let pid = lower.split(named).nth(1).and_then(|s| s.split(')').next());
+        let argv = format!("detcheck-watcher\x002\x00{}\x00", pid.unwrap());
+        assert_eq!(processes_with(&argv), Vec::<String>::new(), "{all}");
     }
     assert!(took < Duration::from_secs(60), "took {took:?}");
 }

@@ -27,6 +27,8 @@ mod lint;
 pub(crate) mod mpi;
 mod pinning;
 mod threads;
+#[cfg(feature = "mpi")]
+pub(crate) mod watcher;
 
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use lint::{

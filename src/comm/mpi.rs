@@ -134,6 +134,8 @@ pub(crate) fn abort_job(context: &str, reason: &str) -> ! {
         world.rank(),
         world.size()
     );
+    // This rank said why: its watcher must not name it again when the abort ends it.
+    super::watcher::leaving();
     std::thread::sleep(ABORT_GRACE);
     world.abort(3)
 }

@@ -12,6 +12,7 @@
 //! assembled by rank, whatever order they arrive in.
 
 use crate::comm::mpi::{abort_job, Backoff, MpiComm};
+use crate::comm::watcher::RankWatcher;
 use crate::comm::{CommError, LaunchError, RankError};
 use crate::record::{RankTrace, Trace};
 use crate::run::{run_rank, RunError, RunRequest, Runner};
@@ -77,8 +78,11 @@ pub(crate) struct MpiJob {
     /// processes outside it.
     runs: RefCell<BTreeMap<usize, Option<SimpleCommunicator>>>,
     library: String,
-    /// Dropped last: finalizes MPI after every communicator is freed.
+    /// Finalizes MPI after every communicator is freed.
     _universe: Universe,
+    /// Dropped last, after `MPI_Finalize`: tells the watcher (Hydra only) this rank ends
+    /// normally, so it names only a rank whose process dies (`comm/watcher.rs`).
+    _watcher: Option<RankWatcher>,
 }
 
 impl std::fmt::Debug for MpiJob {
@@ -93,6 +97,8 @@ impl std::fmt::Debug for MpiJob {
 impl MpiJob {
     /// Initializes MPI (`None` when it is already initialized or refuses to start).
     pub(crate) fn start() -> Option<Self> {
+        // Before `MPI_Init`: the watcher inherits the launcher's descriptors, not MPI's.
+        let watcher = RankWatcher::start();
         let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)?;
         let library = mpi::environment::library_version()
             .unwrap_or_default()
@@ -107,6 +113,7 @@ impl MpiJob {
             runs: RefCell::new(BTreeMap::new()),
             library,
             _universe: universe,
+            _watcher: watcher,
         })
     }
 
