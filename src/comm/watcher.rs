@@ -18,10 +18,10 @@
 //! Why only the first rank to die is named: the watcher stays in its rank's process group, and
 //! Hydra kills each rank with `killpg`, so a rank killed by Hydra's clean-up dies together with
 //! its watcher, silently. The first rank died alone (the OOM killer and `kill` take one process),
-//! and Hydra cannot kill its group afterwards: the watcher holds copies of the rank's inherited
-//! descriptors (its PMI socket, stdout and stderr), so the proxy sees no event when the rank dies;
-//! it reaps the rank, and kills the others, on the next event (the watcher's line, forwarded
-//! first), and `killpg` needs the group of a live or unreaped pid.
+//! and Hydra cannot kill its group afterwards: the proxy finds a rank's group through the rank's
+//! pid (`getpgid`), and learns of the death only by reaping the rank (on its next event, often
+//! the watcher's own line), after which that pid leads nowhere. It cannot learn sooner from the
+//! rank's PMI socket, stdout or stderr closing: the watcher holds copies of them (inherited).
 //!
 //! Determinism: no effect on any result; the watcher only reads its pipe and `/proc`.
 //!
