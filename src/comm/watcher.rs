@@ -26,12 +26,16 @@
 //! Determinism: no effect on any result; the watcher only reads its pipe and `/proc`.
 //!
 //! Limits: Hydra's simple PMI wire only (`PMI_FD` or `PMI_PORT` in the environment), on Linux
-//! (`/proc`); under Open MPI there is no watcher (`mpirun` names a killed rank itself). A rank
+//! (`/proc`); under Open MPI there is no watcher (`mpirun` names a killed rank itself). With
+//! Hydra's `-pmi-port` the rank opens its PMI socket in `MPI_Init`, after the watcher started, so
+//! the proxy may kill the first rank's group (its watcher too) before the line is written: then
+//! nobody is named, as before (the default, `PMI_FD`, is inherited and held). A rank
 //! whose whole process group is killed (a signal to the group, Ctrl-C) is named by nobody, which
 //! is right when the launcher did it. A watcher that cannot be spawned (no `/bin/sh`) is skipped.
 
 use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The watcher's program (`sh -c SCRIPT watcher RANK PID`): wait for `done` on stdin; on EOF
@@ -61,6 +65,9 @@ echo "detcheck: MPI rank $rank (pid $pid) $how, before it could say why; the lau
 /// (the job's end, or an abort).
 static NOTICE: Mutex<Option<ChildStdin>> = Mutex::new(None);
 
+/// Whether this process has spawned its watcher (see [`RankWatcher::spawn`]).
+static SPAWNED: AtomicBool = AtomicBool::new(false);
+
 /// This process's watcher (see the module's doc); dropping it tells the watcher the rank ends
 /// normally and waits for it to exit.
 #[derive(Debug)]
@@ -79,8 +86,13 @@ impl RankWatcher {
         Self::spawn(&rank)
     }
 
-    /// Spawns a watcher of this process, named MPI rank `rank` in its message.
+    /// Spawns a watcher of this process, named MPI rank `rank` in its message; `None` if this
+    /// process already has one. Once per process: a second watcher would take the first one's
+    /// pipe, and the first would then name a live rank (a second `MPI_Init` fails anyway).
     fn spawn(rank: &str) -> Option<RankWatcher> {
+        if SPAWNED.swap(true, Ordering::SeqCst) {
+            return None;
+        }
         let mut child = watcher_command(rank, std::process::id()).spawn().ok()?;
         let stdin = child.stdin.take()?;
         *NOTICE
@@ -176,6 +188,16 @@ mod tests {
             )),
             "{stderr}"
         );
+    }
+
+    #[test]
+    fn a_process_gets_one_watcher() {
+        let first = RankWatcher::spawn("0");
+        assert!(first.is_some());
+        assert!(RankWatcher::spawn("0").is_none());
+        // Dropped: told `done`, reaped.
+        drop(first);
+        assert!(NOTICE.lock().unwrap().is_none());
     }
 
     #[test]
