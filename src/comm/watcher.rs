@@ -28,8 +28,9 @@
 //! Limits: Hydra's simple PMI wire only (`PMI_FD` or `PMI_PORT` in the environment), on Linux
 //! (`/proc`); under Open MPI there is no watcher (`mpirun` names a killed rank itself). With
 //! Hydra's `-pmi-port` the rank opens its PMI socket in `MPI_Init`, after the watcher started, so
-//! the proxy may kill the first rank's group (its watcher too) before the line is written: then
-//! nobody is named, as before (the default, `PMI_FD`, is inherited and held). A rank
+//! the proxy kills the first rank's group (its watcher too) when that socket closes, before the
+//! line is written: nobody is named, as before (measured: 6 jobs of 6). The default, `PMI_FD`, is
+//! inherited and held. A rank
 //! whose whole process group is killed (a signal to the group, Ctrl-C) is named by nobody, which
 //! is right when the launcher did it. A watcher that cannot be spawned (no `/bin/sh`) is skipped.
 
