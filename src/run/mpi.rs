@@ -97,7 +97,8 @@ impl std::fmt::Debug for MpiJob {
 impl MpiJob {
     /// Initializes MPI (`None` when it is already initialized or refuses to start).
     pub(crate) fn start() -> Option<Self> {
-        // Before `MPI_Init`: the watcher inherits the launcher's descriptors, not MPI's.
+        // Before `MPI_Init`: the watcher inherits the launcher's descriptors (the PMI socket it
+        // must hold, comm/watcher.rs), not MPI's.
         let watcher = RankWatcher::start();
         let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)?;
         let library = mpi::environment::library_version()
