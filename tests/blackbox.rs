@@ -59,9 +59,12 @@ struct Case {
     /// What is altered, for the report.
     what: String,
     /// Written into the case's folder before it runs (paths relative to it).
-    files: Vec<(String, Content)>,
+    files: Files,
     action: Action,
 }
+
+/// A case's files: (path relative to its folder, content), written in order.
+type Files = Vec<(String, Content)>;
 
 enum Content {
     Bytes(Vec<u8>),
@@ -113,7 +116,7 @@ impl Expect {
 fn run_case(
     class: &'static str,
     what: String,
-    files: Vec<(String, Content)>,
+    files: Files,
     args: &[&str],
     expect: Expect,
 ) -> Case {
@@ -220,7 +223,7 @@ impl ScenarioText {
         object(&top)
     }
 
-    fn file(&self) -> Vec<(String, Content)> {
+    fn file(&self) -> Files {
         vec![("case.json".into(), Content::Bytes(self.text().into_bytes()))]
     }
 }
@@ -617,7 +620,8 @@ fn flag_cases(base: &Base) -> Vec<Case> {
             value.into(),
         ]
     };
-    let mut list: Vec<(Vec<(String, Content)>, Vec<String>, &str)> = Vec::new();
+    // (files, arguments, the flag)
+    let mut list: Vec<(Files, Vec<String>, &str)> = Vec::new();
     for (flag, values) in [
         ("--mode", &["bogus", "", "MD5", "1"][..]),
         ("--perturb", &["0", "3", "-1", "18446744073709551616", "x"]),
@@ -760,7 +764,7 @@ fn flag_cases(base: &Base) -> Vec<Case> {
 /// `stride`-th byte between.
 fn sampled_offsets(len: usize, edge: usize, stride: usize) -> Vec<usize> {
     (0..len)
-        .filter(|&at| at < edge || at + edge >= len || (at - edge) % stride == 0)
+        .filter(|&at| at < edge || at + edge >= len || (at - edge).is_multiple_of(stride))
         .collect()
 }
 
@@ -776,25 +780,24 @@ fn trace_cases(base: &Base) -> Vec<Case> {
     let mut cases = Vec::new();
     for mode in ["md5", "stats", "full"] {
         let dump = base.dump(mode);
-        let damaged = |file: &str, bytes: Vec<u8>| -> Vec<(String, Content)> {
+        let damaged = |file: &str, bytes: Vec<u8>| -> Files {
             vec![
                 ("a".into(), Content::Copy(dump.clone())),
                 (format!("a/{file}"), Content::Bytes(bytes)),
                 ("b".into(), Content::Copy(dump.clone())),
             ]
         };
-        let mut push =
-            |what: String, files: Vec<(String, Content)>, named: &str, len: Option<usize>| {
-                let mut expect = Expect::bad_input(&[named]);
-                expect.offset_below = len;
-                cases.push(run_case(
-                    "traces",
-                    format!("{mode}: {what}"),
-                    files,
-                    &["compare", "a", "b"],
-                    expect,
-                ));
-            };
+        let mut push = |what: String, files: Files, named: &str, len: Option<usize>| {
+            let mut expect = Expect::bad_input(&[named]);
+            expect.offset_below = len;
+            cases.push(run_case(
+                "traces",
+                format!("{mode}: {what}"),
+                files,
+                &["compare", "a", "b"],
+                expect,
+            ));
+        };
         for file in ["rank0.dctrace", "rank1.dctrace"] {
             let bytes = std::fs::read(dump.join(file)).unwrap();
             let len = bytes.len();
@@ -927,7 +930,7 @@ fn trace_cases(base: &Base) -> Vec<Case> {
 fn checkpoint_cases(base: &Base) -> Vec<Case> {
     let mut cases = Vec::new();
     let ck = &base.checkpoint;
-    let damaged = |file: &str, bytes: Vec<u8>| -> Vec<(String, Content)> {
+    let damaged = |file: &str, bytes: Vec<u8>| -> Files {
         vec![
             (
                 "case.json".into(),
@@ -937,7 +940,7 @@ fn checkpoint_cases(base: &Base) -> Vec<Case> {
             (format!("ck/{file}"), Content::Bytes(bytes)),
         ]
     };
-    let mut push = |what: String, files: Vec<(String, Content)>, named: &str| {
+    let mut push = |what: String, files: Files, named: &str| {
         cases.push(run_case(
             "checkpoints",
             what,
@@ -1024,7 +1027,9 @@ fn input_cases(base: &Base) -> Vec<Case> {
     let mut cases = Vec::new();
     let fifo = |path: &str| (path.to_string(), Content::Fifo);
     let stats = || ("b".to_string(), Content::Copy(base.dump("stats")));
-    let list: Vec<(&str, Vec<(String, Content)>, Vec<&str>, &str)> = vec![
+    // (what, files, arguments, what the message names)
+    type Input<'a> = (&'a str, Files, Vec<&'a str>, &'a str);
+    let list: Vec<Input> = vec![
         (
             "a FIFO as the scenario of run",
             vec![fifo("case.json")],
@@ -1542,18 +1547,17 @@ fn run(case: &Case, dir: &Path) -> Result<(), String> {
                 )
             };
             let codes = [ends[0].code.clone(), ends[1].code.clone()];
-            let (winner, loser, winner_pid) = match codes {
-                [Ok(0), Ok(2)] => (0, 1, first_pid),
-                [Ok(2), Ok(0)] => (1, 0, second_pid),
+            let (loser, winner_pid) = match codes {
+                [Ok(0), Ok(2)] => (1, first_pid),
+                [Ok(2), Ok(0)] => (0, second_pid),
                 _ => return Err(format!("exactly one run must write the dump (exit 0), the other be refused (exit 2)\n{}", shown())),
             };
-            let _ = winner;
             // Refused while the winner held the folder (it names the holder), or after it ended
             // (the folder holds a dump): both name the folder.
             let refusal = &ends[loser].stderr;
             let holder = format!("{dump}: in use by another run: pid {winner_pid}");
             let already =
-                refusal.contains(&format!("{dump}")) && refusal.contains("already holds a dump");
+                refusal.contains(dump.as_str()) && refusal.contains("already holds a dump");
             if !refusal.contains(&holder) && !already {
                 return Err(format!(
                     "the refused run does not name the folder and its holder (`{holder}`)\n{}",
@@ -1690,7 +1694,7 @@ fn the_binary_meets_the_exit_code_table_on_every_hostile_case() {
             *nth += 1;
             let in_class = only.as_deref().is_none_or(|class| class == case.class);
             // Lock cases are few (one trial of each race by default) and all run.
-            in_class && (full || (*nth - 1) % DEFAULT_STRIDE == 0 || case.class == "lock")
+            in_class && (full || (*nth - 1).is_multiple_of(DEFAULT_STRIDE) || case.class == "lock")
         })
         .collect();
     let started = Instant::now();
