@@ -746,6 +746,34 @@ fn listed_tensor_files_that_are_deleted_truncated_or_changed_are_named() {
     assert_eq!(compare(a.path(), b.path()).num_differing, 2);
 }
 
+/// Issue 16 (black-box battery): a changed byte of a tensor file whose records compare
+/// identical was never read, so the compare said "identical"; every listed file of a step is
+/// checked when the step is read.
+#[test]
+fn a_changed_tensor_file_of_an_identical_step_is_an_error_not_identical() {
+    let a = small_full_dump(RunId::of("a"), 1.0);
+    let b = small_full_dump(RunId::of("a"), 1.0);
+    assert!(compare(a.path(), b.path()).is_identical());
+    for step in 0..2 {
+        let file = tensor_path(a.path(), 0, step);
+        let good = std::fs::read(&file).unwrap();
+        for at in [0, good.len() / 2, good.len() - 1] {
+            let mut changed = good.clone();
+            changed[at] ^= 0x10;
+            std::fs::write(&file, &changed).unwrap();
+            for (left, right) in [(a.path(), b.path()), (b.path(), a.path())] {
+                let err = compare_dumps(left, right, &CompareOptions::default())
+                    .unwrap_err()
+                    .to_string();
+                let named = format!("rank0/step{step}.safetensors: corrupt: its md5 is");
+                assert!(err.contains(&named), "byte {at}: {err}");
+            }
+        }
+        std::fs::write(&file, &good).unwrap();
+    }
+    assert!(compare(a.path(), b.path()).is_identical());
+}
+
 #[test]
 fn rank_files_of_two_dumps_are_not_mixed() {
     let t = trace(2, 1, 0.5);

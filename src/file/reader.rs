@@ -8,7 +8,9 @@
 //! tensor-file sections) before its first record, each block's checksum before its entries, and
 //! its counts after the last; it rejects any entry that breaks the format, naming the file and
 //! byte offset. In a full dump of version 2, every tensor file the trace lists must exist with
-//! its size, and its md5 is checked when it is read.
+//! its size, and its md5 is checked when the source reaches its step (whether or not a tensor of
+//! it is asked for, so a damaged tensor file of an identical step is an error, never
+//! "identical"), and again when a tensor of it is read.
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
 use crate::file::format::{self, Entry, Footer, FooterError, Header, HeaderError, TensorFile};
@@ -774,45 +776,95 @@ impl TensorFiles {
         })
     }
 
+    /// The file the trace lists for `step` (version 2): `Err(())` when it lists none (the step has
+    /// no tensors), `Ok(None)` for version 1, which lists no files.
+    fn listed_file(&self, step: u64) -> Result<Option<TensorFile>, ()> {
+        match &self.listed {
+            Some(files) => match files.binary_search_by_key(&step, |f| f.step) {
+                Ok(i) => Ok(Some(files[i])),
+                Err(_) => Err(()),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// The error of a listed tensor file that cannot be opened or read.
+    fn read_error(&self, path: PathBuf, e: std::io::Error) -> DumpError {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            DumpError::ListedFile {
+                path,
+                detail: format!("missing, but {} lists it", self.trace.display()),
+            }
+        } else {
+            DumpError::io("read", &path, e)
+        }
+    }
+
+    /// An error when a tensor file's md5 and length are not the ones the trace lists.
+    fn check_listed(
+        &self,
+        path: &Path,
+        file: TensorFile,
+        md5: Md5Digest,
+        len: u64,
+    ) -> Result<(), DumpError> {
+        if md5 == file.md5 && len == file.len {
+            return Ok(());
+        }
+        Err(DumpError::ListedFile {
+            path: path.to_owned(),
+            detail: format!(
+                "corrupt: its md5 is {md5} ({len} bytes), but {} records {} ({} bytes)",
+                self.trace.display(),
+                file.md5,
+                file.len
+            ),
+        })
+    }
+
+    /// The bytes of `step`'s tensor file, checked against the trace's list (version 2); `None`
+    /// when the step has no file.
+    fn read_step(&self, step: u64) -> Result<Option<Vec<u8>>, DumpError> {
+        let path = tensor_path(&self.dir, self.rank, step);
+        let Ok(listed) = self.listed_file(step) else {
+            return Ok(None);
+        };
+        let bytes = match super::read_input(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && listed.is_none() => {
+                return Ok(None)
+            }
+            Err(e) => return Err(self.read_error(path, e)),
+        };
+        if let Some(file) = listed {
+            self.check_listed(&path, file, Md5Digest::of_bytes(&bytes), bytes.len() as u64)?;
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Checks `step`'s tensor file (version 2: its md5) when the source reaches the step, so a
+    /// damaged file is an error even when no tensor of it is read. The file is hashed in chunks,
+    /// not kept: a compare reads tensors only for the rows it reports, and memory stays flat.
+    fn check_step(&self, step: u64) -> Result<(), DumpError> {
+        let Ok(Some(file)) = self.listed_file(step) else {
+            return Ok(());
+        };
+        if self.loaded.as_ref().is_some_and(|(s, _)| *s == step) {
+            return Ok(());
+        }
+        let path = tensor_path(&self.dir, self.rank, step);
+        let (md5, len) = super::open_input(&path)
+            .and_then(Md5Digest::of_reader)
+            .map_err(|e| self.read_error(path.clone(), e))?;
+        self.check_listed(&path, file, md5, len)
+    }
+
     fn tensor(&mut self, step: u64, key: &str) -> Result<Option<Tensor>, DumpError> {
         let path = tensor_path(&self.dir, self.rank, step);
         if self.loaded.as_ref().is_none_or(|(s, _)| *s != step) {
-            let listed = match &self.listed {
-                Some(files) => match files.binary_search_by_key(&step, |f| f.step) {
-                    Ok(i) => Some(files[i]),
-                    // A step the trace lists no file for has no tensors.
-                    Err(_) => return Ok(None),
-                },
-                None => None,
+            let Some(bytes) = self.read_step(step)? else {
+                return Ok(None);
             };
-            let bytes = match super::read_input(&path) {
-                Ok(bytes) => bytes,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && listed.is_none() => {
-                    return Ok(None)
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(DumpError::ListedFile {
-                        path,
-                        detail: format!("missing, but {} lists it", self.trace.display()),
-                    })
-                }
-                Err(e) => return Err(DumpError::io("read", &path, e)),
-            };
-            if let Some(file) = listed {
-                let md5 = Md5Digest::of_bytes(&bytes);
-                if md5 != file.md5 || bytes.len() as u64 != file.len {
-                    return Err(DumpError::ListedFile {
-                        path,
-                        detail: format!(
-                            "corrupt: its md5 is {md5} ({} bytes), but {} records {} ({} bytes)",
-                            bytes.len(),
-                            self.trace.display(),
-                            file.md5,
-                            file.len
-                        ),
-                    });
-                }
-            }
             self.loaded = Some((step, bytes));
         }
         let bytes = &self.loaded.as_ref().expect("loaded").1;
@@ -833,7 +885,11 @@ struct TraceSource {
 
 impl RankSource for TraceSource {
     fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
-        self.reader.next_step(out)
+        let step = self.reader.next_step(out)?;
+        if let (Some(step), Some(files)) = (step, &self.tensors) {
+            files.check_step(step)?;
+        }
+        Ok(step)
     }
     fn names(&self) -> &[String] {
         self.reader.names()

@@ -612,6 +612,11 @@ mod tests {
         assert!(load_error(&named(&"a".repeat(70_000)))
             .starts_with("DIR/bad.json: field `name`: must be at most 200 bytes"));
         assert!(load_error(&named("../x")).contains("field `name`: must not contain `/`"));
+        // Issue 16's black-box battery: a NUL was accepted, then no report page could be named.
+        for control in ["\\u0000", "\\u0001", "\\u007f"] {
+            assert!(load_error(&named(&format!("a{control}b")))
+                .contains("field `name`: must not contain control characters"));
+        }
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "ok.json", &named(&"a".repeat(200)));
         assert!(KindRegistry::builtin().load_file(&path).is_ok());

@@ -79,7 +79,7 @@ pub enum Expectation {
 pub struct ScenarioSpec {
     /// Trial name; defaults to the file name without `.json`. At most
     /// [`MAX_NAME_BYTES`](crate::scenario::limits::MAX_NAME_BYTES) bytes, without whitespace,
-    /// `/` or `\`.
+    /// control characters, `/` or `\`.
     #[serde(default)]
     pub name: Option<String>,
     /// What the scenario shows, for people.
@@ -434,6 +434,14 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             return Err(ParamError::new(
                 "name",
                 "must not contain `/` or `\\` (report pages are files named after it)",
+            ));
+        }
+        // A NUL cannot be in a file name, and control characters have no place in JUnit's XML.
+        if name.chars().any(char::is_control) {
+            return Err(ParamError::new(
+                "name",
+                "must not contain control characters such as NUL (report pages are files named \
+                 after it)",
             ));
         }
     }

@@ -48,6 +48,28 @@ impl Md5Digest {
         Md5Digest(Md5::digest(bytes).into())
     }
 
+    /// The md5 of everything `reader` gives, and how many bytes that was, read in 256 KiB chunks
+    /// (memory stays flat however large the file).
+    ///
+    /// # Errors
+    /// The reader's error.
+    pub(crate) fn of_reader(mut reader: impl std::io::Read) -> std::io::Result<(Self, u64)> {
+        let mut hasher = Md5::new();
+        let mut buffer = vec![0u8; 256 << 10];
+        let mut len = 0u64;
+        loop {
+            match reader.read(&mut buffer) {
+                Ok(0) => return Ok((Md5Digest(hasher.finalize().into()), len)),
+                Ok(n) => {
+                    hasher.update(&buffer[..n]);
+                    len += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Parses 32 hex digits.
     #[must_use]
     pub fn from_hex(hex: &str) -> Option<Self> {
@@ -319,6 +341,17 @@ fn feed_view(acc: &mut StatsAccumulator, dtype: DType, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The streaming md5 (a full dump's tensor files, checked in chunks) is the one-shot md5,
+    /// across chunk boundaries, counting every byte.
+    #[test]
+    fn md5_of_a_reader_is_the_md5_of_its_bytes() {
+        for len in [0, 1, 255 << 10, 256 << 10, (256 << 10) + 1, 600_000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let (digest, read) = Md5Digest::of_reader(&bytes[..]).unwrap();
+            assert_eq!((digest, read), (Md5Digest::of_bytes(&bytes), len as u64));
+        }
+    }
 
     #[test]
     fn md5_matches_rfc1321_vectors() {
