@@ -1,4 +1,4 @@
-//! `cargo bench --bench detcheck [md5|md5_many|allreduce|record|reprosum|columns|train|strict]...`: the figures in
+//! `cargo bench --bench detcheck [md5|md5_many|stats|allreduce|record|reprosum|columns|train|strict]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
@@ -81,6 +81,55 @@ fn bench_md5() {
     );
 }
 
+/// Stats throughput (`Stats::of_tensor`: max, min, mean, norm, NaN and infinity counts) of f32
+/// tensors that fit the core's cache (64 KiB, as `train`'s largest records) and that do not
+/// (64 MiB), against single-stream md-5 over the same bytes; contenders alternate, median of
+/// the repetitions.
+fn bench_stats() {
+    let reps = 15;
+    println!("## Stats of an f32 tensor, one core (median of {reps})\n");
+    println!("| tensor | md-5 | `Stats::of_tensor` | ns per element | vs md-5 |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for (label, len) in [("64 KiB", 16usize << 10), ("64 MiB", 16 << 20)] {
+        let tensor = Tensor::from_vec(random_f32(len, 7));
+        let bytes: &[u8] = bytemuck::cast_slice(tensor.values::<f32>().expect("f32"));
+        let iters = ((64usize << 20) / bytes.len()).max(1);
+        let (mut md5, mut stats) = (Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let md5_time = || {
+                time(|| {
+                    (0..iters).for_each(|_| {
+                        black_box(Md5::digest(black_box(bytes)));
+                    })
+                })
+            };
+            let stats_time = || {
+                time(|| {
+                    (0..iters).for_each(|_| {
+                        black_box(Stats::of_tensor(black_box(&tensor)));
+                    })
+                })
+            };
+            if rep % 2 == 0 {
+                md5.push(md5_time());
+                stats.push(stats_time());
+            } else {
+                stats.push(stats_time());
+                md5.push(md5_time());
+            }
+        }
+        let (md5, stats) = (median(md5) / iters as f64, median(stats) / iters as f64);
+        println!(
+            "| {label} | {:.0} MiB/s | {:.0} MiB/s | {:.2} | {:.2}× |",
+            mib_per_s(bytes.len(), md5),
+            mib_per_s(bytes.len(), stats),
+            stats * 1e9 / len as f64,
+            md5 / stats
+        );
+    }
+    println!();
+}
+
 /// md5 throughput over a set of tensors: single-stream md-5, one tensor after the other, against
 /// the recorder's path (`md5_of_many`: many at once in SIMD lanes), and against a `Recorder` at
 /// `RecordLevel::Digest` (copy, batch, md5s, records), on the same bytes, alternating in rotated
@@ -126,7 +175,9 @@ fn bench_md5_many() {
             .map(|t| bytemuck::cast_slice(t.values::<f32>().expect("f32")))
             .collect();
         let total: usize = buffers.iter().map(|b| b.len()).sum();
-        let iters = ((32usize << 20) / total).max(2);
+        // At least 8 steps: a recorder lives for a run, and its first batch's buffers are fresh
+        // pages (faulted in once per run; a one-batch run of 16 x 1 MiB pays 2x for them).
+        let iters = ((32usize << 20) / total).max(8);
         let contenders: [&dyn Fn(); 2] = [
             &|| {
                 for b in &buffers {
@@ -514,13 +565,25 @@ fn train_spec(global_batch: usize) -> ScenarioSpec {
 /// the same point of every step.
 struct TimedComm<'a> {
     inner: &'a dyn Communicator,
-    calls: std::cell::RefCell<Vec<Instant>>,
+    calls: std::cell::RefCell<Vec<(Instant, f64)>>,
 }
 
 impl TimedComm<'_> {
     fn mark(&self) {
-        self.calls.borrow_mut().push(Instant::now());
+        self.calls
+            .borrow_mut()
+            .push((Instant::now(), thread_cpu_secs()));
     }
+}
+
+/// The CPU time this thread has run, in seconds, from the scheduler's own count
+/// (`/proc/thread-self/schedstat`, nanoseconds; 0 where there is none): unlike the clock, it does
+/// not count time other processes on a shared machine took from this one.
+fn thread_cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 * 1e-9)
 }
 
 impl Communicator for TimedComm<'_> {
@@ -566,8 +629,13 @@ impl Communicator for TimedComm<'_> {
 /// seeded delays), timed inside the ranks: from the first collective of step `warmup` to the end
 /// of the rank's recording (its last batch digested), over the steps from `warmup` on; the
 /// slowest rank's. Thread launch, the loader's start and the first steps are outside the window.
-/// Also the number of records of the run.
-fn step_secs(scenario: &detcheck::LoadedScenario, level: RecordLevel, warmup: u64) -> (f64, usize) {
+/// Also the CPU seconds per step the ranks' threads ran in the same window (summed over ranks),
+/// and the number of records of the run.
+fn step_secs(
+    scenario: &detcheck::LoadedScenario,
+    level: RecordLevel,
+    warmup: u64,
+) -> (f64, f64, usize) {
     let detcheck::scenario::Program::Ranks(program) = &scenario.program else {
         panic!("train is a rank program");
     };
@@ -584,27 +652,31 @@ fn step_secs(scenario: &detcheck::LoadedScenario, level: RecordLevel, warmup: u6
             detcheck::RankContext::new(&timed, level, spec.seed, steps, spec.effective_mode());
         program.run_rank(&mut ctx)?;
         let trace = ctx.into_recorder().finish();
-        let end = Instant::now();
+        let (end, end_cpu) = (Instant::now(), thread_cpu_secs());
         let calls = timed.calls.into_inner();
         assert_eq!(
             calls.len() as u64 % steps,
             0,
             "the same collectives every step"
         );
-        let start = calls[(calls.len() as u64 / steps * warmup) as usize];
-        let secs = (end - start).as_secs_f64() / (steps - warmup) as f64;
-        Ok((secs, trace.records.len()))
+        let (start, start_cpu) = calls[(calls.len() as u64 / steps * warmup) as usize];
+        let timed_steps = (steps - warmup) as f64;
+        let secs = (end - start).as_secs_f64() / timed_steps;
+        let cpu = (end_cpu - start_cpu) / timed_steps;
+        Ok((secs, cpu, trace.records.len()))
     })
     .expect("benchmark ranks do not fail");
     let secs = per_rank.iter().map(|r| r.0).fold(0.0, f64::max);
-    (secs, per_rank.iter().map(|r| r.1).sum())
+    let cpu = per_rank.iter().map(|r| r.1).sum();
+    (secs, cpu, per_rank.iter().map(|r| r.2).sum())
 }
 
 /// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
 /// timed inside the ranks, the contenders' order rotated each round.
 fn bench_record() {
-    // (global batch, steps, warm-up steps, rounds): ~0.3 s and ~1 s a run here.
-    for (global_batch, steps, warmup, rounds) in [(512, 60, 10, 21), (4096, 24, 4, 15)] {
+    // (global batch, steps, warm-up steps, rounds): ~0.3 s and ~1 s a run here; 41 rounds at
+    // 512 resolve about 1% in the CPU-time ratio.
+    for (global_batch, steps, warmup, rounds) in [(512, 60, 10, 41), (4096, 24, 4, 15)] {
         bench_record_at(global_batch, steps, warmup, rounds);
     }
 }
@@ -622,12 +694,14 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
         .build(spec, std::path::Path::new("bench_train.json"))
         .expect("the benchmark spec builds");
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
     let mut records = vec![0; levels.len()];
     for round in 0..rounds {
         for k in 0..levels.len() {
             let i = (k + round) % levels.len();
-            let (s, n) = step_secs(&scenario, levels[i].1, warmup);
+            let (s, c, n) = step_secs(&scenario, levels[i].1, warmup);
             secs[i].push(s);
+            cpu[i].push(c);
             records[i] = n;
         }
     }
@@ -636,25 +710,39 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
          global batch {global_batch}; every parameter, gradient and local gradient recorded every \
          step; steps {warmup}–{steps} timed inside the ranks, {rounds} rounds in rotated order\n"
     );
-    println!("| recording | records | step time (median) | vs off, median of rounds | range |");
-    println!("| --- | ---: | ---: | ---: | --- |");
+    println!(
+        "Step time: the slowest rank's clock. CPU: the ranks' threads' CPU time per step (the \
+         scheduler's count), which other processes on the machine do not inflate.\n"
+    );
+    println!(
+        "| recording | records | step time (median) | vs off, median of rounds | range | \
+         CPU per step (median) | vs off | range |"
+    );
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |");
     for (i, (name, _)) in levels.iter().enumerate() {
         let step = human_time(median(secs[i].clone()));
+        let step_cpu = human_time(median(cpu[i].clone()));
         if i == 0 {
-            println!("| {name} | {} | {step} | 1 | |", records[i]);
+            println!(
+                "| {name} | {} | {step} | 1 | | {step_cpu} | 1 | |",
+                records[i]
+            );
             continue;
         }
-        let (med, lo, hi) = ratio_summary(&secs[i], &secs[0]);
-        // Recording is a superset of `off`'s work: a ratio below 1, or within the noise floor's
-        // spread of it, is noise, not a speed-up.
-        let ratio = if i >= 2 && med < 1.0 {
-            "unresolved: noise".to_string()
-        } else {
-            format!("{med:.3}×")
+        // Recording is a superset of `off`'s work: a ratio below 1 is noise, not a speed-up.
+        let shown = |(med, lo, hi): (f64, f64, f64)| {
+            let ratio = if i >= 2 && med < 1.0 {
+                "unresolved: noise".to_string()
+            } else {
+                format!("{med:.3}×")
+            };
+            format!("{ratio} | {lo:.3}–{hi:.3}")
         };
         println!(
-            "| {name} | {} | {step} | {ratio} | {lo:.3}–{hi:.3} |",
-            records[i]
+            "| {name} | {} | {step} | {} | {step_cpu} | {} |",
+            records[i],
+            shown(ratio_summary(&secs[i], &secs[0])),
+            shown(ratio_summary(&cpu[i], &cpu[0])),
         );
     }
     println!();
@@ -794,6 +882,9 @@ fn main() {
     let wants = |name: &str| selected.is_empty() || selected.iter().any(|s| s == name);
     if wants("md5") {
         bench_md5();
+    }
+    if wants("md5") || selected.iter().any(|s| s == "stats") {
+        bench_stats();
     }
     if wants("md5") || selected.iter().any(|s| s == "md5_many") {
         bench_md5_many();

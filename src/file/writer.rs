@@ -364,9 +364,7 @@ impl TraceWriter {
             _ => 0,
         };
         let record = Record::of_view(
-            self.rank,
-            step,
-            seq,
+            (self.rank, step, seq),
             name,
             replicated,
             view,

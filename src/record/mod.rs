@@ -11,7 +11,9 @@
 //! tensor's canonical bytes (memcpy speed) and digests the records in batches, many buffers at
 //! once in SIMD lanes ([`crate::value::md5_of_many`]): when `BATCH_RECORDS` (64) records or
 //! `BATCH_BYTES` (16 MiB) wait, and when the recorder finishes. A tensor of `BATCH_BYTES` or more
-//! is digested in place at once (no copy; alone in its lane it would gain nothing).
+//! is digested in place at once (no copy; alone in its lane it would gain nothing). Stats are
+//! computed when a tensor is recorded, from its own bytes, which the program has usually just
+//! written (in the cache), not later from the copy.
 //!
 //! Determinism: a record is a pure function of the tensor and of the call order on its rank; no
 //! clock, address or thread identity is stored. Two runs that record the same tensors in the same
@@ -77,32 +79,10 @@ impl Record {
     /// (empty otherwise).
     #[must_use]
     pub(crate) fn of_view(
-        rank: u32,
-        step: u64,
-        seq: u32,
-        name: &str,
-        replicated: bool,
-        view: TensorView<'_>,
-        with_stats: bool,
-    ) -> Record {
-        Record::with_md5(
-            (rank, step, seq),
-            name,
-            replicated,
-            view,
-            Md5Digest::of_view(view),
-            with_stats,
-        )
-    }
-
-    /// The record of `view` at (rank, step, seq) whose md5 is known: `md5` is
-    /// `Md5Digest::of_view(view)`, computed elsewhere (in a batch).
-    fn with_md5(
         (rank, step, seq): (u32, u64, u32),
         name: &str,
         replicated: bool,
         view: TensorView<'_>,
-        md5: Md5Digest,
         with_stats: bool,
     ) -> Record {
         Record {
@@ -113,7 +93,7 @@ impl Record {
             replicated,
             dtype: view.dtype(),
             shape: view.shape().to_vec(),
-            md5,
+            md5: Md5Digest::of_view(view),
             stats: if with_stats {
                 Stats::of_view(view)
             } else {
@@ -148,7 +128,8 @@ pub(crate) const BATCH_RECORDS: usize = 64;
 /// A batch is digested once this many bytes wait; a tensor this large is digested in place.
 pub(crate) const BATCH_BYTES: usize = 16 << 20;
 
-/// A record whose md5 and stats wait for its batch: where it goes and a copy of its bytes.
+/// A record whose md5 waits for its batch: where it goes, its stats (computed when it was
+/// recorded, while its bytes were in the cache) and a copy of its bytes.
 #[derive(Debug)]
 struct Pending {
     step: u64,
@@ -157,6 +138,7 @@ struct Pending {
     replicated: bool,
     dtype: DType,
     shape: Vec<usize>,
+    stats: Stats,
     bytes: Vec<u8>,
 }
 
@@ -241,11 +223,16 @@ impl Recorder {
             self.digest_pending();
             let with_stats = self.level == RecordLevel::Stats;
             let record = Record::of_view(
-                self.rank, step, this_seq, name, replicated, view, with_stats,
+                (self.rank, step, this_seq),
+                name,
+                replicated,
+                view,
+                with_stats,
             );
             self.keep(record, view);
             return;
         }
+        let stats = self.stats_of(view);
         let bytes = self.copy_of(view.bytes());
         self.pending.push(Pending {
             step,
@@ -254,11 +241,21 @@ impl Recorder {
             replicated,
             dtype: view.dtype(),
             shape: view.shape().to_vec(),
+            stats,
             bytes,
         });
         self.pending_bytes += len;
         if self.pending.len() >= BATCH_RECORDS || self.pending_bytes >= BATCH_BYTES {
             self.digest_pending();
+        }
+    }
+
+    /// The stats of `view` at this recorder's level (empty below [`RecordLevel::Stats`]).
+    fn stats_of(&self, view: TensorView<'_>) -> Stats {
+        if self.level == RecordLevel::Stats {
+            Stats::of_view(view)
+        } else {
+            Stats::default()
         }
     }
 
@@ -284,8 +281,7 @@ impl Recorder {
         self.records.push(record);
     }
 
-    /// Digests the waiting records together (md5s in SIMD lanes), then their stats, and keeps
-    /// them in call order.
+    /// Digests the waiting records together (md5s in SIMD lanes) and keeps them in call order.
     fn digest_pending(&mut self) {
         if self.pending.is_empty() {
             return;
@@ -294,11 +290,19 @@ impl Recorder {
         self.pending_bytes = 0;
         let buffers: Vec<&[u8]> = pending.iter().map(|p| p.bytes.as_slice()).collect();
         let md5s = md5_of_many(&buffers);
-        let with_stats = self.level == RecordLevel::Stats;
         for (p, md5) in pending.iter().zip(md5s) {
             let view = p.view();
-            let at = (self.rank, p.step, p.seq);
-            let record = Record::with_md5(at, &p.name, p.replicated, view, md5, with_stats);
+            let record = Record {
+                rank: self.rank,
+                step: p.step,
+                seq: p.seq,
+                name: p.name.clone(),
+                replicated: p.replicated,
+                dtype: p.dtype,
+                shape: p.shape.clone(),
+                md5,
+                stats: p.stats,
+            };
             self.keep(record, view);
         }
         // At most a batch's bytes are kept (one batch's buffers).
@@ -473,7 +477,13 @@ mod tests {
             let name = format!("t{i}");
             t.with_view(|view| {
                 let seq = want.iter().filter(|r: &&Record| r.step == step).count() as u32;
-                want.push(Record::of_view(3, step, seq, &name, i % 2 == 0, view, true));
+                want.push(Record::of_view(
+                    (3, step, seq),
+                    &name,
+                    i % 2 == 0,
+                    view,
+                    true,
+                ));
             });
             let mut bytes = Vec::new();
             t.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));

@@ -227,26 +227,48 @@ impl StatsAccumulator {
     }
 
     /// Feeds little-endian elements of `N` bytes each, in index order (inlined into
-    /// `feed_view`'s versions, so it is vectorised for each).
+    /// `feed_view`'s versions, so it is vectorised for each). A block of [`LANES`] elements is
+    /// one vector per accumulator. The inner loop runs over finite blocks with the lanes in
+    /// locals and nothing else written, which lets the compiler keep each accumulator in one
+    /// vector register (with `self` written in the loop, it kept 32 scalars: 5x slower); a
+    /// block's finiteness is tested without a branch per element. A block with a NaN or an
+    /// infinity goes element by element through [`StatsAccumulator::push_lane`], which gives
+    /// each lane the same operations in the same order, so the bits do not depend on the path.
     #[inline(always)]
     fn feed<const N: usize>(&mut self, bytes: &[u8], to_f64: impl Fn([u8; N]) -> f64) {
-        let element = |b: &[u8]| to_f64(b.try_into().expect("N bytes"));
-        let mut blocks = bytes.chunks_exact(N * LANES);
-        for block in &mut blocks {
-            let xs: [f64; LANES] = std::array::from_fn(|i| element(&block[i * N..(i + 1) * N]));
-            if xs.iter().all(|x| x.is_finite()) {
-                // The common case, without branches per element.
-                for (lane, &x) in xs.iter().enumerate() {
-                    self.push_finite(lane, x);
+        let block_of = |block: &[u8]| -> [f64; LANES] {
+            let (elements, _) = block.as_chunks::<N>();
+            std::array::from_fn(|i| to_f64(elements[i]))
+        };
+        let whole = bytes.len() / (N * LANES) * (N * LANES);
+        let mut at = 0;
+        while at < whole {
+            // The finite blocks from `at` on, in registers; stops before a block with a NaN or
+            // an infinity.
+            let (mut max, mut min, mut sum, mut sum_sq) =
+                (self.max, self.min, self.sum, self.sum_sq);
+            while at < whole {
+                let xs = block_of(&bytes[at..at + N * LANES]);
+                if !xs.iter().fold(true, |all, x| all & x.is_finite()) {
+                    break;
                 }
-            } else {
-                for (lane, &x) in xs.iter().enumerate() {
+                max = std::array::from_fn(|l| if xs[l] > max[l] { xs[l] } else { max[l] });
+                min = std::array::from_fn(|l| if xs[l] < min[l] { xs[l] } else { min[l] });
+                sum = std::array::from_fn(|l| sum[l] + xs[l]);
+                sum_sq = std::array::from_fn(|l| sum_sq[l] + xs[l] * xs[l]);
+                at += N * LANES;
+            }
+            (self.max, self.min, self.sum, self.sum_sq) = (max, min, sum, sum_sq);
+            if at < whole {
+                for (lane, x) in block_of(&bytes[at..at + N * LANES]).into_iter().enumerate() {
                     self.push_lane(lane, x);
                 }
+                at += N * LANES;
             }
         }
-        for (lane, x) in blocks.remainder().chunks_exact(N).enumerate() {
-            self.push_lane(lane, element(x));
+        for (lane, x) in bytes[whole..].chunks_exact(N).enumerate() {
+            let x: [u8; N] = x.try_into().expect("N bytes");
+            self.push_lane(lane, to_f64(x));
         }
     }
 
@@ -386,6 +408,44 @@ mod tests {
         assert_eq!(s.mean, Some(ExactF64(0.0)));
         assert_eq!(s.norm, Some(ExactF64(26f64.sqrt())));
         assert_eq!((s.nan, s.pos_inf, s.neg_inf), (0, 0, 0));
+    }
+
+    /// The vector path (finite blocks in registers, a block with a NaN or an infinity element
+    /// by element) gives the bits of the plain definition: element i pushed to lane i mod 8, in
+    /// index order, for every position of a non-finite value and for signed zeros.
+    #[test]
+    fn stats_are_the_lane_by_lane_definition_wherever_non_finite_values_fall() {
+        let base: Vec<f64> = (0..203)
+            .map(|i| f64::from((i * 7919) % 1000) / 7.0 - 60.0)
+            .collect();
+        let mut cases: Vec<Vec<f64>> = vec![base.clone(), vec![0.0, -0.0, -0.0, 0.0]];
+        cases.push(
+            (0..40)
+                .map(|i| if i % 3 == 0 { 0.0 } else { -0.0 })
+                .collect(),
+        );
+        for at in [0, 5, 7, 8, 63, 64, 100, 199, 202] {
+            for special in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+                let mut values = base.clone();
+                values[at] = special;
+                cases.push(values);
+            }
+        }
+        for values in cases {
+            let mut want = StatsAccumulator::new();
+            for (i, &x) in values.iter().enumerate() {
+                want.push_lane(i % LANES, x);
+            }
+            let want = want.finish(values.len());
+            let f32s: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+            let mut want32 = StatsAccumulator::new();
+            for (i, &x) in f32s.iter().enumerate() {
+                want32.push_lane(i % LANES, f64::from(x));
+            }
+            let want32 = want32.finish(f32s.len());
+            assert_eq!(Stats::of_tensor(&Tensor::from_vec(values)), want);
+            assert_eq!(Stats::of_tensor(&Tensor::from_vec(f32s)), want32);
+        }
     }
 
     #[test]
