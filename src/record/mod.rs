@@ -128,8 +128,17 @@ pub(crate) const BATCH_RECORDS: usize = 64;
 /// A batch is digested once this many bytes wait; a tensor this large is digested in place.
 pub(crate) const BATCH_BYTES: usize = 16 << 20;
 
+/// The bytes a waiting record is digested from.
+#[derive(Debug)]
+enum PendingBytes {
+    /// A copy: the caller keeps (and may change) its tensor.
+    Copy(Vec<u8>),
+    /// The tensor itself, given to the recorder ([`Recorder::record_owned`]): no copy.
+    Owned(Tensor),
+}
+
 /// A record whose md5 waits for its batch: where it goes, its stats (computed when it was
-/// recorded, while its bytes were in the cache) and a copy of its bytes.
+/// recorded, while its bytes were in the cache) and its bytes.
 #[derive(Debug)]
 struct Pending {
     step: u64,
@@ -139,13 +148,23 @@ struct Pending {
     dtype: DType,
     shape: Vec<usize>,
     stats: Stats,
-    bytes: Vec<u8>,
+    bytes: PendingBytes,
 }
 
 impl Pending {
+    fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            PendingBytes::Copy(copy) => copy,
+            PendingBytes::Owned(tensor) => tensor
+                .view_in_place()
+                .expect("only a little-endian machine keeps a tensor's own bytes")
+                .bytes(),
+        }
+    }
+
     fn view(&self) -> TensorView<'_> {
-        TensorView::new(self.dtype, &self.shape, &self.bytes)
-            .expect("the bytes were copied from a view of this dtype and shape")
+        TensorView::new(self.dtype, &self.shape, self.bytes())
+            .expect("the bytes are of a view of this dtype and shape")
     }
 }
 
@@ -211,40 +230,85 @@ impl Recorder {
         self.push(step, name, view, true);
     }
 
+    /// Records `tensor`, which the caller gives away, as `name` at `step`: the same record as
+    /// [`Recorder::record`] gives, without copying its bytes (the tensor waits in the batch).
+    pub fn record_owned(&mut self, step: u64, name: &str, tensor: Tensor) {
+        self.push_owned(step, name, tensor, false);
+    }
+
+    /// [`Recorder::record_replicated`] of a tensor the caller gives away (no copy).
+    pub fn record_replicated_owned(&mut self, step: u64, name: &str, tensor: Tensor) {
+        self.push_owned(step, name, tensor, true);
+    }
+
+    /// `false` at [`RecordLevel::Off`]: a program may skip building what it would record.
+    #[must_use]
+    pub fn is_recording(&self) -> bool {
+        self.level != RecordLevel::Off
+    }
+
     fn push(&mut self, step: u64, name: &str, view: TensorView<'_>, replicated: bool) {
         if self.level == RecordLevel::Off {
             return;
         }
-        let seq = self.next_seq.entry(step).or_insert(0);
-        let this_seq = *seq;
-        *seq += 1;
-        let len = view.bytes().len();
-        if len >= BATCH_BYTES {
+        if view.bytes().len() >= BATCH_BYTES {
             self.digest_pending();
+            let at = (self.rank, step, self.next_seq(step));
             let with_stats = self.level == RecordLevel::Stats;
-            let record = Record::of_view(
-                (self.rank, step, this_seq),
-                name,
-                replicated,
-                view,
-                with_stats,
-            );
+            let record = Record::of_view(at, name, replicated, view, with_stats);
             self.keep(record, view);
             return;
         }
         let stats = self.stats_of(view);
-        let bytes = self.copy_of(view.bytes());
-        self.pending.push(Pending {
+        let bytes = PendingBytes::Copy(self.copy_of(view.bytes()));
+        let (dtype, shape) = (view.dtype(), view.shape().to_vec());
+        self.wait(step, name, replicated, (dtype, shape, stats), bytes);
+    }
+
+    fn push_owned(&mut self, step: u64, name: &str, tensor: Tensor, replicated: bool) {
+        if self.level == RecordLevel::Off {
+            return;
+        }
+        match tensor.view_in_place() {
+            Some(view) if view.bytes().len() < BATCH_BYTES => {
+                let stats = self.stats_of(view);
+                let (dtype, shape) = (view.dtype(), view.shape().to_vec());
+                let bytes = PendingBytes::Owned(tensor);
+                self.wait(step, name, replicated, (dtype, shape, stats), bytes);
+            }
+            _ => tensor.with_view(|view| self.push(step, name, view, replicated)),
+        }
+    }
+
+    /// This record's `seq`: the next of `step`.
+    fn next_seq(&mut self, step: u64) -> u32 {
+        let seq = self.next_seq.entry(step).or_insert(0);
+        *seq += 1;
+        *seq - 1
+    }
+
+    /// Adds a record to the batch; digests the batch when it is full.
+    fn wait(
+        &mut self,
+        step: u64,
+        name: &str,
+        replicated: bool,
+        (dtype, shape, stats): (DType, Vec<usize>, Stats),
+        bytes: PendingBytes,
+    ) {
+        let seq = self.next_seq(step);
+        let pending = Pending {
             step,
-            seq: this_seq,
+            seq,
             name: name.to_owned(),
             replicated,
-            dtype: view.dtype(),
-            shape: view.shape().to_vec(),
+            dtype,
+            shape,
             stats,
             bytes,
-        });
-        self.pending_bytes += len;
+        };
+        self.pending_bytes += pending.bytes().len();
+        self.pending.push(pending);
         if self.pending.len() >= BATCH_RECORDS || self.pending_bytes >= BATCH_BYTES {
             self.digest_pending();
         }
@@ -288,7 +352,7 @@ impl Recorder {
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        let buffers: Vec<&[u8]> = pending.iter().map(|p| p.bytes.as_slice()).collect();
+        let buffers: Vec<&[u8]> = pending.iter().map(Pending::bytes).collect();
         let md5s = md5_of_many(&buffers);
         for (p, md5) in pending.iter().zip(md5s) {
             let view = p.view();
@@ -306,7 +370,13 @@ impl Recorder {
             self.keep(record, view);
         }
         // At most a batch's bytes are kept (one batch's buffers).
-        self.spare = pending.into_iter().map(|p| p.bytes).collect();
+        self.spare = pending
+            .into_iter()
+            .filter_map(|p| match p.bytes {
+                PendingBytes::Copy(copy) => Some(copy),
+                PendingBytes::Owned(_) => None,
+            })
+            .collect();
     }
 
     /// The number of records so far.
@@ -501,6 +571,42 @@ mod tests {
         let seen = seen.lock().unwrap();
         let want_seen: Vec<(u32, Md5Digest)> = want.iter().map(|r| (r.seq, r.md5)).collect();
         assert_eq!(*seen, want_seen);
+    }
+
+    /// A tensor given away records as the same tensor lent: small ones wait in the batch
+    /// uncopied, one of `BATCH_BYTES` is digested at once, and the order and seqs are kept when
+    /// both kinds are mixed; at `Off` nothing is recorded.
+    #[test]
+    fn a_tensor_given_away_records_as_a_lent_one() {
+        let tensors: Vec<Tensor> = vec![
+            Tensor::from_vec((0..700).map(|i| i as f32 * 0.5 - 3.0).collect()),
+            Tensor::from_vec(vec![half::bf16::from_f32(-3.0), half::bf16::NAN]),
+            Tensor::from_vec(vec![7i64, -9, 11]),
+            Tensor::from_vec(vec![0.25f64; BATCH_BYTES / 8]),
+            Tensor::from_vec(vec![true, false]),
+        ];
+        let mut lent = Recorder::new(1, RecordLevel::Stats);
+        let mut given = Recorder::new(1, RecordLevel::Stats);
+        let mut off = Recorder::new(1, RecordLevel::Off);
+        assert!(given.is_recording() && !off.is_recording());
+        for round in 0..3u64 {
+            for (i, t) in tensors.iter().enumerate() {
+                let name = format!("t{i}");
+                lent.record(round, &name, t);
+                lent.record_replicated(round, "r", t);
+                // Every other record of `given` lent, so both kinds share batches.
+                if i % 2 == 0 {
+                    given.record_owned(round, &name, t.clone());
+                } else {
+                    given.record(round, &name, t);
+                }
+                given.record_replicated_owned(round, "r", t.clone());
+                off.record_owned(round, &name, t.clone());
+            }
+        }
+        assert_eq!(off.num_records(), 0);
+        assert_eq!(given.num_records(), lent.num_records());
+        assert_eq!(given.finish(), lent.finish());
     }
 
     #[test]

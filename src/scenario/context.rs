@@ -158,6 +158,24 @@ impl<'a> RankContext<'a> {
         self.recorder.record_replicated(step, name, tensor);
     }
 
+    /// Records `tensor`, given away, as `name` at `step`: the record of [`RankContext::record`],
+    /// without a copy of its bytes.
+    pub fn record_owned(&mut self, step: u64, name: &str, tensor: Tensor) {
+        self.recorder.record_owned(step, name, tensor);
+    }
+
+    /// Records a tensor, given away, that must be bitwise identical on every rank.
+    pub fn record_replicated_owned(&mut self, step: u64, name: &str, tensor: Tensor) {
+        self.recorder.record_replicated_owned(step, name, tensor);
+    }
+
+    /// `false` when this run records nothing (level `off`): skip building what would be
+    /// recorded.
+    #[must_use]
+    pub fn is_recording(&self) -> bool {
+        self.recorder.is_recording()
+    }
+
     /// Allreduces `tensor` in the run's reduction mode.
     ///
     /// # Errors

@@ -302,6 +302,17 @@ impl Tensor {
         }
     }
 
+    /// A view of the canonical bytes in place: `Some` on a little-endian machine, where they are
+    /// the tensor's memory; `None` on a big-endian one (use [`Tensor::with_view`]).
+    #[must_use]
+    pub(crate) fn view_in_place(&self) -> Option<TensorView<'_>> {
+        cfg!(target_endian = "little").then(|| TensorView {
+            dtype: self.dtype(),
+            shape: &self.shape,
+            bytes: self.data.native_bytes(),
+        })
+    }
+
     /// Calls `f` with a view of the canonical bytes, and returns what it returns.
     ///
     /// On little-endian machines the view is the tensor's memory, without a copy; on big-endian

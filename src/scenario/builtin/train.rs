@@ -361,14 +361,18 @@ impl TrainScenario {
         flat: &[f32],
         replicated: bool,
     ) {
+        if !ctx.is_recording() {
+            return;
+        }
         for (name, range, shape) in self.layout.tensors() {
+            // The recorder keeps this copy in its batch: the only copy made.
             let tensor = Tensor::new(shape, TensorData::F32(flat[range].to_vec()))
                 .expect("layout shapes match their ranges");
             let name = format!("{prefix}/{name}");
             if replicated {
-                ctx.record_replicated(step, &name, &tensor);
+                ctx.record_replicated_owned(step, &name, tensor);
             } else {
-                ctx.record(step, &name, &tensor);
+                ctx.record_owned(step, &name, tensor);
             }
         }
     }
