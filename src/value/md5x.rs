@@ -25,6 +25,34 @@
 //! buffers, and every number of buffers up to 40 with `md-5`.
 //! Limits: one buffer alone is no faster than `md-5` (use [`Md5Digest::of_bytes`]); lanes of very
 //! different lengths leave lanes idle once the short ones are done and nothing waits.
+//!
+//! What bounds it (AMD EPYC, family 26 (Zen 5), measured with a throwaway intrinsics loop): a
+//! simple vector integer operation (`vpaddd`, `vprold`, `vpternlogd`) has a latency of 2 cycles,
+//! zmm and ymm alike, against 1 for a scalar add, and about 4 such operations retire per cycle.
+//! A step's chain is `fn`, an addition, the rotation and an addition, so 8 cycles at best; 16
+//! lanes at 4,200–4,400 MiB/s are ~13.5 cycles a step, 8 lanes (ymm) ~9.5, `md-5` ~6 (scalar).
+//! Tried for issue 17 and not kept, each timed against this code side by side in one process
+//! (21 rotated repetitions, paired ratios, medians; commit a4b531f holds the harness:
+//! `MD5X_VARIANTS=0,1,2,4,5 MD5X_LANES=16,8,4 cargo bench --bench detcheck -- md5_ab`):
+//! - `a + m + k` summed behind `black_box` (one spill per step, off the chain): LLVM then keeps
+//!   the chain at 4 operations with no register copy, yet 0.92–0.95× at 16 and 8 lanes
+//!   (1.10–1.15× at 4 lanes, xmm). The copy before `vpternlogd` is not what costs.
+//! - the same and `fn` split so that its destructive operand is off the chain (a second
+//!   `black_box` per step): 0.82–0.85× at 16 lanes, 0.89–0.91× at 8.
+//! - every step's `m + k` into an array first, behind `black_box`: LLVM adds the loaded sum
+//!   last (`a + fn`, then `+ mk`), one more addition on the chain: 0.72×; built from `words`
+//!   with a loop over the step's message index, it vectorised the transpose into
+//!   `vpgatherqd`/`vpscatterqd`: 0.27×.
+//! - two independent chains of 8 lanes for 16 (to fill the 2-cycle latency): LLVM's SLP
+//!   vectoriser merges the two halves back into zmm, identical code, 1.00×; 32 lanes as
+//!   `[u32; 32]` spill (1,335 MiB/s on 32 × 64 KiB, against 4,242 at 16 lanes), and the AVX2
+//!   build at 16 lanes (two ymm, no rotate or ternary logic): 0.49×.
+//! - the transpose is ~20% at 16 lanes (none at 8): with each vector loaded from one block
+//!   (wrong digests, an upper bound) 16 lanes reach 1.25–1.28×. A portable 16 × 16 in-register
+//!   transpose (four stages swapping off-diagonal blocks) did not become shuffles: LLVM went
+//!   through the stack and gathers, 0.56×. Unfinished leads: a transpose LLVM does turn into
+//!   `vpermt2d` (the likeliest win, up to ~1.25×), and two interleaved 8-lane chains in a form
+//!   SLP leaves apart.
 
 use crate::value::digest::Md5Digest;
 use multiversion::multiversion;
