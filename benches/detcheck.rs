@@ -576,6 +576,25 @@ impl TimedComm<'_> {
     }
 }
 
+/// The CPU time every thread of this process has run, ended ones included, in seconds
+/// (`/proc/self/stat`'s utime and stime, in clock ticks of 10 ms; 0 where there is none).
+fn process_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command's closing parenthesis; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// The CPU time this thread has run, in seconds, from the scheduler's own count
 /// (`/proc/thread-self/schedstat`, nanoseconds; 0 where there is none): unlike the clock, it does
 /// not count time other processes on a shared machine took from this one.
@@ -630,18 +649,21 @@ impl Communicator for TimedComm<'_> {
 /// of the rank's recording (its last batch digested), over the steps from `warmup` on; the
 /// slowest rank's. Thread launch, the loader's start and the first steps are outside the window.
 /// Also the CPU seconds per step the ranks' threads ran in the same window (summed over ranks),
-/// and the number of records of the run.
+/// the process's CPU seconds per step over the whole run (every thread: ranks, the recorders'
+/// digest workers, the loader), and the number of records of the run.
 fn step_secs(
     scenario: &detcheck::LoadedScenario,
     level: RecordLevel,
     warmup: u64,
-) -> (f64, f64, usize) {
+) -> (f64, f64, f64, usize) {
     let detcheck::scenario::Program::Ranks(program) = &scenario.program else {
         panic!("train is a rank program");
     };
     let program = std::sync::Arc::clone(program);
     let spec = scenario.spec.clone();
     let config = LaunchConfig::new(spec.world_size);
+    let process_start = process_cpu_secs();
+    let steps = spec.steps;
     let per_rank = launch_threads(&config, move |comm| {
         let timed = TimedComm {
             inner: comm,
@@ -666,9 +688,10 @@ fn step_secs(
         Ok((secs, cpu, trace.records.len()))
     })
     .expect("benchmark ranks do not fail");
+    let process = (process_cpu_secs() - process_start) / steps as f64;
     let secs = per_rank.iter().map(|r| r.0).fold(0.0, f64::max);
     let cpu = per_rank.iter().map(|r| r.1).sum();
-    (secs, cpu, per_rank.iter().map(|r| r.2).sum())
+    (secs, cpu, process, per_rank.iter().map(|r| r.2).sum())
 }
 
 /// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
@@ -695,13 +718,15 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
         .expect("the benchmark spec builds");
     let mut secs: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
+    let mut process: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
     let mut records = vec![0; levels.len()];
     for round in 0..rounds {
         for k in 0..levels.len() {
             let i = (k + round) % levels.len();
-            let (s, c, n) = step_secs(&scenario, levels[i].1, warmup);
+            let (s, c, p, n) = step_secs(&scenario, levels[i].1, warmup);
             secs[i].push(s);
             cpu[i].push(c);
+            process[i].push(p);
             records[i] = n;
         }
     }
@@ -711,20 +736,23 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
          step; steps {warmup}–{steps} timed inside the ranks, {rounds} rounds in rotated order\n"
     );
     println!(
-        "Step time: the slowest rank's clock. CPU: the ranks' threads' CPU time per step (the \
-         scheduler's count), which other processes on the machine do not inflate.\n"
+        "Step time: the slowest rank's clock. Rank CPU: the ranks' threads' CPU time per step \
+         (the scheduler's count), which other processes on the machine do not inflate; it leaves \
+         out the recorders' digest threads. Process CPU: every thread of the process, the \
+         digest threads included, over the whole run (10 ms ticks), per step.\n"
     );
     println!(
         "| recording | records | step time (median) | vs off, median of rounds | range | \
-         CPU per step (median) | vs off | range |"
+         rank CPU per step | vs off | range | process CPU per step | vs off | range |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |");
+    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | --- |");
     for (i, (name, _)) in levels.iter().enumerate() {
         let step = human_time(median(secs[i].clone()));
         let step_cpu = human_time(median(cpu[i].clone()));
+        let step_process = human_time(median(process[i].clone()));
         if i == 0 {
             println!(
-                "| {name} | {} | {step} | 1 | | {step_cpu} | 1 | |",
+                "| {name} | {} | {step} | 1 | | {step_cpu} | 1 | | {step_process} | 1 | |",
                 records[i]
             );
             continue;
@@ -739,10 +767,11 @@ fn bench_record_at(global_batch: usize, steps: u64, warmup: u64, rounds: usize) 
             format!("{ratio} | {lo:.3}–{hi:.3}")
         };
         println!(
-            "| {name} | {} | {step} | {} | {step_cpu} | {} |",
+            "| {name} | {} | {step} | {} | {step_cpu} | {} | {step_process} | {} |",
             records[i],
             shown(ratio_summary(&secs[i], &secs[0])),
             shown(ratio_summary(&cpu[i], &cpu[0])),
+            shown(ratio_summary(&process[i], &process[0])),
         );
     }
     println!();
