@@ -296,14 +296,130 @@ fn words<const N: usize>(blocks: &[&[[u8; 64]]; N], round: usize) -> [[u32; N]; 
     m
 }
 
-/// `n` compressions of `N` lanes: lane `l` hashes `blocks[l][0..n]` one after the other. Compiled
-/// for the reduction kernels' targets (the same priority, so the same pick as
-/// [`crate::value::selected_kernel`]); the operations are the same on each, only the vector width differs.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+/// `n` compressions of `N` lanes: lane `l` hashes `blocks[l][0..n]` one after the other.
+/// 16 lanes go to [`avx512::rounds_16`] (which transposes in registers on AVX-512), the others
+/// to [`rounds_portable`].
+#[inline(always)]
 fn rounds<const N: usize>(state: &mut [[u32; N]; 4], n: usize, blocks: &[&[[u8; 64]]; N]) {
+    let Ok(blocks16) = <&[&[[u8; 64]]; 16]>::try_from(blocks.as_slice()) else {
+        return rounds_portable(state, n, blocks);
+    };
+    let mut state16 = [[0u32; 16]; 4];
+    for (to, from) in state16.iter_mut().zip(state.iter()) {
+        to.copy_from_slice(from);
+    }
+    avx512::rounds_16(&mut state16, n, blocks16);
+    for (to, from) in state.iter_mut().zip(state16.iter()) {
+        to.copy_from_slice(from);
+    }
+}
+
+/// [`rounds`] with the element-by-element transpose ([`words`]). Compiled for the reduction
+/// kernels' targets (the same priority, so the same pick as [`crate::value::selected_kernel`]);
+/// the operations are the same on each, only the vector width differs.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
+fn rounds_portable<const N: usize>(
+    state: &mut [[u32; N]; 4],
+    n: usize,
+    blocks: &[&[[u8; 64]]; N],
+) {
     for round in 0..n {
         compress(state, &words(blocks, round));
     }
+}
+
+/// 16 lanes with the message words transposed in registers on AVX-512: each lane's block is
+/// one vector load, and four stages of `vpermt2d` (one per bit of the word and lane indices)
+/// turn the 16 blocks into 16 vectors of one word each, where [`words`] moves the 256 words
+/// one by one (about a fifth of a 16-lane round). Safe code: intrinsics without pointers are
+/// safe in a `target_feature` function, which `multiversion` 0.9's clones are (0.8's are not,
+/// hence the second version of the crate, used only here), and `bytemuck` moves bytes in and out
+/// of `__m512i` by value.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::compress;
+    use multiversion_tf11 as multiversion;
+    use multiversion_tf11::{multiversion, target::match_target};
+    use std::arch::x86_64::{__m512i, _mm512_permutex2var_epi32};
+
+    /// [`super::rounds`] at 16 lanes: [`rounds16`] on a CPU with Ice Lake's AVX-512 set
+    /// (`multiversion` 0.9's AVX-512 target), else [`super::rounds_portable`].
+    #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq"))]
+    pub(super) fn rounds_16(state: &mut [[u32; 16]; 4], n: usize, blocks: &[&[[u8; 64]]; 16]) {
+        match_target! {
+            "x86_64+avx512f" => rounds16(state, n, blocks),
+            _ => super::rounds_portable(state, n, blocks),
+        }
+    }
+
+    /// For the stage that swaps bit `b` of the word index with bit `b` of the lane index, the
+    /// `vpermt2d` indices of the pair's lower row (element `c` of itself where bit `b` of `c`
+    /// is clear, else element `c - b` of its partner, index `16 + c - b`) and of its upper row
+    /// (element `c + b` of the lower row, or `c` of itself).
+    const fn stage_indices(b: usize) -> ([u32; 16], [u32; 16]) {
+        let mut lo = [0u32; 16];
+        let mut hi = [0u32; 16];
+        let mut c = 0;
+        while c < 16 {
+            if c & b == 0 {
+                lo[c] = c as u32;
+                hi[c] = (c + b) as u32;
+            } else {
+                lo[c] = (16 + c - b) as u32;
+                hi[c] = (16 + c) as u32;
+            }
+            c += 1;
+        }
+        (lo, hi)
+    }
+
+    const STAGES: [([u32; 16], [u32; 16]); 4] = [
+        stage_indices(1),
+        stage_indices(2),
+        stage_indices(4),
+        stage_indices(8),
+    ];
+
+    /// One stage on the listed pairs of rows (`i`, `i + b`), written out so that every row
+    /// stays in a register (a loop over the pairs kept them in memory).
+    macro_rules! stage {
+        ($r:ident, $indices:expr, $(($i:literal, $j:literal)),*) => {{
+            let (lo, hi): (__m512i, __m512i) =
+                (bytemuck::cast($indices.0), bytemuck::cast($indices.1));
+            $(
+                let (x, y) = ($r[$i], $r[$j]);
+                $r[$i] = _mm512_permutex2var_epi32(x, lo, y);
+                $r[$j] = _mm512_permutex2var_epi32(x, hi, y);
+            )*
+        }};
+    }
+
+    /// `rows[lane]` (one block: 16 little-endian words) to `words[j][lane]`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn transpose(mut r: [__m512i; 16]) -> [[u32; 16]; 16] {
+        stage!(r, STAGES[0], (0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11), (12, 13), (14, 15));
+        stage!(r, STAGES[1], (0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15));
+        stage!(r, STAGES[2], (0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15));
+        stage!(r, STAGES[3], (0, 8), (1, 9), (2, 10), (3, 11), (4, 12), (5, 13), (6, 14), (7, 15));
+        r.map(bytemuck::cast)
+    }
+
+    /// The rounds with [`transpose`].
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    fn rounds16(state: &mut [[u32; 16]; 4], n: usize, blocks: &[&[[u8; 64]]; 16]) {
+        let blocks: [&[[u8; 64]]; 16] = std::array::from_fn(|lane| &blocks[lane][..n]);
+        for round in 0..n {
+            let words = transpose(std::array::from_fn(|lane| bytemuck::cast(blocks[lane][round])));
+            compress(state, &words);
+        }
+    }
+}
+
+/// Elsewhere the 16 lanes are the portable ones.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    pub(super) use super::rounds_portable as rounds_16;
 }
 
 /// A buffer being hashed in a lane.
@@ -527,8 +643,13 @@ pub fn md5_of_many(buffers: &[&[u8]]) -> Vec<Md5Digest> {
     }
     let mut lanes: Md5Lanes<&[u8], usize> = Md5Lanes::new();
     let mut out = vec![Md5Digest([0; 16]); buffers.len()];
-    for (i, buffer) in buffers.iter().enumerate() {
-        lanes.push(buffer, i);
+    // Longest first: the long buffers run side by side in the full width while the lanes left
+    // over cycle through the short ones, and the short ones fill the lanes at the end (in call
+    // order, the long ones left last run with idle lanes, or at the narrower widths).
+    let mut order: Vec<usize> = (0..buffers.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(buffers[i].len()));
+    for i in order {
+        lanes.push(buffers[i], i);
     }
     while !lanes.is_idle() {
         lanes.run(MAX_ROUNDS, |_, i, md5| out[i] = md5);
