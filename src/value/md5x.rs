@@ -10,9 +10,12 @@
 //! element with `wrapping_add` and `rotate_left`; `multiversion` compiles the rounds for AVX-512,
 //! AVX2 and the baseline (SSE2), picked at run time with the same targets as the reduction
 //! kernels (`value/reduce.rs`, [`crate::value::selected_kernel`]), and LLVM turns each array
-//! operation into one vector instruction. No `unsafe`: the block's words are gathered into the
-//! lanes element by element (a transpose; the Python package's former intrinsics version did it
-//! in registers, with `unsafe` loads and stores).
+//! operation into one vector instruction. The block's words are gathered into the lanes element
+//! by element (a transpose), except at 16 lanes on a CPU with Ice Lake's AVX-512 set, where each
+//! lane's block is one vector load and four stages of `vpermt2d` transpose them in registers
+//! (`mod avx512`: 1.4–1.5× the element-by-element rounds). No `unsafe`: those shuffles are safe
+//! intrinsics in a `target_feature` function, and `bytemuck` moves the bytes in and out of
+//! `__m512i` by value.
 //!
 //! Widths: 16 lanes on AVX-512 (8 while at most 8 buffers are in flight), 8 on AVX2, 4 on the
 //! baseline; with few buffers in flight (two or fewer on AVX-512, three on the others) the
@@ -24,7 +27,9 @@
 //! width, the CPU or the other buffers; the tests compare every length up to 300 bytes, large
 //! buffers, and every number of buffers up to 40 with `md-5`.
 //! Limits: one buffer alone is no faster than `md-5` (use [`Md5Digest::of_bytes`]); lanes of very
-//! different lengths leave lanes idle once the short ones are done and nothing waits.
+//! different lengths leave lanes idle once the short ones are done and nothing waits, which is
+//! why [`md5_of_many`] starts the longest first (a recorder's batch of `train` records, 15 ×
+//! 64 KiB among 49 small ones: 1.5× the call order).
 //!
 //! What bounds it (AMD EPYC, family 26 (Zen 5), measured with a throwaway intrinsics loop): a
 //! simple vector integer operation (`vpaddd`, `vprold`, `vpternlogd`) has a latency of 2 cycles,
@@ -50,9 +55,18 @@
 //! - the transpose is ~20% at 16 lanes (none at 8): with each vector loaded from one block
 //!   (wrong digests, an upper bound) 16 lanes reach 1.25–1.28×. A portable 16 × 16 in-register
 //!   transpose (four stages swapping off-diagonal blocks) did not become shuffles: LLVM went
-//!   through the stack and gathers, 0.56×. Unfinished leads: a transpose LLVM does turn into
-//!   `vpermt2d` (the likeliest win, up to ~1.25×), and two interleaved 8-lane chains in a form
-//!   SLP leaves apart.
+//!   through the stack and gathers, 0.56× (tried again for the kept version: written as
+//!   constant-index selections from two arrays, it became 16-byte moves through the stack).
+//!   Kept: the same four stages as `vpermt2d` intrinsics, unrolled (a loop over the pairs kept
+//!   the rows in memory), 6.3–6.6 GB/s against 4.3–4.6 on 16 × 64 KiB, side by side (1.4–1.5×,
+//!   more than the bound above: the element-by-element transpose also stalled the loads of the
+//!   words it had just stored). Unfinished lead: two interleaved 8-lane chains in a form SLP
+//!   leaves apart.
+//! - `multiversion` 0.9 for every kernel (its clones are what makes the intrinsics safe): it
+//!   compiles AVX-512 clones for Ice Lake's whole set (`avx512bw`, `vbmi`, `gfni`, …), and with
+//!   those LLVM half-scalarised the 8-lane rounds (0.43×) and the stats kernel (0.06×). So 0.9
+//!   compiles only [`avx512::rounds_16`]; everything else stays on 0.8. A CPU with AVX-512 but
+//!   without Ice Lake's set (Skylake-SP) runs the element-by-element 16 lanes.
 
 use crate::value::digest::Md5Digest;
 use multiversion::multiversion;
@@ -318,11 +332,7 @@ fn rounds<const N: usize>(state: &mut [[u32; N]; 4], n: usize, blocks: &[&[[u8; 
 /// kernels' targets (the same priority, so the same pick as [`crate::value::selected_kernel`]);
 /// the operations are the same on each, only the vector width differs.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
-fn rounds_portable<const N: usize>(
-    state: &mut [[u32; N]; 4],
-    n: usize,
-    blocks: &[&[[u8; 64]]; N],
-) {
+fn rounds_portable<const N: usize>(state: &mut [[u32; N]; 4], n: usize, blocks: &[&[[u8; 64]]; N]) {
     for round in 0..n {
         compress(state, &words(blocks, round));
     }
@@ -398,10 +408,54 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn transpose(mut r: [__m512i; 16]) -> [[u32; 16]; 16] {
-        stage!(r, STAGES[0], (0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11), (12, 13), (14, 15));
-        stage!(r, STAGES[1], (0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15));
-        stage!(r, STAGES[2], (0, 4), (1, 5), (2, 6), (3, 7), (8, 12), (9, 13), (10, 14), (11, 15));
-        stage!(r, STAGES[3], (0, 8), (1, 9), (2, 10), (3, 11), (4, 12), (5, 13), (6, 14), (7, 15));
+        stage!(
+            r,
+            STAGES[0],
+            (0, 1),
+            (2, 3),
+            (4, 5),
+            (6, 7),
+            (8, 9),
+            (10, 11),
+            (12, 13),
+            (14, 15)
+        );
+        stage!(
+            r,
+            STAGES[1],
+            (0, 2),
+            (1, 3),
+            (4, 6),
+            (5, 7),
+            (8, 10),
+            (9, 11),
+            (12, 14),
+            (13, 15)
+        );
+        stage!(
+            r,
+            STAGES[2],
+            (0, 4),
+            (1, 5),
+            (2, 6),
+            (3, 7),
+            (8, 12),
+            (9, 13),
+            (10, 14),
+            (11, 15)
+        );
+        stage!(
+            r,
+            STAGES[3],
+            (0, 8),
+            (1, 9),
+            (2, 10),
+            (3, 11),
+            (4, 12),
+            (5, 13),
+            (6, 14),
+            (7, 15)
+        );
         r.map(bytemuck::cast)
     }
 
@@ -409,8 +463,12 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
     fn rounds16(state: &mut [[u32; 16]; 4], n: usize, blocks: &[&[[u8; 64]]; 16]) {
         let blocks: [&[[u8; 64]]; 16] = std::array::from_fn(|lane| &blocks[lane][..n]);
+        // `round` indexes the 16 lanes' slices at once.
+        #[allow(clippy::needless_range_loop)]
         for round in 0..n {
-            let words = transpose(std::array::from_fn(|lane| bytemuck::cast(blocks[lane][round])));
+            let words = transpose(std::array::from_fn(|lane| {
+                bytemuck::cast(blocks[lane][round])
+            }));
             compress(state, &words);
         }
     }
