@@ -29,7 +29,7 @@
 //! Limits: one buffer alone is no faster than `md-5` (use [`Md5Digest::of_bytes`]); lanes of very
 //! different lengths leave lanes idle once the short ones are done and nothing waits, which is
 //! why [`md5_of_many`] starts the longest first (a recorder's batch of `train` records, 15 ×
-//! 64 KiB among 49 small ones: 1.5× the call order).
+//! 64 KiB among 49 small ones: 1.2–1.3× the call order).
 //!
 //! What bounds it (AMD EPYC, family 26 (Zen 5), measured with a throwaway intrinsics loop): a
 //! simple vector integer operation (`vpaddd`, `vprold`, `vpternlogd`) has a latency of 2 cycles,
