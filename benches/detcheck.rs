@@ -355,18 +355,8 @@ fn median_range(values: &[f64]) -> String {
 /// repetition's at the fewest ranks, and the median and range of those ratios are reported.
 fn bench_allreduce_ranks() {
     // `DETCHECK_BENCH_RANKS=8,1024` and `DETCHECK_BENCH_KIB=4` narrow the run (a profile).
-    let list = |var: &str, default: &[usize]| -> Vec<usize> {
-        std::env::var(var).map_or_else(
-            |_| default.to_vec(),
-            |v| {
-                v.split(',')
-                    .map(|x| x.trim().parse().expect("a number"))
-                    .collect()
-            },
-        )
-    };
-    let rank_counts = list("DETCHECK_BENCH_RANKS", &[8, 16, 32, 64, 256, 1024]);
-    let kib_per_rank = list("DETCHECK_BENCH_KIB", &[4, 256]);
+    let rank_counts = env_list("DETCHECK_BENCH_RANKS", &[8, 16, 32, 64, 256, 1024]);
+    let kib_per_rank = env_list("DETCHECK_BENCH_KIB", &[4, 256]);
     let reps = 5;
     for mode in [ReductionMode::Ring, ReductionMode::Reproducible] {
         for bytes_per_rank in kib_per_rank.iter().map(|k| k << 10) {
@@ -696,11 +686,28 @@ fn step_secs(
 
 /// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
 /// timed inside the ranks, the contenders' order rotated each round.
+/// The numbers in the environment variable `var` (`8,16`), or `default`.
+fn env_list(var: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(var).map_or_else(
+        |_| default.to_vec(),
+        |v| {
+            v.split(',')
+                .map(|x| x.trim().parse().expect("a number"))
+                .collect()
+        },
+    )
+}
+
 fn bench_record() {
     // (global batch, steps, warm-up steps, rounds): ~0.3 s and ~1 s a run here; 41 rounds at
-    // 512 resolve about 1% in the CPU-time ratio.
-    for (global_batch, steps, warmup, rounds) in [(512, 60, 10, 41), (4096, 24, 4, 15)] {
-        bench_record_at(global_batch, steps, warmup, rounds);
+    // 512 resolve about 1% in the CPU-time ratio on a quiet machine. On a noisy one,
+    // `DETCHECK_BENCH_BATCHES=512 DETCHECK_BENCH_ROUNDS=161` runs 512 alone, longer.
+    let batches = env_list("DETCHECK_BENCH_BATCHES", &[512, 4096]);
+    let rounds = env_list("DETCHECK_BENCH_ROUNDS", &[]).first().copied();
+    for (global_batch, steps, warmup, default_rounds) in [(512, 60, 10, 41), (4096, 24, 4, 15)] {
+        if batches.contains(&global_batch) {
+            bench_record_at(global_batch, steps, warmup, rounds.unwrap_or(default_rounds));
+        }
     }
 }
 
