@@ -706,7 +706,12 @@ fn bench_record() {
     let rounds = env_list("DETCHECK_BENCH_ROUNDS", &[]).first().copied();
     for (global_batch, steps, warmup, default_rounds) in [(512, 60, 10, 41), (4096, 24, 4, 15)] {
         if batches.contains(&global_batch) {
-            bench_record_at(global_batch, steps, warmup, rounds.unwrap_or(default_rounds));
+            bench_record_at(
+                global_batch,
+                steps,
+                warmup,
+                rounds.unwrap_or(default_rounds),
+            );
         }
     }
 }

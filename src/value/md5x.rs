@@ -13,7 +13,7 @@
 //! operation into one vector instruction. The block's words are gathered into the lanes element
 //! by element (a transpose), except at 16 lanes on a CPU with Ice Lake's AVX-512 set, where each
 //! lane's block is one vector load and four stages of `vpermt2d` transpose them in registers
-//! (`mod avx512`: 1.4–1.5× the element-by-element rounds). No `unsafe`: those shuffles are safe
+//! (`mod avx512`: 1.41–1.45× the element-by-element rounds). No `unsafe`: those shuffles are safe
 //! intrinsics in a `target_feature` function, and `bytemuck` moves the bytes in and out of
 //! `__m512i` by value.
 //!
@@ -29,7 +29,7 @@
 //! Limits: one buffer alone is no faster than `md-5` (use [`Md5Digest::of_bytes`]); lanes of very
 //! different lengths leave lanes idle once the short ones are done and nothing waits, which is
 //! why [`md5_of_many`] starts the longest first (a recorder's batch of `train` records, 15 ×
-//! 64 KiB among 49 small ones: 1.2–1.3× the call order).
+//! 64 KiB among 49 small ones: 1.25–1.30× the call order).
 //!
 //! What bounds it (AMD EPYC, family 26 (Zen 5), measured with a throwaway intrinsics loop): a
 //! simple vector integer operation (`vpaddd`, `vprold`, `vpternlogd`) has a latency of 2 cycles,
@@ -58,7 +58,7 @@
 //!   through the stack and gathers, 0.56× (tried again for the kept version: written as
 //!   constant-index selections from two arrays, it became 16-byte moves through the stack).
 //!   Kept: the same four stages as `vpermt2d` intrinsics, unrolled (a loop over the pairs kept
-//!   the rows in memory), 6.3–6.6 GB/s against 4.3–4.6 on 16 × 64 KiB, side by side (1.4–1.5×,
+//!   the rows in memory), 5.7–5.9 GiB/s against 4.0–4.2 on 16 × 64 KiB, side by side (1.41–1.45×,
 //!   more than the bound above: the element-by-element transpose also stalled the loads of the
 //!   words it had just stored). Unfinished lead: two interleaved 8-lane chains in a form SLP
 //!   leaves apart.
