@@ -684,8 +684,6 @@ fn step_secs(
     (secs, cpu, process, per_rank.iter().map(|r| r.2).sum())
 }
 
-/// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
-/// timed inside the ranks, the contenders' order rotated each round.
 /// The numbers in the environment variable `var` (`8,16`), or `default`.
 fn env_list(var: &str, default: &[usize]) -> Vec<usize> {
     std::env::var(var).map_or_else(
@@ -698,6 +696,8 @@ fn env_list(var: &str, default: &[usize]) -> Vec<usize> {
     )
 }
 
+/// Step time of `train` with recording off (twice: the noise floor), md5 only, and md5 + stats,
+/// timed inside the ranks, the contenders' order rotated each round.
 fn bench_record() {
     // (global batch, steps, warm-up steps, rounds): ~0.3 s and ~1 s a run here; 41 rounds at
     // 512 resolve about 1% in the CPU-time ratio on a quiet machine. On a noisy one,
