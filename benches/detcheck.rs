@@ -8,6 +8,9 @@
 //! repetition and the median of the repetitions is reported, so a noisy shared machine shifts both
 //! sides alike. Ratios are the figures to quote; absolute times depend on the machine.
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::process_cpu_secs;
 use detcheck::comm::{launch_threads, Communicator, LaunchConfig};
 use detcheck::record::RecordLevel;
 use detcheck::run::run_once;
@@ -564,25 +567,6 @@ impl TimedComm<'_> {
             .borrow_mut()
             .push((Instant::now(), thread_cpu_secs()));
     }
-}
-
-/// The CPU time every thread of this process has run, ended ones included, in seconds
-/// (`/proc/self/stat`'s utime and stime, in clock ticks of 10 ms; 0 where there is none).
-fn process_cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // The fields after the command's closing parenthesis; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// The CPU time this thread has run, in seconds, from the scheduler's own count

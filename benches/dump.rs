@@ -21,6 +21,9 @@
 //! this one: before and after, side by side.
 //! `-- --write-msprobe DIR MB` leaves such a pair in `DIR/a` and `DIR/b`.
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::process_cpu_secs;
 use detcheck::compare::{compare_dumps, CompareOptions};
 use detcheck::file::{DumpMode, TraceWriter};
 use detcheck::record::Record;
@@ -110,30 +113,12 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// This process's time on a CPU so far, all its threads (the msprobe reader's included), in
-/// seconds: user + system time from /proc/self/stat, in clock ticks of 10 ms. On a shared
-/// machine it varies less than the wall clock, which also counts waiting for a core.
-fn cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line: 11 and 12 counted from 0 after the name.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// The child: compares and prints "seconds peak_kib differing cpu_seconds".
 fn child(a: &str, b: &str) {
-    let (start, cpu) = (Instant::now(), cpu_secs());
+    let (start, cpu) = (Instant::now(), process_cpu_secs());
     let cmp = compare_dumps(a.as_ref(), b.as_ref(), &CompareOptions::default()).expect("compare");
     let secs = start.elapsed().as_secs_f64();
-    let cpu = cpu_secs() - cpu;
+    let cpu = process_cpu_secs() - cpu;
     println!("{secs} {} {} {cpu}", peak_rss_kib(), cmp.num_differing);
 }
 
