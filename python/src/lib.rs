@@ -30,7 +30,9 @@ mod buffer;
 mod worker;
 
 use buffer::Buffer;
-use detcheck::file::{DumpError, DumpMode, EnvironmentHandle, Launch, TraceWriter as RustWriter};
+use detcheck::file::{
+    Capture, DumpError, DumpMode, EnvironmentHandle, Launch, TraceWriter as RustWriter,
+};
 use detcheck::value::{DType, TensorView, ViewError};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -439,11 +441,33 @@ impl PyTraceWriter {
     }
 }
 
+/// A capture request as Python sees it: `(rank, step, occurrence, name, dir)`.
+type CaptureRequest = (u32, u64, u32, String, PathBuf);
+
+/// The capture a re-run is asked for (`DETCHECK_CAPTURE` = `RANK:STEP:OCCURRENCE:NAME` and
+/// `DETCHECK_CAPTURE_DIR`, read by `detcheck::file::Capture::from_env`): `(rank, step,
+/// occurrence, name, dir)`, or `None` when there is none or the value cannot be read (a capture
+/// is a diagnosis aid, never a reason to fail a program). `detcheck.torch.watch` reads it to
+/// trace the operators of the captured record (`detcheck/_ops.py`).
+#[pyfunction]
+fn capture_request() -> PyResult<Option<CaptureRequest>> {
+    Ok(Capture::from_env().map(|(capture, dir)| {
+        (
+            capture.rank,
+            capture.step,
+            capture.occurrence,
+            capture.name,
+            dir,
+        )
+    }))
+}
+
 /// The native part of the `detcheck` package (re-exported by `detcheck/__init__.py`).
 #[pymodule]
 #[pyo3(name = "_detcheck")]
 fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTraceWriter>()?;
+    m.add_function(wrap_pyfunction!(capture_request, m)?)?;
     m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -478,10 +478,10 @@ impl Thread {
                 md5: Md5Digest(md5.expect("hashed")),
                 stats,
             };
-            let view = match self.mode {
-                DumpMode::Full => TensorView::new(record.dtype, &record.shape, &job.data).ok(),
-                _ => None,
-            };
+            // The bytes go with every record: full mode writes them, and a capture a re-run
+            // asks for (`DETCHECK_CAPTURE`) keeps the matching record's; otherwise the writer
+            // only looks at them when it matches a capture.
+            let view = TensorView::new(record.dtype, &record.shape, &job.data).ok();
             if let Err(e) = writer.write_record_view(&record, view) {
                 *failed = Some(self.fail(&e));
             }

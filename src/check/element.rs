@@ -11,10 +11,14 @@
 //! Determinism: a re-run is the same request as the run it repeats (same spec, perturbation and
 //! plan), with a capture added; what it captures is a function of the program.
 
-use crate::compare::{Divergence, ElementFinding, NoElementDetail};
+use crate::compare::{
+    find_operator, traced_window, Divergence, ElementFinding, NoElementDetail, OperatorFinding,
+};
 use crate::file::capture::read_capture;
+use crate::file::reader::load_trace;
 use crate::file::Capture;
-use crate::record::Trace;
+use crate::record::{RankTrace, Trace};
+use crate::value::tensor::Tensor;
 use crate::run::RunError;
 use crate::value::digest::Md5Digest;
 use std::path::{Path, PathBuf};
@@ -64,59 +68,120 @@ fn occurrence(trace: &Trace, rank: u32, d: &Divergence) -> u32 {
     })
 }
 
-/// Runs both sides again capturing the divergent record, and compares what they captured.
-/// `left_trace` is the left side's trace from the check (it numbers the occurrence).
+/// What one side's re-run kept: the captured tensor, or why not, and its operator trace.
+struct Kept {
+    tensor: Result<Tensor, String>,
+    /// The operator trace of a `detcheck.torch.watch` record (`None`: the program traced
+    /// none), or why it cannot be read.
+    operators: Result<Option<RankTrace>, String>,
+    /// The re-run reproduced the digest its side recorded in the check.
+    reproduced: bool,
+}
+
+/// Runs `side` again capturing `capture` (and, for a record of `detcheck.torch.watch`, the
+/// operators of its module) and reads what it kept.
+fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
+    let folder = CaptureFolder::new();
+    let ran = (side.rerun)(capture, &folder.0)
+        .map_err(|e| format!("the re-run of {} failed: {e}", side.label));
+    let tensor = ran.clone().and_then(|_| {
+        match read_capture(&folder.0, side.rank) {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err(format!(
+                "the re-run of {} wrote no capture of the record (it did not record it \
+                 again, or its writer predates captures)",
+                side.label
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    let operators = ran.and_then(|_| read_operators(&folder.0, side.label));
+    let reproduced = tensor
+        .as_ref()
+        .is_ok_and(|t| Md5Digest::of_tensor(t).to_string() == recorded);
+    Kept {
+        tensor,
+        operators,
+        reproduced,
+    }
+}
+
+/// The operator trace a re-run's tracer wrote into its capture folder (a world of one rank in
+/// `ops/`: see `crate::compare::find_operator`); `None` when it wrote none (a program that
+/// does not use `detcheck.torch.watch`).
+fn read_operators(dir: &Path, label: &str) -> Result<Option<RankTrace>, String> {
+    let ops = dir.join("ops");
+    if !ops.exists() {
+        return Ok(None);
+    }
+    let mut trace = load_trace(&ops, 1)
+        .map_err(|e| format!("the operator trace of the re-run of {label}: {e}"))?;
+    Ok(Some(trace.ranks.remove(0)))
+}
+
+/// Runs both sides again capturing the divergent record, and compares what they captured: the
+/// first differing element, and for a record of `detcheck.torch.watch` the first operator whose
+/// output differs. `left_trace` is the left side's trace from the check (it numbers the
+/// occurrence).
 pub(crate) fn find(
     d: &Divergence,
     left_trace: &Trace,
     left: &Side<'_>,
     right: &Side<'_>,
-) -> ElementFinding {
+) -> (ElementFinding, Option<OperatorFinding>) {
+    let unavailable = |reason: String| ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason });
     let k = occurrence(left_trace, left.rank, d);
-    let mut tensors = Vec::with_capacity(2);
+    let window = traced_window(&d.name);
+    let mut reruns = Vec::with_capacity(2);
     for (side, recorded) in [(left, &d.left), (right, &d.right)] {
         let Some(recorded) = recorded.as_ref().and_then(|r| r.digest.clone()) else {
-            return ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-                reason: format!("{} has no record there", side.label),
-            });
+            let reason = format!("{} has no record there", side.label);
+            return (unavailable(reason), None);
         };
-        let folder = CaptureFolder::new();
         let capture = Capture {
             rank: side.rank,
             step: d.step,
             name: d.name.clone(),
             occurrence: k,
         };
-        let captured = (side.rerun)(&capture, &folder.0)
-            .map_err(|e| format!("the re-run of {} failed: {e}", side.label))
-            .and_then(|_| read_capture(&folder.0, side.rank).map_err(|e| e.to_string()));
-        let tensor = match captured {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                return ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-                    reason: format!(
-                        "the re-run of {} wrote no capture of the record (it did not record it \
-                         again, or its writer predates captures)",
-                        side.label
-                    ),
-                })
-            }
-            Err(reason) => {
-                return ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason })
-            }
-        };
-        if Md5Digest::of_tensor(&tensor).to_string() != recorded {
-            return ElementFinding::Unavailable(NoElementDetail::NotReproduced {
-                side: side.label.to_owned(),
-            });
-        }
-        tensors.push(tensor);
+        reruns.push((side, rerun(side, &capture, &recorded)));
     }
-    ElementFinding::between(&tensors[0], &tensors[1]).unwrap_or_else(|| {
-        ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-            reason: "the captured tensors are bit for bit equal".to_owned(),
-        })
-    })
+    let [(_, a), (right_side, b)] = <[_; 2]>::try_from(reruns).ok().expect("two sides");
+    let operator = window.and_then(|window| match (&a.operators, &b.operators) {
+        (Ok(Some(left_ops)), Ok(Some(right_ops))) => {
+            Some(find_operator(left_ops, right_ops, window))
+        }
+        (Ok(None), Ok(None)) => None,
+        (Err(reason), _) | (_, Err(reason)) => Some(OperatorFinding::Unavailable {
+            reason: reason.clone(),
+        }),
+        (Ok(None), _) | (_, Ok(None)) => Some(OperatorFinding::Unavailable {
+            reason: "only one re-run traced the module's operators (the module did not run \
+                     there at that step)"
+                .to_owned(),
+        }),
+    });
+    let element = match (&a.tensor, &b.tensor) {
+        (Err(reason), _) | (_, Err(reason)) => unavailable(reason.clone()),
+        (Ok(ta), Ok(tb)) => match ElementFinding::between(ta, tb) {
+            // Both re-runs reproduced their sides: the element of the checked runs.
+            Some(ElementFinding::Found(e)) if a.reproduced && b.reproduced => {
+                ElementFinding::Found(e)
+            }
+            // They did not, but still differ from each other: the divergence changes from
+            // launch to launch, and the re-runs show one instance of it.
+            Some(ElementFinding::Found(e)) => ElementFinding::FoundInReruns(e),
+            Some(other) => other,
+            None => ElementFinding::Unavailable(NoElementDetail::NotReproduced {
+                side: if a.reproduced {
+                    right_side.label.to_owned()
+                } else {
+                    left.label.to_owned()
+                },
+            }),
+        },
+    };
+    (element, operator)
 }
 
 #[cfg(test)]
@@ -152,22 +217,23 @@ mod tests {
             .contains("first differing element: ["));
     }
 
-    /// OS entropy changes every run: the re-run does not reproduce run 1, and the finding says
-    /// so instead of naming an element.
+    /// OS entropy changes every run: the re-runs do not reproduce runs 1 and 2, but differ
+    /// from each other, and the element between them is named as such.
     #[test]
-    fn an_irreproducible_divergence_names_no_element() {
+    fn an_irreproducible_divergence_names_the_element_between_the_reruns() {
         let report = control("control_os_entropy_init");
         let d = report.outcomes[0].comparison.first.clone().unwrap();
+        let Some(ElementFinding::FoundInReruns(e)) = &d.element else {
+            panic!("{:?}", d.element);
+        };
+        assert_ne!(e.left_bits, e.right_bits);
+        let text = report.explain_caught();
         assert!(
-            matches!(
-                d.element,
-                Some(ElementFinding::Unavailable(
-                    NoElementDetail::NotReproduced { .. }
-                ))
-            ),
-            "{:?}",
-            d.element
+            text.contains("(between the two re-runs: they did not reproduce"),
+            "{text}"
         );
+        assert!(text.contains("re-run of run 1 "), "{text}");
+        assert_eq!(d.operator, None, "built-in kinds trace no operators");
     }
 
     /// The sides of `world_sizes` (resized runs) and of `restart` (a stopped launch, then the

@@ -38,7 +38,7 @@ use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
-use crate::scenario::{BucketLayout, CheckKind, Expectation, LoadedScenario, RunPlan};
+use crate::scenario::{BucketLayout, CheckKind, Expectation, LoadedScenario, Program, RunPlan};
 use crate::value::digest::{ExactF64, Stats};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -216,6 +216,7 @@ impl ScenarioReport {
                         .as_ref()
                         .map_or(String::new(), |n| format!(" ({n})"))
                 );
+                let _ = write!(out, "{}", describe_environment(c, outcome.side_labels()));
                 let _ = write!(out, "{}", describe_divergence(first, outcome));
             }
         }
@@ -232,7 +233,7 @@ fn describe_environment(c: &Comparison, (left, right): (&str, &str)) -> String {
     }
     let mut out = format!("  environment differs ({left} -> {right}):\n");
     for d in &c.environment {
-        let _ = writeln!(out, "    {d}");
+        out.push_str(&d.describe("    "));
     }
     out
 }
@@ -258,6 +259,9 @@ fn describe_divergence(d: &Divergence, outcome: &CheckOutcome) -> String {
             "  first differing element: {}",
             element.describe(left_label, right_label)
         );
+    }
+    if let Some(operator) = &d.operator {
+        let _ = writeln!(out, "  first differing operator: {operator}");
     }
     out
 }
@@ -774,16 +778,23 @@ impl<'a> Runs<'a> {
                 self.first,
             )),
         };
-        let finding = match sides {
+        let (finding, operator) = match sides {
             Some((left, right, left_trace)) => element::find(&d, left_trace, &left, &right),
-            None => ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-                reason: format!("`{}` runs are not re-run for the element", outcome.kind),
-            }),
+            None => (
+                ElementFinding::Unavailable(NoElementDetail::NotCaptured {
+                    reason: format!("`{}` runs are not re-run for the element", outcome.kind),
+                }),
+                None,
+            ),
         };
+        // Operators are traced in programs (`detcheck.torch.watch`), never in built-in kinds,
+        // whose records may share the names' prefixes.
+        let operator = operator.filter(|_| matches!(scenario.program, Program::Command(_)));
         let c = &mut outcome.comparison;
         for row in c.rows.iter_mut().chain(c.first.as_mut()) {
             if (row.step, row.seq, row.rank) == (d.step, d.seq, d.rank) {
                 row.element = Some(finding.clone());
+                row.operator.clone_from(&operator);
             }
         }
     }

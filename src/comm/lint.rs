@@ -3,7 +3,7 @@
 //!
 //! [`lint_environment`] reads a set of variables (this process's, or any rank's) and reports
 //! [`Finding`]s: variables that do not exist though people set them (`NCCL_DETERMINISTIC`, set by
-//! verl and others for years, does nothing), pinning settings of [`PIN_SETTINGS`] left unset or
+//! verl and others for years, does nothing), pinning settings (`crate::record::hints`) left unset or
 //! set to another value, algorithms whose reduction order cannot be controlled (NCCL's Tree,
 //! NVLS, CollNet), and `PYTHONHASHSEED` unset for a Python job. [`differing_ranks`] names the
 //! variables whose values differ between ranks (an `NCCL_ALGO` set on some nodes only).
@@ -115,7 +115,7 @@ pub fn lint_environment(
         }
     }
     for s in settings {
-        let advice = format!("set {}={} ({})", s.name, s.value, s.pins);
+        let advice = format!("set {}={} ({})", s.name, s.value, s.why);
         match vars.get(s.name) {
             None => findings.push(Finding {
                 kind: FindingKind::Unpinned,

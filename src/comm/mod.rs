@@ -11,7 +11,7 @@
 //! mode's promise.
 //!
 //! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
-//! [`PIN_SETTINGS`] lists the settings that pin other stacks' reductions (`detcheck env`).
+//! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -35,7 +35,7 @@ pub use lint::{
     differing_ranks, lint_environment, relevant_environment, Finding, FindingKind,
     NONEXISTENT_VARIABLES,
 };
-pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS, PIN_SETTINGS};
+pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};
 

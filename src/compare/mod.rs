@@ -30,15 +30,18 @@
 pub mod curves;
 mod element;
 mod map;
+mod operator;
 #[cfg(test)]
 mod tests;
 
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
+pub use operator::{find_operator, traced_window, InputSource, OperatorCall, OperatorFinding};
 
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, Dump, DumpError};
+use crate::record::hints::{self, Advice};
 use crate::record::overflow::{classify, Overflow};
 use crate::record::{Environment, Record, Trace};
 use crate::value::digest::Stats;
@@ -203,6 +206,10 @@ pub struct Divergence {
     /// The first differing element: from the full tensors when both sides hold them, or (a
     /// check) from a re-run that captured this record; why not, when it could not be named.
     pub element: Option<ElementFinding>,
+    /// The first operator whose output differs inside the divergent record's module, and why
+    /// (a check's divergence at a record of `detcheck.torch.watch`; `operator.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorFinding>,
 }
 
 /// What is known of a divergence's first differing element.
@@ -211,6 +218,10 @@ pub struct Divergence {
 pub enum ElementFinding {
     /// The element, both values and their distance.
     Found(ElementDetail),
+    /// The re-runs did not reproduce the checked runs' values (the divergence changes from
+    /// launch to launch: OS entropy, timing), but differed from each other at this record: the
+    /// element between the two re-runs.
+    FoundInReruns(ElementDetail),
     /// Why no element is named.
     Unavailable(NoElementDetail),
 }
@@ -232,6 +243,11 @@ impl ElementFinding {
     pub fn describe(&self, left: &str, right: &str) -> String {
         match self {
             ElementFinding::Found(detail) => detail.describe(left, right),
+            ElementFinding::FoundInReruns(detail) => format!(
+                "{} (between the two re-runs: they did not reproduce the checked runs' values, \
+                 so this divergence changes from launch to launch)",
+                detail.describe(&format!("re-run of {left}"), &format!("re-run of {right}"))
+            ),
             ElementFinding::Unavailable(why) => format!("not named: {why}"),
         }
     }
@@ -248,6 +264,9 @@ pub struct EnvDifference {
     pub right: Option<String>,
     /// The ranks where the two sides' snapshots differ this way, ascending.
     pub ranks: Vec<u32>,
+    /// What the key does to the bits and how to pin it (`crate::record::hints`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<Advice>,
 }
 
 impl fmt::Display for EnvDifference {
@@ -266,6 +285,18 @@ impl fmt::Display for EnvDifference {
             show(&self.right),
             describe_ranks(&self.ranks).trim_end_matches(':')
         )
+    }
+}
+
+impl EnvDifference {
+    /// The difference on one line at `indent`, and its hint on the next, indented further
+    /// (the style every report prints environment differences in).
+    #[must_use]
+    pub fn describe(&self, indent: &str) -> String {
+        match &self.hint {
+            Some(hint) => format!("{indent}{self}\n{indent}  hint: {hint}\n"),
+            None => format!("{indent}{self}\n"),
+        }
     }
 }
 
@@ -754,6 +785,7 @@ fn compare_ranks(
             .environment
             .into_iter()
             .map(|((key, left, right), ranks)| EnvDifference {
+                hint: hints::for_variable(&key).map(hints::Hint::advice),
                 key,
                 left,
                 right,
@@ -1111,6 +1143,7 @@ impl Engine<'_> {
                 right: j.map(|j| summary(b, j, sb.as_deref().expect("B"))),
                 metrics,
                 element,
+                operator: None,
             };
             if want_first {
                 self.first = Some(row.clone());

@@ -27,6 +27,7 @@
 //! change a run's bits (variables, versions, host, CPU kernel) that a trace file carries.
 
 pub mod environment;
+pub mod hints;
 pub(crate) mod overflow;
 
 pub use environment::Environment;

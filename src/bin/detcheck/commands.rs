@@ -159,7 +159,7 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
     if !cmp.environment.is_empty() {
         outln!(o, "environment differs (A -> B):");
         for d in &cmp.environment {
-            outln!(o, "  {d}");
+            o.0.push_str(&d.describe("  "));
         }
     }
     outln!(

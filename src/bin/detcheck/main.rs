@@ -372,7 +372,7 @@ fn env(stacks: &[String], export: bool) -> Result<Exit, CliError> {
             Some(v) => format!("set here to `{v}`, which differs"),
         };
         out!("{:<10} {}={}", s.stack, s.name, s.value);
-        out!("{:<10}   pins: {}", "", s.pins);
+        out!("{:<10}   pins: {}", "", s.why);
         out!(
             "{:<10}   source: {}; documented in {}",
             "",

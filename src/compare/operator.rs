@@ -1,0 +1,601 @@
+//! The operator drill-down's analysis: two operator traces of one module, one per side, give
+//! the first operator whose output differs, and why.
+//!
+//! When a check's first divergence is a record of `detcheck.torch.watch` (`fwd/<module>`,
+//! `grad/<param>`, `param/<param>`), the re-runs that capture it (`crate::check`) also record,
+//! inside that record's module only, the inputs and outputs of every operator it runs (the
+//! package's `detcheck/_ops.py`, a `TorchDispatchMode`), into a trace file of their own.
+//! [`find_operator`] pairs the two sides' records in order and classifies the first operator
+//! whose output differs ([`OperatorFinding`]):
+//!
+//! - its traced inputs were bit-identical: the operator itself is nondeterministic (with the
+//!   advice of the one hint table, `crate::record::hints`, when it is a known one);
+//! - an input already differed: where it came from, by the provenance the tracer wrote into its
+//!   name: no traced operator made it (the value came from outside the traced operators: Python
+//!   `set`/`dict` order, numpy or `random` without a seed, a file, the clock), it is one of the
+//!   module's own inputs (made before the module ran), or an earlier operator made it with equal
+//!   bits and it changed afterwards (an in-place write the tracer cannot see).
+//!
+//! The names the tracer writes (docs/operators.md), all at the captured step:
+//!
+//! | name | what |
+//! | --- | --- |
+//! | `window/in{j}`, `window/grad_out{j}` | the module's tensor inputs (forward), or the gradients of its outputs (backward) |
+//! | `op/{i}/{module}/{operator}/in{j}` | input `j` of the `i`-th operator call, taken before the call |
+//! | `op/{i}/{module}/{operator}/in{j}<op{k}.out{m}` | ... which is output `m` of call `k` (`<in{m}`, `<grad_out{m}`: a window input) |
+//! | `op/{i}/{module}/{operator}/out{j}` | output `j` of the call |
+//!
+//! Determinism: a pure function of the two traces' records (names, dtypes, shapes, digests).
+//!
+//! Limits: only tensors the writer can record are traced (an input of another dtype is not
+//! seen, so an operator may read as nondeterministic when such an input differed); the trace
+//! holds digests and statistics, not tensors, so the operator's first differing element is not
+//! named here (the record's element is).
+
+use crate::record::hints::{self, Advice};
+use crate::record::{Record, RankTrace};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One operator call of an operator trace, as reports show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorCall {
+    /// Its position among the calls of the traced window, from 0.
+    pub index: u32,
+    /// The operator, as the dispatcher names it (`aten.addmm.default`, `myns.myop.default`).
+    pub operator: String,
+    /// The innermost module whose code called it (`(model)` for the model itself).
+    pub module: String,
+    /// Its traced tensor inputs' dtypes and shapes, in order (`f32[16,32]`).
+    pub inputs: Vec<String>,
+    /// Its first output whose bits differ between the two sides.
+    pub output: u32,
+}
+
+/// Where a differing input of an operator came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum InputSource {
+    /// No traced operator produced it, and it is none of the module's inputs: a parameter,
+    /// buffer or tensor made outside the dispatcher (numpy, a file, Python arithmetic).
+    Untraced,
+    /// The module's own input (forward) or the gradient of its output `index` (backward).
+    WindowInput {
+        /// `in` or `grad_out`.
+        kind: String,
+        /// Which one.
+        index: u32,
+    },
+    /// Output `output` of call `call`, which had equal bits on both sides when it was made.
+    ChangedAfter {
+        /// The call that made it.
+        call: u32,
+        /// Which of its outputs.
+        output: u32,
+    },
+}
+
+/// What the operator drill-down found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "finding", rename_all = "snake_case")]
+pub enum OperatorFinding {
+    /// The operator's traced inputs were bit-identical and its output was not: the operator
+    /// itself is nondeterministic.
+    Nondeterministic {
+        /// The traced window: `forward`, `backward` or `optimizer step`.
+        window: String,
+        /// The call.
+        call: OperatorCall,
+        /// What is known of this operator and how to make it deterministic.
+        hint: Option<Advice>,
+    },
+    /// An input of the operator already differed, and no traced operator produced it so.
+    InputFromOutside {
+        /// The traced window.
+        window: String,
+        /// The call.
+        call: OperatorCall,
+        /// The first differing input.
+        input: u32,
+        /// Where that input came from.
+        source: InputSource,
+    },
+    /// Every traced operator's outputs agree, yet the record differs: the value changed
+    /// outside the traced operators.
+    NoOperatorDiffers {
+        /// The traced window.
+        window: String,
+        /// The number of calls traced.
+        calls: u32,
+    },
+    /// The two sides ran different operators (control flow that depends on a value).
+    DifferentOperators {
+        /// The traced window.
+        window: String,
+        /// The first call where they differ.
+        index: u32,
+        /// The left side's operator there (`(none)` when it ran fewer).
+        left: String,
+        /// The right side's.
+        right: String,
+    },
+    /// Why the operators could not be compared.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl OperatorFinding {
+    /// The one-line account reports print (after `operator: `).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for OperatorCall {
+    /// `aten.add.Tensor (call #3 in `block`, inputs f32[16,64], f32[16,64])`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` (call #{} in `{}`, inputs {})",
+            self.operator,
+            self.index,
+            self.module,
+            if self.inputs.is_empty() {
+                "none traced".to_owned()
+            } else {
+                self.inputs.join(", ")
+            }
+        )
+    }
+}
+
+impl fmt::Display for OperatorFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OperatorFinding::Nondeterministic { window, call, hint } => {
+                write!(
+                    f,
+                    "{call} gave different output {} from bit-identical inputs ({window}): the \
+                     operator itself is nondeterministic",
+                    call.output
+                )?;
+                match hint {
+                    Some(hint) => write!(f, "; hint: {hint}"),
+                    None => f.write_str(
+                        "; it is not in detcheck's table of known operators (an operator of \
+                         the program's own? make its reduction order fixed)",
+                    ),
+                }
+            }
+            OperatorFinding::InputFromOutside {
+                window,
+                call,
+                input,
+                source,
+            } => {
+                write!(
+                    f,
+                    "{call} ({window}): its output {} differs because its input {input} already \
+                     differed",
+                    call.output
+                )?;
+                match source {
+                    InputSource::Untraced => f.write_str(
+                        ", and no traced operator produced it: the value came from outside the \
+                         traced operators (Python set/dict order, numpy or random without a \
+                         seed, a file, the clock)",
+                    ),
+                    InputSource::WindowInput { kind, index } if kind == "in" => write!(
+                        f,
+                        ": it is the module's input {index}, which differed when the module was \
+                         called (made before it, outside its operators: data, or code of the \
+                         module that called it)"
+                    ),
+                    InputSource::WindowInput { index, .. } => write!(
+                        f,
+                        ": it is the gradient of the module's output {index}, which differed \
+                         when its backward began (made by the layers after it)"
+                    ),
+                    InputSource::ChangedAfter { call, output } => write!(
+                        f,
+                        ": call #{call} made it (output {output}) with equal bits on both \
+                         sides, and it changed afterwards outside the traced operators (an \
+                         in-place write through numpy, .data or another thread)"
+                    ),
+                }
+            }
+            OperatorFinding::NoOperatorDiffers { window, calls } => write!(
+                f,
+                "none of the {calls} traced operator calls ({window}) gave different outputs: \
+                 the value changed outside the traced operators (an in-place write through \
+                 numpy or .data, or code that is not a PyTorch operator)"
+            ),
+            OperatorFinding::DifferentOperators {
+                window,
+                index,
+                left,
+                right,
+            } => write!(
+                f,
+                "the two sides ran different operators at call #{index} ({window}): `{left}` \
+                 vs `{right}` (control flow that depends on a value)"
+            ),
+            OperatorFinding::Unavailable { reason } => write!(f, "not named: {reason}"),
+        }
+    }
+}
+
+/// The traced window of a record of `detcheck.torch.watch`, by its name's prefix: `None` for
+/// a record of another kind (no operator is traced for it).
+#[must_use]
+pub fn traced_window(record: &str) -> Option<&'static str> {
+    if record.starts_with("fwd/") {
+        Some("forward")
+    } else if record.starts_with("grad/") {
+        Some("backward")
+    } else if record.starts_with("param/") {
+        Some("optimizer step")
+    } else {
+        None
+    }
+}
+
+/// One record of an operator trace, by its name.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry<'a> {
+    /// `window/in{j}` or `window/grad_out{j}`.
+    Window,
+    /// An input or output of call `index`.
+    Port {
+        index: u32,
+        module: &'a str,
+        operator: &'a str,
+        port: Port,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Port {
+    Input { index: u32, source: InputSource },
+    Output(u32),
+}
+
+/// The entry a record's name describes (`None`: not a name of the tracer's).
+fn parse(name: &str) -> Option<Entry<'_>> {
+    if name.starts_with("window/") {
+        return Some(Entry::Window);
+    }
+    let rest = name.strip_prefix("op/")?;
+    let (index, rest) = rest.split_once('/')?;
+    let (rest, port) = rest.rsplit_once('/')?;
+    let (module, operator) = rest.rsplit_once('/')?;
+    let port = if let Some(output) = port.strip_prefix("out") {
+        Port::Output(output.parse().ok()?)
+    } else {
+        let port = port.strip_prefix("in")?;
+        let (index, source) = match port.split_once('<') {
+            None => (port, InputSource::Untraced),
+            Some((index, from)) => (index, parse_source(from)?),
+        };
+        Port::Input {
+            index: index.parse().ok()?,
+            source,
+        }
+    };
+    Some(Entry::Port {
+        index: index.parse().ok()?,
+        module,
+        operator,
+        port,
+    })
+}
+
+/// `op3.out0`, `in1`, `grad_out0`.
+fn parse_source(from: &str) -> Option<InputSource> {
+    if let Some(call) = from.strip_prefix("op") {
+        let (call, output) = call.split_once(".out")?;
+        return Some(InputSource::ChangedAfter {
+            call: call.parse().ok()?,
+            output: output.parse().ok()?,
+        });
+    }
+    let (kind, index) = if let Some(i) = from.strip_prefix("grad_out") {
+        ("grad_out", i)
+    } else {
+        ("in", from.strip_prefix("in")?)
+    };
+    Some(InputSource::WindowInput {
+        kind: kind.to_owned(),
+        index: index.parse().ok()?,
+    })
+}
+
+fn layout(record: &Record) -> String {
+    let dims: Vec<String> = record.shape.iter().map(ToString::to_string).collect();
+    format!("{}[{}]", record.dtype, dims.join(","))
+}
+
+fn differs(a: &Record, b: &Record) -> bool {
+    a.md5 != b.md5 || a.dtype != b.dtype || a.shape != b.shape
+}
+
+/// The operator whose output first differs between `left` and `right`, the two sides' operator
+/// traces of one window (`window`: [`traced_window`] of the divergent record), and why.
+#[must_use]
+pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> OperatorFinding {
+    let window = window.to_owned();
+    let unavailable = |reason: String| OperatorFinding::Unavailable { reason };
+    // The inputs of the call being read: (input index, differs, source).
+    let mut inputs: Vec<(u32, bool, InputSource, String)> = Vec::new();
+    let mut current: Option<u32> = None;
+    let mut calls = 0u32;
+    for (i, (a, b)) in left.records.iter().zip(&right.records).enumerate() {
+        let (Some(ea), Some(eb)) = (parse(&a.name), parse(&b.name)) else {
+            return unavailable(format!(
+                "record {i} of an operator trace, `{}` / `{}`, is not one the tracer writes",
+                a.name, b.name
+            ));
+        };
+        if a.name != b.name {
+            let call = |e: &Entry<'_>| match e {
+                Entry::Port {
+                    index, operator, ..
+                } => (Some(*index), (*operator).to_owned()),
+                Entry::Window => (None, "(window input)".to_owned()),
+            };
+            let ((ia, left), (ib, right)) = (call(&ea), call(&eb));
+            return OperatorFinding::DifferentOperators {
+                window,
+                index: ia.or(ib).unwrap_or(0),
+                left,
+                right,
+            };
+        }
+        let Entry::Port {
+            index,
+            module,
+            operator,
+            port,
+        } = ea
+        else {
+            continue;
+        };
+        if current != Some(index) {
+            current = Some(index);
+            calls = index + 1;
+            inputs.clear();
+        }
+        match port {
+            Port::Input { index: j, source } => {
+                inputs.push((j, differs(a, b), source, layout(a)));
+            }
+            Port::Output(output) if differs(a, b) => {
+                let call = OperatorCall {
+                    index,
+                    operator: operator.to_owned(),
+                    module: module.to_owned(),
+                    inputs: inputs.iter().map(|(.., l)| l.clone()).collect(),
+                    output,
+                };
+                return match inputs.iter().find(|(_, d, ..)| *d) {
+                    None => OperatorFinding::Nondeterministic {
+                        window,
+                        hint: hints::for_operator(operator).map(hints::Hint::advice),
+                        call,
+                    },
+                    Some((input, _, source, _)) => OperatorFinding::InputFromOutside {
+                        window,
+                        call,
+                        input: *input,
+                        source: source.clone(),
+                    },
+                };
+            }
+            Port::Output(_) => {}
+        }
+    }
+    if left.records.len() != right.records.len() {
+        let longer = if left.records.len() > right.records.len() {
+            &left.records
+        } else {
+            &right.records
+        };
+        let next = longer[left.records.len().min(right.records.len())..]
+            .iter()
+            .find_map(|r| match parse(&r.name) {
+                Some(Entry::Port {
+                    index, operator, ..
+                }) => Some((index, operator.to_owned())),
+                _ => None,
+            })
+            .unwrap_or((calls, "(none)".to_owned()));
+        let (left_op, right_op) = if left.records.len() > right.records.len() {
+            (next.1, "(none)".to_owned())
+        } else {
+            ("(none)".to_owned(), next.1)
+        };
+        return OperatorFinding::DifferentOperators {
+            window,
+            index: next.0,
+            left: left_op,
+            right: right_op,
+        };
+    }
+    OperatorFinding::NoOperatorDiffers { window, calls }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::digest::{Md5Digest, Stats};
+    use crate::value::tensor::DType;
+
+    fn trace(records: &[(&str, u8)]) -> RankTrace {
+        RankTrace {
+            rank: 0,
+            records: records
+                .iter()
+                .enumerate()
+                .map(|(seq, &(name, byte))| Record {
+                    rank: 0,
+                    step: 2,
+                    seq: seq as u32,
+                    name: name.to_owned(),
+                    replicated: false,
+                    dtype: DType::F32,
+                    shape: vec![4, 8],
+                    md5: Md5Digest([byte; 16]),
+                    stats: Stats::default(),
+                })
+                .collect(),
+            environment: None,
+        }
+    }
+
+    const ADDMM_IN: &str = "op/0000/block.fc/aten.addmm.default/in0";
+    const ADDMM_IN1: &str = "op/0000/block.fc/aten.addmm.default/in1<in0";
+    const ADDMM_OUT: &str = "op/0000/block.fc/aten.addmm.default/out0";
+    const ADD_IN0: &str = "op/0001/block/aten.add.Tensor/in0<op0.out0";
+    const ADD_IN1: &str = "op/0001/block/aten.add.Tensor/in1";
+    const ADD_OUT: &str = "op/0001/block/aten.add.Tensor/out0";
+
+    #[test]
+    fn an_operator_with_equal_inputs_and_a_different_output_is_nondeterministic() {
+        let left = trace(&[("window/in0", 1), (ADDMM_IN, 2), (ADDMM_OUT, 3)]);
+        let right = trace(&[("window/in0", 1), (ADDMM_IN, 2), (ADDMM_OUT, 4)]);
+        let finding = find_operator(&left, &right, "forward");
+        let OperatorFinding::Nondeterministic { call, hint, .. } = &finding else {
+            panic!("{finding:?}");
+        };
+        assert_eq!(call.operator, "aten.addmm.default");
+        assert_eq!(call.module, "block.fc");
+        assert_eq!(call.inputs, ["f32[4,8]"]);
+        assert_eq!(hint.as_ref().unwrap().about, "*mm");
+        assert!(finding.describe().contains("itself is nondeterministic; hint: set"));
+    }
+
+    #[test]
+    fn a_differing_input_is_traced_to_its_source() {
+        // input 1 of the add differs and no traced operator made it
+        let left = trace(&[
+            ("window/in0", 1),
+            (ADDMM_IN1, 1),
+            (ADDMM_OUT, 3),
+            (ADD_IN0, 3),
+            (ADD_IN1, 5),
+            (ADD_OUT, 6),
+        ]);
+        let mut right = left.clone();
+        right.records[4].md5 = Md5Digest([9; 16]);
+        right.records[5].md5 = Md5Digest([9; 16]);
+        let finding = find_operator(&left, &right, "forward");
+        assert_eq!(
+            finding,
+            OperatorFinding::InputFromOutside {
+                window: "forward".into(),
+                call: OperatorCall {
+                    index: 1,
+                    operator: "aten.add.Tensor".into(),
+                    module: "block".into(),
+                    inputs: vec!["f32[4,8]".into(), "f32[4,8]".into()],
+                    output: 0,
+                },
+                input: 1,
+                source: InputSource::Untraced,
+            }
+        );
+        assert!(finding.to_string().contains("from outside the traced operators"));
+
+        // the module's own input differs: the first call's input from it is named
+        let mut right = left.clone();
+        for i in [0, 1, 2] {
+            right.records[i].md5 = Md5Digest([7; 16]);
+        }
+        let finding = find_operator(&left, &right, "forward");
+        assert!(matches!(
+            finding,
+            OperatorFinding::InputFromOutside {
+                source: InputSource::WindowInput { ref kind, index: 0 },
+                input: 1,
+                ..
+            } if kind == "in"
+        ));
+
+        // an output that was equal when made and differs when read again changed in between
+        let mut right = left.clone();
+        right.records[3].md5 = Md5Digest([8; 16]);
+        right.records[5].md5 = Md5Digest([8; 16]);
+        assert!(matches!(
+            find_operator(&left, &right, "forward"),
+            OperatorFinding::InputFromOutside {
+                source: InputSource::ChangedAfter { call: 0, output: 0 },
+                input: 0,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn agreeing_operators_and_different_ones_are_said() {
+        let left = trace(&[(ADDMM_IN, 1), (ADDMM_OUT, 3), (ADD_IN1, 1), (ADD_OUT, 2)]);
+        assert_eq!(
+            find_operator(&left, &left, "backward"),
+            OperatorFinding::NoOperatorDiffers {
+                window: "backward".into(),
+                calls: 2
+            }
+        );
+        let mut right = left.clone();
+        right.records[2].name = "op/0001/block/aten.sub.Tensor/in1".into();
+        assert!(matches!(
+            find_operator(&left, &right, "forward"),
+            OperatorFinding::DifferentOperators { index: 1, ref left, ref right, .. }
+                if left == "aten.add.Tensor" && right == "aten.sub.Tensor"
+        ));
+        let shorter = trace(&[(ADDMM_IN, 1), (ADDMM_OUT, 3)]);
+        assert!(matches!(
+            find_operator(&left, &shorter, "forward"),
+            OperatorFinding::DifferentOperators { index: 1, ref right, .. } if right == "(none)"
+        ));
+        let odd = trace(&[("fwd/x", 1)]);
+        assert!(matches!(
+            find_operator(&odd, &odd, "forward"),
+            OperatorFinding::Unavailable { .. }
+        ));
+    }
+
+    #[test]
+    fn names_parse_with_slashes_in_modules_and_bad_ones_do_not() {
+        assert_eq!(
+            parse("op/0012/a/b.c/myns.op.default/in3<op10.out2"),
+            Some(Entry::Port {
+                index: 12,
+                module: "a/b.c",
+                operator: "myns.op.default",
+                port: Port::Input {
+                    index: 3,
+                    source: InputSource::ChangedAfter {
+                        call: 10,
+                        output: 2
+                    }
+                }
+            })
+        );
+        assert!(matches!(
+            parse("op/1/m/f/in0<grad_out2"),
+            Some(Entry::Port {
+                port: Port::Input {
+                    source: InputSource::WindowInput { index: 2, .. },
+                    ..
+                },
+                ..
+            })
+        ));
+        for bad in ["op/x/m/f/in0", "op/1/m/f/inx", "op/1/f/out0", "op/1/m/f/in0<foo", "x"] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+    }
+}
