@@ -3,8 +3,12 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [VENV]     # default target/venv
-#   target/venv/bin/pytest python/tests       # then
+#   bash scripts/install-python.sh [--torch] [VENV]   # default target/venv
+#   target/venv/bin/pytest python/tests                 # then
+#
+# --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
+# libraries, about 70 s; it runs on the CPU): the torch tests, the operator drill-down's controls
+# and its benchmark need it. .ci/run passes it.
 #
 # Needs python3 (3.9 or later) with its venv module (python3-venv is installed with apt-get when
 # missing) and a Rust toolchain. The extension is built by maturin in the root's target folder
@@ -12,6 +16,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+torch=0
+if [ "${1:-}" = "--torch" ]; then
+    torch=1
+    shift
+fi
 venv=${1:-target/venv}
 
 python=${PYTHON:-python3}
@@ -44,6 +53,11 @@ print("2.0.2" if v < (3, 10) else "2.2.6" if v < (3, 11) else "2.4.6")')
 echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2"
+
+if [ "$torch" = 1 ]; then
+    echo "== pip install torch==2.15.0 (CPU use; the registry's wheel)"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.15.0"
+fi
 
 echo "== pip install ./python (maturin, release build)"
 # maturin's PEP 517 hooks call the `maturin` executable: the environment's, on PATH.

@@ -18,9 +18,9 @@ use crate::file::capture::read_capture;
 use crate::file::reader::load_trace;
 use crate::file::Capture;
 use crate::record::{RankTrace, Trace};
-use crate::value::tensor::Tensor;
 use crate::run::RunError;
 use crate::value::digest::Md5Digest;
+use crate::value::tensor::Tensor;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -84,8 +84,9 @@ fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
     let folder = CaptureFolder::new();
     let ran = (side.rerun)(capture, &folder.0)
         .map_err(|e| format!("the re-run of {} failed: {e}", side.label));
-    let tensor = ran.clone().and_then(|_| {
-        match read_capture(&folder.0, side.rank) {
+    let tensor = ran
+        .clone()
+        .and_then(|_| match read_capture(&folder.0, side.rank) {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(format!(
                 "the re-run of {} wrote no capture of the record (it did not record it \
@@ -93,8 +94,7 @@ fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
                 side.label
             )),
             Err(e) => Err(e.to_string()),
-        }
-    });
+        });
     let operators = ran.and_then(|_| read_operators(&folder.0, side.label));
     let reproduced = tensor
         .as_ref()
@@ -129,7 +129,8 @@ pub(crate) fn find(
     left: &Side<'_>,
     right: &Side<'_>,
 ) -> (ElementFinding, Option<OperatorFinding>) {
-    let unavailable = |reason: String| ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason });
+    let unavailable =
+        |reason: String| ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason });
     let k = occurrence(left_trace, left.rank, d);
     let window = traced_window(&d.name);
     let mut reruns = Vec::with_capacity(2);
@@ -187,7 +188,7 @@ pub(crate) fn find(
 #[cfg(test)]
 mod tests {
     use crate::check::run_checks;
-    use crate::compare::{ElementFinding, NoElementDetail};
+    use crate::compare::ElementFinding;
     use crate::run::CheckOptions;
     use crate::scenario::KindRegistry;
 

@@ -54,7 +54,10 @@ mod tests {
         let mpi = pin_settings_for(&["mpi".into()]).unwrap();
         assert!(mpi.iter().all(|p| MPI_STACKS.contains(&p.stack)));
         assert_eq!(mpi.len(), 6);
-        assert_eq!(pin_settings_for(&[]).unwrap().len(), hints::settings().count());
+        assert_eq!(
+            pin_settings_for(&[]).unwrap().len(),
+            hints::settings().count()
+        );
         assert_eq!(
             pin_settings_for(&["nccl".into(), "cdua".into()]),
             Err("cdua".into())
@@ -73,5 +76,4 @@ mod tests {
             );
         }
     }
-
 }

@@ -264,8 +264,9 @@ pub struct EnvDifference {
     pub right: Option<String>,
     /// The ranks where the two sides' snapshots differ this way, ascending.
     pub ranks: Vec<u32>,
-    /// What the key does to the bits and how to pin it (`crate::record::hints`), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the key does to the bits and how to pin it (`crate::record::hints`), when known
+    /// (always serialised, so every difference has the same fields).
+    #[serde(default)]
     pub hint: Option<Advice>,
 }
 

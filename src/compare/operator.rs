@@ -33,7 +33,7 @@
 //! named here (the record's element is).
 
 use crate::record::hints::{self, Advice};
-use crate::record::{Record, RankTrace};
+use crate::record::{RankTrace, Record};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -474,7 +474,9 @@ mod tests {
         assert_eq!(call.module, "block.fc");
         assert_eq!(call.inputs, ["f32[4,8]"]);
         assert_eq!(hint.as_ref().unwrap().about, "*mm");
-        assert!(finding.describe().contains("itself is nondeterministic; hint: set"));
+        assert!(finding
+            .describe()
+            .contains("itself is nondeterministic; hint: set"));
     }
 
     #[test]
@@ -507,7 +509,9 @@ mod tests {
                 source: InputSource::Untraced,
             }
         );
-        assert!(finding.to_string().contains("from outside the traced operators"));
+        assert!(finding
+            .to_string()
+            .contains("from outside the traced operators"));
 
         // the module's own input differs: the first call's input from it is named
         let mut right = left.clone();
@@ -594,7 +598,13 @@ mod tests {
                 ..
             })
         ));
-        for bad in ["op/x/m/f/in0", "op/1/m/f/inx", "op/1/f/out0", "op/1/m/f/in0<foo", "x"] {
+        for bad in [
+            "op/x/m/f/in0",
+            "op/1/m/f/inx",
+            "op/1/f/out0",
+            "op/1/m/f/in0<foo",
+            "x",
+        ] {
             assert_eq!(parse(bad), None, "{bad}");
         }
     }

@@ -161,7 +161,8 @@ fn glob(pattern: &str, text: &str) -> bool {
 /// Where PyTorch documents its deterministic algorithms.
 const TORCH_DETERMINISTIC: &str = "PyTorch: torch.use_deterministic_algorithms";
 /// The fix for the operators that setting makes deterministic.
-const USE_DETERMINISTIC: &str = "call torch.use_deterministic_algorithms(True) before the first step";
+const USE_DETERMINISTIC: &str =
+    "call torch.use_deterministic_algorithms(True) before the first step";
 /// The fix for the operators that setting refuses (it raises: there is no deterministic kernel).
 const NO_DETERMINISTIC_KERNEL: &str = "no deterministic CUDA kernel: \
     torch.use_deterministic_algorithms(True) makes it raise, so replace it (or run it on the CPU)";
@@ -304,7 +305,8 @@ pub const HINTS: &[Hint] = &[
         why: "str/bytes hashes, so set and dict-of-set iteration orders repeat",
         fix: "",
         reference: "Python command line and environment",
-    },    Hint {
+    },
+    Hint {
         subject: Subject::Variable,
         stack: "openmp",
         name: "OMP_NUM_THREADS",
@@ -643,7 +645,10 @@ mod tests {
         assert_eq!(for_variable("OMP_NUM_THREADS").unwrap().stack, "openmp");
         assert!(for_variable("torch.version").is_some());
         assert!(for_variable("host.name").is_none());
-        assert!(for_variable("index_add").is_none(), "operators are not variables");
+        assert!(
+            for_variable("index_add").is_none(),
+            "operators are not variables"
+        );
         let advice = for_variable("NCCL_ALGO").unwrap().advice();
         assert_eq!(
             advice.to_string(),

@@ -10,7 +10,10 @@
 //! `PYTHONHASHSEED` (a different value every launch, unless the scenario's `env` sets it: a
 //! `set` or `dict` order bug is caught every time, not by luck), the order and stagger in which
 //! ranks start (`DETCHECK_LAUNCH`: every launch rotates it, so messages arrive in another order),
-//! `MASTER_PORT` and the trace folder's path.
+//! and the trace folder's path. `MASTER_PORT` is drawn from the launch too (a re-run of one side,
+//! which captures a record for the element, gets the port its side had when it is free), as are
+//! `PYTHONHASHSEED` and the start order: a divergence that is a function of the launch recurs in
+//! the re-run.
 //!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
@@ -40,6 +43,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The user stream that derives each launch's `PYTHONHASHSEED`.
 const HASH_SEED_STREAM: u64 = 0x5059_4841_5348; // "PYHASH"
+/// The user stream that derives each launch's `MASTER_PORT`.
+const PORT_STREAM: u64 = 0x504f_5254; // "PORT"
+/// The ports a launch draws from: above the well-known and registered ranges most services
+/// use, below Linux's default ephemeral range (32768-60999), where the OS hands out ports.
+const PORT_RANGE: (u16, u16) = (20_000, 32_000);
+/// How many drawn ports a launch tries before it takes any free one.
+const PORT_DRAWS: usize = 8;
 /// How many bytes of a failed process's stderr are shown, at most.
 const STDERR_TAIL: u64 = 4096;
 /// How many lines of it.
@@ -230,6 +240,33 @@ impl<'a> CommandLaunch<'a> {
             .to_string()
     }
 
+    /// `MASTER_PORT` of this launch: a port drawn from the launch (the run's perturbation, as
+    /// `PYTHONHASHSEED`, and the scenario), so a re-run of a side for its element gets the port
+    /// its side had; the next draw when that one is taken, and any free port after
+    /// [`PORT_DRAWS`] draws. The draw also depends on this process's id, so that two detcheck
+    /// processes checking one scenario at once (CI jobs on one machine) draw different ports:
+    /// a re-run is always made by the process that made the check.
+    fn master_port(&self, fingerprint: &str) -> std::io::Result<u16> {
+        let (seed, launch) = self
+            .request
+            .perturbation
+            .map_or((self.request.spec.seed, 0), |p| (p.seed, p.rotation as u64));
+        let scenario = u64::from_str_radix(fingerprint.get(..16).unwrap_or("0"), 16).unwrap_or(0);
+        let mut draws = derive_stream(
+            seed ^ scenario,
+            Stream::User(PORT_STREAM),
+            launch,
+            u64::from(std::process::id()),
+        );
+        for _ in 0..PORT_DRAWS {
+            let port = PORT_RANGE.0 + draws.below(u64::from(PORT_RANGE.1 - PORT_RANGE.0)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+        free_port()
+    }
+
     /// A process of this launch: `argv` with the launch environment (and, with the
     /// `processes` launcher, its rank's).
     fn process(
@@ -316,6 +353,9 @@ impl<'a> CommandLaunch<'a> {
             .as_millis() as u64;
         let rotation = self.request.perturbation.map_or(0, |p| p.rotation);
         let fingerprint = self.request.spec.fingerprint();
+        let master_port = self
+            .master_port(&fingerprint)
+            .map_err(|e| self.failed(format!("no free port: {e}")))?;
         let launch = Launch {
             trace_dir: self.trace_dir.clone(),
             world_size: self.world_size as u32,
@@ -333,7 +373,7 @@ impl<'a> CommandLaunch<'a> {
             fingerprint: Some(fingerprint),
             mpi_library: None,
         };
-        let master_port = free_port().map_err(|e| self.failed(format!("no free port: {e}")))?;
+
         let mut processes = Processes(Vec::new());
         match self.command.launcher {
             Launcher::Processes => {

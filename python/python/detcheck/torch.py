@@ -28,6 +28,15 @@ update; ``fwd/*`` never is (each rank sees its own shard of the batch). ``replic
 Names are those of the module inside a ``DistributedDataParallel`` or ``DataParallel`` wrapper,
 so one-rank and multi-rank runs use the same names (``fwd/fc1``, not ``fwd/module.fc1``).
 
+Operator trace: when detcheck re-runs the program to capture one of these records
+(``DETCHECK_CAPTURE`` names it) and the record is this writer's rank's, ``watch`` also records
+the inputs and outputs of every operator inside that record's module (the forward call, the
+backward through the parameter's owner, or the optimizer step) into
+``$DETCHECK_CAPTURE_DIR/ops/rank0.dctrace``, so that detcheck can name the first operator where
+the two runs part: ``window/in{j}``, ``window/grad_out{j}``, then
+``op/{i:04d}/{module}/{func}/in{j}[<source]`` and ``.../out{j}`` (``detcheck._ops`` has the
+contract). It changes no value; without such a request nothing is added.
+
 The writer's environment snapshot gets ``torch.version``, and ``torch.cuda`` and
 ``torch.cudnn`` where torch was built with them (``writer.add_environment``).
 
@@ -104,12 +113,18 @@ class WatchHandle:
         self._replicated = replicated
         self._step = start
         self._hooks = []
+        #: The operator trace of a capture request (``detcheck._ops``), or ``None``.
+        self._ops = None
         params = list(model.named_parameters())
         self._params = params
         self._grad_labels = [("grad/" + name, p) for name, p in params]
         self._param_labels = [("param/" + name, p) for name, p in params]
         if writer is None:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
+        if _capture_requested():
+            from . import _ops
+
+            self._ops = _ops.plan(self, model, writer, optimizer)
         for name, module in model.named_modules():
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
@@ -136,10 +151,14 @@ class WatchHandle:
         """The records that follow belong to step ``n``."""
         if n < 0:
             raise ValueError(f"step {n} is negative")
+        if self._ops is not None and int(n) != self._step:
+            self._ops.step_ends()
         self._step = int(n)
 
     def next_step(self):
         """Ends the step (without an optimizer): records ``grad/*``, then advances the step."""
+        if self._ops is not None:
+            self._ops.step_ends()
         self._record_grads()
         self._step += 1
 
@@ -148,6 +167,8 @@ class WatchHandle:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        if self._ops is not None:
+            self._ops.remove()
 
     def __enter__(self):
         return self
@@ -167,7 +188,19 @@ class WatchHandle:
             for name, tensor in _leaves(label, output):
                 record(self._step, name, _host(tensor))
 
-        return hook
+        if self._ops is None:
+            return hook
+        tracer = self._ops.tracer
+
+        def paused_hook(module, inputs, output):
+            # Inside an operator-trace window: watch's own `detach()` is no operator of the model.
+            tracer.paused += 1
+            try:
+                hook(module, inputs, output)
+            finally:
+                tracer.paused -= 1
+
+        return paused_hook
 
     def _record_grads(self):
         if self._writer is None:
@@ -180,15 +213,29 @@ class WatchHandle:
                 record(step, label, _host(grad))
 
     def _before_update(self, optimizer, args, kwargs):
+        if self._ops is not None:
+            self._ops.step_ends()
         self._record_grads()
+        if self._ops is not None:
+            self._ops.before_update()
 
     def _after_update(self, optimizer, args, kwargs):
+        if self._ops is not None:
+            self._ops.after_update()
         record = self._writer.record_replicated if self._replicated else self._writer.record
         step = self._step
         for label, param in self._param_labels:
             if param.requires_grad:
                 record(step, label, _host(param))
         self._step += 1
+
+
+def _capture_requested():
+    """Whether this process was asked to capture a record (``DETCHECK_CAPTURE`` and
+    ``DETCHECK_CAPTURE_DIR``, read by the native module: their format lives in Rust)."""
+    from ._detcheck import capture_request
+
+    return capture_request() is not None
 
 
 def _add_versions(writer):

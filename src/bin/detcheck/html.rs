@@ -332,7 +332,26 @@ fn element_html(divergence: &Value, labels: (&str, &str)) -> String {
         return String::new();
     };
     let mut html = String::from("<h3 id=\"element\">First differing element</h3>\n");
-    match element.get("found").and_then(Value::as_object) {
+    let in_reruns = element.get("found_in_reruns").and_then(Value::as_object);
+    let rerun_labels;
+    let labels = if in_reruns.is_some() {
+        html.push_str(
+            "<p class=\"muted\">Between the two re-runs: they did not reproduce the checked \
+             runs' values, so this divergence changes from launch to launch.</p>\n",
+        );
+        rerun_labels = (
+            format!("re-run of {}", labels.0),
+            format!("re-run of {}", labels.1),
+        );
+        (rerun_labels.0.as_str(), rerun_labels.1.as_str())
+    } else {
+        labels
+    };
+    match element
+        .get("found")
+        .and_then(Value::as_object)
+        .or(in_reruns)
+    {
         Some(f) => {
             let text = |key: &str| f.get(key).map(value_plain).unwrap_or_default();
             let index = match f.get("index").and_then(Value::as_array) {
@@ -378,6 +397,18 @@ fn element_html(divergence: &Value, labels: (&str, &str)) -> String {
     html
 }
 
+/// The first differing operator of the divergent record's module, when the check traced one
+/// (`crate::compare::OperatorFinding`, a program recorded by `detcheck.torch.watch`).
+fn operator_html(divergence: &Divergence) -> String {
+    let Some(finding) = &divergence.operator else {
+        return String::new();
+    };
+    format!(
+        "<h3 id=\"operator\">First differing operator</h3>\n<p class=\"operator\">{}</p>\n",
+        escape(&finding.to_string())
+    )
+}
+
 /// A scalar or list as plain text (for sentences).
 fn value_plain(v: &Value) -> String {
     match v {
@@ -401,7 +432,7 @@ const COMPARISON_FIELDS: [&str; 10] = [
     "overflow",
     "map",
 ];
-const DIVERGENCE_FIELDS: [&str; 9] = [
+const DIVERGENCE_FIELDS: [&str; 10] = [
     "step",
     "rank",
     "seq",
@@ -411,6 +442,7 @@ const DIVERGENCE_FIELDS: [&str; 9] = [
     "right",
     "metrics",
     "element",
+    "operator",
 ];
 
 /// The page of one check that does not hold.
@@ -537,6 +569,7 @@ pub(crate) fn page(
             }
             let first_json = comparison_json.get("first").cloned().unwrap_or(Value::Null);
             html.push_str(&element_html(&first_json, labels));
+            html.push_str(&operator_html(d));
             html.push_str(&other_fields(&first_json, &DIVERGENCE_FIELDS, "h3"));
         }
         None => html.push_str(

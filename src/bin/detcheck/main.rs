@@ -80,6 +80,10 @@ enum Command {
         /// Also write a JUnit XML report (one testcase per scenario) to this file.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Report the first divergence without diagnosing it: no re-runs for its element and
+        /// operator (faster when only the verdict matters).
+        #[arg(long)]
+        no_diagnosis: bool,
     },
     /// Run one scenario once and dump its trace: one file per rank.
     Run {
@@ -197,9 +201,11 @@ fn main() -> ExitCode {
             report_dir,
             format,
             junit,
+            no_diagnosis,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
+                element_detail: !no_diagnosis,
                 ..CheckOptions::default()
             };
             let session = match Session::from_env() {

@@ -1,0 +1,421 @@
+"""The operator trace of ``detcheck.torch.watch``: every operator inside one record's module,
+so that detcheck can name the first operator where two runs part.
+
+When two runs diverge at a record of ``watch`` (``fwd/...``, ``grad/...``, ``param/...``),
+detcheck re-runs the program asked to capture that record (``DETCHECK_CAPTURE`` =
+``RANK:STEP:OCCURRENCE:NAME``, ``DETCHECK_CAPTURE_DIR`` = ``DIR``, read once, in Rust, by
+``detcheck._detcheck.capture_request()`` when ``watch`` is called). ``watch`` then also records,
+inside that record's module only, the inputs and outputs of every operator that runs (a
+``TorchDispatchMode``: aten operators and custom operators registered with ``torch.library``) into
+``DIR/ops/rank0.dctrace``; detcheck compares the two sides' operator traces and names the first
+operator whose output differs.
+
+Contract (detcheck's Rust side parses these names):
+
+- Active only when there is a request, ``watch`` has a writer, ``writer.rank`` is the request's
+  rank, and the requested name is one that ``watch`` makes: ``fwd/<label>`` or
+  ``fwd/<label>.<suffix>`` (the longest module label that fits), ``grad/<param>``, or (with an
+  optimizer) ``param/<param>``. Otherwise nothing changes: no hook is added.
+- The file: ``TraceWriter(DIR/ops, 0, 1, mode="stats")`` (a world of one rank, rank 0, whatever
+  the program's rank), created when the window opens and closed when it closes; every record is
+  at the requested step. At most one window per process.
+- Records, in order. First the window's inputs: ``window/in{j}`` (forward window: tensor ``j`` of
+  ``tree_flatten((args, kwargs))`` of the module call) or ``window/grad_out{j}`` (backward window:
+  the gradient of tensor ``j`` of ``tree_flatten(output)`` of the module call, those that have
+  one); none for the optimizer window. Then, for every operator call ``i`` dispatched while the
+  window records (0-based, counting calls without tensors too)::
+
+      op/{i:04d}/{module}/{func}/in{j}[<SOURCE]    before the call (in-place ops mutate them)
+      op/{i:04d}/{module}/{func}/out{j}             after it
+
+  ``func`` is ``str(func)`` of the operator overload (``aten.addmm.default``,
+  ``myns.myop.default``); ``module`` is the label of the innermost module of the model whose
+  forward is running (forward window), the window module's label (backward window) or
+  ``(optimizer)`` (optimizer window). ``j`` counts the ``torch.Tensor`` leaves of
+  ``tree_flatten((args, kwargs))`` (inputs) or of ``tree_flatten(out)`` (outputs) only, 0-based.
+  ``SOURCE`` says where that very tensor object came from, when it came from this window:
+  ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
+  ``grad_out{m}`` (window input ``m``). Tensors the writer cannot record (unsupported dtypes,
+  sparse or meta tensors, tensor subclasses) are skipped, their ``j`` kept.
+- Windows (step ``S`` and occurrence ``k`` of the request):
+
+  * ``fwd/...``: the ``k``-th forward call (0-based, counted in step ``S``) of the module: opens
+    in its forward pre-hook, closes in its forward hook.
+  * ``grad/<p>``: the backward through the module owning ``p`` (the longest module label that
+    prefixes ``p``'s name and a dot; the model itself otherwise), in step ``S``. The dispatch
+    mode is entered, not recording, in the model's forward pre-hook at its first forward of step
+    ``S``: autograd runs backward under the modes active when ``backward()`` is called, and a
+    mode entered inside a backward hook would be lost. The window opens when the gradients of
+    the owner's outputs arrive: a tensor hook on its output (``register_multi_grad_hook`` with
+    ``mode="all"`` for several), added by a forward hook of the owner in step ``S``. Not a
+    module's full backward pre-hook: its identity ``BackwardHookFunction`` makes the owner's
+    outputs views that an in-place operator after it (ResNet's ``ReLU(inplace=True)`` after a
+    batch norm) may not modify, so the re-run would raise. The window stops recording, and its
+    file is closed, when ``p``'s gradient has been accumulated
+    (``register_post_accumulate_grad_hook``); the mode is left and the hooks removed when the
+    step ends (``optimizer.step()`` or ``next_step()``), before ``watch`` records the gradients.
+  * ``param/<p>``: ``optimizer.step()`` of step ``S``, from after the gradients are recorded to
+    before the parameters are.
+
+- ``watch``'s own recording inside a window (the forward hooks of submodules) is not traced, nor
+  is the recording of the trace itself. The hooks a window adds are removed when it is over.
+
+Determinism: the tracer never changes a value (each operator runs on its own arguments and its
+result is returned as is), so the trace is a function of the operators the program runs: two
+runs of a deterministic program write identical traces, and the first record that differs is the
+first operator that computed something else.
+
+Limits: eager operators only (a compiled region is one opaque call, or none); one window per
+process. The backward window's module is the parameter's owner, not the module whose backward
+first differs; it covers the first backward through the owner in step ``S`` and ends at ``p``'s
+local gradient (with DistributedDataParallel: before the allreduce); for an owner with several
+outputs it opens once all their gradients have arrived, so the backward of an output whose
+gradient came earlier is not in it; an owner whose forward never runs (a ``ParameterList``)
+gives no window. A dispatch mode the program enters around its forward and leaves before
+``backward()`` would pop ours instead of its own (modes form a stack). A module whose forward raises
+leaves its window open until the step ends.
+"""
+
+import weakref
+
+import torch as _torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._pytree import tree_flatten
+
+from ._detcheck import TraceWriter, capture_request
+from .torch import ROOT, _host
+
+#: The module label of the optimizer window's operators.
+OPTIMIZER = "(optimizer)"
+
+#: Whether this process opened its window (at most one per process).
+_opened = False
+
+
+def _tensors(value):
+    """``(j, tensor)`` for the tensor leaves of ``tree_flatten(value)``, ``j`` counting them."""
+    leaves, _ = tree_flatten(value)
+    return enumerate(leaf for leaf in leaves if isinstance(leaf, _torch.Tensor))
+
+
+class OpTracer(TorchDispatchMode):
+    """The dispatch mode: records every operator's tensors while ``recording`` is true and
+    ``paused`` is 0 (plain attributes: backward may run on another thread); passes operators
+    through otherwise."""
+
+    def __init__(self, step, label):
+        super().__init__()
+        self.writer = None
+        self.step = step
+        #: The label when no module of ``stack`` runs.
+        self.label = label
+        #: Labels of the modules whose forward runs, innermost last (forward window).
+        self.stack = []
+        self.recording = False
+        #: Above 0 while ``watch`` records (its ``_host`` runs operators).
+        self.paused = 0
+        #: The next operator's number.
+        self.index = 0
+        #: ``id(tensor)`` -> ``(weakref or tensor, source)``: where a window tensor came from.
+        self._sources = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.recording or self.paused:
+            return func(*args, **kwargs)
+        i = self.index
+        self.index += 1
+        module = self.stack[-1] if self.stack else self.label
+        prefix = f"op/{i:04d}/{module}/{func}/"
+        for j, tensor in _tensors((args, kwargs)):
+            source = self._source(tensor)
+            name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
+            self._record(name, tensor)
+        out = func(*args, **kwargs)
+        for j, tensor in _tensors(out):
+            self._record(f"{prefix}out{j}", tensor)
+            self._remember(tensor, f"op{i}.out{j}")
+        return out
+
+    def record_inputs(self, kind, value):
+        """Records the window's inputs, ``window/{kind}{j}`` for the tensor leaves of ``value``,
+        and remembers them as sources."""
+        self.paused += 1
+        try:
+            for j, tensor in _tensors(value):
+                self._record(f"window/{kind}{j}", tensor)
+                self._remember(tensor, f"{kind}{j}")
+        finally:
+            self.paused -= 1
+
+    def _record(self, name, tensor):
+        if tensor.device.type == "meta" or tensor.layout is not _torch.strided:
+            return
+        try:
+            self.writer.record(self.step, name, _host(tensor))
+        except (TypeError, ValueError, NotImplementedError):
+            pass  # not recordable (a dtype, a subclass): the same on both sides
+
+    def _source(self, tensor):
+        entry = self._sources.get(id(tensor))
+        if entry is None:
+            return None
+        ref, source = entry
+        held = ref() if isinstance(ref, weakref.ref) else ref
+        return source if held is tensor else None
+
+    def _remember(self, tensor, source):
+        try:
+            ref = weakref.ref(tensor)
+        except TypeError:
+            ref = tensor
+        self._sources[id(tensor)] = (ref, source)
+
+    def enter(self):
+        """Enters the mode (on this thread's mode stack), not recording yet."""
+        self.__enter__()
+
+    def leave(self):
+        """Leaves the mode; when another mode was pushed above it and is still there, stays
+        below it, passing everything through."""
+        self.recording = False
+        if _get_current_dispatch_mode() is self:
+            self.__exit__(None, None, None)
+
+
+def _owner(labels, param_name):
+    """The label of the module that owns ``param_name``: the longest that prefixes it."""
+    best = ""
+    for label in labels:
+        if label and param_name.startswith(label + ".") and len(label) > len(best):
+            best = label
+    return best or ROOT
+
+
+def plan(handle, model, writer, optimizer):
+    """The operator trace ``watch`` (``handle``) must take for the process's capture request,
+    or ``None`` (no request, another rank's, or a name ``watch`` does not make)."""
+    request = capture_request()
+    if request is None or writer is None:
+        return None
+    rank, step, occurrence, name, folder = request
+    if getattr(writer, "rank", None) != rank:
+        return None
+    modules = {(label or ROOT): module for label, module in model.named_modules()}
+    params = dict(model.named_parameters())
+    if name.startswith("fwd/"):
+        wanted = name[len("fwd/") :]
+        fits = [label for label in modules if wanted == label or wanted.startswith(label + ".")]
+        if fits:
+            return _ForwardWindow(handle, folder, step, occurrence, modules, max(fits, key=len))
+    elif name.startswith("grad/") and name[len("grad/") :] in params:
+        param_name = name[len("grad/") :]
+        label = _owner(modules, param_name)
+        return _BackwardWindow(handle, folder, step, modules, label, params[param_name])
+    elif name.startswith("param/") and optimizer is not None and name[len("param/") :] in params:
+        return _OptimizerWindow(handle, folder, step)
+    return None
+
+
+class _Window:
+    """One window of a ``watch``: its tracer, its hooks, its file. ``watch`` calls
+    ``step_ends()`` before it records the gradients, ``before_update()`` after,
+    ``after_update()`` before it records the parameters, and ``remove()``."""
+
+    def __init__(self, handle, folder, step, label):
+        self._handle = handle
+        self._folder = folder
+        self._step = step
+        self.tracer = OpTracer(step, label)
+        self._hooks = []
+        self._entered = False
+        self._done = False
+
+    def _now(self):
+        return self._handle.current_step == self._step
+
+    def _open_file(self):
+        """Creates the file; ``False`` when this process already opened its window."""
+        global _opened
+        if _opened:
+            self._done = True  # the hooks go when the step ends
+            return False
+        _opened = True
+        self.tracer.writer = TraceWriter(self._folder / "ops", 0, 1, mode="stats")
+        return True
+
+    def _enter(self):
+        self.tracer.enter()
+        self._entered = True
+
+    def _close_file(self):
+        self.tracer.recording = False
+        writer, self.tracer.writer = self.tracer.writer, None
+        if writer is not None:
+            writer.close()
+
+    def _finish(self):
+        """The window is over: leaves the mode, closes the file, removes the hooks."""
+        self._done = True
+        self.tracer.recording = False
+        if self._entered:
+            self._entered = False
+            self.tracer.leave()
+        self._close_file()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def step_ends(self):
+        """Called when a step ends, before ``watch`` records the gradients."""
+
+    def before_update(self):
+        """Called in ``optimizer.step()``'s pre-hook, after ``watch`` recorded the gradients."""
+
+    def after_update(self):
+        """Called in ``optimizer.step()``'s post-hook, before ``watch`` records the
+        parameters."""
+
+    def remove(self):
+        """Ends the window now (``watch``'s ``remove()``, or its step is over)."""
+        if self._hooks or self._entered or self.tracer.writer is not None:
+            self._finish()
+        self._done = True
+
+
+class _ForwardWindow(_Window):
+    """``fwd/<label>...``: the ``occurrence``-th forward call of the module in step ``S``."""
+
+    def __init__(self, handle, folder, step, occurrence, modules, label):
+        super().__init__(handle, folder, step, label)
+        self._occurrence = occurrence
+        self._calls = 0
+        self._module = modules[label]
+        self._labels = {id(module): label for label, module in modules.items()}
+        self._hooks.append(
+            self._module.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+        )
+
+    def _pre_hook(self, module, args, kwargs):
+        if self._done or not self._now():
+            return None
+        call = self._calls
+        self._calls += 1
+        if call != self._occurrence or not self._open_file():
+            return None
+        tracer = self.tracer
+        tracer.record_inputs("in", (args, kwargs))
+        tracer.stack = [tracer.label]
+        self._hooks.append(module.register_forward_hook(self._close_hook))
+        for sub in module.modules():
+            if sub is module:
+                continue
+            label = self._labels[id(sub)]
+            self._hooks.append(sub.register_forward_pre_hook(self._push(label), prepend=True))
+            self._hooks.append(sub.register_forward_hook(self._pop))
+        self._enter()
+        tracer.recording = True
+        return None
+
+    def _push(self, label):
+        stack = self.tracer.stack
+
+        def push(module, args):
+            stack.append(label)
+
+        return push
+
+    def _pop(self, module, args, output):
+        if len(self.tracer.stack) > 1:
+            self.tracer.stack.pop()
+
+    def _close_hook(self, module, args, output):
+        self._finish()
+
+    def step_ends(self):
+        # Step S is over (a forward that raised left its window open), or the window was had.
+        if self._done or self._now():
+            self.remove()
+
+
+class _BackwardWindow(_Window):
+    """``grad/<p>``: the backward through ``p``'s owner module in step ``S``, up to ``p``'s
+    accumulated gradient."""
+
+    def __init__(self, handle, folder, step, modules, label, param):
+        super().__init__(handle, folder, step, label)
+        self._module = modules[label]
+        self._param = param
+        self._opened = False
+        root = modules[ROOT]
+        self._hooks.append(root.register_forward_pre_hook(self._enter_hook))
+
+    def _enter_hook(self, module, args):
+        if self._entered or self._done or not self._now():
+            return None
+        self._enter()
+        self._hooks.append(self._module.register_forward_hook(self._output_hook))
+        if self._param.requires_grad:
+            self._hooks.append(self._param.register_post_accumulate_grad_hook(self._grad_hook))
+        return None
+
+    def _output_hook(self, module, args, output):
+        if self._opened or not self._entered or not self._now():
+            return None
+        outputs = [(j, t) for j, t in _tensors(output) if t.requires_grad]
+        if not outputs:
+            return None
+        indices = [j for j, _ in outputs]
+        tensors = [t for _, t in outputs]
+        if len(tensors) == 1:
+            hook = tensors[0].register_hook(lambda grad: self._open(indices, [grad]))
+        else:
+            hook = _torch.autograd.graph.register_multi_grad_hook(
+                tensors, lambda grads: self._open(indices, grads), mode="all"
+            )
+        self._hooks.append(hook)
+        return None
+
+    def _open(self, indices, grads):
+        if self._opened or self._done or not self._entered:
+            return None
+        self._opened = True
+        if not self._open_file():
+            return None
+        tracer = self.tracer
+        tracer.paused += 1
+        try:
+            for j, grad in zip(indices, grads):
+                if grad is not None:
+                    tracer._record(f"window/grad_out{j}", grad)
+                    tracer._remember(grad, f"grad_out{j}")
+        finally:
+            tracer.paused -= 1
+        tracer.recording = True
+        return None
+
+    def _grad_hook(self, param):
+        # Stops recording; the hooks go when the step ends (not from inside autograd's call).
+        if self.tracer.recording:
+            self._close_file()
+
+    def step_ends(self):
+        if self._done or self._now():
+            self.remove()
+
+
+class _OptimizerWindow(_Window):
+    """``param/<p>``: ``optimizer.step()`` of step ``S``."""
+
+    def __init__(self, handle, folder, step):
+        super().__init__(handle, folder, step, OPTIMIZER)
+
+    def before_update(self):
+        if self._done or not self._now() or not self._open_file():
+            return
+        self._enter()
+        self.tracer.recording = True
+
+    def after_update(self):
+        if self._entered:
+            self._finish()
