@@ -3,6 +3,7 @@ digests equal to hashlib's, the launch environment, context-manager semantics, c
 errors."""
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -36,6 +37,8 @@ LAUNCH_VARS = (
     "OMPI_COMM_WORLD_RANK",
     "PMI_RANK",
     "PMIX_RANK",
+    "DETCHECK_CAPTURE",
+    "DETCHECK_CAPTURE_DIR",
 )
 
 
@@ -320,6 +323,49 @@ def test_from_env_under_a_launch(tmp_path, no_launch):
     no_launch.setenv("DETCHECK_MODE", "sha")
     with pytest.raises(detcheck.DetcheckError, match="DETCHECK_MODE"):
         detcheck.TraceWriter.from_env_for_rank(0)
+
+
+def read_safetensors(path):
+    """The tensors of a safetensors file: {name: (dtype, shape, bytes)} (read here, not by
+    detcheck: 8-byte header length, JSON header, data)."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    data = raw[8 + n :]
+    return {
+        name: (t["dtype"], t["shape"], data[t["data_offsets"][0] : t["data_offsets"][1]])
+        for name, t in header.items()
+        if name != "__metadata__"
+    }
+
+
+@pytest.mark.parametrize("mode", ["md5", "stats", "full"])
+def test_the_writer_keeps_the_record_a_rerun_captures(tmp_path, no_launch, mode):
+    """A re-run's capture request (DETCHECK_CAPTURE) is honoured in every mode, through the
+    background thread: the k-th record of the name at the step, and only it, is kept."""
+    no_launch.setenv("DETCHECK_TRACE_DIR", str(tmp_path / "trace"))
+    no_launch.setenv("DETCHECK_WORLD_SIZE", "2")
+    no_launch.setenv("DETCHECK_RANK", "1")
+    no_launch.setenv("DETCHECK_MODE", mode)
+    no_launch.setenv("DETCHECK_CAPTURE", "1:2:1:grad/a:b")  # a name with a colon
+    no_launch.setenv("DETCHECK_CAPTURE_DIR", str(tmp_path / "capture"))
+    arrays = {}
+    with detcheck.TraceWriter.from_env() as w:
+        for step in range(4):
+            for k in range(3):
+                arrays[step, k] = sample("float32", (3, 4), seed=10 * step + k)
+                w.record(step, "grad/a:b", arrays[step, k])
+                w.record(step, "other", arrays[step, k][::-1])  # strided: the conversion path
+    assert os.listdir(tmp_path / "capture") == ["rank1.capture.safetensors"]
+    (dtype, shape, data), = read_safetensors(tmp_path / "capture" / "rank1.capture.safetensors").values()
+    assert (dtype, shape, data) == ("F32", [3, 4], arrays[2, 1].tobytes())
+    # another rank's writer keeps nothing
+    no_launch.setenv("DETCHECK_CAPTURE", "0:2:1:grad/a:b")
+    no_launch.setenv("DETCHECK_CAPTURE_DIR", str(tmp_path / "capture0"))
+    no_launch.setenv("DETCHECK_TRACE_DIR", str(tmp_path / "trace0"))
+    with detcheck.TraceWriter.from_env() as w:
+        w.record(2, "grad/a:b", arrays[2, 1])
+    assert not (tmp_path / "capture0").exists()
 
 
 def test_compare_identical_and_different_dumps(tmp_path, detcheck_bin):

@@ -13,6 +13,7 @@
 
 use crate::compare::{
     find_operator, traced_window, Divergence, ElementFinding, NoElementDetail, OperatorFinding,
+    RecordSummary,
 };
 use crate::file::capture::read_capture;
 use crate::file::reader::load_trace;
@@ -133,21 +134,24 @@ pub(crate) fn find(
         |reason: String| ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason });
     let k = occurrence(left_trace, left.rank, d);
     let window = traced_window(&d.name);
-    let mut reruns = Vec::with_capacity(2);
-    for (side, recorded) in [(left, &d.left), (right, &d.right)] {
-        let Some(recorded) = recorded.as_ref().and_then(|r| r.digest.clone()) else {
-            let reason = format!("{} has no record there", side.label);
-            return (unavailable(reason), None);
-        };
-        let capture = Capture {
-            rank: side.rank,
-            step: d.step,
-            name: d.name.clone(),
-            occurrence: k,
-        };
-        reruns.push((side, rerun(side, &capture, &recorded)));
-    }
-    let [(_, a), (right_side, b)] = <[_; 2]>::try_from(reruns).ok().expect("two sides");
+    let recorded = |side: &Side<'_>, record: &Option<RecordSummary>| {
+        record
+            .as_ref()
+            .and_then(|r| r.digest.clone())
+            .ok_or_else(|| format!("{} has no record there", side.label))
+    };
+    let (left_digest, right_digest) = match (recorded(left, &d.left), recorded(right, &d.right)) {
+        (Ok(l), Ok(r)) => (l, r),
+        (Err(reason), _) | (_, Err(reason)) => return (unavailable(reason), None),
+    };
+    let capture = |side: &Side<'_>| Capture {
+        rank: side.rank,
+        step: d.step,
+        name: d.name.clone(),
+        occurrence: k,
+    };
+    let a = rerun(left, &capture(left), &left_digest);
+    let b = rerun(right, &capture(right), &right_digest);
     let operator = window.and_then(|window| match (&a.operators, &b.operators) {
         (Ok(Some(left_ops)), Ok(Some(right_ops))) => {
             Some(find_operator(left_ops, right_ops, window))
@@ -175,7 +179,7 @@ pub(crate) fn find(
             Some(other) => other,
             None => ElementFinding::Unavailable(NoElementDetail::NotReproduced {
                 side: if a.reproduced {
-                    right_side.label.to_owned()
+                    right.label.to_owned()
                 } else {
                     left.label.to_owned()
                 },

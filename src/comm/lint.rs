@@ -12,45 +12,10 @@
 
 use crate::comm::pinning::pin_settings_for;
 use crate::record::environment::is_captured_variable;
+use crate::record::hints;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-
-/// Variables that do not exist, with what the people who set them meant.
-pub const NONEXISTENT_VARIABLES: &[(&str, &str)] = &[
-    (
-        "NCCL_DETERMINISTIC",
-        "NCCL has no such variable; pin its algorithm, protocol and channels instead \
-         (NCCL_ALGO=Ring, NCCL_PROTO=Simple, NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS), and turn \
-         NVLS and CollNet off",
-    ),
-    (
-        "NCCL_DETERMINISM",
-        "NCCL has no such variable; pin NCCL_ALGO, NCCL_PROTO and the channel count instead",
-    ),
-    (
-        "TORCH_DETERMINISTIC",
-        "PyTorch has no such variable; call torch.use_deterministic_algorithms(True) and set \
-         CUBLAS_WORKSPACE_CONFIG=:4096:8",
-    ),
-    (
-        "PYTORCH_DETERMINISTIC",
-        "PyTorch has no such variable; call torch.use_deterministic_algorithms(True)",
-    ),
-    (
-        "CUDNN_DETERMINISTIC",
-        "not a variable; set torch.backends.cudnn.deterministic = True and \
-         torch.backends.cudnn.benchmark = False in the program",
-    ),
-    (
-        "CUBLAS_DETERMINISTIC",
-        "cuBLAS has no such variable; set CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8)",
-    ),
-    (
-        "HCCL_DETERMINISM",
-        "HCCL's switch is HCCL_DETERMINISTIC=true",
-    ),
-];
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -104,7 +69,7 @@ pub fn lint_environment(
 ) -> Result<Vec<Finding>, String> {
     let settings = pin_settings_for(stacks)?;
     let mut findings = Vec::new();
-    for &(name, meant) in NONEXISTENT_VARIABLES {
+    for (name, meant) in hints::nonexistent().map(|h| (h.name, h.fix)) {
         if let Some(value) = vars.get(name) {
             findings.push(Finding {
                 kind: FindingKind::Nonexistent,
@@ -171,7 +136,7 @@ fn settings_cover(stacks: &[String], stack: &str) -> bool {
 pub fn relevant_environment() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(name, _)| {
-            is_captured_variable(name) || NONEXISTENT_VARIABLES.iter().any(|(n, _)| n == name)
+            is_captured_variable(name) || hints::nonexistent().any(|h| h.name == name)
         })
         .collect()
 }

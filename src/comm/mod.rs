@@ -31,10 +31,7 @@ mod threads;
 pub(crate) mod watcher;
 
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
-pub use lint::{
-    differing_ranks, lint_environment, relevant_environment, Finding, FindingKind,
-    NONEXISTENT_VARIABLES,
-};
+pub use lint::{differing_ranks, lint_environment, relevant_environment, Finding, FindingKind};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};

@@ -7,6 +7,8 @@
 //!   detcheck recommends (`detcheck env` prints these; `mpirun` launches set the MPI ones);
 //! - [`Subject::Variable`]: an environment-snapshot key whose difference between two runs
 //!   explains a divergence but has no single right value (thread counts, library versions);
+//! - [`Subject::Nonexistent`]: a variable people set that no library reads
+//!   (`NCCL_DETERMINISTIC`), with what they meant (`detcheck env --check` flags it);
 //! - [`Subject::Operator`]: a PyTorch operator known to be nondeterministic (atomics, cuBLAS or
 //!   cuDNN algorithm choice) and the setting that makes it deterministic. The operator
 //!   drill-down (`crate::compare`) looks an operator up here by its base name.
@@ -36,6 +38,8 @@ pub enum Subject {
     Setting,
     /// An environment-snapshot key that explains a divergence when it differs.
     Variable,
+    /// A variable people set that does not exist (`detcheck env --check` flags it).
+    Nonexistent,
     /// An operator known to be nondeterministic.
     Operator,
 }
@@ -109,6 +113,12 @@ pub fn settings() -> impl Iterator<Item = &'static Hint> {
     HINTS.iter().filter(|h| h.subject == Subject::Setting)
 }
 
+/// The variables that do not exist though people set them (rows of [`Subject::Nonexistent`]),
+/// with what they meant in `fix`.
+pub fn nonexistent() -> impl Iterator<Item = &'static Hint> {
+    HINTS.iter().filter(|h| h.subject == Subject::Nonexistent)
+}
+
 /// The hint for an environment-snapshot key that differs between two runs: a setting or a
 /// variable row of that exact name.
 #[must_use]
@@ -167,8 +177,8 @@ const USE_DETERMINISTIC: &str =
 const NO_DETERMINISTIC_KERNEL: &str = "no deterministic CUDA kernel: \
     torch.use_deterministic_algorithms(True) makes it raise, so replace it (or run it on the CPU)";
 
-/// Every hint: settings by stack (the order `detcheck env` prints), then variables, then
-/// operators.
+/// Every hint: settings by stack (the order `detcheck env` prints), then variables that do not
+/// exist, snapshot keys, then operators.
 pub const HINTS: &[Hint] = &[
     Hint {
         subject: Subject::Setting,
@@ -305,6 +315,74 @@ pub const HINTS: &[Hint] = &[
         why: "str/bytes hashes, so set and dict-of-set iteration orders repeat",
         fix: "",
         reference: "Python command line and environment",
+    },
+
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "nccl",
+        name: "NCCL_DETERMINISTIC",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "NCCL has no such variable; pin its algorithm, protocol and channels instead \
+              (NCCL_ALGO=Ring, NCCL_PROTO=Simple, NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS), and turn \
+              NVLS and CollNet off",
+        reference: "NCCL environment variables",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "nccl",
+        name: "NCCL_DETERMINISM",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "NCCL has no such variable; pin NCCL_ALGO, NCCL_PROTO and the channel count instead",
+        reference: "NCCL environment variables",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "torch",
+        name: "TORCH_DETERMINISTIC",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "PyTorch has no such variable; call torch.use_deterministic_algorithms(True) and set \
+              CUBLAS_WORKSPACE_CONFIG=:4096:8",
+        reference: "PyTorch reproducibility notes",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "torch",
+        name: "PYTORCH_DETERMINISTIC",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "PyTorch has no such variable; call torch.use_deterministic_algorithms(True)",
+        reference: "PyTorch reproducibility notes",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "cuda",
+        name: "CUDNN_DETERMINISTIC",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "not a variable; set torch.backends.cudnn.deterministic = True and \
+              torch.backends.cudnn.benchmark = False in the program",
+        reference: "PyTorch reproducibility notes",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "cuda",
+        name: "CUBLAS_DETERMINISTIC",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "cuBLAS has no such variable; set CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8)",
+        reference: "PyTorch reproducibility notes",
+    },
+    Hint {
+        subject: Subject::Nonexistent,
+        stack: "hccl",
+        name: "HCCL_DETERMINISM",
+        value: "",
+        why: "no such variable: setting it changes nothing",
+        fix: "HCCL's switch is HCCL_DETERMINISTIC=true",
+        reference: "CANN HCCL environment variables",
     },
     Hint {
         subject: Subject::Variable,
@@ -649,6 +727,10 @@ mod tests {
             for_variable("index_add").is_none(),
             "operators are not variables"
         );
+        let absent = for_variable("NCCL_DETERMINISTIC").unwrap();
+        assert_eq!(absent.subject, Subject::Nonexistent);
+        assert!(absent.fix.contains("NCCL_ALGO=Ring"), "{absent:?}");
+        assert_eq!(nonexistent().count(), 7);
         let advice = for_variable("NCCL_ALGO").unwrap().advice();
         assert_eq!(
             advice.to_string(),
