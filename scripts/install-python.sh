@@ -3,12 +3,19 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [--torch] [VENV]   # default target/venv
-#   target/venv/bin/pytest python/tests                 # then
+#   bash scripts/install-python.sh [--torch] [--frameworks] [VENV]   # default target/venv
+#   target/venv/bin/pytest python/tests                                 # then
 #
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
 # libraries, about 70 s; it runs on the CPU): the torch tests, the operator drill-down's controls
 # and its benchmark need it. .ci/run passes it.
+#
+# --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0 and
+# lightning==2.6.6 (about 30 s; Python 3.11 or later), the versions
+# python/tests/test_wrapped_optimizers.py was last run with: its tests of detcheck.torch.watch
+# with the real optimizer wrappers (accelerate's, a Trainer callback's, Lightning's) run where
+# they are installed, and cannot skip when DETCHECK_REQUIRE_FRAMEWORKS is set. .ci/run does not
+# pass it.
 #
 # Needs python3 (3.9 or later) with its venv module (python3-venv is installed with apt-get when
 # missing) and a Rust toolchain. The extension is built by maturin in the root's target folder
@@ -17,10 +24,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 torch=0
-if [ "${1:-}" = "--torch" ]; then
-    torch=1
+frameworks=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --torch) torch=1 ;;
+        --frameworks) torch=1 frameworks=1 ;;
+        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks)" >&2; exit 2 ;;
+        *) break ;;
+    esac
     shift
-fi
+done
 venv=${1:-target/venv}
 
 python=${PYTHON:-python3}
@@ -45,6 +58,10 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' 2>/dev/nu
     "$python" -m venv "$venv"
 fi
 venv=$(cd "$venv" && pwd)
+if [ "$frameworks" = 1 ] && ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "install-python.sh: --frameworks needs Python 3.11 or later (torch 2.15.0 and transformers 5.24.0 do)" >&2
+    exit 1
+fi
 
 # Versions that exist on PyPI for each Python: numpy 2.1+ needs 3.10, 2.3+ needs 3.11.
 numpy=$("$venv/bin/python" -c 'import sys
@@ -57,6 +74,12 @@ echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2"
 if [ "$torch" = 1 ]; then
     echo "== pip install torch==2.15.0 (CPU use; the registry's wheel)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.15.0"
+fi
+
+if [ "$frameworks" = 1 ]; then
+    echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6"
 fi
 
 echo "== pip install ./python (maturin, release build)"

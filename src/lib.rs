@@ -19,7 +19,9 @@
 //! - [`run`]: one run of a scenario (the rank body, the runners), `run --dump`;
 //! - [`compare`]: the one comparison engine (checks and `detcheck compare`), maps, curves;
 //! - [`check`]: the checks (`repeat`, `replicas`, `backends`, `world_sizes`, `workers`,
-//!   `restart`), their report, and the [`Session`] that runs them on threads or under MPI.
+//!   `restart`), their report, and the [`Session`] that runs them on threads or under MPI;
+//! - [`cli`]: the `detcheck` command line ([`cli::run`]), which the cargo binary and the Python
+//!   wheel both run; it uses the others through the public API only.
 //!
 //! The root re-exports what a user's kind and a test harness need. Everything else is reached
 //! through its module.
@@ -27,8 +29,12 @@
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 #![forbid(unsafe_code)]
 
+// The command line (`cli`) names the library as a user's program does, `detcheck::...`.
+extern crate self as detcheck;
+
 pub mod check;
 pub mod checkpoint;
+pub mod cli;
 pub mod comm;
 pub mod compare;
 pub mod data;

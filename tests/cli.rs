@@ -736,7 +736,7 @@ fn readme_exit_codes(readme: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The exit codes are written once, in `src/bin/detcheck/exit.rs`: the README's table must have
+/// The exit codes are written once, in `src/cli/exit.rs`: the README's table must have
 /// exactly the rows `detcheck --help` prints, in the same order, word for word.
 #[test]
 fn the_readme_exit_code_table_is_the_one_detcheck_help_prints() {
@@ -750,7 +750,7 @@ fn the_readme_exit_code_table_is_the_one_detcheck_help_prints() {
     assert_eq!(
         readme_exit_codes(&readme),
         printed,
-        "README.md's exit-code table differs from `detcheck --help` (src/bin/detcheck/exit.rs)"
+        "README.md's exit-code table differs from `detcheck --help` (src/cli/exit.rs)"
     );
     // `-h` names every code too, and a rejected flag is bad input.
     let short = detcheck(&["-h"], root);

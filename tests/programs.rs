@@ -265,3 +265,102 @@ fn a_trace_of_another_world_size_fails_the_run() {
         "{all}"
     );
 }
+
+/// `detcheck check [FLAGS] -- PROGRAM`: no scenario file. The flags make the file a scenario
+/// would be (saved with `--save-scenario`, and checked again from it with the same verdict);
+/// bad flags are exit 2 naming the flag; the control is caught with its element.
+#[test]
+fn a_program_is_checked_from_flags_without_a_scenario_file() {
+    let program = example("trace_ranks");
+    let program = program.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("saved.json");
+    let out = detcheck(
+        &[
+            "check",
+            "--no-progress",
+            "--ranks",
+            "3",
+            "--steps",
+            "4",
+            "--seed",
+            "11",
+            "--checks",
+            "repeat,replicas",
+            "--save-scenario",
+            saved.to_str().unwrap(),
+            "--",
+            program,
+            "--seed",
+            "11",
+            "--steps",
+            "4",
+        ],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("trace_ranks      3      4"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("repeat+replicas"), "{}", out.stdout);
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(spec["world_size"], 3);
+    assert_eq!(spec["params"]["command"][0], program);
+    let again = detcheck(&["check", "--no-progress", "saved.json"], dir.path(), &[]);
+    assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+
+    let control = detcheck(
+        &[
+            "check",
+            "--no-progress",
+            "--ranks",
+            "2",
+            "--expect",
+            "diverges",
+            "--checks",
+            "repeat",
+            "--",
+            program,
+            "--plant-hashmap-order",
+        ],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(control.code, 0, "{}{}", control.stdout, control.stderr);
+    assert!(
+        control.stdout.contains("ok (caught)")
+            && control.stdout.contains("first differing element: ["),
+        "{}",
+        control.stdout
+    );
+
+    for (args, flag) in [
+        (&["--ranks", "0"][..], "--ranks: "),
+        (&["--launcher", "slurm"][..], "--launcher: "),
+        (&["--checks", "repeat,speed"][..], "--checks"),
+        (&["--timeout", "0"][..], "--timeout: "),
+    ] {
+        let mut argv = vec!["check", "--no-progress"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--", program]);
+        let bad = detcheck(&argv, dir.path(), &[]);
+        assert_eq!(bad.code, 2, "{args:?}: {}{}", bad.stdout, bad.stderr);
+        assert!(bad.stderr.contains(flag), "{args:?}: {}", bad.stderr);
+    }
+    let both = detcheck(&["check", "saved.json", "--", program], dir.path(), &[]);
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    assert!(both.stderr.contains("not both"), "{}", both.stderr);
+    let missing = detcheck(&["check", "--ranks", "2"], dir.path(), &[]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    let absent = detcheck(&["check", "--", "./no-such-program"], dir.path(), &[]);
+    assert_eq!(absent.code, 2, "{}", absent.stdout);
+    assert!(
+        absent.stdout.contains("cannot start `./no-such-program`"),
+        "{}",
+        absent.stdout
+    );
+}

@@ -462,11 +462,21 @@ fn capture_request() -> PyResult<Option<CaptureRequest>> {
     }))
 }
 
+/// Runs detcheck's command line (`detcheck check ...`, the same implementation as the cargo
+/// binary: `detcheck::cli::run`) with `argv`, the program's name first, in this process, and
+/// returns its exit code. The `detcheck` console script and `python -m detcheck` call it
+/// (`detcheck/__main__.py`); the GIL is released while it runs.
+#[pyfunction]
+fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    py.detach(|| detcheck::cli::run(argv))
+}
+
 /// The native part of the `detcheck` package (re-exported by `detcheck/__init__.py`).
 #[pymodule]
 #[pyo3(name = "_detcheck")]
 fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTraceWriter>()?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
     m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -228,12 +228,23 @@ impl KindRegistry {
                 path: path.to_path_buf(),
                 source,
             })?;
-        let spec = parse_spec(&text).map_err(|e| ScenarioError::Invalid {
-            path: path.to_path_buf(),
+        self.load_text(&text, path)
+    }
+
+    /// Parses, validates and builds a scenario from the text of a scenario file; `origin` stands
+    /// for the file in errors and reports (its folder is `{scenario_dir}`). What `load_file`
+    /// does after reading, so a scenario made elsewhere (the command line's
+    /// `detcheck check -- PROGRAM`) has the same defaults, validation and errors as a file.
+    ///
+    /// # Errors
+    /// [`ScenarioError`] naming `origin`, and the field where there is one.
+    pub fn load_text(&self, text: &str, origin: &Path) -> Result<LoadedScenario, ScenarioError> {
+        let spec = parse_spec(text).map_err(|e| ScenarioError::Invalid {
+            path: origin.to_path_buf(),
             field: e.field,
             message: e.message,
         })?;
-        self.build(spec, path)
+        self.build(spec, origin)
     }
 }
 

@@ -18,6 +18,44 @@ A step ends at ``optimizer.step()`` when an optimizer is given, or at ``handle.n
 otherwise (call it after backward); ending a step records the gradients (and the parameters),
 then advances ``current_step`` by one. ``handle.step(n)`` sets the step the next records belong
 to (a loop with its own counter, a resumed run). Use one of the two ways to end steps, not both.
+When ``step()`` is given a closure (``optimizer.step(closure)``, and Lightning's automatic
+optimization, which runs forward and backward inside the step), the gradients are recorded when
+the closure first returns, not before it runs (LBFGS evaluates it several times: the later
+evaluations' ``fwd/*`` belong to the same step).
+
+Wrapped optimizers: ``optimizer`` may be the wrapper a framework hands to user code. ``watch``
+hooks the ``torch.optim.Optimizer`` inside it whose ``step()`` does the update
+(``_unwrap_optimizer``): an object is used as it is when it is a ``torch.optim.Optimizer`` whose
+step hooks are its own (its ``Optimizer.__init__`` ran); otherwise ``watch`` follows its
+``._optimizer``, then its ``.optimizer``, at most 8 levels deep, and raises ``TypeError`` naming
+the types it went through when it finds none. So these are accepted:
+
+- accelerate's ``AcceleratedOptimizer`` (what ``Accelerator.prepare`` returns and a Hugging Face
+  ``Trainer`` hands its callbacks): a ``torch.optim.Optimizer`` subclass that never runs its
+  ``__init__``; the torch optimizer is ``.optimizer``. Its ``step()`` calls the inner one only at
+  the end of a gradient-accumulation cycle (``sync_gradients``), and, with fp16 and a
+  ``GradScaler``, only when the gradients are finite.
+- Lightning's ``LightningOptimizer`` (``self.optimizers()`` in a ``LightningModule``) and
+  Fabric's ``_FabricOptimizer`` (``fabric.setup``): plain objects whose class is made to
+  imitate the optimizer's (``isinstance`` holds, attributes are forwarded); the torch optimizer
+  is ``._optimizer``. Their ``step()`` reaches it through the strategy and precision plugin.
+- DeepSpeed: the engine (``.optimizer``), its ZeRO, ``BF16_Optimizer`` and ``FP16_Optimizer``
+  wrappers (plain objects, ``.optimizer``) and accelerate's ``DeepSpeedOptimizerWrapper``
+  (``.optimizer``, the engine's optimizer; its ``step()`` does nothing, ``engine.step()``
+  steps). Beware (read from DeepSpeed 0.19.6's source, not run): ZeRO steps the inner optimizer
+  once per parameter group (stage 1 and 2) or sub-group (stage 3), on flat fp32 partitions,
+  after it has freed the model's gradients, and copies the result into the model afterwards; so
+  with ZeRO a ``watch`` with an optimizer counts one step per group, records no ``grad/*`` and
+  records ``param/*`` before the copy. Without ZeRO (``FP16_Optimizer``, ``BF16_Optimizer``, a
+  plain torch optimizer in the engine) the inner optimizer steps once per update.
+
+Only the inner optimizer is hooked (its own hooks, never torch's global optimizer hooks), so a
+step is counted when the update really runs: one ``current_step`` per update. A step the wrapper
+skips (a gradient-accumulation micro-batch, an fp16 overflow that ``GradScaler`` skips) ends no
+step and records no ``grad/*`` or ``param/*``: its ``fwd/*`` records stay in the step that the
+next update ends (with accumulation, one step holds the forward records of all its
+micro-batches, told apart by occurrence). Two runs that skip the same updates still line up;
+one that skips another update than the other diverges there, as it should.
 
 Replicated records: under DistributedDataParallel with more than one rank (the writer's world
 size > 1 and ``model`` a ``DistributedDataParallel``), ``grad/*`` and ``param/*`` are recorded
@@ -57,6 +95,92 @@ def _unwrap(model):
     if isinstance(model, wrappers):
         return model.module, isinstance(model, _torch.nn.parallel.DistributedDataParallel)
     return model, False
+
+
+#: How many wrappers ``_unwrap_optimizer`` looks through before it gives up.
+_MAX_OPTIMIZER_WRAPPERS = 8
+
+#: The attributes that hold the wrapped optimizer, in the order they are tried: Lightning's
+#: ``LightningOptimizer`` and Fabric's ``_FabricOptimizer`` (``_optimizer``), accelerate's
+#: ``AcceleratedOptimizer`` and DeepSpeed's engine and ZeRO/FP16/BF16 optimizers (``optimizer``).
+_WRAPPED_OPTIMIZER_ATTRS = ("_optimizer", "optimizer")
+
+
+def _own_step_hooks(obj):
+    """Whether ``obj`` is a ``torch.optim.Optimizer`` whose step hooks are its own: its
+    ``Optimizer.__init__`` ran, which creates the hook dicts in its instance ``__dict__`` (not
+    reached through a forwarding ``__getattr__``, as Lightning's wrapper does) and makes its
+    class's ``step`` run them."""
+    if not isinstance(obj, _torch.optim.Optimizer):
+        return False
+    own = getattr(obj, "__dict__", {})
+    return isinstance(own.get("_optimizer_step_pre_hooks"), dict) and isinstance(
+        own.get("_optimizer_step_post_hooks"), dict
+    )
+
+
+def _qualname(obj):
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _unwrap_optimizer(optimizer):
+    """The ``torch.optim.Optimizer`` inside ``optimizer`` whose ``step()`` does the update, on
+    which ``watch`` registers its step hooks.
+
+    ``optimizer`` itself when its step hooks are its own (``_own_step_hooks``: a torch optimizer,
+    or a subclass that ran ``Optimizer.__init__``); otherwise the wrapped object, found in
+    ``._optimizer`` then ``.optimizer`` (``_WRAPPED_OPTIMIZER_ATTRS``), checked the same way, at
+    most ``_MAX_OPTIMIZER_WRAPPERS`` levels deep. accelerate's ``AcceleratedOptimizer`` (an
+    ``Optimizer`` subclass that never runs ``__init__``), Lightning's ``LightningOptimizer``
+    (a plain object that imitates the optimizer's class and forwards its attributes) and
+    DeepSpeed's wrappers are such wrappers. Their ``step()`` calls the inner one's, where the
+    hooks fire, or skips it (an accumulation micro-batch, an fp16 overflow): then no hook fires.
+
+    Raises ``TypeError`` naming the types it went through when no such optimizer is found.
+    """
+    path = _qualname(optimizer)
+    obj = optimizer
+    for _ in range(_MAX_OPTIMIZER_WRAPPERS + 1):
+        if _own_step_hooks(obj):
+            return obj
+        inner = None
+        for attr in _WRAPPED_OPTIMIZER_ATTRS:
+            try:
+                candidate = getattr(obj, attr, None)
+            except Exception:  # a property or forwarding __getattr__ that fails: no wrapper there
+                candidate = None
+            if candidate is not None and candidate is not obj:
+                inner = candidate
+                path += f", whose .{attr} is a {_qualname(inner)}"
+                break
+        if inner is None:
+            break
+        obj = inner
+    else:
+        path += ", ..."
+    if not hasattr(_torch.optim.Optimizer, "register_step_pre_hook"):
+        raise TypeError(
+            "detcheck.torch.watch needs torch 2.0 or later with an optimizer "
+            "(Optimizer.register_step_pre_hook)"
+        )
+    raise TypeError(
+        f"detcheck.torch.watch cannot hook the optimizer: a {path}; found no torch.optim.Optimizer "
+        f"with its own step hooks in it (following `._optimizer` or `.optimizer`, at most "
+        f"{_MAX_OPTIMIZER_WRAPPERS} wrappers deep). Pass the torch.optim.Optimizer whose step() "
+        "updates the parameters, or no optimizer and call handle.next_step()"
+    )
+
+
+def _closure_of(optimizer, args, kwargs):
+    """Where ``optimizer.step``'s closure is in a step pre-hook's ``(args, kwargs)`` (``args``
+    starts with the optimizer itself): ``("kw", None)``, ``("arg", index)`` or ``None``."""
+    if callable(kwargs.get("closure")):
+        return ("kw", None)
+    first = 1 if args and args[0] is optimizer else 0
+    if len(args) > first and callable(args[first]):
+        return ("arg", first)
+    return None
 
 
 #: Dtypes whose CPU tensors the writer reads in place through numpy (bfloat16 has no numpy
@@ -115,6 +239,8 @@ class WatchHandle:
         self._hooks = []
         #: The operator trace of a capture request (``detcheck._ops``), or ``None``.
         self._ops = None
+        #: A step whose closure has not returned yet: the gradients are still to be recorded.
+        self._pending_update = False
         params = list(model.named_parameters())
         self._params = params
         self._grad_labels = [("grad/" + name, p) for name, p in params]
@@ -129,11 +255,7 @@ class WatchHandle:
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
         if optimizer is not None:
-            if not hasattr(optimizer, "register_step_pre_hook"):
-                raise TypeError(
-                    "detcheck.torch.watch needs torch 2.0 or later with an optimizer "
-                    "(Optimizer.register_step_pre_hook)"
-                )
+            # `optimizer` is the unwrapped torch optimizer (`watch` calls `_unwrap_optimizer`).
             self._hooks.append(optimizer.register_step_pre_hook(self._before_update))
             self._hooks.append(optimizer.register_step_post_hook(self._after_update))
 
@@ -212,14 +334,39 @@ class WatchHandle:
             if grad is not None:
                 record(step, label, _host(grad))
 
-    def _before_update(self, optimizer, args, kwargs):
+    def _end_backward(self):
+        """The step's forward and backward are over, its update is next: records the gradients."""
+        self._pending_update = False
         if self._ops is not None:
             self._ops.step_ends()
         self._record_grads()
         if self._ops is not None:
             self._ops.before_update()
 
+    def _before_update(self, optimizer, args, kwargs):
+        where = _closure_of(optimizer, args, kwargs)
+        if where is None:
+            self._end_backward()
+            return None
+        # `step(closure)` runs forward and backward inside the step (Lightning's automatic
+        # optimization, LBFGS): the gradients exist once the closure has returned.
+        kind, index = where
+        closure = kwargs["closure"] if kind == "kw" else args[index]
+        self._pending_update = True
+
+        def closure_then_record(*a, **kw):
+            result = closure(*a, **kw)
+            if self._pending_update:
+                self._end_backward()
+            return result
+
+        if kind == "kw":
+            return args, {**kwargs, "closure": closure_then_record}
+        return (*args[:index], closure_then_record, *args[index + 1 :]), kwargs
+
     def _after_update(self, optimizer, args, kwargs):
+        if self._pending_update:  # an optimizer that never called its closure
+            self._end_backward()
         if self._ops is not None:
             self._ops.after_update()
         record = self._writer.record_replicated if self._replicated else self._writer.record
@@ -260,8 +407,13 @@ def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
     ``record_replicated`` and ``world_size``), or ``None`` (what ``TraceWriter.from_env()`` gives
     outside detcheck): then nothing is hooked or recorded, and the handle only counts steps. ``replicated``: ``None`` for the rule above
     (DistributedDataParallel and world size > 1), or ``True``/``False``. ``start_step``: the
-    first step's number.
+    first step's number. ``optimizer`` may be a framework's wrapper (accelerate, Lightning,
+    DeepSpeed): the ``torch.optim.Optimizer`` inside it is hooked (``_unwrap_optimizer``; a
+    ``TypeError`` when there is none), also when ``writer`` is ``None``, so a program that passes
+    an unusable object fails by hand too.
     """
+    if optimizer is not None:
+        optimizer = _unwrap_optimizer(optimizer)
     inner, is_ddp = _unwrap(model)
     _add_versions(writer)
     if replicated is None:

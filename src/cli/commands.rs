@@ -3,9 +3,9 @@
 //! work is in the library (`detcheck::dump_scenario`, `compare_dumps`, `compare_curves`), and
 //! the exit code of an error is decided in `exit.rs`.
 
-use crate::exit::{CliError, Exit};
-use crate::html;
-use crate::report::ReportFile;
+use super::exit::{CliError, Exit};
+use super::html;
+use super::report::ReportFile;
 use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};

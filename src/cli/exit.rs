@@ -15,7 +15,6 @@ use detcheck::compare::curves::CurveError;
 use detcheck::file::DumpError;
 use detcheck::run::{DumpRunError, RunError};
 use detcheck::scenario::ScenarioError;
-use std::process::ExitCode;
 
 /// How `detcheck` ends. The discriminant is the exit code; the order is severity, so the exit of
 /// several outcomes is their [`Ord::max`].
@@ -94,12 +93,6 @@ impl Exit {
             Exit::BadInput => "bad input",
             Exit::RunFailed => "a run failed",
         }
-    }
-}
-
-impl From<Exit> for ExitCode {
-    fn from(exit: Exit) -> ExitCode {
-        ExitCode::from(exit.code())
     }
 }
 

@@ -17,7 +17,7 @@
 //! `failure`, `error`, `skipped`, `system-out`), one `testsuite` per scenario folder and one
 //! `testcase` per scenario.
 
-use crate::exit::Exit;
+use super::exit::Exit;
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::Divergence;
 use detcheck::record::Overflow;

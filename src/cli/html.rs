@@ -12,7 +12,7 @@
 //! here: the page reads both through their serde form, and renders every field it does not
 //! know as a table under its own heading.
 
-use crate::report::{expectation_name, headline, FORMAT_VERSION};
+use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::curves::{compare_curves, curve_plot_svg, Tolerance};
 use detcheck::compare::{Divergence, RecordSummary};
