@@ -46,7 +46,11 @@ LAUNCH_VARS = (
 def no_launch(monkeypatch):
     """An environment as outside detcheck (no launch variable), whatever the caller's."""
     for var in LAUNCH_VARS:
-        monkeypatch.delenv(var, raising=False)
+        # Set, then deleted: `delenv` alone misses a variable that native code set in the C
+        # environment behind `os.environ` (an MPI library that Lightning's import initialised
+        # sets PMIX_RANK so), and the writer reads the C environment.
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     return monkeypatch
 
 

@@ -5,7 +5,7 @@
 
 use super::exit::{CliError, Exit};
 use super::html;
-use super::report::ReportFile;
+use super::report::{ReportFile, FORMAT_VERSION};
 use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
@@ -307,20 +307,38 @@ pub(crate) fn compare(
     b: &Path,
     max_rows: usize,
     map: Option<&Path>,
+    json: bool,
 ) -> Result<Exit, CliError> {
     let options = CompareOptions {
         max_rows: if max_rows == 0 { usize::MAX } else { max_rows },
         map: map.is_some(),
     };
     let cmp = compare_dumps(a, b, &options)?;
-    let mut o = Out(String::new());
-    print_comparison(&mut o, a, b, &cmp);
+    let mut text = Out(String::new());
+    print_comparison(&mut text, a, b, &cmp);
     if let (Some(path), Some(m)) = (map, &cmp.map) {
         let title = format!("divergence map: {} vs {}", a.display(), b.display());
         m.write_png(path, &title)?;
-        outln!(o, "divergence map: {}", path.display());
+        outln!(text, "divergence map: {}", path.display());
     }
-    Ok(Exit::verdict(cmp.is_identical()))
+    let exit = Exit::verdict(cmp.is_identical());
+    if json {
+        // One object: what the text says, as data (the map is a picture: `--map`).
+        let mut comparison = serde_json::to_value(&cmp).unwrap_or(serde_json::Value::Null);
+        if let Some(fields) = comparison.as_object_mut() {
+            fields.remove("map");
+        }
+        let line = serde_json::json!({
+            "format_version": FORMAT_VERSION,
+            "type": "comparison",
+            "identical": cmp.is_identical(),
+            "exit_code": exit.code(),
+            "comparison": comparison,
+            "text": std::mem::take(&mut text.0),
+        });
+        text.0 = line.to_string() + "\n";
+    }
+    Ok(exit)
 }
 
 /// `detcheck curves A B`.

@@ -131,6 +131,10 @@ enum Command {
         /// Write a ranks x steps divergence map to this PNG file.
         #[arg(long, value_name = "FILE.png")]
         map: Option<PathBuf>,
+        /// What to print: the text, or one JSON object (the comparison, its text and the
+        /// verdict; `detcheck.compare` in Python reads it).
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -389,7 +393,15 @@ where
             b,
             max_rows,
             map,
-        } => exit::report(commands::compare(&a, &b, max_rows, map.as_deref())).code(),
+            format,
+        } => exit::report(commands::compare(
+            &a,
+            &b,
+            max_rows,
+            map.as_deref(),
+            format == Format::Json,
+        ))
+        .code(),
         Command::Curves {
             a,
             b,

@@ -164,6 +164,9 @@ struct ScenarioLine<'a> {
     overflow: Option<&'a Overflow>,
     checks: Vec<CheckJson<'a>>,
     files: &'a [ReportFile],
+    /// The text `detcheck check` prints about the scenario below its table (what failed or was
+    /// caught, with element and operator), as a person reads it.
+    detail: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -309,6 +312,7 @@ pub(crate) fn scenario_line(result: &ScenarioResult<'_>) -> String {
         overflow,
         checks,
         files: &result.files,
+        detail: result.detail.as_deref(),
     };
     // Every value here is a string, number, bool, null, or a library type with a derived
     // `Serialize` and no maps with non-string keys: serialization cannot fail.

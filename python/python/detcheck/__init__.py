@@ -14,12 +14,27 @@ so the ``detcheck`` binary reads, compares and checks it like any other dump::
 
 ``detcheck.torch.watch(model, writer, optimizer)`` records a PyTorch model's forward outputs,
 gradients and parameters every step (imported on first use; torch is never imported otherwise).
+
+``detcheck.check(...)`` and ``detcheck.compare(a, b)`` run the ``detcheck`` command (this
+package's, ``python -m detcheck``) and return report objects; a pytest plugin adds the
+``detcheck_check`` fixture and the ``detcheck`` marker.
 See python/README.md for the API, the errors and the launch contract.
 """
 
+from ._api import CheckReport, Comparison, ScenarioOutcome, check, compare
 from ._detcheck import DetcheckError, TraceWriter, __version__
 
-__all__ = ["DetcheckError", "TraceWriter", "__version__", "torch"]
+__all__ = [
+    "CheckReport",
+    "Comparison",
+    "DetcheckError",
+    "ScenarioOutcome",
+    "TraceWriter",
+    "__version__",
+    "check",
+    "compare",
+    "torch",
+]
 
 
 def __getattr__(name):

@@ -1,0 +1,238 @@
+"""``detcheck.check`` and ``detcheck.compare``: the command line's checks and comparisons as
+Python calls that return report objects.
+
+Both run the ``detcheck`` command of this package (``python -m detcheck``, the cargo binary's
+implementation) in a subprocess with ``--format json`` and read its JSON lines, so a Python
+caller gets exactly what the command reports: verdict per check, first divergence with its
+element and operator, environment differences, and the text a person reads. A divergence is
+data: it is in the report, never raised. What is raised: ``ValueError`` for arguments detcheck
+refuses (exit 2: a bad flag, a bad scenario file), ``DetcheckError`` when the command could not
+report at all.
+
+Determinism: a report is a function of the command's output; the JSON lines carry no time.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from ._detcheck import DetcheckError
+
+__all__ = ["check", "compare", "CheckReport", "ScenarioOutcome", "Comparison"]
+
+
+class _Fields:
+    """Attribute access to a JSON object's fields (``report.first_divergence.element``)."""
+
+    def __init__(self, fields):
+        self._fields = fields
+
+    def __getattr__(self, name):
+        try:
+            return _wrap(self._fields[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name):
+        return _wrap(self._fields[name])
+
+    def get(self, name, default=None):
+        return _wrap(self._fields.get(name, default))
+
+    def to_dict(self):
+        """The JSON object, as parsed."""
+        return self._fields
+
+    def __repr__(self):
+        return f"{type(self).__name__}({json.dumps(self._fields)[:200]})"
+
+
+def _wrap(value):
+    if isinstance(value, dict):
+        return _Fields(value)
+    if isinstance(value, list):
+        return [_wrap(v) for v in value]
+    return value
+
+
+class ScenarioOutcome(_Fields):
+    """One scenario of a check: ``name``, ``status`` (``passed``, ``failed``, ``errored``,
+    ``ignored``, ``skipped``), ``verdict`` (``ok``, ``ok (caught)``, ``FAIL``...), ``passed``,
+    ``checks`` (each with ``check``, ``holds``, ``found``, ``comparison``), ``first_divergence``
+    (``step``, ``rank``, ``name``, ``element``, ``operator``; ``None`` when none),
+    ``environment`` (the differences of the first check that has some), ``error`` and ``text``
+    (what ``detcheck check`` prints about it)."""
+
+    @property
+    def name(self):
+        return self._fields["scenario"]["name"]
+
+    @property
+    def passed(self):
+        return self._fields["status"] in ("passed", "ignored", "skipped")
+
+    @property
+    def environment(self):
+        for c in self._fields.get("checks", []):
+            env = (c.get("comparison") or {}).get("environment")
+            if env:
+                return _wrap(env)
+        return []
+
+    @property
+    def text(self):
+        return self._fields.get("detail") or ""
+
+
+class CheckReport:
+    """What ``detcheck.check`` found: ``scenarios`` (``ScenarioOutcome`` each), ``passed``,
+    ``exit_code`` (the command's: 0 every check holds, 1 one does not, 3 a run failed),
+    ``summary`` (the counts), and ``text``: the failures and caught controls as the command
+    prints them."""
+
+    def __init__(self, scenarios, summary, stderr):
+        self.scenarios = scenarios
+        self.summary = _wrap(summary)
+        self.exit_code = summary["exit_code"]
+        self.stderr = stderr
+
+    @property
+    def passed(self):
+        return self.exit_code == 0
+
+    @property
+    def text(self):
+        parts = [s.text for s in self.scenarios if s.text]
+        parts += [f"{s.name}: {s.error}" for s in self.scenarios if s.get("error")]
+        return "\n".join(parts)
+
+    def __getitem__(self, name):
+        for s in self.scenarios:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def __repr__(self):
+        verdicts = ", ".join(f"{s.name}: {s.verdict}" for s in self.scenarios)
+        return f"CheckReport(exit_code={self.exit_code}, {verdicts})"
+
+
+class Comparison(_Fields):
+    """What ``detcheck.compare`` found: ``identical``, ``exit_code``, ``comparison`` (the
+    engine's: ``first``, ``rows``, ``environment``, counts) and ``text``."""
+
+    @property
+    def first(self):
+        return _wrap(self._fields["comparison"].get("first"))
+
+
+def _command(args, env=None, cwd=None):
+    full_env = dict(os.environ if env is None else env)
+    done = subprocess.run(
+        [sys.executable, "-m", "detcheck", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+    )
+    lines = []
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    if done.returncode == 2 and not any(l.get("type") == "summary" for l in lines):
+        raise ValueError((done.stderr or done.stdout).strip().removeprefix("error: "))
+    return done, lines
+
+
+def _flag_args(options):
+    args = []
+    for name, value in options.items():
+        if value is None or value == [] or value == ():
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        args += [flag, str(value)]
+    return args
+
+
+def check(
+    scenarios=None,
+    *,
+    program=None,
+    ranks=None,
+    steps=None,
+    seed=None,
+    launcher=None,
+    checks=None,
+    expect=None,
+    world_sizes=None,
+    timeout=None,
+    name=None,
+    diagnosis=True,
+    env=None,
+    cwd=None,
+):
+    """Runs ``detcheck check`` and returns a ``CheckReport``.
+
+    ``scenarios``: a scenario file or folder, or a list of them; or ``program``: the command of
+    a program to check without a file (a list of arguments, or a string split like a shell's),
+    with the one-liner's options (``ranks``, ``steps``, ``seed``, ``launcher``, ``checks``,
+    ``expect``, ``world_sizes``, ``timeout``, ``name``: as ``detcheck check --ranks ...``).
+    ``diagnosis=False`` skips the re-runs that name the element and operator. ``env`` and
+    ``cwd``: the command's environment and folder.
+
+    A divergence is in the report, not raised. Raises ``ValueError`` for what detcheck refuses
+    (a bad option or scenario file: its message names the flag or field), ``DetcheckError``
+    when the command gave no report.
+    """
+    args = ["check", "--no-progress", "--format", "json"]
+    if not diagnosis:
+        args.append("--no-diagnosis")
+    one_liner = dict(
+        ranks=ranks, steps=steps, seed=seed, launcher=launcher, checks=checks, expect=expect,
+        world_sizes=world_sizes, timeout=timeout, name=name,
+    )
+    if program is not None:
+        if scenarios is not None:
+            raise ValueError("give scenarios or a program, not both")
+        if isinstance(program, str):
+            program = shlex.split(program)
+        args += _flag_args(one_liner) + ["--", *map(str, program)]
+    else:
+        given = [k for k, v in one_liner.items() if v not in (None, [], ())]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with a program (program=...)")
+        if scenarios is not None:
+            if isinstance(scenarios, (str, os.PathLike)):
+                scenarios = [scenarios]
+            args += [os.fspath(s) for s in scenarios]
+    done, lines = _command(args, env=env, cwd=cwd)
+    summary = next((l for l in lines if l.get("type") == "summary"), None)
+    if summary is None:
+        raise DetcheckError(
+            f"detcheck check gave no report (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()}"
+        )
+    outcomes = [ScenarioOutcome(l) for l in lines if l.get("type") == "scenario"]
+    return CheckReport(outcomes, summary, done.stderr)
+
+
+def compare(a, b, *, max_rows=50, env=None, cwd=None):
+    """Runs ``detcheck compare A B`` on two dumps (detcheck trace folders, msprobe dumps) and
+    returns a ``Comparison``; two dumps that differ are a result, not an error. Raises
+    ``ValueError`` for a dump detcheck cannot read (exit 2)."""
+    args = ["compare", "--format", "json", "--max-rows", str(max_rows), os.fspath(a), os.fspath(b)]
+    done, lines = _command(args, env=env, cwd=cwd)
+    found = next((l for l in lines if l.get("type") == "comparison"), None)
+    if found is None:
+        raise DetcheckError(
+            f"detcheck compare gave no report (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()}"
+        )
+    return Comparison(found)
