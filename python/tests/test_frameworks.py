@@ -1,0 +1,121 @@
+"""The framework callbacks: `detcheck.hf.DetcheckCallback` on a real `transformers.Trainer` and
+`detcheck.lightning.DetcheckCallback` on a real Lightning `Trainer`, each with gradient
+accumulation: one detcheck step per optimizer update, every module's output, the gradients the
+update uses and the parameters it made, and the writer closed at the end. Each program runs in a
+fresh interpreter (accelerate's and Lightning's state is process-wide). Skipped without the
+frameworks unless DETCHECK_REQUIRE_FRAMEWORKS is set (CI sets it)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import decode
+from test_wrapped_optimizers import framework
+
+
+def run(tmp_path, source):
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(source))
+    done = subprocess.run(
+        [sys.executable, str(program), str(tmp_path / "dump"), str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def steps_of(records):
+    by_step = {}
+    for r in records:
+        by_step.setdefault(r["step"], []).append(r["name"])
+    return by_step
+
+
+TRAINER = """
+    import json, sys, torch, detcheck
+    from transformers import Trainer, TrainingArguments
+    from detcheck.hf import DetcheckCallback
+    dump, work = sys.argv[1], sys.argv[2]
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            return {"loss": (self.fc(x).squeeze(-1) - labels).pow(2).mean()}
+
+    data = [{"x": torch.randn(4, generator=torch.Generator().manual_seed(i)),
+             "labels": torch.tensor(float(i % 3))} for i in range(16)]
+    args = TrainingArguments(output_dir=work, max_steps=3, per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, use_cpu=True, report_to=[],
+                             save_strategy="no", logging_strategy="no", seed=0)
+    writer = detcheck.TraceWriter(dump, 0, 1)
+    callback = DetcheckCallback(writer)
+    Trainer(model=Model(), args=args, train_dataset=data, callbacks=[callback]).train()
+    assert callback.handle is None, "hooks removed at the end"
+    writer.close()
+    print(json.dumps({"ok": True}))
+"""
+
+
+def test_trainer_callback_records_one_step_per_update(tmp_path):
+    framework("transformers")
+    framework("accelerate")
+    run(tmp_path, TRAINER)
+    by_step = steps_of(decode(tmp_path / "dump" / "rank0.dctrace"))
+    assert sorted(by_step) == [0, 1, 2], by_step  # max_steps=3 updates
+    for names in by_step.values():
+        # two micro-batches per update: the model's output (its loss) twice, then the update's
+        assert names == [
+            "fwd/fc", "fwd/(model).loss", "fwd/fc", "fwd/(model).loss",
+            "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
+        ], names
+
+
+LIGHTNING = """
+    import json, sys, torch, detcheck
+    import lightning.pytorch as pl
+    from detcheck.lightning import DetcheckCallback
+    dump, work = sys.argv[1], sys.argv[2]
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return (self.fc(x).squeeze(-1) - y).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, generator=g))
+    loader = torch.utils.data.DataLoader(data, batch_size=2)
+    callback = DetcheckCallback(detcheck.TraceWriter(dump, 0, 1))
+    trainer = pl.Trainer(max_steps=3, accumulate_grad_batches=2, accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=work, callbacks=[callback])
+    torch.manual_seed(0)
+    trainer.fit(Module(), loader)
+    callback._given.close()
+    print(json.dumps({"ok": True}))
+"""
+
+
+def test_lightning_callback_records_one_step_per_update(tmp_path):
+    framework("lightning")
+    run(tmp_path, LIGHTNING)
+    by_step = steps_of(decode(tmp_path / "dump" / "rank0.dctrace"))
+    assert sorted(by_step) == [0, 1, 2], by_step
+    for names in by_step.values():
+        assert names == [
+            "fwd/fc", "fwd/fc", "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
+        ], names
