@@ -331,9 +331,11 @@ fn a_program_is_checked_from_flags_without_a_scenario_file() {
         &[],
     );
     assert_eq!(control.code, 0, "{}{}", control.stdout, control.stderr);
+    // HashMap order comes from OS entropy: the two re-runs may draw the same order, and then
+    // no element is named (said so); the finding is there either way.
     assert!(
         control.stdout.contains("ok (caught)")
-            && control.stdout.contains("first differing element: ["),
+            && control.stdout.contains("first differing element: "),
         "{}",
         control.stdout
     );

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import decode
+from conftest import ROOT, decode
 from test_wrapped_optimizers import framework
 
 
@@ -119,3 +119,39 @@ def test_lightning_callback_records_one_step_per_update(tmp_path):
         assert names == [
             "fwd/fc", "fwd/fc", "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
         ], names
+
+
+FRAMEWORKS = ROOT / "examples" / "programs" / "python" / "frameworks"
+
+
+def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(detcheck_bin):
+    """The tiny GPT-2 under `Trainer` and the Lightning module: repeat, replicas and world_sizes
+    [1, 2] hold; their clock-seeded dropout controls are caught, down to the dropout's operator."""
+    framework("transformers")
+    framework("lightning")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(
+        [detcheck_bin, "check", "--no-progress", "--format", "json", str(FRAMEWORKS)],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    lines = [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
+    assert done.returncode == 0, done.stdout + done.stderr
+    scenarios = {l["scenario"]["name"]: l for l in lines if l["type"] == "scenario"}
+    assert sorted(scenarios) == [
+        "control_gpt2_clock_dropout", "control_lightning_clock_dropout", "gpt2_trainer",
+        "lightning_module",
+    ]
+    for clean in ("gpt2_trainer", "lightning_module"):
+        checks = {c["check"]: c for c in scenarios[clean]["checks"]}
+        assert sorted(checks) == ["repeat", "replicas", "world_sizes"]
+        assert all(c["holds"] for c in checks.values()), clean
+        assert checks["world_sizes"]["comparison"]["num_compared"] > 0, "gradients compared"
+    first = scenarios["control_gpt2_clock_dropout"]["first_divergence"]
+    assert first["name"] == "fwd/transformer.drop", first["name"]
+    operator = first["operator"]
+    assert operator["finding"] == "nondeterministic", operator
+    assert operator["call"]["operator"] == "aten.bernoulli_.float", operator
+    assert operator["hint"]["about"] == "bernoulli", operator
+    caught = scenarios["control_lightning_clock_dropout"]
+    assert caught["verdict"] == "ok (caught)", caught

@@ -385,3 +385,30 @@ def test_the_tracer_changes_no_value_and_is_deterministic(monkeypatch, tmp_path,
     train(monkeypatch, tmp_path / "b", (0, STEP, 0, name), custom=True)
     a, b = trace(tmp_path / "a"), trace(tmp_path / "b")
     assert [(r["name"], r["md5"]) for r in a] == [(r["name"], r["md5"]) for r in b]
+
+
+class Dropped(torch.nn.Module):
+    """Dropout as torch runs it: `empty_like` (uninitialised memory), then `bernoulli_` fills it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        mask = torch.empty_like(h).bernoulli_(0.5)
+        return h * mask
+
+
+def test_an_allocation_is_not_traced_until_written(monkeypatch, tmp_path):
+    """`empty_like`'s output is whatever the memory held: it is not recorded, nor used as an
+    input before an operator wrote it; `bernoulli_`'s output (the same tensor, written) is."""
+    train(monkeypatch, tmp_path, (0, STEP, 0, "fwd/(model)"), model_class=Dropped)
+    by_op = ops(trace(tmp_path))
+    [empty] = [i for i, (_, f, _) in by_op.items() if f == "aten.empty_like.default"]
+    assert by_op[empty][2] == [f"op/{empty:04d}/(model)/aten.empty_like.default/in0<op{empty - 1}.out0"]
+    bernoulli = empty + 1
+    assert by_op[bernoulli][1] == "aten.bernoulli_.float"
+    assert by_op[bernoulli][2] == [f"op/{bernoulli:04d}/(model)/aten.bernoulli_.float/out0"]
+    mul = bernoulli + 1
+    assert by_op[mul][2][1] == f"op/{mul:04d}/(model)/aten.mul.Tensor/in1<op{bernoulli}.out0"

@@ -177,6 +177,11 @@ const USE_DETERMINISTIC: &str =
 const NO_DETERMINISTIC_KERNEL: &str = "no deterministic CUDA kernel: \
     torch.use_deterministic_algorithms(True) makes it raise, so replace it (or run it on the CPU)";
 
+/// The fix for operators that draw from a generator.
+const SEED_THE_GENERATOR: &str = "seed the generator identically in every run before the step \
+    (torch.manual_seed(seed), or a torch.Generator seeded from the run's seed; data-loader \
+    workers through worker_init_fn), never from the clock or OS entropy";
+
 /// Every hint: settings by stack (the order `detcheck env` prints), then variables that do not
 /// exist, snapshot keys, then operators.
 pub const HINTS: &[Hint] = &[
@@ -453,6 +458,72 @@ pub const HINTS: &[Hint] = &[
     Hint {
         subject: Subject::Operator,
         stack: "torch",
+        name: "rand*",
+        value: "",
+        why: "draws from a random generator (rand, randn, randint, randperm): its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
+        name: "*dropout*",
+        value: "",
+        why: "draws its mask from a random generator: its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
+        name: "bernoulli",
+        value: "",
+        why: "draws from a random generator (dropout's mask): its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
+        name: "normal",
+        value: "",
+        why: "draws from a random generator: its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
+        name: "uniform",
+        value: "",
+        why: "draws from a random generator (parameter initialisation): its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
+        name: "multinomial",
+        value: "",
+        why: "draws from a random generator (sampling): its output follows the generator's state, which is no input of the \
+              call, so a generator seeded differently (from the clock, OS entropy, or not at \
+              all) gives other bits from the same inputs",
+        fix: SEED_THE_GENERATOR,
+        reference: "PyTorch reproducibility notes: controlling sources of randomness",
+    },
+    Hint {
+        subject: Subject::Operator,
+        stack: "torch",
         name: "index_add",
         value: "",
         why: "on CUDA, adds into its destination with atomicAdd, in the order the threads arrive",
@@ -708,6 +779,9 @@ mod tests {
             name("aten.cudnn_convolution.default"),
             Some("*convolution*")
         );
+        assert_eq!(name("aten.bernoulli_.float"), Some("bernoulli"));
+        assert_eq!(name("aten.native_dropout.default"), Some("*dropout*"));
+        assert_eq!(name("aten.randperm.default"), Some("rand*"));
         assert_eq!(name("aten.add.Tensor"), None);
         assert_eq!(name("aten.relu.default"), None);
         assert_eq!(name("myns.entropy_mean.default"), None);

@@ -36,7 +36,10 @@ Contract (detcheck's Rust side parses these names):
   ``SOURCE`` says where that very tensor object came from, when it came from this window:
   ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
   ``grad_out{m}`` (window input ``m``). Tensors the writer cannot record (unsupported dtypes,
-  sparse or meta tensors, tensor subclasses) are skipped, their ``j`` kept.
+  sparse or meta tensors, tensor subclasses) are skipped, their ``j`` kept; so are the outputs of
+  operators that allocate without writing (``empty``, ``empty_like``, ``new_empty``...: their
+  bits are whatever the memory held), and such a tensor as an input until an operator has
+  written it (``bernoulli_`` returns it as its output).
 - Windows (step ``S`` and occurrence ``k`` of the request):
 
   * ``fwd/...``: the ``k``-th forward call (0-based, counted in step ``S``) of the module: opens
@@ -77,6 +80,21 @@ leaves its window open until the step ends.
 """
 
 import weakref
+
+#: Operators that allocate without writing (``empty_like`` before dropout's ``bernoulli_``):
+#: their outputs hold whatever the memory held, so the tracer records neither them nor their use
+#: as an input until an operator has written them (an in-place operator returns them as its own
+#: output, which is recorded).
+_ALLOCATIONS = frozenset(
+    [
+        "aten.empty",
+        "aten.empty_like",
+        "aten.empty_strided",
+        "aten.empty_permuted",
+        "aten.new_empty",
+        "aten.new_empty_strided",
+    ]
+)
 
 import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
@@ -128,13 +146,17 @@ class OpTracer(TorchDispatchMode):
         module = self.stack[-1] if self.stack else self.label
         prefix = f"op/{i:04d}/{module}/{func}/"
         for j, tensor in _tensors((args, kwargs)):
-            source = self._source(tensor)
+            source, uninitialized = self._source(tensor)
+            if uninitialized:
+                continue  # memory an allocation left as it found it: its bits mean nothing
             name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
             self._record(name, tensor)
         out = func(*args, **kwargs)
+        allocation = str(getattr(func, "overloadpacket", "")) in _ALLOCATIONS
         for j, tensor in _tensors(out):
-            self._record(f"{prefix}out{j}", tensor)
-            self._remember(tensor, f"op{i}.out{j}")
+            if not allocation:
+                self._record(f"{prefix}out{j}", tensor)
+            self._remember(tensor, f"op{i}.out{j}", uninitialized=allocation)
         return out
 
     def record_inputs(self, kind, value):
@@ -157,19 +179,21 @@ class OpTracer(TorchDispatchMode):
             pass  # not recordable (a dtype, a subclass): the same on both sides
 
     def _source(self, tensor):
+        """Where ``tensor`` came from in this window (``None``: elsewhere), and whether it is
+        still the uninitialised memory of an allocation."""
         entry = self._sources.get(id(tensor))
         if entry is None:
-            return None
-        ref, source = entry
+            return None, False
+        ref, source, uninitialized = entry
         held = ref() if isinstance(ref, weakref.ref) else ref
-        return source if held is tensor else None
+        return (source, uninitialized) if held is tensor else (None, False)
 
-    def _remember(self, tensor, source):
+    def _remember(self, tensor, source, uninitialized=False):
         try:
             ref = weakref.ref(tensor)
         except TypeError:
             ref = tensor
-        self._sources[id(tensor)] = (ref, source)
+        self._sources[id(tensor)] = (ref, source, uninitialized)
 
     def enter(self):
         """Enters the mode (on this thread's mode stack), not recording yet."""
