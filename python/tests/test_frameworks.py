@@ -73,7 +73,7 @@ def test_trainer_callback_records_one_step_per_update(tmp_path):
     for names in by_step.values():
         # two micro-batches per update: the model's output (its loss) twice, then the update's
         assert names == [
-            "fwd/fc", "fwd/(model).loss", "fwd/fc", "fwd/(model).loss",
+            "fwd/fc", "fwd/(model).loss", "loss", "fwd/fc", "fwd/(model).loss", "loss",
             "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
         ], names
 
@@ -117,7 +117,8 @@ def test_lightning_callback_records_one_step_per_update(tmp_path):
     assert sorted(by_step) == [0, 1, 2], by_step
     for names in by_step.values():
         assert names == [
-            "fwd/fc", "fwd/fc", "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
+            "fwd/fc", "loss", "fwd/fc", "grad/fc.weight", "grad/fc.bias", "param/fc.weight",
+            "param/fc.bias", "loss",
         ], names
 
 

@@ -12,8 +12,9 @@ and the optimizer the Trainer hands it (accelerate's ``AcceleratedOptimizer``: `
 torch optimizer inside). Steps are the Trainer's optimizer steps: one detcheck step per update,
 however many micro-batches ``gradient_accumulation_steps`` gathers into it (their forward records
 are told apart by occurrence), numbered from ``state.global_step`` (a resumed run goes on with
-its numbers). The loss is the model's output ``fwd/(model).loss`` (a ``ModelOutput`` field, one
-record per micro-batch). At ``on_train_end`` the hooks are removed and the writer it opened is
+its numbers). The loss: a record ``loss`` for every micro-batch, just after the model's outputs
+(the ``loss`` field of the model's output, which ``watch`` also records as ``fwd/(model).loss``;
+a model without one records none). At ``on_train_end`` the hooks are removed and the writer it opened is
 closed; a job that dies leaves no trace that reads as complete (the writer's file is only renamed
 when closed).
 
@@ -24,7 +25,7 @@ Replicated records follow ``watch``'s rule (DistributedDataParallel and more tha
 from transformers import TrainerCallback
 
 from . import TraceWriter
-from .torch import watch
+from .torch import _host, watch
 
 __all__ = ["DetcheckCallback"]
 
@@ -48,8 +49,18 @@ class DetcheckCallback(TrainerCallback):
             model, self.writer, optimizer, replicated=self._replicated,
             start_step=state.global_step,
         )
+        if self.writer is not None:
+            self._loss_hook = model.register_forward_hook(self._record_loss)
+
+    def _record_loss(self, module, inputs, output):
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if loss is not None:
+            self.writer.record(self.handle.current_step, "loss", _host(loss.detach()))
 
     def on_train_end(self, args, state, control, **kwargs):
+        if getattr(self, "_loss_hook", None) is not None:
+            self._loss_hook.remove()
+            self._loss_hook = None
         if self.handle is not None:
             self.handle.remove()
             self.handle = None

@@ -13,16 +13,17 @@ several optimizers is recorded at the first one's updates: its other optimizers'
 steps). Steps are optimizer steps: one detcheck step per update, whatever
 ``accumulate_grad_batches`` gathers into it, numbered from ``trainer.global_step`` (a resumed run
 goes on with its numbers); with automatic optimization the forward and backward run inside the
-optimizer's closure, and ``watch`` records the gradients when it returns. The loss ``training_step``
-returns is the module's own business: record it from ``training_step`` with the writer
-(``callback.writer``) if it is wanted as a record. At ``on_train_end`` the hooks are removed and
+optimizer's closure, and ``watch`` records the gradients when it returns. The loss: a record
+``loss`` for every batch, the loss ``training_step`` returned (a tensor, or a dict's ``loss``),
+in the step the batch belongs to (after that step's parameters when the batch ended an update).
+At ``on_train_end`` the hooks are removed and
 the writer it opened is closed.
 """
 
 import lightning.pytorch as pl
 
 from . import TraceWriter
-from .torch import watch
+from .torch import _host, watch
 
 __all__ = ["DetcheckCallback"]
 
@@ -40,6 +41,7 @@ class DetcheckCallback(pl.Callback):
         self._replicated = replicated
         self.writer = None
         self.handle = None
+        self._batch_step = 0
 
     def on_train_start(self, trainer, pl_module):
         self.writer = self._given if self._given is not None else TraceWriter.from_env()
@@ -48,6 +50,15 @@ class DetcheckCallback(pl.Callback):
             pl_module, self.writer, optimizer, replicated=self._replicated,
             start_step=trainer.global_step,
         )
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._batch_step = self.handle.current_step if self.handle is not None else 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if self.writer is not None and self.handle is not None and loss is not None:
+            # The batch's step: the one it started in, even when its update has ended it.
+            self.writer.record(self._batch_step, "loss", _host(loss.detach()))
 
     def on_train_end(self, trainer, pl_module):
         if self.handle is not None:
