@@ -99,13 +99,14 @@ LIGHTNING = """
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, generator=g))
     loader = torch.utils.data.DataLoader(data, batch_size=2)
-    callback = DetcheckCallback(detcheck.TraceWriter(dump, 0, 1))
+    writer = detcheck.TraceWriter(dump, 0, 1)
+    callback = DetcheckCallback(writer)
     trainer = pl.Trainer(max_steps=3, accumulate_grad_batches=2, accelerator="cpu", devices=1,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=work, callbacks=[callback])
     torch.manual_seed(0)
     trainer.fit(Module(), loader)
-    callback._given.close()
+    writer.close()
     print(json.dumps({"ok": True}))
 """
 

@@ -188,6 +188,7 @@ enum Format {
 /// `detcheck check [FLAGS] -- PROGRAM [ARGS...]`: a `command` scenario made from flags, with no
 /// file (`one_liner.rs`).
 #[derive(clap::Args, Debug, Default)]
+#[command(next_help_heading = "A program without a scenario file (after --)")]
 struct ProgramFlags {
     /// With a program after `--`: how many ranks to launch it as (default 1).
     #[arg(

@@ -24,8 +24,7 @@ Replicated records follow ``watch``'s rule (DistributedDataParallel and more tha
 
 from transformers import TrainerCallback
 
-from . import TraceWriter
-from .torch import _host, watch
+from .torch import TrainingRecording
 
 __all__ = ["DetcheckCallback"]
 
@@ -38,32 +37,24 @@ class DetcheckCallback(TrainerCallback):
     """
 
     def __init__(self, writer=None, *, replicated=None):
-        self._given = writer
-        self._replicated = replicated
-        self.writer = None
-        self.handle = None
+        self.recording = TrainingRecording(writer, replicated)
+
+    @property
+    def writer(self):
+        return self.recording.writer
+
+    @property
+    def handle(self):
+        return self.recording.handle
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        self.writer = self._given if self._given is not None else TraceWriter.from_env()
-        self.handle = watch(
-            model, self.writer, optimizer, replicated=self._replicated,
-            start_step=state.global_step,
-        )
+        self.recording.start(model, optimizer, state.global_step)
         if self.writer is not None:
-            self._loss_hook = model.register_forward_hook(self._record_loss)
+            self.recording.add_hook(model.register_forward_hook(self._record_loss))
 
     def _record_loss(self, module, inputs, output):
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-        if loss is not None:
-            self.writer.record(self.handle.current_step, "loss", _host(loss.detach()))
+        self.recording.record_loss(self.handle.current_step, loss)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if getattr(self, "_loss_hook", None) is not None:
-            self._loss_hook.remove()
-            self._loss_hook = None
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
-        if self.writer is not None and self._given is None:
-            self.writer.close()
-        self.writer = None
+        self.recording.stop()

@@ -22,8 +22,7 @@ the writer it opened is closed.
 
 import lightning.pytorch as pl
 
-from . import TraceWriter
-from .torch import _host, watch
+from .torch import TrainingRecording
 
 __all__ = ["DetcheckCallback"]
 
@@ -37,33 +36,28 @@ class DetcheckCallback(pl.Callback):
 
     def __init__(self, writer=None, *, replicated=None):
         super().__init__()
-        self._given = writer
-        self._replicated = replicated
-        self.writer = None
-        self.handle = None
+        self.recording = TrainingRecording(writer, replicated)
         self._batch_step = 0
 
+    @property
+    def writer(self):
+        return self.recording.writer
+
+    @property
+    def handle(self):
+        return self.recording.handle
+
     def on_train_start(self, trainer, pl_module):
-        self.writer = self._given if self._given is not None else TraceWriter.from_env()
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        self.handle = watch(
-            pl_module, self.writer, optimizer, replicated=self._replicated,
-            start_step=trainer.global_step,
-        )
+        self.recording.start(pl_module, optimizer, trainer.global_step)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._batch_step = self.handle.current_step if self.handle is not None else 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        # The batch's step: the one it started in, even when its update has ended it.
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if self.writer is not None and self.handle is not None and loss is not None:
-            # The batch's step: the one it started in, even when its update has ended it.
-            self.writer.record(self._batch_step, "loss", _host(loss.detach()))
+        self.recording.record_loss(self._batch_step, loss)
 
     def on_train_end(self, trainer, pl_module):
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
-        if self.writer is not None and self._given is None:
-            self.writer.close()
-        self.writer = None
+        self.recording.stop()

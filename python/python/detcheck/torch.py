@@ -84,7 +84,7 @@ which synchronises the device: the recorded program runs slower, not differently
 
 import torch as _torch
 
-__all__ = ["watch", "WatchHandle"]
+__all__ = ["watch", "WatchHandle", "TrainingRecording"]
 
 #: The name of the model's own output.
 ROOT = "(model)"
@@ -375,6 +375,52 @@ class WatchHandle:
             if param.requires_grad:
                 record(step, label, _host(param))
         self._step += 1
+
+
+class TrainingRecording:
+    """What a training framework's callback holds while training runs (``detcheck.hf``,
+    ``detcheck.lightning``): the writer (the one given, or the launch's ``TraceWriter.from_env()``,
+    opened when training starts and closed when it ends), ``watch``'s handle, the ``loss``
+    records, and any hook the callback adds (removed at the end)."""
+
+    def __init__(self, writer=None, replicated=None):
+        self._given = writer
+        self._replicated = replicated
+        self._hooks = []
+        #: The writer while training runs (``None`` outside detcheck).
+        self.writer = None
+        #: ``watch``'s handle while training runs.
+        self.handle = None
+
+    def start(self, model, optimizer, step):
+        """Opens the writer and watches ``model`` and ``optimizer`` from step ``step``."""
+        from ._detcheck import TraceWriter
+
+        self.writer = self._given if self._given is not None else TraceWriter.from_env()
+        self.handle = watch(
+            model, self.writer, optimizer, replicated=self._replicated, start_step=step
+        )
+
+    def add_hook(self, hook):
+        """A hook the callback registered, removed by ``stop``."""
+        self._hooks.append(hook)
+
+    def record_loss(self, step, loss):
+        """Records ``loss`` (a tensor, or ``None``: nothing) as ``loss`` at ``step``."""
+        if self.writer is not None and loss is not None:
+            self.writer.record(step, "loss", _host(loss.detach()))
+
+    def stop(self):
+        """Removes the hooks; closes the writer it opened (a given one stays open)."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        if self.writer is not None and self._given is None:
+            self.writer.close()
+        self.writer = None
 
 
 def _capture_requested():
