@@ -35,19 +35,25 @@ def runs(variable="DETCHECK_CONTROL_RUNS"):
     return int(os.environ.get(variable, "1"))
 
 
-def check_json(detcheck_bin, scenario, code=0):
-    """`detcheck check --format json` of one scenario (exiting with `code`): its scenario line,
-    parsed."""
+def check_lines(detcheck_bin, scenarios, code=0):
+    """`detcheck check --format json` of a scenario file or folder (exiting with `code`): its
+    scenario lines, parsed, by name."""
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     done = subprocess.run(
-        [detcheck_bin, "check", "--no-progress", "--format", "json", str(scenario)],
-        capture_output=True, text=True, env=env, timeout=900,
+        [detcheck_bin, "check", "--no-progress", "--format", "json", str(scenarios)],
+        capture_output=True, text=True, env=env, timeout=1800,
     )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    scenarios = [line for line in lines if line.get("type") == "scenario"]
-    assert done.returncode == code and len(scenarios) == 1, done.stdout + done.stderr
-    return scenarios[0]
+    assert done.returncode == code, done.stdout + done.stderr
+    return {line["scenario"]["name"]: line for line in lines if line.get("type") == "scenario"}
+
+
+def check_json(detcheck_bin, scenario, code=0):
+    """The scenario line of one scenario file (`check_lines`)."""
+    scenarios = check_lines(detcheck_bin, scenario, code)
+    assert len(scenarios) == 1, scenarios
+    return next(iter(scenarios.values()))
 
 
 def caught_with_element(line):

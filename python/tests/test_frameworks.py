@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT, decode
+from test_diagnosis import check_lines
 from test_wrapped_optimizers import framework
 
 
@@ -131,15 +132,7 @@ def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(d
     [1, 2] hold; their clock-seeded dropout controls are caught, down to the dropout's operator."""
     framework("transformers")
     framework("lightning")
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    done = subprocess.run(
-        [detcheck_bin, "check", "--no-progress", "--format", "json", str(FRAMEWORKS)],
-        capture_output=True, text=True, env=env, timeout=1800,
-    )
-    lines = [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
-    assert done.returncode == 0, done.stdout + done.stderr
-    scenarios = {l["scenario"]["name"]: l for l in lines if l["type"] == "scenario"}
+    scenarios = check_lines(detcheck_bin, FRAMEWORKS)
     assert sorted(scenarios) == [
         "control_gpt2_clock_dropout", "control_lightning_clock_dropout", "gpt2_trainer",
         "lightning_module",

@@ -126,14 +126,6 @@ pub enum OperatorFinding {
     },
 }
 
-impl OperatorFinding {
-    /// The one-line account reports print (after `operator: `).
-    #[must_use]
-    pub fn describe(&self) -> String {
-        self.to_string()
-    }
-}
-
 impl fmt::Display for OperatorCall {
     /// `aten.add.Tensor (call #3 in `block`, inputs f32[16,64], f32[16,64])`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -475,7 +467,7 @@ mod tests {
         assert_eq!(call.inputs, ["f32[4,8]"]);
         assert_eq!(hint.as_ref().unwrap().about, "*mm");
         assert!(finding
-            .describe()
+            .to_string()
             .contains("itself is nondeterministic; hint: set"));
     }
 

@@ -149,6 +149,17 @@ def _command(args, env=None, cwd=None):
     return done, lines
 
 
+def _line_of(done, lines, kind, command):
+    """The JSON line of type ``kind`` the command printed; ``DetcheckError`` when there is none."""
+    found = next((l for l in lines if l.get("type") == kind), None)
+    if found is None:
+        raise DetcheckError(
+            f"detcheck {command} gave no report (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()}"
+        )
+    return found
+
+
 def _flag_args(options):
     args = []
     for name, value in options.items():
@@ -213,12 +224,7 @@ def check(
                 scenarios = [scenarios]
             args += [os.fspath(s) for s in scenarios]
     done, lines = _command(args, env=env, cwd=cwd)
-    summary = next((l for l in lines if l.get("type") == "summary"), None)
-    if summary is None:
-        raise DetcheckError(
-            f"detcheck check gave no report (exit {done.returncode}): "
-            f"{(done.stderr or done.stdout).strip()}"
-        )
+    summary = _line_of(done, lines, "summary", "check")
     outcomes = [ScenarioOutcome(l) for l in lines if l.get("type") == "scenario"]
     return CheckReport(outcomes, summary, done.stderr)
 
@@ -229,10 +235,4 @@ def compare(a, b, *, max_rows=50, env=None, cwd=None):
     ``ValueError`` for a dump detcheck cannot read (exit 2)."""
     args = ["compare", "--format", "json", "--max-rows", str(max_rows), os.fspath(a), os.fspath(b)]
     done, lines = _command(args, env=env, cwd=cwd)
-    found = next((l for l in lines if l.get("type") == "comparison"), None)
-    if found is None:
-        raise DetcheckError(
-            f"detcheck compare gave no report (exit {done.returncode}): "
-            f"{(done.stderr or done.stdout).strip()}"
-        )
-    return Comparison(found)
+    return Comparison(_line_of(done, lines, "comparison", "compare"))
