@@ -31,14 +31,18 @@ mod worker;
 
 use buffer::Buffer;
 use detcheck::file::{
-    Capture, DumpError, DumpMode, EnvironmentHandle, Launch, TraceWriter as RustWriter,
+    no_records_note, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RecorderPlan,
+    TraceWriter as RustWriter,
 };
+use detcheck::record::hints::Subject;
 use detcheck::value::{DType, TensorView, ViewError};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use worker::{Background, Failure, Job};
 
 pyo3::create_exception!(
@@ -165,6 +169,19 @@ impl PyTraceWriter {
         })
     }
 
+    /// The writer of this process's rank in the launch's folder and mode (`from_env`).
+    fn launch_writer(py: Python<'_>) -> PyResult<Option<Self>> {
+        let Some(launch) = Launch::from_env().map_err(dump_error)? else {
+            return Ok(None);
+        };
+        let writer = py.detach(RustWriter::from_env).map_err(dump_error)?;
+        // `from_env` found a rank (or failed): the launch's, read from the same variables.
+        let rank = launch.rank.unwrap_or_default();
+        writer
+            .map(|w| Self::wrap(w, rank, launch.world_size, launch.mode))
+            .transpose()
+    }
+
     fn open(&mut self, name: &str) -> PyResult<&mut Background> {
         let rank = self.rank;
         let inner = self.inner.as_mut().ok_or_else(|| {
@@ -280,21 +297,22 @@ impl PyTraceWriter {
     /// detcheck.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Option<Self>> {
-        let Some(launch) = Launch::from_env().map_err(dump_error)? else {
-            return Ok(None);
-        };
-        let writer = py.detach(RustWriter::from_env).map_err(dump_error)?;
-        // `from_env` found a rank (or failed): the launch's, read from the same variables.
-        let rank = launch.rank.unwrap_or_default();
-        writer
-            .map(|w| Self::wrap(w, rank, launch.world_size, launch.mode))
-            .transpose()
+        program_opens_writer(py)?;
+        Self::launch_writer(py)
+    }
+
+    /// `from_env` for detcheck's zero-change recorder (`detcheck/_auto.py`): the same writer,
+    /// without telling the recorder that the program opened one.
+    #[staticmethod]
+    fn _for_recorder(py: Python<'_>) -> PyResult<Option<Self>> {
+        Self::launch_writer(py)
     }
 
     /// The writer of rank `rank` of the launch, for a program that writes every rank itself
     /// (the `none` launcher); `None` outside detcheck.
     #[staticmethod]
     fn from_env_for_rank(py: Python<'_>, rank: u32) -> PyResult<Option<Self>> {
+        program_opens_writer(py)?;
         let Some(launch) = Launch::from_env().map_err(dump_error)? else {
             return Ok(None);
         };
@@ -441,6 +459,101 @@ impl PyTraceWriter {
     }
 }
 
+/// Whether the program opened a launch writer of its own (`from_env`, `from_env_for_rank`):
+/// then the zero-change recorder records nothing.
+static PROGRAM_WRITER: AtomicBool = AtomicBool::new(false);
+/// What to call when the program opens its own launch writer: the zero-change recorder's
+/// `stand_down`, which drops the writer it opened (the program's is the rank's trace).
+static ON_PROGRAM_WRITER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+
+/// The program opens a launch writer: remembered, and the recorder's callback (if any) called
+/// once, before the program's file is created.
+fn program_opens_writer(py: Python<'_>) -> PyResult<()> {
+    PROGRAM_WRITER.store(true, Ordering::SeqCst);
+    let callback = ON_PROGRAM_WRITER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(callback) = callback {
+        callback.call0(py)?;
+    }
+    Ok(())
+}
+
+/// Whether the program opened a launch writer of its own (`TraceWriter.from_env` or
+/// `from_env_for_rank`) in this process.
+#[pyfunction]
+fn _program_opened_writer() -> bool {
+    PROGRAM_WRITER.load(Ordering::SeqCst)
+}
+
+/// Calls `callback()` once, when the program opens a launch writer of its own (replaces an
+/// earlier one; `None` clears it).
+#[pyfunction]
+fn _on_program_writer(callback: Option<Py<PyAny>>) {
+    *ON_PROGRAM_WRITER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = callback;
+}
+
+/// `launch_info()`'s tuple: `(rank, world_size, seed, note)`.
+type LaunchInfo = (Option<u32>, u32, u64, Option<PathBuf>);
+
+/// The launch this process belongs to, as the zero-change recorder needs it: `(rank or None,
+/// world_size, seed, note)`, where `note` is the path of the rank's no-records note
+/// (`detcheck::file::no_records_note`; `None` without a rank), or `None` outside detcheck.
+#[pyfunction]
+fn launch_info() -> PyResult<Option<LaunchInfo>> {
+    let launch = Launch::from_env().map_err(dump_error)?;
+    Ok(launch.map(|l| {
+        let note = l.rank.map(|r| no_records_note(&l.trace_dir, r));
+        (l.rank, l.world_size, l.seed, note)
+    }))
+}
+
+/// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
+/// `(stop_after or None, deterministic)`.
+#[pyfunction]
+fn recorder_plan() -> PyResult<(Option<u64>, bool)> {
+    let plan = RecorderPlan::from_env().map_err(dump_error)?;
+    Ok((plan.stop_after, plan.deterministic))
+}
+
+/// `deterministic_settings()`'s rows: `(kind, name, value, statement, why, reference)`.
+type SettingRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    String,
+    &'static str,
+    &'static str,
+);
+
+/// The deterministic settings (`detcheck::record::hints::deterministic`), in order, as
+/// `(kind, name, value, statement, why, reference)`: `kind` is `"launch"` for a variable the
+/// launch sets, `"startup"` for a call the program makes; `SEED` stands for the seed.
+#[pyfunction]
+fn deterministic_settings() -> Vec<SettingRow> {
+    detcheck::record::hints::deterministic()
+        .map(|h| {
+            let launch = h.subject == Subject::Setting;
+            let statement = if launch {
+                format!("{}={}", h.name, h.value)
+            } else {
+                h.fix.to_owned()
+            };
+            (
+                if launch { "launch" } else { "startup" },
+                h.name,
+                h.value,
+                statement,
+                h.why,
+                h.reference,
+            )
+        })
+        .collect()
+}
+
 /// A capture request as Python sees it: `(rank, step, occurrence, name, dir)`.
 type CaptureRequest = (u32, u64, u32, String, PathBuf);
 
@@ -478,6 +591,11 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTraceWriter>()?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
+    m.add_function(wrap_pyfunction!(launch_info, m)?)?;
+    m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(deterministic_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(_program_opened_writer, m)?)?;
+    m.add_function(wrap_pyfunction!(_on_program_writer, m)?)?;
     m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -198,7 +198,8 @@ struct ProgramFlags {
         help_heading = "A program without a scenario file (after --)"
     )]
     ranks: Option<u64>,
-    /// With a program: the steps it is told to run (`DETCHECK_STEPS`, default 3).
+    /// With a program: the steps it is told to run (`DETCHECK_STEPS`, default 3); a Python
+    /// program recorded without a change is ended after that many optimizer steps.
     #[arg(
         long,
         value_name = "S",
@@ -274,6 +275,23 @@ struct ProgramFlags {
         help_heading = "A program without a scenario file (after --)"
     )]
     save_scenario: Option<PathBuf>,
+    /// With a program: launch it with the settings that make a PyTorch program reproducible
+    /// (a fixed PYTHONHASHSEED, CUBLAS_WORKSPACE_CONFIG, seeds, deterministic algorithms), to
+    /// see whether they fix a divergence; the report lists them.
+    #[arg(
+        long,
+        requires = "program",
+        help_heading = "A program without a scenario file (after --)"
+    )]
+    deterministic: bool,
+    /// With a program recorded without a change: let it run to its end instead of ending it
+    /// after --steps optimizer steps.
+    #[arg(
+        long,
+        requires = "program",
+        help_heading = "A program without a scenario file (after --)"
+    )]
+    run_to_end: bool,
     /// The program and its arguments, after `--` (`-- python train.py --lr 0.1`).
     #[arg(last = true, value_name = "PROGRAM")]
     program: Vec<std::ffi::OsString>,
@@ -735,6 +753,16 @@ fn check(
             Outcome::Errored { message, .. } => {
                 rows.push(scenario_row(&listed, "-", verdict, "-"));
                 result.detail = Some(format!("{}:\n  {message}\n", scenario.name));
+            }
+        }
+        if let Program::Command(command) = &scenario.program {
+            if command.deterministic {
+                let mut detail = result
+                    .detail
+                    .take()
+                    .unwrap_or_else(|| format!("{}:\n", scenario.name));
+                detail.push_str(&report::deterministic_settings(spec.seed));
+                result.detail = Some(detail);
             }
         }
         worst = worst.max(result.exit());

@@ -73,6 +73,12 @@ fn spec_json(flags: &ProgramFlags, program: Vec<String>) -> Value {
     if let Some(timeout) = flags.timeout {
         params.insert("timeout_secs".into(), json!(timeout));
     }
+    if flags.deterministic {
+        params.insert("deterministic".into(), json!(true));
+    }
+    if flags.run_to_end {
+        params.insert("stop_after_steps".into(), json!(false));
+    }
     let mut spec = Map::new();
     let name = flags.name.clone().unwrap_or_else(|| default_name(&program));
     spec.insert("name".into(), json!(name));
@@ -170,12 +176,20 @@ mod tests {
         f.ranks = Some(4);
         f.checks = vec!["repeat".into(), "replicas".into()];
         f.launcher = Some("torchrun".into());
+        f.deterministic = true;
+        f.run_to_end = true;
         let spec = spec_json(&f, vec!["x".into()]);
+        assert_eq!(spec["params"]["deterministic"], true);
+        assert_eq!(spec["params"]["stop_after_steps"], false);
         assert_eq!(spec["world_size"], 4);
         assert_eq!(spec["checks"], json!(["repeat", "replicas"]));
         assert_eq!(spec["params"]["launcher"], "torchrun");
         let loaded = scenario(&f).unwrap();
         assert_eq!(loaded[0].spec.world_size, 4);
+        let detcheck::scenario::Program::Command(command) = &loaded[0].program else {
+            panic!("a command scenario");
+        };
+        assert!(command.deterministic && !command.stop_after_steps);
     }
 
     /// Sets one flag of a command line.

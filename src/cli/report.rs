@@ -20,6 +20,7 @@
 use super::exit::Exit;
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::Divergence;
+use detcheck::record::hints::Subject;
 use detcheck::record::Overflow;
 use detcheck::scenario::{CheckKind, Expectation, ScenarioSpec};
 use detcheck::LoadedScenario;
@@ -112,6 +113,22 @@ impl ScenarioResult<'_> {
             _ => "detcheck".to_owned(),
         }
     }
+}
+
+/// The settings a `params.deterministic` launch applied (`hints::deterministic()`), one per
+/// line under a heading, with what each changes: the report says what was tried.
+pub(crate) fn deterministic_settings(seed: u64) -> String {
+    let mut text = String::from(
+        "  launched with the deterministic settings (--deterministic, params.deterministic):\n",
+    );
+    for hint in detcheck::record::hints::deterministic() {
+        let applied = match hint.subject {
+            Subject::Setting => format!("{}={}", hint.name, hint.value),
+            _ => hint.fix.replace("SEED", &seed.to_string()),
+        };
+        text.push_str(&format!("    {applied}: {}\n", hint.why));
+    }
+    text
 }
 
 /// One line of a check that does not hold: what it expected and what it found.

@@ -17,6 +17,11 @@
 //! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `none`), for the environment snapshot |
 //! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
+//! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
+//! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed |
+//!
+//! The last two are read by the Python package's start-up hook ([`RecorderPlan`]), which records
+//! a program that opens no writer of its own (python/README.md, "Zero-change recording").
 //!
 //! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
 //! only moves timing: [`Launch::wait_for_start`] holds every rank until all have arrived
@@ -51,6 +56,78 @@ pub const LAUNCHER_VAR: &str = "DETCHECK_LAUNCHER";
 pub const FINGERPRINT_VAR: &str = "DETCHECK_FINGERPRINT";
 /// `DETCHECK_MPI_LIBRARY`.
 pub const MPI_LIBRARY_VAR: &str = "DETCHECK_MPI_LIBRARY";
+
+/// `DETCHECK_STOP_AFTER`.
+pub const STOP_AFTER_VAR: &str = "DETCHECK_STOP_AFTER";
+/// `DETCHECK_DETERMINISTIC`.
+pub const DETERMINISTIC_VAR: &str = "DETCHECK_DETERMINISTIC";
+
+/// What the zero-change recorder of the Python package is asked to do besides recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecorderPlan {
+    /// End the program after this many optimizer steps (its trace finished first).
+    pub stop_after: Option<u64>,
+    /// Apply the deterministic settings at start-up (`crate::record::hints::deterministic`).
+    pub deterministic: bool,
+}
+
+impl RecorderPlan {
+    /// The variables of this plan, for the runner to set.
+    #[must_use]
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = Vec::new();
+        if let Some(n) = self.stop_after {
+            vars.push((STOP_AFTER_VAR, n.to_string()));
+        }
+        if self.deterministic {
+            vars.push((DETERMINISTIC_VAR, "1".to_owned()));
+        }
+        vars
+    }
+
+    /// The plan of this process's launch (what the variables say; nothing when unset).
+    ///
+    /// # Errors
+    /// [`DumpError::Field`] naming a variable that is set but cannot be read.
+    pub fn from_env() -> Result<Self, DumpError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, DumpError> {
+        let bad = |name: &str, value: &str, what: &str| DumpError::Field {
+            path: PathBuf::from("(environment)"),
+            field: name.to_owned(),
+            detail: format!("`{value}` is not {what}"),
+        };
+        let stop_after = match var(STOP_AFTER_VAR) {
+            None => None,
+            Some(v) => Some(
+                v.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| bad(STOP_AFTER_VAR, &v, "a positive number"))?,
+            ),
+        };
+        let deterministic = match var(DETERMINISTIC_VAR).as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad(DETERMINISTIC_VAR, v, "0 or 1")),
+        };
+        Ok(RecorderPlan {
+            stop_after,
+            deterministic,
+        })
+    }
+}
+
+/// The note a rank's Python start-up hook leaves in the trace folder when it recorded nothing
+/// and the program opened no writer of its own (one line: why), so a launch without that rank's
+/// trace says why instead of only that the file is missing.
+#[must_use]
+pub fn no_records_note(trace_dir: &std::path::Path, rank: u32) -> PathBuf {
+    trace_dir.join(format!("rank{rank}.no-records.txt"))
+}
 
 /// The variables other launchers set for a process's rank, in the order they are read after
 /// `DETCHECK_RANK`: torchrun's, Open MPI's, MPICH/Hydra's, PMIx's.
@@ -309,6 +386,44 @@ mod tests {
             err.contains("`DETCHECK_RUN_ID`: `12` is not 32 hex digits"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_recorder_plan_round_trips_and_bad_values_are_named() {
+        let plan = RecorderPlan {
+            stop_after: Some(5),
+            deterministic: true,
+        };
+        let vars = plan.to_env();
+        let read = |extra: &[(&str, &str)]| {
+            RecorderPlan::from_vars(|name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| {
+                        extra
+                            .iter()
+                            .find(|(k, _)| *k == name)
+                            .map(|(_, v)| (*v).to_owned())
+                    })
+            })
+        };
+        assert_eq!(read(&[]).unwrap(), plan);
+        assert_eq!(
+            RecorderPlan::from_vars(|_| None).unwrap(),
+            RecorderPlan::default()
+        );
+        let err = RecorderPlan::from_vars(|n| (n == STOP_AFTER_VAR).then(|| "0".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`DETCHECK_STOP_AFTER`: `0` is not a positive number"),
+            "{err}"
+        );
+        let err = RecorderPlan::from_vars(|n| (n == DETERMINISTIC_VAR).then(|| "yes".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`DETCHECK_DETERMINISTIC`"), "{err}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod capture;
 pub(crate) mod format;
 pub mod launch;
 pub use capture::Capture;
-pub use launch::Launch;
+pub use launch::{no_records_note, Launch, RecorderPlan};
 mod lock;
 pub use lock::{FolderLock, Holder, LOCK_FILE};
 mod msprobe;

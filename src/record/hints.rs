@@ -42,6 +42,10 @@ pub enum Subject {
     Nonexistent,
     /// An operator known to be nondeterministic.
     Operator,
+    /// A call a Python program makes at start-up to pin its randomness and its kernels
+    /// (`detcheck.seed_all`; `detcheck check --deterministic` makes it for an unmodified
+    /// program): `name` is the call, `value` what it is given.
+    Startup,
 }
 
 /// One row of [`HINTS`].
@@ -113,6 +117,18 @@ pub fn settings() -> impl Iterator<Item = &'static Hint> {
     HINTS.iter().filter(|h| h.subject == Subject::Setting)
 }
 
+/// What `detcheck check --deterministic` and `detcheck.seed_all(seed, deterministic=True)`
+/// apply, in order: the launch variables (`PYTHONHASHSEED`, `CUBLAS_WORKSPACE_CONFIG`; a
+/// running process can set the second for itself only before CUDA starts, and never the first),
+/// then the [`Subject::Startup`] calls. `SEED` in a value stands for the seed.
+pub fn deterministic() -> impl Iterator<Item = &'static Hint> {
+    HINTS.iter().filter(|h| {
+        h.subject == Subject::Startup
+            || (h.subject == Subject::Setting
+                && (h.name == "PYTHONHASHSEED" || h.name == "CUBLAS_WORKSPACE_CONFIG"))
+    })
+}
+
 /// The variables that do not exist though people set them (rows of [`Subject::Nonexistent`]),
 /// with what they meant in `fix`.
 pub fn nonexistent() -> impl Iterator<Item = &'static Hint> {
@@ -123,9 +139,12 @@ pub fn nonexistent() -> impl Iterator<Item = &'static Hint> {
 /// variable row of that exact name.
 #[must_use]
 pub fn for_variable(key: &str) -> Option<&'static Hint> {
-    HINTS
-        .iter()
-        .find(|h| h.subject != Subject::Operator && h.name == key)
+    HINTS.iter().find(|h| {
+        matches!(
+            h.subject,
+            Subject::Setting | Subject::Variable | Subject::Nonexistent
+        ) && h.name == key
+    })
 }
 
 /// The hint for a PyTorch operator, named as the dispatcher names it
@@ -322,6 +341,64 @@ pub const HINTS: &[Hint] = &[
         reference: "Python command line and environment",
     },
 
+    Hint {
+        subject: Subject::Startup,
+        stack: "python",
+        name: "random.seed",
+        value: "SEED",
+        why: "Python's global generator (random.random, random.shuffle) starts from the seed",
+        fix: "random.seed(SEED)",
+        reference: "Python: random.seed",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "python",
+        name: "numpy.random.seed",
+        value: "SEED",
+        why: "numpy's legacy global generator (np.random.rand, shuffle) starts from the seed \
+              (applied when numpy is imported)",
+        fix: "numpy.random.seed(SEED)",
+        reference: "NumPy: numpy.random.seed",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "torch",
+        name: "torch.manual_seed",
+        value: "SEED",
+        why: "torch's default generators, the CPU's and every CUDA device's, start from the \
+              seed (dropout masks, random init, randperm)",
+        fix: "torch.manual_seed(SEED)",
+        reference: "PyTorch: Reproducibility, torch.manual_seed",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "torch",
+        name: "torch.use_deterministic_algorithms",
+        value: "True",
+        why: "operators with atomics or algorithm choice use deterministic kernels; those \
+              without one raise instead of varying",
+        fix: "torch.use_deterministic_algorithms(True)",
+        reference: TORCH_DETERMINISTIC,
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "torch",
+        name: "torch.backends.cudnn.deterministic",
+        value: "True",
+        why: "cuDNN convolutions pick deterministic algorithms",
+        fix: "torch.backends.cudnn.deterministic = True",
+        reference: "PyTorch: Reproducibility (cuDNN)",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "torch",
+        name: "torch.backends.cudnn.benchmark",
+        value: "False",
+        why: "cuDNN does not time candidate algorithms, so it does not pick another one in \
+              another run",
+        fix: "torch.backends.cudnn.benchmark = False",
+        reference: "PyTorch: Reproducibility (cuDNN)",
+    },
     Hint {
         subject: Subject::Nonexistent,
         stack: "nccl",
@@ -824,9 +901,38 @@ mod tests {
         assert_eq!(names.len(), HINTS.len());
         for h in HINTS {
             assert!(!h.why.is_empty() && !h.reference.is_empty(), "{h:?}");
-            assert_eq!(h.subject == Subject::Setting, !h.value.is_empty(), "{h:?}");
+            let valued = matches!(h.subject, Subject::Setting | Subject::Startup);
+            assert_eq!(valued, !h.value.is_empty(), "{h:?}");
             assert_eq!(h.subject == Subject::Setting, h.fix.is_empty(), "{h:?}");
+            if h.subject == Subject::Startup {
+                assert!(
+                    h.fix.starts_with(h.name),
+                    "the statement makes the call: {h:?}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn deterministic_lists_the_launch_variables_then_the_start_up_calls() {
+        let names: Vec<_> = deterministic().map(|h| h.name).collect();
+        assert_eq!(
+            names,
+            [
+                "CUBLAS_WORKSPACE_CONFIG",
+                "PYTHONHASHSEED",
+                "random.seed",
+                "numpy.random.seed",
+                "torch.manual_seed",
+                "torch.use_deterministic_algorithms",
+                "torch.backends.cudnn.deterministic",
+                "torch.backends.cudnn.benchmark",
+            ]
+        );
+        assert!(
+            for_variable("torch.manual_seed").is_none(),
+            "calls are not variables"
+        );
     }
 
     #[test]

@@ -27,7 +27,8 @@
 //! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass
 //! for one dump (`run::fresh_run_id`).
 
-use crate::file::{load_trace, DumpMode, Launch};
+use crate::file::{load_trace, no_records_note, DumpMode, Launch, RecorderPlan};
+use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
 use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
 use crate::scenario::command::{substitute, CommandProgram, Launcher, TemplateValues};
@@ -302,8 +303,26 @@ impl<'a> CommandLaunch<'a> {
                 .env("LOCAL_RANK", rank.to_string())
                 .env("LOCAL_WORLD_SIZE", self.world_size.to_string());
         }
-        if !self.command.env.contains_key("PYTHONHASHSEED") {
+        let plan = RecorderPlan {
+            stop_after: self
+                .command
+                .stop_after_steps
+                .then_some(self.request.spec.steps),
+            deterministic: self.command.deterministic,
+        };
+        for (name, value) in plan.to_env() {
+            cmd.env(name, value);
+        }
+        if !self.command.env.contains_key("PYTHONHASHSEED") && !self.command.deterministic {
             cmd.env("PYTHONHASHSEED", self.hash_seed());
+        }
+        if self.command.deterministic {
+            // The launch variables of `hints::deterministic()`, unless the scenario sets them.
+            for hint in hints::deterministic().filter(|h| h.subject == Subject::Setting) {
+                if !self.command.env.contains_key(hint.name) {
+                    cmd.env(hint.name, hint.value);
+                }
+            }
         }
         for (name, value) in &self.command.env {
             cmd.env(name, substitute(value, &values));
@@ -429,20 +448,67 @@ impl<'a> CommandLaunch<'a> {
                     .push(self.process(&argv, &launch, None, master_port, &pinned)?);
             }
             Launcher::Torchrun => {
-                let mut argv = vec![
-                    "torchrun".to_owned(),
+                let program = self.argv(None);
+                // `python train.py`: torchrun of that very Python (`python -m
+                // torch.distributed.run`), so the ranks run in the program's environment;
+                // anything else goes to the `torchrun` on PATH, which runs a script itself.
+                let (mut argv, script) = match program.split_first() {
+                    Some((python, rest)) if is_python(python) => (
+                        vec![
+                            python.clone(),
+                            "-m".to_owned(),
+                            "torch.distributed.run".to_owned(),
+                        ],
+                        rest.to_vec(),
+                    ),
+                    _ => (vec!["torchrun".to_owned()], program),
+                };
+                argv.extend([
                     "--nnodes=1".to_owned(),
                     format!("--nproc-per-node={}", self.world_size),
                     "--master-addr=127.0.0.1".to_owned(),
                     format!("--master-port={master_port}"),
-                ];
-                argv.extend(self.argv(None));
+                ]);
+                argv.extend(script);
                 processes
                     .0
                     .push(self.process(&argv, &launch, None, master_port, &[])?);
             }
         }
         Ok(processes)
+    }
+
+    /// Why ranks left no trace, as far as the launch can tell: the notes of the Python
+    /// start-up hook (`rank{R}.no-records.txt`: Python ran, but nothing was recorded), or,
+    /// where no rank has a trace or a note, that no Python with detcheck ran at all.
+    fn why_no_trace(&self) -> String {
+        let mut notes = String::new();
+        let mut silent = 0;
+        for rank in 0..self.world_size as u32 {
+            if crate::file::trace_path(&self.trace_dir, rank).exists() {
+                continue;
+            }
+            match std::fs::read_to_string(no_records_note(&self.trace_dir, rank)) {
+                Ok(note) => {
+                    let note = note.lines().next().unwrap_or_default().trim();
+                    notes.push_str(&format!("\n    rank {rank}: {note}"));
+                }
+                Err(_) => silent += 1,
+            }
+        }
+        if silent == self.world_size {
+            return " (no rank wrote a trace, and detcheck's Python start-up hook ran in none: a \
+                    program records itself with detcheck's TraceWriter into $DETCHECK_TRACE_DIR, \
+                    or is a Python program that uses PyTorch, run by a Python that has the \
+                    detcheck package installed, which records it without a change)"
+                .to_owned();
+        }
+        if notes.is_empty() {
+            return " (the program must write one trace file per rank into $DETCHECK_TRACE_DIR, \
+                    with detcheck's TraceWriter)"
+                .to_owned();
+        }
+        format!("; detcheck's Python start-up hook recorded nothing:{notes}")
     }
 
     /// Launches, waits, reads the traces.
@@ -509,12 +575,22 @@ impl<'a> CommandLaunch<'a> {
         drop(processes);
         load_trace(&self.trace_dir, self.world_size as u32).map_err(|e| {
             self.failed(format!(
-                "every process exited 0, but the traces cannot be read: {e} (the program must \
-                 write one trace file per rank into $DETCHECK_TRACE_DIR, with detcheck's \
-                 TraceWriter)"
+                "every process exited 0, but the traces cannot be read: {e}{}",
+                self.why_no_trace()
             ))
         })
     }
+}
+
+/// Whether a program's first argument is a Python interpreter: `python`, `python3`,
+/// `python3.11`, by any path.
+fn is_python(program: &str) -> bool {
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.strip_prefix("python")
+        .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
 /// A free TCP port on the loopback interface (taken and released: another process could take
@@ -554,4 +630,32 @@ fn stderr_tail(path: &Path) -> String {
         out.push_str(line);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_python;
+
+    #[test]
+    fn python_interpreters_are_told_from_scripts() {
+        for p in [
+            "python",
+            "python3",
+            "python3.11",
+            "/opt/venv/bin/python3",
+            "./python",
+        ] {
+            assert!(is_python(p), "{p}");
+        }
+        for p in [
+            "train.py",
+            "torchrun",
+            "pythonista",
+            "/usr/bin/env",
+            "python3-config",
+            "",
+        ] {
+            assert!(!is_python(p), "{p}");
+        }
+    }
 }

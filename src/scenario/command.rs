@@ -75,6 +75,14 @@ struct CommandParams {
     timeout_secs: u64,
     #[serde(default)]
     restart: Option<RestartArgs>,
+    #[serde(default)]
+    deterministic: bool,
+    #[serde(default = "default_true")]
+    stop_after_steps: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_timeout_secs() -> u64 {
@@ -99,6 +107,13 @@ pub struct CommandProgram {
     pub restart: Option<RestartArgs>,
     /// The folder of the scenario file (`{scenario_dir}`).
     pub scenario_dir: PathBuf,
+    /// `params.deterministic`: launch with `hints::deterministic()`'s settings (a fixed
+    /// `PYTHONHASHSEED`, `CUBLAS_WORKSPACE_CONFIG`, and the Python start-up calls with the
+    /// scenario's seed), to see whether they make the program reproducible.
+    pub deterministic: bool,
+    /// `params.stop_after_steps` (default true): a program recorded without a change of its
+    /// own (the Python package's start-up hook) is ended after `steps` optimizer steps.
+    pub stop_after_steps: bool,
 }
 
 /// The values a launch substitutes into templates.
@@ -285,12 +300,14 @@ impl CommandProgram {
             timeout: Duration::from_secs(params.timeout_secs),
             restart: params.restart,
             scenario_dir,
+            deterministic: params.deterministic,
+            stop_after_steps: params.stop_after_steps,
         })
     }
 }
 
 /// The variables detcheck sets for every launch; a scenario's `params.env` may not set them.
-pub const RESERVED_ENV: [&str; 18] = [
+pub const RESERVED_ENV: [&str; 20] = [
     "DETCHECK_TRACE_DIR",
     "DETCHECK_RUN_ID",
     "DETCHECK_LAUNCHER",
@@ -304,6 +321,8 @@ pub const RESERVED_ENV: [&str; 18] = [
     "DETCHECK_RANK",
     "DETCHECK_WORLD_SIZE",
     "DETCHECK_LAUNCH",
+    "DETCHECK_STOP_AFTER",
+    "DETCHECK_DETERMINISTIC",
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",

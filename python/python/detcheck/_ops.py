@@ -216,9 +216,10 @@ def _owner(labels, param_name):
     return best or ROOT
 
 
-def plan(handle, model, writer, optimizer):
+def plan(handle, model, writer, updates):
     """The operator trace ``watch`` (``handle``) must take for the process's capture request,
-    or ``None`` (no request, another rank's, or a name ``watch`` does not make)."""
+    or ``None`` (no request, another rank's, or a name ``watch`` does not make). ``updates``:
+    whether optimizer steps reach the handle (``param/*`` records exist)."""
     request = capture_request()
     if request is None or writer is None:
         return None
@@ -236,7 +237,7 @@ def plan(handle, model, writer, optimizer):
         param_name = name[len("grad/") :]
         label = _owner(modules, param_name)
         return _BackwardWindow(handle, folder, step, modules, label, params[param_name])
-    elif name.startswith("param/") and optimizer is not None and name[len("param/") :] in params:
+    elif name.startswith("param/") and updates and name[len("param/") :] in params:
         return _OptimizerWindow(handle, folder, step)
     return None
 

@@ -24,7 +24,7 @@ Replicated records follow ``watch``'s rule (DistributedDataParallel and more tha
 
 from transformers import TrainerCallback
 
-from .torch import TrainingRecording
+from .torch import TrainingRecording, model_loss
 
 __all__ = ["DetcheckCallback"]
 
@@ -53,8 +53,7 @@ class DetcheckCallback(TrainerCallback):
             self.recording.add_hook(model.register_forward_hook(self._record_loss))
 
     def _record_loss(self, module, inputs, output):
-        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-        self.recording.record_loss(self.handle.current_step, loss)
+        self.recording.record_loss(self.handle.current_step, model_loss(output))
 
     def on_train_end(self, args, state, control, **kwargs):
         self.recording.stop()

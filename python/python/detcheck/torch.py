@@ -224,16 +224,37 @@ def _leaves(name, value, depth=0):
             yield from _leaves(f"{name}.{key}", item, depth + 1)
 
 
+def model_loss(output):
+    """The loss a model's output carries (a Hugging Face ``ModelOutput``'s ``loss``, a dict's
+    ``"loss"``), or ``None``."""
+    if isinstance(output, dict):
+        loss = output.get("loss")
+    else:
+        loss = getattr(output, "loss", None)
+    return loss if isinstance(loss, _torch.Tensor) else None
+
+
 class WatchHandle:
     """The hooks of one ``watch``: the step counter, ``next_step()``, ``step(n)``, ``remove()``.
 
     Also a context manager that removes the hooks when the block ends.
+
+    The zero-change recorder (``detcheck._auto``) makes its records with this same class, with
+    three options ``watch`` leaves off: ``inputs`` (``in/(model).N``: the model's tensor
+    arguments, then its keyword arguments by name, each call), ``loss`` (``loss``: what
+    ``model_loss`` finds in the model's output, each call) and ``updates="caller"`` (the caller
+    calls ``_before_update`` and ``_after_update`` from torch's global optimizer hooks, instead
+    of hooks on one optimizer).
     """
 
-    def __init__(self, model, writer, optimizer, replicated, start):
+    def __init__(
+        self, model, writer, optimizer, replicated, start, *, inputs=False, loss=False, updates=None
+    ):
         self._model = model
         self._writer = writer
         self._optimizer = optimizer
+        #: Whether ``optimizer.step()`` ends steps: hooks on ``optimizer``, or the caller's.
+        self._updates = optimizer is not None or updates == "caller"
         self._replicated = replicated
         self._step = start
         self._hooks = []
@@ -250,10 +271,16 @@ class WatchHandle:
         if _capture_requested():
             from . import _ops
 
-            self._ops = _ops.plan(self, model, writer, optimizer)
+            self._ops = _ops.plan(self, model, writer, self._updates)
+        if inputs:
+            self._hooks.append(
+                model.register_forward_pre_hook(self._paused(self._record_inputs), with_kwargs=True)
+            )
         for name, module in model.named_modules():
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
+        if loss:
+            self._hooks.append(model.register_forward_hook(self._paused(self._record_loss)))
         if optimizer is not None:
             # `optimizer` is the unwrapped torch optimizer (`watch` calls `_unwrap_optimizer`).
             self._hooks.append(optimizer.register_step_pre_hook(self._before_update))
@@ -310,19 +337,36 @@ class WatchHandle:
             for name, tensor in _leaves(label, output):
                 record(self._step, name, _host(tensor))
 
+        return self._paused(hook)
+
+    def _paused(self, hook):
+        """``hook``, made invisible to an operator-trace window: watch's own ``detach()`` is no
+        operator of the model."""
         if self._ops is None:
             return hook
         tracer = self._ops.tracer
 
-        def paused_hook(module, inputs, output):
-            # Inside an operator-trace window: watch's own `detach()` is no operator of the model.
+        def paused_hook(*args):
             tracer.paused += 1
             try:
-                hook(module, inputs, output)
+                return hook(*args)
             finally:
                 tracer.paused -= 1
 
         return paused_hook
+
+    def _record_inputs(self, module, args, kwargs):
+        record = self._writer.record
+        for name, tensor in _leaves(f"in/{ROOT}", tuple(args)):
+            record(self._step, name, _host(tensor))
+        for name, tensor in _leaves(f"in/{ROOT}", kwargs):
+            record(self._step, name, _host(tensor))
+        return None
+
+    def _record_loss(self, module, args, output):
+        loss = model_loss(output)
+        if loss is not None:
+            self._writer.record(self._step, "loss", _host(loss.detach()))
 
     def _record_grads(self):
         if self._writer is None:
@@ -423,6 +467,16 @@ class TrainingRecording:
         self.writer = None
 
 
+def _program_records(why):
+    """The program records itself: the zero-change recorder, if this process runs one, stands
+    down (its writer, if it opened one, is dropped unfinished), so nothing is recorded twice."""
+    import sys
+
+    auto = sys.modules.get("detcheck._auto")
+    if auto is not None:
+        auto.stand_down(why)
+
+
 def _capture_requested():
     """Whether this process was asked to capture a record (``DETCHECK_CAPTURE`` and
     ``DETCHECK_CAPTURE_DIR``, read by the native module: their format lives in Rust)."""
@@ -460,6 +514,7 @@ def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
     """
     if optimizer is not None:
         optimizer = _unwrap_optimizer(optimizer)
+    _program_records("the program calls detcheck.torch.watch")
     inner, is_ddp = _unwrap(model)
     _add_versions(writer)
     if replicated is None:

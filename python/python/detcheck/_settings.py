@@ -1,0 +1,149 @@
+"""``detcheck.seed_all(seed, deterministic=True)``: the settings that make a PyTorch program
+reproducible, applied from inside it; and the same settings applied by detcheck's start-up hook
+to an unmodified program (``detcheck check --deterministic``).
+
+The list of settings is not here: it is detcheck's one hint table (``hints::deterministic()`` in
+Rust, read through ``detcheck._detcheck.deterministic_settings()``), where each has what it
+changes and its source; docs/operators.md shows it. This module only knows how to apply each
+one (``_APPLY``, one function per name; a test checks the two lists agree):
+
+- ``PYTHONHASHSEED``: cannot be set from inside a running interpreter (its string hashes are
+  fixed at start-up). ``seed_all`` says so (a ``RuntimeWarning``) when the variable does not pin
+  them; ``detcheck check --deterministic`` sets it in the launch environment.
+- ``CUBLAS_WORKSPACE_CONFIG``: set in ``os.environ``; cuBLAS reads it when CUDA starts, so it
+  holds only when CUDA has not started yet (``seed_all`` says so otherwise).
+- ``random.seed``, ``numpy.random.seed`` (numpy's legacy global generator; the seed modulo
+  2**32), ``torch.manual_seed`` (the CPU's and every CUDA device's generators).
+- ``torch.use_deterministic_algorithms(True)``, ``torch.backends.cudnn.deterministic = True``,
+  ``torch.backends.cudnn.benchmark = False``.
+
+Determinism: every value set is a function of ``seed``; nothing reads the clock or OS entropy.
+Limits: generators the program makes itself (``torch.Generator()``, ``np.random.default_rng()``)
+and data-loader workers' seeds are the program's; a program that reseeds later undoes these.
+"""
+
+import os
+import sys
+import warnings
+from collections import namedtuple
+
+from ._detcheck import deterministic_settings
+
+__all__ = ["seed_all", "Setting"]
+
+#: One setting as ``seed_all`` reports it: ``name`` (the hint table's), ``statement`` (what was
+#: done, the seed filled in), ``applied`` (False: it could not be done from here) and ``note``.
+Setting = namedtuple("Setting", ["name", "statement", "applied", "note"])
+
+
+def _hash_seed(seed, value):
+    pinned = os.environ.get("PYTHONHASHSEED", "random") != "random"
+    if pinned:
+        return True, f"PYTHONHASHSEED={os.environ['PYTHONHASHSEED']} pins this interpreter"
+    return False, (
+        "cannot be set from inside a running interpreter (its str hashes are fixed when it "
+        "starts): launch it with PYTHONHASHSEED=0, or under `detcheck check --deterministic`"
+    )
+
+
+def _cublas(seed, value):
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = value
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return False, "CUDA has started: cuBLAS read the variable already (set it before CUDA starts)"
+    return True, ""
+
+
+def _random(seed, value):
+    import random
+
+    random.seed(seed)
+    return True, ""
+
+
+def _numpy(seed, value):
+    try:
+        import numpy
+    except ImportError:
+        return False, "numpy is not installed"
+    numpy.random.seed(seed % 2**32)
+    return True, ""
+
+
+def _with_torch(apply):
+    def applied(seed, value):
+        try:
+            import torch
+        except ImportError:
+            return False, "torch is not installed"
+        apply(torch, seed)
+        return True, ""
+
+    return applied
+
+
+def _cudnn(name, flag):
+    def apply(torch, seed):
+        setattr(torch.backends.cudnn, name, flag)
+
+    return _with_torch(apply)
+
+
+#: How to apply each setting of the hint table: ``(seed, value) -> (applied, note)``.
+_APPLY = {
+    "PYTHONHASHSEED": _hash_seed,
+    "CUBLAS_WORKSPACE_CONFIG": _cublas,
+    "random.seed": _random,
+    "numpy.random.seed": _numpy,
+    "torch.manual_seed": _with_torch(lambda torch, seed: torch.manual_seed(seed)),
+    "torch.use_deterministic_algorithms": _with_torch(
+        lambda torch, seed: torch.use_deterministic_algorithms(True)
+    ),
+    "torch.backends.cudnn.deterministic": _cudnn("deterministic", True),
+    "torch.backends.cudnn.benchmark": _cudnn("benchmark", False),
+}
+
+#: The seeds; with ``deterministic=False`` only these are applied.
+_SEEDS = frozenset(["random.seed", "numpy.random.seed", "torch.manual_seed"])
+
+
+def settings(stack=None):
+    """The hint table's deterministic settings, in order, as ``(kind, name, value, statement,
+    why, reference)`` (``kind``: ``"launch"`` or ``"startup"``); ``stack``: only the names of
+    that stack's module (``"torch"``: those starting with ``torch.``; ``"python"``: the others)."""
+    rows = deterministic_settings()
+    if stack == "torch":
+        return [r for r in rows if r[1].startswith("torch.")]
+    if stack == "python":
+        return [r for r in rows if not r[1].startswith("torch.")]
+    return rows
+
+
+def apply(rows, seed):
+    """Applies ``rows`` (of ``settings()``) with ``seed``; returns a ``Setting`` for each."""
+    done = []
+    for _kind, name, value, statement, _why, _reference in rows:
+        applied, note = _APPLY[name](int(seed), value)
+        done.append(Setting(name, statement.replace("SEED", str(seed)), applied, note))
+    return done
+
+
+def seed_all(seed, deterministic=True):
+    """Seeds Python's ``random``, numpy's global generator and torch (CPU and every CUDA
+    device) with ``seed``; with ``deterministic`` (the default) also turns on deterministic
+    algorithms, cuDNN's deterministic mode (benchmark off) and ``CUBLAS_WORKSPACE_CONFIG``.
+    Returns what was done, a ``Setting`` per row of detcheck's table (module doc), and warns
+    (``RuntimeWarning``) about what cannot be done from inside a running process
+    (``PYTHONHASHSEED`` when it does not pin this interpreter; ``CUBLAS_WORKSPACE_CONFIG`` once
+    CUDA started). A library that is not installed is skipped, with a note.
+
+    Call it once, before the model is made and before CUDA starts.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed_all: seed must be a non-negative int, got {seed!r}")
+    rows = [r for r in settings() if deterministic or r[1] in _SEEDS]
+    done = apply(rows, seed)
+    for s in done:
+        if not s.applied and s.name in ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG"):
+            warnings.warn(f"detcheck.seed_all: {s.name}: {s.note}", RuntimeWarning, stacklevel=2)
+    return done

@@ -1,0 +1,195 @@
+"""The start-up hook of zero-change recording: what ``detcheck.pth`` runs when a Python
+interpreter of the environment starts.
+
+The wheel installs ``detcheck.pth`` into site-packages (python/data/purelib/), whose one line
+imports this module and calls ``activate()`` only when ``DETCHECK_TRACE_DIR`` is set, that is,
+in a program detcheck launched; everywhere else it costs one dictionary lookup. ``activate()``:
+
+1. returns at once in a process that is not one of the launch's ranks: no rank in its
+   environment (torchrun's agent, which imports torch too), or a child of the rank's process
+   (``DETCHECK_RECORDER_PID``, set here by the first interpreter of the rank and inherited by
+   everything it starts: data-loader workers, compilers, helper scripts);
+2. with ``--deterministic`` (``DETCHECK_DETERMINISTIC``), applies the hint table's start-up
+   calls (``detcheck._settings``): ``random.seed`` now, ``numpy.random.seed`` when numpy is
+   imported, the torch ones when torch is;
+3. when torch is imported (an import hook that runs after torch's own ``__init__``), starts
+   the recorder, ``detcheck._auto``, which hooks every module and optimizer;
+4. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
+   no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
+   prints when the rank's trace is missing).
+
+A failure here never stops the program: it is printed on stderr as one ``detcheck:`` line, and
+the missing trace is reported by detcheck.
+
+Determinism: nothing here reads the clock or OS entropy; the seeds are the scenario's.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+#: The variable that names the rank's recording process.
+PID_VAR = "DETCHECK_RECORDER_PID"
+
+#: What ``activate`` found: the launch, the plan; ``None`` when this process records nothing.
+_state = None
+
+
+class _State:
+    def __init__(self, rank, world_size, seed, note, stop_after, deterministic):
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.note = note
+        self.stop_after = stop_after
+        self.deterministic = deterministic
+        #: The recorder, once torch is imported (``detcheck._auto.Recorder``).
+        self.recorder = None
+
+
+def _say(message):
+    try:
+        sys.stderr.write(f"detcheck: {message}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callbacks[name](module)`` once module ``name`` has been imported (after its own
+    code ran), by wrapping the loader of its spec."""
+
+    def __init__(self, callbacks):
+        self._callbacks = dict(callbacks)
+        self._finding = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self._callbacks or name in self._finding:
+            return None
+        self._finding.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding.discard(name)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _ThenCall(spec.loader, self._callbacks.pop(name))
+        if not self._callbacks and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return spec
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A loader that runs the wrapped one, then the callback."""
+
+    def __init__(self, loader, callback):
+        self._loader = loader
+        self._callback = callback
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            self._callback(module)
+        except Exception as e:  # never break the program's import
+            _say(f"the start-up hook failed after importing {module.__name__}: {e!r}")
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _apply(stack):
+    from . import _settings
+
+    _settings.apply(
+        [r for r in _settings.settings(stack) if r[0] == "startup"], _state.seed
+    )
+
+
+def _torch_imported(module):
+    if _state.deterministic:
+        _apply("torch")
+    from . import _auto
+
+    _state.recorder = _auto.start(_state)
+
+
+def activate():
+    """Sets up recording in a rank of a detcheck launch (module doc); never raises."""
+    global _state
+    try:
+        from ._detcheck import launch_info, recorder_plan
+
+        info = launch_info()
+        if info is None:
+            return
+        rank, world_size, seed, note = info
+        if rank is None:
+            return  # not a rank: torchrun's agent, a `none` launch
+        claimed = os.environ.get(PID_VAR)
+        if claimed is not None and claimed != str(os.getpid()):
+            return  # a process the rank's process started
+        os.environ[PID_VAR] = str(os.getpid())
+        stop_after, deterministic = recorder_plan()
+        _state = _State(rank, world_size, seed, note, stop_after, deterministic)
+        callbacks = {"torch": _torch_imported}
+        if deterministic:
+            _apply_python_now_and_numpy_later(callbacks)
+        if "torch" in sys.modules:  # imported by another .pth file
+            _torch_imported(sys.modules["torch"])
+        else:
+            sys.meta_path.insert(0, _AfterImport(callbacks))
+        atexit.register(_at_exit)
+    except Exception as e:
+        _state = None
+        _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _apply_python_now_and_numpy_later(callbacks):
+    from . import _settings
+
+    rows = [r for r in _settings.settings("python") if r[0] == "startup"]
+    now = [r for r in rows if not r[1].startswith("numpy.")]
+    later = [r for r in rows if r[1].startswith("numpy.")]
+    _settings.apply(now, _state.seed)
+    if "numpy" in sys.modules:
+        _settings.apply(later, _state.seed)
+    else:
+        callbacks["numpy"] = lambda module: _settings.apply(later, _state.seed)
+
+
+def _at_exit():
+    """Finishes the recorder's trace; or leaves the note of a rank that recorded nothing."""
+    if _state is None or os.environ.get(PID_VAR) != str(os.getpid()):
+        return
+    from ._detcheck import _program_opened_writer
+
+    recorder = _state.recorder
+    if recorder is not None:
+        recorder.finish("exit")
+        if recorder.recorded:
+            return
+    if _program_opened_writer() or _state.note is None:
+        return
+    if recorder is None:
+        why = (
+            f"Python ran {_program()}, which never imported torch: detcheck records a PyTorch "
+            "program without a change to it; any other program writes its own trace with "
+            "detcheck.TraceWriter"
+        )
+    else:
+        why = recorder.why_nothing()
+    try:
+        with open(_state.note, "w", encoding="utf-8") as f:
+            f.write(why + "\n")
+    except OSError:
+        pass
+
+
+def _program():
+    argv = getattr(sys, "argv", None) or ["?"]
+    return f"`{' '.join(argv)[:200]}`"
