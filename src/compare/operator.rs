@@ -66,6 +66,8 @@ pub enum InputSource {
         /// Which one.
         index: u32,
     },
+    /// A Python number passed to the operator (not a tensor): computed outside torch.
+    Scalar,
     /// Output `output` of call `call`, which had equal bits on both sides when it was made.
     ChangedAfter {
         /// The call that made it.
@@ -191,6 +193,10 @@ impl fmt::Display for OperatorFinding {
                         ": it is the gradient of the module's output {index}, which differed \
                          when its backward began (made by the layers after it)"
                     ),
+                    InputSource::Scalar => f.write_str(
+                        ": it is a Python number passed to the operator, not a tensor, computed \
+                         outside torch (Python set/dict order, random without a seed, the clock)",
+                    ),
                     InputSource::ChangedAfter { call, output } => write!(
                         f,
                         ": call #{call} made it (output {output}) with equal bits on both \
@@ -285,8 +291,11 @@ fn parse(name: &str) -> Option<Entry<'_>> {
     })
 }
 
-/// `op3.out0`, `in1`, `grad_out0`.
+/// `op3.out0`, `in1`, `grad_out0`, `scalar`.
 fn parse_source(from: &str) -> Option<InputSource> {
+    if from == "scalar" {
+        return Some(InputSource::Scalar);
+    }
     if let Some(call) = from.strip_prefix("op") {
         let (call, output) = call.split_once(".out")?;
         return Some(InputSource::ChangedAfter {
@@ -532,6 +541,32 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_differing_python_number_is_named_as_such() {
+        let name = "op/0000/(model)/aten.mul.Tensor/in1<scalar";
+        let left = trace(&[
+            ("op/0000/(model)/aten.mul.Tensor/in0", 1),
+            (name, 2),
+            ("op/0000/(model)/aten.mul.Tensor/out0", 3),
+        ]);
+        let mut right = left.clone();
+        right.records[1].md5 = Md5Digest([9; 16]);
+        right.records[2].md5 = Md5Digest([9; 16]);
+        let finding = find_operator(&left, &right, "forward");
+        assert!(
+            matches!(
+                finding,
+                OperatorFinding::InputFromOutside {
+                    source: InputSource::Scalar,
+                    input: 1,
+                    ..
+                }
+            ),
+            "{finding:?}"
+        );
+        assert!(finding.to_string().contains("a Python number passed to the operator"));
     }
 
     #[test]

@@ -129,14 +129,14 @@ class Recorder:
         depth = self._depth
         self._depth += 1
         if depth == 0 and self.status == "waiting" and _has_parameters(module):
-            self._start(module)
+            self._start(module, args)
         return None
 
     def _post_forward(self, module, args, output):
         self._depth = max(0, self._depth - 1)
         return None
 
-    def _start(self, root):
+    def _start(self, root, args):
         self._remove_forward_hooks()
         import multiprocessing
 
@@ -159,6 +159,13 @@ class Recorder:
         )
         self.status = "recording"
         self.recorded = True
+        if model is root:
+            # This call's pre-hooks were collected before the handle's was added: its inputs
+            # are recorded here. A global pre-hook is not given the keyword arguments; they
+            # are the calling `Module._call_impl`'s own `kwargs`.
+            caller = sys._getframe(2).f_locals.get("kwargs")
+            kwargs = caller if isinstance(caller, dict) else {}
+            self._handle._paused(self._handle._record_inputs)(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
         if self.status == "recording":

@@ -33,6 +33,10 @@ Contract (detcheck's Rust side parses these names):
   forward is running (forward window), the window module's label (backward window) or
   ``(optimizer)`` (optimizer window). ``j`` counts the ``torch.Tensor`` leaves of
   ``tree_flatten((args, kwargs))`` (inputs) or of ``tree_flatten(out)`` (outputs) only, 0-based.
+  After the tensors, each Python number (``int`` or ``float``) among those leaves is an input
+  too, numbered on from there and recorded as a float64 scalar with the source ``scalar``
+  (``torch.mul(x, 0.3)``'s ``0.3``: a value computed outside torch, whose difference the
+  tensors alone would not show).
   ``SOURCE`` says where that very tensor object came from, when it came from this window:
   ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
   ``grad_out{m}`` (window input ``m``). Tensors the writer cannot record (unsupported dtypes,
@@ -145,12 +149,20 @@ class OpTracer(TorchDispatchMode):
         self.index += 1
         module = self.stack[-1] if self.stack else self.label
         prefix = f"op/{i:04d}/{module}/{func}/"
-        for j, tensor in _tensors((args, kwargs)):
-            source, uninitialized = self._source(tensor)
-            if uninitialized:
-                continue  # memory an allocation left as it found it: its bits mean nothing
-            name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
-            self._record(name, tensor)
+        leaves, _ = tree_flatten((args, kwargs))
+        j = 0
+        for leaf in leaves:
+            if not isinstance(leaf, _torch.Tensor):
+                continue
+            source, uninitialized = self._source(leaf)
+            if not uninitialized:  # else: memory an allocation left as it was: bits mean nothing
+                name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
+                self._record(name, leaf)
+            j += 1
+        for leaf in leaves:  # Python numbers, numbered after the tensors
+            if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+                self._record(f"{prefix}in{j}<scalar", _torch.tensor(leaf, dtype=_torch.float64))
+                j += 1
         out = func(*args, **kwargs)
         allocation = str(getattr(func, "overloadpacket", "")) in _ALLOCATIONS
         for j, tensor in _tensors(out):

@@ -35,6 +35,8 @@ PID_VAR = "DETCHECK_RECORDER_PID"
 
 #: What ``activate`` found: the launch, the plan; ``None`` when this process records nothing.
 _state = None
+#: Whether ``activate`` ran in this process.
+_activated = False
 
 
 class _State:
@@ -120,7 +122,10 @@ def _torch_imported(module):
 
 def activate():
     """Sets up recording in a rank of a detcheck launch (module doc); never raises."""
-    global _state
+    global _state, _activated
+    if _activated:  # an environment whose site-packages is processed twice runs the .pth twice
+        return
+    _activated = True
     try:
         from ._detcheck import launch_info, recorder_plan
 

@@ -84,11 +84,13 @@ def main():
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    distributed = "WORLD_SIZE" in os.environ
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    # torchrun sets RANK; mpirun sets its own (Open MPI's, or MPICH's PMI_RANK).
+    rank = int(next((os.environ[v] for v in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+                     if v in os.environ), "0"))
+    distributed = "MASTER_ADDR" in os.environ
     if distributed:
-        dist.init_process_group("gloo")
-    world = dist.get_world_size() if distributed else 1
-    rank = dist.get_rank() if distributed else 0
+        dist.init_process_group("gloo", rank=rank, world_size=world)
 
     if args.reseed_from_clock:
         torch.manual_seed(time.time_ns())

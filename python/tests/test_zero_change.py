@@ -1,0 +1,270 @@
+"""Zero-change recording: unmodified PyTorch scripts (examples/programs/python/unmodified, which
+never import detcheck) recorded by the wheel's start-up hook (`detcheck.pth`, `detcheck._startup`,
+`detcheck._auto`), `--deterministic` and `detcheck.seed_all`, and the failures a user meets.
+
+The scripts run in fresh interpreters of this environment (the hook is the installed package's).
+Needs torch, and transformers for the Trainer script; CI installs both and none of these skips
+there (DETCHECK_REQUIRE_TORCH, DETCHECK_REQUIRE_FRAMEWORKS).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import DCTRACE, ROOT, decode
+from test_diagnosis import caught_with_element, needs_torch, runs
+from test_wrapped_optimizers import framework
+
+UNMODIFIED = ROOT / "examples" / "programs" / "python" / "unmodified"
+DDP = UNMODIFIED / "ddp_train.py"
+
+pytestmark = needs_torch
+
+
+def check(detcheck_bin, args, code=None):
+    """`detcheck check --format json ARGS`: (exit code, scenario lines by name, all output)."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(
+        [detcheck_bin, "check", "--no-progress", "--format", "json", *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    out = done.stdout + done.stderr
+    if code is not None:
+        assert done.returncode == code, out
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    scenarios = {l["scenario"]["name"]: l for l in lines if l.get("type") == "scenario"}
+    return done.returncode, scenarios, out
+
+
+def launched(tmp_path, argv, rank="0", world="1", **extra):
+    """Runs `argv` as rank `rank` of a detcheck launch into tmp_path/trace, without detcheck
+    (the launch contract's variables set by hand): (completed process, trace folder)."""
+    trace = tmp_path / "trace"
+    trace.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DETCHECK_") and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env.update({"DETCHECK_TRACE_DIR": str(trace), "DETCHECK_WORLD_SIZE": world,
+                "DETCHECK_MODE": "md5", "PYTHONHASHSEED": "0"})
+    if rank is not None:
+        env["DETCHECK_RANK"] = rank
+    env.update(extra)
+    done = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=tmp_path)
+    return done, trace
+
+
+def environment(path):
+    """The environment entries of a trace file (scripts/dctrace.py)."""
+    out = subprocess.run([sys.executable, str(DCTRACE), str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    return dict(line[len("environment: "):].split("=", 1) for line in out.splitlines()
+                if line.startswith("environment: "))
+
+
+def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught(
+    detcheck_bin,
+):
+    names = ["ddp_train", "ddp_train_torchrun", "control_ddp_clock_reseed",
+             "control_ddp_set_order", "ddp_set_order_deterministic"]
+    if shutil.which("mpirun") is not None or os.environ.get("DETCHECK_REQUIRE_MPI4PY"):
+        names.append("ddp_train_mpirun")
+    _, lines, out = check(detcheck_bin, [UNMODIFIED / f"{n}.json" for n in names], code=0)
+    assert sorted(lines) == sorted(names), out
+    for name in ("ddp_train", "ddp_train_torchrun", "ddp_set_order_deterministic"):
+        assert lines[name]["status"] == "passed", lines[name]
+    held = {c["check"]: c["holds"] for c in lines["ddp_train"]["checks"]}
+    assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
+    # --deterministic says what it applied
+    text = lines["ddp_set_order_deterministic"]["detail"]
+    for applied in ("PYTHONHASHSEED=0", "torch.use_deterministic_algorithms(True)",
+                    "torch.manual_seed(0)", "torch.backends.cudnn.benchmark = False"):
+        assert applied in text, text
+    reseed = caught_with_element(lines["control_ddp_clock_reseed"])
+    assert reseed["name"].startswith("fwd/"), reseed
+    assert reseed["step"] == 0, reseed
+    order = caught_with_element(lines["control_ddp_set_order"])
+    assert order["name"] == "fwd/(model)", order
+    operator = order["operator"]
+    assert operator["finding"] == "input_from_outside", operator
+    assert operator["source"]["source"] == "scalar", operator
+
+
+def test_the_controls_are_caught_every_time(detcheck_bin):
+    """The DDP controls, DETCHECK_TORCH_CONTROL_RUNS times (scripts/diagnosis-controls.sh)."""
+    controls = [UNMODIFIED / "control_ddp_clock_reseed.json",
+                UNMODIFIED / "control_ddp_set_order.json"]
+    for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
+        _, lines, out = check(detcheck_bin, controls, code=0)
+        for line in lines.values():
+            assert line["verdict"] == "ok (caught)", out
+
+
+def test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught(
+    detcheck_bin,
+):
+    framework("transformers")
+    names = ["gpt2_trainer", "control_gpt2_clock_dropout"]
+    _, lines, out = check(detcheck_bin, [UNMODIFIED / f"{n}.json" for n in names], code=0)
+    held = {c["check"]: c["holds"] for c in lines["gpt2_trainer"]["checks"]}
+    assert held == {"repeat": True, "replicas": True, "world_sizes": True}, out
+    for run in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
+        if run > 0:
+            _, lines, out = check(
+                detcheck_bin, [UNMODIFIED / "control_gpt2_clock_dropout.json"], code=0
+            )
+        first = caught_with_element(lines["control_gpt2_clock_dropout"])
+        assert first["name"] == "fwd/transformer.drop", first
+        assert first["operator"]["call"]["operator"].startswith("aten.bernoulli"), first
+
+
+def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp_path):
+    done, trace = launched(tmp_path, [DDP, "--workers", "2"], DETCHECK_STOP_AFTER="2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in trace.iterdir()) == ["rank0.dctrace"]
+    records = decode(trace / "rank0.dctrace")
+    assert sorted({r["step"] for r in records}) == [0, 1], "ended after 2 optimizer steps"
+    step0 = [r["name"] for r in records if r["step"] == 0]
+    assert step0 == [
+        "in/(model).0", "fwd/fc1", "fwd/act", "fwd/fc2", "fwd/(model)",
+        "grad/fc1.weight", "grad/fc1.bias", "grad/fc2.weight", "grad/fc2.bias",
+        "param/fc1.weight", "param/fc1.bias", "param/fc2.weight", "param/fc2.bias",
+    ]
+    # One rank: nothing to tell apart, so gradients and parameters are replicated records.
+    assert all(r["replicated"] == r["name"].startswith(("grad/", "param/")) for r in records)
+
+
+def test_torchruns_agent_records_nothing(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done, trace = launched(
+        tmp_path,
+        ["-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",
+         "--master-addr=127.0.0.1", f"--master-port={port}", DDP, "--workers", "0"],
+        rank=None, DETCHECK_STOP_AFTER="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in trace.iterdir()) == ["rank0.dctrace"]
+
+
+def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
+    program = tmp_path / "own.py"
+    program.write_text(textwrap.dedent("""
+        import torch, detcheck, detcheck.torch
+        model = torch.nn.Linear(3, 2)
+        model(torch.ones(1, 3))             # a forward before the program's writer opens
+        writer = detcheck.TraceWriter.from_env()
+        handle = detcheck.torch.watch(model, writer, torch.optim.SGD(model.parameters(), 0.1))
+        opt = handle._optimizer
+        for step in range(2):
+            opt.zero_grad()
+            model(torch.ones(1, 3)).sum().backward()
+            opt.step()
+        writer.close()
+    """))
+    done, trace = launched(tmp_path, [program], DETCHECK_STOP_AFTER="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = decode(trace / "rank0.dctrace")
+    assert sorted({r["step"] for r in records}) == [0, 1], "the program's steps, not --steps"
+    assert not any(r["name"].startswith("in/") for r in records), "the recorder's records"
+    assert [r["name"] for r in records if r["step"] == 0][0] == "fwd/(model)"
+
+
+def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, detcheck_bin):
+    program = tmp_path / "dies.py"
+    program.write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), 0.1)
+        for step in range(5):
+            opt.zero_grad()
+            model(torch.ones(1, 3)).sum().backward()
+            if step == 2:
+                raise RuntimeError("out of memory, say")
+            opt.step()
+    """))
+    done, trace = launched(tmp_path, [program])
+    assert done.returncode == 1, done.stdout + done.stderr
+    records = decode(trace / "rank0.dctrace")
+    assert sorted({r["step"] for r in records}) == [0, 1, 2]
+    assert environment(trace / "rank0.dctrace")["detcheck.recording"] == "ended during step 2 (exit)"
+    code, lines, out = check(detcheck_bin, ["--", sys.executable, program])
+    assert code == 3, out
+    assert "exited with status 1" in out and "out of memory, say" in out, out
+    line = lines["dies"]
+    assert line["status"] == "errored" and line["first_divergence"] is None, line
+
+
+@pytest.mark.parametrize(
+    "program, says",
+    [
+        (["-c", "print('no torch here')"], "which never imported torch"),
+        (["-c", "import torch; print(torch.ones(1))"], "no torch.nn.Module with parameters ran"),
+        (["-c", "import sys; sys.exit(7)"], "exited with status 7"),
+        (["-c", "import os; os.kill(os.getpid(), 9)"], "exited with signal 9"),
+    ],
+    ids=["no-torch", "no-model", "exit-7", "killed"],
+)
+def test_programs_that_cannot_be_recorded_say_why(detcheck_bin, program, says):
+    code, _, out = check(detcheck_bin, ["--ranks", "2", "--", sys.executable, *program])
+    assert code == 3, out
+    assert says in out, out
+
+
+def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_path):
+    program = tmp_path / "seeded.py"
+    program.write_text(textwrap.dedent("""
+        import json, random, warnings
+        import numpy, torch, detcheck
+        from detcheck import _settings
+        from detcheck._detcheck import deterministic_settings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            done = detcheck.seed_all(7)
+        first = (random.random(), float(numpy.random.rand()), float(torch.rand(1)))
+        detcheck.seed_all(7, deterministic=False)
+        again = (random.random(), float(numpy.random.rand()), float(torch.rand(1)))
+        try:
+            detcheck.seed_all(-1)
+            refused = False
+        except ValueError:
+            refused = True
+        print(json.dumps({
+            "names": [s.name for s in done], "table": [r[1] for r in deterministic_settings()],
+            "appliers": sorted(_settings._APPLY), "applied": {s.name: s.applied for s in done},
+            "statements": [s.statement for s in done],
+            "warnings": [str(w.message) for w in caught], "same": first == again,
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "cudnn": [torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark],
+            "refused": refused,
+        }))
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["names"] == got["table"]
+    assert got["appliers"] == sorted(got["table"]), "one applier per row of the table"
+    assert got["applied"]["PYTHONHASHSEED"] is False
+    assert any("PYTHONHASHSEED" in w for w in got["warnings"]), got["warnings"]
+    assert "torch.manual_seed(7)" in got["statements"]
+    assert got["same"] and got["deterministic"] and got["cudnn"] == [True, False]
+    assert got["refused"]
+
+
+def test_the_docs_list_every_deterministic_setting():
+    from detcheck._detcheck import deterministic_settings
+
+    text = (ROOT / "docs" / "operators.md").read_text()
+    for kind, name, value, statement, why, reference in deterministic_settings():
+        shown = statement if kind == "launch" else statement.replace("SEED", "seed")
+        row = f"| `{shown}` |"
+        assert row in text, f"docs/operators.md lacks the row of {name}: {row}"
