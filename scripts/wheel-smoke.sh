@@ -2,7 +2,8 @@
 # The wheel as a Python user gets it: built by maturin (abi3), installed with pip into a fresh
 # virtual environment, then used with no Rust toolchain on PATH: `detcheck --version`,
 # `python -m detcheck`, and `detcheck check -- python PROGRAM` (no scenario file) on the numpy
-# example and its set-order control, which must be caught with its element. Used by .ci/run.
+# example and its set-order control, which must be caught with its element, and checks that the
+# wheel installs the start-up hook of zero-change recording (detcheck.pth). Used by .ci/run.
 #
 #   bash scripts/wheel-smoke.sh            # needs scripts/install-python.sh first (maturin)
 #
@@ -54,6 +55,17 @@ code=$?
 set -e
 if [ "$code" != 2 ] || ! grep -q -- "--ranks" /tmp/wheel-smoke-err; then
     echo "wheel-smoke: --ranks 0 gave exit $code: $(cat /tmp/wheel-smoke-err)" >&2
+    exit 1
+fi
+echo "== the start-up hook of zero-change recording: detcheck.pth in site-packages, and a program"
+echo "   without torch is a failed run (exit 3) whose note says why"
+ls "$root"/target/venv-wheel/lib/python3*/site-packages/detcheck.pth
+set +e
+out=$(user detcheck check --no-progress -- python -c 'print("no torch")' 2>&1)
+code=$?
+set -e
+if [ "$code" != 3 ] || ! grep -q "which never imported torch" <<<"$out"; then
+    echo "wheel-smoke: a program without torch gave exit $code: $out" >&2
     exit 1
 fi
 echo "wheel-smoke: ok"

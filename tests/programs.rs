@@ -175,6 +175,11 @@ fn a_program_that_writes_no_trace_fails_the_run() {
         all.contains("every process exited 0, but the traces cannot be read"),
         "{all}"
     );
+    // No Python ran: the message says what detcheck records.
+    assert!(
+        all.contains("detcheck's Python start-up hook ran in none"),
+        "{all}"
+    );
 }
 
 #[test]

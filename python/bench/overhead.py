@@ -12,6 +12,10 @@ the CPU with one torch thread. Contenders (``--contenders``, comma-separated):
 - ``detcheck-stats`` / ``detcheck-md5``: ``detcheck.torch.watch(model, writer, optimizer)`` on a
   ``detcheck.TraceWriter`` in that mode: every module's output, every gradient and every
   parameter, every step;
+- ``auto-md5`` / ``auto-stats``: no detcheck code in the trial: the process is started with a
+  launch's variables (``DETCHECK_TRACE_DIR`` and the rest), so the wheel's start-up hook records
+  the unmodified program (zero-change recording, ``detcheck._auto``): ``watch``'s records plus
+  the model's input, every step;
 - ``msprobe-L0-md5`` / ``msprobe-L1-md5`` / ``msprobe-mix-md5`` / ``msprobe-L0-stats``:
   msprobe's ``PrecisionDebugger`` (task ``statistics``, that level and ``summary_mode``),
   ``debugger.start(model)`` at the top of each step, ``debugger.stop()`` and
@@ -64,7 +68,7 @@ CONTENDERS = [
     "msprobe-L0-stats",
     "off2",
 ]
-ALL_CONTENDERS = CONTENDERS + ["msprobe-mix-md5"]
+ALL_CONTENDERS = CONTENDERS + ["msprobe-mix-md5", "auto-md5", "auto-stats"]
 
 RECORD = re.compile(
     r"^step (?P<step>\d+) seq \d+ (?P<name>\S+) (?P<dtype>\w+)\[(?P<shape>[^\]]*)\] "
@@ -222,6 +226,9 @@ def run_trial(args, folder):
 
     for _ in range(args.warmup):
         step()
+    if contender.startswith("auto-"):
+        # The zero-change recorder's writer: the start-up hook opened it at the first forward.
+        writer = sys.modules["detcheck._auto"]._recorder._writer
     if writer is not None and hasattr(writer, "flush"):
         writer.flush()
     records_before = writer.num_records if writer is not None else 0
@@ -243,6 +250,9 @@ def run_trial(args, folder):
         "cpu_ratio": cpu / wall,
         "load": os.getloadavg()[0],
     }
+    if contender.startswith("auto-"):
+        result["records_per_step"] = (writer.num_records - records_before) / args.steps
+        return result  # the recorder finishes its trace at exit
     if writer is not None:
         records = writer.num_records - records_before
         handle.remove()
@@ -276,6 +286,11 @@ def run_child(args, contender, check):
     if check:
         cmd.append("--check")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    launch = None
+    if contender.startswith("auto-"):
+        launch = tempfile.mkdtemp(prefix="detcheck-overhead-launch-")
+        env.update(DETCHECK_TRACE_DIR=launch, DETCHECK_WORLD_SIZE="1", DETCHECK_RANK="0",
+                   DETCHECK_MODE=contender.split("-")[1])
     try:
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               env=env)
@@ -284,6 +299,8 @@ def run_child(args, contender, check):
         return json.loads(Path(out).read_text())
     finally:
         os.unlink(out)
+        if launch is not None:
+            shutil.rmtree(launch, ignore_errors=True)
 
 
 def busy_fraction(seconds=1.0):
