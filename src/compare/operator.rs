@@ -566,7 +566,9 @@ mod tests {
             ),
             "{finding:?}"
         );
-        assert!(finding.to_string().contains("a Python number passed to the operator"));
+        assert!(finding
+            .to_string()
+            .contains("a Python number passed to the operator"));
     }
 
     #[test]
