@@ -19,21 +19,13 @@ from the clock at every step (as a forgotten seed in a callback does); `repeat` 
 import argparse
 import os
 import sys
-import time
-
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from pathlib import Path
 
 from detcheck.hf import DetcheckCallback
 
-SEQUENCES, LENGTH, VOCAB = 32, 16, 128
-
-
-class ClockSeed(TrainerCallback):
-    """The planted bug: torch's generator reseeded from the clock before every step."""
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        torch.manual_seed(time.time_ns() % (1 << 62))
+# The model, the data and the Trainer are the unmodified script's (which never imports detcheck).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unmodified"))
+from gpt2_trainer import make_trainer  # noqa: E402
 
 
 def main() -> int:
@@ -41,30 +33,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=int(os.environ.get("DETCHECK_STEPS", "3")))
     parser.add_argument("--plant-unseeded-dropout", action="store_true")
     args = parser.parse_args()
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if 2 % world:
-        raise SystemExit(f"gpt2_trainer.py: runs at 1 or 2 ranks, not {world}")
-    dropout = 0.1 if args.plant_unseeded_dropout else 0.0
-    config = GPT2Config(
-        vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2,
-        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(config)
-    tokens = torch.randint(0, VOCAB, (SEQUENCES, LENGTH), generator=torch.Generator().manual_seed(1))
-    data = [{"input_ids": t, "labels": t} for t in tokens]
-    work = os.environ.get("DETCHECK_TRACE_DIR", "/tmp") + f"/gpt2-work-{os.environ.get('RANK', '0')}"
-    training = TrainingArguments(
-        output_dir=work, max_steps=args.steps, per_device_train_batch_size=1,
-        gradient_accumulation_steps=2 // world, train_sampling_strategy="sequential",
-        learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
-        logging_strategy="no", seed=0, dataloader_num_workers=0,
-    )
     callbacks = [DetcheckCallback(replicated=True)]
-    if args.plant_unseeded_dropout:
-        callbacks.append(ClockSeed())
-    torch.set_num_threads(1)
-    Trainer(model=model, args=training, train_dataset=data, callbacks=callbacks).train()
+    make_trainer(args.steps, args.plant_unseeded_dropout, callbacks).train()
     return 0
 
 

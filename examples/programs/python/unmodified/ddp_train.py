@@ -66,7 +66,7 @@ class Net(nn.Module):
     def forward(self, x):
         out = self.fc2(self.act(self.fc1(x)))
         if self.set_order:
-            correction = torch.zeros(out.shape, dtype=torch.float32)
+            correction = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
             for name in set(TERMS):  # PYTHONHASHSEED decides this order
                 correction = correction + out.float() * TERMS[name]
             out = out + correction.double() * 2**-10
@@ -77,6 +77,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (NCCL; one GPU per rank)")
     control = parser.add_mutually_exclusive_group()
     control.add_argument("--reseed-from-clock", action="store_true")
     control.add_argument("--set-order", action="store_true")
@@ -88,9 +89,11 @@ def main():
     # torchrun sets RANK; mpirun sets its own (Open MPI's, or MPICH's PMI_RANK).
     rank = int(next((os.environ[v] for v in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
                      if v in os.environ), "0"))
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else None
     distributed = "MASTER_ADDR" in os.environ
     if distributed:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
 
     if args.reseed_from_clock:
         torch.manual_seed(time.time_ns())
@@ -98,6 +101,8 @@ def main():
     with torch.no_grad():  # sixteenths in [-2/16, 2/16]: every later sum is exact
         for p in net.parameters():
             p.copy_(torch.randint(-2, 3, p.shape, dtype=torch.float64) / 16)
+    if cuda:
+        net = net.to(device)
     model = nn.parallel.DistributedDataParallel(net) if distributed else net
     optimizer = torch.optim.SGD(model.parameters(), lr=2**-8)
     data = Samples()
@@ -107,6 +112,8 @@ def main():
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            if cuda:
+                x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = ((model(x) - y) ** 2).sum() / len(x)
             loss.backward()

@@ -33,15 +33,13 @@ class ClockSeed(TrainerCallback):
         torch.manual_seed(time.time_ns() % (1 << 62))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--max-steps", type=int, default=100)
-    parser.add_argument("--clock-dropout", action="store_true")
-    args = parser.parse_args()
+def make_trainer(max_steps, clock_dropout, callbacks=()):
+    """The Trainer of this script (examples/programs/python/frameworks/gpt2_trainer.py adds
+    detcheck's callback to the same one)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if 2 % world:
         raise SystemExit(f"gpt2_trainer.py: runs at 1 or 2 ranks, not {world}")
-    dropout = 0.1 if args.clock_dropout else 0.0
+    dropout = 0.1 if clock_dropout else 0.0
     config = GPT2Config(
         vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2,
         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
@@ -52,14 +50,22 @@ def main():
     data = [{"input_ids": t, "labels": t} for t in tokens]
     work = os.path.join(tempfile.gettempdir(), f"gpt2-work-{os.getpid()}")
     training = TrainingArguments(
-        output_dir=work, max_steps=args.max_steps, per_device_train_batch_size=1,
+        output_dir=work, max_steps=max_steps, per_device_train_batch_size=1,
         gradient_accumulation_steps=2 // world, train_sampling_strategy="sequential",
         learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
         logging_strategy="no", seed=0, dataloader_num_workers=0,
     )
-    callbacks = [ClockSeed()] if args.clock_dropout else []
+    callbacks = list(callbacks) + ([ClockSeed()] if clock_dropout else [])
     torch.set_num_threads(1)
-    Trainer(model=model, args=training, train_dataset=data, callbacks=callbacks).train()
+    return Trainer(model=model, args=training, train_dataset=data, callbacks=callbacks)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--clock-dropout", action="store_true")
+    args = parser.parse_args()
+    make_trainer(args.max_steps, args.clock_dropout).train()
 
 
 if __name__ == "__main__":
