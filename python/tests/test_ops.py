@@ -21,7 +21,7 @@ STEP = 1
 
 OP = re.compile(
     r"^op/(?P<i>\d{4})/(?P<module>[^/]+)/(?P<func>[^/]+)/(?P<io>in|out)(?P<j>\d+)"
-    r"(<(?P<source>op\d+\.out\d+|in\d+|grad_out\d+))?$"
+    r"(<(?P<source>op\d+\.out\d+|in\d+|grad_out\d+|scalar))?$"
 )
 
 

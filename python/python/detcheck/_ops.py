@@ -33,10 +33,11 @@ Contract (detcheck's Rust side parses these names):
   forward is running (forward window), the window module's label (backward window) or
   ``(optimizer)`` (optimizer window). ``j`` counts the ``torch.Tensor`` leaves of
   ``tree_flatten((args, kwargs))`` (inputs) or of ``tree_flatten(out)`` (outputs) only, 0-based.
-  After the tensors, each Python number (``int`` or ``float``) among those leaves is an input
-  too, numbered on from there and recorded as a float64 scalar with the source ``scalar``
-  (``torch.mul(x, 0.3)``'s ``0.3``: a value computed outside torch, whose difference the
-  tensors alone would not show).
+  After the tensors, each Python ``float`` among those leaves is an input too, numbered on from
+  there and recorded as a float64 scalar with the source ``scalar`` (``torch.mul(x, 0.3)``'s
+  ``0.3``: a value computed outside torch, whose difference the tensors alone would not show).
+  Python ints are left out: they are mostly shapes, dimensions and indices, and a differing one
+  changes a layout or an operator, which the trace shows anyway.
   ``SOURCE`` says where that very tensor object came from, when it came from this window:
   ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
   ``grad_out{m}`` (window input ``m``). Tensors the writer cannot record (unsupported dtypes,
@@ -159,8 +160,8 @@ class OpTracer(TorchDispatchMode):
                 name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
                 self._record(name, leaf)
             j += 1
-        for leaf in leaves:  # Python numbers, numbered after the tensors
-            if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+        for leaf in leaves:  # Python floats, numbered after the tensors
+            if isinstance(leaf, float):
                 self._record(f"{prefix}in{j}<scalar", _torch.tensor(leaf, dtype=_torch.float64))
                 j += 1
         out = func(*args, **kwargs)
