@@ -537,16 +537,11 @@ fn deterministic_settings() -> Vec<SettingRow> {
     detcheck::record::hints::deterministic()
         .map(|h| {
             let launch = h.subject == Subject::Setting;
-            let statement = if launch {
-                format!("{}={}", h.name, h.value)
-            } else {
-                h.fix.to_owned()
-            };
             (
                 if launch { "launch" } else { "startup" },
                 h.name,
                 h.value,
-                statement,
+                h.statement(None),
                 h.why,
                 h.reference,
             )

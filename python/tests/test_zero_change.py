@@ -83,7 +83,7 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
     # --deterministic says what it applied
     text = lines["ddp_set_order_deterministic"]["detail"]
-    for applied in ("PYTHONHASHSEED=0", "torch.use_deterministic_algorithms(True)",
+    for applied in ("PYTHONHASHSEED=0:", "torch.use_deterministic_algorithms(True)",
                     "torch.manual_seed(0)", "torch.backends.cudnn.benchmark = False"):
         assert applied in text, text
     reseed = caught_with_element(lines["control_ddp_clock_reseed"])
@@ -256,6 +256,7 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
     assert got["applied"]["PYTHONHASHSEED"] is False
     assert any("PYTHONHASHSEED" in w for w in got["warnings"]), got["warnings"]
     assert "torch.manual_seed(7)" in got["statements"]
+    assert "PYTHONHASHSEED=0" in got["statements"], "a launch variable keeps its name"
     assert got["same"] and got["deterministic"] and got["cudnn"] == [True, False]
     assert got["refused"]
 

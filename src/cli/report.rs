@@ -20,7 +20,6 @@
 use super::exit::Exit;
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::Divergence;
-use detcheck::record::hints::Subject;
 use detcheck::record::Overflow;
 use detcheck::scenario::{CheckKind, Expectation, ScenarioSpec};
 use detcheck::LoadedScenario;
@@ -122,10 +121,7 @@ pub(crate) fn deterministic_settings(seed: u64) -> String {
         "  launched with the deterministic settings (--deterministic, params.deterministic):\n",
     );
     for hint in detcheck::record::hints::deterministic() {
-        let applied = match hint.subject {
-            Subject::Setting => format!("{}={}", hint.name, hint.value),
-            _ => hint.fix.replace("SEED", &seed.to_string()),
-        };
+        let applied = hint.statement(Some(seed));
         text.push_str(&format!("    {applied}: {}\n", hint.why));
     }
     text

@@ -94,11 +94,6 @@ impl RecorderPlan {
     }
 
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, DumpError> {
-        let bad = |name: &str, value: &str, what: &str| DumpError::Field {
-            path: PathBuf::from("(environment)"),
-            field: name.to_owned(),
-            detail: format!("`{value}` is not {what}"),
-        };
         let stop_after = match var(STOP_AFTER_VAR) {
             None => None,
             Some(v) => Some(
@@ -106,13 +101,13 @@ impl RecorderPlan {
                     .parse::<u64>()
                     .ok()
                     .filter(|&n| n > 0)
-                    .ok_or_else(|| bad(STOP_AFTER_VAR, &v, "a positive number"))?,
+                    .ok_or_else(|| bad_variable(STOP_AFTER_VAR, &v, "a positive number"))?,
             ),
         };
         let deterministic = match var(DETERMINISTIC_VAR).as_deref() {
             None | Some("0") => false,
             Some("1") => true,
-            Some(v) => return Err(bad(DETERMINISTIC_VAR, v, "0 or 1")),
+            Some(v) => return Err(bad_variable(DETERMINISTIC_VAR, v, "0 or 1")),
         };
         Ok(RecorderPlan {
             stop_after,
@@ -127,6 +122,15 @@ impl RecorderPlan {
 #[must_use]
 pub fn no_records_note(trace_dir: &std::path::Path, rank: u32) -> PathBuf {
     trace_dir.join(format!("rank{rank}.no-records.txt"))
+}
+
+/// The error of a launch variable that is set but cannot be read.
+fn bad_variable(name: &str, value: &str, what: &str) -> DumpError {
+    DumpError::Field {
+        path: PathBuf::from("(environment)"),
+        field: name.to_owned(),
+        detail: format!("`{value}` is not {what}"),
+    }
 }
 
 /// The variables other launchers set for a process's rank, in the order they are read after
@@ -212,36 +216,31 @@ impl Launch {
         let Some(trace_dir) = var(TRACE_DIR_VAR) else {
             return Ok(None);
         };
-        let bad = |name: &str, value: &str, what: &str| DumpError::Field {
-            path: PathBuf::from("(environment)"),
-            field: name.to_owned(),
-            detail: format!("`{value}` is not {what}"),
-        };
         let number = |name: &str| -> Result<Option<u64>, DumpError> {
             var(name)
                 .map(|v| {
                     v.trim()
                         .parse::<u64>()
-                        .map_err(|_| bad(name, &v, "a number"))
+                        .map_err(|_| bad_variable(name, &v, "a number"))
                 })
                 .transpose()
         };
         let world_size = number(WORLD_SIZE_VAR)?.filter(|&w| w > 0).ok_or_else(|| {
-            bad(
+            bad_variable(
                 WORLD_SIZE_VAR,
                 &var(WORLD_SIZE_VAR).unwrap_or_default(),
                 "a positive number",
             )
         })?;
         let world_size = u32::try_from(world_size)
-            .map_err(|_| bad(WORLD_SIZE_VAR, &world_size.to_string(), "a world size"))?;
+            .map_err(|_| bad_variable(WORLD_SIZE_VAR, &world_size.to_string(), "a world size"))?;
         let mut rank = None;
         for name in std::iter::once(RANK_VAR).chain(OTHER_RANK_VARS) {
             if let Some(r) = number(name)? {
                 let r = u32::try_from(r)
                     .ok()
                     .filter(|&r| r < world_size)
-                    .ok_or_else(|| bad(name, &r.to_string(), "a rank of this world"))?;
+                    .ok_or_else(|| bad_variable(name, &r.to_string(), "a rank of this world"))?;
                 rank = Some(r);
                 break;
             }
@@ -250,7 +249,7 @@ impl Launch {
             None => DumpMode::Stats,
             Some(m) => m
                 .parse()
-                .map_err(|_| bad(MODE_VAR, &m, "md5, stats or full"))?,
+                .map_err(|_| bad_variable(MODE_VAR, &m, "md5, stats or full"))?,
         };
         let start = match var(LAUNCH_VAR) {
             None => None,
@@ -258,14 +257,14 @@ impl Launch {
                 let parsed = v
                     .split_once(':')
                     .and_then(|(k, t)| Some((k.parse().ok()?, t.parse().ok()?)));
-                Some(parsed.ok_or_else(|| bad(LAUNCH_VAR, &v, "`launch:start_ms`"))?)
+                Some(parsed.ok_or_else(|| bad_variable(LAUNCH_VAR, &v, "`launch:start_ms`"))?)
             }
         };
         let run_id = match var(RUN_ID_VAR) {
             None => None,
             Some(v) => Some(
                 v.parse()
-                    .map_err(|_| bad(RUN_ID_VAR, &v, "32 hex digits"))?,
+                    .map_err(|_| bad_variable(RUN_ID_VAR, &v, "32 hex digits"))?,
             ),
         };
         Ok(Some(Launch {

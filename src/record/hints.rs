@@ -96,6 +96,18 @@ impl Hint {
         std::env::var(self.name).ok()
     }
 
+    /// What applying a deterministic setting does (`hints::deterministic()`): `NAME=VALUE` for
+    /// a launch variable, the Python statement for a start-up call, with `SEED` replaced by
+    /// `seed` when one is given (only there: `PYTHONHASHSEED` keeps its name).
+    #[must_use]
+    pub fn statement(&self, seed: Option<u64>) -> String {
+        match (self.subject, seed) {
+            (Subject::Setting, _) => format!("{}={}", self.name, self.value),
+            (_, Some(seed)) => self.fix.replace("SEED", &seed.to_string()),
+            (_, None) => self.fix.to_owned(),
+        }
+    }
+
     /// The hint as reports carry it.
     #[must_use]
     pub fn advice(&self) -> Advice {

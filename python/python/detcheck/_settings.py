@@ -122,9 +122,11 @@ def settings(stack=None):
 def apply(rows, seed):
     """Applies ``rows`` (of ``settings()``) with ``seed``; returns a ``Setting`` for each."""
     done = []
-    for _kind, name, value, statement, _why, _reference in rows:
+    for kind, name, value, statement, _why, _reference in rows:
         applied, note = _APPLY[name](int(seed), value)
-        done.append(Setting(name, statement.replace("SEED", str(seed)), applied, note))
+        if kind == "startup":  # a call's SEED; PYTHONHASHSEED keeps its name
+            statement = statement.replace("SEED", str(seed))
+        done.append(Setting(name, statement, applied, note))
     return done
 
 
