@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A reference decoder of detcheck trace files (docs/trace-format.md, versions 1 and 2).
+"""A reference decoder of detcheck trace files (docs/trace-format.md, versions 1 to 3).
 
 Usage: python3 scripts/dctrace.py DIR/rank0.dctrace   # prints every entry
 It checks the header, the footer and the counts, as detcheck's reader does; in version 2 also
@@ -74,7 +74,10 @@ def read(path):
     b = open(path, "rb").read()
     assert b[:8] == b"DCTRACE\0", "not a detcheck trace"
     version, mode, checksum, rank, world, reclen = struct.unpack_from("<HBBIII", b, 8)
-    assert version in (1, 2), f"version {version}"
+    assert version in (1, 2, 3), f"version {version}"
+    # Version 3 adds the records' digest (byte 28): 2 is the md5 tree; 1 and 2 carry plain md5.
+    digest = {1: "md5", 2: "md5-tree-4k"}.get(b[28]) if version == 3 else "md5"
+    assert digest is not None, f"unknown digest code {b[28]}"
     if version == 1:
         header_len, footer_len = 32, 40
         print(f"header: version {version}, mode {MODES[mode]}, rank {rank} of {world}, records of {reclen} bytes")
@@ -83,7 +86,7 @@ def read(path):
         check(zlib.crc32(b[:60]) == struct.unpack_from("<I", b, 60)[0], 0, "header checksum")
         check(checksum == 1 and struct.unpack_from("<I", b, 24)[0] == 64, 11, "header fields")
         print(f"header: version {version}, mode {MODES[mode]}, rank {rank} of {world}, records of {reclen} bytes, "
-              f"run id {b[32:48].hex()}")
+              f"run id {b[32:48].hex()}" + (f", digest {digest}" if version == 3 else ""))
     end = len(b) - footer_len
     names, layouts, records = [], [], 0
     if version == 1:

@@ -3,8 +3,9 @@
 //! `TraceWriter.record` checks the record (dtype, shape, bool bytes, step order) and copies the
 //! array's bytes into a buffer the writer owns; the records gather into a batch ([`BATCH_BYTES`]
 //! or [`BATCH_RECORDS`]) that goes to this thread, which computes the statistics (stats and full
-//! modes), the md5s (many buffers at once in SIMD lanes, the library's
-//! `detcheck::value::Md5Lanes`: the larger the batch, the fuller the lanes) and writes the records in the order they were given, with the sequence numbers
+//! modes), the digests (the chunks of many buffers at once in SIMD lanes, the library's
+//! `detcheck::value::TreeLanes`: the more chunks, the fuller the lanes) and writes the records in
+//! the order they were given, with the sequence numbers
 //! given to them. So the program's own thread pays for a copy (memcpy speed) rather than for md5
 //! (one core's ~600 MB/s), and the array may change as soon as `record` returns. Batches also
 //! spare the program a wake-up of the thread per record (about 15 us, as much as the copy of a
@@ -23,7 +24,7 @@
 
 use detcheck::file::{DumpError, DumpMode, TraceWriter as RustWriter};
 use detcheck::record::Record;
-use detcheck::value::{DType, Md5Digest, Md5Lanes, Stats, TensorView};
+use detcheck::value::{tree_digest, DType, Md5Digest, Stats, TensorView, TreeLanes};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -327,12 +328,12 @@ impl Drop for Background {
 /// The lanes the thread hashes in: as many as the CPU's vectors hold (16 with AVX-512, 8 with
 /// AVX2, 4 without), capped by `DETCHECK_MD5_LANES` (`8`, or `0`: md-5 one buffer after the
 /// other), for tests and comparisons.
-fn lanes_from_env() -> Option<Md5Lanes<Vec<u8>, u64>> {
+fn lanes_from_env() -> Option<TreeLanes<Vec<u8>, u64>> {
     let cap = std::env::var("DETCHECK_MD5_LANES")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(16);
-    (cap > 0).then(|| Md5Lanes::with_max_lanes(cap))
+    (cap > 0).then(|| TreeLanes::with_max_lanes(cap))
 }
 
 /// A record in the thread, waiting for its md5 to be written in order.
@@ -344,7 +345,7 @@ struct Slot {
 
 /// The thread's records and lanes.
 struct State {
-    lanes: Option<Md5Lanes<Vec<u8>, u64>>,
+    lanes: Option<TreeLanes<Vec<u8>, u64>>,
     /// The records not yet written, in order; `first` is the id of the front one.
     queue: VecDeque<Slot>,
     first: u64,
@@ -457,7 +458,7 @@ impl Thread {
             };
             match st.lanes.as_mut() {
                 Some(lanes) => lanes.push(std::mem::take(&mut slot.job.data), id),
-                None => slot.md5 = Some(Md5Digest::of_bytes(&slot.job.data).0),
+                None => slot.md5 = Some(tree_digest(&slot.job.data).0),
             }
             st.queue.push_back(slot);
         }

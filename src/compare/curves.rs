@@ -622,6 +622,7 @@ mod tests {
                     record(2, vec![]),
                 ],
                 environment: None,
+                digest: crate::value::DigestKind::CURRENT,
             }],
         };
         let curve = curve_of_trace(&trace, "loss", "x").unwrap();

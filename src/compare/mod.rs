@@ -45,6 +45,7 @@ use crate::record::hints::{self, Advice};
 use crate::record::overflow::{classify, Overflow};
 use crate::record::{Environment, Record, Trace};
 use crate::value::digest::Stats;
+use crate::value::md5tree::DigestKind;
 use crate::value::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -507,9 +508,15 @@ impl Side for MemoryDump<'_> {
             .get(from)
             .and_then(|r| r.environment.as_ref())
             .filter(|_| self.with_environment);
+        let digest = self
+            .trace
+            .ranks
+            .get(from)
+            .map_or(DigestKind::CURRENT, |r| r.digest);
         Ok(Box::new(MemoryRank {
             records,
             environment,
+            digest,
             replicated_only: self.replicated_only,
             pos: 0,
             names: Vec::new(),
@@ -522,6 +529,7 @@ impl Side for MemoryDump<'_> {
 struct MemoryRank<'t> {
     records: &'t [Record],
     environment: Option<&'t Environment>,
+    digest: DigestKind,
     replicated_only: bool,
     pos: usize,
     names: Vec<String>,
@@ -561,7 +569,7 @@ impl RankSource for MemoryRank<'_> {
                 name,
                 layout,
                 replicated: r.replicated,
-                digest: crate::file::format::Digest::md5(r.md5.0),
+                digest: crate::file::format::Digest::of_kind(self.digest, r.md5.0),
             };
             out.push(entry, Some(r.stats));
         }
@@ -969,6 +977,9 @@ impl Engine<'_> {
                 })
             });
         let layouts = &mut ids.layouts;
+        // The first pair whose digests are of kinds that differ at its size: an error, not a
+        // difference.
+        let mut mixed: Option<(usize, usize)> = None;
         let mut differ = |i: usize, j: usize| -> Option<Difference> {
             let (x, y) = (&ea[i], &eb[j]);
             if !IdMaps::same(layouts, x.layout, y.layout, |i, j| {
@@ -977,7 +988,17 @@ impl Engine<'_> {
                 return Some(Difference::Layout);
             }
             if !x.digest.is_none() && !y.digest.is_none() {
-                return (x.digest != y.digest).then_some(Difference::Digest);
+                if x.digest.len == 16 && y.digest.len == 16 && x.digest.kind != y.digest.kind {
+                    let len = la[x.layout as usize].num_bytes().unwrap_or(u64::MAX);
+                    let agree = usize::try_from(len)
+                        .is_ok_and(|len| x.digest.kind.agree_at(y.digest.kind, len));
+                    if !agree {
+                        mixed.get_or_insert((i, j));
+                        return None;
+                    }
+                }
+                return (x.digest.bytes != y.digest.bytes || x.digest.len != y.digest.len)
+                    .then_some(Difference::Digest);
             }
             match (a.stats(i), b.stats(j)) {
                 (Some(s), Some(t)) if s != t => Some(Difference::Stats),
@@ -1033,6 +1054,15 @@ impl Engine<'_> {
                 p.0.map_or_else(|| eb[p.1.expect("a side")].seq, |i| ea[i].seq)
             };
             pairs.sort_by_key(seq);
+        }
+        if let Some((i, j)) = mixed {
+            return Err(DumpError::MixedDigests {
+                name: na[ea[i].name as usize].clone(),
+                step,
+                rank,
+                left: ea[i].digest.kind,
+                right: eb[j].digest.kind,
+            });
         }
         if pairs.is_empty() {
             if let Some(map) = self.map.as_mut() {

@@ -436,6 +436,7 @@ mod tests {
 
     fn trace(records: &[(&str, u8)]) -> RankTrace {
         RankTrace {
+            digest: crate::value::DigestKind::CURRENT,
             rank: 0,
             records: records
                 .iter()

@@ -91,14 +91,14 @@ fn the_bytes_of_a_dump_do_not_change() {
 }
 
 #[test]
-fn the_bytes_of_a_version_2_dump_do_not_change() {
+fn the_bytes_of_a_current_version_dump_do_not_change() {
     // Golden: the md5 of rank 0's file of the trace of `the_bytes_of_a_dump_do_not_change`, in
-    // version 2, with a fixed snapshot and run id. A change here is a format change: bump the
+    // the current version (3), with a fixed snapshot and run id. A change here is a format change: bump the
     // version and update docs/trace-format.md (and scripts/dctrace.py).
     let run_id: RunId = "000102030405060708090a0b0c0d0e0f".parse().unwrap();
     for (mode, expected_len, expected_md5) in [
-        (DumpMode::Md5, 441, "73b52b67651b842d2acc19602756dcb9"),
-        (DumpMode::Stats, 697, "6c4569223f0f29f28692992e7323e666"),
+        (DumpMode::Md5, 441, "cae243e4a4c63eb2cdfa787b5f240b04"),
+        (DumpMode::Stats, 697, "40f6689979d1f45edfff972144cda062"),
     ] {
         let dir = dump_v2(&trace(2, 2, 0.5), mode, &golden_environment(), run_id);
         let bytes = std::fs::read(trace_path(dir.path(), 0)).unwrap();
@@ -688,15 +688,15 @@ fn a_newer_format_version_is_named_as_such() {
     );
     let path = trace_path(dir.path(), 0);
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8] = 3;
+    bytes[8] = 4;
     let crc = format::crc32(&[&bytes[..60]]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
     let err = open_dump(dir.path()).unwrap_err().to_string();
     assert!(
         err.ends_with(
-            "rank0.dctrace: trace format version 3 is not supported (this detcheck reads \
-             versions 1 to 2)"
+            "rank0.dctrace: trace format version 4 is not supported (this detcheck reads \
+             versions 1 to 3)"
         ),
         "{err}"
     );
@@ -901,4 +901,51 @@ fn footer_offsets_near_the_end_of_u64_are_corrupt_not_an_overflow() {
             "{environment} {tensor_files}: {err}"
         );
     }
+}
+
+/// A trace of format version 2 (plain md5) against one of version 3 (the tree digest): records
+/// up to 4 KiB compare (both digests are plain md5 there); a larger one is an error naming both
+/// kinds, never "differs".
+#[test]
+fn version_2_and_3_traces_compare_up_to_one_chunk_and_refuse_beyond() {
+    use crate::value::DigestKind;
+    let old_and_new = |len: usize| {
+        let tensor = Tensor::from_vec((0..len).map(|i| i as f32).collect::<Vec<f32>>());
+        let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut recorder = Recorder::new(0, RecordLevel::Digest);
+        recorder.record(0, "x", &tensor);
+        let mut trace = recorder.finish();
+        let mut w = crate::file::TraceWriter::create(new.path(), 0, 1, DumpMode::Md5).unwrap();
+        w.write_record(&trace.records[0], None).unwrap();
+        w.finish().unwrap();
+        let bytes: Vec<u8> = tensor.values::<f32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect();
+        trace.records[0].md5 = crate::value::Md5Digest::of_bytes(&bytes);
+        let mut w = crate::file::TraceWriter::create_version(
+            old.path(),
+            0,
+            1,
+            DumpMode::Md5,
+            format::VERSION_2,
+        )
+        .unwrap();
+        w.write_record(&trace.records[0], None).unwrap();
+        w.finish().unwrap();
+        (old, new)
+    };
+    let (old, new) = old_and_new(1024);
+    assert!(compare(old.path(), new.path()).is_identical());
+    let (old, new) = old_and_new(1025);
+    let options = CompareOptions {
+        max_rows: 10,
+        map: false,
+    };
+    let err = compare_dumps(old.path(), new.path(), &options).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DumpError::MixedDigests { name, step: 0, rank: 0, left: DigestKind::Md5, right: DigestKind::Md5Tree4k } if name == "x"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("cannot compare `x` (step 0, rank 0): A's records carry md5 digests and B's md5-tree-4k"), "{err}");
 }

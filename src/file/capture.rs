@@ -88,18 +88,19 @@ impl CaptureMatcher {
         })
     }
 
-    /// Sees the record (`step`, `name`) with its tensor; writes the tensor when it is the
-    /// captured one.
+    /// Sees the record (`step`, `name`), with its tensor unless its digest was computed
+    /// elsewhere (`None`); writes the tensor when it is the captured one.
     ///
     /// # Errors
-    /// [`DumpError`] when the capture file cannot be written.
+    /// [`DumpError`] when the capture file cannot be written;
+    /// [`DumpError::MissingTensor`] when the captured record comes without its tensor.
     pub(crate) fn see(
         &mut self,
         step: u64,
         name: &str,
-        view: TensorView<'_>,
+        view: Option<TensorView<'_>>,
     ) -> Result<(), DumpError> {
-        if self.done || step != self.capture.step || name != self.capture.name {
+        if !self.wants(step, name) {
             return Ok(());
         }
         let k = self.seen.entry(step).or_insert(0);
@@ -107,9 +108,16 @@ impl CaptureMatcher {
         *k += 1;
         if matched {
             self.done = true;
+            let view = view.ok_or_else(|| DumpError::MissingTensor { name: name.into() })?;
             write_capture(&self.dir, self.capture.rank, view)?;
         }
         Ok(())
+    }
+
+    /// `true` while a record (`step`, `name`) may be the captured one: its tensor must come
+    /// with it.
+    pub(crate) fn wants(&self, step: u64, name: &str) -> bool {
+        !self.done && step == self.capture.step && name == self.capture.name
     }
 }
 
@@ -172,7 +180,7 @@ mod tests {
         let mut m = CaptureMatcher::for_rank(&capture, dir.path(), 1).unwrap();
         for (step, value) in [(1u64, 1.0f32), (2, 2.0), (2, 3.0), (2, 4.0)] {
             Tensor::from_vec(vec![value, -value])
-                .with_view(|v| m.see(step, "a:b", v))
+                .with_view(|v| m.see(step, "a:b", Some(v)))
                 .unwrap();
         }
         let t = read_capture(dir.path(), 1).unwrap().unwrap();

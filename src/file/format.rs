@@ -1,6 +1,8 @@
-//! The byte layout of a trace file (versions 1 and 2), as documented in `docs/trace-format.md`.
+//! The byte layout of a trace file (versions 1 to 3), as documented in `docs/trace-format.md`.
 //!
-//! Everything is little-endian. Version 2 (written by default) is a 64-byte header with the run
+//! Everything is little-endian. Version 3 (written by default) is version 2's layout with one
+//! more header field, the digest its records carry (byte 28: 2 for the tree digest of
+//! `value/md5tree.rs`; versions 1 and 2 carry plain md5). Version 2 is a 64-byte header with the run
 //! id and a CRC-32 of itself; blocks `B` of entries (name definitions `N`, layout definitions
 //! `L`, records `R`), each with the CRC-32 of its framing and its entries; an environment section
 //! `V` (the sorted snapshot); a tensor-file section `T` (full mode: the md5 of each step's
@@ -20,6 +22,7 @@
 use crate::file::{DumpMode, RunId};
 use crate::record::Environment;
 use crate::value::digest::{ExactF64, Md5Digest, Stats};
+use crate::value::md5tree::DigestKind;
 use crate::value::tensor::DType;
 
 /// The first 8 bytes of every trace file.
@@ -27,7 +30,9 @@ pub(crate) const MAGIC: [u8; 8] = *b"DCTRACE\0";
 /// The last 8 bytes of every complete trace file.
 pub(crate) const END_MAGIC: [u8; 8] = *b"DCTREND\0";
 /// The format version this build writes.
-pub(crate) const VERSION: u16 = 2;
+pub(crate) const VERSION: u16 = 3;
+/// The version before the digest field (plain md5 digests), still read.
+pub(crate) const VERSION_2: u16 = 2;
 /// The first version, still read.
 pub(crate) const VERSION_1: u16 = 1;
 /// Bytes of a version 1 header.
@@ -154,6 +159,34 @@ pub(crate) struct Header {
     pub(crate) world_size: u32,
     /// Zero in version 1 (which has none).
     pub(crate) run_id: RunId,
+    /// The digest the records carry: plain md5 before version 3.
+    pub(crate) digest: DigestKind,
+}
+
+/// The digest a writer of `version` gives its records: this build's from version 3 on (older
+/// versions are written only by tests, of records up to one chunk, where the kinds agree).
+pub(crate) fn digest_of_version(version: u16) -> DigestKind {
+    if version >= VERSION {
+        DigestKind::CURRENT
+    } else {
+        DigestKind::Md5
+    }
+}
+
+/// The header's code of a digest kind (byte 28 from version 3 on).
+fn digest_code(kind: DigestKind) -> u8 {
+    match kind {
+        DigestKind::Md5 => 1,
+        DigestKind::Md5Tree4k => 2,
+    }
+}
+
+fn digest_from_code(code: u8) -> Option<DigestKind> {
+    match code {
+        1 => Some(DigestKind::Md5),
+        2 => Some(DigestKind::Md5Tree4k),
+        _ => None,
+    }
 }
 
 /// Why a header could not be decoded.
@@ -182,6 +215,9 @@ pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
         out[11] = CHECKSUM_CRC32;
         out[24..28].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
         out[32..48].copy_from_slice(&h.run_id.0);
+        if h.version >= VERSION {
+            out[28] = digest_code(h.digest);
+        }
         let crc = crc32(&[&out[..60]]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
     }
@@ -234,7 +270,7 @@ pub(crate) fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
                 return damaged(at as u64, "header: a reserved byte is not 0".into());
             }
         }
-        VERSION => {
+        VERSION_2 | VERSION => {
             if b.len() < HEADER_LEN {
                 return Err(HeaderError::Short);
             }
@@ -282,12 +318,21 @@ pub(crate) fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     if version != VERSION_1 {
         run_id.0.copy_from_slice(&b[32..48]);
     }
+    let digest = if version >= VERSION {
+        match digest_from_code(b[28]) {
+            Some(kind) => kind,
+            None => return damaged(28, format!("header: unknown digest code {}", b[28])),
+        }
+    } else {
+        DigestKind::Md5
+    };
     Ok(Header {
         version,
         mode,
         rank,
         world_size,
         run_id,
+        digest,
     })
 }
 
@@ -569,22 +614,44 @@ pub(crate) struct Entry {
     pub(crate) digest: Digest,
 }
 
-/// A content digest: 16 bytes of md5, or fewer for other tools' checksums (msprobe's CRC-32).
-/// An empty digest means the source holds none.
+/// A content digest: 16 bytes of md5 (plain, or the tree digest: `kind`), or fewer for other
+/// tools' checksums (msprobe's CRC-32). An empty digest means the source holds none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Digest {
     pub(crate) bytes: [u8; 16],
     pub(crate) len: u8,
+    /// Which md5 the 16 bytes are (plain md5 for a checksum).
+    pub(crate) kind: DigestKind,
 }
 
 impl Digest {
     pub(crate) const NONE: Digest = Digest {
         bytes: [0; 16],
         len: 0,
+        kind: DigestKind::Md5,
     };
 
-    pub(crate) fn md5(bytes: [u8; 16]) -> Self {
-        Digest { bytes, len: 16 }
+    /// A digest of `kind`.
+    pub(crate) fn of_kind(kind: DigestKind, bytes: [u8; 16]) -> Self {
+        Digest {
+            bytes,
+            len: 16,
+            kind,
+        }
+    }
+
+    /// A record digest of this build ([`DigestKind::CURRENT`]).
+    pub(crate) fn current(bytes: [u8; 16]) -> Self {
+        Digest::of_kind(DigestKind::CURRENT, bytes)
+    }
+
+    /// A checksum of `len` bytes (another tool's).
+    pub(crate) fn checksum(bytes: [u8; 16], len: u8) -> Self {
+        Digest {
+            bytes,
+            len,
+            kind: DigestKind::Md5,
+        }
     }
 
     pub(crate) fn is_none(&self) -> bool {
@@ -626,9 +693,10 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, stats: Option<&Stats>)
     }
 }
 
-/// Decodes the common part of a record (its first 40 bytes, from its tag).
+/// Decodes the common part of a record (its first 40 bytes, from its tag), whose file's header
+/// says its digests are of `kind`.
 #[inline]
-pub(crate) fn decode_record(b: &[u8]) -> Entry {
+pub(crate) fn decode_record(b: &[u8], kind: DigestKind) -> Entry {
     let mut md5 = [0u8; 16];
     md5.copy_from_slice(&b[24..40]);
     Entry {
@@ -637,7 +705,7 @@ pub(crate) fn decode_record(b: &[u8]) -> Entry {
         name: u32_at(b, 4),
         layout: u32_at(b, 20),
         replicated: b[1] & FLAG_REPLICATED != 0,
-        digest: Digest::md5(md5),
+        digest: Digest::of_kind(kind, md5),
     }
 }
 
@@ -684,6 +752,7 @@ mod tests {
             rank: 2,
             world_size: 4,
             run_id: RunId::UNKNOWN,
+            digest: DigestKind::Md5,
         };
         let bytes = encode_header(&v1);
         assert_eq!(bytes.len(), HEADER_LEN_V1);
@@ -706,7 +775,7 @@ mod tests {
         ));
 
         let v2 = Header {
-            version: VERSION,
+            version: VERSION_2,
             run_id: RunId([7; 16]),
             ..v1
         };
@@ -714,6 +783,23 @@ mod tests {
         assert_eq!(bytes.len(), HEADER_LEN);
         assert_eq!(&bytes[..12], b"DCTRACE\0\x02\x00\x02\x01");
         assert_eq!(decode_header(&bytes), Ok(v2));
+        // Version 3: version 2's layout and the digest's code in byte 28.
+        let v3 = Header {
+            version: VERSION,
+            digest: DigestKind::Md5Tree4k,
+            ..v2
+        };
+        let bytes = encode_header(&v3);
+        assert_eq!((&bytes[8..10], bytes[28]), (&[3, 0][..], 2));
+        assert_eq!(decode_header(&bytes), Ok(v3));
+        let mut unknown = bytes.clone();
+        unknown[28] = 9;
+        let crc = crc32(&[&unknown[..60]]);
+        unknown[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode_header(&unknown),
+            Err(HeaderError::Damaged { offset: 28, .. })
+        ));
         assert_eq!(decode_header(&bytes[..40]), Err(HeaderError::Short));
         // Every damaged byte is reported as damage, never as another version or not a trace.
         for at in 0..HEADER_LEN {
@@ -727,10 +813,10 @@ mod tests {
         }
         // A newer version with an intact header is a version this build does not read.
         let mut newer = bytes;
-        newer[8] = 3;
+        newer[8] = 4;
         let crc = crc32(&[&newer[..60]]);
         newer[60..64].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode_header(&newer), Err(HeaderError::Version(3)));
+        assert_eq!(decode_header(&newer), Err(HeaderError::Version(4)));
     }
 
     #[test]
@@ -797,7 +883,7 @@ mod tests {
             name: 1,
             layout: 2,
             replicated: true,
-            digest: Digest::md5([9; 16]),
+            digest: Digest::current([9; 16]),
         };
         let s = Stats {
             max: Some(ExactF64(f64::INFINITY)),
@@ -811,12 +897,12 @@ mod tests {
         let mut out = Vec::new();
         encode_record(&mut out, &e, Some(&s));
         assert_eq!(out.len(), RECORD_LEN_STATS);
-        assert_eq!(decode_record(&out), e);
+        assert_eq!(decode_record(&out, DigestKind::CURRENT), e);
         assert_eq!(decode_stats(&out), s);
         out.clear();
         encode_record(&mut out, &e, None);
         assert_eq!(out.len(), RECORD_LEN_MD5);
-        assert_eq!(decode_record(&out), e);
+        assert_eq!(decode_record(&out, DigestKind::CURRENT), e);
     }
 
     #[test]

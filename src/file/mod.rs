@@ -35,7 +35,7 @@ mod writer;
 
 #[cfg(test)]
 pub(crate) use writer::{write_trace, write_trace_v2};
-pub use writer::{EnvironmentHandle, TraceWriter};
+pub use writer::{Digested, EnvironmentHandle, TraceWriter};
 
 pub(crate) use reader::{load_trace, open_dump, Dump};
 pub(crate) use source::Batch;
@@ -178,8 +178,12 @@ pub enum DumpError {
         /// The step already written.
         last: u64,
     },
-    /// Full-tensor mode was asked to write a record without its tensor.
-    #[error("full-tensor mode needs the tensor of `{name}`, but only its record was given")]
+    /// A record that must be written with its tensor (full-tensor mode, or the record a re-run
+    /// captures) was given without it (only its record, or only its digest).
+    #[error(
+        "`{name}` must be written with its tensor (full-tensor mode, or the record a re-run \
+         captures), but only its record was given"
+    )]
     MissingTensor {
         /// The record's name.
         name: String,
@@ -227,6 +231,26 @@ pub enum DumpError {
         lock: PathBuf,
         /// Who held it ([`Holder`]), as text.
         holder: String,
+    },
+    /// Two records to compare carry digests of two kinds that differ for a tensor of their
+    /// size (a trace of format version 2 against one of version 3, for a tensor over 4 KiB).
+    #[error(
+        "cannot compare `{name}` (step {step}, rank {rank}): A's records carry {left} digests and \
+         B's {right}, which differ for a tensor over 4 KiB (trace format 2 wrote plain md5, \
+         format 3 writes the md5 tree of docs/trace-format.md); record both runs with one \
+         detcheck version"
+    )]
+    MixedDigests {
+        /// The record's name.
+        name: String,
+        /// Its step.
+        step: u64,
+        /// Its rank.
+        rank: u32,
+        /// A's digest.
+        left: crate::value::DigestKind,
+        /// B's digest.
+        right: crate::value::DigestKind,
     },
     /// The tensors of a step could not be encoded or decoded as safetensors.
     #[error("{}: safetensors: {detail}", path.display())]

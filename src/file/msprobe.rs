@@ -428,7 +428,7 @@ impl StepReader {
             if let Some(crc) = checksum(&file, is_bf16(layout))? {
                 let mut bytes = [0u8; 16];
                 bytes[..4].copy_from_slice(&crc.to_be_bytes());
-                entry.digest = Digest { bytes, len: 4 };
+                entry.digest = Digest::checksum(bytes, 4);
             }
         }
         Ok(Step {
@@ -684,10 +684,7 @@ fn parse_hex(hex: &[u8]) -> Option<Digest> {
     for (i, byte) in bytes.iter_mut().take(hex.len() / 2).enumerate() {
         *byte = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
     }
-    Some(Digest {
-        bytes,
-        len: (hex.len() / 2) as u8,
-    })
+    Some(Digest::checksum(bytes, (hex.len() / 2) as u8))
 }
 
 /// What an object's field held, for the fields a tensor needs.

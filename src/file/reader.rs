@@ -20,6 +20,7 @@ use crate::file::tensorfile;
 use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
 use crate::record::{Environment, RankTrace, Record, Trace};
 use crate::value::digest::{Md5Digest, Stats};
+use crate::value::md5tree::DigestKind;
 use crate::value::tensor::{DType, Tensor};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
@@ -241,6 +242,8 @@ pub(crate) struct TraceReader {
     file: File,
     footer: Footer,
     version: u16,
+    /// The digest the file's records carry (its header's).
+    digest: DigestKind,
     buf: Vec<u8>,
     pos: usize,
     end: usize,
@@ -368,6 +371,7 @@ impl TraceReader {
             record_len: format::record_len(header.mode),
             footer,
             version: header.version,
+            digest: header.digest,
             buf: vec![0; READ_BUFFER],
             pos: 0,
             end: 0,
@@ -578,7 +582,7 @@ impl TraceReader {
     #[inline]
     fn take_record(&mut self, batch: &mut Batch) -> Result<(), DumpError> {
         let bytes = &self.buf[self.pos..self.pos + self.record_len];
-        let e = format::decode_record(bytes);
+        let e = format::decode_record(bytes, self.digest);
         if e.name as usize >= self.names.len() || e.layout as usize >= self.layouts.len() {
             return Err(self.corrupt(format!(
                 "record points to name {} or layout {} before its definition",
@@ -932,8 +936,10 @@ pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError
         let mut source = dump.open_rank(rank)?;
         let mut batch = Batch::default();
         let mut records = Vec::new();
+        let mut digest = DigestKind::CURRENT;
         while source.next_step(&mut batch)?.is_some() {
             for (i, entry) in batch.entries.iter().enumerate() {
+                digest = entry.digest.kind;
                 let layout = &source.layouts()[entry.layout as usize];
                 let dtype: DType =
                     serde_json::from_value(serde_json::Value::String(layout.dtype.clone()))
@@ -969,6 +975,7 @@ pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError
             rank,
             records,
             environment: source.environment().cloned(),
+            digest,
         });
     }
     Ok(Trace { ranks })

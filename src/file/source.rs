@@ -9,7 +9,7 @@ use crate::file::format::Entry;
 use crate::file::DumpError;
 use crate::record::Environment;
 use crate::value::digest::Stats;
-use crate::value::tensor::Tensor;
+use crate::value::tensor::{DType, Tensor};
 
 /// A record's dtype and shape, as its source names them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,13 @@ impl Layout {
     pub(crate) fn describe(&self) -> String {
         let dims: Vec<String> = self.shape.iter().map(ToString::to_string).collect();
         format!("{}[{}]", self.dtype, dims.join(","))
+    }
+
+    /// The bytes of the tensor, saturating; `None` for a dtype detcheck does not know (another
+    /// tool's name).
+    pub(crate) fn num_bytes(&self) -> Option<u64> {
+        let dtype = DType::ALL.into_iter().find(|d| d.name() == self.dtype)?;
+        Some(self.num_elements().saturating_mul(dtype.size_of() as u64))
     }
 
     /// The product of the shape, saturating: a shape read from a file may overflow 64 bits.

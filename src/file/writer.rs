@@ -20,13 +20,31 @@ use crate::record::environment::keys;
 #[cfg(test)]
 use crate::record::Trace;
 use crate::record::{Environment, Record};
-use crate::value::digest::Md5Digest;
+use crate::value::digest::{Md5Digest, Stats};
 use crate::value::tensor::{DType, Tensor, TensorView};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+/// A record whose digest was computed elsewhere (a GPU kernel, another process): what
+/// [`TraceWriter::record_digested`] writes instead of reading a tensor's bytes. The digest must be
+/// the tree digest of the tensor's canonical bytes ([`crate::value::tree_digest`]; the Python
+/// package's Triton kernel computes it on a GPU).
+#[derive(Debug, Clone, Copy)]
+pub struct Digested<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: &'a [usize],
+    /// The tree digest of the canonical bytes.
+    pub digest: Md5Digest,
+    /// Statistics, where they were computed (written in stats mode).
+    pub stats: Option<Stats>,
+    /// `true` when every rank must hold identical bits for it.
+    pub replicated: bool,
+}
 
 /// Writes the trace file of one rank, record by record, as `docs/trace-format.md` describes.
 ///
@@ -209,6 +227,7 @@ impl TraceWriter {
             rank,
             world_size,
             run_id: RunId::UNKNOWN,
+            digest: format::digest_of_version(version),
         });
         out.write_all(&header)
             .map_err(|e| DumpError::io("write", &tmp, e))?;
@@ -342,6 +361,50 @@ impl TraceWriter {
         self.record_any(step, name, view, true)
     }
 
+    /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU for
+    /// instance ([`Digested`]): no bytes are read or written. `stats` are written in stats mode
+    /// (empty when `None`).
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record`]; [`DumpError::MissingTensor`] in full mode, or for the record
+    /// a re-run captures ([`TraceWriter::needs_tensor`] says which records must come with
+    /// their tensor).
+    pub fn record_digested(
+        &mut self,
+        step: u64,
+        name: &str,
+        digested: &Digested<'_>,
+    ) -> Result<(), DumpError> {
+        let seq = match self.last {
+            Some((last_step, last_seq)) if last_step == step => last_seq + 1,
+            _ => 0,
+        };
+        let record = Record {
+            rank: self.rank,
+            step,
+            seq,
+            name: name.to_owned(),
+            replicated: digested.replicated,
+            dtype: digested.dtype,
+            shape: digested.shape.to_vec(),
+            md5: digested.digest,
+            stats: if self.mode.has_stats() {
+                digested.stats.unwrap_or_default()
+            } else {
+                Stats::default()
+            },
+        };
+        self.write_record_view(&record, None)
+    }
+
+    /// `true` when the record (`step`, `name`) must be given with its tensor: in full mode, and
+    /// for a record the re-run's capture may want. A caller that computes digests elsewhere
+    /// copies only those tensors.
+    #[must_use]
+    pub fn needs_tensor(&self, step: u64, name: &str) -> bool {
+        self.mode == DumpMode::Full || self.capture.as_ref().is_some_and(|m| m.wants(step, name))
+    }
+
     fn record_tensor(
         &mut self,
         step: u64,
@@ -413,7 +476,7 @@ impl TraceWriter {
                 self.flush_tensors(last.0)?;
             }
         }
-        if let (Some(matcher), Some(view)) = (self.capture.as_mut(), view) {
+        if let Some(matcher) = self.capture.as_mut() {
             matcher.see(record.step, &record.name, view)?;
         }
         if self.mode == DumpMode::Full {
@@ -452,7 +515,7 @@ impl TraceWriter {
             name,
             layout,
             replicated: record.replicated,
-            digest: Digest::md5(record.md5.0),
+            digest: Digest::current(record.md5.0),
         };
         let stats = self.mode.has_stats().then_some(&record.stats);
         format::encode_record(&mut self.scratch, &entry, stats);
@@ -575,6 +638,7 @@ impl TraceWriter {
             rank: self.rank,
             world_size: self.world_size,
             run_id: self.run_id,
+            digest: format::digest_of_version(self.version),
         });
         let tmp = &self.tmp;
         let mut out = self.out.take().expect("finished once");

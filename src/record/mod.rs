@@ -8,8 +8,8 @@
 //! ranks of a run form a [`Trace`].
 //!
 //! Speed: md5 is a chain (one buffer runs at one core's ~0.5 GB/s), so the recorder copies each
-//! tensor's canonical bytes (memcpy speed) and digests the records in batches, many buffers at
-//! once in SIMD lanes ([`crate::value::md5_of_many`]): when `BATCH_RECORDS` (64) records or
+//! tensor's canonical bytes (memcpy speed) and digests the records in batches, the 4 KiB chunks of
+//! many buffers at once in SIMD lanes ([`crate::value::tree_digest_of_many`]): when `BATCH_RECORDS` (64) records or
 //! `BATCH_BYTES` (16 MiB) wait, and when the recorder finishes. A tensor of `BATCH_BYTES` or more
 //! is digested in place at once (no copy; alone in its lane it would gain nothing). Stats are
 //! computed when a tensor is recorded, from its own bytes, which the program has usually just
@@ -34,7 +34,7 @@ pub use environment::Environment;
 pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
 
 use crate::value::digest::{Md5Digest, Stats};
-use crate::value::md5x::md5_of_many;
+use crate::value::md5tree::{tree_digest_of_many, DigestKind};
 use crate::value::tensor::{DType, Tensor, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,7 +69,8 @@ pub struct Record {
     pub dtype: DType,
     /// Shape.
     pub shape: Vec<usize>,
-    /// md5 of the canonical bytes.
+    /// The digest of the canonical bytes: the tree digest (`value/md5tree.rs`; plain md5 up to
+    /// 4 KiB), or plain md5 in a trace of format version 1 or 2 (its [`RankTrace::digest`]).
     pub md5: Md5Digest,
     /// Summary statistics (empty at [`RecordLevel::Digest`]).
     pub stats: Stats,
@@ -354,7 +355,7 @@ impl Recorder {
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         let buffers: Vec<&[u8]> = pending.iter().map(Pending::bytes).collect();
-        let md5s = md5_of_many(&buffers);
+        let md5s = tree_digest_of_many(&buffers);
         for (p, md5) in pending.iter().zip(md5s) {
             let view = p.view();
             let record = Record {
@@ -396,6 +397,7 @@ impl Recorder {
             rank: self.rank,
             records: self.records,
             environment: None,
+            digest: DigestKind::CURRENT,
         }
     }
 }
@@ -411,6 +413,10 @@ pub struct RankTrace {
     /// in this process, or a file of format version 1).
     #[serde(default)]
     pub environment: Option<Environment>,
+    /// The digest its records carry: this build's, or plain md5 for a trace file of format
+    /// version 1 or 2.
+    #[serde(default)]
+    pub digest: DigestKind,
 }
 
 /// All records of one run: one [`RankTrace`] per rank, in rank order.

@@ -300,7 +300,7 @@ pub(crate) fn run_rank(
                 result = w.write_record_view(record, Some(view));
             }
             if let (Ok(()), Some(m)) = (&result, tapped.matcher.as_mut()) {
-                result = m.see(record.step, &record.name, view);
+                result = m.see(record.step, &record.name, Some(view));
             }
             if let Err(e) = result {
                 tapped.error = Some(e);

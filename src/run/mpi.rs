@@ -377,12 +377,14 @@ fn assemble(outcomes: Vec<Outcome>) -> Result<Trace, LaunchError> {
 mod tests {
     use super::*;
     use crate::comm::{CollectiveId, CollectiveKind};
+    use crate::value::DigestKind;
 
     fn trace(rank: u32) -> Outcome {
         Outcome::Trace(RankTrace {
             rank,
             records: Vec::new(),
             environment: None,
+            digest: DigestKind::CURRENT,
         })
     }
 

@@ -1,9 +1,10 @@
 //! Digests and summary statistics of a tensor.
 //!
-//! [`Md5Digest`] is the md5 (RFC 1321, the `md-5` crate) of a tensor's canonical little-endian bytes
-//! (see [`crate::Tensor::for_each_canonical_chunk`]): the same value `hashlib.md5(arr.tobytes())`
-//! gives for a little-endian numpy array, so digests can be checked outside detcheck. Dtype and
-//! shape are kept beside the digest in a record and compared with it.
+//! [`Md5Digest`] is 16 bytes of md5 (RFC 1321, the `md-5` crate): of raw bytes
+//! ([`Md5Digest::of_bytes`]: files, run ids), or a tensor's digest, the tree digest of its
+//! canonical little-endian bytes (`Md5Digest::of_view`, in `value/md5tree.rs`), which is
+//! `hashlib.md5(arr.tobytes())` for a tensor of at most 4 KiB. Dtype and shape are kept beside the
+//! digest in a record and compared with it.
 //!
 //! [`Stats`] are max, min, mean and L2 norm, accumulated in `f64` in eight interleaved lanes
 //! combined in lane order (a fixed order, so a pure function of the values), and the counts of
@@ -30,18 +31,6 @@ use std::fmt;
 pub struct Md5Digest(pub [u8; 16]);
 
 impl Md5Digest {
-    /// The md5 of `tensor`'s canonical bytes.
-    #[must_use]
-    pub fn of_tensor(tensor: &Tensor) -> Self {
-        tensor.with_view(Md5Digest::of_view)
-    }
-
-    /// The md5 of a view's canonical bytes, read in place.
-    #[must_use]
-    pub fn of_view(view: TensorView<'_>) -> Self {
-        Md5Digest::of_bytes(view.bytes())
-    }
-
     /// The md5 of raw bytes.
     #[must_use]
     pub fn of_bytes(bytes: &[u8]) -> Self {
@@ -278,12 +267,63 @@ impl StatsAccumulator {
         let min = fold(self.min, |a, b| if b < a { b } else { a }).unwrap_or(f64::INFINITY);
         let sum = fold(self.sum, |a, b| a + b).unwrap_or(0.0);
         let sum_sq = fold(self.sum_sq, |a, b| a + b).unwrap_or(0.0);
+        Stats::from_totals(
+            len as u64,
+            Totals {
+                max,
+                min,
+                sum,
+                sum_sq,
+                nan: self.nan,
+                pos_inf: self.pos_inf,
+                neg_inf: self.neg_inf,
+            },
+        )
+    }
+}
 
-        let any_number = len as u64 > self.nan;
+/// What statistics are made of, summed however a device sums: the largest and smallest finite
+/// values (-inf and +inf when there is none), the sum and the sum of squares of the finite
+/// values, and the counts of NaN, +Inf and -Inf. A GPU kernel (the Python package's) computes
+/// these; [`Stats::from_totals`] turns them into [`Stats`] by the rules the CPU's stats follow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Totals {
+    /// Largest finite value (-inf when there is none).
+    pub max: f64,
+    /// Smallest finite value (+inf when there is none).
+    pub min: f64,
+    /// Sum of the finite values.
+    pub sum: f64,
+    /// Sum of their squares.
+    pub sum_sq: f64,
+    /// NaN elements.
+    pub nan: u64,
+    /// +Inf elements.
+    pub pos_inf: u64,
+    /// -Inf elements.
+    pub neg_inf: u64,
+}
+
+impl Stats {
+    /// The statistics of `len` elements from their [`Totals`]: max and min count infinities
+    /// and skip NaN; mean and norm are NaN with a NaN (or both infinities), infinite with an
+    /// infinity, `None` when empty.
+    #[must_use]
+    pub fn from_totals(len: u64, totals: Totals) -> Stats {
+        let Totals {
+            max,
+            min,
+            sum,
+            sum_sq,
+            nan,
+            pos_inf,
+            neg_inf,
+        } = totals;
+        let any_number = len > nan;
         let (max, min) = if any_number {
             (
-                Some(if self.pos_inf > 0 { f64::INFINITY } else { max }),
-                Some(if self.neg_inf > 0 {
+                Some(if pos_inf > 0 { f64::INFINITY } else { max }),
+                Some(if neg_inf > 0 {
                     f64::NEG_INFINITY
                 } else {
                     min
@@ -294,17 +334,17 @@ impl StatsAccumulator {
         };
         let (mean, norm) = if len == 0 {
             (None, None)
-        } else if self.nan > 0 || (self.pos_inf > 0 && self.neg_inf > 0) {
+        } else if nan > 0 || (pos_inf > 0 && neg_inf > 0) {
             (
                 Some(f64::NAN),
-                Some(if self.nan > 0 {
+                Some(if nan > 0 {
                     f64::NAN
                 } else {
                     f64::INFINITY
                 }),
             )
-        } else if self.pos_inf > 0 || self.neg_inf > 0 {
-            let inf = if self.pos_inf > 0 {
+        } else if pos_inf > 0 || neg_inf > 0 {
+            let inf = if pos_inf > 0 {
                 f64::INFINITY
             } else {
                 f64::NEG_INFINITY
@@ -318,9 +358,9 @@ impl StatsAccumulator {
             min: min.map(ExactF64),
             mean: mean.map(ExactF64),
             norm: norm.map(ExactF64),
-            nan: self.nan,
-            pos_inf: self.pos_inf,
-            neg_inf: self.neg_inf,
+            nan,
+            pos_inf,
+            neg_inf,
         }
     }
 }

@@ -10,16 +10,18 @@
 //! the bottom layer: it uses no other module of the crate.
 
 pub(crate) mod digest;
+pub(crate) mod md5tree;
 pub(crate) mod md5x;
 pub(crate) mod reduce;
 pub(crate) mod reprosum;
 pub(crate) mod seed;
 pub(crate) mod tensor;
 
-pub use digest::{ExactF64, Md5Digest, Stats};
+pub use digest::{ExactF64, Md5Digest, Stats, Totals};
 /// The `f16` and `bf16` element types (the `half` crate's), for [`TensorData::F16`] and
 /// [`TensorData::BF16`].
 pub use half::{bf16, f16};
+pub use md5tree::{tree_digest, tree_digest_of_many, DigestKind, TreeLanes, CHUNK_BYTES};
 pub use md5x::{md5_of_many, Md5Lanes};
 pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
