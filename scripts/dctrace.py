@@ -13,7 +13,8 @@ import struct
 import sys
 import zlib
 
-DTYPES = {1: "f32", 2: "f64", 3: "i64", 4: "u8", 5: "f16", 6: "bf16", 7: "i32", 8: "bool"}
+DTYPES = {1: "f32", 2: "f64", 3: "i64", 4: "u8", 5: "f16", 6: "bf16", 7: "i32", 8: "bool",
+          9: "i8", 10: "i16", 11: "u16", 12: "f8e4m3fn", 13: "f8e5m2", 14: "c64", 15: "c128"}
 MODES = {1: "md5", 2: "stats", 3: "full"}
 
 

@@ -23,6 +23,12 @@ fn dtype(d: Dtype) -> Result<DType, String> {
         Dtype::I64 => DType::I64,
         Dtype::U8 => DType::U8,
         Dtype::BOOL => DType::Bool,
+        Dtype::I8 => DType::I8,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::F8_E4M3 => DType::F8E4M3,
+        Dtype::F8_E5M2 => DType::F8E5M2,
+        Dtype::C64 => DType::C64,
         other => return Err(format!("unsupported dtype {other:?}")),
     })
 }

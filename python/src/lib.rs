@@ -35,7 +35,7 @@ use detcheck::file::{
     TraceWriter as RustWriter,
 };
 use detcheck::record::hints::Subject;
-use detcheck::value::{DType, TensorView, ViewError};
+use detcheck::value::{tree_digest, DType, Stats, TensorView, Totals, ViewError};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -43,7 +43,8 @@ use pyo3::types::PyTuple;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use worker::{Background, Failure, Job};
+use std::collections::BTreeMap;
+use worker::{Background, Failure, Job, JobDigest};
 
 pyo3::create_exception!(
     detcheck,
@@ -58,12 +59,12 @@ pyo3::create_exception!(
 const DETACH_BYTES: usize = 256 << 10;
 
 /// The dtype of a buffer's struct format and item size, when detcheck records it as it is:
-/// little-endian (or one byte per item) and of one of the supported dtypes.
+/// little-endian (or one byte per item) and of one of the supported dtypes. Complex numbers are
+/// numpy's `Zf` (complex64) and `Zd` (complex128); numpy has no 8-bit float format.
 fn buffer_dtype(format: &str, itemsize: usize) -> Option<DType> {
     let (order, code) = match format.as_bytes() {
-        [code] => (b'@', *code),
-        [order @ (b'@' | b'=' | b'<' | b'>' | b'!'), code] => (*order, *code),
-        _ => return None,
+        [order @ (b'@' | b'=' | b'<' | b'>' | b'!'), code @ ..] => (*order, code),
+        code => (b'@', code),
     };
     let little = match order {
         b'<' => true,
@@ -74,18 +75,24 @@ fn buffer_dtype(format: &str, itemsize: usize) -> Option<DType> {
         return None;
     }
     match (code, itemsize) {
-        (b'e', 2) => Some(DType::F16),
-        (b'f', 4) => Some(DType::F32),
-        (b'd', 8) => Some(DType::F64),
-        (b'b' | b'h' | b'i' | b'l' | b'q' | b'n', 4) => Some(DType::I32),
-        (b'b' | b'h' | b'i' | b'l' | b'q' | b'n', 8) => Some(DType::I64),
-        (b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' | b'c', 1) => Some(DType::U8),
-        (b'?', 1) => Some(DType::Bool),
+        ([b'e'], 2) => Some(DType::F16),
+        ([b'f'], 4) => Some(DType::F32),
+        ([b'd'], 8) => Some(DType::F64),
+        ([b'Z', b'f'], 8) => Some(DType::C64),
+        ([b'Z', b'd'], 16) => Some(DType::C128),
+        ([b'b' | b'h' | b'i' | b'l' | b'q' | b'n'], 1) => Some(DType::I8),
+        ([b'b' | b'h' | b'i' | b'l' | b'q' | b'n'], 2) => Some(DType::I16),
+        ([b'b' | b'h' | b'i' | b'l' | b'q' | b'n'], 4) => Some(DType::I32),
+        ([b'b' | b'h' | b'i' | b'l' | b'q' | b'n'], 8) => Some(DType::I64),
+        ([b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' | b'c'], 1) => Some(DType::U8),
+        ([b'B' | b'H' | b'I' | b'L' | b'Q' | b'N'], 2) => Some(DType::U16),
+        ([b'?'], 1) => Some(DType::Bool),
         _ => None,
     }
 }
 
-/// The dtype `_arrays.normalize` names (numpy's names, and torch's `bfloat16`).
+/// The dtype `_arrays.normalize` names (numpy's names, and torch's `bfloat16`,
+/// `float8_e4m3fn` and `float8_e5m2`, which are also ml_dtypes' names).
 fn dtype_named(name: &str) -> Option<DType> {
     Some(match name {
         "float16" => DType::F16,
@@ -96,6 +103,13 @@ fn dtype_named(name: &str) -> Option<DType> {
         "int64" => DType::I64,
         "uint8" => DType::U8,
         "bool" => DType::Bool,
+        "int8" => DType::I8,
+        "int16" => DType::I16,
+        "uint16" => DType::U16,
+        "float8_e4m3fn" => DType::F8E4M3,
+        "float8_e5m2" => DType::F8E5M2,
+        "complex64" => DType::C64,
+        "complex128" => DType::C128,
         _ => return None,
     })
 }
@@ -150,6 +164,12 @@ struct PyTraceWriter {
     last: Option<(u64, u32)>,
     /// The writer's environment snapshot (the writer itself is the thread's).
     environment: EnvironmentHandle,
+    /// The capture a re-run asks of this rank (`DETCHECK_CAPTURE`), if any.
+    capture: Option<Capture>,
+    /// Called before `flush` and `close` (`_add_drain`).
+    drains: Vec<Py<PyAny>>,
+    /// The records `_record_later` holds places for: token -> (name, dtype, elements).
+    unfilled: BTreeMap<u64, (String, DType, usize)>,
 }
 
 impl PyTraceWriter {
@@ -157,7 +177,13 @@ impl PyTraceWriter {
         let path = writer.path().to_owned();
         let environment = writer.environment_handle();
         let inner = Background::start(writer, rank, mode)?;
+        let capture = Capture::from_env()
+            .map(|(capture, _)| capture)
+            .filter(|c| c.rank == rank);
         Ok(PyTraceWriter {
+            capture,
+            drains: Vec::new(),
+            unfilled: BTreeMap::new(),
             path,
             inner: Some(inner),
             rank,
@@ -233,17 +259,7 @@ impl PyTraceWriter {
         let shape = buffer.shape();
         let view =
             TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
-        let seq = match self.last {
-            Some((last, seq)) if last == step => seq + 1,
-            Some((last, _)) if last > step => {
-                return Err(dump_error(DumpError::OutOfOrder {
-                    name: name.to_owned(),
-                    step,
-                    last,
-                }))
-            }
-            _ => 0,
-        };
+        let seq = self.next_seq(step, name)?;
         let bytes = view.bytes();
         let inner = self.open(name)?;
         let mut data = inner.buffer(bytes.len());
@@ -264,11 +280,95 @@ impl PyTraceWriter {
                 dtype,
                 shape: shape.clone(),
                 data,
+                digest: JobDigest::Compute,
             })
             .map_err(failure_error)?;
         self.last = Some((step, seq));
         self.num_records += 1;
         Ok(())
+    }
+
+    /// Calls the drains (outside any borrow: they record into this writer).
+    fn drain(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let drains: Vec<Py<PyAny>> = {
+            let this = slf.borrow();
+            if this.inner.is_none() {
+                return Ok(());
+            }
+            this.drains.iter().map(|d| d.clone_ref(slf.py())).collect()
+        };
+        for drain in drains {
+            drain.call0(slf.py())?;
+        }
+        Ok(())
+    }
+
+    /// The seq of the next record of `step`; records must come in step order.
+    fn next_seq(&self, step: u64, name: &str) -> PyResult<u32> {
+        match self.last {
+            Some((last, seq)) if last == step => Ok(seq + 1),
+            Some((last, _)) if last > step => Err(dump_error(DumpError::OutOfOrder {
+                name: name.to_owned(),
+                step,
+                last,
+            })),
+            _ => Ok(0),
+        }
+    }
+}
+
+/// What a GPU kernel sums for a record's statistics (`detcheck/_device.py`): max, min, sum and
+/// sum of squares of the finite values, and the counts of NaN, +Inf and -Inf.
+type TotalsTuple = (f64, f64, f64, f64, u64, u64, u64);
+
+/// The number of elements of `shape`, when its bytes fit this machine.
+fn checked_len(name: &str, dtype: DType, shape: &[usize]) -> PyResult<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|n| n.checked_mul(dtype.size_of()).is_some())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "cannot record `{name}`: shape {shape:?} of {dtype} is too large"
+            ))
+        })
+}
+
+/// A digest given from Python: 16 bytes.
+fn digest_bytes(name: &str, digest: &[u8]) -> PyResult<[u8; 16]> {
+    digest.try_into().map_err(|_| {
+        PyValueError::new_err(format!(
+            "cannot record `{name}`: a digest is 16 bytes, not {}",
+            digest.len()
+        ))
+    })
+}
+
+/// The statistics of `len` elements of `dtype` from a device's totals (none: empty statistics);
+/// a complex tensor's totals are over its 2 `len` parts, as the CPU's statistics are.
+fn stats_of_totals(dtype: DType, len: usize, totals: Option<TotalsTuple>) -> Stats {
+    let parts = if dtype.is_complex() { 2 * len } else { len };
+    let stats = totals.map_or_else(
+        Stats::default,
+        |(max, min, sum, sum_sq, nan, pos_inf, neg_inf)| {
+            Stats::from_totals(
+                parts as u64,
+                Totals {
+                    max,
+                    min,
+                    sum,
+                    sum_sq,
+                    nan,
+                    pos_inf,
+                    neg_inf,
+                },
+            )
+        },
+    );
+    if dtype.is_complex() && totals.is_some() {
+        Stats::of_complex_parts(stats)
+    } else {
+        stats
     }
 }
 
@@ -347,6 +447,114 @@ impl PyTraceWriter {
         self.record_any(step, name, array, true)
     }
 
+    /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU by
+    /// `detcheck/_device.py`: `dtype` as `record` names it (`float32`, `bfloat16` ...), the
+    /// 16-byte tree digest of its canonical bytes, and `totals` = (max, min, sum, sum of squares
+    /// of the finite values, NaN, +Inf and -Inf counts) or `None`. No bytes are read. A record
+    /// that must come with its tensor (`needs_tensor`) is refused by the writer's thread.
+    #[pyo3(signature = (step, name, dtype, shape, digest, totals = None, replicated = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn record_digested(
+        &mut self,
+        step: u64,
+        name: &str,
+        dtype: &str,
+        shape: Vec<usize>,
+        digest: &[u8],
+        totals: Option<TotalsTuple>,
+        replicated: bool,
+    ) -> PyResult<()> {
+        self.open(name)?;
+        let dtype = dtype_named(dtype).ok_or_else(|| {
+            PyTypeError::new_err(format!("cannot record `{name}`: unsupported dtype {dtype}"))
+        })?;
+        let len = checked_len(name, dtype, &shape)?;
+        let digest = digest_bytes(name, digest)?;
+        let stats = stats_of_totals(dtype, len, totals);
+        let seq = self.next_seq(step, name)?;
+        let inner = self.open(name)?;
+        inner
+            .submit(Job {
+                step,
+                seq,
+                name: name.to_owned(),
+                replicated,
+                dtype,
+                shape,
+                data: Vec::new(),
+                digest: JobDigest::Given(digest, stats),
+            })
+            .map_err(failure_error)?;
+        self.last = Some((step, seq));
+        self.num_records += 1;
+        Ok(())
+    }
+
+    /// Holds the place of a record whose digest a device is still computing, and returns its
+    /// token for `_fill`: records given after it are written after it, once it is filled
+    /// (`detcheck._device_records`). `flush` and `close` call the drains first, which fill
+    /// every place; a place never filled fails the file.
+    #[pyo3(signature = (step, name, dtype, shape, replicated = false))]
+    fn _record_later(
+        &mut self,
+        step: u64,
+        name: &str,
+        dtype: &str,
+        shape: Vec<usize>,
+        replicated: bool,
+    ) -> PyResult<u64> {
+        self.open(name)?;
+        let dtype = dtype_named(dtype).ok_or_else(|| {
+            PyTypeError::new_err(format!("cannot record `{name}`: unsupported dtype {dtype}"))
+        })?;
+        let len = checked_len(name, dtype, &shape)?;
+        let seq = self.next_seq(step, name)?;
+        let token = self.num_records;
+        let inner = self.open(name)?;
+        inner
+            .submit(Job {
+                step,
+                seq,
+                name: name.to_owned(),
+                replicated,
+                dtype,
+                shape,
+                data: Vec::new(),
+                digest: JobDigest::Later,
+            })
+            .map_err(failure_error)?;
+        self.unfilled.insert(token, (name.to_owned(), dtype, len));
+        self.last = Some((step, seq));
+        self.num_records += 1;
+        Ok(token)
+    }
+
+    /// Gives the record of `token` (`_record_later`) its 16-byte digest and its totals (as
+    /// `record_digested` takes them).
+    #[pyo3(signature = (token, digest, totals = None))]
+    fn _fill(&mut self, token: u64, digest: &[u8], totals: Option<TotalsTuple>) -> PyResult<()> {
+        let Some((name, dtype, len)) = self.unfilled.get(&token).cloned() else {
+            return Err(PyValueError::new_err(format!(
+                "no record waits for its digest under token {token}"
+            )));
+        };
+        let digest = digest_bytes(&name, digest)?;
+        self.unfilled.remove(&token);
+        let stats = stats_of_totals(dtype, len, totals);
+        let inner = self.open(&name)?;
+        inner.fill(token, digest, stats).map_err(failure_error)
+    }
+
+    /// `True` when the record (`step`, `name`) must be given with its tensor (`record`), not
+    /// only its digest: every record in full mode, and the record a re-run captures.
+    fn needs_tensor(&self, step: u64, name: &str) -> bool {
+        self.mode == DumpMode::Full
+            || self
+                .capture
+                .as_ref()
+                .is_some_and(|c| c.step == step && c.name == name)
+    }
+
     /// Adds `key = value` to the trace's environment snapshot (replacing an earlier value of
     /// `key`): what could change bits that detcheck cannot see, such as a framework's version.
     /// `detcheck compare` and failed checks print the entries that differ between two runs.
@@ -365,20 +573,38 @@ impl PyTraceWriter {
 
     /// Waits until every record given so far is hashed and written to the file (its buffer),
     /// and raises the writer thread's failure if it had one. Recording goes on afterwards.
-    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let Some(inner) = self.inner.as_mut() {
-            py.detach(|| inner.flush()).map_err(failure_error)?;
+    /// Records whose digests are still on a device (`detcheck.torch.watch`'s) are handed over
+    /// first.
+    fn flush(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::drain(slf)?;
+        let mut this = slf.borrow_mut();
+        if let Some(inner) = this.inner.as_mut() {
+            slf.py().detach(|| inner.flush()).map_err(failure_error)?;
         }
         Ok(())
     }
 
-    /// Finishes the file: the records still being hashed, the footer, fsync, rename to its
-    /// final name. Closing again does nothing.
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let Some(inner) = self.inner.take() {
-            py.detach(|| inner.finish()).map_err(failure_error)?;
+    /// Finishes the file: the records still on a device or being hashed, the footer, fsync,
+    /// rename to its final name. Closing again does nothing.
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::drain(slf)?;
+        let mut this = slf.borrow_mut();
+        if let Some(inner) = this.inner.take() {
+            slf.py().detach(|| inner.finish()).map_err(failure_error)?;
         }
         Ok(())
+    }
+
+    /// Calls `drain` (no arguments) before every `flush` and `close`: a recorder that holds
+    /// records back (device digests read once per step) hands them over then, so a file is
+    /// never finished without them. The same callable once.
+    fn _add_drain(&mut self, drain: Py<PyAny>) {
+        self.drains.push(drain);
+    }
+
+    /// Stops calling `drain` (compared by identity).
+    fn _remove_drain(&mut self, drain: &Bound<'_, PyAny>) {
+        self.drains.retain(|d| !d.bind(drain.py()).is(drain));
     }
 
     /// Drops the file unfinished: its temporary file is removed and no trace is left.
@@ -396,16 +622,16 @@ impl PyTraceWriter {
     /// so a crashed program leaves no trace that reads as complete. Never swallows the exception.
     #[pyo3(signature = (exc_type, _exc_value, _traceback))]
     fn __exit__(
-        &mut self,
+        slf: Bound<'_, Self>,
         py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc_value: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if exc_type.is_some_and(|t| !t.is_none()) {
-            self.abort(py);
+            slf.borrow_mut().abort(py);
         } else {
-            self.close(py)?;
+            Self::close(&slf)?;
         }
         Ok(false)
     }
@@ -570,6 +796,18 @@ fn capture_request() -> PyResult<Option<CaptureRequest>> {
     }))
 }
 
+/// The tree digest of `data`'s bytes (any object with a buffer: `bytes`, a numpy array): the
+/// digest every record carries (`detcheck::value::tree_digest`; plain md5 up to 4 KiB), which
+/// `detcheck/_device.py` computes on a GPU.
+#[pyfunction]
+fn tensor_digest(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let buffer = Buffer::c_contiguous(data).ok_or_else(|| {
+        PyTypeError::new_err("tensor_digest needs a C-contiguous buffer (bytes, a numpy array)")
+    })?;
+    let bytes = buffer.bytes();
+    Ok(py.detach(|| tree_digest(bytes)).0.to_vec())
+}
+
 /// Runs detcheck's command line (`detcheck check ...`, the same implementation as the cargo
 /// binary: `detcheck::cli::run`) with `argv`, the program's name first, in this process, and
 /// returns its exit code. The `detcheck` console script and `python -m detcheck` call it
@@ -585,6 +823,7 @@ fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
 fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTraceWriter>()?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor_digest, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
@@ -620,12 +859,23 @@ mod tests {
         check("B", 1, Some(DType::U8));
         check(">B", 1, Some(DType::U8));
         check("?", 1, Some(DType::Bool));
+        check("b", 1, Some(DType::I8));
+        check(">b", 1, Some(DType::I8));
+        check("h", 2, Some(DType::I16));
+        check("<h", 2, Some(DType::I16));
+        check("H", 2, Some(DType::U16));
+        check("Zf", 8, Some(DType::C64));
+        check("<Zf", 8, Some(DType::C64));
+        check("Zd", 16, Some(DType::C128));
         check(">f", 4, None);
         check("!d", 8, None);
-        check("h", 2, None);
-        check("H", 2, None);
-        check("b", 1, None);
-        check("Zf", 8, None);
+        check(">h", 2, None);
+        check(">Zf", 8, None);
+        check("Zf", 16, None);
+        check("Ze", 4, None);
+        check("Z", 8, None);
+        check("B", 2, Some(DType::U16));
+        check("c", 2, None);
         check("T{f:x:}", 4, None);
         check("", 1, None);
     }
@@ -642,9 +892,18 @@ mod tests {
                 DType::I64 => "int64",
                 DType::U8 => "uint8",
                 DType::Bool => "bool",
+                DType::I8 => "int8",
+                DType::I16 => "int16",
+                DType::U16 => "uint16",
+                DType::F8E4M3 => "float8_e4m3fn",
+                DType::F8E5M2 => "float8_e5m2",
+                DType::C64 => "complex64",
+                DType::C128 => "complex128",
             };
             assert_eq!(dtype_named(numpy), Some(dtype));
         }
-        assert_eq!(dtype_named("int16"), None);
+        assert_eq!(dtype_named("uint32"), None);
+        assert_eq!(dtype_named("float8_e4m3fnuz"), None);
+        assert_eq!(dtype_named("i8"), None);
     }
 }

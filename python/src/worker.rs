@@ -54,14 +54,28 @@ pub(crate) struct Job {
     pub(crate) replicated: bool,
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
-    /// The array's canonical bytes, copied.
+    /// The array's canonical bytes, copied (empty for a digested record).
     pub(crate) data: Vec<u8>,
+    pub(crate) digest: JobDigest,
+}
+
+/// Where a record's digest and statistics come from.
+pub(crate) enum JobDigest {
+    /// The thread computes them from `data`.
+    Compute,
+    /// Computed elsewhere (a GPU) and given with the record: the thread reads no bytes.
+    Given([u8; 16], Stats),
+    /// Computed elsewhere and given later ([`Background::fill`], by the record's id): the
+    /// record holds its place, and the records after it wait for it.
+    Later,
 }
 
 enum Msg {
     Records(Vec<Job>),
     /// Answer once every record sent before is written.
     Flush(Sender<()>),
+    /// The digest and statistics of the [`JobDigest::Later`] record of this id.
+    Fill(u64, [u8; 16], Stats),
 }
 
 /// A failure of the thread, as it is raised on the Python side (a `DumpError` is not `Clone`).
@@ -117,6 +131,9 @@ pub(crate) struct Background {
     batch_bytes: usize,
     /// The process that started the thread: a forked child has the handle but not the thread.
     pid: u32,
+    /// [`JobDigest::Later`] records not filled yet: while there are any, `record` never waits
+    /// for room (the thread may be waiting for the fill, which only the caller can give).
+    unfilled: u64,
 }
 
 impl Background {
@@ -155,6 +172,7 @@ impl Background {
             batch: Vec::new(),
             batch_bytes: 0,
             pid: std::process::id(),
+            unfilled: 0,
         })
     }
 
@@ -217,11 +235,15 @@ impl Background {
     /// `true` when `len` more bytes would go beyond [`LIMIT`] (and something is in flight).
     pub(crate) fn must_wait(&mut self, len: usize) -> bool {
         self.reclaim_ready();
-        self.in_flight > 0 && self.in_flight + len > LIMIT
+        self.unfilled == 0 && self.in_flight > 0 && self.in_flight + len > LIMIT
     }
 
-    /// Waits until `len` more bytes fit (call it with the GIL released).
+    /// Waits until `len` more bytes fit (call it with the GIL released); never while a record
+    /// waits for its digest (the memory may then go beyond [`LIMIT`] by a step's records).
     pub(crate) fn wait_room(&mut self, len: usize) {
+        if self.unfilled > 0 {
+            return;
+        }
         if self.in_flight > 0 && self.in_flight + len > LIMIT && self.send_batch().is_err() {
             return; // the thread is gone; `submit` reports why
         }
@@ -235,6 +257,9 @@ impl Background {
 
     /// Hands a record to the thread (in a batch).
     pub(crate) fn submit(&mut self, job: Job) -> Result<(), Failure> {
+        if matches!(job.digest, JobDigest::Later) {
+            self.unfilled += 1;
+        }
         let len = job.data.len();
         self.in_flight += len;
         self.batch_bytes += len;
@@ -243,6 +268,17 @@ impl Background {
             self.send_batch()?;
         }
         Ok(())
+    }
+
+    /// Gives the [`JobDigest::Later`] record `id` (its index among this writer's records) its
+    /// digest and statistics; the batch that holds it goes first.
+    pub(crate) fn fill(&mut self, id: u64, digest: [u8; 16], stats: Stats) -> Result<(), Failure> {
+        self.send_batch()?;
+        self.unfilled = self.unfilled.saturating_sub(1);
+        match self.tx.as_ref().map(|tx| tx.send(Msg::Fill(id, digest, stats))) {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.gone()),
+        }
     }
 
     /// Sends the batch gathered so far.
@@ -383,9 +419,26 @@ impl Thread {
                 if !open && st.queue.is_empty() {
                     break;
                 }
-                match self.rx.recv() {
-                    Ok(msg) => self.take(msg, &mut st),
-                    Err(_) => open = false,
+                if !open {
+                    // Nothing more can come: a record that still waits for its digest never
+                    // gets it, and the file is not finished without it.
+                    if let Some(slot) = st.queue.front().filter(|s| s.md5.is_none()) {
+                        let f = Failure::other(&format!(
+                            "the trace was closed while `{}` (step {}) still waited for its \
+                             device digest",
+                            slot.job.name, slot.job.step
+                        ));
+                        if let Ok(mut shared) = self.failure.lock() {
+                            shared.get_or_insert_with(|| f.clone());
+                        }
+                        failed.get_or_insert(f);
+                        break;
+                    }
+                } else {
+                    match self.rx.recv() {
+                        Ok(msg) => self.take(msg, &mut st),
+                        Err(_) => open = false,
+                    }
                 }
             }
             loop {
@@ -444,13 +497,33 @@ impl Thread {
                 st.flushes.push((st.first + st.queue.len() as u64, ack));
                 return;
             }
+            Msg::Fill(id, digest, stats) => {
+                // Checked by the caller: an id it was given and has not filled yet.
+                let slot = id
+                    .checked_sub(st.first)
+                    .and_then(|at| st.queue.get_mut(at as usize));
+                if let Some(slot) = slot.filter(|s| matches!(s.job.digest, JobDigest::Later)) {
+                    slot.md5 = Some(digest);
+                    slot.stats = stats;
+                }
+                return;
+            }
         };
         for job in jobs {
+            let id = st.first + st.queue.len() as u64;
+            let given = match &job.digest {
+                JobDigest::Compute => None,
+                JobDigest::Given(digest, stats) => Some((Some(*digest), *stats)),
+                JobDigest::Later => Some((None, Stats::default())),
+            };
+            if let Some((md5, stats)) = given {
+                st.queue.push_back(Slot { job, stats, md5 });
+                continue;
+            }
             let stats = match TensorView::new(job.dtype, &job.shape, &job.data) {
                 Ok(view) if self.mode.has_stats() => Stats::of_view(view),
                 _ => Stats::default(), // checked by `record` already
             };
-            let id = st.first + st.queue.len() as u64;
             let mut slot = Slot {
                 job,
                 stats,
@@ -482,7 +555,10 @@ impl Thread {
             // The bytes go with every record: full mode writes them, and a capture a re-run
             // asks for (`DETCHECK_CAPTURE`) keeps the matching record's; otherwise the writer
             // only looks at them when it matches a capture.
-            let view = TensorView::new(record.dtype, &record.shape, &job.data).ok();
+            let view = match job.digest {
+                JobDigest::Compute => TensorView::new(record.dtype, &record.shape, &job.data).ok(),
+                JobDigest::Given(..) | JobDigest::Later => None,
+            };
             if let Err(e) = writer.write_record_view(&record, view) {
                 *failed = Some(self.fail(&e));
             }

@@ -2,6 +2,7 @@
 `detcheck` binary (built once per session with `cargo build --release --bin detcheck`, or
 $DETCHECK_BIN)."""
 
+import hashlib
 import os
 import re
 import subprocess
@@ -10,6 +11,18 @@ from pathlib import Path
 
 import pytest
 
+# Triton's interpreter (TRITON_INTERPRET=1) runs detcheck._device's kernels on CPU tensors where
+# there is no GPU. Triton reads the variable when it is first imported (its own library is
+# decorated then), so it is set here, before any test module can import it.
+if "triton" not in sys.modules:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+    except ImportError:
+        pass
+
 ROOT = Path(__file__).resolve().parents[2]
 DCTRACE = ROOT / "scripts" / "dctrace.py"
 
@@ -17,6 +30,21 @@ _RECORD = re.compile(
     r"^step (?P<step>\d+) seq (?P<seq>\d+) (?P<name>\S+) (?P<dtype>\w+)\[(?P<shape>[^\]]*)\] "
     r"md5 (?P<md5>[0-9a-f]{32})(?P<rest>.*)$"
 )
+
+
+def tree_digest(data):
+    """A record's digest of ``data``, by its definition (docs/trace-format.md, "The digest"):
+    md5 of each 4096-byte chunk, concatenated, again, until one chunk remains, whose plain md5
+    is the digest (plain md5 for at most 4096 bytes)."""
+    b = bytes(data)
+    while len(b) > 4096:
+        b = b"".join(hashlib.md5(b[i : i + 4096]).digest() for i in range(0, len(b), 4096))
+    return hashlib.md5(b).digest()
+
+
+def digest_hex(data):
+    """``tree_digest(data)`` as the trace decoder prints it."""
+    return tree_digest(data).hex()
 
 
 def decode(path):

@@ -1,14 +1,13 @@
 """The writer's own thread: records are copied, hashed there (several at once in SIMD lanes) and
 written in order; `flush()`; the limit on bytes in flight; a writer used across fork."""
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
 
 import detcheck
-from conftest import decode
+from conftest import digest_hex, decode
 
 
 def arrays(seed=0):
@@ -36,7 +35,7 @@ def test_md5_of_every_length_on_every_lane_width(tmp_path, monkeypatch, lanes, m
     assert len(records) == 2 * len(data)
     for r in records:
         i = int(r["name"][1:])
-        assert r["md5"] == hashlib.md5(data[i].tobytes()).hexdigest(), r
+        assert r["md5"] == digest_hex(data[i].tobytes()), r
         assert r["seq"] == i
     if mode == "stats":
         big = data[-1]
@@ -47,7 +46,7 @@ def test_md5_of_every_length_on_every_lane_width(tmp_path, monkeypatch, lanes, m
 def test_the_array_may_change_once_record_returns(tmp_path):
     a = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: copied with the GIL released
     small = np.arange(10, dtype=np.int64)
-    want = hashlib.md5(a.tobytes()).hexdigest(), hashlib.md5(small.tobytes()).hexdigest()
+    want = digest_hex(a.tobytes()), digest_hex(small.tobytes())
     with detcheck.TraceWriter(tmp_path, 0, 1) as w:
         w.record(0, "a", a)
         w.record(0, "small", small)
@@ -80,8 +79,8 @@ def test_more_than_the_limit_in_flight(tmp_path):
         w.record(0, "mid1", mid)
     records = decode(tmp_path / "rank0.dctrace")
     assert [r["name"] for r in records] == ["mid0", "big", "mid1"]
-    assert records[1]["md5"] == hashlib.md5(big.tobytes()).hexdigest()
-    assert records[2]["md5"] == hashlib.md5(mid.tobytes()).hexdigest()
+    assert records[1]["md5"] == digest_hex(big.tobytes())
+    assert records[2]["md5"] == digest_hex(mid.tobytes())
 
 
 def test_a_write_failure_is_raised_by_a_later_call(tmp_path):

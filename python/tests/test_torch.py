@@ -1,7 +1,6 @@
 """detcheck.torch.watch and torch tensors in TraceWriter.record. Run only where `import torch`
 works: torch is too large for CI, so these are skipped there (with this reason)."""
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,14 +15,14 @@ torch = pytest.importorskip(
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import DCTRACE, compare, decode  # noqa: E402
+from conftest import digest_hex, DCTRACE, compare, decode  # noqa: E402
 
 
 def md5(tensor):
     t = tensor.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
-    return hashlib.md5(t.numpy().tobytes()).hexdigest()
+    return digest_hex(t.numpy().tobytes())
 
 
 @pytest.mark.parametrize(
@@ -57,7 +56,7 @@ def test_bf16_bytes_are_the_upper_half_of_f32(tmp_path):
     with detcheck.TraceWriter(tmp_path, 0, 1) as w:
         w.record(0, "b", t.to(torch.bfloat16))
     [record] = decode(tmp_path / "rank0.dctrace")
-    assert record["md5"] == hashlib.md5(upper).hexdigest()
+    assert record["md5"] == digest_hex(upper)
     assert record["max"] == 2.0**100 and record["min"] == -2.5
 
 

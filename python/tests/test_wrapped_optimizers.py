@@ -7,7 +7,6 @@ the real accelerate, transformers and lightning, and are skipped when those are 
 is set (non-empty): then a missing package fails the test. torch itself is required when
 DETCHECK_REQUIRE_FRAMEWORKS or DETCHECK_REQUIRE_TORCH is set, skipped otherwise."""
 
-import hashlib
 import importlib
 import json
 import os
@@ -39,11 +38,11 @@ else:
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import decode  # noqa: E402
+from conftest import digest_hex, decode  # noqa: E402
 
 
 def md5(tensor):
-    return hashlib.md5(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+    return digest_hex(tensor.detach().cpu().contiguous().numpy().tobytes())
 
 
 # --- Wrappers with the structure of the real ones ----------------------------------------------
@@ -419,12 +418,12 @@ def run_program(tmp_path, source, *args):
 
 
 ACCELERATE_PROGRAM = """
-    import hashlib, json, sys, torch, detcheck, detcheck.torch
+    import json, sys, torch, detcheck, detcheck.torch
     from accelerate import Accelerator
     out = sys.argv[1]
 
     def md5(t):
-        return hashlib.md5(t.detach().contiguous().numpy().tobytes()).hexdigest()
+        return detcheck._detcheck.tensor_digest(t.detach().contiguous().numpy()).hex()
 
     acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
     torch.manual_seed(0)

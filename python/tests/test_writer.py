@@ -2,7 +2,6 @@
 digests equal to hashlib's, the launch environment, context-manager semantics, conversions and
 errors."""
 
-import hashlib
 import json
 import os
 import re
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import DCTRACE, compare, decode
+from conftest import digest_hex, DCTRACE, compare, decode
 
 DTYPES = {
     "float16": "f16",
@@ -77,7 +76,7 @@ def test_md5_is_hashlib_of_tobytes(tmp_path, dtype):
     array = sample(dtype)
     path = write(tmp_path, [(0, "x", array)])
     [record] = decode(path)
-    assert record["md5"] == hashlib.md5(array.tobytes()).hexdigest()
+    assert record["md5"] == digest_hex(array.tobytes())
     assert record["dtype"] == DTYPES[dtype]
     assert record["shape"] == [3, 5]
 
@@ -118,13 +117,13 @@ def test_inputs_without_numpy_arrays(tmp_path):
         w.record(0, "python_int", 7)
         w.record(0, "python_bool", True)
     records = decode(tmp_path / "rank0.dctrace")
-    md5 = hashlib.md5(data).hexdigest()
+    md5 = digest_hex(data)
     assert records[0]["md5"] == records[1]["md5"] == md5
     assert records[0]["dtype"] == "u8" and records[0]["shape"] == [10]
-    assert records[2]["md5"] == hashlib.md5(np.arange(4, dtype="<f8").tobytes()).hexdigest()
+    assert records[2]["md5"] == digest_hex(np.arange(4, dtype="<f8").tobytes())
     assert [r["dtype"] for r in records[3:]] == ["f64", "i64", "bool"]
-    assert records[3]["md5"] == hashlib.md5(np.float64(0.5).tobytes()).hexdigest()
-    assert records[4]["md5"] == hashlib.md5(np.int64(7).tobytes()).hexdigest()
+    assert records[3]["md5"] == digest_hex(np.float64(0.5).tobytes())
+    assert records[4]["md5"] == digest_hex(np.int64(7).tobytes())
 
 
 class ArrayLike:
@@ -151,7 +150,7 @@ def test_non_contiguous_big_endian_and_array_likes(tmp_path):
     records = {r["name"]: r for r in decode(tmp_path / "rank0.dctrace")}
     for name, v in views.items():
         canonical = np.ascontiguousarray(np.asarray(v), dtype="<f8")
-        assert records[name]["md5"] == hashlib.md5(canonical.tobytes()).hexdigest(), name
+        assert records[name]["md5"] == digest_hex(canonical.tobytes()), name
         assert records[name]["shape"] == list(canonical.shape), name
 
 
@@ -166,15 +165,14 @@ def test_int_formats_of_the_platform(tmp_path):
 def test_zero_size_and_scalar(tmp_path):
     write(tmp_path, [(0, "empty", np.zeros((0, 4), np.float32)), (0, "scalar", np.array(3, np.int32))])
     empty, scalar = decode(tmp_path / "rank0.dctrace")
-    assert empty["shape"] == [0, 4] and empty["md5"] == hashlib.md5(b"").hexdigest()
-    assert scalar["shape"] == [] and scalar["md5"] == hashlib.md5(np.int32(3).tobytes()).hexdigest()
+    assert empty["shape"] == [0, 4] and empty["md5"] == digest_hex(b"")
+    assert scalar["shape"] == [] and scalar["md5"] == digest_hex(np.int32(3).tobytes())
 
 
 @pytest.mark.parametrize(
     "array, dtype",
     [
-        (np.zeros(3, np.int16), "int16"),
-        (np.zeros(3, np.complex64), "complex64"),
+        (np.zeros(3, np.uint64), "uint64"),
         (np.zeros(3, np.uint32), "uint32"),
         (np.array(["a"]), "<U1"),
         (np.zeros(2, "datetime64[s]"), "datetime64[s]"),
@@ -292,7 +290,7 @@ def test_large_arrays_release_the_gil(tmp_path):
     for t in threads:
         t.join()
     assert not errors
-    md5 = hashlib.md5(big.tobytes()).hexdigest()
+    md5 = digest_hex(big.tobytes())
     for rank in range(2):
         assert {r["md5"] for r in decode(tmp_path / f"rank{rank}.dctrace")} == {md5}
 

@@ -179,6 +179,13 @@ impl Header {
             Some(DType::BF16) => 6,
             Some(DType::I32) => 7,
             Some(DType::Bool) => 8,
+            Some(DType::I8) => 9,
+            Some(DType::I16) => 10,
+            Some(DType::U16) => 11,
+            Some(DType::F8E4M3) => 12,
+            Some(DType::F8E5M2) => 13,
+            Some(DType::C64) => 14,
+            Some(DType::C128) => 15,
         });
         out.extend_from_slice(&(self.shape.len() as u32).to_le_bytes());
         for &d in &self.shape {
@@ -210,6 +217,13 @@ impl Header {
             6 => Some(DType::BF16),
             7 => Some(DType::I32),
             8 => Some(DType::Bool),
+            9 => Some(DType::I8),
+            10 => Some(DType::I16),
+            11 => Some(DType::U16),
+            12 => Some(DType::F8E4M3),
+            13 => Some(DType::F8E5M2),
+            14 => Some(DType::C64),
+            15 => Some(DType::C128),
             _ => return None,
         };
         let ndim = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
@@ -392,6 +406,12 @@ fn resize_data(data: &mut TensorData, len: usize) {
         TensorData::BF16(v) => v.resize(len, half::bf16::ZERO),
         TensorData::I32(v) => v.resize(len, 0),
         TensorData::Bool(v) => v.resize(len, false),
+        TensorData::I8(v) => v.resize(len, 0),
+        TensorData::I16(v) => v.resize(len, 0),
+        TensorData::U16(v) => v.resize(len, 0),
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => v.resize(len, 0),
+        TensorData::C64(v) => v.resize(len, [0.0; 2]),
+        TensorData::C128(v) => v.resize(len, [0.0; 2]),
     }
 }
 
@@ -406,6 +426,12 @@ fn payload_bytes(data: &TensorData, range: Range<usize>) -> &[u8] {
         TensorData::BF16(v) => bytemuck::cast_slice(&v[range]),
         TensorData::I32(v) => bytemuck::cast_slice(&v[range]),
         TensorData::Bool(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::I8(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::I16(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::U16(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => &v[range],
+        TensorData::C64(v) => bytemuck::cast_slice(&v[range]),
+        TensorData::C128(v) => bytemuck::cast_slice(&v[range]),
     }
 }
 
@@ -427,6 +453,12 @@ fn fill_from_bytes(data: &mut TensorData, bytes: &[u8]) -> bool {
         TensorData::F16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
         TensorData::BF16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
         TensorData::I32(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::I8(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::I16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::U16(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => copy(v, bytes),
+        TensorData::C64(v) => copy(bytemuck::cast_slice_mut(v), bytes),
+        TensorData::C128(v) => copy(bytemuck::cast_slice_mut(v), bytes),
         TensorData::Bool(v) => {
             let fits = v.len() == bytes.len() && bytes.iter().all(|&b| b <= 1);
             if fits {
@@ -449,6 +481,13 @@ fn empty_like(dtype: DType, len: usize) -> TensorData {
         DType::BF16 => TensorData::BF16(vec![half::bf16::ZERO; len]),
         DType::I32 => TensorData::I32(vec![0; len]),
         DType::Bool => TensorData::Bool(vec![false; len]),
+        DType::I8 => TensorData::I8(vec![0; len]),
+        DType::I16 => TensorData::I16(vec![0; len]),
+        DType::U16 => TensorData::U16(vec![0; len]),
+        DType::F8E4M3 => TensorData::F8E4M3(vec![0; len]),
+        DType::F8E5M2 => TensorData::F8E5M2(vec![0; len]),
+        DType::C64 => TensorData::C64(vec![[0.0; 2]; len]),
+        DType::C128 => TensorData::C128(vec![[0.0; 2]; len]),
     }
 }
 
@@ -516,6 +555,18 @@ fn send_data<'a, 'b>(
         TensorData::Bool(v) => {
             Pending::Bool(process.immediate_send_with_tag(scope, &v[range], TAG_DATA))
         }
+        // The newer dtypes travel as their bytes, as f16 and bf16 do.
+        TensorData::I8(_)
+        | TensorData::I16(_)
+        | TensorData::U16(_)
+        | TensorData::F8E4M3(_)
+        | TensorData::F8E5M2(_)
+        | TensorData::C64(_)
+        | TensorData::C128(_) => Pending::Bytes(process.immediate_send_with_tag(
+            scope,
+            payload_bytes(data, range),
+            TAG_DATA,
+        )),
     }
 }
 
@@ -935,6 +986,24 @@ fn receive_into(message: Message, data: &mut TensorData) {
         }
         TensorData::I32(v) => drop(message.matched_receive_into(&mut v[..])),
         TensorData::Bool(v) => drop(message.matched_receive_into(&mut v[..])),
+        TensorData::I8(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::I16(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::U16(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => {
+            let _ = message.matched_receive_into(&mut v[..]);
+        }
+        TensorData::C64(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
+        TensorData::C128(v) => {
+            let _ = message.matched_receive_into(bytemuck::cast_slice_mut::<_, u8>(&mut v[..]));
+        }
     }
 }
 
@@ -1127,6 +1196,13 @@ fn slice_data(data: &TensorData, range: Range<usize>) -> TensorData {
         TensorData::BF16(v) => TensorData::BF16(v[range].to_vec()),
         TensorData::I32(v) => TensorData::I32(v[range].to_vec()),
         TensorData::Bool(v) => TensorData::Bool(v[range].to_vec()),
+        TensorData::I8(v) => TensorData::I8(v[range].to_vec()),
+        TensorData::I16(v) => TensorData::I16(v[range].to_vec()),
+        TensorData::U16(v) => TensorData::U16(v[range].to_vec()),
+        TensorData::F8E4M3(v) => TensorData::F8E4M3(v[range].to_vec()),
+        TensorData::F8E5M2(v) => TensorData::F8E5M2(v[range].to_vec()),
+        TensorData::C64(v) => TensorData::C64(v[range].to_vec()),
+        TensorData::C128(v) => TensorData::C128(v[range].to_vec()),
     }
 }
 
@@ -1250,6 +1326,13 @@ mod tests {
             TensorData::BF16(vec![half::bf16::from_bits(0xffc1), half::bf16::ONE]),
             TensorData::I32(vec![i32::MAX, -5]),
             TensorData::Bool(vec![true, false, true]),
+            TensorData::I8(vec![i8::MIN, -1, 7]),
+            TensorData::I16(vec![i16::MIN, 300]),
+            TensorData::U16(vec![u16::MAX, 1]),
+            TensorData::F8E4M3(vec![0x7f, 0x80, 0x38]),
+            TensorData::F8E5M2(vec![0x7d, 0xfc, 0x3c]),
+            TensorData::C64(vec![[-0.0, f32::from_bits(0x7fc0_0001)], [1.5, 2.0]]),
+            TensorData::C128(vec![[1.0, -0.0], [f64::INFINITY, 0.5]]),
         ];
         for data in &samples {
             let len = data.len();
@@ -1299,7 +1382,7 @@ mod tests {
             assert_eq!(Header::decode(&bytes[..cut]), None, "cut at {cut}");
         }
         let mut bad_dtype = bytes.clone();
-        bad_dtype[9] = 9;
+        bad_dtype[9] = 16;
         assert_eq!(Header::decode(&bad_dtype), None);
         for dtype in DType::ALL {
             let typed = Header {

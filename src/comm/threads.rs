@@ -27,8 +27,8 @@
 //! `arrival_order` control is caught every time rather than by luck.
 //!
 //! Dtypes: broadcast and allgather move tensors of every dtype; allreduce and reduce-scatter
-//! refuse f16, bf16 and bool with [`CommError::InvalidArgument`] before any data moves (why:
-//! `value/reduce.rs`).
+//! refuse f16, bf16, f8e4m3fn, f8e5m2, bool, i8, i16, u16, c64 and c128 with
+//! [`CommError::InvalidArgument`] before any data moves (why: `value/reduce.rs`).
 //!
 //! Determinism: the arrival order is the only timing-dependent value here, and only
 //! `arrival_order` reads it. Deadlines use the monotonic clock, never on a data path.
@@ -532,6 +532,15 @@ pub(super) fn copy_into(out: &mut TensorData, start: usize, part: &TensorData) {
         (TensorData::BF16(o), TensorData::BF16(p)) => o[start..start + p.len()].copy_from_slice(p),
         (TensorData::I32(o), TensorData::I32(p)) => o[start..start + p.len()].copy_from_slice(p),
         (TensorData::Bool(o), TensorData::Bool(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::I8(o), TensorData::I8(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::I16(o), TensorData::I16(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::U16(o), TensorData::U16(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::F8E4M3(o), TensorData::F8E4M3(p))
+        | (TensorData::F8E5M2(o), TensorData::F8E5M2(p)) => {
+            o[start..start + p.len()].copy_from_slice(p)
+        }
+        (TensorData::C64(o), TensorData::C64(p)) => o[start..start + p.len()].copy_from_slice(p),
+        (TensorData::C128(o), TensorData::C128(p)) => o[start..start + p.len()].copy_from_slice(p),
         _ => unreachable!("matching signatures carry matching dtypes"),
     }
 }
@@ -981,6 +990,13 @@ mod tests {
                 Tensor::from_vec(vec![bf16::from_f32(-r), bf16::NEG_INFINITY]),
                 Tensor::from_vec(vec![rank as i32 - 7, i32::MIN]),
                 Tensor::from_vec(vec![rank.is_multiple_of(2), true]),
+                Tensor::from_vec(vec![rank as i8 - 3, i8::MIN]),
+                Tensor::from_vec(vec![rank as i16 * 300, i16::MIN]),
+                Tensor::from_vec(vec![rank as u16 + 60000, 1]),
+                Tensor::new(vec![2], TensorData::F8E4M3(vec![rank as u8, 0x7f])).unwrap(),
+                Tensor::new(vec![2], TensorData::F8E5M2(vec![0x7c, rank as u8 | 0x80])).unwrap(),
+                Tensor::from_vec(vec![[r, -r], [f32::NAN, -0.0]]),
+                Tensor::from_vec(vec![[f64::from(r) * 0.1, 1.0]]),
             ]
         };
         let bits = |t: &Tensor| {
@@ -1049,6 +1065,13 @@ mod tests {
             Tensor::from_vec(vec![f16::ONE; 4]),
             Tensor::from_vec(vec![bf16::ONE; 4]),
             Tensor::from_vec(vec![true; 4]),
+            Tensor::from_vec(vec![1i8; 4]),
+            Tensor::from_vec(vec![1i16; 4]),
+            Tensor::from_vec(vec![1u16; 4]),
+            Tensor::new(vec![4], TensorData::F8E4M3(vec![0x38; 4])).unwrap(),
+            Tensor::new(vec![4], TensorData::F8E5M2(vec![0x3c; 4])).unwrap(),
+            Tensor::from_vec(vec![[1.0f32, 0.0]; 4]),
+            Tensor::from_vec(vec![[1.0f64, 0.0]; 4]),
         ];
         for t in refused {
             for reduce_scatter in [false, true] {

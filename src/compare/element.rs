@@ -6,8 +6,15 @@
 //! the lowest flat index. The ULP distance of two floats of one dtype is the number of
 //! representable values between them (0 for equal bits, counted across zero); it is not
 //! defined when either is NaN. Errors are computed in f64.
+//!
+//! Per dtype: an 8-bit float (`f8e4m3fn`, `f8e5m2`) shows its exact value and its byte, and its
+//! ULP distance counts its 256 codes as for any float; integers (`i8` to `i64`, `u8`, `u16`,
+//! `bool`) show the value, its two's complement bits and the absolute difference. A complex
+//! element shows both parts (`1.5e0-2e0j`) and both parts' bits (`0xREAL,0xIMAG`, real first);
+//! its ULP distance is the larger of the two parts' distances, its error `|a − b|` the modulus
+//! of the complex difference.
 
-use crate::value::tensor::{Tensor, TensorData};
+use crate::value::tensor::{DType, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -57,12 +64,13 @@ pub struct ElementDetail {
     pub left: String,
     /// The right value.
     pub right: String,
-    /// The left value's bits, in hex (the element's little-endian bytes as an integer).
+    /// The left value's bits, in hex (the element's little-endian bytes as an integer; for a
+    /// complex element the real part's, a comma, and the imaginary part's).
     pub left_bits: String,
     /// The right value's bits.
     pub right_bits: String,
-    /// The distance in units in the last place (floats; `None` when a value is NaN), or the
-    /// absolute difference (integers).
+    /// The distance in units in the last place (floats; `None` when a value is NaN; complex:
+    /// the larger of the parts'), or the absolute difference (integers).
     pub ulps: Option<u64>,
     /// How many elements differ.
     pub num_differing: u64,
@@ -86,29 +94,80 @@ fn ordered(bits: u64, width: u32) -> i128 {
     }
 }
 
-/// One element as (value in f64, bits, bit width, printed, is NaN).
+/// What an element is, for its ULP distance.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Float,
+    Int,
+    /// Two floats of half the width each, real part in the low bits.
+    Complex,
+}
+
+/// One element: its value in f64 (the real part of a complex one, whose imaginary part is
+/// `imag`; 0 otherwise), its bits (the little-endian bytes as an integer) and their width,
+/// printed, and its kind.
 struct Element {
     value: f64,
-    bits: u64,
+    imag: f64,
+    bits: u128,
     width: u32,
     text: String,
-    is_float: bool,
+    kind: Kind,
+}
+
+impl Element {
+    fn is_nan(&self) -> bool {
+        self.value.is_nan() || self.imag.is_nan()
+    }
+
+    /// The bits in hex, `width / 4` digits (complex: each part's, real first).
+    fn hex(&self) -> String {
+        if self.kind == Kind::Complex {
+            let half = self.width / 2;
+            let digits = (half / 4) as usize;
+            let mask = (1u128 << half) - 1;
+            format!(
+                "0x{:0digits$x},0x{:0digits$x}",
+                self.bits & mask,
+                self.bits >> half
+            )
+        } else {
+            let digits = (self.width / 4) as usize;
+            format!("0x{:0digits$x}", self.bits)
+        }
+    }
+}
+
+/// A complex number printed as numpy does, in Rust's exponent form: `1.5e0-2e0j`.
+fn complex_text(re: f64, im: f64, part: impl Fn(f64) -> String) -> String {
+    let sign = if im.is_sign_negative() && !im.is_nan() {
+        '-'
+    } else {
+        '+'
+    };
+    format!("{}{sign}{}j", part(re), part(im.abs()))
 }
 
 fn element(data: &TensorData, i: usize) -> Element {
     let float = |value: f64, bits: u64, width: u32, text: String| Element {
         value,
-        bits,
+        imag: 0.0,
+        bits: bits.into(),
         width,
         text,
-        is_float: true,
+        kind: Kind::Float,
     };
     let int = |value: f64, bits: u64, width: u32, text: String| Element {
         value,
-        bits,
+        imag: 0.0,
+        bits: bits.into(),
         width,
         text,
-        is_float: false,
+        kind: Kind::Int,
+    };
+    let f8 = |dtype: DType, bits: u8| {
+        let value = dtype.f8_to_f64(bits).expect("an 8-bit float dtype");
+        float(value, bits.into(), 8, format!("{value:e}"))
     };
     match data {
         TensorData::F32(v) => float(
@@ -130,8 +189,13 @@ fn element(data: &TensorData, i: usize) -> Element {
             16,
             format!("{:e}", v[i].to_f32()),
         ),
+        TensorData::F8E4M3(v) => f8(DType::F8E4M3, v[i]),
+        TensorData::F8E5M2(v) => f8(DType::F8E5M2, v[i]),
         TensorData::I64(v) => int(v[i] as f64, v[i] as u64, 64, v[i].to_string()),
         TensorData::I32(v) => int(v[i].into(), u64::from(v[i] as u32), 32, v[i].to_string()),
+        TensorData::I16(v) => int(v[i].into(), u64::from(v[i] as u16), 16, v[i].to_string()),
+        TensorData::I8(v) => int(v[i].into(), u64::from(v[i] as u8), 8, v[i].to_string()),
+        TensorData::U16(v) => int(v[i].into(), v[i].into(), 16, v[i].to_string()),
         TensorData::U8(v) => int(v[i].into(), v[i].into(), 8, v[i].to_string()),
         TensorData::Bool(v) => int(
             f64::from(u8::from(v[i])),
@@ -139,6 +203,49 @@ fn element(data: &TensorData, i: usize) -> Element {
             8,
             v[i].to_string(),
         ),
+        TensorData::C64(v) => {
+            let [re, im] = v[i];
+            Element {
+                value: re.into(),
+                imag: im.into(),
+                bits: u128::from(re.to_bits()) | u128::from(im.to_bits()) << 32,
+                width: 64,
+                text: complex_text(re.into(), im.into(), |x| format!("{:e}", x as f32)),
+                kind: Kind::Complex,
+            }
+        }
+        TensorData::C128(v) => {
+            let [re, im] = v[i];
+            Element {
+                value: re,
+                imag: im,
+                bits: u128::from(re.to_bits()) | u128::from(im.to_bits()) << 64,
+                width: 128,
+                text: complex_text(re, im, |x| format!("{x:e}")),
+                kind: Kind::Complex,
+            }
+        }
+    }
+}
+
+/// The distance in ULPs of two elements of one dtype (`None` when either is NaN), or the
+/// absolute difference of two integers.
+fn ulps(x: &Element, y: &Element) -> Option<u64> {
+    let float_ulps = |a: u128, b: u128, width: u32| {
+        let (a, b) = (a as u64, b as u64);
+        (ordered(a, width) - ordered(b, width)).unsigned_abs() as u64
+    };
+    match x.kind {
+        Kind::Int => Some((x.value - y.value).abs() as u64),
+        _ if x.is_nan() || y.is_nan() => None,
+        Kind::Float => Some(float_ulps(x.bits, y.bits, x.width)),
+        Kind::Complex => {
+            let half = x.width / 2;
+            let mask = (1u128 << half) - 1;
+            let re = float_ulps(x.bits & mask, y.bits & mask, half);
+            let im = float_ulps(x.bits >> half, y.bits >> half, half);
+            Some(re.max(im))
+        }
     }
 }
 
@@ -162,19 +269,27 @@ impl ElementDetail {
             }
             differing += 1;
             first.get_or_insert(i);
-            if x.value.is_nan() && y.value.is_nan() {
+            if x.is_nan() && y.is_nan() {
                 continue;
             }
-            let abs = (x.value - y.value).abs();
+            // The modulus (imaginary parts are 0 but for complex elements).
+            let modulus = |re: f64, im: f64| {
+                if x.kind == Kind::Complex {
+                    re.hypot(im)
+                } else {
+                    re.abs()
+                }
+            };
+            let abs = modulus(x.value - y.value, x.imag - y.imag);
             let abs = if abs.is_nan() { f64::INFINITY } else { abs };
-            let rel = if y.value == 0.0 {
-                if x.value == 0.0 {
+            let rel = if y.value == 0.0 && y.imag == 0.0 {
+                if x.value == 0.0 && x.imag == 0.0 {
                     0.0
                 } else {
                     f64::INFINITY
                 }
             } else {
-                abs / y.value.abs()
+                abs / modulus(y.value, y.imag)
             };
             max_abs = max_abs.max(abs);
             max_rel = max_rel.max(rel);
@@ -183,22 +298,14 @@ impl ElementDetail {
             return Ok(None);
         };
         let (x, y) = (element(a, i), element(b, i));
-        let ulps = if x.is_float {
-            (!x.value.is_nan() && !y.value.is_nan()).then(|| {
-                (ordered(x.bits, x.width) - ordered(y.bits, y.width)).unsigned_abs() as u64
-            })
-        } else {
-            Some((x.value - y.value).abs() as u64)
-        };
-        let hex_digits = (x.width / 4) as usize;
         Ok(Some(ElementDetail {
             flat_index: i as u64,
             index: multi_index(i, left.shape()),
+            left_bits: x.hex(),
+            right_bits: y.hex(),
+            ulps: ulps(&x, &y),
             left: x.text,
             right: y.text,
-            left_bits: format!("0x{:0hex_digits$x}", x.bits),
-            right_bits: format!("0x{:0hex_digits$x}", y.bits),
-            ulps,
             num_differing: differing,
             num_elements: n as u64,
             max_abs_err: max_abs,
@@ -324,5 +431,135 @@ mod tests {
             ),
             Err(NoElementDetail::Layout)
         );
+    }
+
+    #[test]
+    fn eight_bit_floats_show_their_value_and_byte() {
+        let f8 = |dtype: DType, codes: Vec<u8>| {
+            let data = match dtype {
+                DType::F8E4M3 => TensorData::F8E4M3(codes),
+                _ => TensorData::F8E5M2(codes),
+            };
+            Tensor::new(vec![data.len()], data).unwrap()
+        };
+        // e4m3fn: 1.0 (0x38) vs 1.125 (0x39), one code apart; 448 vs 416; 2^-9 vs -2^-9.
+        let a = f8(DType::F8E4M3, vec![0x38, 0x7e, 0x01]);
+        let b = f8(DType::F8E4M3, vec![0x39, 0x7d, 0x81]);
+        let d = ElementDetail::between(&a, &b).unwrap().unwrap();
+        assert_eq!((d.left.as_str(), d.right.as_str()), ("1e0", "1.125e0"));
+        assert_eq!(
+            (d.left_bits.as_str(), d.right_bits.as_str()),
+            ("0x38", "0x39")
+        );
+        assert_eq!((d.ulps, d.num_differing, d.max_abs_err), (Some(1), 3, 32.0));
+        let nan = ElementDetail::between(
+            &f8(DType::F8E4M3, vec![0x7e]),
+            &f8(DType::F8E4M3, vec![0x7f]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (nan.left.as_str(), nan.right.as_str(), nan.ulps),
+            ("4.48e2", "NaN", None)
+        );
+        // The smallest subnormals across zero: 2^-9, +0, -0, -2^-9.
+        let across = ElementDetail::between(
+            &f8(DType::F8E4M3, vec![0x01]),
+            &f8(DType::F8E4M3, vec![0x81]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(across.ulps, Some(3));
+        // e5m2: 57344 and +Inf are neighbours.
+        let d = ElementDetail::between(
+            &f8(DType::F8E5M2, vec![0x7b]),
+            &f8(DType::F8E5M2, vec![0x7c]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (d.left.as_str(), d.right.as_str(), d.ulps),
+            ("5.7344e4", "inf", Some(1))
+        );
+        assert_eq!(d.right_bits, "0x7c");
+    }
+
+    #[test]
+    fn narrow_integers_show_their_twos_complement_bits() {
+        let d = ElementDetail::between(
+            &Tensor::from_vec(vec![-1i8, 5]),
+            &Tensor::from_vec(vec![3i8, 5]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (
+                d.left.as_str(),
+                d.left_bits.as_str(),
+                d.right_bits.as_str(),
+                d.ulps
+            ),
+            ("-1", "0xff", "0x03", Some(4))
+        );
+        let d = ElementDetail::between(
+            &Tensor::from_vec(vec![i16::MIN]),
+            &Tensor::from_vec(vec![i16::MAX]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((d.left_bits.as_str(), d.ulps), ("0x8000", Some(65535)));
+        let d = ElementDetail::between(
+            &Tensor::from_vec(vec![65535u16]),
+            &Tensor::from_vec(vec![1u16]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (d.left.as_str(), d.left_bits.as_str(), d.ulps),
+            ("65535", "0xffff", Some(65534))
+        );
+    }
+
+    #[test]
+    fn complex_elements_show_both_parts() {
+        let a = Tensor::from_vec(vec![[1.0f32, 2.0], [1.5, -2.0]]);
+        let b = Tensor::from_vec(vec![
+            [1.0f32, 2.0],
+            [1.5, f32::from_bits((-2.0f32).to_bits() + 2)],
+        ]);
+        let d = ElementDetail::between(&a, &b).unwrap().unwrap();
+        assert_eq!(d.flat_index, 1);
+        assert_eq!(
+            (d.left.as_str(), d.right.as_str()),
+            ("1.5e0-2e0j", "1.5e0-2.0000005e0j")
+        );
+        assert_eq!(
+            (d.left_bits.as_str(), d.right_bits.as_str()),
+            ("0x3fc00000,0xc0000000", "0x3fc00000,0xc0000002")
+        );
+        // The larger part's distance; the error is the modulus of the difference.
+        assert_eq!(d.ulps, Some(2));
+        assert!(d
+            .describe("A", "B")
+            .contains("A 1.5e0-2e0j (0x3fc00000,0xc0000000) vs B"));
+        let c = ElementDetail::between(
+            &Tensor::from_vec(vec![[3.0f64, 0.0]]),
+            &Tensor::from_vec(vec![[0.0f64, 4.0]]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.left.as_str(), c.right.as_str()),
+            ("3e0+0e0j", "0e0+4e0j")
+        );
+        assert_eq!(c.left_bits, "0x4008000000000000,0x0000000000000000");
+        assert_eq!((c.max_abs_err, c.max_rel_err), (5.0, 1.25));
+        let nan = ElementDetail::between(
+            &Tensor::from_vec(vec![[1.0f64, f64::NAN]]),
+            &Tensor::from_vec(vec![[1.0f64, 0.0]]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((nan.left.as_str(), nan.ulps), ("1e0+NaNj", None));
     }
 }

@@ -125,7 +125,9 @@ pub struct TensorMetrics {
 }
 
 impl TensorMetrics {
-    /// The metrics of two tensors of the same number of elements, read as `f64`.
+    /// The metrics of two tensors of the same number of elements, read as `f64` (8-bit floats
+    /// decoded exactly; a complex tensor as its real parts, real then imaginary per element, as
+    /// `torch.view_as_real` gives them).
     #[must_use]
     pub fn between(a: &Tensor, b: &Tensor) -> Option<Self> {
         fn as_f64(t: &Tensor) -> Vec<f64> {
@@ -138,6 +140,17 @@ impl TensorMetrics {
                 TensorData::BF16(v) => v.iter().map(|&x| f64::from(x)).collect(),
                 TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
                 TensorData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
+                TensorData::I8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::I16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::U16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => {
+                    let dtype = t.dtype();
+                    v.iter()
+                        .map(|&b| dtype.f8_to_f64(b).expect("an 8-bit float dtype"))
+                        .collect()
+                }
+                TensorData::C64(v) => v.iter().flatten().map(|&x| f64::from(x)).collect(),
+                TensorData::C128(v) => v.iter().flatten().copied().collect(),
             }
         }
         let (a, b) = (as_f64(a), as_f64(b));

@@ -339,8 +339,10 @@ fn full_mode_writes_safetensors_and_compare_measures_the_difference() {
 fn views_and_new_dtypes_dump_as_tensors_do() {
     use crate::value::tensor::TensorView;
     use half::{bf16, f16};
-    let tensors = |last_f16: f32| {
-        vec![
+    // Every dtype but f32, f64, i64 and u8 (the first ones, recorded everywhere else), then f32
+    // as a scalar; c128 last, as safetensors has no complex128 (full mode refuses it, below).
+    let tensors = |last_f16: f32, mode: DumpMode| {
+        let mut all = vec![
             Tensor::new(
                 vec![2, 2],
                 TensorData::F16(vec![
@@ -359,7 +361,17 @@ fn views_and_new_dtypes_dump_as_tensors_do() {
             Tensor::from_vec(vec![i32::MIN, 0, 7]),
             Tensor::from_vec(vec![true, false]),
             Tensor::scalar(0.25f32),
-        ]
+            Tensor::from_vec(vec![i8::MIN, -1, 7]),
+            Tensor::new(vec![1, 2], TensorData::I16(vec![i16::MIN, 300])).unwrap(),
+            Tensor::from_vec(vec![u16::MAX, 0]),
+            Tensor::new(vec![3], TensorData::F8E4M3(vec![0x7e, 0x7f, 0x80])).unwrap(),
+            Tensor::new(vec![2], TensorData::F8E5M2(vec![0x7c, 0x01])).unwrap(),
+            Tensor::from_vec(vec![[1.5f32, -2.0], [f32::NAN, -0.0]]),
+        ];
+        if mode != DumpMode::Full {
+            all.push(Tensor::from_vec(vec![[f64::INFINITY, 0.5]]));
+        }
+        all
     };
     let bytes_of = |t: &Tensor| {
         let mut bytes = Vec::new();
@@ -370,7 +382,7 @@ fn views_and_new_dtypes_dump_as_tensors_do() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = TraceWriter::create(dir.path(), 0, 1, mode).unwrap();
         for step in 0..2 {
-            for (i, t) in tensors(last_f16).iter().enumerate() {
+            for (i, t) in tensors(last_f16, mode).iter().enumerate() {
                 let name = format!("t{i}");
                 let bytes = bytes_of(t);
                 let view = TensorView::new(t.dtype(), t.shape(), &bytes).unwrap();
@@ -405,13 +417,53 @@ fn views_and_new_dtypes_dump_as_tensors_do() {
         let mut batch = Batch::default();
         while src.next_step(&mut batch).unwrap().is_some() {}
         let layouts: Vec<String> = src.layouts().iter().map(Layout::describe).collect();
-        assert_eq!(
-            layouts,
-            ["f16[2,2]", "bf16[3]", "i32[3]", "bool[2]", "f32[]"],
-            "{mode}"
-        );
+        let mut want = vec![
+            "f16[2,2]",
+            "bf16[3]",
+            "i32[3]",
+            "bool[2]",
+            "f32[]",
+            "i8[3]",
+            "i16[1,2]",
+            "u16[2]",
+            "f8e4m3fn[3]",
+            "f8e5m2[2]",
+            "c64[2]",
+        ];
+        if mode != DumpMode::Full {
+            want.push("c128[1]");
+        }
+        assert_eq!(layouts, want, "{mode}");
+        // Every record reads back with its md5 and, with stats, the stats of its tensor.
+        let mut src = d.open_rank(0).unwrap();
+        let mut batch = Batch::default();
+        assert!(src.next_step(&mut batch).unwrap().is_some());
+        let want = tensors(3.0, mode);
+        assert_eq!(batch.entries.len(), want.len());
+        for (i, (entry, t)) in batch.entries.iter().zip(&want).enumerate() {
+            let md5 = crate::value::digest::Md5Digest::of_tensor(t);
+            assert_eq!(entry.digest.bytes, md5.0, "{mode} {t:?}");
+            let stats = mode
+                .has_stats()
+                .then(|| crate::value::digest::Stats::of_tensor(t));
+            assert_eq!(batch.stats(i), stats.as_ref(), "{mode} {t:?}");
+        }
         assert!(compare(a.path(), b.path()).is_identical(), "{mode}");
     }
+    // Full mode cannot hold a c128 tensor: a clear error naming the tensor and the dtype.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+    w.record(0, "z", &Tensor::from_vec(vec![[1.0f64, 2.0]]))
+        .unwrap();
+    let err = w
+        .record(1, "z", &Tensor::from_vec(vec![[1.0f64, 2.0]]))
+        .and_then(|()| w.finish().map(drop))
+        .unwrap_err();
+    assert!(
+        matches!(&err, DumpError::Safetensors { detail, .. }
+            if detail.starts_with("tensor `00000:z`: dtype c128 has no safetensors dtype")),
+        "{err}"
+    );
     // Full tensors of a new dtype are read back for the metrics of a difference.
     let (a, c) = (
         write(DumpMode::Full, 3.0, true),
@@ -918,7 +970,12 @@ fn version_2_and_3_traces_compare_up_to_one_chunk_and_refuse_beyond() {
         let mut w = crate::file::TraceWriter::create(new.path(), 0, 1, DumpMode::Md5).unwrap();
         w.write_record(&trace.records[0], None).unwrap();
         w.finish().unwrap();
-        let bytes: Vec<u8> = tensor.values::<f32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes: Vec<u8> = tensor
+            .values::<f32>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         trace.records[0].md5 = crate::value::Md5Digest::of_bytes(&bytes);
         let mut w = crate::file::TraceWriter::create_version(
             old.path(),

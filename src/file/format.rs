@@ -15,9 +15,10 @@
 //! Checksums are CRC-32 (ISO-HDLC: zlib's and Python's `zlib.crc32`), which detects every change
 //! of up to 32 consecutive bits, so any one damaged byte of a version 2 file is caught.
 //!
-//! Dtype codes 1-4 (f32, f64, i64, u8) are the first ones; 5-8 (f16, bf16, i32, bool) were added
-//! later within version 1: every older file stays valid, and only a file that uses a new dtype
-//! needs a reader that knows its code (an older one rejects it as an unknown dtype code).
+//! Dtype codes 1-4 (f32, f64, i64, u8) are the first ones; 5-8 (f16, bf16, i32, bool) and 9-15
+//! (i8, i16, u16, f8e4m3fn, f8e5m2, c64, c128) were added later within version 1: every older
+//! file stays valid, and only a file that uses a new dtype needs a reader that knows its code (an
+//! older one rejects it as an unknown dtype code).
 
 use crate::file::{DumpMode, RunId};
 use crate::record::Environment;
@@ -132,6 +133,13 @@ pub(crate) fn dtype_code(dtype: DType) -> u8 {
         DType::BF16 => 6,
         DType::I32 => 7,
         DType::Bool => 8,
+        DType::I8 => 9,
+        DType::I16 => 10,
+        DType::U16 => 11,
+        DType::F8E4M3 => 12,
+        DType::F8E5M2 => 13,
+        DType::C64 => 14,
+        DType::C128 => 15,
     }
 }
 
@@ -145,6 +153,13 @@ pub(crate) fn dtype_from_code(code: u8) -> Option<DType> {
         6 => Some(DType::BF16),
         7 => Some(DType::I32),
         8 => Some(DType::Bool),
+        9 => Some(DType::I8),
+        10 => Some(DType::I16),
+        11 => Some(DType::U16),
+        12 => Some(DType::F8E4M3),
+        13 => Some(DType::F8E5M2),
+        14 => Some(DType::C64),
+        15 => Some(DType::C128),
         _ => None,
     }
 }
@@ -919,13 +934,21 @@ mod tests {
                 (DType::BF16, 6),
                 (DType::I32, 7),
                 (DType::Bool, 8),
+                (DType::I8, 9),
+                (DType::I16, 10),
+                (DType::U16, 11),
+                (DType::F8E4M3, 12),
+                (DType::F8E5M2, 13),
+                (DType::C64, 14),
+                (DType::C128, 15),
             ]
         );
         for (dtype, code) in codes {
             assert_eq!(dtype_from_code(code), Some(dtype));
         }
         assert_eq!(dtype_from_code(0), None);
-        assert_eq!(dtype_from_code(9), None);
+        assert_eq!(dtype_from_code(16), None);
+        assert_eq!(dtype_from_code(255), None);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //!
 //! [`encode`] takes `(name, tensor)` pairs and returns the bytes of a safetensors file; [`decode`]
 //! reads one tensor back by name. Only the dtypes of [`DType`] are read; any other is an error.
+//! safetensors names `i8`, `i16`, `u16`, `f8e4m3fn`, `f8e5m2` and `c64` `I8`, `I16`, `U16`,
+//! `F8_E4M3` (torch's `float8_e4m3fn`), `F8_E5M2` and `C64`; it has no complex128, so a `c128`
+//! tensor cannot be encoded: [`encode`] returns an error naming the tensor and the dtype.
 //!
 //! Determinism: the bytes depend only on the tensors (safetensors orders its header by dtype
 //! alignment and name, and no metadata map is written), so the same tensors give the same file.
@@ -11,9 +14,9 @@
 
 use crate::value::tensor::{DType, Tensor, TensorView};
 
-/// The safetensors dtype of a detcheck dtype.
-fn safetensors_dtype(dtype: DType) -> safetensors::Dtype {
-    match dtype {
+/// The safetensors dtype of a detcheck dtype (`None` for `c128`: safetensors has none).
+fn safetensors_dtype(dtype: DType) -> Option<safetensors::Dtype> {
+    Some(match dtype {
         DType::F32 => safetensors::Dtype::F32,
         DType::F64 => safetensors::Dtype::F64,
         DType::I64 => safetensors::Dtype::I64,
@@ -22,7 +25,14 @@ fn safetensors_dtype(dtype: DType) -> safetensors::Dtype {
         DType::BF16 => safetensors::Dtype::BF16,
         DType::I32 => safetensors::Dtype::I32,
         DType::Bool => safetensors::Dtype::BOOL,
-    }
+        DType::I8 => safetensors::Dtype::I8,
+        DType::I16 => safetensors::Dtype::I16,
+        DType::U16 => safetensors::Dtype::U16,
+        DType::F8E4M3 => safetensors::Dtype::F8_E4M3,
+        DType::F8E5M2 => safetensors::Dtype::F8_E5M2,
+        DType::C64 => safetensors::Dtype::C64,
+        DType::C128 => return None,
+    })
 }
 
 /// A tensor's canonical (little-endian) bytes.
@@ -35,13 +45,20 @@ pub(crate) fn canonical_bytes(tensor: &Tensor) -> Vec<u8> {
 /// The bytes of a safetensors file holding `tensors` (name, dtype, shape, canonical bytes).
 ///
 /// # Errors
-/// A description naming the tensor when its bytes do not match its shape.
+/// A description naming the tensor when its bytes do not match its shape, or when safetensors
+/// has no dtype for its dtype (`c128`).
 pub(crate) fn encode(tensors: &[(String, DType, Vec<usize>, Vec<u8>)]) -> Result<Vec<u8>, String> {
     let mut views = Vec::with_capacity(tensors.len());
     for (name, dtype, shape, bytes) in tensors {
-        let view =
-            safetensors::tensor::TensorView::new(safetensors_dtype(*dtype), shape.clone(), bytes)
-                .map_err(|e| format!("tensor `{name}`: {e}"))?;
+        let st_dtype = safetensors_dtype(*dtype).ok_or_else(|| {
+            format!(
+                "tensor `{name}`: dtype {dtype} has no safetensors dtype (safetensors has C64 \
+                 but no 128-bit complex), so it cannot be saved in full mode; record it in md5 \
+                 or stats mode, or as its real parts (torch.view_as_real: f64)"
+            )
+        })?;
+        let view = safetensors::tensor::TensorView::new(st_dtype, shape.clone(), bytes)
+            .map_err(|e| format!("tensor `{name}`: {e}"))?;
         views.push((name.as_str(), view));
     }
     safetensors::tensor::serialize(views, None).map_err(|e| e.to_string())
@@ -68,6 +85,12 @@ pub(crate) fn decode(
         safetensors::Dtype::BF16 => DType::BF16,
         safetensors::Dtype::I32 => DType::I32,
         safetensors::Dtype::BOOL => DType::Bool,
+        safetensors::Dtype::I8 => DType::I8,
+        safetensors::Dtype::I16 => DType::I16,
+        safetensors::Dtype::U16 => DType::U16,
+        safetensors::Dtype::F8_E4M3 => DType::F8E4M3,
+        safetensors::Dtype::F8_E5M2 => DType::F8E5M2,
+        safetensors::Dtype::C64 => DType::C64,
         other => return Err(format!("tensor `{name}` has unsupported dtype {other:?}")),
     };
     TensorView::new(dtype, view.shape(), view.data())
@@ -151,5 +174,59 @@ mod tests {
         let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let err = decode(&file, "m").unwrap_err();
         assert_eq!(err, "tensor `m`: bool element 1 is the byte 2, not 0 or 1");
+    }
+
+    #[test]
+    fn gpu_training_dtypes_round_trip_and_c128_is_refused_by_name() {
+        let tensors = [
+            Tensor::from_vec(vec![i8::MIN, -1, 7]),
+            Tensor::from_vec(vec![i16::MIN, 300]),
+            Tensor::from_vec(vec![u16::MAX, 1]),
+            Tensor::new(vec![3], TensorData::F8E4M3(vec![0x7e, 0x7f, 0x80])).unwrap(),
+            Tensor::new(vec![3], TensorData::F8E5M2(vec![0x7c, 0x7d, 0x01])).unwrap(),
+            Tensor::from_vec(vec![[1.5f32, -2.0], [f32::NAN, -0.0]]),
+        ];
+        let entries: Vec<_> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let key = format!("t{i}");
+                (key, t.dtype(), t.shape().to_vec(), canonical_bytes(t))
+            })
+            .collect();
+        let bytes = encode(&entries).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let dtypes: Vec<_> = (0..tensors.len())
+            .map(|i| file.tensor(&format!("t{i}")).unwrap().dtype())
+            .collect();
+        assert_eq!(
+            dtypes,
+            [
+                safetensors::Dtype::I8,
+                safetensors::Dtype::I16,
+                safetensors::Dtype::U16,
+                safetensors::Dtype::F8_E4M3,
+                safetensors::Dtype::F8_E5M2,
+                safetensors::Dtype::C64,
+            ]
+        );
+        for (i, t) in tensors.iter().enumerate() {
+            let back = decode(&file, &format!("t{i}")).unwrap().unwrap();
+            assert_eq!(canonical_bytes(&back), canonical_bytes(t), "t{i}");
+            assert_eq!(back.dtype(), t.dtype());
+        }
+        // safetensors has no complex128: an error naming the tensor and the dtype, no panic.
+        let c = Tensor::from_vec(vec![[1.0f64, 2.0]]);
+        let entries = vec![(
+            "z".to_owned(),
+            c.dtype(),
+            c.shape().to_vec(),
+            canonical_bytes(&c),
+        )];
+        let err = encode(&entries).unwrap_err();
+        assert!(
+            err.starts_with("tensor `z`: dtype c128 has no safetensors dtype"),
+            "{err}"
+        );
     }
 }

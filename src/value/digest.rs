@@ -8,9 +8,14 @@
 //!
 //! [`Stats`] are max, min, mean and L2 norm, accumulated in `f64` in eight interleaved lanes
 //! combined in lane order (a fixed order, so a pure function of the values), and the counts of
-//! NaN, +Inf and -Inf. Every dtype is read as `f64`: exactly for f32, f16, bf16, i32, u8 and bool
-//! (0 or 1); i64 rounds to the nearest `f64`. [`ExactF64`] stores a float in JSON as its bit
-//! pattern, so NaN, infinities and -0.0 survive a round trip (JSON has no NaN).
+//! NaN, +Inf and -Inf. Every dtype is read as `f64`: exactly for f32, f16, bf16, f8e4m3fn and
+//! f8e5m2 (decoded from their bytes), i32, i16, i8, u16, u8 and bool (0 or 1); i64 rounds to the
+//! nearest `f64`. A complex tensor of n elements is read as its 2n real parts (real, imaginary,
+//! real, ... in element order, part i to lane i mod 8): its norm is the square root of the sum of
+//! the squares of every part, which is the L2 norm of the complex tensor, and NaN and infinities
+//! are counted per part; max, min and mean are `None` (complex numbers have no order, and a mean
+//! of parts would mean nothing). [`ExactF64`] stores a float in JSON as its bit pattern, so NaN,
+//! infinities and -0.0 survive a round trip (JSON has no NaN).
 //!
 //! Both are computed on a [`TensorView`] (`of_view`), the canonical bytes read in place; a
 //! [`Tensor`] goes through its view (`of_tensor`), so there is one implementation.
@@ -19,7 +24,7 @@
 //! Golden tests pin the stats' bits and the md5 of each dtype.
 //! Limits: stats are summaries for people, not proofs; equality of runs is decided by the md5.
 
-use crate::value::tensor::{DType, Tensor, TensorView};
+use crate::value::tensor::{DType, Tensor, TensorView, F8E4M3FN_VALUES, F8E5M2_VALUES};
 use half::{bf16, f16};
 use md5::{Digest as _, Md5};
 use multiversion::multiversion;
@@ -323,11 +328,7 @@ impl Stats {
         let (max, min) = if any_number {
             (
                 Some(if pos_inf > 0 { f64::INFINITY } else { max }),
-                Some(if neg_inf > 0 {
-                    f64::NEG_INFINITY
-                } else {
-                    min
-                }),
+                Some(if neg_inf > 0 { f64::NEG_INFINITY } else { min }),
             )
         } else {
             (None, None)
@@ -337,11 +338,7 @@ impl Stats {
         } else if nan > 0 || (pos_inf > 0 && neg_inf > 0) {
             (
                 Some(f64::NAN),
-                Some(if nan > 0 {
-                    f64::NAN
-                } else {
-                    f64::INFINITY
-                }),
+                Some(if nan > 0 { f64::NAN } else { f64::INFINITY }),
             )
         } else if pos_inf > 0 || neg_inf > 0 {
             let inf = if pos_inf > 0 {
@@ -377,13 +374,32 @@ impl Stats {
     pub fn of_view(view: TensorView<'_>) -> Self {
         let mut acc = StatsAccumulator::new();
         feed_view(&mut acc, view.dtype(), view.bytes());
-        acc.finish(view.len())
+        if view.dtype().is_complex() {
+            Stats::of_complex_parts(acc.finish(2 * view.len()))
+        } else {
+            acc.finish(view.len())
+        }
+    }
+
+    /// The statistics of a complex tensor from those of its 2n real parts (each element's real,
+    /// then imaginary part): the norm and the NaN and infinity counts are kept, max, min and
+    /// mean are `None`. For totals computed elsewhere:
+    /// `Stats::of_complex_parts(Stats::from_totals(2 * n, totals))`.
+    #[must_use]
+    pub fn of_complex_parts(parts: Stats) -> Stats {
+        Stats {
+            max: None,
+            min: None,
+            mean: None,
+            ..parts
+        }
     }
 }
 
 /// Feeds every element of `bytes` (little-endian `dtype`s) to `acc`, compiled for the reduction
 /// kernels' targets (`value/reduce.rs`) and picked at run time: the same operations per lane in
-/// the same order on each (no FMA), only the vector width differs, so the same bits.
+/// the same order on each (no FMA), only the vector width differs, so the same bits. A complex
+/// element is fed as its two parts, so part i (not element i) goes to lane i mod 8.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq", "x86_64+avx2"))]
 fn feed_view(acc: &mut StatsAccumulator, dtype: DType, bytes: &[u8]) {
     {
@@ -396,6 +412,15 @@ fn feed_view(acc: &mut StatsAccumulator, dtype: DType, bytes: &[u8]) {
             DType::F16 => acc.feed(bytes, |b| f64::from(f16::from_le_bytes(b).to_f32())),
             DType::BF16 => acc.feed(bytes, |b| f64::from(bf16::from_le_bytes(b).to_f32())),
             DType::I32 => acc.feed(bytes, |b| f64::from(i32::from_le_bytes(b))),
+            DType::I16 => acc.feed(bytes, |b| f64::from(i16::from_le_bytes(b))),
+            DType::U16 => acc.feed(bytes, |b| f64::from(u16::from_le_bytes(b))),
+            DType::I8 => acc.feed(bytes, |[b]: [u8; 1]| f64::from(b as i8)),
+            // Every 8-bit float value is exact in f64: a table of the 256.
+            DType::F8E4M3 => acc.feed(bytes, |[b]: [u8; 1]| F8E4M3FN_VALUES[usize::from(b)]),
+            DType::F8E5M2 => acc.feed(bytes, |[b]: [u8; 1]| F8E5M2_VALUES[usize::from(b)]),
+            // The real parts, in order: the bytes are pairs of f32 (f64) parts.
+            DType::C64 => acc.feed(bytes, |b| f64::from(f32::from_le_bytes(b))),
+            DType::C128 => acc.feed(bytes, f64::from_le_bytes),
         }
     }
 }
@@ -403,6 +428,7 @@ fn feed_view(acc: &mut StatsAccumulator, dtype: DType, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::tensor::TensorData;
 
     /// The streaming md5 (a full dump's tensor files, checked in chunks) is the one-shot md5,
     /// across chunk boundaries, counting every byte.
@@ -631,6 +657,161 @@ mod tests {
             "307fcb458a884c00842350eef5b824b0 3ff0000000000000 0000000000000000 \
              3fe286bca1af286c 400a887293fd6f34 nan 0 +inf 0 -inf 0"
         );
+    }
+
+    // The golden lines of the dtypes GPU training uses were computed independently of this
+    // crate, in Python: the md5 with hashlib of numpy's `tobytes()` (`<i1`, `<i2`, `<u2`, `<c8`,
+    // `<c16`; the 8-bit floats' bytes as they are), the values with numpy and torch (8-bit
+    // floats: `t.view(torch.float8_e4m3fn).double()`; complex: `a.view('<f4')`, the parts), and
+    // the stats in Python floats summed in the same eight lanes.
+
+    #[test]
+    fn narrow_integer_md5_and_stats_bits_do_not_change() {
+        let i8s = vec![
+            0i8, 1, -1, 127, -128, 42, -7, 100, -100, 5, 6, 7, -8, 9, 10, 11, -12, 13, 3,
+        ];
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(i8s)),
+            "89c8904250cb8fa5ce9d50d3e97e5220 405fc00000000000 c060000000000000 \
+             40106bca1af286bd 406d5941ad5243a7 nan 0 +inf 0 -inf 0"
+        );
+        let i16s = vec![
+            0i16, 1, -1, 32767, -32768, 1234, -4321, 300, -300, 5, 6, 7, -8, 9, 10, 11, -12, 13, 3,
+        ];
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(i16s)),
+            "44831e026f0b6577c072c236fec7ad75 40dfffc000000000 c0e0000000000000 \
+             c06406bca1af286c 40e6bbf1f2c9835f nan 0 +inf 0 -inf 0"
+        );
+        let u16s = vec![
+            0u16, 1, 65535, 40000, 300, 1234, 4321, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 65534,
+        ];
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(u16s)),
+            "60c8b8a3902f03bdad72bd1025523c43 40efffe000000000 0000000000000000 \
+             40c233650d79435e 40f8ab3b01cfe25f nan 0 +inf 0 -inf 0"
+        );
+    }
+
+    /// f8e4m3fn codes: 0, the smallest subnormals, the smallest normal, 1, 448, -448, -0, NaN,
+    /// -NaN, then ordinary values.
+    const F8E4M3FN_CODES: [u8; 19] = [
+        0x00, 0x01, 0x07, 0x08, 0x38, 0x7e, 0xfe, 0x80, 0x7f, 0xff, 0x40, 0x3c, 0x81, 0x55, 0x22,
+        0x6a, 0xb0, 0x30, 0x44,
+    ];
+
+    /// f8e5m2 codes: 0, subnormals, the smallest normal, 1, 57344, -57344, -0, +Inf, -Inf, NaNs,
+    /// then ordinary values.
+    const F8E5M2_CODES: [u8; 19] = [
+        0x00, 0x01, 0x03, 0x04, 0x3c, 0x7b, 0xfb, 0x80, 0x7c, 0xfc, 0x7d, 0x7f, 0xff, 0x40, 0x38,
+        0x42, 0x81, 0x55, 0x22,
+    ];
+
+    #[test]
+    fn f8_md5_and_stats_bits_do_not_change() {
+        let e4 =
+            |codes: Vec<u8>| Tensor::new(vec![codes.len()], TensorData::F8E4M3(codes)).unwrap();
+        let e5 =
+            |codes: Vec<u8>| Tensor::new(vec![codes.len()], TensorData::F8E5M2(codes)).unwrap();
+        let all = F8E4M3FN_CODES.to_vec();
+        let finite: Vec<u8> = all.iter().copied().filter(|c| c & 0x7f != 0x7f).collect();
+        assert_eq!(
+            md5_and_stats(&e4(all)),
+            "00ba8bca4130ad4e829d29e84e642712 407c000000000000 c07c000000000000 \
+             7ff8000000000000 7ff8000000000000 nan 2 +inf 0 -inf 0"
+        );
+        assert_eq!(
+            md5_and_stats(&e4(finite)),
+            "9fd6264abdff5938fc7cfbbddce2f967 407c000000000000 c07c000000000000 \
+             4017b0d2d2d2d2d3 4083f5f383ec107b nan 0 +inf 0 -inf 0"
+        );
+        let all = F8E5M2_CODES.to_vec();
+        let finite: Vec<u8> = all.iter().copied().filter(|c| c & 0x7f < 0x7c).collect();
+        assert_eq!(
+            md5_and_stats(&e5(all)),
+            "c992ff52c5450deb9b010f66c5368fcf 7ff0000000000000 fff0000000000000 \
+             7ff8000000000000 7ff8000000000000 nan 3 +inf 1 -inf 1"
+        );
+        assert_eq!(
+            md5_and_stats(&e5(finite)),
+            "f2a45331dfe5045eff8dbd2de07bff24 40ec000000000000 c0ec000000000000 \
+             4018b7b8db6db6db 40f3cc8b3bab4b58 nan 0 +inf 0 -inf 0"
+        );
+        // The md5 is of the bytes as they are.
+        assert_eq!(
+            Md5Digest::of_tensor(&e4(F8E4M3FN_CODES.to_vec())),
+            Md5Digest::of_bytes(&F8E4M3FN_CODES)
+        );
+    }
+
+    /// Complex (real, imaginary) pairs: 10 elements, 20 parts (two blocks of eight lanes and a
+    /// remainder of four).
+    const COMPLEX: [[f64; 2]; 10] = [
+        [1.5, -2.0],
+        [0.25, 3.0],
+        [-1.0, 0.0],
+        [0.1, -0.0],
+        [1e3, -1e-3],
+        [7.0, 8.0],
+        [-3.5, 2.25],
+        [0.5, 0.5],
+        [9.0, -9.0],
+        [2.0, 1.0],
+    ];
+
+    #[test]
+    fn complex_md5_and_stats_bits_do_not_change() {
+        let c64: Vec<[f32; 2]> = COMPLEX.iter().map(|p| p.map(|x| x as f32)).collect();
+        // Only the norm (of all 20 parts: the complex L2 norm, 1000.157...) and the counts.
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(c64)),
+            "2ab68d4d65bad300395f7a139a893c0d none none none 408f4141a623bb0e nan 0 +inf 0 -inf 0"
+        );
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(COMPLEX.to_vec())),
+            "e23d9eac5b5db76fabb30798e5c5a14b none none none 408f4141a623bb0d nan 0 +inf 0 -inf 0"
+        );
+        let norm = Stats::of_tensor(&Tensor::from_vec(COMPLEX.to_vec()))
+            .norm
+            .unwrap()
+            .0;
+        let modulus_sq: f64 = COMPLEX.iter().map(|[re, im]| re * re + im * im).sum();
+        assert!((norm - modulus_sq.sqrt()).abs() < 1e-12, "{norm}");
+        // NaN and infinities are counted per part: NaN+1j, inf-infj.
+        let mut parts = COMPLEX.to_vec();
+        parts.push([f64::NAN, 1.0]);
+        parts.push([f64::INFINITY, f64::NEG_INFINITY]);
+        assert_eq!(
+            md5_and_stats(&Tensor::from_vec(parts)),
+            "d93273cfb5eb8cfabd2d724695381a24 none none none 7ff8000000000000 nan 1 +inf 1 -inf 1"
+        );
+        // Empty: no norm either.
+        let empty = Tensor::from_vec(Vec::<[f32; 2]>::new());
+        assert_eq!(Stats::of_tensor(&empty), Stats::default());
+    }
+
+    /// The parts of a complex tensor go to the lanes as the elements of a real tensor of twice
+    /// the length would: its norm and counts are those of `view_as_real`.
+    #[test]
+    fn complex_stats_are_those_of_the_real_parts() {
+        let pairs: Vec<[f32; 2]> = (0..37)
+            .map(|i| {
+                [
+                    i as f32 * 0.37 - 5.0,
+                    if i == 20 {
+                        f32::NAN
+                    } else {
+                        1.0 / (i as f32 + 1.0)
+                    },
+                ]
+            })
+            .collect();
+        let parts: Vec<f32> = pairs.iter().flatten().copied().collect();
+        for take in [0, 1, 3, 4, 5, 9, 19, 37] {
+            let c = Stats::of_tensor(&Tensor::from_vec(pairs[..take].to_vec()));
+            let r = Stats::of_tensor(&Tensor::from_vec(parts[..2 * take].to_vec()));
+            assert_eq!(c, Stats::of_complex_parts(r), "{take}");
+        }
     }
 
     #[test]

@@ -240,7 +240,8 @@ impl<B: AsRef<[u8]>, T> TreeLanes<B, T> {
             let job = self.jobs[slot].as_mut().expect("live");
             if job.digests.len() == 16 {
                 let job = self.jobs[slot].take().expect("live");
-                let data = Arc::into_inner(job.data).expect("every piece of a finished job is gone");
+                let data =
+                    Arc::into_inner(job.data).expect("every piece of a finished job is gone");
                 let mut digest = [0; 16];
                 digest.copy_from_slice(&job.digests);
                 done(data, job.tag, Md5Digest(digest));
@@ -333,7 +334,11 @@ mod tests {
             }
             for (i, slot) in got.into_iter().enumerate() {
                 let (data, digest) = slot.expect("every buffer comes back");
-                assert_eq!((data.len(), digest), (inputs[i].len(), want[i]), "width {width}");
+                assert_eq!(
+                    (data.len(), digest),
+                    (inputs[i].len(), want[i]),
+                    "width {width}"
+                );
             }
         }
     }

@@ -20,12 +20,15 @@
 //! shares, so a schedule gives the same bits on threads as on any other backend.
 //!
 //! Dtypes: f32 and f64 reduce as above; i64, i32 and u8 exactly (wrap-around sums, integer max),
-//! so in any order. f16, bf16 and bool are not reduced: [`unreducible`] gives the reason, which
-//! every backend returns as `CommError::InvalidArgument` before any data moves. Summing half
-//! precision on the CPU would have to choose an accumulation precision (f16 after every addition,
+//! so in any order. f16, bf16, f8e4m3fn, f8e5m2, bool, i8, i16, u16, c64 and c128 are not
+//! reduced: [`unreducible`] gives the reason, which every backend returns as
+//! `CommError::InvalidArgument` before any data moves. Summing half precision (or 8-bit floats) on
+//! the CPU would have to choose an accumulation precision (the narrow type after every addition,
 //! or f32, or wider, rounded once) that no backend promises, so detcheck's bits would stand for no
-//! real library's; a bool sum has no agreed meaning. Cast to f32 (or u8/i32) first. Broadcast and
-//! allgather move every dtype.
+//! real library's; a bool sum has no agreed meaning; a narrow integer sum would have to choose
+//! between wrapping at 8 or 16 bits and accumulating wider, which backends do differently; a
+//! complex `max` has no meaning (complex numbers have no order). Cast to f32 (or u8/i32, or view a
+//! complex tensor as its real pairs) first. Broadcast and allgather move every dtype.
 //!
 //! Limits: only `reproducible` is invariant to the number of ranks, and only for sums of floats
 //! (`max` and integer sums are order-independent in every mode). It gives the multiset of the
@@ -130,6 +133,20 @@ pub(crate) fn unreducible(dtype: DType) -> Option<String> {
              or i32 first"
                 .to_owned(),
         ),
+        DType::F8E4M3 | DType::F8E5M2 => Some(format!(
+            "{dtype} tensors are not reduced: an 8-bit float sum on the CPU would have to pick \
+             an accumulation precision that no backend promises; cast to f32 first"
+        )),
+        DType::I8 | DType::I16 | DType::U16 => Some(format!(
+            "{dtype} tensors are not reduced: a narrow integer sum would have to pick between \
+             wrapping at {} bits and accumulating wider, which backends do differently; cast to \
+             i32 first",
+            dtype.size_of() * 8
+        )),
+        DType::C64 | DType::C128 => Some(format!(
+            "{dtype} tensors are not reduced: a complex max has no meaning (complex numbers have \
+             no order); view the tensor as its real parts (torch.view_as_real) and reduce those"
+        )),
     }
 }
 
@@ -215,7 +232,16 @@ pub(crate) fn reduce_chunk(
         TensorData::I64(_) => typed::<i64>(contributions, range, order, op),
         TensorData::I32(_) => typed::<i32>(contributions, range, order, op),
         TensorData::U8(_) => typed::<u8>(contributions, range, order, op),
-        TensorData::F16(_) | TensorData::BF16(_) | TensorData::Bool(_) => {
+        TensorData::F16(_)
+        | TensorData::BF16(_)
+        | TensorData::Bool(_)
+        | TensorData::I8(_)
+        | TensorData::I16(_)
+        | TensorData::U16(_)
+        | TensorData::F8E4M3(_)
+        | TensorData::F8E5M2(_)
+        | TensorData::C64(_)
+        | TensorData::C128(_) => {
             panic!(
                 "{}",
                 unreducible(contributions[0].dtype()).unwrap_or_default()
@@ -427,9 +453,23 @@ mod tests {
     fn half_precision_and_bool_are_refused_with_a_reason() {
         for dtype in DType::ALL {
             let refused = unreducible(dtype);
-            let expected = matches!(dtype, DType::F16 | DType::BF16 | DType::Bool);
+            let expected = !matches!(
+                dtype,
+                DType::F32 | DType::F64 | DType::I64 | DType::I32 | DType::U8
+            );
             assert_eq!(refused.is_some(), expected, "{dtype}");
+            if let Some(why) = refused {
+                assert!(
+                    why.starts_with(&format!("{dtype} tensors are not reduced")),
+                    "{why}"
+                );
+            }
         }
+        assert!(unreducible(DType::I16).unwrap().contains("16 bits"));
+        assert!(unreducible(DType::F8E4M3)
+            .unwrap()
+            .starts_with("f8e4m3fn tensors"));
+        assert!(unreducible(DType::C64).unwrap().contains("view_as_real"));
         let why = unreducible(DType::BF16).unwrap();
         assert!(why.starts_with("bf16 tensors are not reduced"), "{why}");
         assert!(why.contains("accumulation precision"), "{why}");

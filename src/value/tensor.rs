@@ -5,7 +5,12 @@
 //! `arr.astype('<f4').tobytes()` gives, so an md5 taken here can be checked anywhere. `f16` and
 //! `bf16` are IEEE binary16 and bfloat16 (the [`half`] crate's types, re-exported as
 //! [`crate::value::f16`] and [`crate::value::bf16`]); `bool` is one byte per element, 0 or 1, as
-//! numpy's and torch's bool.
+//! numpy's and torch's bool. The 8-bit floats `f8e4m3fn` and `f8e5m2` (torch's `float8_e4m3fn`
+//! and `float8_e5m2`, the OCP FP8 formats) are held as their raw bytes ([`TensorData::F8E4M3`],
+//! [`TensorData::F8E5M2`]: `Vec<u8>`), one byte an element; [`DType::f8_to_f64`] gives their values.
+//! The complex dtypes `c64` and `c128` hold `[re, im]` pairs of f32 and f64 (torch's and numpy's
+//! `complex64`/`complex128`): the canonical bytes of an element are the real part, then the
+//! imaginary part, each little-endian, as `arr.tobytes()` gives.
 //!
 //! [`TensorView`] borrows the canonical bytes of a tensor that lives elsewhere (a numpy buffer, a
 //! file), so it can be digested and recorded without a copy; [`TensorView::new`] checks that the
@@ -13,8 +18,8 @@
 //! have one implementation, on views.
 //!
 //! Determinism: a tensor is plain data; nothing here reads a clock or an address.
-//! Limits: no strides or broadcasting (a view is contiguous, row-major); eight dtypes (f32, f64,
-//! i64, u8, f16, bf16, i32, bool).
+//! Limits: no strides or broadcasting (a view is contiguous, row-major); fifteen dtypes (f32, f64,
+//! i64, u8, f16, bf16, i32, bool, i8, i16, u16, f8e4m3fn, f8e5m2, c64, c128).
 
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
@@ -40,11 +45,28 @@ pub enum DType {
     I32,
     /// Boolean, one byte per element: 0 (false) or 1 (true).
     Bool,
+    /// Two's complement 8-bit integer.
+    I8,
+    /// Two's complement 16-bit integer.
+    I16,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// 8-bit float E4M3FN (torch's `float8_e4m3fn`): sign, 4 exponent bits (bias 7), 3 mantissa
+    /// bits; subnormals, no infinities, `0x7f`/`0xff` NaN; largest finite value 448.
+    #[serde(rename = "f8e4m3fn")]
+    F8E4M3,
+    /// 8-bit float E5M2 (torch's `float8_e5m2`): sign, 5 exponent bits (bias 15), 2 mantissa
+    /// bits, as IEEE 754 (subnormals, infinities, NaNs); largest finite value 57344.
+    F8E5M2,
+    /// Complex of two f32 (real, imaginary), 8 bytes.
+    C64,
+    /// Complex of two f64 (real, imaginary), 16 bytes.
+    C128,
 }
 
 impl DType {
-    /// Every dtype, in declaration order.
-    pub const ALL: [DType; 8] = [
+    /// Every dtype, in declaration order (the order of their trace file codes).
+    pub const ALL: [DType; 15] = [
         DType::F32,
         DType::F64,
         DType::I64,
@@ -53,6 +75,13 @@ impl DType {
         DType::BF16,
         DType::I32,
         DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::U16,
+        DType::F8E4M3,
+        DType::F8E5M2,
+        DType::C64,
+        DType::C128,
     ];
 
     /// Size of one element in bytes.
@@ -60,14 +89,15 @@ impl DType {
     pub fn size_of(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-            DType::U8 | DType::Bool => 1,
-            DType::F16 | DType::BF16 => 2,
+            DType::F64 | DType::I64 | DType::C64 => 8,
+            DType::U8 | DType::Bool | DType::I8 | DType::F8E4M3 | DType::F8E5M2 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::C128 => 16,
         }
     }
 
     /// The lowercase name used in files and reports (`f32`, `f64`, `i64`, `u8`, `f16`, `bf16`,
-    /// `i32`, `bool`).
+    /// `i32`, `bool`, `i8`, `i16`, `u16`, `f8e4m3fn`, `f8e5m2`, `c64`, `c128`).
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -79,9 +109,93 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I32 => "i32",
             DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::F8E4M3 => "f8e4m3fn",
+            DType::F8E5M2 => "f8e5m2",
+            DType::C64 => "c64",
+            DType::C128 => "c128",
+        }
+    }
+
+    /// `true` for `c64` and `c128`.
+    #[must_use]
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
+    }
+
+    /// The exact value of the 8-bit float `bits` of `f8e4m3fn` or `f8e5m2` (as torch converts
+    /// it); `None` for any other dtype.
+    #[must_use]
+    pub fn f8_to_f64(self, bits: u8) -> Option<f64> {
+        match self {
+            DType::F8E4M3 => Some(F8E4M3FN_VALUES[usize::from(bits)]),
+            DType::F8E5M2 => Some(F8E5M2_VALUES[usize::from(bits)]),
+            _ => None,
         }
     }
 }
+
+/// The value of the 8-bit float `bits` with `mantissa` mantissa bits and exponent bias `bias`:
+/// normal numbers are (1 + m / 2^M) · 2^(e − bias), subnormals (e = 0) m / 2^M · 2^(1 − bias),
+/// both exact in f64. The caller decides which codes are NaN or infinite.
+const fn f8_finite(bits: u8, mantissa: u32, bias: i32) -> f64 {
+    let e = ((bits & 0x7f) >> mantissa) as i32;
+    let m = (bits & ((1 << mantissa) - 1)) as i32;
+    // value = significand · 2^(exponent − bias − M), the significand an integer below 2^(M+1).
+    let (significand, exponent) = if e == 0 {
+        (m, 1)
+    } else {
+        (m + (1 << mantissa), e)
+    };
+    let scale = f64::from_bits(((exponent - bias - mantissa as i32 + 1023) as u64) << 52);
+    let magnitude = significand as f64 * scale;
+    if bits & 0x80 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// `f8e4m3fn` (bias 7, 3 mantissa bits): no infinities; `0x7f` and `0xff` are NaN.
+const fn f8e4m3fn_value(bits: u8) -> f64 {
+    if bits & 0x7f == 0x7f {
+        f64::NAN
+    } else {
+        f8_finite(bits, 3, 7)
+    }
+}
+
+/// `f8e5m2` (bias 15, 2 mantissa bits): exponent 31 is infinity (mantissa 0) or NaN.
+const fn f8e5m2_value(bits: u8) -> f64 {
+    match bits & 0x7f {
+        0x7c if bits & 0x80 != 0 => f64::NEG_INFINITY,
+        0x7c => f64::INFINITY,
+        0x7d..=0x7f => f64::NAN,
+        _ => f8_finite(bits, 2, 15),
+    }
+}
+
+/// The value of every byte: of `f8e4m3fn` when `e4m3fn`, of `f8e5m2` otherwise.
+const fn f8_table(e4m3fn: bool) -> [f64; 256] {
+    let mut table = [0.0; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = if e4m3fn {
+            f8e4m3fn_value(i as u8)
+        } else {
+            f8e5m2_value(i as u8)
+        };
+        i += 1;
+    }
+    table
+}
+
+/// The value of every `f8e4m3fn` byte.
+pub(crate) static F8E4M3FN_VALUES: [f64; 256] = f8_table(true);
+/// The value of every `f8e5m2` byte.
+pub(crate) static F8E5M2_VALUES: [f64; 256] = f8_table(false);
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,6 +222,21 @@ pub enum TensorData {
     I32(Vec<i32>),
     /// `bool` values (in memory one byte each, 0 or 1: the canonical bytes).
     Bool(Vec<bool>),
+    /// `i8` values.
+    I8(Vec<i8>),
+    /// `i16` values.
+    I16(Vec<i16>),
+    /// `u16` values.
+    U16(Vec<u16>),
+    /// `f8e4m3fn` values as their raw bytes (Rust has no 8-bit float type; decode one with
+    /// [`DType::f8_to_f64`]).
+    F8E4M3(Vec<u8>),
+    /// `f8e5m2` values as their raw bytes.
+    F8E5M2(Vec<u8>),
+    /// `c64` values: `[real, imaginary]` pairs of f32.
+    C64(Vec<[f32; 2]>),
+    /// `c128` values: `[real, imaginary]` pairs of f64.
+    C128(Vec<[f64; 2]>),
 }
 
 impl TensorData {
@@ -123,6 +252,13 @@ impl TensorData {
             TensorData::BF16(_) => DType::BF16,
             TensorData::I32(_) => DType::I32,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::I8(_) => DType::I8,
+            TensorData::I16(_) => DType::I16,
+            TensorData::U16(_) => DType::U16,
+            TensorData::F8E4M3(_) => DType::F8E4M3,
+            TensorData::F8E5M2(_) => DType::F8E5M2,
+            TensorData::C64(_) => DType::C64,
+            TensorData::C128(_) => DType::C128,
         }
     }
 
@@ -138,6 +274,12 @@ impl TensorData {
             TensorData::BF16(v) => v.len(),
             TensorData::I32(v) => v.len(),
             TensorData::Bool(v) => v.len(),
+            TensorData::I8(v) => v.len(),
+            TensorData::I16(v) => v.len(),
+            TensorData::U16(v) => v.len(),
+            TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => v.len(),
+            TensorData::C64(v) => v.len(),
+            TensorData::C128(v) => v.len(),
         }
     }
 
@@ -158,6 +300,12 @@ impl TensorData {
             TensorData::BF16(v) => bytemuck::cast_slice(v),
             TensorData::I32(v) => bytemuck::cast_slice(v),
             TensorData::Bool(v) => bytemuck::cast_slice(v),
+            TensorData::I8(v) => bytemuck::cast_slice(v),
+            TensorData::I16(v) => bytemuck::cast_slice(v),
+            TensorData::U16(v) => bytemuck::cast_slice(v),
+            TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => v,
+            TensorData::C64(v) => bytemuck::cast_slice(v),
+            TensorData::C128(v) => bytemuck::cast_slice(v),
         }
     }
 }
@@ -298,7 +446,24 @@ impl Tensor {
                 swap_through(v, |x| bf16::from_bits(x.to_bits().to_le()), &mut sink)
             }
             TensorData::I32(v) => swap_through(v, |x| x.to_le(), &mut sink),
-            TensorData::U8(_) | TensorData::Bool(_) => sink(self.data.native_bytes()),
+            TensorData::I16(v) => swap_through(v, |x| x.to_le(), &mut sink),
+            TensorData::U16(v) => swap_through(v, |x| x.to_le(), &mut sink),
+            // Each part of a complex number on its own: real, then imaginary.
+            TensorData::C64(v) => swap_through(
+                v,
+                |x| x.map(|p| f32::from_bits(p.to_bits().to_le())),
+                &mut sink,
+            ),
+            TensorData::C128(v) => swap_through(
+                v,
+                |x| x.map(|p| f64::from_bits(p.to_bits().to_le())),
+                &mut sink,
+            ),
+            TensorData::U8(_)
+            | TensorData::Bool(_)
+            | TensorData::I8(_)
+            | TensorData::F8E4M3(_)
+            | TensorData::F8E5M2(_) => sink(self.data.native_bytes()),
         }
     }
 
@@ -495,6 +660,19 @@ impl<'a> TensorView<'a> {
             DType::BF16 => TensorData::BF16(decode(b, bf16::from_le_bytes)),
             DType::I32 => TensorData::I32(decode(b, i32::from_le_bytes)),
             DType::Bool => TensorData::Bool(b.iter().map(|&x| x != 0).collect()),
+            DType::I8 => TensorData::I8(decode(b, i8::from_le_bytes)),
+            DType::I16 => TensorData::I16(decode(b, i16::from_le_bytes)),
+            DType::U16 => TensorData::U16(decode(b, u16::from_le_bytes)),
+            DType::F8E4M3 => TensorData::F8E4M3(b.to_vec()),
+            DType::F8E5M2 => TensorData::F8E5M2(b.to_vec()),
+            DType::C64 => TensorData::C64(decode(b, |x: [u8; 8]| {
+                let part = |i: usize| f32::from_le_bytes(x[i..i + 4].try_into().expect("4 bytes"));
+                [part(0), part(4)]
+            })),
+            DType::C128 => TensorData::C128(decode(b, |x: [u8; 16]| {
+                let part = |i: usize| f64::from_le_bytes(x[i..i + 8].try_into().expect("8 bytes"));
+                [part(0), part(8)]
+            })),
         };
         Tensor {
             shape: self.shape.to_vec(),
@@ -503,7 +681,9 @@ impl<'a> TensorView<'a> {
     }
 }
 
-/// An element type a [`Tensor`] can hold.
+/// An element type a [`Tensor`] can hold: one per dtype, except the 8-bit floats, which are
+/// held as raw bytes (`u8` is [`DType::U8`]'s element): build them with [`Tensor::new`] and
+/// [`TensorData::F8E4M3`] or [`TensorData::F8E5M2`]. A complex element is `[re, im]`.
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The dtype of this element type.
     const DTYPE: DType;
@@ -525,6 +705,11 @@ mod sealed {
     impl Sealed for half::bf16 {}
     impl Sealed for i32 {}
     impl Sealed for bool {}
+    impl Sealed for i8 {}
+    impl Sealed for i16 {}
+    impl Sealed for u16 {}
+    impl Sealed for [f32; 2] {}
+    impl Sealed for [f64; 2] {}
 }
 
 macro_rules! impl_element {
@@ -557,6 +742,11 @@ impl_element!(f16, F16);
 impl_element!(bf16, BF16);
 impl_element!(i32, I32);
 impl_element!(bool, Bool);
+impl_element!(i8, I8);
+impl_element!(i16, I16);
+impl_element!(u16, U16);
+impl_element!([f32; 2], C64);
+impl_element!([f64; 2], C128);
 
 #[cfg(test)]
 mod tests {
@@ -595,8 +785,10 @@ mod tests {
             .collect();
         assert_eq!(
             names.join(" "),
-            r#""f32" "f64" "i64" "u8" "f16" "bf16" "i32" "bool""#
+            r#""f32" "f64" "i64" "u8" "f16" "bf16" "i32" "bool" "i8" "i16" "u16" "f8e4m3fn" "f8e5m2" "c64" "c128""#
         );
+        let sizes: Vec<usize> = DType::ALL.iter().map(|d| d.size_of()).collect();
+        assert_eq!(sizes, [4, 8, 8, 1, 2, 2, 4, 1, 1, 2, 2, 1, 1, 8, 16]);
         for dtype in DType::ALL {
             assert_eq!(
                 format!("\"{dtype}\""),
@@ -630,6 +822,135 @@ mod tests {
                 );
             });
         }
+    }
+
+    /// The canonical bytes of the seven newer dtypes are numpy's `tobytes()` (`<i1`, `<i2`,
+    /// `<u2`, `<c8`, `<c16`; an 8-bit float is its byte, as torch's `.view(torch.uint8)`), and a
+    /// view of them decodes to the same values.
+    #[test]
+    fn gpu_training_dtypes_have_little_endian_bytes() {
+        let bytes_of = |t: &Tensor| {
+            let mut bytes = Vec::new();
+            t.for_each_canonical_chunk(|c| bytes.extend_from_slice(c));
+            assert_eq!(bytes.len(), t.len() * t.dtype().size_of());
+            bytes
+        };
+        let cases = [
+            (Tensor::from_vec(vec![-2i8, 127]), vec![0xfe, 0x7f]),
+            (Tensor::from_vec(vec![-2i16, 258]), vec![0xfe, 0xff, 2, 1]),
+            (
+                Tensor::from_vec(vec![65535u16, 258]),
+                vec![0xff, 0xff, 2, 1],
+            ),
+            (
+                Tensor::new(vec![2], TensorData::F8E4M3(vec![0x38, 0xfe])).unwrap(),
+                vec![0x38, 0xfe],
+            ),
+            (
+                Tensor::new(vec![2], TensorData::F8E5M2(vec![0x3c, 0x7c])).unwrap(),
+                vec![0x3c, 0x7c],
+            ),
+            // np.array([1-2j], '<c8').tobytes(): the real part, then the imaginary part.
+            (
+                Tensor::from_vec(vec![[1.0f32, -2.0]]),
+                vec![0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0],
+            ),
+            (
+                Tensor::from_vec(vec![[1.0f64, -2.0]]),
+                vec![0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0xc0],
+            ),
+        ];
+        for (t, want) in &cases {
+            assert_eq!(&bytes_of(t), want, "{}", t.dtype());
+            let view = TensorView::new(t.dtype(), t.shape(), want).unwrap();
+            assert_eq!(&view.to_tensor(), t, "{}", t.dtype());
+        }
+        assert_eq!(cases[5].0.values::<[f32; 2]>(), Some(&[[1.0, -2.0]][..]));
+        assert!(DType::C64.is_complex() && DType::C128.is_complex());
+        assert!(!DType::F32.is_complex() && !DType::F8E4M3.is_complex());
+    }
+
+    // torch's value of every 8-bit float code from 0 to 127, hard-coded:
+    // `torch.arange(128, dtype=torch.uint8).view(torch.float8_e4m3fn).double().tolist()` (and
+    // `float8_e5m2`); code 128 + c is code c with the sign bit, its value the negation.
+    #[rustfmt::skip]
+    const TORCH_F8E4M3FN: [f64; 128] = [
+        0.0, 0.001953125, 0.00390625, 0.005859375, 0.0078125, 0.009765625, 0.01171875, 0.013671875,
+        0.015625, 0.017578125, 0.01953125, 0.021484375, 0.0234375, 0.025390625, 0.02734375,
+        0.029296875, 0.03125, 0.03515625, 0.0390625, 0.04296875, 0.046875, 0.05078125, 0.0546875,
+        0.05859375, 0.0625, 0.0703125, 0.078125, 0.0859375, 0.09375, 0.1015625, 0.109375, 0.1171875,
+        0.125, 0.140625, 0.15625, 0.171875, 0.1875, 0.203125, 0.21875, 0.234375, 0.25, 0.28125,
+        0.3125, 0.34375, 0.375, 0.40625, 0.4375, 0.46875, 0.5, 0.5625, 0.625, 0.6875, 0.75, 0.8125,
+        0.875, 0.9375, 1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875, 2.0, 2.25, 2.5, 2.75, 3.0,
+        3.25, 3.5, 3.75, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0,
+        14.0, 15.0, 16.0, 18.0, 20.0, 22.0, 24.0, 26.0, 28.0, 30.0, 32.0, 36.0, 40.0, 44.0, 48.0,
+        52.0, 56.0, 60.0, 64.0, 72.0, 80.0, 88.0, 96.0, 104.0, 112.0, 120.0, 128.0, 144.0, 160.0,
+        176.0, 192.0, 208.0, 224.0, 240.0, 256.0, 288.0, 320.0, 352.0, 384.0, 416.0, 448.0,
+        f64::NAN,
+    ];
+    #[rustfmt::skip]
+    const TORCH_F8E5M2: [f64; 128] = [
+        0.0, 1.52587890625e-05, 3.0517578125e-05, 4.57763671875e-05, 6.103515625e-05,
+        7.62939453125e-05, 9.1552734375e-05, 0.0001068115234375, 0.0001220703125, 0.000152587890625,
+        0.00018310546875, 0.000213623046875, 0.000244140625, 0.00030517578125, 0.0003662109375,
+        0.00042724609375, 0.00048828125, 0.0006103515625, 0.000732421875, 0.0008544921875,
+        0.0009765625, 0.001220703125, 0.00146484375, 0.001708984375, 0.001953125, 0.00244140625,
+        0.0029296875, 0.00341796875, 0.00390625, 0.0048828125, 0.005859375, 0.0068359375, 0.0078125,
+        0.009765625, 0.01171875, 0.013671875, 0.015625, 0.01953125, 0.0234375, 0.02734375, 0.03125,
+        0.0390625, 0.046875, 0.0546875, 0.0625, 0.078125, 0.09375, 0.109375, 0.125, 0.15625, 0.1875,
+        0.21875, 0.25, 0.3125, 0.375, 0.4375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5, 1.75, 2.0,
+        2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0,
+        40.0, 48.0, 56.0, 64.0, 80.0, 96.0, 112.0, 128.0, 160.0, 192.0, 224.0, 256.0, 320.0, 384.0,
+        448.0, 512.0, 640.0, 768.0, 896.0, 1024.0, 1280.0, 1536.0, 1792.0, 2048.0, 2560.0, 3072.0,
+        3584.0, 4096.0, 5120.0, 6144.0, 7168.0, 8192.0, 10240.0, 12288.0, 14336.0, 16384.0, 20480.0,
+        24576.0, 28672.0, 32768.0, 40960.0, 49152.0, 57344.0, f64::INFINITY, f64::NAN, f64::NAN,
+        f64::NAN,
+    ];
+
+    #[test]
+    fn f8_values_are_torchs_for_all_256_codes() {
+        for (dtype, table) in [
+            (DType::F8E4M3, TORCH_F8E4M3FN),
+            (DType::F8E5M2, TORCH_F8E5M2),
+        ] {
+            for code in 0..=255u8 {
+                let want = if code < 128 {
+                    table[usize::from(code)]
+                } else {
+                    -table[usize::from(code - 128)]
+                };
+                let got = dtype.f8_to_f64(code).unwrap();
+                if want.is_nan() {
+                    assert!(got.is_nan(), "{dtype} {code:#04x}: {got}");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{dtype} {code:#04x}: {got}");
+                }
+            }
+        }
+        let e4 = |code| DType::F8E4M3.f8_to_f64(code).unwrap();
+        let e5 = |code| DType::F8E5M2.f8_to_f64(code).unwrap();
+        // e4m3fn: largest 448 (0x7e), smallest subnormal 2^-9, smallest normal 2^-6, one 0x38;
+        // no infinities, NaN only at 0x7f and 0xff; 0x80 is -0.0.
+        assert_eq!((e4(0x7e), e4(0xfe)), (448.0, -448.0));
+        assert_eq!(
+            (e4(0x01), e4(0x08), e4(0x38)),
+            (2f64.powi(-9), 2f64.powi(-6), 1.0)
+        );
+        assert_eq!(e4(0x80).to_bits(), (-0.0f64).to_bits());
+        let nans: Vec<u8> = (0..=255).filter(|&c| e4(c).is_nan()).collect();
+        assert_eq!(nans, [0x7f, 0xff]);
+        assert!((0..=255).all(|c| !e4(c).is_infinite()));
+        // e5m2: largest 57344 (0x7b), smallest subnormal 2^-16, 0x3c is one, 0x7c/0xfc are
+        // +-infinity, 0x7d-0x7f and 0xfd-0xff NaN.
+        assert_eq!((e5(0x7b), e5(0xfb)), (57344.0, -57344.0));
+        assert_eq!(
+            (e5(0x01), e5(0x04), e5(0x3c)),
+            (2f64.powi(-16), 2f64.powi(-14), 1.0)
+        );
+        assert_eq!((e5(0x7c), e5(0xfc)), (f64::INFINITY, f64::NEG_INFINITY));
+        let nans: Vec<u8> = (0..=255).filter(|&c| e5(c).is_nan()).collect();
+        assert_eq!(nans, [0x7d, 0x7e, 0x7f, 0xfd, 0xfe, 0xff]);
+        assert_eq!(DType::F16.f8_to_f64(0x3c), None);
     }
 
     #[test]

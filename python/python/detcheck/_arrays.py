@@ -6,22 +6,52 @@ no C-contiguous, little-endian buffer of a supported dtype (the fast path reads 
 is C-contiguous and little-endian, whose bytes are the canonical bytes of the record, copied
 only where needed (a strided view, big-endian data, a torch tensor on a GPU). torch is never
 imported here: a torch tensor is recognised only when the program has imported torch itself.
+
+Dtypes without a numpy dtype travel as their raw bytes under their own name: bfloat16 as int16
+(or ml_dtypes' as uint16), the 8-bit floats ``float8_e4m3fn`` and ``float8_e5m2`` (torch's, or
+ml_dtypes') as uint8. torch's uint16 goes through int16, whose bytes are the same. A complex
+tensor's bytes are (real, imaginary) pairs, as numpy's complex64 and complex128. A meta tensor
+(no values) and a nested tensor (no single row-major layout) are refused with a TypeError.
 """
 
 import sys
 
-#: numpy dtype names detcheck records (torch adds bfloat16).
-SUPPORTED = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8", "bool")
+#: numpy dtype names detcheck records (torch and ml_dtypes add bfloat16 and the 8-bit floats).
+SUPPORTED = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "int8",
+    "int16",
+    "uint16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "complex64",
+    "complex128",
+)
 
 _NUMPY_KINDS = {
     ("f", 2): "float16",
     ("f", 4): "float32",
     ("f", 8): "float64",
+    ("i", 1): "int8",
+    ("i", 2): "int16",
     ("i", 4): "int32",
     ("i", 8): "int64",
     ("u", 1): "uint8",
+    ("u", 2): "uint16",
     ("b", 1): "bool",
+    ("c", 8): "complex64",
+    ("c", 16): "complex128",
 }
+
+#: Dtypes numpy lacks (ml_dtypes' names, which are torch's): recorded as their raw bytes.
+_RAW_NAMED = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 def _unsupported(name, dtype):
@@ -42,19 +72,53 @@ def _torch_dtypes(torch):
 
 
 def _torch_dtype_names(torch):
-    return {
-        torch.float16: "float16",
-        torch.bfloat16: "bfloat16",
-        torch.float32: "float32",
-        torch.float64: "float64",
-        torch.int32: "int32",
-        torch.int64: "int64",
-        torch.uint8: "uint8",
-        torch.bool: "bool",
-    }
+    names = (
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+        "int8",
+        "int16",
+        "uint16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "complex64",
+        "complex128",
+    )
+    # getattr: an older torch without uint16 or the 8-bit floats simply does not list them.
+    return {getattr(torch, n): n for n in names if hasattr(torch, n)}
+
+
+def torch_dtype_name(dtype):
+    """The name the writer knows ``dtype`` by (``record_digested``'s ``dtype``): ``float32``,
+    ``bfloat16`` ...; a ``TypeError`` for a dtype detcheck does not record."""
+    import torch
+
+    name = _torch_dtypes(torch).get(dtype)
+    if name is None:
+        raise TypeError(f"dtype {dtype} is not supported (detcheck records {', '.join(SUPPORTED)})")
+    return name
+
+
+#: torch dtypes numpy lacks, and the dtype of the same bytes that numpy has.
+_TORCH_RAW = {
+    "bfloat16": "int16",
+    "uint16": "int16",
+    "float8_e4m3fn": "uint8",
+    "float8_e5m2": "uint8",
+}
 
 
 def _from_torch(torch, tensor, name):
+    # Before anything else reads the tensor: torch's own errors for these say nothing useful.
+    if tensor.is_nested:
+        raise TypeError(f"cannot record `{name}`: it is a nested tensor (record its components)")
+    if tensor.is_meta or tensor.device.type == "meta":
+        raise TypeError(f"cannot record `{name}`: it is a meta tensor (no values)")
     dtype = _torch_dtypes(torch).get(tensor.dtype)
     if dtype is None:
         raise _unsupported(name, tensor.dtype)
@@ -63,10 +127,12 @@ def _from_torch(torch, tensor, name):
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
-    tensor = tensor.contiguous()
-    if dtype == "bfloat16":
-        # numpy has no bfloat16: the same 2-byte patterns, as int16.
-        tensor = tensor.view(torch.int16)
+    # The values the tensor shows: a lazily conjugated or negated view is resolved (a copy).
+    tensor = tensor.resolve_conj().resolve_neg().contiguous()
+    raw = _TORCH_RAW.get(dtype)
+    if raw is not None:
+        # numpy has no such dtype: the same bytes, as an integer dtype it has.
+        tensor = tensor.view(getattr(torch, raw))
     return dtype, _little_endian(tensor.numpy())
 
 
@@ -96,9 +162,11 @@ def normalize(obj, name):
             f"cannot record `{name}`: expected an array (an object with the buffer protocol or "
             f"__array__, a torch tensor, or a Python scalar), got {type(obj).__name__}"
         )
-    if array.dtype.name == "bfloat16" and array.dtype.itemsize == 2:
-        # ml_dtypes' bfloat16 (JAX): the same 2-byte patterns, as uint16.
-        return "bfloat16", _little_endian(array.view(np.uint16))
+    raw_size = _RAW_NAMED.get(array.dtype.name)
+    if raw_size is not None and array.dtype.itemsize == raw_size:
+        # ml_dtypes' bfloat16 and 8-bit floats (JAX): the same bytes, as uint16 or uint8.
+        same_bytes = np.uint16 if raw_size == 2 else np.uint8
+        return array.dtype.name, _little_endian(array.view(same_bytes))
     dtype = _NUMPY_KINDS.get((array.dtype.kind, array.dtype.itemsize))
     if dtype is None:
         raise _unsupported(name, array.dtype)

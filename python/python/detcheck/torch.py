@@ -89,6 +89,10 @@ __all__ = ["watch", "WatchHandle", "TrainingRecording"]
 #: The name of the model's own output.
 ROOT = "(model)"
 
+#: What ``watch`` can record (its ``records`` argument): forward outputs (``fwd/*``), gradients
+#: (``grad/*``) and parameters after each update (``param/*``).
+RECORDS = ("fwd", "grad", "param")
+
 
 def _unwrap(model):
     wrappers = (_torch.nn.parallel.DistributedDataParallel, _torch.nn.DataParallel)
@@ -248,10 +252,31 @@ class WatchHandle:
     """
 
     def __init__(
-        self, model, writer, optimizer, replicated, start, *, inputs=False, loss=False, updates=None
+        self,
+        model,
+        writer,
+        optimizer,
+        replicated,
+        start,
+        *,
+        inputs=False,
+        loss=False,
+        updates=None,
+        device_digests=None,
+        records=RECORDS,
     ):
         self._model = model
         self._writer = writer
+        #: ``True``, ``False`` or ``None`` (on for CUDA tensors where Triton runs).
+        self._device_digests = device_digests
+        #: The ``DeviceRecords`` once a tensor went to the device kernels (``_put``).
+        self._device = None
+        unknown = set(records) - set(RECORDS)
+        if unknown:
+            raise ValueError(
+                f"records: unknown kind(s) {sorted(unknown)}; the kinds are {list(RECORDS)}"
+            )
+        self._records = frozenset(records)
         self._optimizer = optimizer
         #: Whether ``optimizer.step()`` ends steps: hooks on ``optimizer``, or the caller's.
         self._updates = optimizer is not None or updates == "caller"
@@ -272,11 +297,16 @@ class WatchHandle:
             from . import _ops
 
             self._ops = _ops.plan(self, model, writer, self._updates)
+        if device_digests and not hasattr(writer, "record_digested"):
+            raise TypeError(
+                "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
+                f"{type(writer).__name__}"
+            )
         if inputs:
             self._hooks.append(
                 model.register_forward_pre_hook(self._paused(self._record_inputs), with_kwargs=True)
             )
-        for name, module in model.named_modules():
+        for name, module in model.named_modules() if "fwd" in self._records else ():
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
         if loss:
@@ -302,6 +332,8 @@ class WatchHandle:
             raise ValueError(f"step {n} is negative")
         if self._ops is not None and int(n) != self._step:
             self._ops.step_ends()
+        if self._device is not None and int(n) != self._step:
+            self._device.end_step()
         self._step = int(n)
 
     def next_step(self):
@@ -310,14 +342,46 @@ class WatchHandle:
             self._ops.step_ends()
         self._record_grads()
         self._step += 1
+        if self._device is not None:
+            self._device.end_step()
 
     def remove(self):
-        """Detaches every hook; nothing more is recorded. Removing twice does nothing."""
+        """Detaches every hook; nothing more is recorded (records still on a device are handed
+        to the writer). Removing twice does nothing."""
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
         if self._ops is not None:
             self._ops.remove()
+        if self._device is not None:
+            self._device.close()
+            self._device = None
+
+    def _put(self, step, name, tensor, replicated=False):
+        """Hands one record to the writer: through the device kernels (``DeviceRecords``) for
+        a tensor they run on, when device digests are on; otherwise from the host."""
+        if self._device_digests is not False and tensor.device.type != "cpu":
+            self._start_device_records()
+        elif self._device_digests and self._device is None:
+            self._start_device_records()  # CPU tensors under Triton's interpreter (tests)
+        if self._device is not None:
+            self._device.record(step, name, tensor, replicated, lambda: _host(tensor))
+        elif replicated:
+            self._writer.record_replicated(step, name, _host(tensor))
+        else:
+            self._writer.record(step, name, _host(tensor))
+
+    def _start_device_records(self):
+        if self._device is not None or not hasattr(self._writer, "record_digested"):
+            return
+        try:
+            from ._device_records import DeviceRecords
+
+            self._device = DeviceRecords(self._writer, run_on_cpu=bool(self._device_digests))
+        except ImportError as e:  # no Triton: the host path, unless asked for explicitly
+            if self._device_digests:
+                raise ImportError(f"device_digests=True needs Triton: {e}") from e
+            self._device_digests = False
 
     def __enter__(self):
         return self
@@ -327,15 +391,15 @@ class WatchHandle:
         return False
 
     def _forward_hook(self, label):
-        record = self._writer.record
+        put = self._put
         tensor_type = _torch.Tensor
 
         def hook(module, inputs, output):
             if isinstance(output, tensor_type):  # the common case, without the generator
-                record(self._step, label, _host(output))
+                put(self._step, label, output)
                 return
             for name, tensor in _leaves(label, output):
-                record(self._step, name, _host(tensor))
+                put(self._step, name, tensor)
 
         return self._paused(hook)
 
@@ -356,27 +420,25 @@ class WatchHandle:
         return paused_hook
 
     def _record_inputs(self, module, args, kwargs):
-        record = self._writer.record
         for name, tensor in _leaves(f"in/{ROOT}", tuple(args)):
-            record(self._step, name, _host(tensor))
+            self._put(self._step, name, tensor)
         for name, tensor in _leaves(f"in/{ROOT}", kwargs):
-            record(self._step, name, _host(tensor))
+            self._put(self._step, name, tensor)
         return None
 
     def _record_loss(self, module, args, output):
         loss = model_loss(output)
         if loss is not None:
-            self._writer.record(self._step, "loss", _host(loss.detach()))
+            self._put(self._step, "loss", loss.detach())
 
     def _record_grads(self):
-        if self._writer is None:
+        if self._writer is None or "grad" not in self._records:
             return
-        record = self._writer.record_replicated if self._replicated else self._writer.record
         step = self._step
         for label, param in self._grad_labels:
             grad = param.grad
             if grad is not None:
-                record(step, label, _host(grad))
+                self._put(step, label, grad, self._replicated)
 
     def _end_backward(self):
         """The step's forward and backward are over, its update is next: records the gradients."""
@@ -413,12 +475,14 @@ class WatchHandle:
             self._end_backward()
         if self._ops is not None:
             self._ops.after_update()
-        record = self._writer.record_replicated if self._replicated else self._writer.record
         step = self._step
-        for label, param in self._param_labels:
-            if param.requires_grad:
-                record(step, label, _host(param))
+        if "param" in self._records:
+            for label, param in self._param_labels:
+                if param.requires_grad:
+                    self._put(step, label, param, self._replicated)
         self._step += 1
+        if self._device is not None:
+            self._device.end_step()
 
 
 class TrainingRecording:
@@ -499,7 +563,16 @@ def _add_versions(writer):
             writer.add_environment(key, str(value))
 
 
-def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
+def watch(
+    model,
+    writer,
+    optimizer=None,
+    *,
+    replicated=None,
+    start_step=0,
+    device_digests=None,
+    records=RECORDS,
+):
     """Records ``model``'s forward outputs, gradients and (with ``optimizer``) parameters into
     ``writer`` every step, as this module's documentation describes; returns a ``WatchHandle``.
 
@@ -507,7 +580,13 @@ def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
     ``record_replicated`` and ``world_size``), or ``None`` (what ``TraceWriter.from_env()`` gives
     outside detcheck): then nothing is hooked or recorded, and the handle only counts steps. ``replicated``: ``None`` for the rule above
     (DistributedDataParallel and world size > 1), or ``True``/``False``. ``start_step``: the
-    first step's number. ``optimizer`` may be a framework's wrapper (accelerate, Lightning,
+    first step's number. ``device_digests``: ``None`` (the default) computes the digests and
+    statistics of CUDA tensors on their GPU (``detcheck._device``'s Triton kernels, read by the
+    host once a step: no copy, no synchronisation per record) when Triton imports, else copies
+    them to the host as before; ``True`` requires it (``ImportError`` without Triton; under
+    ``TRITON_INTERPRET=1`` CPU tensors go through the kernels too); ``False`` always copies.
+    ``records``: which of ``"fwd"``, ``"grad"``, ``"param"`` to record (all by default).
+    ``optimizer`` may be a framework's wrapper (accelerate, Lightning,
     DeepSpeed): the ``torch.optim.Optimizer`` inside it is hooked (``_unwrap_optimizer``; a
     ``TypeError`` when there is none), also when ``writer`` is ``None``, so a program that passes
     an unusable object fails by hand too.
@@ -521,4 +600,12 @@ def watch(model, writer, optimizer=None, *, replicated=None, start_step=0):
         replicated = is_ddp and getattr(writer, "world_size", 1) > 1
     if start_step < 0:
         raise ValueError(f"start_step {start_step} is negative")
-    return WatchHandle(inner, writer, optimizer, bool(replicated), int(start_step))
+    return WatchHandle(
+        inner,
+        writer,
+        optimizer,
+        bool(replicated),
+        int(start_step),
+        device_digests=device_digests,
+        records=records,
+    )

@@ -6,10 +6,11 @@
 //! it is checked against the file's length), and returns the elements in row-major order as
 //! little-endian bytes (Fortran-order and big-endian files are converted).
 //!
-//! dtypes: `f2`, `f4`, `f8`, `i4`, `i8`, `u1`, `b1` (bool bytes must be 0 or 1), and 2-byte
-//! void (`V2`), which is how numpy saves `ml_dtypes.bfloat16`: read as bf16 only when the record
-//! says bfloat16. msprobe itself saves bf16 tensors as float32 (`.float()` before `np.save`);
-//! those read as f32, exactly.
+//! dtypes: `f2`, `f4`, `f8`, `i1`, `i2`, `i4`, `i8`, `u1`, `u2`, `b1` (bool bytes must be 0 or
+//! 1), `c8` and `c16` (complex64 and complex128: a big-endian file's parts are swapped one by
+//! one), and 2-byte void (`V2`), which is how numpy saves `ml_dtypes.bfloat16`: read as bf16 only
+//! when the record says bfloat16. msprobe itself saves bf16 tensors as float32 (`.float()` before
+//! `np.save`); those read as f32, exactly. numpy has no 8-bit float, so none is read.
 
 use super::Elements;
 use crate::value::tensor::DType;
@@ -53,6 +54,8 @@ pub(super) fn read(file: &[u8], bf16: bool) -> Result<Elements, NpyError> {
         std::str::from_utf8(header).map_err(|_| "the header is not text (UTF-8)".to_owned())?;
     let header = parse_header(header)?;
     let (dtype, size, swap) = descr_dtype(&header.descr, bf16)?;
+    // The unit a big-endian file is swapped in: an element, or a complex element's part.
+    let swap_unit = if dtype.is_complex() { size / 2 } else { size };
     let shape: Vec<usize> = header
         .shape
         .iter()
@@ -87,7 +90,7 @@ pub(super) fn read(file: &[u8], bf16: bool) -> Result<Elements, NpyError> {
         data.to_vec()
     };
     if swap {
-        for element in bytes.chunks_exact_mut(size) {
+        for element in bytes.chunks_exact_mut(swap_unit) {
             element.reverse();
         }
     }
@@ -246,9 +249,14 @@ fn descr_dtype(descr: &str, bf16: bool) -> Result<(DType, usize, bool), NpyError
         "f2" | "e" => DType::F16,
         "f4" | "f" => DType::F32,
         "f8" | "d" => DType::F64,
+        "i1" | "b" => DType::I8,
+        "i2" | "h" => DType::I16,
         "i4" => DType::I32,
         "i8" => DType::I64,
         "u1" | "B" => DType::U8,
+        "u2" | "H" => DType::U16,
+        "c8" | "F" => DType::C64,
+        "c16" | "D" => DType::C128,
         "b1" | "?" => DType::Bool,
         "V2" if bf16 => DType::BF16,
         "V2" => {
@@ -258,7 +266,8 @@ fn descr_dtype(descr: &str, bf16: bool) -> Result<(DType, usize, bool), NpyError
         }
         _ => {
             return Err(format!(
-                "dtype `{descr}` is not supported (f2, f4, f8, i4, i8, u1, b1 and bfloat16 are)"
+                "dtype `{descr}` is not supported (f2, f4, f8, i1, i2, i4, i8, u1, u2, b1, c8, \
+                 c16 and bfloat16 are)"
             ))
         }
     };
@@ -354,10 +363,22 @@ pub(super) mod tests {
             ("<i4", DType::I32, (-2i32).to_le_bytes().to_vec()),
             ("|u1", DType::U8, vec![200]),
             ("|b1", DType::Bool, vec![1]),
+            ("|i1", DType::I8, vec![0xfe]),
+            ("<i2", DType::I16, (-300i16).to_le_bytes().to_vec()),
+            ("<u2", DType::U16, 60000u16.to_le_bytes().to_vec()),
+            ("<c8", DType::C64, le(&[1.5f32, -2.0], f32::to_le_bytes)),
+            ("<c16", DType::C128, le(&[0.25f64, 3.0], f64::to_le_bytes)),
         ] {
             let e = read(&npy(descr, false, &[1], &data), false).unwrap();
             assert_eq!((e.dtype, e.bytes), (dtype, data), "{descr}");
         }
+        // A big-endian complex: each part is swapped on its own, real part first.
+        let be = le(&[1.5f32, -2.0, 0.5, 4.0], f32::to_be_bytes);
+        let c = read(&npy(">c8", false, &[2], &be), false).unwrap();
+        assert_eq!(
+            (c.dtype, c.bytes),
+            (DType::C64, le(&[1.5f32, -2.0, 0.5, 4.0], f32::to_le_bytes))
+        );
         // A scalar (shape ()) and an empty tensor.
         assert_eq!(
             read(&npy("<f4", false, &[], &f32s[..4]), false)
@@ -386,7 +407,7 @@ pub(super) mod tests {
             (good[..40].to_vec(), "truncated: the header"),
             (good[..good.len() - 1].to_vec(), "truncated: shape [2, 3]"),
             ([good.clone(), vec![0]].concat(), "1 bytes follow"),
-            (npy("<c8", false, &[1], &[0; 8]), "not supported"),
+            (npy("<u4", false, &[1], &[0; 4]), "not supported"),
             (npy("|b1", false, &[2], &[0, 2]), "not 0 or 1"),
             (npy("<f4", false, &[u64::MAX, 4], &[]), "more elements"),
             (npy("<f4", false, &[1 << 62, 1], &[]), "more bytes"),

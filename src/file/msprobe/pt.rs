@@ -14,7 +14,9 @@
 //! against the file's length before it is used.
 //!
 //! Limits: compressed entries (never written by `torch.save`), big-endian archives, and storage
-//! types other than float, double, half, bfloat16, long, int, byte and bool are refused.
+//! types other than float, double, half, bfloat16, long, int, short, char (int8), byte, bool,
+//! complex float and complex double are refused; so are the tensors torch saves with an untyped
+//! storage and `_rebuild_tensor_v3` (uint16 and the float8 dtypes).
 
 use super::Elements;
 use crate::value::tensor::DType;
@@ -426,6 +428,10 @@ fn storage_dtype(name: &str) -> Option<DType> {
         "IntStorage" => DType::I32,
         "ByteStorage" => DType::U8,
         "BoolStorage" => DType::Bool,
+        "CharStorage" => DType::I8,
+        "ShortStorage" => DType::I16,
+        "ComplexFloatStorage" => DType::C64,
+        "ComplexDoubleStorage" => DType::C128,
         _ => return None,
     })
 }

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Recording a GPU training step: step time with recording off, through the host (a copy per
+record), and with device digests (``detcheck._device``'s Triton kernels), side by side.
+
+    python python/bench/gpu_overhead.py [--rounds 7] [--steps 10] [--warmup 3] [--json OUT]
+
+The model is GPT-2 124M built from its config (transformers' ``GPT2LMHeadModel``, no download:
+12 layers, 768 wide, 50257 tokens; the same shapes in plain torch where transformers is missing), batch 8 x 512 of fixed random tokens, bf16 autocast, AdamW,
+on one CUDA device. Contenders (``--contenders``):
+
+- ``off`` and ``off2`` (the same again: the noise);
+- ``host-md5`` / ``host-stats``: ``detcheck.torch.watch(..., device_digests=False)``, the path
+  before device digests: every record copied to the host and hashed there;
+- ``device-md5`` / ``device-stats``: ``watch(..., device_digests=True)``.
+
+Every watched step records every module's output, every gradient and every parameter
+(``records`` all) into a ``detcheck.TraceWriter`` in a fresh temporary folder. A trial runs
+``--warmup`` steps, then times ``--steps`` steps (``torch.cuda.synchronize()`` before the clock
+starts and before it stops, and the writer's ``flush()`` inside the timed span: the records of
+the last step are paid for). Rounds run every contender once, in an order rotated by one each
+round, in this one process (the model and optimizer are built once; each trial starts from the
+same weights); a contender's ratio is its median step time over ``off``'s in the same round,
+reported as the median and min-max over rounds.
+
+Then the throughputs: the tree digest of 1-256 MiB buffers on the device (GB/s) against a device
+copy of the same bytes (``torch.clone``: read + write), and the totals kernel likewise.
+
+Nothing here runs without CUDA: the script says so and exits 2.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+CONTENDERS = ["off", "host-md5", "host-stats", "device-md5", "device-stats", "off2"]
+
+
+def gpt2_without_transformers():
+    """GPT-2 124M's shapes in plain torch (pre-norm blocks, causal attention through
+    ``scaled_dot_product_attention``, tied head), for a machine without transformers."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(768), nn.LayerNorm(768)
+            self.c_attn, self.c_proj = nn.Linear(768, 3 * 768), nn.Linear(768, 768)
+            self.mlp = nn.Sequential(nn.Linear(768, 3072), nn.GELU("tanh"), nn.Linear(3072, 768))
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).view(b, t, 3, 12, 64).permute(2, 0, 3, 1, 4)
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(a.transpose(1, 2).reshape(b, t, 768))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(50257, 768), nn.Embedding(1024, 768)
+            self.h = nn.ModuleList(Block() for _ in range(12))
+            self.ln_f = nn.LayerNorm(768)
+
+        def forward(self, input_ids, labels):
+            x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
+            for block in self.h:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.T
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, 50257).float(), labels[:, 1:].reshape(-1)
+            )
+            return type("Output", (), {"loss": loss})()
+
+    return GPT2()
+
+
+def build(device):
+    import torch
+
+    torch.manual_seed(0)
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config()).to(device)
+    except ImportError:
+        print("transformers is not installed: GPT-2 124M in plain torch", flush=True)
+        model = gpt2_without_transformers().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, 50257, (8, 512), device=device)
+    state = ({k: v.clone() for k, v in model.state_dict().items()}, optimizer.state_dict())
+    return model, optimizer, tokens, state
+
+
+def step(model, optimizer, tokens):
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(input_ids=tokens, labels=tokens).loss
+    loss.backward()
+    optimizer.step()
+
+
+def trial(contender, model, optimizer, tokens, state, steps, warmup):
+    import torch
+
+    import detcheck
+    import detcheck.torch as dt
+
+    model.load_state_dict(state[0])
+    optimizer.load_state_dict(state[1])
+    handle = writer = folder = None
+    if not contender.startswith("off"):
+        path, mode = contender.split("-")
+        folder = tempfile.TemporaryDirectory()
+        writer = detcheck.TraceWriter(folder.name, 0, 1, mode)
+        handle = dt.watch(model, writer, optimizer, device_digests=(path == "device"))
+    times = []
+    for i in range(warmup + steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step(model, optimizer, tokens)
+        if i == warmup + steps - 1 and writer is not None:
+            writer.flush()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    if handle is not None:
+        handle.remove()
+        writer.close()
+        folder.cleanup()
+    return statistics.median(times)
+
+
+def throughput(device):
+    import torch
+
+    from detcheck import _device
+
+    rows = []
+    for mib in (1, 16, 64, 256):
+        x = torch.randn(mib << 18, device=device)  # f32: mib MiB
+        out = torch.empty(16, dtype=torch.uint8, device=device)
+        totals = torch.empty(7, dtype=torch.float64, device=device)
+        for name, fn in (
+            ("copy", lambda: x.clone()),
+            ("digest", lambda: _device.tree_digest_into(x, out)),
+            ("totals", lambda: _device.stats_totals_into(x, totals)),
+        ):
+            fn()
+            torch.cuda.synchronize()
+            runs = []
+            for _ in range(7):
+                start = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                runs.append(time.perf_counter() - start)
+            rows.append({"mib": mib, "kernel": name, "gb_s": (mib << 20) / statistics.median(runs) / 1e9})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_overhead.py: no CUDA device: this benchmark runs on a GPU", file=sys.stderr)
+        return 2
+    contenders = args.contenders.split(",")
+    model, optimizer, tokens, state = build("cuda")
+    rounds = []
+    for r in range(args.rounds):
+        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        times = {c: trial(c, model, optimizer, tokens, state, args.steps, args.warmup) for c in order}
+        rounds.append(times)
+        print(f"round {r}: " + ", ".join(f"{c} {times[c] * 1e3:.1f} ms" for c in contenders), flush=True)
+    summary = {}
+    for c in contenders:
+        ratios = [t[c] / t["off"] for t in rounds]
+        summary[c] = {
+            "step_ms": statistics.median(t[c] for t in rounds) * 1e3,
+            "ratio": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+        }
+        s = summary[c]
+        print(f"{c:>13}: {s['step_ms']:8.1f} ms/step, {s['ratio']:.3f}x off ({s['min']:.3f}-{s['max']:.3f})")
+    rows = throughput("cuda")
+    for row in rows:
+        print(f"{row['kernel']:>7} {row['mib']:4d} MiB: {row['gb_s']:8.1f} GB/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rounds": rounds, "summary": summary, "throughput": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

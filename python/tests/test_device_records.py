@@ -1,0 +1,150 @@
+"""``detcheck.torch.watch(..., device_digests=True)``: records whose digests come from the device
+kernels (``detcheck._device``) held in the writer's order and filled once a step
+(``detcheck._device_records``), against the host path record by record.
+
+On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``, set here before anything imports Triton); with CUDA the model runs on
+the GPU. No test skips: torch and Triton are required (scripts/install-python.sh --torch)."""
+
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import detcheck  # noqa: E402
+import detcheck.torch  # noqa: E402
+from conftest import compare, decode  # noqa: E402
+
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        # 4 KiB and more per record on purpose: the tree digest's levels, not only plain md5.
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.act = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(96, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def train(folder, device_digests, mode="stats", steps=3, own_records=False, records=None):
+    torch.manual_seed(0)
+    model = Net().to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kwargs = {} if records is None else {"records": records}
+    with detcheck.TraceWriter(folder, 0, 1, mode) as w:
+        handle = detcheck.torch.watch(model, w, opt, device_digests=device_digests, **kwargs)
+        for step in range(steps):
+            gen = torch.Generator().manual_seed(100 + step)
+            x = torch.randn(40, 64, generator=gen).to(DEVICE)
+            loss = model(x).pow(2).mean()
+            if own_records:
+                # The program's own record, between device records of the same step.
+                w.record(step, "loss", loss.detach().cpu())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        # No remove(): closing the writer hands over what the device still holds.
+    return decode(folder / "rank0.dctrace")
+
+
+def key(r):
+    return (r["step"], r["seq"], r["name"], r["dtype"], tuple(r["shape"]), r["md5"])
+
+
+@pytest.mark.parametrize("mode", ["md5", "stats"])
+def test_device_digests_are_the_host_paths_record_by_record(tmp_path, mode):
+    host = train(tmp_path / "host", device_digests=False, mode=mode)
+    device = train(tmp_path / "device", device_digests=True, mode=mode)
+    assert [key(r) for r in device] == [key(r) for r in host]
+    assert len(host) == 3 * (4 + 4 + 4)  # 4 modules, 4 gradients, 4 parameters a step
+    assert any(r["shape"] == [96, 64] for r in host)  # 24 KiB: two digest levels
+    if mode == "stats":
+        for h, d in zip(host, device):
+            # Summed in another order on the device: equal to rounding, never bit-compared.
+            for field in ("max", "min"):
+                assert d[field] == h[field], (h["name"], field)
+            for field in ("mean", "norm"):
+                assert d[field] == pytest.approx(h[field], rel=1e-9, abs=1e-12), (h["name"], field)
+
+
+def test_the_programs_own_records_keep_their_place(tmp_path):
+    host = train(tmp_path / "host", device_digests=False, own_records=True)
+    device = train(tmp_path / "device", device_digests=True, own_records=True)
+    assert [key(r) for r in device] == [key(r) for r in host]
+    assert [r["name"] for r in device if r["step"] == 1][:5] == [
+        "fwd/fc1",
+        "fwd/act",
+        "fwd/fc2",
+        "fwd/(model)",
+        "loss",
+    ]
+
+
+def test_device_traces_compare_identical_with_host_traces(tmp_path, detcheck_bin):
+    train(tmp_path / "host", device_digests=False)
+    train(tmp_path / "device", device_digests=True)
+    code, out = compare(detcheck_bin, tmp_path / "host", tmp_path / "device")
+    assert code == 0, out
+
+
+def test_records_picks_what_is_recorded(tmp_path):
+    device = train(tmp_path / "d", device_digests=True, records=("grad",))
+    assert {r["name"].split("/")[0] for r in device} == {"grad"}
+    with pytest.raises(ValueError, match="unknown kind"):
+        detcheck.torch.watch(Net(), None, records=("fwd", "outputs"))
+
+
+def test_full_mode_records_go_through_the_host(tmp_path):
+    # Full mode writes every tensor: the writer needs the bytes, so no record is digested on the
+    # device, and the trace is the host path's.
+    host = train(tmp_path / "host", device_digests=False, mode="full")
+    device = train(tmp_path / "device", device_digests=True, mode="full")
+    assert [key(r) for r in device] == [key(r) for r in host]
+
+
+def test_a_place_never_filled_fails_the_file(tmp_path):
+    w = detcheck.TraceWriter(tmp_path, 0, 1, "md5")
+    token = w._record_later(0, "x", "float32", [3])
+    w.record(0, "y", torch.zeros(2).numpy())
+    with pytest.raises(detcheck.DetcheckError, match="`x` \\(step 0\\) still waited"):
+        w.close()
+    assert not (tmp_path / "rank0.dctrace").exists()
+    assert token == 0
+
+
+def test_fill_checks_its_token_and_digest(tmp_path):
+    with detcheck.TraceWriter(tmp_path, 0, 1, "stats") as w:
+        token = w._record_later(0, "x", "float32", [2])
+        with pytest.raises(ValueError, match="16 bytes"):
+            w._fill(token, b"short")
+        with pytest.raises(ValueError, match="token 7"):
+            w._fill(7, bytes(16))
+        w._fill(token, bytes(range(16)), (2.0, 1.0, 3.0, 5.0, 0, 0, 0))
+    (record,) = decode(tmp_path / "rank0.dctrace")
+    assert record["md5"] == bytes(range(16)).hex()
+    assert (record["max"], record["min"], record["mean"]) == (2.0, 1.0, 1.5)
+    assert record["norm"] == pytest.approx(5.0**0.5)
+
+
+def test_record_digested_writes_what_it_is_given(tmp_path):
+    digest = detcheck._detcheck.tensor_digest(torch.arange(2000, dtype=torch.float32).numpy())
+    with detcheck.TraceWriter(tmp_path / "a", 0, 1, "md5") as w:
+        w.record_digested(0, "x", "float32", [2000], digest)
+    with detcheck.TraceWriter(tmp_path / "b", 0, 1, "md5") as w:
+        w.record(0, "x", torch.arange(2000, dtype=torch.float32).numpy())
+    a, b = decode(tmp_path / "a" / "rank0.dctrace"), decode(tmp_path / "b" / "rank0.dctrace")
+    assert [key(r) for r in a] == [key(r) for r in b]
+    # Full mode writes every tensor: a digest alone fails the file, which is not left behind.
+    w = detcheck.TraceWriter(tmp_path / "c", 0, 1, "full")
+    w.record_digested(0, "x", "float32", [2000], digest)
+    with pytest.raises(detcheck.DetcheckError, match="must be written with its tensor"):
+        w.close()
+    assert not (tmp_path / "c" / "rank0.dctrace").exists()
