@@ -40,10 +40,10 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::collections::BTreeMap;
 use worker::{Background, Failure, Job, JobDigest};
 
 pyo3::create_exception!(
@@ -242,11 +242,7 @@ impl PyTraceWriter {
                 converted = normalize(py)?.call1((array, name))?;
                 let pair = converted.cast::<PyTuple>()?;
                 let dtype_name: String = pair.get_item(0)?.extract()?;
-                let dtype = dtype_named(&dtype_name).ok_or_else(|| {
-                    PyTypeError::new_err(format!(
-                        "cannot record `{name}`: unsupported dtype {dtype_name}"
-                    ))
-                })?;
+                let dtype = known_dtype(name, &dtype_name)?;
                 let array = pair.get_item(1)?;
                 let buffer = Buffer::c_contiguous(&array).ok_or_else(|| {
                     PyTypeError::new_err(format!(
@@ -259,7 +255,7 @@ impl PyTraceWriter {
         let shape = buffer.shape();
         let view =
             TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
-        let seq = self.next_seq(step, name)?;
+        self.next_seq(step, name)?; // out of order: refused before the copy
         let bytes = view.bytes();
         let inner = self.open(name)?;
         let mut data = inner.buffer(bytes.len());
@@ -271,20 +267,8 @@ impl PyTraceWriter {
         } else {
             data.extend_from_slice(bytes);
         }
-        inner
-            .submit(Job {
-                step,
-                seq,
-                name: name.to_owned(),
-                replicated,
-                dtype,
-                shape: shape.clone(),
-                data,
-                digest: JobDigest::Compute,
-            })
-            .map_err(failure_error)?;
-        self.last = Some((step, seq));
-        self.num_records += 1;
+        let record = (dtype, shape.clone(), replicated);
+        self.submit_record(step, name, record, data, JobDigest::Compute)?;
         Ok(())
     }
 
@@ -301,6 +285,36 @@ impl PyTraceWriter {
             drain.call0(slf.py())?;
         }
         Ok(())
+    }
+
+    /// Hands the thread a record: (dtype, shape, replicated), its bytes (empty when its digest
+    /// is given or to come: `digest`); returns its index among this writer's records (`_fill`'s
+    /// token).
+    fn submit_record(
+        &mut self,
+        step: u64,
+        name: &str,
+        (dtype, shape, replicated): (DType, Vec<usize>, bool),
+        data: Vec<u8>,
+        digest: JobDigest,
+    ) -> PyResult<u64> {
+        let seq = self.next_seq(step, name)?;
+        let token = self.num_records;
+        self.open(name)?
+            .submit(Job {
+                step,
+                seq,
+                name: name.to_owned(),
+                replicated,
+                dtype,
+                shape,
+                data,
+                digest,
+            })
+            .map_err(failure_error)?;
+        self.last = Some((step, seq));
+        self.num_records += 1;
+        Ok(token)
     }
 
     /// The seq of the next record of `step`; records must come in step order.
@@ -320,6 +334,13 @@ impl PyTraceWriter {
 /// What a GPU kernel sums for a record's statistics (`detcheck/_device.py`): max, min, sum and
 /// sum of squares of the finite values, and the counts of NaN, +Inf and -Inf.
 type TotalsTuple = (f64, f64, f64, f64, u64, u64, u64);
+
+/// The dtype a record names (as `record` names them: `float32`, `bfloat16` ...).
+fn known_dtype(name: &str, dtype: &str) -> PyResult<DType> {
+    dtype_named(dtype).ok_or_else(|| {
+        PyTypeError::new_err(format!("cannot record `{name}`: unsupported dtype {dtype}"))
+    })
+}
 
 /// The number of elements of `shape`, when its bytes fit this machine.
 fn checked_len(name: &str, dtype: DType, shape: &[usize]) -> PyResult<usize> {
@@ -464,29 +485,12 @@ impl PyTraceWriter {
         totals: Option<TotalsTuple>,
         replicated: bool,
     ) -> PyResult<()> {
-        self.open(name)?;
-        let dtype = dtype_named(dtype).ok_or_else(|| {
-            PyTypeError::new_err(format!("cannot record `{name}`: unsupported dtype {dtype}"))
-        })?;
+        let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)?;
         let digest = digest_bytes(name, digest)?;
         let stats = stats_of_totals(dtype, len, totals);
-        let seq = self.next_seq(step, name)?;
-        let inner = self.open(name)?;
-        inner
-            .submit(Job {
-                step,
-                seq,
-                name: name.to_owned(),
-                replicated,
-                dtype,
-                shape,
-                data: Vec::new(),
-                digest: JobDigest::Given(digest, stats),
-            })
-            .map_err(failure_error)?;
-        self.last = Some((step, seq));
-        self.num_records += 1;
+        let given = JobDigest::Given(digest, stats);
+        self.submit_record(step, name, (dtype, shape, replicated), Vec::new(), given)?;
         Ok(())
     }
 
@@ -503,29 +507,11 @@ impl PyTraceWriter {
         shape: Vec<usize>,
         replicated: bool,
     ) -> PyResult<u64> {
-        self.open(name)?;
-        let dtype = dtype_named(dtype).ok_or_else(|| {
-            PyTypeError::new_err(format!("cannot record `{name}`: unsupported dtype {dtype}"))
-        })?;
+        let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)?;
-        let seq = self.next_seq(step, name)?;
-        let token = self.num_records;
-        let inner = self.open(name)?;
-        inner
-            .submit(Job {
-                step,
-                seq,
-                name: name.to_owned(),
-                replicated,
-                dtype,
-                shape,
-                data: Vec::new(),
-                digest: JobDigest::Later,
-            })
-            .map_err(failure_error)?;
+        let record = (dtype, shape, replicated);
+        let token = self.submit_record(step, name, record, Vec::new(), JobDigest::Later)?;
         self.unfilled.insert(token, (name.to_owned(), dtype, len));
-        self.last = Some((step, seq));
-        self.num_records += 1;
         Ok(token)
     }
 

@@ -275,7 +275,11 @@ impl Background {
     pub(crate) fn fill(&mut self, id: u64, digest: [u8; 16], stats: Stats) -> Result<(), Failure> {
         self.send_batch()?;
         self.unfilled = self.unfilled.saturating_sub(1);
-        match self.tx.as_ref().map(|tx| tx.send(Msg::Fill(id, digest, stats))) {
+        match self
+            .tx
+            .as_ref()
+            .map(|tx| tx.send(Msg::Fill(id, digest, stats)))
+        {
             Some(Ok(())) => Ok(()),
             _ => Err(self.gone()),
         }

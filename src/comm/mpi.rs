@@ -48,6 +48,7 @@
 
 use super::threads::{check_reducible, copy_into, describe, Perturbation};
 use super::{CollectiveId, CollectiveKind, CommError, Communicator};
+use crate::file::format;
 use crate::value::reduce::{chunk_range, reduce_chunk, summation_order, ReduceOp, ReductionMode};
 use crate::value::tensor::{DType, Tensor, TensorData};
 use mpi::collective::SystemOperation;
@@ -169,24 +170,8 @@ impl Header {
         let mut out = Vec::with_capacity(64 + inline.map_or(0, <[u8]>::len));
         out.push(kind);
         out.extend_from_slice(&self.round.to_le_bytes());
-        out.push(match self.dtype {
-            None => 0,
-            Some(DType::F32) => 1,
-            Some(DType::F64) => 2,
-            Some(DType::I64) => 3,
-            Some(DType::U8) => 4,
-            Some(DType::F16) => 5,
-            Some(DType::BF16) => 6,
-            Some(DType::I32) => 7,
-            Some(DType::Bool) => 8,
-            Some(DType::I8) => 9,
-            Some(DType::I16) => 10,
-            Some(DType::U16) => 11,
-            Some(DType::F8E4M3) => 12,
-            Some(DType::F8E5M2) => 13,
-            Some(DType::C64) => 14,
-            Some(DType::C128) => 15,
-        });
+        // The trace format's dtype codes (0: no tensor), one table for both.
+        out.push(self.dtype.map_or(0, format::dtype_code));
         out.extend_from_slice(&(self.shape.len() as u32).to_le_bytes());
         for &d in &self.shape {
             out.extend_from_slice(&(d as u64).to_le_bytes());
@@ -209,22 +194,7 @@ impl Header {
         let round = u64::from_le_bytes(take(8)?.try_into().ok()?);
         let dtype = match take(1)?[0] {
             0 => None,
-            1 => Some(DType::F32),
-            2 => Some(DType::F64),
-            3 => Some(DType::I64),
-            4 => Some(DType::U8),
-            5 => Some(DType::F16),
-            6 => Some(DType::BF16),
-            7 => Some(DType::I32),
-            8 => Some(DType::Bool),
-            9 => Some(DType::I8),
-            10 => Some(DType::I16),
-            11 => Some(DType::U16),
-            12 => Some(DType::F8E4M3),
-            13 => Some(DType::F8E5M2),
-            14 => Some(DType::C64),
-            15 => Some(DType::C128),
-            _ => return None,
+            code => Some(format::dtype_from_code(code)?),
         };
         let ndim = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
         let mut shape = Vec::with_capacity(ndim.min(64));

@@ -955,6 +955,12 @@ fn footer_offsets_near_the_end_of_u64_are_corrupt_not_an_overflow() {
     }
 }
 
+/// The canonical bytes of an f32 tensor, written out by hand.
+fn f32_bytes(tensor: &Tensor) -> Vec<u8> {
+    let values = tensor.values::<f32>().expect("an f32 tensor");
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
 /// A trace of format version 2 (plain md5) against one of version 3 (the tree digest): records
 /// up to 4 KiB compare (both digests are plain md5 there); a larger one is an error naming both
 /// kinds, never "differs".
@@ -970,13 +976,7 @@ fn version_2_and_3_traces_compare_up_to_one_chunk_and_refuse_beyond() {
         let mut w = crate::file::TraceWriter::create(new.path(), 0, 1, DumpMode::Md5).unwrap();
         w.write_record(&trace.records[0], None).unwrap();
         w.finish().unwrap();
-        let bytes: Vec<u8> = tensor
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        trace.records[0].md5 = crate::value::Md5Digest::of_bytes(&bytes);
+        trace.records[0].md5 = crate::value::Md5Digest::of_bytes(&f32_bytes(&tensor));
         let mut w = crate::file::TraceWriter::create_version(
             old.path(),
             0,
@@ -1005,4 +1005,62 @@ fn version_2_and_3_traces_compare_up_to_one_chunk_and_refuse_beyond() {
         "{err}"
     );
     assert!(err.to_string().starts_with("cannot compare `x` (step 0, rank 0): A's records carry md5 digests and B's md5-tree-4k"), "{err}");
+}
+
+/// `TraceWriter::record_digested` (a digest computed elsewhere, as a GPU's) writes the record
+/// `record` writes for the same tensor, stats from `Stats::from_totals`; full mode and a capture
+/// need the tensor and say so.
+#[test]
+fn records_digested_elsewhere_are_the_records_of_their_tensors() {
+    use crate::file::Digested;
+    use crate::value::{tree_digest, Totals};
+    let tensor = Tensor::from_vec((0..3000).map(|i| i as f32 - 7.5).collect::<Vec<f32>>());
+    let bytes = f32_bytes(&tensor);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut w = crate::file::TraceWriter::create(a.path(), 0, 1, DumpMode::Md5).unwrap();
+    w.record(0, "x", &tensor).unwrap();
+    w.record_replicated(1, "x", &tensor).unwrap();
+    w.finish().unwrap();
+    let mut w = crate::file::TraceWriter::create(b.path(), 0, 1, DumpMode::Md5).unwrap();
+    assert!(!w.needs_tensor(0, "x"));
+    let stats = Stats::from_totals(
+        3000,
+        Totals {
+            max: 2991.5,
+            min: -7.5,
+            sum: 0.0,
+            sum_sq: 0.0,
+            nan: 0,
+            pos_inf: 0,
+            neg_inf: 0,
+        },
+    );
+    for (step, replicated) in [(0, false), (1, true)] {
+        let digested = Digested {
+            dtype: crate::value::DType::F32,
+            shape: &[3000],
+            digest: tree_digest(&bytes),
+            stats: Some(stats),
+            replicated,
+        };
+        w.record_digested(step, "x", &digested).unwrap();
+    }
+    w.finish().unwrap();
+    assert!(compare(a.path(), b.path()).is_identical());
+
+    let full = tempfile::tempdir().unwrap();
+    let mut w = crate::file::TraceWriter::create(full.path(), 0, 1, DumpMode::Full).unwrap();
+    assert!(w.needs_tensor(0, "x"));
+    let digested = Digested {
+        dtype: crate::value::DType::F32,
+        shape: &[3000],
+        digest: tree_digest(&bytes),
+        stats: None,
+        replicated: false,
+    };
+    let err = w.record_digested(0, "x", &digested).unwrap_err();
+    assert!(
+        matches!(&err, DumpError::MissingTensor { name } if name == "x"),
+        "{err}"
+    );
 }

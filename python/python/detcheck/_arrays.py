@@ -72,25 +72,8 @@ def _torch_dtypes(torch):
 
 
 def _torch_dtype_names(torch):
-    names = (
-        "float16",
-        "bfloat16",
-        "float32",
-        "float64",
-        "int32",
-        "int64",
-        "uint8",
-        "bool",
-        "int8",
-        "int16",
-        "uint16",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "complex64",
-        "complex128",
-    )
     # getattr: an older torch without uint16 or the 8-bit floats simply does not list them.
-    return {getattr(torch, n): n for n in names if hasattr(torch, n)}
+    return {getattr(torch, n): n for n in SUPPORTED if hasattr(torch, n)}
 
 
 def torch_dtype_name(dtype):

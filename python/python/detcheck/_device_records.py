@@ -2,13 +2,19 @@
 
 ``DeviceRecords`` sits between ``detcheck.torch.watch``'s hooks and a ``TraceWriter``. A record
 of a tensor that Triton can run on (a CUDA tensor; a CPU tensor under ``TRITON_INTERPRET=1``)
-costs no copy and no synchronisation: ``detcheck._device`` launches the tree digest (and, in
-stats mode, the statistics' totals) into a slot of a device buffer, on the tensor's current
-stream, right after the hook sees the tensor, so the kernels read it before anything later on
-that stream can change it. When the step ends (``end_step``) one copy per device takes the
-step's slots to pinned host memory, behind an event; the records go to the writer one step late,
-when the next step ends (or at ``drain``), after that event, so the host never waits for the
-step it has just launched.
+costs no host copy and no synchronisation. On a GPU, the hook takes a snapshot of the tensor on
+its own stream (a device copy, at memory bandwidth: nothing later on that stream can change the
+snapshot, in place or not), and ``detcheck._device`` computes the snapshot's tree digest (and, in
+stats mode, its statistics' totals) on a digest stream of detcheck's that waits for the copy,
+into a slot of a device buffer; the snapshot's memory goes back to PyTorch's allocator once the
+digest stream is done with it (``record_stream``). Why a second stream: md5 is a chain of
+64-byte blocks, so a chunk's digest takes 65 dependent block steps in one GPU thread (tens of
+microseconds) however many threads run; on the program's stream every record would hold the
+step that long, on the digest stream it overlaps the program's kernels. On the CPU (Triton's
+interpreter, for tests) there are no streams: the kernels run in place, in order. When the step
+ends (``end_step``) one copy per device takes the step's slots to pinned host memory on the
+digest stream, behind an event; the records are filled one step late, when the next step ends
+(or at ``drain``), after that event, so the host never waits for the step it has just launched.
 
 Order: each device record holds its place in the writer at once (``TraceWriter._record_later``
 gives a token; ``_fill`` gives the digest later), so records written from the host (a CPU
@@ -25,10 +31,11 @@ on the device in a fixed order (deterministic there, not bit-equal to the host's
 summaries, runs are compared by digest). Records, their order and steps are those of the host
 path.
 
-Limits: the kernels read the tensor as the hook sees it, on its stream; work that another stream
-does on it without waiting (a program's own side streams) is the program's race, as it would be
-for any reader. Slots are double-buffered, so one step's buffers are read while the next step
-writes the other set.
+Limits: the snapshot is taken on the stream current when the hook runs; work that another
+stream does on the tensor without waiting (a program's own side streams) is the program's race,
+as it would be for any reader. A snapshot costs the tensor's size in device memory until the
+digest stream has read it, and twice its size in memory traffic. Slots are double-buffered, so
+one step's buffers are read while the next step writes the other set.
 """
 
 import torch
@@ -59,9 +66,9 @@ class _Slots:
         return self.digests[block][row], self.totals[block][row]
 
     def to_host(self):
-        """Starts the copies of the used slots to host memory (pinned for CUDA); returns
-        ``(digests, totals, event)``: host tensors of ``used`` rows, valid once ``event`` (or
-        nothing, on the CPU) has completed."""
+        """Starts the copies of the used slots to host memory (pinned for CUDA, on the digest
+        stream, which must be current); returns ``(digests, totals, event)``: host tensors of
+        ``used`` rows, valid once ``event`` (or nothing, on the CPU) has completed."""
         n = self.used
         blocks = -(-n // _BLOCK)
         digests = torch.cat(self.digests[:blocks])[:n] if blocks > 1 else self.digests[0][:n]
@@ -70,11 +77,10 @@ class _Slots:
             return digests.clone(), totals.clone(), None
         pinned_d = torch.empty(digests.shape, dtype=digests.dtype, pin_memory=True)
         pinned_t = torch.empty(totals.shape, dtype=totals.dtype, pin_memory=True)
-        with torch.cuda.device(self.device):
-            pinned_d.copy_(digests, non_blocking=True)
-            pinned_t.copy_(totals, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
+        pinned_d.copy_(digests, non_blocking=True)
+        pinned_t.copy_(totals, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
         return pinned_d, pinned_t, event
 
 
@@ -93,6 +99,8 @@ class DeviceRecords:
         self._queue = []
         #: Slots by (device, parity); the parity flips every step.
         self._slots = {}
+        #: The digest stream of each CUDA device.
+        self._streams = {}
         self._parity = 0
         #: The previous step's records and their host copies, waiting for their events.
         self._in_flight = None
@@ -125,10 +133,21 @@ class DeviceRecords:
         token = self._writer._record_later(step, name, dtype, list(tensor.shape), replicated)
         slots = self._slots_of(tensor.device)
         digest, totals = slots.take()
+        self._queue.append((token, slots, slots.used - 1))
+        if tensor.device.type == "cpu":
+            self._digest(tensor, digest, totals)
+            return
+        snapshot = tensor.clone(memory_format=torch.contiguous_format)
+        stream = self._stream_of(tensor.device)
+        stream.wait_stream(torch.cuda.current_stream(tensor.device))
+        with torch.cuda.stream(stream):
+            self._digest(snapshot, digest, totals)
+        snapshot.record_stream(stream)
+
+    def _digest(self, tensor, digest, totals):
         self._device.tree_digest_into(tensor, digest)
         if self._stats:
             self._device.stats_totals_into(tensor, totals)
-        self._queue.append((token, slots, slots.used - 1))
 
     def end_step(self):
         """The step's records are all given: starts their copies to the host, and fills the
@@ -137,9 +156,13 @@ class DeviceRecords:
         if not self._queue:
             return
         copies = {}
-        for (_, parity), slots in self._slots.items():
+        for (device, parity), slots in self._slots.items():
             if parity == self._parity and slots.used:
-                copies[id(slots)] = slots.to_host()
+                if device.type == "cpu":
+                    copies[id(slots)] = slots.to_host()
+                    continue
+                with torch.cuda.stream(self._stream_of(device)):
+                    copies[id(slots)] = slots.to_host()
         self._in_flight = (self._queue, copies)
         self._queue = []
         self._parity ^= 1
@@ -156,6 +179,12 @@ class DeviceRecords:
         """Drains, and stops being called by the writer."""
         self.drain()
         self._writer._remove_drain(self._drain)
+
+    def _stream_of(self, device):
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        return stream
 
     def _slots_of(self, device):
         key = (device, self._parity)
