@@ -16,6 +16,8 @@ venv=${VENV:-/tmp/detcheck-gpu-venv}
 python3 -m venv --system-site-packages "$venv"
 "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || exit 1
 export PATH="$venv/bin:$PATH"
+# The tests' `detcheck` is the wheel's command (there is no cargo here to build one).
+export DETCHECK_BIN="$venv/bin/detcheck"
 failed=0
 item() {  # item NAME COMMAND...
     local name=$1

@@ -64,6 +64,9 @@ def gpt2_without_transformers():
             self.wte, self.wpe = nn.Embedding(50257, 768), nn.Embedding(1024, 768)
             self.h = nn.ModuleList(Block() for _ in range(12))
             self.ln_f = nn.LayerNorm(768)
+            for p in self.parameters():  # GPT-2's initialisation: N(0, 0.02) weights
+                if p.dim() > 1:
+                    nn.init.normal_(p, std=0.02)
 
         def forward(self, input_ids, labels):
             x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
