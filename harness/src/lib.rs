@@ -32,6 +32,7 @@
 //!
 //! Determinism: trials are built in file-name order; each trial's outcome depends only on its
 //! scenario, not on which trials run beside it.
+#![forbid(unsafe_code)]
 
 pub mod relaunch;
 

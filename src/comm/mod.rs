@@ -12,6 +12,10 @@
 //!
 //! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
 //! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
+//!
+//! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
+//! `CudaError`) and the reduction kernels compiled by NVRTC (`compile_reduce_kernels`); the NCCL
+//! communicator itself is not built yet.
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -21,6 +25,10 @@ pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 /// this, and the CLI refuses a longer `--deadline`.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+#[cfg(feature = "nccl")]
+mod cuda;
+#[cfg(feature = "nccl")]
+mod cuda_kernels;
 mod launcher;
 mod lint;
 #[cfg(feature = "mpi")]
@@ -30,6 +38,16 @@ mod threads;
 #[cfg(feature = "mpi")]
 pub(crate) mod watcher;
 
+#[cfg(feature = "nccl")]
+pub use cuda::{
+    compile_cubin, compile_ptx, count_devices, locate_library, nvrtc_version, CudaError,
+    CudaLibrary, LocatedLibrary, NVRTC_OPTIONS,
+};
+#[cfg(feature = "nccl")]
+pub use cuda_kernels::{
+    compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
+    PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
+};
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use lint::{differing_ranks, lint_environment, relevant_environment, Finding, FindingKind};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS};

@@ -5,6 +5,7 @@
 //! identical even when summed in arrival order; the optional float total is not, and needs a
 //! deterministic reduction mode. `tests/multirank.rs` registers the kind and runs the files in
 //! `scenarios/` with detcheck-harness.
+#![forbid(unsafe_code)]
 
 use detcheck::scenario::limits::{bytes_of, size};
 use detcheck::scenario::{Footprint, RunPlan};
