@@ -11,37 +11,25 @@
 # them (--system-site-packages).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-wheel=${1:?usage: scripts/gpu-device-digests.sh WHEEL}
-venv=${VENV:-/tmp/detcheck-gpu-venv}
-python3 -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || exit 1
-export PATH="$venv/bin:$PATH"
+source scripts/gpu-prelude.sh "$@"
 # The tests' `detcheck` is the wheel's command (there is no cargo here to build one).
 export DETCHECK_BIN="$venv/bin/detcheck"
-failed=0
-item() {  # item NAME COMMAND...
-    local name=$1
-    shift
-    out=$("$@" 2>&1)
-    code=$?
-    if [ "$code" = 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $code)"; echo "$out" | tail -30; failed=1; fi
-}
 "$venv/bin/python" -c 'import torch, triton; assert torch.cuda.is_available(); print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())' || exit 1
 if "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
-    item "Triton digests and totals on CUDA tensors = the Rust digest (every dtype, odd and large sizes)" \
+    item "Triton digests and totals on CUDA tensors = the Rust digest (every dtype, odd and large sizes)" 0 \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests/test_device_digest.py
-    item "watch(device_digests=True) on CUDA: the host path's digests, record by record" \
+    item "watch(device_digests=True) on CUDA: the host path's digests, record by record" 0 \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests/test_device_records.py
 else
     echo "SKIP pytest items: pytest is not installed on this machine"
 fi
 script=examples/programs/python/unmodified/ddp_train.py
-item "unmodified DDP on CUDA with device digests: repeat" \
+item "unmodified DDP on CUDA with device digests: repeat" 0 \
     detcheck check --no-progress --ranks 1 --steps 3 -- python3 "$script" --device cuda
-item "clock-reseed control on CUDA with device digests: caught" \
+item "clock-reseed control on CUDA with device digests: caught" 0 \
     detcheck check --no-progress --ranks 1 --steps 2 --expect diverges -- \
     python3 "$script" --device cuda --reseed-from-clock
-item "benchmark: GPT-2 124M, batch 8 x 512, bf16 autocast, AdamW" \
+item "benchmark: GPT-2 124M, batch 8 x 512, bf16 autocast, AdamW" 0 \
     "$venv/bin/python" python/bench/gpu_overhead.py --json "${OUT:-/tmp}/gpu_overhead.json"
 echo "$out" | tail -20
 exit $failed

@@ -11,21 +11,9 @@
 # (--system-site-packages). One rank per GPU (NCCL refuses two ranks on one GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-wheel=${1:?usage: scripts/gpu-zero-change.sh WHEEL}
-venv=${VENV:-/tmp/detcheck-gpu-venv}
-python3 -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || exit 1
-export PATH="$venv/bin:$PATH"
+source scripts/gpu-prelude.sh "$@"
 gpus=$("$venv/bin/python" -c 'import torch; print(torch.cuda.device_count())')
 ranks=$(( gpus >= 2 ? 2 : 1 ))
-failed=0
-item() {  # item NAME EXPECTED-EXIT COMMAND...
-    local name=$1 want=$2
-    shift 2
-    out=$("$@" 2>&1)
-    code=$?
-    if [ "$code" = "$want" ]; then echo "PASS $name"; else echo "FAIL $name (exit $code)"; echo "$out" | tail -20; failed=1; fi
-}
 script=examples/programs/python/unmodified/ddp_train.py
 item "unmodified DDP on CUDA ($ranks rank(s)): repeat" 0 \
     detcheck check --no-progress --ranks "$ranks" --steps 3 -- python3 "$script" --device cuda

@@ -128,6 +128,29 @@ mod tests {
         assert!(encode(&bad).unwrap_err().starts_with("tensor `c`"));
     }
 
+    /// Writes `tensors` as `t0`, `t1` ... into one safetensors file, reads each back (its bytes
+    /// and dtype must be the same) and returns the safetensors dtypes they were stored as.
+    fn round_trip(tensors: &[Tensor]) -> Vec<safetensors::Dtype> {
+        let entries: Vec<_> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let key = format!("t{i}");
+                (key, t.dtype(), t.shape().to_vec(), canonical_bytes(t))
+            })
+            .collect();
+        let bytes = encode(&entries).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        for (i, t) in tensors.iter().enumerate() {
+            let back = decode(&file, &format!("t{i}")).unwrap().unwrap();
+            assert_eq!(canonical_bytes(&back), canonical_bytes(t), "t{i}");
+            assert_eq!(back.dtype(), t.dtype());
+        }
+        (0..tensors.len())
+            .map(|i| file.tensor(&format!("t{i}")).unwrap().dtype())
+            .collect()
+    }
+
     #[test]
     fn new_dtypes_round_trip_as_safetensors_dtypes() {
         use half::{bf16, f16};
@@ -141,19 +164,7 @@ mod tests {
             Tensor::from_vec(vec![i32::MIN, 7]),
             Tensor::from_vec(vec![true, false]),
         ];
-        let entries: Vec<_> = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let key = format!("t{i}");
-                (key, t.dtype(), t.shape().to_vec(), canonical_bytes(t))
-            })
-            .collect();
-        let bytes = encode(&entries).unwrap();
-        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let dtypes: Vec<_> = (0..4)
-            .map(|i| file.tensor(&format!("t{i}")).unwrap().dtype())
-            .collect();
+        let dtypes = round_trip(&tensors);
         assert_eq!(
             dtypes,
             [
@@ -163,11 +174,6 @@ mod tests {
                 safetensors::Dtype::BOOL
             ]
         );
-        for (i, t) in tensors.iter().enumerate() {
-            let back = decode(&file, &format!("t{i}")).unwrap().unwrap();
-            assert_eq!(canonical_bytes(&back), canonical_bytes(t), "t{i}");
-            assert_eq!(back.dtype(), t.dtype());
-        }
         // A bool byte other than 0 or 1 is refused, with the tensor named.
         let bad = vec![("m".to_owned(), DType::Bool, vec![2], vec![1u8, 2])];
         let bytes = encode(&bad).unwrap();
@@ -186,19 +192,7 @@ mod tests {
             Tensor::new(vec![3], TensorData::F8E5M2(vec![0x7c, 0x7d, 0x01])).unwrap(),
             Tensor::from_vec(vec![[1.5f32, -2.0], [f32::NAN, -0.0]]),
         ];
-        let entries: Vec<_> = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let key = format!("t{i}");
-                (key, t.dtype(), t.shape().to_vec(), canonical_bytes(t))
-            })
-            .collect();
-        let bytes = encode(&entries).unwrap();
-        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let dtypes: Vec<_> = (0..tensors.len())
-            .map(|i| file.tensor(&format!("t{i}")).unwrap().dtype())
-            .collect();
+        let dtypes = round_trip(&tensors);
         assert_eq!(
             dtypes,
             [
@@ -210,11 +204,6 @@ mod tests {
                 safetensors::Dtype::C64,
             ]
         );
-        for (i, t) in tensors.iter().enumerate() {
-            let back = decode(&file, &format!("t{i}")).unwrap().unwrap();
-            assert_eq!(canonical_bytes(&back), canonical_bytes(t), "t{i}");
-            assert_eq!(back.dtype(), t.dtype());
-        }
         // safetensors has no complex128: an error naming the tensor and the dtype, no panic.
         let c = Tensor::from_vec(vec![[1.0f64, 2.0]]);
         let entries = vec![(

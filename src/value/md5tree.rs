@@ -160,8 +160,9 @@ struct Job<B, T> {
 /// fills them all.
 pub struct TreeLanes<B, T> {
     lanes: Md5Lanes<Piece<B>, (usize, usize)>,
-    /// Jobs by slot; `None` slots are free.
+    /// Jobs by slot; `None` slots are free, and listed in `free`.
     jobs: Vec<Option<Job<B, T>>>,
+    free: Vec<usize>,
 }
 
 impl<B: AsRef<[u8]>, T> Default for TreeLanes<B, T> {
@@ -183,6 +184,7 @@ impl<B: AsRef<[u8]>, T> TreeLanes<B, T> {
         TreeLanes {
             lanes: Md5Lanes::with_max_lanes(max),
             jobs: Vec::new(),
+            free: Vec::new(),
         }
     }
 
@@ -194,7 +196,7 @@ impl<B: AsRef<[u8]>, T> TreeLanes<B, T> {
 
     /// Queues `data` for its tree digest.
     pub fn push(&mut self, data: B, tag: T) {
-        let slot = match self.jobs.iter().position(Option::is_none) {
+        let slot = match self.free.pop() {
             Some(free) => free,
             None => {
                 self.jobs.push(None);
@@ -240,6 +242,7 @@ impl<B: AsRef<[u8]>, T> TreeLanes<B, T> {
             let job = self.jobs[slot].as_mut().expect("live");
             if job.digests.len() == 16 {
                 let job = self.jobs[slot].take().expect("live");
+                self.free.push(slot);
                 let data =
                     Arc::into_inner(job.data).expect("every piece of a finished job is gone");
                 let mut digest = [0; 16];
