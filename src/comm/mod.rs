@@ -14,8 +14,8 @@
 //! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
-//! `CudaError`) and the reduction kernels compiled by NVRTC (`compile_reduce_kernels`); the NCCL
-//! communicator itself is not built yet.
+//! `CudaError`), the reduction kernels compiled by NVRTC (`compile_reduce_kernels`), one GPU
+//! ([`Gpu`], [`DeviceTensor`]) and thread ranks sharing it ([`GpuThreadComm`]).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -29,6 +29,10 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 mod cuda;
 #[cfg(feature = "nccl")]
 mod cuda_kernels;
+#[cfg(feature = "nccl")]
+mod gpu;
+#[cfg(feature = "nccl")]
+mod gpu_threads;
 mod launcher;
 mod lint;
 #[cfg(feature = "mpi")]
@@ -43,6 +47,10 @@ pub use cuda::{
     compile_cubin, compile_ptx, count_devices, locate_library, nvrtc_version, CudaError,
     CudaLibrary, LocatedLibrary, NVRTC_OPTIONS,
 };
+#[cfg(feature = "nccl")]
+pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
+#[cfg(feature = "nccl")]
+pub use gpu_threads::GpuThreadComm;
 #[cfg(feature = "nccl")]
 pub use cuda_kernels::{
     compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
@@ -172,6 +180,16 @@ pub enum CommError {
         collective: CollectiveId,
         /// What is wrong.
         reason: String,
+    },
+    /// The GPU failed during the collective (a copy, an allocation or a kernel).
+    #[error("rank {rank}: the GPU failed in {collective}: {message}")]
+    Device {
+        /// The rank whose GPU call failed.
+        rank: usize,
+        /// The collective.
+        collective: CollectiveId,
+        /// What the driver said.
+        message: String,
     },
 }
 

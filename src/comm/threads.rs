@@ -186,7 +186,9 @@ impl LaunchError {
                 CommError::Timeout { missing, .. } => missing.first().copied().unwrap_or(0),
                 CommError::PeerFailed { failed_rank, .. } => *failed_rank,
                 CommError::PeerExited { exited_rank, .. } => *exited_rank,
-                CommError::Mismatch { rank, .. } | CommError::InvalidArgument { rank, .. } => *rank,
+                CommError::Mismatch { rank, .. }
+                | CommError::InvalidArgument { rank, .. }
+                | CommError::Device { rank, .. } => *rank,
             }),
             LaunchError::Stuck { ranks, .. } => ranks.first().copied(),
         }
@@ -196,14 +198,14 @@ impl LaunchError {
 /// The error type of a rank program.
 pub type RankError = Box<dyn Error + Send + Sync>;
 
-type Payload = Arc<dyn Any + Send + Sync>;
+pub(super) type Payload = Arc<dyn Any + Send + Sync>;
 
 /// What a completed round gives every rank: each rank's payload (in rank order) and the order
 /// they arrived in. Built once, by the last rank to deposit, and shared: a rank takes one `Arc`,
 /// not one per peer.
-struct Exchanged {
-    payloads: Vec<Payload>,
-    arrival: Vec<usize>,
+pub(super) struct Exchanged {
+    pub(super) payloads: Vec<Payload>,
+    pub(super) arrival: Vec<usize>,
 }
 
 /// One exchange among all ranks.
@@ -332,7 +334,8 @@ impl std::fmt::Debug for ThreadComm {
 }
 
 impl ThreadComm {
-    fn begin(&self, kind: CollectiveKind) -> CollectiveId {
+    /// Numbers this rank's next collective call.
+    pub(super) fn begin(&self, kind: CollectiveKind) -> CollectiveId {
         let call = self.next_call.get();
         self.next_call.set(call + 1);
         CollectiveId { kind, call }
@@ -403,7 +406,7 @@ impl ThreadComm {
 
     /// Deposits `payload` in the next round and returns every rank's payload (in rank order) and
     /// the order they arrived in.
-    fn exchange(
+    pub(super) fn exchange(
         &self,
         id: &CollectiveId,
         signature: &str,
@@ -515,7 +518,7 @@ pub(super) fn check_reducible(
     }
 }
 
-fn downcast<T: 'static>(payload: &Payload) -> &T {
+pub(super) fn downcast<T: 'static>(payload: &Payload) -> &T {
     payload
         .downcast_ref::<T>()
         .expect("matching signatures carry matching payload types")
