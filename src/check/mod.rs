@@ -37,8 +37,11 @@ use crate::compare::{
 use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
+use crate::run::gpu::gpu_runner_dyn;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
-use crate::scenario::{BucketLayout, CheckKind, Expectation, LoadedScenario, Program, RunPlan};
+use crate::scenario::{
+    BucketLayout, CheckKind, Device, Expectation, LoadedScenario, Program, RunPlan,
+};
 use crate::value::digest::{ExactF64, Stats};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -81,6 +84,7 @@ impl CheckOutcome {
             CheckKind::Restart => ("continuous", "resumed"),
             CheckKind::Variants => ("first", "variant"),
             CheckKind::Buckets => ("first", "other"),
+            CheckKind::Devices => ("gpu", "cpu"),
         }
     }
 
@@ -474,7 +478,7 @@ fn compare_variants(
     let (mut num_compared, mut num_differing) = (0, 0);
     for (i, variant) in scenario.variants.iter().enumerate() {
         let request = RunRequest::new(variant, options, p, 1, &RunPlan::default());
-        let trace = runner_for(variant, runner).run(variant, &request)?;
+        let trace = runner_for(variant, runner)?.run(variant, &request)?;
         let c = compare_traces(first, &trace, TraceView::All);
         num_compared += c.num_compared;
         num_differing += c.num_differing;
@@ -613,7 +617,7 @@ impl<'a> Runs<'a> {
             rerun: Box::new(move |capture, dir| {
                 let request =
                     RunRequest::new(scenario, options, p, run, &plan).with_capture(capture, dir);
-                runner_for(scenario, runner).run(scenario, &request)
+                runner_for(scenario, runner)?.run(scenario, &request)
             }),
             rank,
             label,
@@ -635,7 +639,7 @@ impl<'a> Runs<'a> {
             rerun: Box::new(move |capture, dir| {
                 let request =
                     RunRequest::new(&scenario, options, p, run, &plan).with_capture(capture, dir);
-                runner_for(&scenario, runner).run(&scenario, &request)
+                runner_for(&scenario, runner)?.run(&scenario, &request)
             }),
             rank,
             label,
@@ -661,7 +665,7 @@ impl<'a> Runs<'a> {
                 if step < at {
                     request = request.with_capture(capture, dir);
                 }
-                let stopped = runner_for(scenario, runner).run(scenario, &request)?;
+                let stopped = runner_for(scenario, runner)?.run(scenario, &request)?;
                 if step < at {
                     return Ok(stopped);
                 }
@@ -672,7 +676,7 @@ impl<'a> Runs<'a> {
                 };
                 let request =
                     RunRequest::new(scenario, options, p, 4, &after).with_capture(capture, dir);
-                runner_for(scenario, runner).run(scenario, &request)
+                runner_for(scenario, runner)?.run(scenario, &request)
             }),
             rank,
             label,
@@ -777,6 +781,14 @@ impl<'a> Runs<'a> {
                 self.resumed_side(d.step, d.rank, right_label),
                 self.first,
             )),
+            CheckKind::Devices => pair.map(|(_, _, base)| {
+                let gpu = gpu_runner_dyn().unwrap_or(runner);
+                (
+                    self.side(gpu, scenario, 1, plain(), d.rank, left_label),
+                    self.side(&ThreadRunner, scenario, 1, plain(), d.rank, right_label),
+                    base,
+                )
+            }),
         };
         let (finding, operator) = match sides {
             Some((left, right, left_trace)) => element::find(&d, left_trace, &left, &right),
@@ -799,6 +811,11 @@ impl<'a> Runs<'a> {
         }
     }
 }
+
+/// Why `devices` is skipped: this process has no GPU it can use.
+const NO_GPU: &str = "needs a GPU: build with --features nccl, on a machine with a CUDA driver, \
+                      NVRTC and a device (`detcheck check` of a `device: \"gpu\"` scenario names \
+                      what is missing)";
 
 /// Runs the scenario's checks on thread ranks and reports each outcome.
 ///
@@ -827,7 +844,7 @@ pub(crate) fn run_checks_on(
     options: &CheckOptions,
 ) -> Result<ScenarioReport, RunError> {
     let spec = &scenario.spec;
-    let runner = runner_for(scenario, runner);
+    let runner = runner_for(scenario, runner)?;
     let mut checks = scenario.checks.clone();
     if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
         checks.push(CheckKind::Backends);
@@ -876,6 +893,32 @@ pub(crate) fn run_checks_on(
     } else {
         None
     };
+    // `devices`: run 1 on the GPU against run 1 on CPU thread ranks; skipped without a GPU
+    // (a `gpu` scenario has one: its runner is the GPU's).
+    let mut on_devices = if checks.contains(&CheckKind::Devices) && !runner.is_mpi() {
+        match gpu_runner_dyn() {
+            Ok(gpu) => {
+                let (on_gpu, on_cpu) = if spec.device == Device::Gpu {
+                    (first.clone(), run_on(&ThreadRunner, 1)?)
+                } else {
+                    (run_on(gpu, 1)?, first.clone())
+                };
+                let comparison = compare_traces(&on_gpu, &on_cpu, TraceView::All);
+                Some(Ok(SeriesOutcome {
+                    differing: comparison
+                        .first
+                        .as_ref()
+                        .map(|_| (0, 1, on_gpu.clone())),
+                    note: "gpu against cpu thread ranks".to_owned(),
+                    curves: curves_of(&on_gpu, &on_cpu, ("gpu", "cpu")),
+                    comparison,
+                }))
+            }
+            Err(_) => Some(Err(NO_GPU)),
+        }
+    } else {
+        None
+    };
     // The first differing pair of each series check, for the element detail.
     let mut pairs: Vec<(CheckKind, (usize, usize, Trace))> = Vec::new();
     let mut outcomes = checks
@@ -902,6 +945,25 @@ pub(crate) fn run_checks_on(
                         _ => in_first,
                     }
                 }
+                CheckKind::Devices => match on_devices.take() {
+                    Some(Ok(series)) => {
+                        if let Some(pair) = series.differing {
+                            pairs.push((kind, pair));
+                        }
+                        note = Some(series.note);
+                        curves = series.curves;
+                        series.comparison
+                    }
+                    Some(Err(reason)) => {
+                        skipped = Some(reason);
+                        Comparison::empty()
+                    }
+                    None => {
+                        skipped = Some("under MPI, a `gpu` scenario's ranks use NCCL; `devices` \
+                                        runs on thread ranks");
+                        Comparison::empty()
+                    }
+                },
                 CheckKind::Backends => match &on_threads {
                     Some(threads) => {
                         curves = curves_of(&first, threads, ("mpi", "threads"));

@@ -28,11 +28,13 @@ pub(crate) enum Exit {
     BadInput = 2,
     /// A run failed: a rank errored, panicked or missed a collective deadline.
     RunFailed = 3,
+    /// A scenario runs on a GPU and this machine or build has none it can use.
+    NoDevice = 4,
 }
 
 /// Every exit code and what it means, in code order: the one table, printed by `detcheck --help`
 /// and copied into the README (a test compares the two). One line of text per row, single spaces.
-pub(crate) const TABLE: [(Exit, &str); 4] = [
+pub(crate) const TABLE: [(Exit, &str); 5] = [
     (
         Exit::Ok,
         "every check holds (negative controls caught); `run`: the dump is written; `compare`: \
@@ -68,6 +70,12 @@ pub(crate) const TABLE: [(Exit, &str); 4] = [
          that exited non-zero, was killed or outlived its timeout, or wrote no or a broken trace \
          (the message names the rank, the exit status and the end of its stderr)",
     ),
+    (
+        Exit::NoDevice,
+        "no GPU: a scenario runs on a GPU (`device: \"gpu\"`) and this detcheck was built \
+         without the `nccl` feature, or a CUDA library is missing (the message names the \
+         library, the names tried and how to get it), or the driver sees no device",
+    ),
 ];
 
 impl Exit {
@@ -92,6 +100,7 @@ impl Exit {
             Exit::CheckFailed => "a check failed",
             Exit::BadInput => "bad input",
             Exit::RunFailed => "a run failed",
+            Exit::NoDevice => "no GPU",
         }
     }
 }
@@ -172,7 +181,7 @@ impl From<ScenarioError> for CliError {
 }
 
 impl CliError {
-    /// The exit code this error ends `detcheck` with: the mapping of the table's rows 2 and 3.
+    /// The exit code this error ends `detcheck` with: the mapping of the table's rows 2 to 4.
     pub(crate) fn exit(&self) -> Exit {
         match self {
             CliError::Invalid(_)
@@ -185,6 +194,8 @@ impl CliError {
             CliError::DumpRun(DumpRunError::Program(RunError::CannotLaunch { .. })) => {
                 Exit::BadInput
             }
+            CliError::DumpRun(DumpRunError::Program(RunError::NoDevice { .. }))
+            | CliError::Run(RunError::NoDevice { .. }) => Exit::NoDevice,
             CliError::DumpRun(_) => Exit::RunFailed,
             CliError::Run(RunError::WorldTooLarge { .. } | RunError::CannotLaunch { .. }) => {
                 Exit::BadInput

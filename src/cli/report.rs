@@ -530,6 +530,7 @@ pub(crate) fn junit_xml(results: &[ScenarioResult<'_>]) -> String {
                 Outcome::Errored { message, exit } => {
                     let kind = match exit {
                         Exit::BadInput => "bad input",
+                        Exit::NoDevice => "no gpu",
                         _ => "run failed",
                     };
                     let first_line = message.lines().next().unwrap_or_default();

@@ -163,6 +163,10 @@ impl Communicator for GpuThreadComm<'_> {
         self.host.rank()
     }
 
+    fn gpu(&self) -> Option<&Arc<Gpu>> {
+        Some(&self.gpu)
+    }
+
     fn size(&self) -> usize {
         self.host.size()
     }

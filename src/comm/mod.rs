@@ -239,6 +239,13 @@ pub trait Communicator {
         op: ReduceOp,
         mode: ReductionMode,
     ) -> Result<(), CommError>;
+
+    /// The GPU this rank's collectives run on, if any (feature `nccl`): a rank program with
+    /// GPU operators of its own runs them there, and on the CPU without one.
+    #[cfg(feature = "nccl")]
+    fn gpu(&self) -> Option<&std::sync::Arc<Gpu>> {
+        None
+    }
 }
 
 /// The MPI library this build is linked with, as `MPI_Get_library_version` names it (its first

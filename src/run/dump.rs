@@ -18,7 +18,7 @@ use crate::comm::LaunchError;
 use crate::file::{trace_path, DumpError, DumpMode, FolderLock};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, ThreadRunner};
-use crate::scenario::{LoadedScenario, Program, RunPlan};
+use crate::scenario::{Device, LoadedScenario, Program, RunPlan};
 use std::path::Path;
 
 /// Why a scenario could not be dumped.
@@ -85,13 +85,17 @@ pub fn dump_scenario(
     if let Program::Command(_) = scenario.program {
         // The program writes the files itself, into the dump folder.
         return runner_for(scenario, &ThreadRunner)
-            .run(scenario, &request)
+            .and_then(|runner| runner.run(scenario, &request))
             .map_err(|error| {
                 remove_dump_files(dir, scenario.spec.world_size as u32);
                 DumpRunError::Program(error)
             });
     }
-    ThreadRunner.launch(scenario, &request).map_err(|source| {
+    let launched = match scenario.spec.device {
+        Device::Cpu => ThreadRunner.launch(scenario, &request),
+        Device::Gpu => launch_on_gpu(scenario, &request)?,
+    };
+    launched.map_err(|source| {
         // The folder held no dump before and this run holds its lock, so every trace and
         // tensor file in it is this run's: remove what the ranks that did finish wrote, so a
         // failed run leaves no dump that looks usable (and never another run's files).
@@ -150,5 +154,28 @@ fn remove_dump_files(dir: &Path, world: u32) {
             }
             let _ = std::fs::remove_dir(&tensors);
         }
+    }
+}
+
+/// Launches a `gpu` scenario's dump run on the GPU runner: the launch's result, or (outer
+/// error) why this process has no GPU.
+fn launch_on_gpu(
+    scenario: &LoadedScenario,
+    request: &RunRequest,
+) -> Result<Result<Trace, LaunchError>, DumpRunError> {
+    #[cfg(feature = "nccl")]
+    {
+        match super::gpu::gpu_runner() {
+            Ok(runner) => Ok(runner.launch(scenario, request)),
+            Err(reason) => Err(DumpRunError::Program(super::gpu::no_device(scenario, reason))),
+        }
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = request;
+        Err(DumpRunError::Program(super::gpu::no_device(
+            scenario,
+            super::gpu::gpu_runner_dyn().err().unwrap_or_default(),
+        )))
     }
 }

@@ -13,6 +13,7 @@
 //! (`perturbation`).
 
 mod dump;
+pub(crate) mod gpu;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 mod process;
@@ -20,13 +21,15 @@ mod process;
 pub use dump::{dump_scenario, DumpRunError};
 
 use crate::comm::{
-    launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError,
+    launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm,
 };
 use crate::file::capture::CaptureMatcher;
 use crate::file::{Capture, DumpError, DumpMode, RunId, TraceWriter};
 use crate::record::environment::keys;
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
-use crate::scenario::{LoadedScenario, Program, RankContext, RunPlan, Scenario, ScenarioSpec};
+use crate::scenario::{
+    Device, LoadedScenario, Program, RankContext, RunPlan, Scenario, ScenarioSpec,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,6 +104,14 @@ pub enum RunError {
         scenario: String,
         /// What failed, naming the folder.
         source: DumpError,
+    },
+    /// The scenario runs on a GPU (`device: "gpu"`) and this process has none it can use.
+    #[error("scenario `{scenario}` runs on a GPU (`device: \"gpu\"`), but {reason}")]
+    NoDevice {
+        /// The scenario.
+        scenario: String,
+        /// What is missing: the feature, a library (named, with how to get it), a device.
+        reason: String,
     },
     /// The scenario needs more ranks than the MPI job has processes.
     #[error(
@@ -353,22 +364,38 @@ impl ThreadRunner {
         scenario: &LoadedScenario,
         request: &RunRequest,
     ) -> Result<Trace, LaunchError> {
-        let Some(program) = scenario.program.ranks() else {
-            return Err(LaunchError::RankFailed {
-                rank: 0,
-                message: "a `command` scenario runs in its own processes, not on thread ranks"
-                    .to_owned(),
-            });
-        };
-        let mut config = LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
-        config.perturbation = request.perturbation;
-        let program = Arc::clone(program);
-        let shared = Arc::new(request.clone());
-        let ranks = launch_threads(&config, move |comm| {
-            run_rank(program.as_ref(), comm, &shared)
-        })?;
-        Ok(Trace { ranks })
+        launch_thread_ranks(scenario, request, |program, comm, request| {
+            run_rank(program, comm, request)
+        })
     }
+}
+
+/// Launches the request's ranks as threads, each running `body` (the rank body over the thread
+/// communicator, or over a communicator wrapping it), and gathers their traces.
+pub(crate) fn launch_thread_ranks<B>(
+    scenario: &LoadedScenario,
+    request: &RunRequest,
+    body: B,
+) -> Result<Trace, LaunchError>
+where
+    B: Fn(&dyn Scenario, &ThreadComm, &RunRequest) -> Result<RankTrace, RankError>
+        + Send
+        + Sync
+        + 'static,
+{
+    let Some(program) = scenario.program.ranks() else {
+        return Err(LaunchError::RankFailed {
+            rank: 0,
+            message: "a `command` scenario runs in its own processes, not on thread ranks"
+                .to_owned(),
+        });
+    };
+    let mut config = LaunchConfig::new(request.spec.world_size).with_deadline(request.deadline);
+    config.perturbation = request.perturbation;
+    let program = Arc::clone(program);
+    let shared = Arc::new(request.clone());
+    let ranks = launch_threads(&config, move |comm| body(program.as_ref(), comm, &shared))?;
+    Ok(Trace { ranks })
 }
 
 impl Runner for ThreadRunner {
@@ -382,12 +409,22 @@ impl Runner for ThreadRunner {
     }
 }
 
-/// The runner of `scenario`'s runs: `default` (the session's: threads or MPI) for a rank
-/// program, the process runner for a `command` scenario.
-pub(crate) fn runner_for<'r>(scenario: &LoadedScenario, default: &'r dyn Runner) -> &'r dyn Runner {
+/// The runner of `scenario`'s runs: the process runner for a `command` scenario; for a rank
+/// program, `default` (the session's: threads or MPI), or the GPU runner for a `device: "gpu"`
+/// scenario on thread ranks.
+///
+/// # Errors
+/// [`RunError::NoDevice`] for a `gpu` scenario when this process has no GPU it can use.
+pub(crate) fn runner_for<'r>(
+    scenario: &LoadedScenario,
+    default: &'r dyn Runner,
+) -> Result<&'r dyn Runner, RunError> {
     match scenario.program {
-        Program::Ranks(_) => default,
-        Program::Command(_) => &process::ProcessRunner,
+        Program::Ranks(_) if scenario.spec.device == Device::Gpu && !default.is_mpi() => {
+            gpu::gpu_runner_dyn().map_err(|reason| gpu::no_device(scenario, reason))
+        }
+        Program::Ranks(_) => Ok(default),
+        Program::Command(_) => Ok(&process::ProcessRunner),
     }
 }
 
@@ -403,5 +440,5 @@ pub fn run_once(
     run: usize,
 ) -> Result<Trace, RunError> {
     let request = RunRequest::new(scenario, options, perturbation, run, &RunPlan::default());
-    runner_for(scenario, &ThreadRunner).run(scenario, &request)
+    runner_for(scenario, &ThreadRunner)?.run(scenario, &request)
 }

@@ -136,6 +136,14 @@ impl<'a> RankContext<'a> {
         self.comm
     }
 
+    /// The GPU this rank computes on: `Some` when the run is on a GPU (a `device: "gpu"`
+    /// scenario, or the GPU side of the `devices` check), `None` on the CPU.
+    #[cfg(feature = "nccl")]
+    #[must_use]
+    pub fn gpu(&self) -> Option<&std::sync::Arc<crate::comm::Gpu>> {
+        self.comm.gpu()
+    }
+
     /// This rank's own stream (dropout, local data).
     #[must_use]
     pub fn stream(&self, stream: Stream, step: u64) -> RankRng {

@@ -38,6 +38,33 @@ pub enum CheckKind {
     /// Runs with each of the spec's `buckets` layouts (the same gradients fused into other
     /// allreduce buckets) give identical records: fusion invariance.
     Buckets,
+    /// A run whose collectives (and the kind's GPU operators) run on a GPU gives the same
+    /// records as the same run on CPU thread ranks (feature `nccl`).
+    Devices,
+}
+
+/// Where a scenario's ranks compute: the CPU (default) or one GPU shared by its thread ranks
+/// (feature `nccl`; under `mpirun`, one GPU per rank through NCCL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    /// Host memory and the CPU's arithmetic.
+    #[default]
+    Cpu,
+    /// Device buffers and detcheck's CUDA kernels; a machine without a usable GPU refuses the
+    /// scenario (exit code 4).
+    Gpu,
+}
+
+impl Device {
+    /// The name used in scenario files and reports: `cpu`, `gpu`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
 }
 
 impl fmt::Display for CheckKind {
@@ -51,6 +78,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Restart => "restart",
             CheckKind::Variants => "variants",
             CheckKind::Buckets => "buckets",
+            CheckKind::Devices => "devices",
         })
     }
 }
@@ -129,6 +157,9 @@ pub struct ScenarioSpec {
     /// The kind's own parameters.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+    /// Where the ranks compute (`cpu` when absent): `gpu` runs every check on the GPU.
+    #[serde(default)]
+    pub device: Device,
 }
 
 /// One setting that must not change the bits: extra environment and arguments (a `command`
@@ -400,6 +431,13 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             return Err(ParamError::new(
                 "world_sizes",
                 "`world_sizes` needs at least two sizes to compare",
+            ));
+        }
+        if *check == CheckKind::Devices && spec.effective_mode() == ReductionMode::ArrivalOrder {
+            return Err(ParamError::new(
+                format!("checks[{i}]"),
+                "`devices` compares a GPU run with a CPU run of the same schedule, but \
+                 arrival_order has none: its order is the run's timing",
             ));
         }
         if *check == CheckKind::Backends && !spec.effective_mode().is_backend_independent() {
