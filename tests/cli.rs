@@ -241,6 +241,61 @@ fn failing_ranks_exit_3_naming_the_rank_and_collective() {
     );
 }
 
+/// A `device: "gpu"` scenario on a machine or build without a usable GPU is exit 4, naming what
+/// is missing: the feature (a default build), or the CUDA driver's library (an `nccl` build on
+/// a machine without the driver). `run --dump` of one too, leaving no dump behind.
+#[test]
+fn a_gpu_scenario_without_a_gpu_exits_4_naming_what_is_missing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let gpu_scenarios = root.join("scenarios/gpu");
+    let out = detcheck(&["check", gpu_scenarios.to_str().unwrap()], root);
+    if out.code == 0 {
+        println!("a GPU is usable here: the no-GPU exit is checked on machines without one");
+        return;
+    }
+    assert_eq!(
+        out.code, 4,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    let missing = if cfg!(feature = "nccl") {
+        "libcuda.so.1"
+    } else {
+        "built without GPU support: build it with `--features nccl`"
+    };
+    assert_contains(
+        "stdout",
+        &out.stdout,
+        &["ERROR", "runs on a GPU (`device: \"gpu\"`), but", missing],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump");
+    let file = gpu_scenarios.join("gpu_collective_ring_4ranks.json");
+    let out = detcheck(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--dump",
+            dump.to_str().unwrap(),
+        ],
+        root,
+    );
+    assert_eq!(
+        out.code, 4,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    assert_contains("stderr", &out.stderr, &[missing]);
+    let left: Vec<_> = std::fs::read_dir(&dump)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|n| !n.to_string_lossy().ends_with(".dctrace")),
+        "{left:?}"
+    );
+}
+
 /// Runs `detcheck` in `dir` and asserts the exit code, with the output in the message.
 fn expect(args: &[&str], dir: &Path, code: i32) -> Outcome {
     let out = detcheck(args, dir);
@@ -745,7 +800,7 @@ fn the_readme_exit_code_table_is_the_one_detcheck_help_prints() {
     assert_eq!(help.code, 0, "{}", help.stderr);
     let printed = help_exit_codes(&help.stdout);
     let codes: Vec<&str> = printed.iter().map(|(code, _)| code.as_str()).collect();
-    assert_eq!(codes, ["0", "1", "2", "3"], "{}", help.stdout);
+    assert_eq!(codes, ["0", "1", "2", "3", "4"], "{}", help.stdout);
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     assert_eq!(
         readme_exit_codes(&readme),

@@ -905,10 +905,7 @@ pub(crate) fn run_checks_on(
                 };
                 let comparison = compare_traces(&on_gpu, &on_cpu, TraceView::All);
                 Some(Ok(SeriesOutcome {
-                    differing: comparison
-                        .first
-                        .as_ref()
-                        .map(|_| (0, 1, on_gpu.clone())),
+                    differing: comparison.first.as_ref().map(|_| (0, 1, on_gpu.clone())),
                     note: "gpu against cpu thread ranks".to_owned(),
                     curves: curves_of(&on_gpu, &on_cpu, ("gpu", "cpu")),
                     comparison,
@@ -959,8 +956,10 @@ pub(crate) fn run_checks_on(
                         Comparison::empty()
                     }
                     None => {
-                        skipped = Some("under MPI, a `gpu` scenario's ranks use NCCL; `devices` \
-                                        runs on thread ranks");
+                        skipped = Some(
+                            "under MPI, a `gpu` scenario's ranks use NCCL; `devices` \
+                                        runs on thread ranks",
+                        );
                         Comparison::empty()
                     }
                 },
@@ -1225,5 +1224,37 @@ mod tests {
             err.to_string(),
             "scenario `inline`, run 1: rank 1 failed: planted error at step 0"
         );
+    }
+
+    /// `devices` on a CPU scenario runs it on the GPU against the CPU; without a GPU it is
+    /// skipped with the reason, never a failure and never a silent pass.
+    #[test]
+    fn devices_compares_the_gpu_with_the_cpu_or_says_why_not() {
+        let text = r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 3,
+            "reduction": "ring", "deterministic_comm": true, "expect": "identical",
+            "checks": ["devices"], "params": {"elements": 1000}}"#;
+        let spec = serde_json::from_str(text).unwrap();
+        let scenario = KindRegistry::builtin()
+            .build(spec, std::path::Path::new("inline.json"))
+            .unwrap();
+        let report = run_checks(&scenario, &CheckOptions::default()).unwrap();
+        let outcome = &report.outcomes[0];
+        assert_eq!(outcome.kind, CheckKind::Devices);
+        match gpu_runner_dyn() {
+            Ok(_) => {
+                assert!(outcome.skipped.is_none());
+                assert!(
+                    outcome.comparison.is_identical(),
+                    "{:?}",
+                    outcome.comparison.first
+                );
+                assert!(outcome.comparison.num_compared > 0);
+            }
+            Err(reason) => {
+                println!("no GPU ({reason}): `devices` is skipped");
+                assert_eq!(outcome.skipped, Some(NO_GPU));
+                assert!(outcome.holds());
+            }
+        }
     }
 }

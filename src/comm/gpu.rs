@@ -137,7 +137,9 @@ fn compiled(program: Program) -> Result<String, CudaError> {
 
 /// The launch configuration of an elementwise kernel over `len` elements.
 fn elementwise(len: usize) -> LaunchConfig {
-    let blocks = (len as u64).div_ceil(u64::from(BLOCK_THREADS)).clamp(1, MAX_BLOCKS);
+    let blocks = (len as u64)
+        .div_ceil(u64::from(BLOCK_THREADS))
+        .clamp(1, MAX_BLOCKS);
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
         block_dim: (BLOCK_THREADS, 1, 1),
@@ -332,7 +334,10 @@ impl Gpu {
         assert!(!chunks.is_empty(), "a reduction of no chunks");
         for chunk in chunks {
             assert_eq!(chunk.tensor.dtype, dtype, "a reduction within one dtype");
-            assert!(chunk.start + len <= chunk.tensor.len(), "a chunk out of bounds");
+            assert!(
+                chunk.start + len <= chunk.tensor.len(),
+                "a chunk out of bounds"
+            );
         }
         assert!(at + len <= out.len(), "a reduction's output out of bounds");
         if len == 0 {
@@ -352,11 +357,7 @@ impl Gpu {
         let count = chunks.len() as u32;
         let len = len as u64;
         let mut launch = self.stream.launch_builder(&function);
-        launch
-            .arg(&out_address)
-            .arg(&inputs)
-            .arg(&count)
-            .arg(&len);
+        launch.arg(&out_address).arg(&inputs).arg(&count).arg(&len);
         // SAFETY: every combine kernel takes `(T* out, const T* const* inputs, unsigned int
         // count, unsigned long long len)` (`cuda_kernels.rs`, `cuda_reprosum.rs`): `out_address`
         // and each of `inputs`' `count` addresses point at `len` elements of the kernel's type
@@ -446,7 +447,13 @@ mod tests {
         }
         let err = Gpu::open(0).unwrap_err();
         assert!(
-            matches!(err, CudaError::LibraryMissing { library: CudaLibrary::Driver, .. }),
+            matches!(
+                err,
+                CudaError::LibraryMissing {
+                    library: CudaLibrary::Driver,
+                    ..
+                }
+            ),
             "{err}"
         );
         assert!(err.to_string().contains("libcuda.so.1"), "{err}");
@@ -500,7 +507,10 @@ mod tests {
                 }
             }
         }
-        println!("{checked} reductions on {} equal the CPU's bits", gpu.name());
+        println!(
+            "{checked} reductions on {} equal the CPU's bits",
+            gpu.name()
+        );
     }
 
     #[test]
@@ -510,10 +520,17 @@ mod tests {
         };
         for dtype in DType::ALL {
             let len = 1000;
-            let bytes: Vec<u8> = (0..len * dtype.size_of()).map(|i| (i % 251) as u8).collect();
+            let bytes: Vec<u8> = (0..len * dtype.size_of())
+                .map(|i| (i % 251) as u8)
+                .collect();
             let tensor = TensorView::new(dtype, &[len], &bytes).unwrap().to_tensor();
             let device = gpu.upload(&tensor).unwrap();
-            assert_eq!(gpu.download(&device).unwrap().with_view(|v| v.bytes().to_vec()), bytes);
+            assert_eq!(
+                gpu.download(&device)
+                    .unwrap()
+                    .with_view(|v| v.bytes().to_vec()),
+                bytes
+            );
             let mut copy = gpu.zeros(dtype, &[len]).unwrap();
             gpu.copy(&device, 10..len, &mut copy, 0).unwrap();
             let back = gpu.download(&copy).unwrap();

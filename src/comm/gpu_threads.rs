@@ -217,10 +217,7 @@ impl Communicator for GpuThreadComm<'_> {
         // Every rank's buffer copied into one of this rank's, then brought back at once.
         let parts: Vec<&DeviceTensor> = exchanged.payloads.iter().map(downcast).collect();
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let mut gathered = self
-            .gpu
-            .zeros(tensor.dtype(), &[total])
-            .map_err(&failed)?;
+        let mut gathered = self.gpu.zeros(tensor.dtype(), &[total]).map_err(&failed)?;
         let mut at = 0;
         for part in &parts {
             self.gpu
@@ -291,7 +288,11 @@ mod tests {
 
     fn contribution(rank: usize, len: usize) -> Tensor {
         let mut rng = derive_stream(11, Stream::Data, rank as u64, 0);
-        Tensor::from_vec((0..len).map(|_| rng.normal_f32() * 1e3).collect::<Vec<f32>>())
+        Tensor::from_vec(
+            (0..len)
+                .map(|_| rng.normal_f32() * 1e3)
+                .collect::<Vec<f32>>(),
+        )
     }
 
     /// Every collective of every world size 1-8 and every mode on the GPU, against the CPU's
@@ -319,8 +320,7 @@ mod tests {
                         let gpu = Arc::clone(&gpu);
                         launch_threads(&config, move |host| {
                             let gpu_comm = GpuThreadComm::new(host, Arc::clone(&gpu));
-                            let comm: &dyn Communicator =
-                                if on_gpu { &gpu_comm } else { host };
+                            let comm: &dyn Communicator = if on_gpu { &gpu_comm } else { host };
                             let mut t = contribution(comm.rank(), 1001);
                             comm.allreduce(&mut t, op, mode)?;
                             let scattered = comm.reduce_scatter(&t, op, mode)?;

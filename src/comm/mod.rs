@@ -48,14 +48,14 @@ pub use cuda::{
     CudaLibrary, LocatedLibrary, NVRTC_OPTIONS,
 };
 #[cfg(feature = "nccl")]
-pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
-#[cfg(feature = "nccl")]
-pub use gpu_threads::GpuThreadComm;
-#[cfg(feature = "nccl")]
 pub use cuda_kernels::{
     compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
     PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
 };
+#[cfg(feature = "nccl")]
+pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
+#[cfg(feature = "nccl")]
+pub use gpu_threads::GpuThreadComm;
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use lint::{differing_ranks, lint_environment, relevant_environment, Finding, FindingKind};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS};

@@ -167,7 +167,9 @@ fn launch_on_gpu(
     {
         match super::gpu::gpu_runner() {
             Ok(runner) => Ok(runner.launch(scenario, request)),
-            Err(reason) => Err(DumpRunError::Program(super::gpu::no_device(scenario, reason))),
+            Err(reason) => Err(DumpRunError::Program(super::gpu::no_device(
+                scenario, reason,
+            ))),
         }
     }
     #[cfg(not(feature = "nccl"))]

@@ -14,10 +14,10 @@
 //! are MPI processes with NCCL, one GPU each (`comm/nccl.rs`), not this runner.
 
 #[cfg(feature = "nccl")]
+use super::RunRequest;
+#[cfg(feature = "nccl")]
 use super::{launch_thread_ranks, run_rank};
 use super::{RunError, Runner};
-#[cfg(feature = "nccl")]
-use super::RunRequest;
 #[cfg(feature = "nccl")]
 use crate::comm::{Gpu, GpuThreadComm, LaunchError};
 #[cfg(feature = "nccl")]
@@ -42,7 +42,11 @@ impl GpuRunner {
     ) -> Result<Trace, LaunchError> {
         let gpu = Arc::clone(&self.gpu);
         launch_thread_ranks(scenario, request, move |program, comm, request| {
-            run_rank(program, &GpuThreadComm::new(comm, Arc::clone(&gpu)), request)
+            run_rank(
+                program,
+                &GpuThreadComm::new(comm, Arc::clone(&gpu)),
+                request,
+            )
         })
     }
 }

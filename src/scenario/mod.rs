@@ -35,9 +35,7 @@ pub use command::{CommandProgram, Launcher, RestartArgs, RESERVED_ENV};
 pub use context::{RankContext, RunPlan};
 pub use limits::Footprint;
 pub use registry::{discover_scenarios, KindFactory, KindRegistry, LoadedScenario, ScenarioError};
-pub use spec::{
-    BucketLayout, CheckKind, Device, Expectation, ParamError, ScenarioSpec, Variant,
-};
+pub use spec::{BucketLayout, CheckKind, Device, Expectation, ParamError, ScenarioSpec, Variant};
 
 use crate::comm::RankError;
 use std::sync::Arc;

@@ -513,4 +513,25 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn device_is_cpu_unless_gpu_and_devices_refuses_arrival_order() {
+        let spec = |extra: &str, reduction: &str| {
+            let spec = parse_spec(&format!(
+                r#"{{"kind": "collective", "world_size": 2, "steps": 1, "seed": 1,
+                    "reduction": "{reduction}", "expect": "identical"{extra}}}"#
+            ))?;
+            validate_common(&spec).map(|()| spec)
+        };
+        assert_eq!(spec("", "ring").unwrap().device, Device::Cpu);
+        let gpu = spec(r#", "device": "gpu", "checks": ["devices"]"#, "ring").unwrap();
+        assert_eq!(
+            (gpu.device, gpu.checks.as_slice()),
+            (Device::Gpu, &[CheckKind::Devices][..])
+        );
+        let err = spec(r#", "device": "tpu""#, "ring").unwrap_err();
+        assert!(err.to_string().contains("device"), "{err}");
+        let err = spec(r#", "checks": ["devices"]"#, "arrival_order").unwrap_err();
+        assert!(err.to_string().contains("arrival_order has none"), "{err}");
+    }
 }
