@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu-selftest.sh runs on a GPU machine that has no Rust toolchain, into
+# target/gpu-carry/ (stripped; about 30 MB, under the device tool's 64 MiB carry limit):
+#   detcheck        the CLI with the `nccl` feature (CUDA, NVRTC and NCCL loaded at run time)
+#   detcheck-lib    the library's unit tests with `nccl` (the GPU tests run with
+#                   DETCHECK_REQUIRE_GPU=1 there: a missing GPU fails them instead of skipping)
+#   gpu-bench       `cargo bench --bench gpu`: reproducible sum, allreduce among thread ranks
+#   nccl_allreduce  (when MPI is installed here) examples/nccl_allreduce.rs, for mpirun -n GPUS
+#
+#   bash scripts/build-gpu-carry.sh                 # here
+#   bash scripts/gpu-selftest.sh target/gpu-carry   # there, from the repository root
+#
+# Nothing CUDA is needed to build: cudarc loads its libraries at run time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=target/gpu-carry
+rm -rf "$out"
+mkdir -p "$out"
+executable() { # the executable cargo names in its JSON messages for the given build
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])' | tail -1
+}
+cargo build --release --features nccl --bin detcheck
+cp target/release/detcheck "$out/detcheck"
+lib=$(cargo test --release --features nccl --lib --no-run --message-format=json | executable)
+cp "$lib" "$out/detcheck-lib"
+bench=$(cargo bench --features nccl --bench gpu --no-run --message-format=json | executable)
+cp "$bench" "$out/gpu-bench"
+if command -v mpicc >/dev/null && [ -f examples/nccl_allreduce.rs ]; then
+    cargo build --release --features mpi,nccl --example nccl_allreduce
+    cp target/release/examples/nccl_allreduce "$out/nccl_allreduce"
+fi
+strip "$out"/*
+ls -la "$out"
+du -sh "$out"
