@@ -14,8 +14,8 @@
 //! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
-//! `CudaError`) and the reduction kernels compiled by NVRTC (`compile_reduce_kernels`); the NCCL
-//! communicator itself is not built yet.
+//! `CudaError`) and the reduction kernels compiled by NVRTC (`compile_reduce_kernels`, and the
+//! reproducible sums' `compile_reprosum_kernels`); the NCCL communicator itself is not built yet.
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -29,6 +29,8 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 mod cuda;
 #[cfg(feature = "nccl")]
 mod cuda_kernels;
+#[cfg(feature = "nccl")]
+mod cuda_reprosum;
 mod launcher;
 mod lint;
 #[cfg(feature = "mpi")]
@@ -47,6 +49,13 @@ pub use cuda::{
 pub use cuda_kernels::{
     compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
     PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
+};
+#[cfg(feature = "nccl")]
+pub use cuda_reprosum::{
+    compile_reprosum_kernels, reprosum_scratch_bytes, reprosum_tiles, KernelArgument,
+    ReprosumKernel, ReprosumLaunch, REPROSUM_CANDIDATES, REPROSUM_HEADER_BYTES, REPROSUM_KERNELS,
+    REPROSUM_PROGRAM, REPROSUM_RECORD_WORDS, REPROSUM_SOURCE, REPROSUM_TILE_ELEMENTS,
+    REPROSUM_TILE_ITEMS, REPROSUM_TILE_THREADS,
 };
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use lint::{differing_ranks, lint_environment, relevant_environment, Finding, FindingKind};
