@@ -22,9 +22,9 @@
 //! never the order of its operations, so the bits do not depend on the launch configuration.
 //!
 //! Limits: dtypes are those `reduce::unreducible` accepts (f32, f64, i32, i64, u8); the
-//! `reproducible` mode's integer-grid sums (`value/reprosum.rs`) have no kernel yet. The kernels
-//! are compiled, not yet launched: that the GPU gives the CPU's bits for them is to be checked on
-//! a GPU, with the NCCL communicator (issue 26).
+//! `reproducible` mode's integer-grid sums (`value/reprosum.rs`) have their kernels in
+//! `comm/cuda_reprosum.rs`. The kernels are compiled, not yet launched: that the GPU gives the
+//! CPU's bits for them is to be checked on a GPU, with the NCCL communicator (issue 26).
 
 use crate::comm::cuda::{compile_cubin, compile_ptx, CudaError};
 use crate::value::{DType, ReduceOp};
@@ -226,7 +226,10 @@ pub fn reduce_kernel(
         .find(|k| k.op == op && k.dtype == dtype && k.form == form)
 }
 
-/// [`REDUCE_SOURCE`] compiled: PTX for [`PTX_ARCH`] and a cubin for [`CUBIN_ARCH`].
+/// A kernel source compiled ([`REDUCE_SOURCE`] by [`compile_reduce_kernels`],
+/// [`REPROSUM_SOURCE`](crate::comm::REPROSUM_SOURCE) by
+/// [`compile_reprosum_kernels`](crate::comm::compile_reprosum_kernels)): PTX for [`PTX_ARCH`] and
+/// a cubin for [`CUBIN_ARCH`].
 #[derive(Debug, Clone)]
 pub struct ReduceModules {
     /// The PTX text (any Hopper or later GPU; its driver JITs it).

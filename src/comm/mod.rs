@@ -14,8 +14,9 @@
 //! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
-//! `CudaError`), the reduction kernels compiled by NVRTC (`compile_reduce_kernels`), one GPU
-//! ([`Gpu`], [`DeviceTensor`]) and thread ranks sharing it ([`GpuThreadComm`]).
+//! `CudaError`), the kernels compiled by NVRTC (`compile_reduce_kernels`,
+//! `compile_reprosum_kernels`), one GPU ([`Gpu`], [`DeviceTensor`]) and thread ranks sharing it
+//! ([`GpuThreadComm`]).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -29,6 +30,8 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 mod cuda;
 #[cfg(feature = "nccl")]
 mod cuda_kernels;
+#[cfg(feature = "nccl")]
+mod cuda_reprosum;
 #[cfg(feature = "nccl")]
 mod gpu;
 #[cfg(feature = "nccl")]
@@ -51,6 +54,13 @@ pub use cuda::{
 pub use cuda_kernels::{
     compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
     PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
+};
+#[cfg(feature = "nccl")]
+pub use cuda_reprosum::{
+    compile_reprosum_kernels, reprosum_scratch_bytes, reprosum_tiles, KernelArgument,
+    ReprosumKernel, ReprosumLaunch, REPROSUM_CANDIDATES, REPROSUM_HEADER_BYTES, REPROSUM_KERNELS,
+    REPROSUM_PROGRAM, REPROSUM_RECORD_WORDS, REPROSUM_SOURCE, REPROSUM_TILE_ELEMENTS,
+    REPROSUM_TILE_ITEMS, REPROSUM_TILE_THREADS,
 };
 #[cfg(feature = "nccl")]
 pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
