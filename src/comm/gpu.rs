@@ -30,6 +30,10 @@
 
 use super::cuda::{compile_ptx, count_devices, locate_library, CudaError, CudaLibrary};
 use super::cuda_kernels::{reduce_kernel, KernelForm, PTX_ARCH, REDUCE_PROGRAM, REDUCE_SOURCE};
+use super::cuda_reprosum::{
+    reprosum_scratch_bytes, reprosum_tiles, REPROSUM_HEADER_BYTES, REPROSUM_PROGRAM,
+    REPROSUM_SOURCE, REPROSUM_TILE_THREADS,
+};
 use crate::value::reduce::{ReduceOp, ReductionMode};
 use crate::value::tensor::{DType, Tensor, TensorView};
 use cudarc::driver::{
@@ -59,10 +63,17 @@ pub(crate) const REDUCE: Program = Program {
     source: REDUCE_SOURCE,
 };
 
+/// The reproducible sums' program.
+pub(crate) const REPROSUM: Program = Program {
+    name: REPROSUM_PROGRAM,
+    source: REPROSUM_SOURCE,
+};
+
 /// One GPU: its primary context, the stream every call uses, and the modules loaded so far.
 pub struct Gpu {
     ordinal: usize,
     name: String,
+    multiprocessors: u32,
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<BTreeMap<&'static str, Arc<CudaModule>>>,
@@ -174,10 +185,16 @@ impl Gpu {
         }
         let context = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
         let name = context.name().map_err(driver("cuDeviceGetName"))?;
+        let multiprocessors = context
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(driver("cuDeviceGetAttribute"))?;
         let stream = context.new_stream().map_err(driver("cuStreamCreate"))?;
         Ok(Arc::new(Gpu {
             ordinal,
             name,
+            multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
             context,
             stream,
             modules: Mutex::new(BTreeMap::new()),
@@ -368,6 +385,118 @@ impl Gpu {
         Ok(())
     }
 
+    /// The reproducible sum of an f32 device tensor, with the bits of the CPU's
+    /// `reproducible_sum_f32` (the tiles, fixup and finish kernels of `cuda_reprosum.rs`: the
+    /// buffer is read once, and again only for tiles far below the largest term). Waits for the
+    /// result.
+    ///
+    /// # Panics
+    /// When `values` is not f32 (a caller's bug).
+    ///
+    /// # Errors
+    /// [`CudaError`] when a kernel cannot be compiled, loaded or launched.
+    pub fn reproducible_sum_f32(&self, values: &DeviceTensor) -> Result<f32, CudaError> {
+        assert_eq!(
+            values.dtype,
+            DType::F32,
+            "reproducible_sum_f32 of {}",
+            values.dtype
+        );
+        let n = values.len() as u64;
+        let tiles = self.function(REPROSUM, "detcheck_reprosum_tiles_f32")?;
+        let fixup = self.function(REPROSUM, "detcheck_reprosum_fixup_f32")?;
+        let finish = self.function(REPROSUM, "detcheck_reprosum_finish_f32")?;
+        let mut scratch = self
+            .stream
+            .alloc_zeros::<u8>(reprosum_scratch_bytes(n) as usize)
+            .map_err(driver("cuMemAlloc"))?;
+        // The header is zero (alloc_zeros): the kernels' contract before every tiles launch.
+        debug_assert!(REPROSUM_HEADER_BYTES as usize <= scratch.len());
+        let mut out = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(driver("cuMemAlloc"))?;
+        let terms = values.address(&self.stream, 0);
+        let blocks = reprosum_tiles(n).clamp(1, 8 * u64::from(self.multiprocessors)) as u32;
+        let per_tile = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (REPROSUM_TILE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        for kernel in [&tiles, &fixup] {
+            let mut launch = self.stream.launch_builder(kernel);
+            launch.arg(&mut scratch).arg(&terms).arg(&n);
+            // SAFETY: the tiles and fixup kernels take `(unsigned long long* scratch, const
+            // float* terms, unsigned long long n)`: `scratch` holds reprosum_scratch_bytes(n)
+            // bytes with a zeroed header, `terms` points at `values`' n f32 (borrowed until the
+            // launch is enqueued; its free is ordered after it on this stream), and the block
+            // size is REPROSUM_TILE_THREADS as the kernels require.
+            unsafe { launch.launch(per_tile) }.map_err(driver("cuLaunchKernel"))?;
+        }
+        let mut launch = self.stream.launch_builder(&finish);
+        launch.arg(&mut out).arg(&scratch).arg(&n);
+        let one_block = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (REPROSUM_TILE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `(float* out, const unsigned long long* scratch, unsigned long long n)`: one
+        // float, the scratch the two launches above filled (same stream, so after them), one
+        // block of REPROSUM_TILE_THREADS threads as the kernel requires.
+        unsafe { launch.launch(one_block) }.map_err(driver("cuLaunchKernel"))?;
+        let sum = self
+            .stream
+            .clone_dtoh(&out)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        Ok(sum[0])
+    }
+
+    /// A plain device sum of an f32 tensor (per-block partials, one float atomic per block): the
+    /// benchmark's baseline for [`Gpu::reproducible_sum_f32`]. Not deterministic: the blocks'
+    /// atomics land in any order. Waits for the result.
+    ///
+    /// # Panics
+    /// When `values` is not f32.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the kernel cannot be compiled, loaded or launched.
+    pub fn plain_sum_f32(&self, values: &DeviceTensor) -> Result<f32, CudaError> {
+        assert_eq!(
+            values.dtype,
+            DType::F32,
+            "plain_sum_f32 of {}",
+            values.dtype
+        );
+        let n = values.len() as u64;
+        let function = self.function(REPROSUM, "detcheck_plain_sum_f32")?;
+        let mut out = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(driver("cuMemAlloc"))?;
+        let terms = values.address(&self.stream, 0);
+        let blocks = n
+            .div_ceil(u64::from(BLOCK_THREADS))
+            .clamp(1, 8 * u64::from(self.multiprocessors)) as u32;
+        let mut launch = self.stream.launch_builder(&function);
+        launch.arg(&mut out).arg(&terms).arg(&n);
+        // SAFETY: `(float* out, const float* terms, unsigned long long n)`: `out` is one zeroed
+        // float, `terms` points at `values`' n f32 (borrowed until enqueued), and the block size
+        // is a power of two up to 1024 as the kernel requires.
+        unsafe {
+            launch.launch(LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("cuLaunchKernel"))?;
+        let sum = self
+            .stream
+            .clone_dtoh(&out)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        Ok(sum[0])
+    }
+
     /// Waits until everything enqueued so far has run.
     ///
     /// # Errors
@@ -381,7 +510,14 @@ impl Gpu {
 
 /// The program and kernel that combine chunks for `op` in `mode` on `dtype`.
 fn combine_kernel(op: ReduceOp, mode: ReductionMode, dtype: DType) -> (Program, &'static str) {
-    let _ = mode;
+    // As reduce_chunk: a reproducible sum of floats is on the integer grid, in any order.
+    if mode == ReductionMode::Reproducible && op == ReduceOp::Sum {
+        match dtype {
+            DType::F32 => return (REPROSUM, "detcheck_reprosum_columns_f32"),
+            DType::F64 => return (REPROSUM, "detcheck_reprosum_columns_f64"),
+            _ => {}
+        }
+    }
     let kernel = reduce_kernel(op, dtype, KernelForm::Combine)
         .unwrap_or_else(|| panic!("{op} of {dtype} has no kernel: the CPU does not reduce it"));
     (REDUCE, kernel.name)
@@ -511,6 +647,53 @@ mod tests {
             "{checked} reductions on {} equal the CPU's bits",
             gpu.name()
         );
+    }
+
+    /// The one-buffer reproducible sum on the GPU against the CPU's, bit for bit, on sizes
+    /// around tiles and with scales that force the fixup; the plain sum close to it.
+    #[test]
+    fn the_gpus_reproducible_sum_has_the_cpus_bits() {
+        let Some(gpu) = gpu_for_test(
+            "the reproducible sum of f32 buffers (0 to 5M terms, mixed scales, specials) equals \
+             reproducible_sum_f32 bit for bit",
+        ) else {
+            return;
+        };
+        for (len, seed) in [
+            (0usize, 1u64),
+            (1, 2),
+            (4095, 3),
+            (4097, 4),
+            (1 << 20, 5),
+            (5_000_001, 6),
+        ] {
+            let tensor = seeded(DType::F32, len, seed);
+            let mut values: Vec<f32> = tensor.values::<f32>().unwrap().to_vec();
+            // Finite copies too: the specials decide most seeded sums on their own.
+            for finite in [false, true] {
+                if finite {
+                    values
+                        .iter_mut()
+                        .filter(|v| !v.is_finite())
+                        .for_each(|v| *v = 1.5);
+                }
+                let device = gpu.upload(&Tensor::from_vec(values.clone())).unwrap();
+                let cpu = crate::value::reprosum::reproducible_sum_f32(&values);
+                let got = gpu.reproducible_sum_f32(&device).unwrap();
+                assert_eq!(
+                    got.to_bits(),
+                    cpu.to_bits(),
+                    "{len} terms (finite: {finite})"
+                );
+                if finite && len > 0 {
+                    let plain = gpu.plain_sum_f32(&device).unwrap();
+                    assert!(
+                        (plain - cpu).abs() <= 1e-3 * cpu.abs().max(1.0),
+                        "{plain} vs {cpu}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
