@@ -283,7 +283,15 @@ impl NcclComm {
         self.next_call.set(call + 1);
         let id = CollectiveId { kind, call };
         match &*self.aborted.borrow() {
-            None => Ok(id),
+            // NCCL works on the calling thread's current context: this GPU's.
+            None => self
+                .gpu
+                .stream()
+                .context()
+                .bind_to_thread()
+                .map_err(driver("cuCtxSetCurrent"))
+                .map_err(self.failed(&id))
+                .map(|()| id),
             Some(why) => Err(CommError::Device {
                 rank: self.rank,
                 collective: id,
@@ -376,7 +384,11 @@ impl NcclComm {
     /// Waits for the exchange, so it is also a barrier.
     fn check_signature(&self, id: &CollectiveId, signature: &str) -> Result<(), CommError> {
         let failed = self.failed(id);
-        let text = format!("{} of {signature}", id.kind);
+        let text = if signature.is_empty() {
+            id.kind.to_string()
+        } else {
+            format!("{} of {signature}", id.kind)
+        };
         let mine = Tensor::from_vec(signature_record(&text).to_vec());
         let mine = self.gpu.upload(&mine).map_err(&failed)?;
         let all = self
