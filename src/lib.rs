@@ -28,8 +28,9 @@
 //!
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 //!
-//! `unsafe`: forbidden, except with the `nccl` feature, which allows it in one module,
-//! `comm/cuda.rs` (dlopen probes and NVRTC calls; see that module); the rest stays denied.
+//! `unsafe`: forbidden, except with the `nccl` feature, which allows it in the modules of CUDA's
+//! FFI: `comm/cuda.rs` (dlopen probes, NVRTC), `comm/gpu.rs` (kernel launches) and
+//! `comm/nccl.rs` (NCCL's C API); the rest stays denied.
 #![cfg_attr(not(feature = "nccl"), forbid(unsafe_code))]
 #![cfg_attr(feature = "nccl", deny(unsafe_code))]
 

@@ -20,8 +20,8 @@
 //! Limits: Linux library names only. A probe opens the library (its initialisers run) and closes
 //! it again; a library that loads but lacks a function cudarc calls later is cudarc's error
 //! then, not a probe's. pip's NCCL wheel ships `libnccl.so.2`, a name cudarc 0.19 does not try:
-//! the probe says so and how to link it. No NCCL communicator and no kernel launch yet
-//! (issue 26): this module finds libraries, counts devices and compiles.
+//! the probe says so and how to link it. This module finds libraries, counts devices and
+//! compiles; `comm/gpu.rs` launches kernels and `comm/nccl.rs` is the NCCL communicator.
 
 // The FFI of the `nccl` feature: `dlopen` (libloading) and NVRTC's C API (cudarc's `result` and
 // `sys` modules). Every `unsafe` block says why it holds.
@@ -164,6 +164,14 @@ pub enum CudaError {
         /// The driver function.
         call: &'static str,
         /// Its error.
+        message: String,
+    },
+    /// An NCCL call failed, or an NCCL communicator could not be set up (`comm/nccl.rs`).
+    #[error("NCCL failed in {call}: {message}")]
+    Nccl {
+        /// The NCCL function, or the step of the setup.
+        call: &'static str,
+        /// NCCL's error code and text, or what went wrong.
         message: String,
     },
     /// NVRTC refused a program (its log says why) or one of its calls failed.

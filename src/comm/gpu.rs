@@ -118,15 +118,22 @@ impl DeviceTensor {
         self.bytes.is_empty()
     }
 
-    /// The device address of element `index` (at most `len`), as a kernel argument.
-    fn address(&self, stream: &CudaStream, index: usize) -> u64 {
+    /// The size in bytes.
+    #[must_use]
+    pub(crate) fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The device address of element `index` (at most `len`), as a kernel argument or an NCCL
+    /// buffer (`comm/nccl.rs`).
+    pub(crate) fn address(&self, stream: &CudaStream, index: usize) -> u64 {
         let (base, _sync) = self.bytes.device_ptr(stream);
         base + (index * self.dtype.size_of()) as u64
     }
 }
 
 /// `what` failed in the driver: [`CudaError::Driver`].
-fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
+pub(crate) fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
     move |e| CudaError::Driver {
         call,
         message: format!("{e:?}"),
@@ -213,8 +220,7 @@ impl Gpu {
         &self.name
     }
 
-    /// The stream every call of this `Gpu` uses.
-    #[allow(dead_code)]
+    /// The stream every call of this `Gpu` uses (NCCL's calls too: `comm/nccl.rs`).
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }

@@ -15,8 +15,9 @@
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
 //! `CudaError`), the kernels compiled by NVRTC (`compile_reduce_kernels`,
-//! `compile_reprosum_kernels`), one GPU ([`Gpu`], [`DeviceTensor`]) and thread ranks sharing it
-//! ([`GpuThreadComm`]).
+//! `compile_reprosum_kernels`), one GPU ([`Gpu`], [`DeviceTensor`]), thread ranks sharing it
+//! ([`GpuThreadComm`]), and NCCL ranks, one process and one GPU each ([`NcclComm`], made from an
+//! [`NcclId`]; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -40,6 +41,10 @@ mod launcher;
 mod lint;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
+#[cfg(all(feature = "nccl", feature = "mpi"))]
+pub(crate) mod nccl_mpi;
 mod pinning;
 mod threads;
 #[cfg(feature = "mpi")]
@@ -68,6 +73,8 @@ pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
 pub use gpu_threads::GpuThreadComm;
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
 pub use lint::{differing_ranks, lint_environment, relevant_environment, Finding, FindingKind};
+#[cfg(feature = "nccl")]
+pub use nccl::{NcclComm, NcclId, NCCL_ID_BYTES};
 pub use pinning::{pin_settings_for, PinSetting, MPI_STACKS};
 pub(crate) use threads::panic_message;
 pub use threads::{launch_threads, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm};

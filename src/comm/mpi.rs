@@ -613,6 +613,12 @@ impl<'c> MpiComm<'c> {
         }
     }
 
+    /// How long a collective waits for the other ranks.
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))] // comm/nccl_mpi.rs's
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     fn begin(&self, kind: CollectiveKind) -> CollectiveId {
         let call = self.next_call.get();
         self.next_call.set(call + 1);
