@@ -147,6 +147,30 @@ fn a_scenario_larger_than_the_job_is_wrong_usage() {
     );
 }
 
+/// A `device: "gpu"` scenario under mpirun on a machine or build without NCCL and a GPU is exit
+/// 4 at once, naming what is missing (the feature in an MPI-only build; the driver otherwise),
+/// never a failed or hung run.
+#[test]
+fn a_gpu_scenario_under_mpirun_without_a_gpu_exits_4() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/gpu/gpu_control_arrival_order_3ranks.json"
+    );
+    let (output, _) = mpirun(3, &["check", "--no-progress", file]);
+    let (stdout, stderr) = text(&output);
+    if output.status.code() == Some(0) {
+        println!("NCCL and a GPU are usable here: the no-GPU exit is checked where they are not");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(4), "{stdout}\n{stderr}");
+    let missing = if cfg!(feature = "nccl") {
+        "libcuda.so.1"
+    } else {
+        "built without GPU support: build it with `--features mpi,nccl`"
+    };
+    assert!(stdout.contains(missing), "{stdout}\n{stderr}");
+}
+
 /// Issue 16: one f64 summed in `arrival_order` on 4 MPI ranks (as the downstream example's
 /// control sums its histogram's total) must be caught by every check, not by timing luck. Ten
 /// such controls, seeds whose two seeded orders give different sums (so thread ranks catch

@@ -674,6 +674,10 @@ impl Communicator for NcclComm {
         self.rank
     }
 
+    fn gpu(&self) -> Option<&Arc<Gpu>> {
+        Some(&self.gpu)
+    }
+
     fn size(&self) -> usize {
         self.size
     }

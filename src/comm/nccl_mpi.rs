@@ -53,8 +53,6 @@ pub(crate) fn local_rank(lookup: impl Fn(&str) -> Option<String>) -> usize {
 /// This rank's own [`CudaError`] when it cannot take part (no NCCL, no GPU, NCCL's refusal);
 /// [`CudaError::Nccl`] naming the first other rank that cannot, with its reason, or the MPI
 /// allgather's failure.
-// Until the MPI runner runs `device: gpu` scenarios through it (run/mpi.rs).
-#[allow(dead_code)]
 pub(crate) fn nccl_comm_over_mpi(mpi: &MpiComm<'_>) -> Result<NcclComm, CudaError> {
     let (rank, size) = (mpi.rank(), mpi.size());
     let prepared = (|| {

@@ -411,7 +411,7 @@ impl Runner for ThreadRunner {
 
 /// The runner of `scenario`'s runs: the process runner for a `command` scenario; for a rank
 /// program, `default` (the session's: threads or MPI), or the GPU runner for a `device: "gpu"`
-/// scenario on thread ranks.
+/// scenario on thread ranks (under MPI, a `gpu` scenario's ranks use NCCL: `run/mpi.rs`).
 ///
 /// # Errors
 /// [`RunError::NoDevice`] for a `gpu` scenario when this process has no GPU it can use.
@@ -423,6 +423,9 @@ pub(crate) fn runner_for<'r>(
         Program::Ranks(_) if scenario.spec.device == Device::Gpu && !default.is_mpi() => {
             gpu::gpu_runner_dyn().map_err(|reason| gpu::no_device(scenario, reason))
         }
+        Program::Ranks(_) if scenario.spec.device == Device::Gpu => gpu::nccl_usable()
+            .map(|()| default)
+            .map_err(|reason| gpu::no_device(scenario, reason)),
         Program::Ranks(_) => Ok(default),
         Program::Command(_) => Ok(&process::ProcessRunner),
     }

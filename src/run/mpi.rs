@@ -16,7 +16,7 @@ use crate::comm::watcher::RankWatcher;
 use crate::comm::{CommError, LaunchError, RankError};
 use crate::record::{RankTrace, Trace};
 use crate::run::{run_rank, RunError, RunRequest, Runner};
-use crate::scenario::{KindRegistry, LoadedScenario, Scenario};
+use crate::scenario::{Device, KindRegistry, LoadedScenario, Scenario};
 use mpi::environment::Universe;
 use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Color, SimpleCommunicator};
@@ -273,7 +273,23 @@ impl MpiJob {
         let mpi_comm = MpiComm::new(comm, deadline, run.perturbation, context.clone());
         let ran = catch_unwind(AssertUnwindSafe(|| -> Result<RankTrace, RankError> {
             let program = program.map_err(RankError::from)?;
-            run_rank(program.as_ref(), &mpi_comm, run)
+            match run.spec.device {
+                Device::Cpu => run_rank(program.as_ref(), &mpi_comm, run),
+                // One GPU per process through NCCL, the unique id sent over this run's MPI
+                // communicator; a process that cannot take part fails on every rank.
+                #[cfg(feature = "nccl")]
+                Device::Gpu => {
+                    let nccl = crate::comm::nccl_mpi::nccl_comm_over_mpi(&mpi_comm)?;
+                    run_rank(program.as_ref(), &nccl, run)
+                }
+                #[cfg(not(feature = "nccl"))]
+                Device::Gpu => Err(format!(
+                    "scenario `{}` runs on a GPU (`device: \"gpu\"`), but this detcheck was built \
+                     without GPU support: build it with `--features mpi,nccl`",
+                    run.name
+                )
+                .into()),
+            }
         }));
         let outcome = match ran {
             Ok(Ok(trace)) => Outcome::Trace(trace),

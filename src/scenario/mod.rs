@@ -312,7 +312,7 @@ mod tests {
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
              `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `workers`, \
-             `restart_at`, `buckets`, `variants`, `params` at line 1 column 58"
+             `restart_at`, `buckets`, `variants`, `params`, `device` at line 1 column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));
