@@ -60,9 +60,9 @@ tests() { # the carried unit tests whose names start with one of the given paths
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
 
 item "1 feature nccl: driver, NVRTC and NCCL found before cudarc loads them; kernels compile" \
-    tests comm::cuda::
+    tests comm::cuda::tests comm::cuda_kernels::tests
 item "2 kernels with the CPU's bits: reductions (every dtype, op, order) and the reproducible sum" \
-    tests comm::gpu::tests comm::cuda_reprosum
+    tests comm::gpu::tests comm::cuda_reprosum::tests::every_reprosum_kernel_compiles_with_nvrtc
 item "3 NCCL communicator: world size 1 on this GPU, every collective and mode" \
     tests comm::nccl
 if [ "$gpus" -gt 1 ] && command -v mpirun >/dev/null && [ -x "$carry/nccl_allreduce" ]; then
