@@ -266,9 +266,16 @@ mod tests {
                 .collect();
             let indices: Vec<u32> = (0..len).map(|_| rng.below(buckets as u64) as u32).collect();
             let direct = segmented_sum_f32(&values, &indices, buckets).unwrap();
-            let folded = segments(&indices, buckets).unwrap().sum_f32(&values).unwrap();
+            let folded = segments(&indices, buckets)
+                .unwrap()
+                .sum_f32(&values)
+                .unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&direct), bits(&folded), "{len} values, {buckets} buckets");
+            assert_eq!(
+                bits(&direct),
+                bits(&folded),
+                "{len} values, {buckets} buckets"
+            );
         }
     }
 
@@ -313,7 +320,10 @@ mod tests {
         assert!(segments.sum_f32(&[1.0]).is_err());
         assert!(matches!(
             check_indices(&[], u32::MAX as usize + 1),
-            Err(ScatterError::TooMany { what: "buckets", .. })
+            Err(ScatterError::TooMany {
+                what: "buckets",
+                ..
+            })
         ));
     }
 }
