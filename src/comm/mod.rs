@@ -15,9 +15,9 @@
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
 //! `CudaError`), the kernels compiled by NVRTC (`compile_reduce_kernels`,
-//! `compile_reprosum_kernels`), one GPU ([`Gpu`], [`DeviceTensor`]), thread ranks sharing it
-//! ([`GpuThreadComm`]), and NCCL ranks, one process and one GPU each ([`NcclComm`], made from an
-//! [`NcclId`]; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator),
+//! `compile_reprosum_kernels`), one GPU (`Gpu`, `DeviceTensor`), thread ranks sharing it
+//! (`GpuThreadComm`), and NCCL ranks, one process and one GPU each (`NcclComm`, made from an
+//! `NcclId`; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator),
 //! and GPU operators (`comm/cuda_ops.rs`: scatter-add, atomic and deterministic).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
