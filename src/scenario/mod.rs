@@ -323,7 +323,7 @@ mod tests {
                 .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024")
         );
         assert!(load_error(&GOOD.replace("collective", "nosuch")).contains(
-            "field `kind`: unknown kind `nosuch`; known kinds: collective, command, dataloader, seed, train"
+            "field `kind`: unknown kind `nosuch`; known kinds: collective, command, dataloader, scatter, seed, train"
         ));
         assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))
