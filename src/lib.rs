@@ -29,8 +29,8 @@
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 //!
 //! `unsafe`: forbidden, except with the `nccl` feature, which allows it in the modules of CUDA's
-//! FFI: `comm/cuda.rs` (dlopen probes, NVRTC), `comm/gpu.rs` (kernel launches) and
-//! `comm/nccl.rs` (NCCL's C API); the rest stays denied.
+//! FFI: `comm/cuda.rs` (dlopen probes, NVRTC), `comm/gpu.rs` and `comm/cuda_ops.rs` (kernel
+//! launches) and `comm/nccl.rs` (NCCL's C API); the rest stays denied.
 #![cfg_attr(not(feature = "nccl"), forbid(unsafe_code))]
 #![cfg_attr(feature = "nccl", deny(unsafe_code))]
 

@@ -154,7 +154,7 @@ fn compiled(program: Program) -> Result<String, CudaError> {
 }
 
 /// The launch configuration of an elementwise kernel over `len` elements.
-fn elementwise(len: usize) -> LaunchConfig {
+pub(crate) fn elementwise(len: usize) -> LaunchConfig {
     let blocks = (len as u64)
         .div_ceil(u64::from(BLOCK_THREADS))
         .clamp(1, MAX_BLOCKS);

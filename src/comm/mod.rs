@@ -15,9 +15,10 @@
 //!
 //! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
 //! `CudaError`), the kernels compiled by NVRTC (`compile_reduce_kernels`,
-//! `compile_reprosum_kernels`), one GPU ([`Gpu`], [`DeviceTensor`]), thread ranks sharing it
-//! ([`GpuThreadComm`]), and NCCL ranks, one process and one GPU each ([`NcclComm`], made from an
-//! [`NcclId`]; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator).
+//! `compile_reprosum_kernels`), one GPU (`Gpu`, `DeviceTensor`), thread ranks sharing it
+//! (`GpuThreadComm`), and NCCL ranks, one process and one GPU each (`NcclComm`, made from an
+//! `NcclId`; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator),
+//! and GPU operators (`comm/cuda_ops.rs`: scatter-add, atomic and deterministic).
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -31,6 +32,8 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 mod cuda;
 #[cfg(feature = "nccl")]
 mod cuda_kernels;
+#[cfg(feature = "nccl")]
+mod cuda_ops;
 #[cfg(feature = "nccl")]
 mod cuda_reprosum;
 #[cfg(feature = "nccl")]
@@ -59,6 +62,10 @@ pub use cuda::{
 pub use cuda_kernels::{
     compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
     PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
+};
+#[cfg(feature = "nccl")]
+pub use cuda_ops::{
+    DeviceIndices, DeviceSegments, OpsKernel, OPS_KERNELS, OPS_PROGRAM, OPS_SOURCE,
 };
 #[cfg(feature = "nccl")]
 pub use cuda_reprosum::{

@@ -8,7 +8,7 @@
 //! [`RankContext`] (communicator, recorder, seeds). A [`ScenarioSpec`] is a scenario file: world
 //! size, steps, seed, reduction mode, the deterministic-communication switch, what is expected, and
 //! the kind's own `params`. A [`KindRegistry`] turns a spec into a program; it knows the built-in
-//! kinds (`seed`, `collective`, `dataloader`, `train`) and any a user registers.
+//! kinds (`seed`, `collective`, `dataloader`, `train`, `scatter`) and any a user registers.
 //! [`discover_scenarios`] loads every `*.json` of a folder, in file-name order. A [`RunPlan`] is
 //! what a check changes in one run (loader workers, where to stop, checkpoint, resume).
 //!
@@ -323,7 +323,7 @@ mod tests {
                 .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024")
         );
         assert!(load_error(&GOOD.replace("collective", "nosuch")).contains(
-            "field `kind`: unknown kind `nosuch`; known kinds: collective, command, dataloader, seed, train"
+            "field `kind`: unknown kind `nosuch`; known kinds: collective, command, dataloader, scatter, seed, train"
         ));
         assert!(load_error("{\"kind\": ").contains("EOF while parsing a value at line 1"));
         assert!(load_error(&format!("{GOOD} trailing"))

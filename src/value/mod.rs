@@ -1,5 +1,6 @@
-//! Values: tensors and their canonical bytes, digests and statistics, seeded random streams, and
-//! the reduction arithmetic every backend shares (summation orders, reproducible sums).
+//! Values: tensors and their canonical bytes, digests and statistics, seeded random streams,
+//! the reduction arithmetic every backend shares (summation orders, reproducible sums), and the
+//! CPU references of GPU operators (scatter-add).
 //!
 //! Main types: [`Tensor`] (and its borrowed [`TensorView`]), [`Md5Digest`], [`Stats`],
 //! [`RankRng`] (from [`derive_stream`]), [`ReductionMode`], [`ReduceOp`].
@@ -14,6 +15,7 @@ pub(crate) mod md5tree;
 pub(crate) mod md5x;
 pub(crate) mod reduce;
 pub(crate) mod reprosum;
+pub(crate) mod scatter;
 pub(crate) mod seed;
 pub(crate) mod tensor;
 
@@ -27,5 +29,6 @@ pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,
 };
+pub use scatter::{check_indices, segmented_sum_f32, segments, ScatterError, Segments};
 pub use seed::{derive_stream, RankRng, Stream};
 pub use tensor::{DType, Element, ShapeError, Tensor, TensorData, TensorView, ViewError};

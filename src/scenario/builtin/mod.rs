@@ -1,10 +1,11 @@
-//! The built-in scenario kinds: `seed`, `collective`, `dataloader` and `train`.
+//! The built-in scenario kinds: `seed`, `collective`, `dataloader`, `train` and `scatter`.
 //!
 //! Each kind reads its `params` (unknown fields rejected) and may plant a source of
 //! nondeterminism on purpose (`params.plant`) to serve as a negative control.
 
 mod collective;
 mod dataloader;
+mod scatter;
 mod seed;
 mod train;
 
@@ -21,6 +22,9 @@ pub(super) fn register(registry: &mut KindRegistry) {
         build(dataloader::DataLoaderScenario::from_spec(spec))
     });
     registry.register("train", |spec| build(train::TrainScenario::from_spec(spec)));
+    registry.register("scatter", |spec| {
+        build(scatter::ScatterScenario::from_spec(spec))
+    });
 }
 
 fn build<S: Scenario + 'static>(
