@@ -104,8 +104,10 @@ pub(crate) fn nccl_usable() -> Result<(), String> {
     }
     #[cfg(not(feature = "nccl"))]
     {
-        Err("this detcheck was built without GPU support: build it with `--features mpi,nccl`"
-            .into())
+        Err(
+            "this detcheck was built without GPU support: build it with `--features mpi,nccl`"
+                .into(),
+        )
     }
 }
 
