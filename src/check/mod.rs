@@ -9,7 +9,9 @@
 //! - `backends`: under MPI, run 1 against the same run on thread ranks;
 //! - `world_sizes`: rank 0's replicated records at each of the spec's world sizes;
 //! - `workers`: the run at each data-loader worker count;
-//! - `restart`: a run checkpointed and resumed in a fresh launch against the continuous run.
+//! - `restart`: a run checkpointed and resumed in a fresh launch against the continuous run;
+//! - `devices` (feature `nccl`): run 1 with its collectives on a GPU (thread ranks sharing it)
+//!   against the same run on CPU thread ranks; skipped, with the reason, where no GPU is usable.
 //!
 //! Every check's verdict and its divergence map come from one pass of the comparison engine
 //! (`crate::compare`). Each check has an [`Expectation`]: `identical`, or `diverges` for a
