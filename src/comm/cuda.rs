@@ -465,6 +465,82 @@ pub(crate) fn nvrtc_required() -> bool {
     std::env::var_os("DETCHECK_REQUIRE_NVRTC").is_some_and(|v| v == "1")
 }
 
+/// What every kernel module's NVRTC test checks, in one place: the program compiles to PTX for
+/// `ptx_arch` and to a cubin for `cubin_arch`; the PTX's entry points are exactly `kernels`, it
+/// has no fused multiply-add, and every float add of `floats` is pinned to round-to-nearest
+/// (`add.rn`: `--fmad=false` took effect, ptxas may not contract it; never a plain `add.f32`);
+/// the cubin is a CUDA ELF image naming every kernel. Returns the PTX's instruction mnemonics for
+/// a module's own checks, or `None` (after saying what it would check) without NVRTC, unless
+/// `DETCHECK_REQUIRE_NVRTC=1`.
+#[cfg(test)]
+pub(crate) fn assert_compiles_with_nvrtc(
+    (program, source): (&str, &str),
+    (ptx_arch, cubin_arch): (&str, &str),
+    kernels: &[&str],
+    floats: &[&str],
+) -> Option<Vec<String>> {
+    use std::collections::BTreeSet;
+    if let Err(missing) = locate_library(CudaLibrary::Nvrtc) {
+        assert!(!nvrtc_required(), "DETCHECK_REQUIRE_NVRTC=1: {missing}");
+        println!(
+            "NVRTC not found: would compile the {} kernels of {program} to PTX ({ptx_arch}) and a \
+             cubin ({cubin_arch}) with --fmad=false and check that each is there and no FMA is \
+             ({missing})",
+            kernels.len()
+        );
+        return None;
+    }
+    let (major, minor) = nvrtc_version().unwrap();
+    let ptx = compile_ptx(program, source, ptx_arch).unwrap();
+    let cubin = compile_cubin(program, source, cubin_arch).unwrap();
+    println!(
+        "NVRTC {major}.{minor}: {program}: {} kernels, {} bytes of PTX, {} bytes of cubin",
+        kernels.len(),
+        ptx.len(),
+        cubin.len()
+    );
+
+    assert!(
+        ptx.contains(&format!(".target {}", ptx_arch.replace("compute", "sm"))),
+        "{ptx}"
+    );
+    let entries: BTreeSet<&str> = ptx
+        .lines()
+        .filter_map(|line| line.split(".entry ").nth(1))
+        .map(|rest| rest.trim_end_matches(['(', ' ']))
+        .collect();
+    assert_eq!(entries, kernels.iter().copied().collect::<BTreeSet<&str>>());
+    assert!(!ptx.contains("fma."), "a fused multiply-add in the PTX");
+    let instructions: Vec<String> = ptx
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    for float in floats {
+        let (pinned, plain) = (format!("add.rn.{float}"), format!("add.{float}"));
+        assert!(
+            instructions.contains(&pinned),
+            "no {pinned} in the PTX: {ptx}"
+        );
+        assert!(
+            !instructions.contains(&plain),
+            "a {plain} in the PTX: {ptx}"
+        );
+    }
+
+    // Cubin: an ELF image for the CUDA machine (EM_CUDA = 190) naming every kernel.
+    assert_eq!(&cubin[..4], b"\x7fELF");
+    assert_eq!(u16::from_le_bytes([cubin[18], cubin[19]]), 190);
+    for kernel in kernels {
+        let name = kernel.as_bytes();
+        assert!(
+            cubin.windows(name.len()).any(|w| w == name),
+            "{kernel} is not in the cubin"
+        );
+    }
+    Some(instructions)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

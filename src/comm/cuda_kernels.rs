@@ -253,7 +253,7 @@ pub fn compile_reduce_kernels() -> Result<ReduceModules, CudaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::cuda::{locate_library, nvrtc_required, nvrtc_version, CudaLibrary};
+    use crate::comm::cuda::assert_compiles_with_nvrtc;
     use crate::value::reduce::unreducible;
     use std::collections::BTreeSet;
 
@@ -293,54 +293,12 @@ mod tests {
     /// this says what it would check and passes, unless `DETCHECK_REQUIRE_NVRTC=1` (CI).
     #[test]
     fn every_reduction_kernel_compiles_with_nvrtc() {
-        if let Err(missing) = locate_library(CudaLibrary::Nvrtc) {
-            assert!(!nvrtc_required(), "DETCHECK_REQUIRE_NVRTC=1: {missing}");
-            println!(
-                "NVRTC not found: would compile the {} reduction kernels to PTX ({PTX_ARCH}) and a \
-                 cubin ({CUBIN_ARCH}) with --fmad=false and check that each is there and no FMA \
-                 is ({missing})",
-                REDUCE_KERNELS.len()
-            );
-            return;
-        }
-        let (major, minor) = nvrtc_version().unwrap();
-        let modules = compile_reduce_kernels().unwrap();
-        println!(
-            "NVRTC {major}.{minor}: {} kernels, {} bytes of PTX, {} bytes of cubin",
-            REDUCE_KERNELS.len(),
-            modules.ptx.len(),
-            modules.cubin.len()
+        let names: Vec<&str> = REDUCE_KERNELS.iter().map(|k| k.name).collect();
+        assert_compiles_with_nvrtc(
+            (REDUCE_PROGRAM, REDUCE_SOURCE),
+            (PTX_ARCH, CUBIN_ARCH),
+            &names,
+            &["f32", "f64"],
         );
-
-        // PTX: the target, exactly our kernels as entry points, and no fused multiply-add.
-        let ptx = &modules.ptx;
-        assert!(ptx.contains(".target sm_90"), "{ptx}");
-        let entries: BTreeSet<&str> = ptx
-            .lines()
-            .filter_map(|line| line.split(".entry ").nth(1))
-            .map(|rest| rest.trim_end_matches(['(', ' ']))
-            .collect();
-        let expected: BTreeSet<&str> = REDUCE_KERNELS.iter().map(|k| k.name).collect();
-        assert_eq!(entries, expected);
-        assert!(!ptx.contains("fma."), "a fused multiply-add in the PTX");
-        // --fmad=false took effect: NVRTC pins every float add to round-to-nearest (`add.rn`),
-        // which ptxas may not contract; with --fmad=true the same source gives plain `add.f32`.
-        for float in ["f32", "f64"] {
-            assert!(ptx.contains(&format!("add.rn.{float}")), "{ptx}");
-            assert!(!ptx.contains(&format!("add.{float}")), "{ptx}");
-        }
-
-        // Cubin: an ELF image for the CUDA machine (EM_CUDA = 190) naming every kernel.
-        let cubin = &modules.cubin;
-        assert_eq!(&cubin[..4], b"\x7fELF");
-        assert_eq!(u16::from_le_bytes([cubin[18], cubin[19]]), 190);
-        for kernel in &REDUCE_KERNELS {
-            let name = kernel.name.as_bytes();
-            assert!(
-                cubin.windows(name.len()).any(|w| w == name),
-                "{} is not in the cubin",
-                kernel.name
-            );
-        }
     }
 }

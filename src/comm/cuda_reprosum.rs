@@ -767,7 +767,7 @@ pub fn compile_reprosum_kernels() -> Result<ReduceModules, CudaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::cuda::{locate_library, nvrtc_required, nvrtc_version, CudaLibrary};
+    use crate::comm::cuda::{assert_compiles_with_nvrtc, nvrtc_required};
     use crate::value::reprosum::{reproducible_sum_f32, sum_columns_f32, sum_columns_f64};
     use crate::value::seed::{derive_stream, Stream};
     use std::collections::BTreeSet;
@@ -843,57 +843,14 @@ mod tests {
     /// this says what it would check and passes, unless `DETCHECK_REQUIRE_NVRTC=1` (CI).
     #[test]
     fn every_reprosum_kernel_compiles_with_nvrtc() {
-        if let Err(missing) = locate_library(CudaLibrary::Nvrtc) {
-            assert!(!nvrtc_required(), "DETCHECK_REQUIRE_NVRTC=1: {missing}");
-            println!(
-                "NVRTC not found: would compile the {} reproducible-sum kernels to PTX \
-                 ({PTX_ARCH}) and a cubin ({CUBIN_ARCH}) with --fmad=false and check that each \
-                 is there and no FMA is ({missing})",
-                REPROSUM_KERNELS.len()
-            );
-            return;
-        }
-        let (major, minor) = nvrtc_version().unwrap();
-        let modules = compile_reprosum_kernels().unwrap();
-        println!(
-            "NVRTC {major}.{minor}: {} kernels, {} bytes of PTX, {} bytes of cubin",
-            REPROSUM_KERNELS.len(),
-            modules.ptx.len(),
-            modules.cubin.len()
+        // The plain sum's `atom.global.add.f32` is an atomic, not an add instruction.
+        let names: Vec<&str> = REPROSUM_KERNELS.iter().map(|k| k.name).collect();
+        assert_compiles_with_nvrtc(
+            (REPROSUM_PROGRAM, REPROSUM_SOURCE),
+            (PTX_ARCH, CUBIN_ARCH),
+            &names,
+            &["f32", "f64"],
         );
-
-        let ptx = &modules.ptx;
-        assert!(ptx.contains(".target sm_90"), "{ptx}");
-        let entries: BTreeSet<&str> = ptx
-            .lines()
-            .filter_map(|line| line.split(".entry ").nth(1))
-            .map(|rest| rest.trim_end_matches(['(', ' ']))
-            .collect();
-        let expected: BTreeSet<&str> = REPROSUM_KERNELS.iter().map(|k| k.name).collect();
-        assert_eq!(entries, expected);
-        assert!(!ptx.contains("fma."), "a fused multiply-add in the PTX");
-        // Every float add is pinned to round-to-nearest (--fmad=false took effect); the plain
-        // sum's `atom.global.add.f32` is an atomic, not an add instruction.
-        for float in ["f32", "f64"] {
-            assert!(ptx.contains(&format!("add.rn.{float}")), "{ptx}");
-            let unpinned = format!("add.{float}");
-            assert!(
-                !ptx.lines().any(|l| l.trim_start().starts_with(&unpinned)),
-                "{ptx}"
-            );
-        }
-
-        let cubin = &modules.cubin;
-        assert_eq!(&cubin[..4], b"\x7fELF");
-        assert_eq!(u16::from_le_bytes([cubin[18], cubin[19]]), 190);
-        for kernel in &REPROSUM_KERNELS {
-            let name = kernel.name.as_bytes();
-            assert!(
-                cubin.windows(name.len()).any(|w| w == name),
-                "{} is not in the cubin",
-                kernel.name
-            );
-        }
     }
 
     // ---- The host emulation ---------------------------------------------------------------
