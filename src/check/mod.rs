@@ -959,8 +959,8 @@ pub(crate) fn run_checks_on(
                     }
                     None => {
                         skipped = Some(
-                            "under MPI, a `gpu` scenario's ranks use NCCL; `devices` \
-                                        runs on thread ranks",
+                            "runs on thread ranks, not under MPI (there `backends` compares a \
+                             `gpu` scenario's NCCL ranks with CPU thread ranks)",
                         );
                         Comparison::empty()
                     }
