@@ -7,12 +7,18 @@
 #   gpu-bench       `cargo bench --bench gpu`: reproducible sum, allreduce among thread ranks
 #   nccl_allreduce  (when MPI is installed here) examples/nccl_allreduce.rs, for mpirun -n GPUS
 #
-#   bash scripts/build-gpu-carry.sh                 # here
+#   bash scripts/build-gpu-carry.sh [--debug]       # here
 #   bash scripts/gpu-selftest.sh target/gpu-carry   # there, from the repository root
 #
+# --debug builds the dev profile instead of release: what .ci/run uses to check that the
+# carry-over builds, reusing the debug builds its tests made (release takes minutes more; carry
+# the release build to a GPU).
 # Nothing CUDA is needed to build: cudarc loads its libraries at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+release=(--release)
+profile=release
+if [ "${1:-}" = --debug ]; then release=(); profile=debug; fi
 out=target/gpu-carry
 rm -rf "$out"
 mkdir -p "$out"
@@ -24,15 +30,15 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])' | tail -1
 }
-cargo build --release --features nccl --bin detcheck
-cp target/release/detcheck "$out/detcheck"
-lib=$(cargo test --release --features nccl --lib --no-run --message-format=json | executable)
+cargo build "${release[@]}" --features nccl --bin detcheck
+cp "target/$profile/detcheck" "$out/detcheck"
+lib=$(cargo test "${release[@]}" --features nccl --lib --no-run --message-format=json | executable)
 cp "$lib" "$out/detcheck-lib"
-bench=$(cargo bench --features nccl --bench gpu --no-run --message-format=json | executable)
+bench=$(cargo test "${release[@]}" --features nccl --bench gpu --no-run --message-format=json | executable)
 cp "$bench" "$out/gpu-bench"
 if command -v mpicc >/dev/null && [ -f examples/nccl_allreduce.rs ]; then
-    cargo build --release --features mpi,nccl --example nccl_allreduce
-    cp target/release/examples/nccl_allreduce "$out/nccl_allreduce"
+    cargo build "${release[@]}" --features mpi,nccl --example nccl_allreduce
+    cp "target/$profile/examples/nccl_allreduce" "$out/nccl_allreduce"
 fi
 strip "$out"/*
 ls -la "$out"
