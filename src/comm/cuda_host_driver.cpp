@@ -1,10 +1,16 @@
-// The host emulation's driver (comm/cuda_reprosum.rs's tests): runs the reproducible-sum kernels
-// on the CPU through cuda_host_shim.h, on cases read from a file, and writes their results.
+// The host emulation's driver (the kernel modules' tests, through comm/cuda_host.rs): runs CUDA
+// kernels on the CPU through cuda_host_shim.h, on cases read from a file, and writes their
+// results. One driver for every kernel source: a -D macro picks the sources it includes, and so
+// the case kinds it knows (any of them at once: their names do not clash):
 //
-//   g++ -std=c++20 -O1 -pthread -ffp-contract=off cuda_host_driver.cpp -o driver
+//   g++ -std=c++20 -O1 -pthread -ffp-contract=off -fno-strict-aliasing
+//       -DDETCHECK_HOST_REPROSUM cuda_host_driver.cpp -o driver
 //   ./driver cases.bin results.bin
 //
-// with cuda_host_shim.h and the kernels' source, as detcheck_reprosum.cu, in the same folder.
+// with cuda_host_shim.h and the sources, under their NVRTC names, in the same folder:
+//   DETCHECK_HOST_REPROSUM  detcheck_reprosum.cu (comm/cuda_reprosum.rs), kinds 1 to 4
+//   DETCHECK_HOST_REDUCE    detcheck_reduce.cu (comm/cuda_kernels.rs), kinds 5 and 6
+//   DETCHECK_HOST_OPS       detcheck_ops.cu (comm/cuda_ops.rs), kinds 7 and 8
 //
 // Every number in both files is little-endian; a case is a u64 kind and u64 parameters, then its
 // terms:
@@ -14,9 +20,30 @@
 //   3 one-buffer sum: n, tiles grid, fixup grid, seed, then n f32
 //                  -> u64 result bits, tiles fixed up, all-zero tiles skipped, global level
 //   4 plain sum: n, grid, block, seed, then n f32 -> u64 result bits
+//   5 combine: op (0 sum, 1 max), dtype (0 f32, 1 f64, 2 i32, 3 i64, 4 u8), then as kind 1 with
+//                  elements of that dtype: count, len, grid, block, seed, count * len elements
+//                  (inputs[0] first) -> len elements
+//   6 accumulate: op, dtype, len, grid, block, seed, then len elements of dst, len of src
+//                  -> len elements (dst after the kernel)
+//   7 segmented sum: buckets, n, grid, block, seed, then n f32 values, n u32 order,
+//                  buckets + 1 u32 offsets -> buckets f32
+//   8 atomic scatter: buckets, n, grid, block, seed, then n f32 values, n u32 indices
+//                  -> buckets f32 (from zeros), then the grid's block order as u64s
 // `seed` shuffles the order in which the blocks of every launch of the case run.
 #include "cuda_host_shim.h"
+#ifdef DETCHECK_HOST_REPROSUM
 #include "detcheck_reprosum.cu"
+#endif
+#ifdef DETCHECK_HOST_REDUCE
+#include "detcheck_reduce.cu"
+#endif
+#ifdef DETCHECK_HOST_OPS
+#include "detcheck_ops.cu"
+#endif
+#if !defined(DETCHECK_HOST_REPROSUM) && !defined(DETCHECK_HOST_REDUCE) && \
+    !defined(DETCHECK_HOST_OPS)
+#error "define DETCHECK_HOST_REPROSUM, DETCHECK_HOST_REDUCE or DETCHECK_HOST_OPS"
+#endif
 
 #include <cstdio>
 #include <cstring>
@@ -35,9 +62,9 @@ unsigned long long splitmix64(unsigned long long& state) {
 }
 
 // A kernel launch: the blocks one at a time, in an order shuffled by `seed`; each block's
-// threads at once, sharing a barrier.
-void launch(unsigned int grid, unsigned int block, unsigned long long seed,
-            const std::function<void()>& kernel) {
+// threads at once, sharing a barrier. Returns the order the blocks ran in.
+std::vector<unsigned int> launch(unsigned int grid, unsigned int block, unsigned long long seed,
+                                 const std::function<void()>& kernel) {
     std::vector<unsigned int> order(grid);
     std::iota(order.begin(), order.end(), 0u);
     for (unsigned int i = grid; i > 1; --i) {
@@ -59,25 +86,27 @@ void launch(unsigned int grid, unsigned int block, unsigned long long seed,
         }
         for (auto& thread : threads) thread.join();
     }
+    return order;
 }
 
 FILE* input;
 FILE* output;
 
+[[noreturn]] void fail(const char* what) {
+    std::fprintf(stderr, "driver: %s\n", what);
+    std::exit(2);
+}
+
 unsigned long long read_u64() {
     unsigned long long value;
-    if (std::fread(&value, sizeof value, 1, input) != 1) {
-        std::fprintf(stderr, "driver: truncated case file\n");
-        std::exit(2);
-    }
+    if (std::fread(&value, sizeof value, 1, input) != 1) fail("truncated case file");
     return value;
 }
 
 template <typename T> std::vector<T> read_values(unsigned long long count) {
     std::vector<T> values(count);
     if (count != 0 && std::fread(values.data(), sizeof(T), count, input) != count) {
-        std::fprintf(stderr, "driver: truncated case file\n");
-        std::exit(2);
+        fail("truncated case file");
     }
     return values;
 }
@@ -86,6 +115,8 @@ template <typename T> void write_values(const std::vector<T>& values) {
     if (!values.empty()) std::fwrite(values.data(), sizeof(T), values.size(), output);
 }
 
+// `out[i]` from `inputs[0..count][i]`: the reproducible sums' columns and the reductions'
+// combine kernels share this signature.
 template <typename T, typename Kernel> void columns(Kernel kernel) {
     unsigned long long count = read_u64(), len = read_u64(), grid = read_u64(),
                        block = read_u64(), seed = read_u64();
@@ -99,6 +130,7 @@ template <typename T, typename Kernel> void columns(Kernel kernel) {
     write_values(out);
 }
 
+#ifdef DETCHECK_HOST_REPROSUM
 void one_buffer_sum() {
     unsigned long long n = read_u64(), tiles_grid = read_u64(), fixup_grid = read_u64(),
                        seed = read_u64();
@@ -141,6 +173,73 @@ void plain_sum() {
     std::memcpy(&bits, &result, sizeof bits);
     write_values(std::vector<unsigned long long>{bits});
 }
+#endif
+
+#ifdef DETCHECK_HOST_REDUCE
+// `dst[i] = dst[i] op src[i]`.
+template <typename T, typename Kernel> void accumulate(Kernel kernel) {
+    unsigned long long len = read_u64(), grid = read_u64(), block = read_u64(),
+                       seed = read_u64();
+    std::vector<T> dst = read_values<T>(len);
+    std::vector<T> src = read_values<T>(len);
+    launch(grid, block, seed, [&] { kernel(dst.data(), src.data(), len); });
+    write_values(dst);
+}
+
+// Kinds 5 and 6: the kernel of the case's operation and dtype.
+void reduction(unsigned long long kind) {
+    unsigned long long op = read_u64(), dtype = read_u64();
+    if (op > 1) fail("unknown reduction op");
+    const bool sum = op == 0;
+#define DETCHECK_REDUCE_CASE(CODE, T, NAME)                                                    \
+    case CODE:                                                                                 \
+        if (kind == 5) {                                                                       \
+            columns<T>(sum ? detcheck_sum_##NAME : detcheck_max_##NAME);                       \
+        } else {                                                                               \
+            accumulate<T>(sum ? detcheck_accumulate_sum_##NAME : detcheck_accumulate_max_##NAME); \
+        }                                                                                      \
+        break;
+    switch (dtype) {
+        DETCHECK_REDUCE_CASE(0, float, f32)
+        DETCHECK_REDUCE_CASE(1, double, f64)
+        DETCHECK_REDUCE_CASE(2, int, i32)
+        DETCHECK_REDUCE_CASE(3, long long, i64)
+        DETCHECK_REDUCE_CASE(4, unsigned char, u8)
+        default: fail("unknown reduction dtype");
+    }
+#undef DETCHECK_REDUCE_CASE
+}
+#endif
+
+#ifdef DETCHECK_HOST_OPS
+void segmented_sum() {
+    unsigned long long buckets = read_u64(), n = read_u64(), grid = read_u64(),
+                       block = read_u64(), seed = read_u64();
+    std::vector<float> values = read_values<float>(n);
+    std::vector<unsigned int> order = read_values<unsigned int>(n);
+    std::vector<unsigned int> offsets = read_values<unsigned int>(buckets + 1);
+    std::vector<float> out(buckets, -1.0f);
+    launch(grid, block, seed, [&] {
+        detcheck_segmented_sum_f32(out.data(), values.data(), order.data(), offsets.data(),
+                                   (unsigned int)buckets);
+    });
+    write_values(out);
+}
+
+void scatter_atomic() {
+    unsigned long long buckets = read_u64(), n = read_u64(), grid = read_u64(),
+                       block = read_u64(), seed = read_u64();
+    std::vector<float> values = read_values<float>(n);
+    std::vector<unsigned int> indices = read_values<unsigned int>(n);
+    // From zeros, as Gpu::scatter_add_atomic allocates it.
+    std::vector<float> out(buckets, 0.0f);
+    std::vector<unsigned int> order = launch(grid, block, seed, [&] {
+        detcheck_scatter_atomic_f32(out.data(), values.data(), indices.data(), n);
+    });
+    write_values(out);
+    write_values(std::vector<unsigned long long>(order.begin(), order.end()));
+}
+#endif
 
 }  // namespace
 
@@ -158,11 +257,23 @@ int main(int argc, char** argv) {
     unsigned long long kind;
     while (std::fread(&kind, sizeof kind, 1, input) == 1) {
         switch (kind) {
+#ifdef DETCHECK_HOST_REPROSUM
             case 1: columns<float>(detcheck_reprosum_columns_f32); break;
             case 2: columns<double>(detcheck_reprosum_columns_f64); break;
             case 3: one_buffer_sum(); break;
             case 4: plain_sum(); break;
-            default: std::fprintf(stderr, "driver: unknown case kind %llu\n", kind); return 2;
+#endif
+#ifdef DETCHECK_HOST_REDUCE
+            case 5:
+            case 6: reduction(kind); break;
+#endif
+#ifdef DETCHECK_HOST_OPS
+            case 7: segmented_sum(); break;
+            case 8: scatter_atomic(); break;
+#endif
+            default:
+                std::fprintf(stderr, "driver: case kind %llu unknown or not compiled in\n", kind);
+                return 2;
         }
     }
     return std::fclose(output) == 0 ? 0 : 1;

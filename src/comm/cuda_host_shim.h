@@ -1,12 +1,14 @@
-// detcheck's CUDA-on-the-host shim: just enough of CUDA C for comm/cuda_reprosum.rs's kernels to
-// compile with g++ (-std=c++20) and run on the CPU, for the tests of a machine without a GPU.
+// detcheck's CUDA-on-the-host shim: just enough of CUDA C for the kernels of
+// comm/cuda_reprosum.rs, comm/cuda_kernels.rs and comm/cuda_ops.rs to compile with g++
+// (-std=c++20) and run on the CPU, for the tests of a machine without a GPU.
 //
 // A kernel launch is emulated by cuda_host_driver.cpp: blocks run one at a time (in an order the
 // driver shuffles), the threads of a block run concurrently as std::threads. So:
 // - `__shared__` is `static`: one copy, shared by the threads of the block that runs;
 // - `__syncthreads()` waits on the block's std::barrier;
 // - `threadIdx` and `blockIdx` are thread_local, `blockDim` and `gridDim` are set per launch;
-// - atomics are std::atomic_ref operations (sequentially consistent, as strong as CUDA's).
+// - atomics are std::atomic_ref operations (sequentially consistent, as strong as CUDA's);
+// - isnan is the C++ library's (<cmath>), as NVRTC's CUDA headers give it to device code.
 // This checks the kernels' arithmetic and that their bits do not depend on the order of blocks
 // and threads; that a GPU gives the same bits is for a test on a GPU.
 #pragma once

@@ -254,7 +254,11 @@ pub fn compile_reduce_kernels() -> Result<ReduceModules, CudaError> {
 mod tests {
     use super::*;
     use crate::comm::cuda::assert_compiles_with_nvrtc;
-    use crate::value::reduce::unreducible;
+    use crate::comm::cuda_host::{host_kernels, run, Cases, HostSource};
+    use crate::value::reduce::{reduce_chunk, unreducible};
+    use crate::value::seed::{derive_stream, RankRng, Stream};
+    use crate::value::tensor::TensorData;
+    use crate::value::ReductionMode;
     use std::collections::BTreeSet;
 
     #[test]
@@ -300,5 +304,345 @@ mod tests {
             &names,
             &["f32", "f64"],
         );
+    }
+
+    // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
+
+    /// A dtype as the driver names it (its code in case kinds 5 and 6) and its element width.
+    #[derive(Debug, Clone, Copy)]
+    struct HostDType {
+        dtype: DType,
+        code: u64,
+        width: usize,
+    }
+
+    const HOST_DTYPES: [HostDType; 5] = [
+        HostDType {
+            dtype: DType::F32,
+            code: 0,
+            width: 4,
+        },
+        HostDType {
+            dtype: DType::F64,
+            code: 1,
+            width: 8,
+        },
+        HostDType {
+            dtype: DType::I32,
+            code: 2,
+            width: 4,
+        },
+        HostDType {
+            dtype: DType::I64,
+            code: 3,
+            width: 8,
+        },
+        HostDType {
+            dtype: DType::U8,
+            code: 4,
+            width: 1,
+        },
+    ];
+
+    const OPS: [(ReduceOp, u64); 2] = [(ReduceOp::Sum, 0), (ReduceOp::Max, 1)];
+
+    /// NaNs as `(f32 bits, f64 bits)`: quiet with payloads of both signs, signalling, Rust's.
+    const NANS: [(u32, u64); 5] = [
+        (0x7fc0_1234, 0x7ff8_0000_0123_4000),
+        (0xffc0_0001, 0xfff8_0000_0000_0001),
+        (0x7f80_0001, 0x7ff0_0000_0000_0001),
+        (0xff80_4321, 0xfff0_0000_0000_4321),
+        (0x7fc0_0000, 0x7ff8_0000_0000_0000),
+    ];
+
+    /// A float element to plant: a value, or one of [`NANS`].
+    #[derive(Debug, Clone, Copy)]
+    enum Float {
+        Value(f64),
+        Nan(usize),
+        /// The smallest subnormal times the `u32`, with this sign.
+        Subnormal(bool, u32),
+    }
+
+    fn float_bits(dtype: DType, x: Float) -> u64 {
+        match (dtype, x) {
+            (DType::F32, Float::Value(v)) => u64::from((v as f32).to_bits()),
+            (DType::F32, Float::Nan(k)) => u64::from(NANS[k].0),
+            (DType::F32, Float::Subnormal(negative, m)) => {
+                u64::from(m & 0x007f_ffff | u32::from(negative) << 31)
+            }
+            (_, Float::Value(v)) => v.to_bits(),
+            (_, Float::Nan(k)) => NANS[k].1,
+            (_, Float::Subnormal(negative, m)) => u64::from(m) | u64::from(negative) << 63,
+        }
+    }
+
+    fn int_bits(dtype: DType, x: i128) -> u64 {
+        match dtype {
+            DType::I32 => u64::from(x as i32 as u32),
+            DType::I64 => x as i64 as u64,
+            _ => u64::from(x as u8),
+        }
+    }
+
+    /// Element `e` of contribution `k` of `count` where it is planted (the first 16 elements),
+    /// as bits: signed zeros alone and mixed (max's +0.0 must beat -0.0 wherever it is), NaNs
+    /// with payloads, signalling and of both signs, infinities of one and both signs,
+    /// subnormals, overflow, sums whose bits depend on the order, integer wrap-around.
+    fn planted(dtype: DType, e: usize, k: usize, count: usize) -> Option<u64> {
+        let last = count - 1;
+        let float = |x: Float| Some(float_bits(dtype, x));
+        let value = |v: f64| float(Float::Value(v));
+        if matches!(dtype, DType::F32 | DType::F64) {
+            match e {
+                0 => value(if k == last { 0.0 } else { -0.0 }),
+                1 => value(if k == 0 { 0.0 } else { -0.0 }),
+                2 => value(-0.0),
+                3 if k == count / 2 => float(Float::Nan(0)),
+                4 if k == 0 => float(Float::Nan(1)),
+                5 if k == last => float(Float::Nan(2)),
+                6 => float(Float::Nan((k + 1) % NANS.len())),
+                7 if k == 0 => value(f64::INFINITY),
+                7 if k == last => value(f64::NEG_INFINITY),
+                8 => value(f64::NEG_INFINITY),
+                9 => float(Float::Subnormal(k % 2 == 1, 1 + 77 * k as u32)),
+                10 => value(f64::from(f32::MAX) * if dtype == DType::F64 { 1e270 } else { 1.0 }),
+                11 => value(if k % 2 == 0 { 1.0e30 } else { -1.0e30 } * (k / 2 + 1) as f64),
+                12 => value(if k == 0 {
+                    1.0
+                } else {
+                    2f64.powi(-30) * k as f64
+                }),
+                13 => match k % 3 {
+                    0 => value(-0.0),
+                    1 => float(Float::Subnormal(true, 3)),
+                    _ => value(-f64::from(f32::MIN_POSITIVE)),
+                },
+                14 => value(if k == last {
+                    1.0
+                } else {
+                    2f64.powi(100 - 7 * k as i32)
+                }),
+                15 if k == count / 2 => value(f64::INFINITY),
+                _ => None,
+            }
+        } else {
+            let (min, max) = match dtype {
+                DType::I32 => (i128::from(i32::MIN), i128::from(i32::MAX)),
+                DType::I64 => (i128::from(i64::MIN), i128::from(i64::MAX)),
+                _ => (0, 255),
+            };
+            let int = |x: i128| Some(int_bits(dtype, x));
+            match e {
+                0 => int(max),
+                1 => int(min),
+                2 => int(if k == 0 { max } else { 1 }),
+                3 => int(if k % 2 == 0 { -1 } else { min }),
+                4 => int(max - k as i128),
+                5 => int(if k == last { max } else { min + k as i128 }),
+                _ => None,
+            }
+        }
+    }
+
+    /// A random element: a special float one time in eight, else a normal spread over 2^±20;
+    /// any integer half the time, else a small one.
+    fn random_bits(dtype: DType, rng: &mut RankRng) -> u64 {
+        if matches!(dtype, DType::F32 | DType::F64) {
+            let x = match rng.below(16) {
+                0 => Float::Nan(rng.below(NANS.len() as u64) as usize),
+                1 => Float::Value(if rng.below(2) == 0 { 0.0 } else { -0.0 }),
+                2 => Float::Value(f64::INFINITY),
+                3 => Float::Subnormal(rng.below(2) == 0, 1 + rng.below(1000) as u32),
+                _ => Float::Value(rng.normal_f64() * 2f64.powi(rng.below(41) as i32 - 20)),
+            };
+            float_bits(dtype, x)
+        } else if rng.below(2) == 0 {
+            int_bits(dtype, i128::from(rng.next_u64()))
+        } else {
+            int_bits(dtype, i128::from(rng.below(21)) - 10)
+        }
+    }
+
+    /// Contribution `k` of `count`, `len` elements as bits.
+    fn contribution(dtype: DType, len: usize, k: usize, count: usize, seed: u64) -> Vec<u64> {
+        let mut rng = derive_stream(seed, Stream::User(50), k as u64, 0);
+        (0..len)
+            .map(|e| planted(dtype, e, k, count).unwrap_or_else(|| random_bits(dtype, &mut rng)))
+            .collect()
+    }
+
+    fn tensor_data(dtype: DType, bits: &[u64]) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(bits.iter().map(|&b| f32::from_bits(b as u32)).collect()),
+            DType::F64 => TensorData::F64(bits.iter().map(|&b| f64::from_bits(b)).collect()),
+            DType::I32 => TensorData::I32(bits.iter().map(|&b| b as u32 as i32).collect()),
+            DType::I64 => TensorData::I64(bits.iter().map(|&b| b as i64).collect()),
+            DType::U8 => TensorData::U8(bits.iter().map(|&b| b as u8).collect()),
+            other => panic!("no {other} reduction"),
+        }
+    }
+
+    fn data_bits(data: &TensorData) -> Vec<u64> {
+        match data {
+            TensorData::F32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+            TensorData::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| u64::from(x as u32)).collect(),
+            TensorData::I64(v) => v.iter().map(|&x| x as u64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| u64::from(x)).collect(),
+            other => panic!("no {} reduction", other.dtype()),
+        }
+    }
+
+    /// Elements as the driver reads them: `width` little-endian bytes each.
+    fn element_bytes(width: usize, bits: &[u64]) -> Vec<u8> {
+        bits.iter()
+            .flat_map(|b| b.to_le_bytes()[..width].to_vec())
+            .collect()
+    }
+
+    /// A seeded permutation of `0..count`.
+    fn shuffled(count: usize, seed: u64) -> Vec<usize> {
+        let mut rng = derive_stream(seed, Stream::User(51), 0, 0);
+        let mut order: Vec<usize> = (0..count).collect();
+        for i in (1..count).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        order
+    }
+
+    const LENGTHS: [usize; 3] = [0, 1, 300];
+    /// Launch configurations (grid, block, block-order seed): one thread for everything, whole
+    /// blocks, and fewer threads than elements (a grid-stride loop of many rounds).
+    const LAUNCHES: [(u64, u64, u64); 3] = [(1, 1, 1), (3, 32, 2), (7, 5, 3)];
+    const CHECKS: &str = "run the reduction kernels on the CPU and compare their bits with \
+                          value/reduce.rs's reduce_chunk";
+
+    /// What a reduction case expects: its description and the reference's bits.
+    struct Expected {
+        what: String,
+        width: usize,
+        bits: Vec<u64>,
+        inputs: Vec<Vec<u64>>,
+    }
+
+    fn check(cases: &Cases, expected: &[Expected]) {
+        let Some(kernels) = host_kernels(HostSource::Reduce, &[], CHECKS) else {
+            return;
+        };
+        let mut results = run(&kernels, cases);
+        let mut elements = 0;
+        for case in expected {
+            let got = results.elements(case.bits.len(), case.width);
+            for (i, (g, e)) in got.iter().zip(&case.bits).enumerate() {
+                let inputs: Vec<String> =
+                    case.inputs.iter().map(|c| format!("{:#x}", c[i])).collect();
+                assert_eq!(
+                    g,
+                    e,
+                    "{}: element {i}: {g:#x}, cpu {e:#x} (inputs {})",
+                    case.what,
+                    inputs.join(", ")
+                );
+            }
+            elements += got.len();
+        }
+        results.assert_done();
+        println!(
+            "{} launches, {elements} elements: the CPU's bits",
+            expected.len()
+        );
+    }
+
+    /// The combine kernels (every dtype, sum and max) against `reduce_chunk` with the inputs'
+    /// order as its `order`, bit for bit: 1 to 8 inputs in a shuffled order, lengths 0, 1 and
+    /// 300 with every special element, at three launch configurations and block orders.
+    #[test]
+    fn combine_kernels_give_the_cpus_bits_on_the_host() {
+        let mut cases = Cases::default();
+        let mut expected = Vec::new();
+        for host in HOST_DTYPES {
+            for (op, op_code) in OPS {
+                for count in 1..=8 {
+                    for len in LENGTHS {
+                        let seed = 1000 * host.code + 100 * op_code + 10 * count as u64;
+                        let ranks: Vec<Vec<u64>> = (0..count)
+                            .map(|k| contribution(host.dtype, len, k, count, seed + len as u64))
+                            .collect();
+                        let data: Vec<TensorData> =
+                            ranks.iter().map(|r| tensor_data(host.dtype, r)).collect();
+                        let refs: Vec<&TensorData> = data.iter().collect();
+                        let order = shuffled(count, seed);
+                        let want =
+                            reduce_chunk(&refs, 0..len, &order, op, ReductionMode::RankOrdered);
+                        let inputs: Vec<Vec<u64>> =
+                            order.iter().map(|&r| ranks[r].clone()).collect();
+                        for (grid, block, block_seed) in LAUNCHES {
+                            cases.words(&[5, op_code, host.code, count as u64, len as u64]);
+                            cases.words(&[grid, block, block_seed]);
+                            inputs
+                                .iter()
+                                .for_each(|i| cases.bytes(&element_bytes(host.width, i)));
+                            expected.push(Expected {
+                                what: format!(
+                                    "{op} {} of {count} inputs in rank order {order:?}, {len} \
+                                     elements, {grid}×{block}",
+                                    host.dtype
+                                ),
+                                width: host.width,
+                                bits: data_bits(&want),
+                                inputs: inputs.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        check(&cases, &expected);
+    }
+
+    /// The accumulate kernels (every dtype, sum and max) against `reduce_chunk` of two
+    /// contributions (`combine_into` once: `dst op src`), bit for bit, both ways round.
+    #[test]
+    fn accumulate_kernels_give_the_cpus_bits_on_the_host() {
+        let mut cases = Cases::default();
+        let mut expected = Vec::new();
+        for host in HOST_DTYPES {
+            for (op, op_code) in OPS {
+                for len in LENGTHS {
+                    for (count, swap) in [(2, false), (2, true), (3, false)] {
+                        // Two of `count` planted contributions: dst and src.
+                        let seed = 7000 + 1000 * host.code + 100 * op_code + len as u64;
+                        let mut pair: Vec<Vec<u64>> = (0..2)
+                            .map(|k| contribution(host.dtype, len, k + count - 2, count, seed))
+                            .collect();
+                        if swap {
+                            pair.reverse();
+                        }
+                        let data: Vec<TensorData> =
+                            pair.iter().map(|r| tensor_data(host.dtype, r)).collect();
+                        let refs: Vec<&TensorData> = data.iter().collect();
+                        let want =
+                            reduce_chunk(&refs, 0..len, &[0, 1], op, ReductionMode::RankOrdered);
+                        for (grid, block, block_seed) in LAUNCHES {
+                            cases.words(&[6, op_code, host.code, len as u64, grid, block]);
+                            cases.words(&[block_seed]);
+                            pair.iter()
+                                .for_each(|i| cases.bytes(&element_bytes(host.width, i)));
+                            expected.push(Expected {
+                                what: format!(
+                                    "accumulate {op} {}, {len} elements, {grid}×{block}",
+                                    host.dtype
+                                ),
+                                width: host.width,
+                                bits: data_bits(&want),
+                                inputs: pair.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        check(&cases, &expected);
     }
 }

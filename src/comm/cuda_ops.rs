@@ -308,6 +308,7 @@ impl Gpu {
 mod tests {
     use super::*;
     use crate::comm::cuda::assert_compiles_with_nvrtc;
+    use crate::comm::cuda_host::{host_kernels, run, Cases, HostSource};
     use crate::comm::cuda_kernels::{CUBIN_ARCH, PTX_ARCH};
     use crate::comm::gpu::gpu_for_test;
     use crate::value::scatter::{segmented_sum_f32, segments};
@@ -449,6 +450,209 @@ mod tests {
         assert!(
             distinct.len() > 1,
             "the atomic scatter repeated its bits 20 times"
+        );
+    }
+
+    // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
+
+    /// Launch configurations (grid, block, block-order seed): one thread for everything, whole
+    /// blocks, and fewer threads than buckets or values.
+    const LAUNCHES: [(u64, u64, u64); 3] = [(1, 1, 1), (3, 32, 2), (5, 7, 3)];
+
+    /// Scatters for the host: (name, values, indices, buckets). Random ones of 0 to 1000
+    /// values into 0 to 5000 buckets (most of them empty in the last), and planted buckets:
+    /// `-0.0` alone (the fold starts from the first value, not from `+0.0`), `-0.0` twice,
+    /// `-0.0` then `+0.0`, a NaN with a payload, infinities of both signs, an order-dependent sum.
+    fn host_scatters() -> Vec<(String, Vec<f32>, Vec<u32>, usize)> {
+        let mut scatters = Vec::new();
+        for (len, buckets) in [
+            (0usize, 0usize),
+            (0, 3),
+            (1, 1),
+            (5, 1),
+            (300, 1),
+            (300, 7),
+            (255, 64),
+            (1000, 5000),
+        ] {
+            let (values, indices) = scatter_input(len, buckets, (len * 31 + buckets) as u64);
+            scatters.push((
+                format!("{len} values, {buckets} buckets"),
+                values,
+                indices,
+                buckets,
+            ));
+        }
+        let planted: Vec<(u32, f32)> = vec![
+            (1, -0.0),
+            (2, -0.0),
+            (2, -0.0),
+            (3, -0.0),
+            (3, 0.0),
+            (4, 1.0),
+            (4, f32::from_bits(0xffc0_1234)),
+            (4, 2.0),
+            (5, f32::INFINITY),
+            (5, f32::NEG_INFINITY),
+            (6, 1.0e30),
+            (6, 1.0),
+            (6, -1.0e30),
+            (7, 0.0),
+            (7, -0.0),
+            (1, 0.0), // after bucket 1's -0.0: +0.0 only when added
+        ];
+        let (indices, values): (Vec<u32>, Vec<f32>) = planted.into_iter().unzip();
+        scatters.push(("planted buckets".into(), values.clone(), indices.clone(), 9));
+        // -0.0 alone, as the only bucket.
+        scatters.push(("-0.0 alone".into(), vec![-0.0], vec![0], 1));
+        scatters
+    }
+
+    /// `detcheck_segmented_sum_f32` on the host against `segmented_sum_f32`, bit for bit, at
+    /// three launch configurations and block orders.
+    #[test]
+    fn the_segmented_sum_gives_the_cpus_bits_on_the_host() {
+        let Some(kernels) = host_kernels(
+            HostSource::Ops,
+            &[],
+            "run detcheck_segmented_sum_f32 on the CPU and compare its bits with \
+             value/scatter.rs's segmented_sum_f32",
+        ) else {
+            return;
+        };
+        let scatters = host_scatters();
+        let mut cases = Cases::default();
+        for (_, values, indices, buckets) in &scatters {
+            let segments = segments(indices, *buckets).unwrap();
+            for (grid, block, seed) in LAUNCHES {
+                cases.words(&[7, *buckets as u64, values.len() as u64, grid, block, seed]);
+                cases.f32s(values);
+                cases.u32s(segments.order());
+                cases.u32s(segments.offsets());
+            }
+        }
+        let mut results = run(&kernels, &cases);
+        for (name, values, indices, buckets) in &scatters {
+            let want: Vec<u32> = segmented_sum_f32(values, indices, *buckets)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            for (grid, block, _) in LAUNCHES {
+                let got = results.f32s(*buckets);
+                for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        g, w,
+                        "{name}, {grid}×{block}: bucket {b}: {g:#x}, cpu {w:#x}"
+                    );
+                }
+            }
+        }
+        results.assert_done();
+        assert_eq!(
+            segmented_sum_f32(&[-0.0], &[0], 1).unwrap()[0].to_bits(),
+            (-0.0f32).to_bits(),
+            "the reference keeps a lone -0.0"
+        );
+    }
+
+    /// `detcheck_scatter_atomic_f32` on the host, the nondeterministic control with the shim's
+    /// atomics: with one thread per block the adds land in a known order (the blocks' order, the
+    /// driver's to say, each block's values in increasing position), and the buckets are that
+    /// order's fold, bit for bit; with many threads per block, whatever order the threads took,
+    /// each bucket is a fold of its values within the rounding of `m` adds. That the bits change
+    /// from launch to launch is for a GPU (`the_atomic_scatter_changes_its_bits_between_launches`);
+    /// the CPU's threads need not race.
+    #[test]
+    fn the_atomic_scatter_is_some_orders_fold_on_the_host() {
+        let Some(kernels) = host_kernels(
+            HostSource::Ops,
+            &[],
+            "run detcheck_scatter_atomic_f32 on the CPU and check that it is a fold of each \
+             bucket's values in some order",
+        ) else {
+            return;
+        };
+        let launches = [
+            (1, 1, 1),
+            (4, 1, 2),
+            (7, 1, 3),
+            (3, 32, 4),
+            (2, 64, 5),
+            (5, 7, 6),
+        ];
+        let mut scatters = host_scatters();
+        let (values, indices) = scatter_input(4000, 3, 77);
+        scatters.push(("4000 values, 3 buckets".into(), values, indices, 3));
+        let mut cases = Cases::default();
+        for (_, values, indices, buckets) in &scatters {
+            for (grid, block, seed) in launches {
+                cases.words(&[8, *buckets as u64, values.len() as u64, grid, block, seed]);
+                cases.f32s(values);
+                cases.u32s(indices);
+            }
+        }
+        let mut results = run(&kernels, &cases);
+        let (mut exact, mut bounded) = (0, 0);
+        for (name, values, indices, buckets) in &scatters {
+            let mut sum = vec![0.0f64; *buckets];
+            let mut magnitude = vec![0.0f64; *buckets];
+            let mut terms = vec![0usize; *buckets];
+            for (&v, &b) in values.iter().zip(indices) {
+                sum[b as usize] += f64::from(v);
+                magnitude[b as usize] += f64::from(v.abs());
+                terms[b as usize] += 1;
+            }
+            for (grid, block, _) in launches {
+                let got = results.f32s(*buckets);
+                let order = results.elements(grid as usize, 8);
+                let what = format!("{name}, {grid}×{block}");
+                if block == 1 {
+                    // Block `b` adds positions b, b + grid, ... in turn; blocks in `order`.
+                    let mut want = vec![0.0f32; *buckets];
+                    for &b in &order {
+                        for i in (b as usize..values.len()).step_by(grid as usize) {
+                            want[indices[i] as usize] += values[i];
+                        }
+                    }
+                    for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            *g,
+                            w.to_bits(),
+                            "{what}: bucket {b}: {g:#x}, the fold in block order {order:?}: {:#x}",
+                            w.to_bits()
+                        );
+                    }
+                    exact += 1;
+                } else {
+                    for b in 0..*buckets {
+                        let g = f64::from(f32::from_bits(got[b]));
+                        if !sum[b].is_finite() {
+                            // A NaN, or infinities of both signs, in every order; one infinity.
+                            let same = if sum[b].is_nan() {
+                                g.is_nan()
+                            } else {
+                                g == sum[b]
+                            };
+                            assert!(same, "{what}: bucket {b}: {g}, every order: {}", sum[b]);
+                            continue;
+                        }
+                        // Any order's fold of m values errs by at most (m - 1)·u/(1 - (m - 1)·u)
+                        // of their magnitudes, u = 2^-24, below (m + 1)·u.
+                        let bound = (terms[b] + 1) as f64 * 2f64.powi(-24) * magnitude[b];
+                        assert!(
+                            (g - sum[b]).abs() <= bound,
+                            "{what}: bucket {b}: {g} against an exact {} (bound {bound})",
+                            sum[b]
+                        );
+                    }
+                    bounded += 1;
+                }
+            }
+        }
+        results.assert_done();
+        println!(
+            "{exact} launches gave their block order's fold, {bounded} a fold within rounding"
         );
     }
 }

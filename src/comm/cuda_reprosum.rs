@@ -767,12 +767,11 @@ pub fn compile_reprosum_kernels() -> Result<ReduceModules, CudaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::cuda::{assert_compiles_with_nvrtc, nvrtc_required};
+    use crate::comm::cuda::assert_compiles_with_nvrtc;
+    use crate::comm::cuda_host::{self, run, Cases, HostKernels, HostSource};
     use crate::value::reprosum::{reproducible_sum_f32, sum_columns_f32, sum_columns_f64};
     use crate::value::seed::{derive_stream, Stream};
     use std::collections::BTreeSet;
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
 
     #[test]
     fn the_table_matches_the_source_and_names_real_references() {
@@ -882,142 +881,49 @@ mod tests {
         }
     }
 
-    /// The kernels compiled for the CPU with g++, in a temporary folder.
-    struct HostKernels {
-        folder: tempfile::TempDir,
-        driver: PathBuf,
-    }
-
-    /// [`REPROSUM_SOURCE`], the shim and the driver compiled by g++; `None` (after saying what
-    /// would be checked) without g++, unless `DETCHECK_REQUIRE_NVRTC=1`.
+    /// [`REPROSUM_SOURCE`] compiled for the CPU with `config`'s tiles (`comm/cuda_host.rs`);
+    /// `None` (after saying what would be checked) without g++, unless
+    /// `DETCHECK_REQUIRE_NVRTC=1`.
     fn host_kernels(config: TileConfig) -> Option<HostKernels> {
-        if Command::new("g++").arg("--version").output().is_err() {
-            assert!(!nvrtc_required(), "DETCHECK_REQUIRE_NVRTC=1 and no g++");
-            println!(
-                "g++ not found: would run the reproducible-sum kernels on the CPU and compare \
-                 their bits with value/reprosum.rs"
-            );
-            return None;
-        }
-        let folder = tempfile::tempdir().unwrap();
-        let write =
-            |name: &str, text: &str| std::fs::write(folder.path().join(name), text).unwrap();
-        write(REPROSUM_PROGRAM, REPROSUM_SOURCE);
-        write("cuda_host_shim.h", include_str!("cuda_host_shim.h"));
-        write("cuda_host_driver.cpp", include_str!("cuda_host_driver.cpp"));
-        let driver = folder.path().join("driver");
-        let output = Command::new("g++")
-            .args([
-                "-std=c++20",
-                "-O1",
-                "-pthread",
-                "-ffp-contract=off",
-                "-fno-strict-aliasing",
-            ])
-            .arg(format!("-DDETCHECK_REPROSUM_THREADS={}", config.threads))
-            .arg(format!("-DDETCHECK_REPROSUM_ITEMS={}", config.items))
-            .arg(format!(
-                "-DDETCHECK_REPROSUM_CANDIDATES={}",
-                config.candidates
-            ))
-            .arg(folder.path().join("cuda_host_driver.cpp"))
-            .arg("-o")
-            .arg(&driver)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "g++ failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Some(HostKernels { folder, driver })
+        cuda_host::host_kernels(
+            HostSource::Reprosum,
+            &[
+                format!("DETCHECK_REPROSUM_THREADS={}", config.threads),
+                format!("DETCHECK_REPROSUM_ITEMS={}", config.items),
+                format!("DETCHECK_REPROSUM_CANDIDATES={}", config.candidates),
+            ],
+            "run the reproducible-sum kernels on the CPU and compare their bits with \
+             value/reprosum.rs",
+        )
     }
 
-    /// Cases for the driver (its file format is in `cuda_host_driver.cpp`).
-    #[derive(Default)]
-    struct Cases {
-        bytes: Vec<u8>,
+    /// The reproducible sums' case kinds (1 to 4 in `cuda_host_driver.cpp`).
+    trait ReprosumCases {
+        fn columns_f32(&mut self, rows: &[Vec<f32>], len: usize, grid: u64, block: u64, seed: u64);
+        fn columns_f64(&mut self, rows: &[Vec<f64>], len: usize, grid: u64, block: u64, seed: u64);
+        fn sum(&mut self, terms: &[f32], tiles_grid: u64, fixup_grid: u64, seed: u64);
+        fn plain_sum(&mut self, terms: &[f32], grid: u64, block: u64, seed: u64);
     }
 
-    impl Cases {
-        fn words(&mut self, words: &[u64]) {
-            for w in words {
-                self.bytes.extend(w.to_le_bytes());
-            }
-        }
-
+    impl ReprosumCases for Cases {
         fn columns_f32(&mut self, rows: &[Vec<f32>], len: usize, grid: u64, block: u64, seed: u64) {
             self.words(&[1, rows.len() as u64, len as u64, grid, block, seed]);
-            rows.iter()
-                .flatten()
-                .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+            rows.iter().for_each(|row| self.f32s(row));
         }
 
         fn columns_f64(&mut self, rows: &[Vec<f64>], len: usize, grid: u64, block: u64, seed: u64) {
             self.words(&[2, rows.len() as u64, len as u64, grid, block, seed]);
-            rows.iter()
-                .flatten()
-                .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+            rows.iter().for_each(|row| self.f64s(row));
         }
 
         fn sum(&mut self, terms: &[f32], tiles_grid: u64, fixup_grid: u64, seed: u64) {
             self.words(&[3, terms.len() as u64, tiles_grid, fixup_grid, seed]);
-            terms
-                .iter()
-                .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+            self.f32s(terms);
         }
 
         fn plain_sum(&mut self, terms: &[f32], grid: u64, block: u64, seed: u64) {
             self.words(&[4, terms.len() as u64, grid, block, seed]);
-            terms
-                .iter()
-                .for_each(|x| self.bytes.extend(x.to_le_bytes()));
-        }
-    }
-
-    /// The driver's results, read in the order of the cases.
-    struct Results {
-        bytes: Vec<u8>,
-        at: usize,
-    }
-
-    impl Results {
-        fn take<const N: usize>(&mut self) -> [u8; N] {
-            let chunk = self.bytes[self.at..self.at + N].try_into().unwrap();
-            self.at += N;
-            chunk
-        }
-
-        fn f32s(&mut self, len: usize) -> Vec<u32> {
-            (0..len).map(|_| u32::from_le_bytes(self.take())).collect()
-        }
-
-        fn f64s(&mut self, len: usize) -> Vec<u64> {
-            (0..len).map(|_| u64::from_le_bytes(self.take())).collect()
-        }
-
-        fn words<const N: usize>(&mut self) -> [u64; N] {
-            std::array::from_fn(|_| u64::from_le_bytes(self.take()))
-        }
-
-        fn assert_done(&self) {
-            assert_eq!(self.at, self.bytes.len(), "results left over");
-        }
-    }
-
-    fn run(kernels: &HostKernels, cases: &Cases) -> Results {
-        let folder: &Path = kernels.folder.path();
-        let (input, output) = (folder.join("cases.bin"), folder.join("results.bin"));
-        std::fs::write(&input, &cases.bytes).unwrap();
-        let status = Command::new(&kernels.driver)
-            .arg(&input)
-            .arg(&output)
-            .status()
-            .unwrap();
-        assert!(status.success(), "the driver failed: {status}");
-        Results {
-            bytes: std::fs::read(&output).unwrap(),
-            at: 0,
+            self.f32s(terms);
         }
     }
 

@@ -30,6 +30,8 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[cfg(feature = "nccl")]
 mod cuda;
+#[cfg(all(test, feature = "nccl"))]
+mod cuda_host;
 #[cfg(feature = "nccl")]
 mod cuda_kernels;
 #[cfg(feature = "nccl")]

@@ -1,0 +1,275 @@
+//! The host emulation's Rust side (tests only, feature `nccl`): the CUDA kernels of
+//! `comm/cuda_reprosum.rs`, `comm/cuda_kernels.rs` and `comm/cuda_ops.rs` compiled by g++ for the
+//! CPU and run on cases the tests write, so that their arithmetic is checked bit for bit against
+//! the CPU references on a machine without a GPU (CI has none).
+//!
+//! [`host_kernels`] writes the very text of the chosen sources (under their NVRTC names), the
+//! shim `cuda_host_shim.h` (the bits of CUDA C they use) and the driver `cuda_host_driver.cpp`
+//! into a temporary folder and compiles them, each source selected by its `-D` macro
+//! ([`HostSource::define`]); [`Cases`] writes the driver's case file (its format is in the
+//! driver's header), [`run`] runs it and [`Results`] reads what it wrote, in the cases' order.
+//! The driver launches a kernel with its blocks one at a time in a seeded, shuffled order, and a
+//! block's threads as `std::thread`s sharing a `std::barrier`, so a kernel whose bits depend on
+//! the order of blocks or threads shows it.
+//!
+//! What this checks: g++'s IEEE arithmetic (`-ffp-contract=off`: no fused multiply-add) on the
+//! kernels' own text against the Rust references, and the kernels' independence of launch
+//! configurations and block orders. What it cannot: that a GPU gives the same bits (its own
+//! rounding of special cases, such as the NaN an add returns); `scripts/gpu-selftest.sh` runs the
+//! kernels' GPU tests on a GPU for that.
+
+use crate::comm::cuda::nvrtc_required;
+use crate::comm::cuda_kernels::{REDUCE_PROGRAM, REDUCE_SOURCE};
+use crate::comm::cuda_ops::{OPS_PROGRAM, OPS_SOURCE};
+use crate::comm::cuda_reprosum::{REPROSUM_PROGRAM, REPROSUM_SOURCE};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A kernel source the driver can include.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostSource {
+    /// `REPROSUM_SOURCE`: case kinds 1 to 4.
+    Reprosum,
+    /// `REDUCE_SOURCE`: case kinds 5 and 6.
+    Reduce,
+    /// `OPS_SOURCE`: case kinds 7 and 8.
+    Ops,
+}
+
+impl HostSource {
+    /// Every source.
+    pub(crate) const ALL: [HostSource; 3] =
+        [HostSource::Reprosum, HostSource::Reduce, HostSource::Ops];
+
+    /// The file name the driver includes: the program's NVRTC name.
+    fn program(self) -> &'static str {
+        match self {
+            HostSource::Reprosum => REPROSUM_PROGRAM,
+            HostSource::Reduce => REDUCE_PROGRAM,
+            HostSource::Ops => OPS_PROGRAM,
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            HostSource::Reprosum => REPROSUM_SOURCE,
+            HostSource::Reduce => REDUCE_SOURCE,
+            HostSource::Ops => OPS_SOURCE,
+        }
+    }
+
+    /// The macro that makes the driver include it.
+    fn define(self) -> &'static str {
+        match self {
+            HostSource::Reprosum => "DETCHECK_HOST_REPROSUM",
+            HostSource::Reduce => "DETCHECK_HOST_REDUCE",
+            HostSource::Ops => "DETCHECK_HOST_OPS",
+        }
+    }
+}
+
+/// Kernels compiled for the CPU with g++, in a temporary folder.
+pub(crate) struct HostKernels {
+    folder: tempfile::TempDir,
+    driver: PathBuf,
+}
+
+/// `true` when g++ runs; otherwise says what `checks` would have checked and returns `false`,
+/// or fails when `DETCHECK_REQUIRE_NVRTC=1` (CI, where a skipped emulation would hide a bug).
+fn have_gxx(checks: &str) -> bool {
+    if Command::new("g++").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(!nvrtc_required(), "DETCHECK_REQUIRE_NVRTC=1 and no g++");
+    println!("g++ not found: would {checks}");
+    false
+}
+
+/// Writes `sources`, the shim and the driver into a temporary folder and runs g++ on the driver
+/// with `options` (`-D` definitions, `-fsyntax-only`) and the sources' macros; `None` without g++.
+fn gxx(
+    sources: &[HostSource],
+    options: &[String],
+    checks: &str,
+) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !have_gxx(checks) {
+        return None;
+    }
+    let folder = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(folder.path().join(name), text).unwrap();
+    for source in sources {
+        write(source.program(), source.source());
+    }
+    write("cuda_host_shim.h", include_str!("cuda_host_shim.h"));
+    write("cuda_host_driver.cpp", include_str!("cuda_host_driver.cpp"));
+    let driver = folder.path().join("driver");
+    let output = Command::new("g++")
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-pthread",
+            "-ffp-contract=off",
+            "-fno-strict-aliasing",
+        ])
+        .args(sources.iter().map(|s| format!("-D{}", s.define())))
+        .args(options)
+        .arg(folder.path().join("cuda_host_driver.cpp"))
+        .arg("-o")
+        .arg(&driver)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "g++ failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some((folder, driver))
+}
+
+/// The driver for `source`, compiled with `defines` (`NAME=VALUE`, each given as `-DNAME=VALUE`);
+/// `None` (after saying that it would `checks`) without g++, unless `DETCHECK_REQUIRE_NVRTC=1`.
+pub(crate) fn host_kernels(
+    source: HostSource,
+    defines: &[String],
+    checks: &str,
+) -> Option<HostKernels> {
+    let options: Vec<String> = defines.iter().map(|d| format!("-D{d}")).collect();
+    let (folder, driver) = gxx(&[source], &options, checks)?;
+    Some(HostKernels { folder, driver })
+}
+
+/// Cases for the driver (its file format is in `cuda_host_driver.cpp`).
+#[derive(Default)]
+pub(crate) struct Cases {
+    bytes: Vec<u8>,
+}
+
+impl Cases {
+    /// Little-endian `u64`s: a case's kind and parameters.
+    pub(crate) fn words(&mut self, words: &[u64]) {
+        for w in words {
+            self.bytes.extend(w.to_le_bytes());
+        }
+    }
+
+    /// Raw little-endian bytes: a case's terms.
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// `f32`s, little-endian.
+    pub(crate) fn f32s(&mut self, values: &[f32]) {
+        values
+            .iter()
+            .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+    }
+
+    /// `f64`s, little-endian.
+    pub(crate) fn f64s(&mut self, values: &[f64]) {
+        values
+            .iter()
+            .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+    }
+
+    /// `u32`s, little-endian.
+    pub(crate) fn u32s(&mut self, values: &[u32]) {
+        values
+            .iter()
+            .for_each(|x| self.bytes.extend(x.to_le_bytes()));
+    }
+}
+
+/// The driver's results, read in the order of the cases.
+pub(crate) struct Results {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Results {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let chunk = self.bytes[self.at..self.at + N].try_into().unwrap();
+        self.at += N;
+        chunk
+    }
+
+    /// `len` `f32`s, as bits.
+    pub(crate) fn f32s(&mut self, len: usize) -> Vec<u32> {
+        (0..len).map(|_| u32::from_le_bytes(self.take())).collect()
+    }
+
+    /// `len` `f64`s, as bits.
+    pub(crate) fn f64s(&mut self, len: usize) -> Vec<u64> {
+        (0..len).map(|_| u64::from_le_bytes(self.take())).collect()
+    }
+
+    /// `len` elements of `width` bytes each (1, 4 or 8), as bits.
+    pub(crate) fn elements(&mut self, len: usize, width: usize) -> Vec<u64> {
+        (0..len)
+            .map(|_| match width {
+                1 => u64::from(u8::from_le_bytes(self.take())),
+                4 => u64::from(u32::from_le_bytes(self.take())),
+                8 => u64::from_le_bytes(self.take()),
+                _ => panic!("no {width}-byte elements"),
+            })
+            .collect()
+    }
+
+    /// `N` `u64`s.
+    pub(crate) fn words<const N: usize>(&mut self) -> [u64; N] {
+        std::array::from_fn(|_| u64::from_le_bytes(self.take()))
+    }
+
+    /// Every result was read.
+    pub(crate) fn assert_done(&self) {
+        assert_eq!(self.at, self.bytes.len(), "results left over");
+    }
+}
+
+/// Runs the driver on `cases`.
+pub(crate) fn run(kernels: &HostKernels, cases: &Cases) -> Results {
+    let folder: &Path = kernels.folder.path();
+    let (input, output) = (folder.join("cases.bin"), folder.join("results.bin"));
+    std::fs::write(&input, &cases.bytes).unwrap();
+    let status = Command::new(&kernels.driver)
+        .arg(&input)
+        .arg(&output)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the driver failed: {status}");
+    Results {
+        bytes: std::fs::read(&output).unwrap(),
+        at: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The three sources compile into one translation unit (no name clashes), each with its own
+    /// macro; the driver refuses a case kind it was not compiled with.
+    #[test]
+    fn every_source_compiles_alone_and_with_the_others() {
+        let checks = "check that the kernel sources compile together for the host emulation";
+        if gxx(&HostSource::ALL, &["-fsyntax-only".into()], checks).is_none() {
+            return;
+        }
+        let Some(kernels) = host_kernels(HostSource::Ops, &[], checks) else {
+            return;
+        };
+        let mut cases = Cases::default();
+        cases.words(&[1, 0, 0, 1, 1, 0]);
+        let folder = kernels.folder.path();
+        std::fs::write(folder.join("cases.bin"), &cases.bytes).unwrap();
+        let output = Command::new(&kernels.driver)
+            .arg(folder.join("cases.bin"))
+            .arg(folder.join("results.bin"))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("not compiled in"),
+            "{output:?}"
+        );
+    }
+}
