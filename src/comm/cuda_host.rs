@@ -6,8 +6,9 @@
 //! [`host_kernels`] writes the very text of the chosen sources (under their NVRTC names), the
 //! shim `cuda_host_shim.h` (the bits of CUDA C they use) and the driver `cuda_host_driver.cpp`
 //! into a temporary folder and compiles them, each source selected by its `-D` macro
-//! ([`HostSource::define`]); [`Cases`] writes the driver's case file (its format is in the
-//! driver's header), [`run`] runs it and [`Results`] reads what it wrote, in the cases' order.
+//! (`DETCHECK_HOST_<NAME>` for `detcheck_<name>.cu`; each kernel module names its
+//! [`HostSource`]); [`Cases`] writes the driver's case file (its format is in the driver's
+//! header), [`run`] runs it and [`Results`] reads what it wrote, in the cases' order.
 //! The driver launches a kernel with its blocks one at a time in a seeded, shuffled order, and a
 //! block's threads as `std::thread`s sharing a `std::barrier`, so a kernel whose bits depend on
 //! the order of blocks or threads shows it.
@@ -19,52 +20,30 @@
 //! kernels' GPU tests on a GPU for that.
 
 use crate::comm::cuda::nvrtc_required;
-use crate::comm::cuda_kernels::{REDUCE_PROGRAM, REDUCE_SOURCE};
-use crate::comm::cuda_ops::{OPS_PROGRAM, OPS_SOURCE};
-use crate::comm::cuda_reprosum::{REPROSUM_PROGRAM, REPROSUM_SOURCE};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A kernel source the driver can include.
+/// A kernel source for the driver: its NVRTC program name (the file the driver includes) and its
+/// text. The kernel modules name their own (this module knows none of them, so none of them
+/// depends on another through it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HostSource {
-    /// `REPROSUM_SOURCE`: case kinds 1 to 4.
-    Reprosum,
-    /// `REDUCE_SOURCE`: case kinds 5 and 6.
-    Reduce,
-    /// `OPS_SOURCE`: case kinds 7 and 8.
-    Ops,
+pub(crate) struct HostSource {
+    /// `detcheck_<name>.cu`: the driver includes it when `DETCHECK_HOST_<NAME>` is defined.
+    pub(crate) program: &'static str,
+    /// The CUDA C.
+    pub(crate) source: &'static str,
 }
 
 impl HostSource {
-    /// Every source.
-    pub(crate) const ALL: [HostSource; 3] =
-        [HostSource::Reprosum, HostSource::Reduce, HostSource::Ops];
-
-    /// The file name the driver includes: the program's NVRTC name.
-    fn program(self) -> &'static str {
-        match self {
-            HostSource::Reprosum => REPROSUM_PROGRAM,
-            HostSource::Reduce => REDUCE_PROGRAM,
-            HostSource::Ops => OPS_PROGRAM,
-        }
-    }
-
-    fn source(self) -> &'static str {
-        match self {
-            HostSource::Reprosum => REPROSUM_SOURCE,
-            HostSource::Reduce => REDUCE_SOURCE,
-            HostSource::Ops => OPS_SOURCE,
-        }
-    }
-
-    /// The macro that makes the driver include it.
-    fn define(self) -> &'static str {
-        match self {
-            HostSource::Reprosum => "DETCHECK_HOST_REPROSUM",
-            HostSource::Reduce => "DETCHECK_HOST_REDUCE",
-            HostSource::Ops => "DETCHECK_HOST_OPS",
-        }
+    /// The macro that makes the driver include it: `detcheck_reduce.cu` is
+    /// `DETCHECK_HOST_REDUCE`.
+    fn define(self) -> String {
+        let name = self
+            .program
+            .strip_prefix("detcheck_")
+            .and_then(|p| p.strip_suffix(".cu"))
+            .unwrap_or_else(|| panic!("{}: not detcheck_<name>.cu", self.program));
+        format!("DETCHECK_HOST_{}", name.to_uppercase())
     }
 }
 
@@ -98,7 +77,7 @@ fn gxx(
     let folder = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| std::fs::write(folder.path().join(name), text).unwrap();
     for source in sources {
-        write(source.program(), source.source());
+        write(source.program, source.source);
     }
     write("cuda_host_shim.h", include_str!("cuda_host_shim.h"));
     write("cuda_host_driver.cpp", include_str!("cuda_host_driver.cpp"));
@@ -124,6 +103,12 @@ fn gxx(
         String::from_utf8_lossy(&output.stderr)
     );
     Some((folder, driver))
+}
+
+/// `true` when `sources` compile into one driver (g++ `-fsyntax-only`), so their names do not
+/// clash; `false` (after saying that it would `checks`) without g++.
+pub(crate) fn compile_together(sources: &[HostSource], checks: &str) -> bool {
+    gxx(sources, &["-fsyntax-only".into()], checks).is_some()
 }
 
 /// The driver for `source`, compiled with `defines` (`NAME=VALUE`, each given as `-DNAME=VALUE`);
@@ -227,49 +212,27 @@ impl Results {
 
 /// Runs the driver on `cases`.
 pub(crate) fn run(kernels: &HostKernels, cases: &Cases) -> Results {
-    let folder: &Path = kernels.folder.path();
-    let (input, output) = (folder.join("cases.bin"), folder.join("results.bin"));
-    std::fs::write(&input, &cases.bytes).unwrap();
-    let status = Command::new(&kernels.driver)
-        .arg(&input)
-        .arg(&output)
-        .status()
-        .unwrap();
-    assert!(status.success(), "the driver failed: {status}");
+    let output = try_run(kernels, cases);
+    assert!(
+        output.status.success(),
+        "the driver failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
     Results {
-        bytes: std::fs::read(&output).unwrap(),
+        bytes: std::fs::read(kernels.folder.path().join("results.bin")).unwrap(),
         at: 0,
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The three sources compile into one translation unit (no name clashes), each with its own
-    /// macro; the driver refuses a case kind it was not compiled with.
-    #[test]
-    fn every_source_compiles_alone_and_with_the_others() {
-        let checks = "check that the kernel sources compile together for the host emulation";
-        if gxx(&HostSource::ALL, &["-fsyntax-only".into()], checks).is_none() {
-            return;
-        }
-        let Some(kernels) = host_kernels(HostSource::Ops, &[], checks) else {
-            return;
-        };
-        let mut cases = Cases::default();
-        cases.words(&[1, 0, 0, 1, 1, 0]);
-        let folder = kernels.folder.path();
-        std::fs::write(folder.join("cases.bin"), &cases.bytes).unwrap();
-        let output = Command::new(&kernels.driver)
-            .arg(folder.join("cases.bin"))
-            .arg(folder.join("results.bin"))
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(2));
-        assert!(
-            String::from_utf8_lossy(&output.stderr).contains("not compiled in"),
-            "{output:?}"
-        );
-    }
+/// Runs the driver on `cases`, failing or not: its exit status and messages.
+pub(crate) fn try_run(kernels: &HostKernels, cases: &Cases) -> std::process::Output {
+    let folder: &Path = kernels.folder.path();
+    let (input, output) = (folder.join("cases.bin"), folder.join("results.bin"));
+    std::fs::write(&input, &cases.bytes).unwrap();
+    Command::new(&kernels.driver)
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .unwrap()
 }

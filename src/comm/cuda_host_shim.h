@@ -10,7 +10,8 @@
 // - atomics are std::atomic_ref operations (sequentially consistent, as strong as CUDA's);
 // - isnan is the C++ library's (<cmath>), as NVRTC's CUDA headers give it to device code.
 // This checks the kernels' arithmetic and that their bits do not depend on the order of blocks
-// and threads; that a GPU gives the same bits is for a test on a GPU.
+// and threads; that a GPU gives the same bits is for the tests scripts/gpu-selftest.sh runs on
+// a GPU.
 #pragma once
 
 #include <atomic>

@@ -21,10 +21,22 @@
 //! so +0.0 wins over -0.0. The grid-stride loop only decides which thread computes an element,
 //! never the order of its operations, so the bits do not depend on the launch configuration.
 //!
+//! Testing: without a GPU (CI has none) the tests run every kernel on the CPU, through the host
+//! emulation (`comm/cuda_host.rs`: g++ compiles the very text of [`REDUCE_SOURCE`] with
+//! `cuda_host_shim.h`, and `cuda_host_driver.cpp` launches it with its blocks in a shuffled
+//! order, a block's threads as `std::thread`s). Their bits are compared with `reduce_chunk`'s,
+//! given the inputs' order as its `order` (combine) or two contributions (accumulate: one
+//! `combine_into`), for every dtype and operation, 1 to 8 inputs, NaNs with payloads, of both
+//! signs and signalling, signed zeros, infinities, subnormals, overflow and integer wrap-around,
+//! at several launch configurations. Bit for bit, but for the sign and payload of a NaN sum,
+//! which neither IEEE 754 nor Rust fixes (the hardware and the compiler's order of operands do;
+//! a GPU gives `0x7fffffff`): there a NaN is what is checked. Max's NaN is always Rust's
+//! canonical one. That a GPU gives the same bits is checked by `comm/gpu.rs`'s tests, run on a
+//! GPU by `scripts/gpu-selftest.sh`.
+//!
 //! Limits: dtypes are those `reduce::unreducible` accepts (f32, f64, i32, i64, u8); the
 //! `reproducible` mode's integer-grid sums (`value/reprosum.rs`) have their kernels in
-//! `comm/cuda_reprosum.rs`. The kernels are compiled, not yet launched: that the GPU gives the
-//! CPU's bits for them is to be checked on a GPU, with the NCCL communicator (issue 26).
+//! `comm/cuda_reprosum.rs`.
 
 use crate::comm::cuda::{compile_cubin, compile_ptx, CudaError};
 use crate::value::{DType, ReduceOp};
@@ -251,7 +263,7 @@ pub fn compile_reduce_kernels() -> Result<ReduceModules, CudaError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::comm::cuda::assert_compiles_with_nvrtc;
     use crate::comm::cuda_host::{host_kernels, run, Cases, HostSource};
@@ -307,6 +319,12 @@ mod tests {
     }
 
     // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
+
+    /// [`REDUCE_SOURCE`] for the host emulation's driver.
+    pub(crate) const HOST: HostSource = HostSource {
+        program: REDUCE_PROGRAM,
+        source: REDUCE_SOURCE,
+    };
 
     /// A dtype as the driver names it (its code in case kinds 5 and 6) and its element width.
     #[derive(Debug, Clone, Copy)]
@@ -407,7 +425,9 @@ mod tests {
                 8 => value(f64::NEG_INFINITY),
                 9 => float(Float::Subnormal(k % 2 == 1, 1 + 77 * k as u32)),
                 10 => value(f64::from(f32::MAX) * if dtype == DType::F64 { 1e270 } else { 1.0 }),
-                11 => value(if k % 2 == 0 { 1.0e30 } else { -1.0e30 } * (k / 2 + 1) as f64),
+                11 => {
+                    value(if k.is_multiple_of(2) { 1.0e30 } else { -1.0e30 } * (k / 2 + 1) as f64)
+                }
                 12 => value(if k == 0 {
                     1.0
                 } else {
@@ -437,7 +457,7 @@ mod tests {
                 0 => int(max),
                 1 => int(min),
                 2 => int(if k == 0 { max } else { 1 }),
-                3 => int(if k % 2 == 0 { -1 } else { min }),
+                3 => int(if k.is_multiple_of(2) { -1 } else { min }),
                 4 => int(max - k as i128),
                 5 => int(if k == last { max } else { min + k as i128 }),
                 _ => None,
@@ -521,22 +541,46 @@ mod tests {
     /// What a reduction case expects: its description and the reference's bits.
     struct Expected {
         what: String,
-        width: usize,
+        host: HostDType,
+        op: ReduceOp,
         bits: Vec<u64>,
         inputs: Vec<Vec<u64>>,
     }
 
+    /// `bits` of a `dtype` element are a NaN's.
+    fn is_nan(dtype: DType, bits: u64) -> bool {
+        match dtype {
+            DType::F32 => f32::from_bits(bits as u32).is_nan(),
+            DType::F64 => f64::from_bits(bits).is_nan(),
+            _ => false,
+        }
+    }
+
     fn check(cases: &Cases, expected: &[Expected]) {
-        let Some(kernels) = host_kernels(HostSource::Reduce, &[], CHECKS) else {
+        let Some(kernels) = host_kernels(HOST, &[], CHECKS) else {
             return;
         };
         let mut results = run(&kernels, cases);
-        let mut elements = 0;
+        let (mut elements, mut nan_sums) = (0, 0);
         for case in expected {
-            let got = results.elements(case.bits.len(), case.width);
+            let got = results.elements(case.bits.len(), case.host.width);
             for (i, (g, e)) in got.iter().zip(&case.bits).enumerate() {
                 let inputs: Vec<String> =
                     case.inputs.iter().map(|c| format!("{:#x}", c[i])).collect();
+                if case.op == ReduceOp::Sum && is_nan(case.host.dtype, *e) {
+                    // IEEE 754 and Rust leave a NaN sum's sign and payload to the hardware and
+                    // the compiler's order of operands (x86 keeps the first NaN operand's, a
+                    // GPU gives 0x7fffffff): a NaN is what both promise. Max's NaN is Rust's
+                    // canonical one, compared bit for bit below.
+                    assert!(
+                        is_nan(case.host.dtype, *g),
+                        "{}: element {i}: {g:#x}, cpu a NaN ({e:#x}) (inputs {})",
+                        case.what,
+                        inputs.join(", ")
+                    );
+                    nan_sums += 1;
+                    continue;
+                }
                 assert_eq!(
                     g,
                     e,
@@ -549,7 +593,7 @@ mod tests {
         }
         results.assert_done();
         println!(
-            "{} launches, {elements} elements: the CPU's bits",
+            "{} launches, {elements} elements: the CPU's bits ({nan_sums} NaN sums: a NaN)",
             expected.len()
         );
     }
@@ -589,7 +633,8 @@ mod tests {
                                      elements, {grid}×{block}",
                                     host.dtype
                                 ),
-                                width: host.width,
+                                host,
+                                op,
                                 bits: data_bits(&want),
                                 inputs: inputs.clone(),
                             });
@@ -634,7 +679,8 @@ mod tests {
                                     "accumulate {op} {}, {len} elements, {grid}×{block}",
                                     host.dtype
                                 ),
-                                width: host.width,
+                                host,
+                                op,
                                 bits: data_bits(&want),
                                 inputs: pair.clone(),
                             });

@@ -22,6 +22,15 @@
 //! constructor guarantees them; the launch methods check the values' dtype and length against
 //! those handles.
 //!
+//! Testing: without a GPU (CI has none) the tests run both kernels on the CPU through the host
+//! emulation (`comm/cuda_host.rs`: g++, `cuda_host_shim.h`'s atomics as `std::atomic_ref`, blocks
+//! in a shuffled order, a block's threads as `std::thread`s). The segmented sum is compared with
+//! `segmented_sum_f32` bit for bit (empty buckets, one bucket, many, a lone `-0.0`); the atomic
+//! scatter, launched with one thread per block, gives the fold of its blocks' order bit for bit,
+//! and with many threads a fold within the rounding of some order (that its bits change from
+//! launch to launch is a GPU's to show). On a GPU, `scripts/gpu-selftest.sh` runs the tests that
+//! compare the GPU's bits with the CPU's.
+//!
 //! Limits: f32 values only; positions and buckets are `u32` (`value/scatter.rs`). The segmented
 //! kernel runs one thread per bucket, so few buckets of many values each run nearly serially:
 //! it is a reference of bits, not of speed.
@@ -308,9 +317,10 @@ impl Gpu {
 mod tests {
     use super::*;
     use crate::comm::cuda::assert_compiles_with_nvrtc;
-    use crate::comm::cuda_host::{host_kernels, run, Cases, HostSource};
+    use crate::comm::cuda_host::{compile_together, host_kernels, run, try_run, Cases, HostSource};
     use crate::comm::cuda_kernels::{CUBIN_ARCH, PTX_ARCH};
     use crate::comm::gpu::gpu_for_test;
+    use crate::comm::{cuda_kernels, cuda_reprosum};
     use crate::value::scatter::{segmented_sum_f32, segments};
     use crate::value::seed::{derive_stream, Stream};
     use crate::value::tensor::Tensor;
@@ -455,6 +465,37 @@ mod tests {
 
     // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
 
+    /// [`OPS_SOURCE`] for the host emulation's driver.
+    const HOST: HostSource = HostSource {
+        program: OPS_PROGRAM,
+        source: OPS_SOURCE,
+    };
+
+    /// The three kernel sources compile into one translation unit (no name clashes); a driver
+    /// compiled with one refuses the case kinds of the others.
+    #[test]
+    fn the_kernel_sources_compile_together_on_the_host() {
+        let checks = "check that the kernel sources compile together for the host emulation";
+        if !compile_together(
+            &[cuda_reprosum::tests::HOST, cuda_kernels::tests::HOST, HOST],
+            checks,
+        ) {
+            return;
+        }
+        let Some(kernels) = host_kernels(HOST, &[], checks) else {
+            return;
+        };
+        let mut cases = Cases::default();
+        // A reproducible column sum of nothing, kind 1.
+        cases.words(&[1, 0, 0, 1, 1, 0]);
+        let output = try_run(&kernels, &cases);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("not compiled in"),
+            "{output:?}"
+        );
+    }
+
     /// Launch configurations (grid, block, block-order seed): one thread for everything, whole
     /// blocks, and fewer threads than buckets or values.
     const LAUNCHES: [(u64, u64, u64); 3] = [(1, 1, 1), (3, 32, 2), (5, 7, 3)];
@@ -513,7 +554,7 @@ mod tests {
     #[test]
     fn the_segmented_sum_gives_the_cpus_bits_on_the_host() {
         let Some(kernels) = host_kernels(
-            HostSource::Ops,
+            HOST,
             &[],
             "run detcheck_segmented_sum_f32 on the CPU and compare its bits with \
              value/scatter.rs's segmented_sum_f32",
@@ -566,7 +607,7 @@ mod tests {
     #[test]
     fn the_atomic_scatter_is_some_orders_fold_on_the_host() {
         let Some(kernels) = host_kernels(
-            HostSource::Ops,
+            HOST,
             &[],
             "run detcheck_scatter_atomic_f32 on the CPU and check that it is a fold of each \
              bucket's values in some order",

@@ -30,14 +30,15 @@
 //! order in which blocks, warps and threads run; there are no float atomics and no warp
 //! shuffles in them.
 //!
-//! Testing: without a GPU the tests run the kernels on the CPU. `cuda_host_shim.h` (in this
-//! folder) defines the bits of CUDA C they use, `cuda_host_driver.cpp` launches them (blocks one
-//! at a time in a shuffled order, each block's threads as `std::thread`s sharing a
-//! `std::barrier`), and g++ compiles the very text of [`REPROSUM_SOURCE`]; the results are
-//! compared bit for bit with `value/reprosum.rs`, for the real tile sizes and for small ones
-//! that make many tiles. That checks the kernels' arithmetic and order-independence on the CPU
-//! (g++'s IEEE doubles, no contraction); that a GPU gives the same bits is for the GPU
-//! self-test, which launches them there.
+//! Testing: without a GPU the tests run the kernels on the CPU, through the host emulation that
+//! every kernel module's tests share (`comm/cuda_host.rs`). `cuda_host_shim.h` (in this folder)
+//! defines the bits of CUDA C they use, `cuda_host_driver.cpp` launches them (blocks one at a
+//! time in a shuffled order, each block's threads as `std::thread`s sharing a `std::barrier`),
+//! and g++ compiles the very text of [`REPROSUM_SOURCE`]; the results are compared bit for bit
+//! with `value/reprosum.rs`, for the real tile sizes and for small ones that make many tiles.
+//! That checks the kernels' arithmetic and order-independence on the CPU (g++'s IEEE doubles, no
+//! contraction); that a GPU gives the same bits is for the GPU self-test
+//! (`scripts/gpu-selftest.sh`), which launches them there.
 //!
 //! Limits: f32 and f64 columns, one f32 buffer; `count` fits a `u32` and the one-buffer `n` is
 //! at most 2⁶⁰ terms (`value/reprosum.rs`). The one-buffer sum reads a tile twice when its terms
@@ -765,7 +766,7 @@ pub fn compile_reprosum_kernels() -> Result<ReduceModules, CudaError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::comm::cuda::assert_compiles_with_nvrtc;
     use crate::comm::cuda_host::{self, run, Cases, HostKernels, HostSource};
@@ -881,12 +882,18 @@ mod tests {
         }
     }
 
+    /// [`REPROSUM_SOURCE`] for the host emulation's driver.
+    pub(crate) const HOST: HostSource = HostSource {
+        program: REPROSUM_PROGRAM,
+        source: REPROSUM_SOURCE,
+    };
+
     /// [`REPROSUM_SOURCE`] compiled for the CPU with `config`'s tiles (`comm/cuda_host.rs`);
     /// `None` (after saying what would be checked) without g++, unless
     /// `DETCHECK_REQUIRE_NVRTC=1`.
     fn host_kernels(config: TileConfig) -> Option<HostKernels> {
         cuda_host::host_kernels(
-            HostSource::Reprosum,
+            HOST,
             &[
                 format!("DETCHECK_REPROSUM_THREADS={}", config.threads),
                 format!("DETCHECK_REPROSUM_ITEMS={}", config.items),
