@@ -14,7 +14,9 @@
 //! With two ranks `arrival_order` is deterministic anyway, because IEEE addition is commutative;
 //! it takes three or more ranks to see it differ. Integers add with wrap-around. `max` returns a
 //! canonical NaN if any contribution is NaN and prefers +0.0 over −0.0, so it does not depend on
-//! order.
+//! order. A float sum that is NaN is the canonical NaN too, whatever the terms' payloads: IEEE 754
+//! leaves a NaN sum's payload to the hardware (a GPU has its own) and to the compiler's order of
+//! operands, so the bits of every schedule are the same on the CPU and on the GPU's kernels.
 //!
 //! [`chunk_range`], [`summation_order`] and [`reduce_chunk`] are the arithmetic every backend
 //! shares, so a schedule gives the same bits on threads as on any other backend.
@@ -304,7 +306,16 @@ macro_rules! float_reducible {
         impl Reducible for $t {
             #[inline]
             fn add(self, other: Self) -> Self {
-                self + other
+                // One NaN, whatever the operands' payloads: IEEE 754 does not say which payload
+                // a sum keeps (x86 keeps the first NaN operand's, and a compiler may swap the
+                // operands; a GPU gives its own 0x7fffffff), so a NaN sum is the canonical NaN
+                // on every backend and device, as max's and the reproducible sum's are.
+                let sum = self + other;
+                if sum.is_nan() {
+                    <$t>::NAN
+                } else {
+                    sum
+                }
             }
             #[inline]
             fn max_of(self, other: Self) -> Self {
