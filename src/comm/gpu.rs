@@ -69,7 +69,8 @@ pub(crate) const REPROSUM: Program = Program {
     source: REPROSUM_SOURCE,
 };
 
-/// One GPU: its primary context, the stream every call uses, and the modules loaded so far.
+/// One GPU: its primary context, the stream every call uses, and the modules and kernels loaded
+/// so far (each collective launches one: looked up once, not per call).
 pub struct Gpu {
     ordinal: usize,
     name: String,
@@ -77,6 +78,7 @@ pub struct Gpu {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<BTreeMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<BTreeMap<(&'static str, String), CudaFunction>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -205,6 +207,7 @@ impl Gpu {
             context,
             stream,
             modules: Mutex::new(BTreeMap::new()),
+            functions: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -231,6 +234,11 @@ impl Gpu {
         program: Program,
         kernel: &str,
     ) -> Result<CudaFunction, CudaError> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (program.name, kernel.to_owned());
+        if let Some(function) = functions.get(&key) {
+            return Ok(function.clone());
+        }
         let module = {
             let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
             match modules.get(program.name) {
@@ -246,9 +254,11 @@ impl Gpu {
                 }
             }
         };
-        module
+        let function = module
             .load_function(kernel)
-            .map_err(driver("cuModuleGetFunction"))
+            .map_err(driver("cuModuleGetFunction"))?;
+        functions.insert(key, function.clone());
+        Ok(function)
     }
 
     /// Copies `tensor` to the device.

@@ -93,22 +93,30 @@ pub(crate) fn gpu_runner_dyn() -> Result<&'static dyn Runner, String> {
 /// device, NVRTC and NCCL; or why not. The leader asks before it launches a `gpu` scenario, so a
 /// machine without them is exit 4 at once rather than a failed run.
 pub(crate) fn nccl_usable() -> Result<(), String> {
-    #[cfg(feature = "nccl")]
-    {
-        use crate::comm::{count_devices, locate_library, CudaLibrary};
-        count_devices().map_err(|e| e.to_string())?;
-        for library in [CudaLibrary::Nvrtc, CudaLibrary::Nccl] {
-            locate_library(library).map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-    #[cfg(not(feature = "nccl"))]
-    {
-        Err(
-            "this detcheck was built without GPU support: build it with `--features mpi,nccl`"
-                .into(),
-        )
-    }
+    // Asked before every run of a `gpu` scenario under MPI: probed once per process (the probes
+    // open libraries and initialise the driver).
+    static USABLE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    USABLE
+        .get_or_init(|| {
+            #[cfg(feature = "nccl")]
+            {
+                use crate::comm::{count_devices, locate_library, CudaLibrary};
+                count_devices().map_err(|e| e.to_string())?;
+                for library in [CudaLibrary::Nvrtc, CudaLibrary::Nccl] {
+                    locate_library(library).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            #[cfg(not(feature = "nccl"))]
+            {
+                Err(
+                    "this detcheck was built without GPU support: build it with `--features \
+                     mpi,nccl`"
+                        .into(),
+                )
+            }
+        })
+        .clone()
 }
 
 /// [`RunError::NoDevice`] for `scenario`, which needs the GPU that `reason` says is missing.
