@@ -29,7 +29,10 @@ item "unmodified DDP on CUDA with device digests: repeat" 0 \
 item "clock-reseed control on CUDA with device digests: caught" 0 \
     detcheck check --no-progress --ranks 1 --steps 2 --expect diverges -- \
     python3 "$script" --device cuda --reseed-from-clock
+# DETCHECK_GPU_BENCH_ARGS (e.g. "--rounds 3 --steps 5") shortens the benchmark to fit a lease.
+# shellcheck disable=SC2086
 item "benchmark: GPT-2 124M, batch 8 x 512, bf16 autocast, AdamW" 0 \
-    "$venv/bin/python" python/bench/gpu_overhead.py --json "${OUT:-/tmp}/gpu_overhead.json"
+    "$venv/bin/python" python/bench/gpu_overhead.py --json "${OUT:-/tmp}/gpu_overhead.json" \
+    ${DETCHECK_GPU_BENCH_ARGS:-}
 echo "$out" | tail -20
 exit $failed

@@ -6,6 +6,11 @@
 wheel=${1:?usage: $0 WHEEL}
 venv=${VENV:-/tmp/detcheck-gpu-venv}
 python3 -m venv --system-site-packages "$venv"
+# --system-site-packages sees the base interpreter's packages only: where the machine's python3
+# is itself a virtual environment (the GPU image's /opt/torch/.venv holds torch), its
+# site-packages are added to the new one by a .pth file.
+python3 -c 'import site, sys; sys.prefix != sys.base_prefix and print("\n".join(site.getsitepackages()))' \
+    >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/detcheck-gpu-parent.pth"
 "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || exit 1
 export PATH="$venv/bin:$PATH"
 failed=0

@@ -719,8 +719,10 @@ mod tests {
         };
         for dtype in DType::ALL {
             let len = 1000;
+            // A bool is one byte, 0 or 1 (`TensorView::new` rejects any other byte).
+            let modulus = if dtype == DType::Bool { 2 } else { 251 };
             let bytes: Vec<u8> = (0..len * dtype.size_of())
-                .map(|i| (i % 251) as u8)
+                .map(|i| (i % modulus) as u8)
                 .collect();
             let tensor = TensorView::new(dtype, &[len], &bytes).unwrap().to_tensor();
             let device = gpu.upload(&tensor).unwrap();
