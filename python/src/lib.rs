@@ -31,8 +31,8 @@ mod worker;
 
 use buffer::Buffer;
 use detcheck::file::{
-    no_records_note, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RecorderPlan,
-    TraceWriter as RustWriter,
+    Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles, RecorderPlan,
+    TraceWriter as RustWriter, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
 use detcheck::value::{tree_digest, DType, Stats, TensorView, Totals, ViewError};
@@ -708,19 +708,39 @@ fn _on_program_writer(callback: Option<Py<PyAny>>) {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = callback;
 }
 
-/// `launch_info()`'s tuple: `(rank, world_size, seed, note)`.
-type LaunchInfo = (Option<u32>, u32, u64, Option<PathBuf>);
+/// `launch_info()`'s tuple: `(rank, world_size, seed, files)`.
+type LaunchInfo = (
+    Option<u32>,
+    u32,
+    u64,
+    Option<BTreeMap<&'static str, PathBuf>>,
+);
 
 /// The launch this process belongs to, as the zero-change recorder needs it: `(rank or None,
-/// world_size, seed, note)`, where `note` is the path of the rank's no-records note
-/// (`detcheck::file::no_records_note`; `None` without a rank), or `None` outside detcheck.
+/// world_size, seed, files)`, where `files` maps `note`, `error`, `pid` and `stacks` to the
+/// paths of the rank's files in the trace folder (`detcheck::file::RankFiles`; `None` without
+/// a rank), or `None` outside detcheck.
 #[pyfunction]
 fn launch_info() -> PyResult<Option<LaunchInfo>> {
     let launch = Launch::from_env().map_err(dump_error)?;
     Ok(launch.map(|l| {
-        let note = l.rank.map(|r| no_records_note(&l.trace_dir, r));
-        (l.rank, l.world_size, l.seed, note)
+        let files = l.rank.map(|r| {
+            let f = RankFiles::new(&l.trace_dir, r);
+            BTreeMap::from([
+                ("note", f.note),
+                ("error", f.error),
+                ("pid", f.pid),
+                ("stacks", f.stacks),
+            ])
+        });
+        (l.rank, l.world_size, l.seed, files)
     }))
+}
+
+/// The first line of a rank's error file (`detcheck::file::ERROR_FILE_MAGIC`).
+#[pyfunction]
+fn error_file_magic() -> &'static str {
+    ERROR_FILE_MAGIC
 }
 
 /// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
@@ -812,6 +832,7 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor_digest, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
+    m.add_function(wrap_pyfunction!(error_file_magic, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
     m.add_function(wrap_pyfunction!(deterministic_settings, m)?)?;
     m.add_function(wrap_pyfunction!(_program_opened_writer, m)?)?;

@@ -121,8 +121,50 @@ impl RecorderPlan {
 /// trace says why instead of only that the file is missing.
 #[must_use]
 pub fn no_records_note(trace_dir: &std::path::Path, rank: u32) -> PathBuf {
-    trace_dir.join(format!("rank{rank}.no-records.txt"))
+    RankFiles::new(trace_dir, rank).note
 }
+
+/// The files a rank's Python start-up hook keeps in the trace folder besides its trace, so
+/// that a failed launch reads like the rank's own failure under every launcher (torchrun and
+/// mpirun show the launcher's words, not the rank's):
+///
+/// | file | written | holds |
+/// | --- | --- | --- |
+/// | `rank{R}.no-records.txt` | at exit, when nothing was recorded | one line: why |
+/// | `rank{R}.error.txt` | when the rank's program ends with an uncaught exception | `detcheck-error rank=R time=T` (T: seconds since the Unix epoch, a float), then the traceback |
+/// | `rank{R}.pid` | at start-up | the rank's process id |
+/// | `rank{R}.stacks.txt` | when detcheck sends the rank `SIGUSR2` (a launch past its timeout) | every thread's Python stack (`faulthandler`) |
+///
+/// Each is written whole (a temporary name, then a rename) except the stacks, which
+/// `faulthandler` writes into a file opened at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankFiles {
+    /// `rank{R}.no-records.txt`.
+    pub note: PathBuf,
+    /// `rank{R}.error.txt`.
+    pub error: PathBuf,
+    /// `rank{R}.pid`.
+    pub pid: PathBuf,
+    /// `rank{R}.stacks.txt`.
+    pub stacks: PathBuf,
+}
+
+impl RankFiles {
+    /// The files of rank `rank` in `trace_dir`.
+    #[must_use]
+    pub fn new(trace_dir: &std::path::Path, rank: u32) -> Self {
+        let file = |what: &str| trace_dir.join(format!("rank{rank}.{what}"));
+        RankFiles {
+            note: file("no-records.txt"),
+            error: file("error.txt"),
+            pid: file("pid"),
+            stacks: file("stacks.txt"),
+        }
+    }
+}
+
+/// The first line of a `rank{R}.error.txt` file: `detcheck-error rank=R time=T`.
+pub const ERROR_FILE_MAGIC: &str = "detcheck-error";
 
 /// The error of a launch variable that is set but cannot be read.
 fn bad_variable(name: &str, value: &str, what: &str) -> DumpError {

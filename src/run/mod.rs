@@ -17,6 +17,8 @@ pub(crate) mod gpu;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 mod process;
+mod rank_failure;
+mod workdir;
 
 pub use dump::{dump_scenario, DumpRunError};
 

@@ -30,6 +30,8 @@
 use crate::file::{load_trace, no_records_note, DumpMode, Launch, RecorderPlan};
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
+use crate::run::rank_failure::{stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES};
+use crate::run::workdir::Workdir;
 use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
 use crate::scenario::command::{substitute, CommandProgram, Launcher, TemplateValues};
 use crate::scenario::{LoadedScenario, Program};
@@ -268,6 +270,33 @@ impl<'a> CommandLaunch<'a> {
         free_port()
     }
 
+    /// Whether the launch runs its one process as its user runs it by hand: one rank of the
+    /// `processes` launcher, which gets none of torch.distributed's variables
+    /// ([`TORCH_RANK_VARIABLES`]).
+    fn runs_as_by_hand(&self) -> bool {
+        self.command.launcher == Launcher::Processes && self.world_size == 1
+    }
+
+    /// The words of a failed launch, after `who exited with status`: the ranks' own
+    /// tracebacks (the root cause first) where their start-up hook left them, else the tail of
+    /// the failed process's stderr; and, at one rank, the hint for a script written for
+    /// torchrun.
+    fn failure_words(&self, stderr: &Path) -> String {
+        let errors = RankErrors::read(&self.trace_dir, self.world_size as u32);
+        let mut words = match errors.describe() {
+            Some(words) => format!(": {words}"),
+            None => stderr_tail(stderr),
+        };
+        if self.runs_as_by_hand() {
+            let text = errors
+                .0
+                .first()
+                .map_or_else(|| stderr_tail(stderr), |e| e.exception().to_owned());
+            words.push_str(&wrong_path_hint(&text).unwrap_or_default());
+        }
+        words
+    }
+
     /// A process of this launch: `argv` with the launch environment (and, with the
     /// `processes` launcher, its rank's).
     fn process(
@@ -295,13 +324,22 @@ impl<'a> CommandLaunch<'a> {
                 cmd.env(name, value);
             }
         }
-        cmd.env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", master_port.to_string())
-            .env("WORLD_SIZE", self.world_size.to_string());
-        if let Some(rank) = rank {
-            cmd.env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("LOCAL_WORLD_SIZE", self.world_size.to_string());
+        if self.runs_as_by_hand() {
+            // `python train.py`, as its user runs it by hand: a script that picks DDP by the
+            // presence of `RANK` takes its one-process path; one that creates a process group
+            // anyway gets a world of one from the start-up hook (`detcheck._single_rank`).
+            for name in TORCH_RANK_VARIABLES {
+                cmd.env_remove(name);
+            }
+        } else {
+            cmd.env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", master_port.to_string())
+                .env("WORLD_SIZE", self.world_size.to_string());
+            if let Some(rank) = rank {
+                cmd.env("RANK", rank.to_string())
+                    .env("LOCAL_RANK", rank.to_string())
+                    .env("LOCAL_WORLD_SIZE", self.world_size.to_string());
+            }
         }
         let plan = RecorderPlan {
             stop_after: self
@@ -511,8 +549,44 @@ impl<'a> CommandLaunch<'a> {
         format!("; detcheck's Python start-up hook recorded nothing:{notes}")
     }
 
-    /// Launches, waits, reads the traces.
+    /// Launches, waits, reads the traces; the working directory is put back as it was
+    /// before the launch (`crate::run::workdir`), whatever the outcome, and what could not be
+    /// put back is named in every rank's environment (`detcheck.workdir`).
     fn run(self) -> Result<Trace, RunError> {
+        let plan = &self.request.plan;
+        let handed: Vec<&Path> = [
+            Some(&self.trace_dir),
+            plan.checkpoint_to.as_ref(),
+            plan.resume_from.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+        .chain(self.request.capture.as_ref().map(|(_, dir)| dir.as_path()))
+        .chain(std::iter::once(self.folder.0.as_path()))
+        .collect();
+        // Not the system's temporary folder or the root, which other programs write into.
+        let workdir = std::env::current_dir()
+            .ok()
+            .filter(|dir| dir.parent().is_some() && *dir != std::env::temp_dir())
+            .and_then(|dir| Workdir::snapshot(&dir, &self.folder.0.join("workdir"), &handed).ok());
+        let result = self.launch_and_wait();
+        let Some(restored) = workdir.map(|w| w.restore()) else {
+            return result;
+        };
+        let mut trace = result?;
+        if let Some(entry) = restored.environment_entry() {
+            for rank in &mut trace.ranks {
+                rank.environment
+                    .get_or_insert_with(Default::default)
+                    .set("detcheck.workdir", entry.clone());
+            }
+        }
+        Ok(trace)
+    }
+
+    /// Launches, waits, reads the traces.
+    fn launch_and_wait(&self) -> Result<Trace, RunError> {
         let mut processes = self.start()?;
         let deadline = Instant::now() + self.command.timeout;
         let mut first_failure: Option<usize> = None;
@@ -542,7 +616,7 @@ impl<'a> CommandLaunch<'a> {
                 return Err(self.failed(format!(
                     "{} exited with {status}{}",
                     p.who(),
-                    stderr_tail(&p.stderr)
+                    self.failure_words(&p.stderr)
                 )));
             }
             if !running {
@@ -555,17 +629,22 @@ impl<'a> CommandLaunch<'a> {
                     .filter(|p| p.status.is_none())
                     .map(Process::who)
                     .collect();
-                let tail = processes
-                    .0
-                    .iter()
-                    .find(|p| p.status.is_none())
-                    .map(|p| stderr_tail(&p.stderr))
-                    .unwrap_or_default();
+                // The ranks' own stacks where their start-up hook can give them (asked before
+                // anything is killed); else the tail of a running process's stderr.
+                let words = match stuck_ranks(&self.trace_dir, self.world_size as u32) {
+                    Some(ranks) => format!("; {ranks}"),
+                    None => processes
+                        .0
+                        .iter()
+                        .find(|p| p.status.is_none())
+                        .map(|p| stderr_tail(&p.stderr))
+                        .unwrap_or_default(),
+                };
                 for p in &mut processes.0 {
                     p.kill();
                 }
                 return Err(self.failed(format!(
-                    "{} still running after the timeout of {:?} (params.timeout_secs); killed{tail}",
+                    "{} still running after the timeout of {:?} (params.timeout_secs); killed{words}",
                     still.join(", "),
                     self.command.timeout
                 )));

@@ -54,7 +54,7 @@ from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
 from ._detcheck import TraceWriter, _on_program_writer, _program_opened_writer
-from .torch import WatchHandle, _add_versions
+from .torch import WatchHandle, _add_versions, _Hook, _leaves
 
 __all__ = ["start", "stand_down", "Recorder"]
 
@@ -102,6 +102,16 @@ class Recorder:
         self._stood_down_because = None
         #: The writer's record count when the last step ended (more at exit: a step is open).
         self._records_before_step = 0
+        #: How steps end: ``undecided`` until the first update, then ``optimizer`` (a torch
+        #: optimizer's step) or ``rhythm`` (a backward, then the model's next forward: a loop
+        #: that updates its parameters by hand).
+        self._mode = "undecided"
+        #: Hooks on the model for the rhythm (removed with the handle's).
+        self._model_hooks = []
+        #: A backward through the model ended since its last forward began.
+        self._backward_seen = False
+        #: A callback at the end of the running backward is queued.
+        self._callback_queued = False
 
     def install(self):
         self._forward_hooks = [
@@ -159,6 +169,10 @@ class Recorder:
         )
         self.status = "recording"
         self.recorded = True
+        self._model_hooks = [
+            model.register_forward_pre_hook(_Hook(self._rhythm_before_forward), prepend=True),
+            model.register_forward_hook(_Hook(self._rhythm_after_forward)),
+        ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its inputs
             # are recorded here. A global pre-hook is not given the keyword arguments; they
@@ -168,11 +182,88 @@ class Recorder:
             self._handle._paused(self._handle._record_inputs)(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
+        self._optimizer_steps()
         if self.status == "recording":
             return self._handle._before_update(optimizer, args, kwargs)
         return None
 
+    def _optimizer_steps(self):
+        """A torch optimizer steps: it ends the steps from now on."""
+        if self._mode != "optimizer":
+            self._mode = "optimizer"
+            self._remove_model_hooks()
+
+    def _remove_model_hooks(self):
+        for hook in self._model_hooks:
+            hook.remove()
+        self._model_hooks = []
+
+    # The rhythm of a loop without a torch optimizer (module doc, "Steps"). Each part catches
+    # its own failure: a hook of the recorder never raises into the program.
+
+    def _rhythm_after_forward(self, module, args, output):
+        """Hooks the model's outputs, to learn when a backward through them ends."""
+        try:
+            if self._mode == "optimizer" or self.status != "recording":
+                return None
+            if not torch.is_grad_enabled():
+                return None
+            for _, tensor in _leaves("", output):
+                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                    tensor.register_hook(self._output_grad)
+        except Exception as e:
+            _say_once(self, f"cannot follow the backward of the model: {e!r}")
+        return None
+
+    def _output_grad(self, grad):
+        # The backward through the model has begun: a callback at its end (queued twice, so
+        # that it runs after DistributedDataParallel's own, which is queued later and
+        # finishes the gradients' allreduce).
+        if not self._callback_queued:
+            self._callback_queued = True
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(lambda: engine.queue_callback(self._backward_ended))
+        return None
+
+    def _backward_ended(self):
+        self._callback_queued = False
+        try:
+            if self._mode == "optimizer" or self.status != "recording":
+                return
+            if self._mode == "undecided":
+                # The first backward: a program that made a torch optimizer steps it (perhaps
+                # after several backwards: gradient accumulation); one that made none updates
+                # its parameters by hand.
+                if _an_optimizer_exists():
+                    self._optimizer_steps()
+                    return
+                self._mode = "rhythm"
+            self._backward_seen = True
+            self._handle._end_backward()
+        except Exception as e:
+            _say_once(self, f"cannot record the gradients at the end of backward: {e!r}")
+
+    def _rhythm_before_forward(self, module, args):
+        """The model's next forward after a backward ends a step of a loop without an
+        optimizer: the parameters are recorded (the update is done), the step advances, and
+        the program ends after the N-th step when asked."""
+        if not self._backward_seen or self._mode == "optimizer" or self.status != "recording":
+            return None
+        try:
+            self._backward_seen = False
+            self._handle._after_update(None, (), {})
+            self._records_before_step = self._writer.num_records
+            self._steps += 1
+        except Exception as e:
+            _say_once(self, f"cannot end the step at the model's forward: {e!r}")
+            return None
+        stop_after = self._state.stop_after
+        if stop_after is not None and self._steps >= stop_after:
+            self._end_program()
+        return None
+
     def _after_step(self, optimizer, args, kwargs):
+        self._optimizer_steps()
         if self.status == "recording":
             self._handle._after_update(optimizer, args, kwargs)
             self._records_before_step = self._writer.num_records
@@ -206,6 +297,7 @@ class Recorder:
             return
         self.status = "finished"
         handle, writer = self._handle, self._writer
+        self._remove_model_hooks()
         handle.remove()
         if why is not None and writer.num_records > self._records_before_step:
             writer.add_environment(
@@ -224,6 +316,7 @@ class Recorder:
         for hook in self._step_hooks:
             hook.remove()
         self._step_hooks = []
+        self._remove_model_hooks()
         if previous == "recording":
             self._handle.remove()
             self._writer.abort()
@@ -238,6 +331,7 @@ class Recorder:
         self._handle = None
         self._forward_hooks = []
         self._step_hooks = []
+        self._model_hooks = []
         self.recorded = False
 
     def _terminated(self, signum, frame):
@@ -258,6 +352,24 @@ class Recorder:
             "torch was imported, but no torch.nn.Module with parameters ran forward and no "
             "optimizer stepped: nothing to record"
         )
+
+
+def _an_optimizer_exists():
+    """Whether the program made a ``torch.optim.Optimizer`` (asked once, at the end of the
+    first backward through the model, before any optimizer stepped)."""
+    import gc
+
+    return any(isinstance(o, torch.optim.Optimizer) for o in gc.get_objects())
+
+
+def _say_once(recorder, message):
+    if getattr(recorder, "_said", False):
+        return
+    recorder._said = True
+    try:
+        sys.stderr.write(f"detcheck: {message}\n")
+    except Exception:
+        pass
 
 
 def start(state):

@@ -106,7 +106,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils._pytree import tree_flatten
 
 from ._detcheck import TraceWriter, capture_request
-from .torch import ROOT, _host
+from .torch import ROOT, _Hook, _host
 
 #: The module label of the optimizer window's operators.
 OPTIMIZER = "(optimizer)"
@@ -229,6 +229,21 @@ def _owner(labels, param_name):
     return best or ROOT
 
 
+def _is_fsdp(module):
+    """Whether FSDP manages ``module``: FSDP2's ``fully_shard`` (its classes are named
+    ``FSDP<Class>``) or FSDP1's ``FullyShardedDataParallel``."""
+    return any(
+        c.__name__ in ("FSDPModule", "FullyShardedDataParallel") for c in type(module).__mro__
+    )
+
+
+def _say_unsupported(writer, why):
+    try:
+        writer.add_environment("detcheck.operator-trace", why)
+    except Exception:
+        pass
+
+
 def plan(handle, model, writer, updates):
     """The operator trace ``watch`` (``handle``) must take for the process's capture request,
     or ``None`` (no request, another rank's, or a name ``watch`` does not make). ``updates``:
@@ -240,6 +255,12 @@ def plan(handle, model, writer, updates):
     if getattr(writer, "rank", None) != rank:
         return None
     modules = {(label or ROOT): module for label, module in model.named_modules()}
+    if any(_is_fsdp(module) for module in modules.values()):
+        # FSDP frees its all-gathered parameters by resizing their storage, which fails on a
+        # storage the trace still reads ("Trying to resize storage that is not resizable"):
+        # no operator trace inside a sharded model, rather than a broken program.
+        _say_unsupported(writer, "the operator trace is not taken inside an FSDP model")
+        return None
     params = dict(model.named_parameters())
     if name.startswith("fwd/"):
         wanted = name[len("fwd/") :]
@@ -331,7 +352,7 @@ class _ForwardWindow(_Window):
         self._module = modules[label]
         self._labels = {id(module): label for label, module in modules.items()}
         self._hooks.append(
-            self._module.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+            self._module.register_forward_pre_hook(_Hook(self._pre_hook), with_kwargs=True)
         )
 
     def _pre_hook(self, module, args, kwargs):
@@ -344,13 +365,13 @@ class _ForwardWindow(_Window):
         tracer = self.tracer
         tracer.record_inputs("in", (args, kwargs))
         tracer.stack = [tracer.label]
-        self._hooks.append(module.register_forward_hook(self._close_hook))
+        self._hooks.append(module.register_forward_hook(_Hook(self._close_hook)))
         for sub in module.modules():
             if sub is module:
                 continue
             label = self._labels[id(sub)]
-            self._hooks.append(sub.register_forward_pre_hook(self._push(label), prepend=True))
-            self._hooks.append(sub.register_forward_hook(self._pop))
+            self._hooks.append(sub.register_forward_pre_hook(_Hook(self._push(label)), prepend=True))
+            self._hooks.append(sub.register_forward_hook(_Hook(self._pop)))
         self._enter()
         tracer.recording = True
         return None
@@ -386,15 +407,15 @@ class _BackwardWindow(_Window):
         self._param = param
         self._opened = False
         root = modules[ROOT]
-        self._hooks.append(root.register_forward_pre_hook(self._enter_hook))
+        self._hooks.append(root.register_forward_pre_hook(_Hook(self._enter_hook)))
 
     def _enter_hook(self, module, args):
         if self._entered or self._done or not self._now():
             return None
         self._enter()
-        self._hooks.append(self._module.register_forward_hook(self._output_hook))
+        self._hooks.append(self._module.register_forward_hook(_Hook(self._output_hook)))
         if self._param.requires_grad:
-            self._hooks.append(self._param.register_post_accumulate_grad_hook(self._grad_hook))
+            self._hooks.append(self._param.register_post_accumulate_grad_hook(_Hook(self._grad_hook)))
         return None
 
     def _output_hook(self, module, args, output):

@@ -40,15 +40,20 @@ _activated = False
 
 
 class _State:
-    def __init__(self, rank, world_size, seed, note, stop_after, deterministic):
+    def __init__(self, rank, world_size, seed, files, stop_after, deterministic):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self.note = note
+        #: The rank's files in the trace folder (``note``, ``error``, ``pid``, ``stacks``:
+        #: ``detcheck::file::RankFiles``).
+        self.files = files or {}
+        self.note = self.files.get("note")
         self.stop_after = stop_after
         self.deterministic = deterministic
         #: The recorder, once torch is imported (``detcheck._auto.Recorder``).
         self.recorder = None
+        #: The open file ``faulthandler`` writes the stacks into (kept open while we live).
+        self.stacks_file = None
 
 
 def _say(message):
@@ -115,9 +120,59 @@ def _apply(stack):
 def _torch_imported(module):
     if _state.deterministic:
         _apply("torch")
+    if _state.world_size == 1:
+        from . import _single_rank
+
+        _single_rank.install()
     from . import _auto
 
     _state.recorder = _auto.start(_state)
+
+
+def _write_whole(path, text):
+    """Writes ``text`` to ``path`` under a temporary name, then renames it: a reader never sees
+    half a file."""
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(partial, path)
+
+
+def _keep_failures_readable():
+    """The rank's side of ``detcheck::file::RankFiles``: its process id now, its traceback if
+    the program ends with an uncaught exception, its stacks when detcheck asks (``SIGUSR2``,
+    a launch past its timeout), so that a failure reads like the rank's own under every
+    launcher. Each part is skipped where it would change what the program sees (a handler of
+    its own for the signal)."""
+    import faulthandler
+    import signal
+    import time
+
+    files = _state.files
+    if "pid" in files:
+        _write_whole(files["pid"], f"{os.getpid()}\n")
+    if "stacks" in files and signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:
+        _state.stacks_file = open(files["stacks"], "w", encoding="utf-8")
+        faulthandler.register(signal.SIGUSR2, file=_state.stacks_file, all_threads=True)
+    if "error" in files:
+        from ._detcheck import error_file_magic
+
+        previous = sys.excepthook
+        magic = error_file_magic()
+
+        def excepthook(kind, value, tb):
+            if os.environ.get(PID_VAR) == str(os.getpid()):
+                try:
+                    import traceback
+
+                    text = "".join(traceback.format_exception(kind, value, tb))
+                    header = f"{magic} rank={_state.rank} time={time.time():.6f}\n"
+                    _write_whole(files["error"], header + text)
+                except Exception:
+                    pass
+            previous(kind, value, tb)
+
+        sys.excepthook = excepthook
 
 
 def activate():
@@ -132,7 +187,7 @@ def activate():
         info = launch_info()
         if info is None:
             return
-        rank, world_size, seed, note = info
+        rank, world_size, seed, files = info
         if rank is None:
             return  # not a rank: torchrun's agent, a `none` launch
         claimed = os.environ.get(PID_VAR)
@@ -140,7 +195,11 @@ def activate():
             return  # a process the rank's process started
         os.environ[PID_VAR] = str(os.getpid())
         stop_after, deterministic = recorder_plan()
-        _state = _State(rank, world_size, seed, note, stop_after, deterministic)
+        _state = _State(rank, world_size, seed, files, stop_after, deterministic)
+        try:
+            _keep_failures_readable()
+        except Exception as e:
+            _say(f"cannot keep this rank's failures readable: {e!r}")
         callbacks = {"torch": _torch_imported}
         if deterministic:
             _apply_python_now_and_numpy_later(callbacks)

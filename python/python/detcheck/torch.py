@@ -84,6 +84,11 @@ which synchronises the device: the recorded program runs slower, not differently
 
 import torch as _torch
 
+from . import _subclasses
+
+#: The tensor types ``_put`` hands to the writer without looking further.
+_PLAIN_TYPES = frozenset(_subclasses.PLAIN_TYPES)
+
 __all__ = ["watch", "WatchHandle", "TrainingRecording"]
 
 #: The name of the model's own output.
@@ -214,6 +219,35 @@ def _host(tensor):
     return tensor
 
 
+def _inert(*args, **kwargs):
+    """What a hook of detcheck's becomes in a copy of the model: nothing."""
+    return None
+
+
+def _inert_hook():
+    return _inert
+
+
+class _Hook:
+    """A hook detcheck attaches to a user's module, optimizer or tensor. It pickles, and
+    deep-copies, to ``_inert``: ``torch.save(model)``, ``copy.deepcopy(model)`` and pickling
+    for multiprocessing work while the model is recorded, and the copy records nothing."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __reduce__(self):
+        return (_inert_hook, ())
+
+    def __deepcopy__(self, memo):
+        return _inert
+
+
 def _leaves(name, value, depth=0):
     """``(name, tensor)`` of every tensor in a module's output, in order."""
     if isinstance(value, _torch.Tensor):
@@ -302,19 +336,23 @@ class WatchHandle:
                 "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
                 f"{type(writer).__name__}"
             )
+        #: Names already noted in the environment (a skipped record, a sharded tensor).
+        self._noted = set()
         if inputs:
             self._hooks.append(
-                model.register_forward_pre_hook(self._paused(self._record_inputs), with_kwargs=True)
+                model.register_forward_pre_hook(
+                    _Hook(self._paused(self._record_inputs)), with_kwargs=True
+                )
             )
         for name, module in model.named_modules() if "fwd" in self._records else ():
             label = "fwd/" + (name if name else ROOT)
-            self._hooks.append(module.register_forward_hook(self._forward_hook(label)))
+            self._hooks.append(module.register_forward_hook(_Hook(self._forward_hook(label))))
         if loss:
-            self._hooks.append(model.register_forward_hook(self._paused(self._record_loss)))
+            self._hooks.append(model.register_forward_hook(_Hook(self._paused(self._record_loss))))
         if optimizer is not None:
             # `optimizer` is the unwrapped torch optimizer (`watch` calls `_unwrap_optimizer`).
-            self._hooks.append(optimizer.register_step_pre_hook(self._before_update))
-            self._hooks.append(optimizer.register_step_post_hook(self._after_update))
+            self._hooks.append(optimizer.register_step_pre_hook(_Hook(self._before_update)))
+            self._hooks.append(optimizer.register_step_post_hook(_Hook(self._after_update)))
 
     @property
     def current_step(self):
@@ -357,9 +395,44 @@ class WatchHandle:
             self._device.close()
             self._device = None
 
-    def _put(self, step, name, tensor, replicated=False):
-        """Hands one record to the writer: through the device kernels (``DeviceRecords``) for
-        a tensor they run on, when device digests are on; otherwise from the host."""
+    def _put(self, step, name, tensor, replicated=False, state=False):
+        """Hands one record to the writer (``_put_plain``), a tensor subclass through its data
+        (``detcheck._subclasses``); ``state``: a gradient or parameter, whose DTensor
+        placements decide ``replicated``. Never raises into the program: a tensor with no values to
+        record, or a failure to record one, is skipped with one note in the trace's environment
+        (``detcheck.skipped/<name>``); a sharded tensor is noted once (``detcheck.tensor/<name>``)."""
+        try:
+            if type(tensor) not in _PLAIN_TYPES:
+                found = _subclasses.plain(tensor)
+                if found.note is not None:
+                    self._note("detcheck.tensor/", name, found.note)
+                if found.replicated is not None and state:
+                    # A gradient's or parameter's placements say whether its ranks hold the
+                    # same values (a one-rank world always does), whatever the wrapper.
+                    replicated = found.replicated or getattr(self._writer, "world_size", 1) == 1
+                tensor = found.tensor
+            self._put_plain(step, name, tensor, replicated)
+        except _subclasses.Unrecordable as e:
+            self._note("detcheck.skipped/", name, str(e))
+        except ImportError:
+            raise  # device_digests=True without Triton: the caller's request cannot be met
+        except Exception as e:
+            self._note("detcheck.skipped/", name, f"recording it failed: {type(e).__name__}: {e}")
+
+    def _note(self, prefix, name, text):
+        """One environment entry per record name (what ``_put`` skipped or how it recorded it)."""
+        key = prefix + name
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        try:
+            self._writer.add_environment(key, text)
+        except Exception:
+            pass
+
+    def _put_plain(self, step, name, tensor, replicated):
+        """Hands one plain tensor to the writer: through the device kernels (``DeviceRecords``)
+        for a tensor they run on, when device digests are on; otherwise from the host."""
         if self._device_digests is not False and tensor.device.type != "cpu":
             self._start_device_records()
         elif self._device_digests and self._device is None:
@@ -438,7 +511,7 @@ class WatchHandle:
         for label, param in self._grad_labels:
             grad = param.grad
             if grad is not None:
-                self._put(step, label, grad, self._replicated)
+                self._put(step, label, grad, self._replicated, state=True)
 
     def _end_backward(self):
         """The step's forward and backward are over, its update is next: records the gradients."""
@@ -479,7 +552,7 @@ class WatchHandle:
         if "param" in self._records:
             for label, param in self._param_labels:
                 if param.requires_grad:
-                    self._put(step, label, param, self._replicated)
+                    self._put(step, label, param, self._replicated, state=True)
         self._step += 1
         if self._device is not None:
             self._device.end_step()

@@ -1,0 +1,102 @@
+"""What a tensor that is not a plain ``torch.Tensor`` is recorded as, so that recording never
+raises inside the program's forward, backward or step.
+
+``plain(tensor)`` returns a ``Plain``: the plain tensor whose bytes are recorded, a note on what
+it is (``None`` for a plain tensor), and whether its values are the same on every rank of its
+mesh (``None``: the recorder's own rule decides). It raises ``Unrecordable`` with the reason
+when there are no values to record. The rules:
+
+- a plain ``torch.Tensor`` or ``nn.Parameter``: itself (the common case: one ``type`` test);
+- a ``DTensor`` (FSDP2's parameters, gradients and optimizer state; tensor parallel): this
+  rank's local shard (``to_local()``), noted with its placements, mesh, coordinate and global
+  shape; replicated only when every placement is ``Replicate`` (a ``Shard`` is this rank's
+  part, a ``Partial`` a partial sum: neither may be compared across ranks);
+- an ``AsyncCollectiveTensor`` (a functional collective's result, tensor parallel's module
+  outputs): the tensor it waits for;
+- a quantized tensor: its integers (``int_repr()``), noted with its scheme;
+- a meta tensor, a ``FakeTensor``, a nested or sparse tensor, and a wrapper subclass of
+  another library (no storage of its own): ``Unrecordable``;
+- any other subclass (a plain Python subclass of ``torch.Tensor``): its data as a plain tensor
+  (``as_subclass``), noted with its class.
+
+Determinism: a function of the tensor alone. Limits: a DTensor's records are its local shards;
+the global tensor is not gathered (that would add collectives to the program).
+"""
+
+import torch
+
+#: The types recorded as they are.
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class Unrecordable(Exception):
+    """The tensor holds no values detcheck can record; the message says why."""
+
+
+class Plain:
+    """What ``plain`` found: ``tensor`` (plain), ``note`` (or ``None``), ``replicated``
+    (``True``/``False`` where the tensor's type decides, else ``None``)."""
+
+    __slots__ = ("tensor", "note", "replicated")
+
+    def __init__(self, tensor, note=None, replicated=None):
+        self.tensor = tensor
+        self.note = note
+        self.replicated = replicated
+
+
+def _is_dtensor(tensor):
+    cls = type(tensor)
+    return cls.__name__ == "DTensor" and hasattr(tensor, "to_local") and hasattr(
+        tensor, "placements"
+    )
+
+
+def _dtensor(tensor):
+    placements = tuple(tensor.placements)
+    mesh = tensor.device_mesh
+    local = tensor.to_local()
+    try:
+        coordinate = mesh.get_coordinate()
+    except Exception:
+        coordinate = None
+    note = (
+        f"DTensor {list(map(str, placements))} on mesh {tuple(mesh.shape)} at {coordinate}: "
+        f"global shape {list(tensor.shape)}, recorded as the local shard {list(local.shape)}"
+    )
+    replicated = all(type(p).__name__ == "Replicate" for p in placements)
+    return Plain(plain(local).tensor, note, replicated)
+
+
+def plain(tensor):
+    """The plain tensor to record for ``tensor`` (module doc); raises ``Unrecordable``."""
+    cls = type(tensor)
+    if cls is torch.Tensor or cls is torch.nn.Parameter:
+        return Plain(tensor)
+    if _is_dtensor(tensor):
+        return _dtensor(tensor)
+    if cls.__name__ == "AsyncCollectiveTensor" and hasattr(tensor, "wait"):
+        # A collective's result still in flight (tensor parallel's outputs): waited for, as
+        # the program's next use of it would.
+        return Plain(plain(tensor.wait()).tensor)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__name__ == "FakeTensor" or tensor.is_meta:
+        raise Unrecordable(f"a {name} on {tensor.device} holds no values")
+    if getattr(tensor, "is_nested", False):
+        raise Unrecordable("a nested tensor has no single row-major layout")
+    if tensor.layout is not torch.strided:
+        raise Unrecordable(f"a sparse tensor ({tensor.layout}) is not recorded")
+    if tensor.is_quantized:
+        data = tensor.int_repr()
+        return Plain(data, f"quantized ({tensor.qscheme()}): recorded as its integers")
+    try:
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+        wrapper = is_traceable_wrapper_subclass(tensor)
+    except ImportError:
+        wrapper = False
+    if wrapper:
+        raise Unrecordable(f"a {name} is a wrapper subclass with no storage of its own")
+    if cls in PLAIN_TYPES:
+        return Plain(tensor)
+    return Plain(tensor.as_subclass(torch.Tensor), f"a {name}: recorded through its data")
