@@ -4,7 +4,8 @@
 # control (torchrun) and the torch custom-operator control (processes), through
 # python/tests/test_diagnosis.py; and the controls of the unmodified scripts (zero-change
 # recording: clock reseed, set order, the Trainer's clock-seeded dropout), through
-# python/tests/test_zero_change.py. .ci/run runs the torch ones 3 times (10 minutes for 20 here);
+# python/tests/test_zero_change.py; and the controls of the corpus of real-style scripts
+# (examples/programs/python/corpus), through python/tests/test_real_scripts.py. .ci/run runs the torch ones 3 times (10 minutes for 20 here);
 # this runs them all at the count given.
 #
 #   bash scripts/diagnosis-controls.sh [RUNS]
@@ -19,3 +20,5 @@ DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_REQUIRE_M
     DETCHECK_CONTROL_RUNS="$runs" DETCHECK_TORCH_CONTROL_RUNS="$runs" \
     target/venv/bin/pytest python/tests/test_diagnosis.py python/tests/test_zero_change.py -q -rs \
     -k "not zero_change or controls or dropout"
+DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CORPUS_CONTROL_RUNS="$runs" \
+    target/venv/bin/pytest python/tests/test_real_scripts.py -q -rs -s -k every_time

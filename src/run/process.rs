@@ -15,9 +15,14 @@
 //! `PYTHONHASHSEED` and the start order: a divergence that is a function of the launch recurs in
 //! the re-run.
 //!
+//! At one rank, the `processes` launcher sets none of torch.distributed's variables
+//! (`rank_failure::TORCH_RANK_VARIABLES`): the program runs as by hand. Every launch leaves the
+//! working directory as it found it (`crate::run::workdir`).
+//!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
-//! with the rank, the exit status and the tail of its stderr; an executable or launcher that
+//! with the rank, the exit status and the rank's own traceback or stacks
+//! (`crate::run::rank_failure`), else the tail of its stderr; an executable or launcher that
 //! cannot be started is bad input ([`RunError::CannotLaunch`], exit 2). Every child leads its own
 //! process group, and the whole group is killed on failure, timeout or drop: nothing is left
 //! running.

@@ -28,7 +28,9 @@ use std::time::Duration;
 pub enum Launcher {
     /// detcheck starts `world_size` processes itself; each gets `DETCHECK_RANK`, `RANK`,
     /// `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` (a free loopback port), so
-    /// `torch.distributed.init_process_group("gloo")` works without torchrun.
+    /// `torch.distributed.init_process_group("gloo")` works without torchrun. At one rank the
+    /// program runs as by hand: none of those but `DETCHECK_RANK` (the Python start-up hook
+    /// gives a program that creates a process group a world of one).
     #[default]
     Processes,
     /// `mpirun -n world_size` (Open MPI or MPICH, flags and pinning as `DETCHECK_NP` uses).

@@ -18,7 +18,12 @@ How it finds what to record (``Recorder``), through torch's global hooks:
   hooks, ends a step (``grad/*`` before the update, ``param/*`` after). A framework's wrapper
   (accelerate, Lightning) steps the torch optimizer inside it, where the hook fires, so a step
   is an update: an accumulation micro-batch or a step that ``GradScaler`` skips ends none. With
-  several optimizers each one's step ends a step (a GAN's two updates are two steps).
+  several optimizers each one's step ends a step (a GAN's two updates are two steps). A program
+  that has made no ``torch.optim.Optimizer`` by the end of its first backward through the model
+  (``_an_optimizer_exists``, asked once) updates by hand: then a step ends at the model's next
+  forward after a backward (the rhythm: ``_rhythm_*``), gradients recorded when the backward
+  ends (an autograd-engine callback, queued twice so it runs after DDP's), parameters when the
+  next forward begins.
 - Replicated records: ``grad/*`` and ``param/*`` are recorded as replicated when the model is
   wrapped in ``DistributedDataParallel`` or the world has one rank, so ``replicas`` and
   ``world_sizes`` check them without a flag.

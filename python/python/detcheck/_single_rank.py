@@ -15,6 +15,7 @@ Limits: the ``env://`` init method only (the default); a ``tcp://`` or ``file://
 its own rank and world size.
 """
 
+import importlib
 import os
 import socket
 
@@ -43,7 +44,8 @@ def _fill():
 def install():
     """Wraps the ``env://`` rendezvous handler (a no-op where torch.distributed is missing)."""
     try:
-        from torch.distributed import rendezvous
+        # The module: `torch.distributed.rendezvous` as an attribute is its function.
+        rendezvous = importlib.import_module("torch.distributed.rendezvous")
     except Exception:
         return
     handlers = getattr(rendezvous, "_rendezvous_handlers", None)

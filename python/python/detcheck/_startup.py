@@ -14,7 +14,12 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    imported, the torch ones when torch is;
 3. when torch is imported (an import hook that runs after torch's own ``__init__``), starts
    the recorder, ``detcheck._auto``, which hooks every module and optimizer;
-4. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
+4. keeps the rank's failures readable (``detcheck::file::RankFiles``): its process id, the
+   traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
+   (``faulthandler``, unless the program handles that signal);
+5. at one rank, gives a program that creates a process group a world of one
+   (``detcheck._single_rank``);
+6. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
    no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
    prints when the rank's trace is missing).
 

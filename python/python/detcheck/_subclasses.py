@@ -6,7 +6,8 @@ it is (``None`` for a plain tensor), and whether its values are the same on ever
 mesh (``None``: the recorder's own rule decides). It raises ``Unrecordable`` with the reason
 when there are no values to record. The rules:
 
-- a plain ``torch.Tensor`` or ``nn.Parameter``: itself (the common case: one ``type`` test);
+- a plain, dense ``torch.Tensor`` or ``nn.Parameter``: itself (``watch`` hands those to the
+  writer without asking);
 - a ``DTensor`` (FSDP2's parameters, gradients and optimizer state; tensor parallel): this
   rank's local shard (``to_local()``), noted with its placements, mesh, coordinate and global
   shape; replicated only when every placement is ``Replicate`` (a ``Shard`` is this rank's
@@ -71,8 +72,6 @@ def _dtensor(tensor):
 def plain(tensor):
     """The plain tensor to record for ``tensor`` (module doc); raises ``Unrecordable``."""
     cls = type(tensor)
-    if cls is torch.Tensor or cls is torch.nn.Parameter:
-        return Plain(tensor)
     if _is_dtensor(tensor):
         return _dtensor(tensor)
     if cls.__name__ == "AsyncCollectiveTensor" and hasattr(tensor, "wait"):

@@ -219,6 +219,14 @@ def _host(tensor):
     return tensor
 
 
+def _dense_with_values(tensor):
+    """Whether a plain tensor's values are its strided memory (not quantized, meta, nested or
+    sparse): then the writer reads it as it is."""
+    return tensor.layout is _torch.strided and not (
+        tensor.is_quantized or tensor.is_meta or tensor.is_nested
+    )
+
+
 def _inert(*args, **kwargs):
     """What a hook of detcheck's becomes in a copy of the model: nothing."""
     return None
@@ -402,7 +410,7 @@ class WatchHandle:
         record, or a failure to record one, is skipped with one note in the trace's environment
         (``detcheck.skipped/<name>``); a sharded tensor is noted once (``detcheck.tensor/<name>``)."""
         try:
-            if type(tensor) not in _PLAIN_TYPES:
+            if type(tensor) not in _PLAIN_TYPES or not _dense_with_values(tensor):
                 found = _subclasses.plain(tensor)
                 if found.note is not None:
                     self._note("detcheck.tensor/", name, found.note)

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Recording an FSDP2 training step without a change to the program: step time unrecorded and
+recorded by the wheel's start-up hook, side by side (issue 35: <= 1.05x of unrecorded, the
+zero-change path's figure for DDP).
+
+    python python/bench/fsdp2_overhead.py [--rounds 5] [--steps 20] [--ranks 2]
+
+The program (this file, run by torchrun with ``--child``) is a transformer of 4 blocks, 256 wide,
+each block ``fully_shard``-ed, then the root; batch 8 x 64 per rank of fixed random tokens;
+AdamW; gloo on the CPU, one torch thread per rank. Contenders:
+
+- ``off`` and ``off2`` (the same again: the noise);
+- ``auto-md5``: the same program started with a launch's variables (``DETCHECK_TRACE_DIR``, its
+  world size, mode md5), so the start-up hook records it as ``detcheck check -- torchrun ...``
+  does: every module's output, every gradient and parameter (DTensors: their local shards), the
+  model's input, every step.
+
+Every trial is a fresh torchrun; rank 0 times ``--steps`` steps after ``--warmup`` with
+``perf_counter`` around the loop, with ``torch.distributed.barrier()`` before the clock starts and
+stops (the recorder's writer flushes nothing inside the span: its background thread hashes on
+the idle core, as in the DDP figure). Rounds run every contender once, rotated; a contender's
+ratio is its step time over ``off``'s in the same round, reported as the median and min-max.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CONTENDERS = ["off", "auto-md5", "off2"]
+
+
+def child(args):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    width, vocab = 256, 512
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(width)
+            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+        def forward(self, x):
+            return x + self.mlp(self.norm(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(4))
+            self.head = nn.Linear(width, vocab)
+
+        def forward(self, idx):
+            x = self.tok(idx)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    model = Model()
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    tokens = torch.randint(0, vocab, (8, 64), generator=g)
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+        loss.backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    dist.barrier()
+    elapsed = time.perf_counter() - start
+    if dist.get_rank() == 0:
+        print(json.dumps({"ms_per_step": elapsed / args.steps * 1e3}), flush=True)
+    dist.destroy_process_group()
+
+
+def trial(args, contender):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for name in list(env):
+        if name.startswith("DETCHECK_"):
+            del env[name]
+    folder = tempfile.TemporaryDirectory()
+    if contender.startswith("auto"):
+        env.update({"DETCHECK_TRACE_DIR": folder.name, "DETCHECK_WORLD_SIZE": str(args.ranks),
+                    "DETCHECK_MODE": contender.split("-")[1], "DETCHECK_SEED": "0"})
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc-per-node={args.ranks}", __file__, "--child", "--steps", str(args.steps),
+         "--warmup", str(args.warmup)],
+        capture_output=True, text=True, env=env, timeout=600)
+    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{contender}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    if contender.startswith("auto"):
+        traces = sorted(p for p in os.listdir(folder.name) if p.endswith(".dctrace"))
+        if len(traces) != args.ranks:
+            raise SystemExit(f"{contender}: expected {args.ranks} traces, found {traces}")
+    folder.cleanup()
+    return json.loads(lines[-1])["ms_per_step"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--child", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    rounds = []
+    for r in range(args.rounds):
+        order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
+        times = {c: trial(args, c) for c in order}
+        rounds.append(times)
+        print(f"round {r}: " + ", ".join(f"{c} {times[c]:.1f} ms" for c in CONTENDERS), flush=True)
+    for c in CONTENDERS:
+        ratios = [t[c] / t["off"] for t in rounds]
+        print(f"{c:>9}: {statistics.median(t[c] for t in rounds):8.1f} ms/step, "
+              f"{statistics.median(ratios):.3f}x off ({min(ratios):.3f}-{max(ratios):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

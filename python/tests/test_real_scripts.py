@@ -1,0 +1,337 @@
+"""Real scripts as their authors write them (issue 35): the corpus of examples/programs/python/
+corpus (nanoGPT-style, DDP with snapshots, FSDP2, tensor parallel, a word-language-model-style
+loop without torch.optim) and what a user does with a recorded model; the launch rule at one
+rank; failures that read like the rank's own under torchrun; tensor subclasses that must never
+break the program.
+
+Needs torch (CI installs it; DETCHECK_REQUIRE_TORCH makes a missing torch fail, not skip).
+"""
+
+import copy
+import importlib.util
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, decode
+
+CORPUS = ROOT / "examples" / "programs" / "python" / "corpus"
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("DETCHECK_REQUIRE_TORCH") and importlib.util.find_spec("torch") is None,
+    reason="torch is not installed; .ci/run installs it (scripts/install-python.sh --torch)",
+)
+
+
+def detcheck(detcheck_bin, args, cwd=None, timeout=900):
+    """`detcheck ARGS` with this interpreter's folder first on PATH (its `python3` has the
+    package's start-up hook): (exit code, JSON scenario lines by name, all output)."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run([detcheck_bin, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=cwd)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    scenarios = {l["scenario"]["name"]: l for l in lines if l.get("type") == "scenario"}
+    return done.returncode, scenarios, done.stdout + done.stderr
+
+
+def check(detcheck_bin, args, **kwargs):
+    return detcheck(detcheck_bin, ["check", "--no-progress", "--format", "json", *args], **kwargs)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
+    # From an empty folder: the scripts' own files (nanoGPT's tokens, the snapshot, the saved
+    # model) go where their authors put them, and nothing is left behind.
+    code, scenarios, out = check(detcheck_bin, ["--no-diagnosis", CORPUS], cwd=tmp_path)
+    assert code == 0, out
+    names = {p.stem for p in CORPUS.glob("*.json")}
+    assert set(scenarios) == names, out
+    controls = {n for n in names if n.startswith("control_")}
+    assert len(controls) == 6 and len(names) == 11, names
+    for name, line in scenarios.items():
+        assert line["status"] == "passed", (name, out)
+        assert line["counts"]["records_compared"] > 0, (name, out)
+    assert list(tmp_path.iterdir()) == [], "a run left files in the working directory"
+
+
+def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_path):
+    # word_lm.py updates its parameters by hand and saves its whole model with torch.save.
+    dump = tmp_path / "dump"
+    code, _, out = detcheck(detcheck_bin, ["run", "--dump", dump, CORPUS / "word_lm.json"],
+                           cwd=tmp_path)
+    assert code == 0, out
+    records = decode(dump / "rank0.dctrace")
+    steps = sorted({r["step"] for r in records})
+    assert steps == [0, 1, 2], steps  # --steps 3 stopped the program
+    for step in steps:
+        names = [r["name"] for r in records if r["step"] == step]
+        grads = [n for n in names if n.startswith("grad/")]
+        params = [n for n in names if n.startswith("param/")]
+        assert grads and len(grads) == len(params), (step, names)
+        assert names.index(grads[0]) < names.index(params[0]), names
+        assert any(n.startswith("fwd/") for n in names), names
+    assert not (tmp_path / "model.pt").exists()
+
+
+def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):
+    script = write(tmp_path, "always_pg.py", """\
+        import os
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")  # no RANK or WORLD_SIZE set by hand: a world of one
+        assert dist.get_world_size() == int(os.environ["WORLD_SIZE"]), os.environ["WORLD_SIZE"]
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.ones(3, 4)).sum().backward()
+            opt.step()
+        dist.destroy_process_group()
+        """)
+    code, scenarios, out = check(detcheck_bin, ["--ranks", "1", "--steps", "2", "--",
+                                                "python3", script], cwd=tmp_path)
+    assert code == 0 and scenarios["always_pg"]["status"] == "passed", out
+    code, scenarios, out = check(
+        detcheck_bin, ["--ranks", "2", "--steps", "2", "--checks", "repeat,replicas,world_sizes",
+                       "--world-sizes", "1,2", "--", "python3", script], cwd=tmp_path)
+    assert code == 0, out
+
+
+def test_a_script_written_for_torchrun_gets_the_launcher_hint_at_one_rank(detcheck_bin, tmp_path):
+    script = write(tmp_path, "torchrun_only.py", """\
+        import os
+        import torch
+        local_rank = int(os.environ["LOCAL_RANK"])
+        """)
+    code, _, out = check(detcheck_bin, ["--ranks", "1", "--", "python3", script], cwd=tmp_path)
+    assert code == 3, out
+    assert "KeyError: 'LOCAL_RANK'" in out, out
+    assert "check it with `--launcher torchrun`" in out, out
+
+
+def test_a_torchrun_rank_that_raises_shows_its_own_traceback(detcheck_bin, tmp_path):
+    script = write(tmp_path, "raises.py", """\
+        import os
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        model = torch.nn.Linear(4, 2)
+        model(torch.ones(1, 4))
+        if dist.get_rank() == 1:
+            raise ValueError("rank 1 found an empty shard of the data set")
+        dist.barrier()
+        """)
+    code, scenarios, out = check(detcheck_bin, ["--ranks", "2", "--launcher", "torchrun", "--",
+                                                "python3", script], cwd=tmp_path)
+    assert code == 3, out
+    error = scenarios["raises"]["error"]
+    assert "rank 1 raised ValueError: rank 1 found an empty shard of the data set" in error, out
+    assert f'File "{script}", line 9, in <module>' in error, out
+
+
+def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_path):
+    script = write(tmp_path, "stuck.py", """\
+        import time
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        torch.nn.Linear(2, 2)(torch.ones(1, 2))
+        if dist.get_rank() == 0:
+            time.sleep(600)
+        dist.barrier()
+        """)
+    code, scenarios, out = check(detcheck_bin, ["--ranks", "2", "--launcher", "torchrun",
+                                                "--timeout", "40", "--", "python3", script],
+                                 cwd=tmp_path)
+    assert code == 3, out
+    error = scenarios["stuck"]["error"]
+    assert "rank(s) 0, 1 still running" in error, out
+    assert ("rank 0 is in (innermost first, from its Python stacks):\n"
+            f'    File "{script}", line 8 in <module>') in error, out
+    assert "in barrier" in error, out
+
+
+def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_path):
+    import torch
+
+    import detcheck
+    import detcheck.torch as dt
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    writer = detcheck.TraceWriter(str(tmp_path / "trace"), 0, 1, "md5")
+    handle = dt.watch(model, writer)
+    x = torch.ones(3, 4)
+    model(x)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    copied = copy.deepcopy(model)
+    unpickled = pickle.loads(pickle.dumps(model))
+    before = writer.num_records
+    for other in (loaded, copied, unpickled):
+        assert torch.equal(other(x), model(x))  # the model's own call records again
+    model.load_state_dict(copied.state_dict())
+    traced = torch.jit.trace(copied, x)
+    assert torch.equal(traced(x), model(x))
+    compiled = torch.compile(model, backend="eager")
+    assert torch.equal(compiled(x), model(x))
+    # Only `model`'s own forwards were recorded: 4 modules' outputs each time it ran (3 in the
+    # comparisons, 1 under jit.trace's comparison, 1 compiled); the copies record nothing.
+    assert (writer.num_records - before) % 4 == 0 and writer.num_records - before >= 16
+    handle.remove()
+    writer.close()
+    names = {r["name"] for r in decode(tmp_path / "trace" / "rank0.dctrace")}
+    assert names == {"fwd/0", "fwd/1", "fwd/2", "fwd/(model)"}, names
+
+
+def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_note(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    import detcheck
+    import detcheck.torch as dt
+    from conftest import DCTRACE
+
+    class Tagged(torch.Tensor):
+        pass
+
+    kinds = {
+        "plain_subclass": lambda x: x.as_subclass(Tagged),
+        "meta": lambda x: torch.empty(x.shape, device="meta"),
+        "nested": lambda x: torch.nested.nested_tensor([x[0], x[1, :2]]),
+        "sparse": lambda x: x.to_sparse(),
+        "quantized": lambda x: torch.quantize_per_tensor(x, 0.1, 0, torch.qint8),
+    }
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    store = dist.HashStore()
+    dist.init_process_group("gloo", rank=0, world_size=1, store=store)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (1,))
+        kinds["dtensor"] = lambda x: distribute_tensor(x, mesh, [Shard(0)])
+
+        class Emit(torch.nn.Module):
+            def __init__(self, make):
+                super().__init__()
+                self.make = make
+
+            def forward(self, x):
+                return self.make(x)
+
+        model = torch.nn.ModuleDict({k: Emit(f) for k, f in kinds.items()})
+        model.lin = torch.nn.Linear(3, 3)
+        writer = detcheck.TraceWriter(str(tmp_path / "trace"), 0, 1, "md5")
+        handle = dt.watch(model, writer)
+        x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+        for name in kinds:  # each forward returns its kind: the program never sees an error
+            out = model[name](x)
+            assert out is not None
+        model.lin(x)
+        handle.remove()
+        writer.close()
+    finally:
+        dist.destroy_process_group()
+    out = subprocess.run([sys.executable, str(DCTRACE), str(tmp_path / "trace" / "rank0.dctrace")],
+                         capture_output=True, text=True, check=True).stdout
+    env = dict(line[len("environment: "):].split("=", 1) for line in out.splitlines()
+               if line.startswith("environment: "))
+    names = {r["name"] for r in decode(tmp_path / "trace" / "rank0.dctrace")}
+    assert {"fwd/plain_subclass", "fwd/quantized", "fwd/dtensor", "fwd/lin"} <= names, names
+    for skipped in ("meta", "nested", "sparse"):
+        assert f"fwd/{skipped}" not in names
+        assert f"detcheck.skipped/fwd/{skipped}" in env, env
+    assert "holds no values" in env["detcheck.skipped/fwd/meta"]
+    assert env["detcheck.tensor/fwd/dtensor"].startswith("DTensor ['S(0)'] on mesh (1,)"), env
+    assert "recorded as its integers" in env["detcheck.tensor/fwd/quantized"], env
+    assert "Tagged: recorded through its data" in env["detcheck.tensor/fwd/plain_subclass"], env
+
+
+def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detcheck_bin,
+                                                                           tmp_path):
+    script = write(tmp_path, "subclasses.py", """\
+        import torch
+
+        class Tagged(torch.Tensor):
+            pass
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 3)
+
+            def forward(self, x):
+                for make in (lambda: x.as_subclass(Tagged), lambda: x.to_sparse(),
+                             lambda: torch.empty(x.shape, device="meta"),
+                             lambda: torch.nested.nested_tensor([x[0], x[1, :2]]),
+                             lambda: torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)):
+                    self.emit(make)
+                return self.lin(x)
+
+            def emit(self, make):
+                return self.inner(make)
+
+        class Emit(torch.nn.Module):
+            def forward(self, make):
+                return make()
+
+        torch.manual_seed(0)
+        model = Model()
+        model.inner = Emit()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.arange(6, dtype=torch.float32).reshape(2, 3)).sum().backward()
+            opt.step()
+        """)
+    code, scenarios, out = check(detcheck_bin, ["--ranks", "1", "--steps", "2", "--",
+                                                "python3", script], cwd=tmp_path)
+    assert code == 0 and scenarios["subclasses"]["status"] == "passed", out
+
+
+@pytest.mark.skipif(not os.environ.get("DETCHECK_CORPUS_CONTROL_RUNS"),
+                    reason="the repeated controls run from scripts/diagnosis-controls.sh "
+                           "(DETCHECK_CORPUS_CONTROL_RUNS); CI checks each once in the corpus test")
+def test_the_corpus_controls_are_caught_every_time(detcheck_bin, tmp_path):
+    runs = int(os.environ["DETCHECK_CORPUS_CONTROL_RUNS"])
+    controls = sorted(CORPUS.glob("control_*.json"))
+    caught = {p.stem: 0 for p in controls}
+    for _ in range(runs):
+        code, scenarios, out = check(detcheck_bin, ["--no-diagnosis", *controls], cwd=tmp_path)
+        assert code == 0, out
+        for name, line in scenarios.items():
+            caught[name] += line["status"] == "passed"
+    print(f"corpus controls caught, of {runs} runs each: {caught}")
+    assert all(n == runs for n in caught.values()), caught
+
+
+@pytest.mark.parametrize("scenario, replicated", [
+    ("fsdp2", set()),  # every parameter is Shard(0): none may be compared across ranks
+    ("tensor_parallel", {"grad/fc2.bias", "param/fc2.bias"}),  # RowwiseParallel's Replicate bias
+])
+def test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated(
+        detcheck_bin, tmp_path, scenario, replicated):
+    dump = tmp_path / "dump"
+    code, _, out = detcheck(detcheck_bin, ["run", "--dump", dump, CORPUS / f"{scenario}.json"],
+                           cwd=tmp_path)
+    assert code == 0, out
+    for rank in (0, 1):
+        records = decode(dump / f"rank{rank}.dctrace")
+        assert {r["name"] for r in records if r["replicated"]} == replicated, rank
+        assert any(r["name"].startswith("grad/") for r in records)
