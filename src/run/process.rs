@@ -16,8 +16,8 @@
 //! the re-run.
 //!
 //! At one rank, the `processes` launcher sets none of torch.distributed's variables
-//! (`rank_failure::TORCH_RANK_VARIABLES`): the program runs as by hand. Every launch leaves the
-//! working directory as it found it (`crate::run::workdir`).
+//! (`rank_failure::TORCH_RANK_VARIABLES`): the program runs as by hand. Every launch runs in a
+//! private copy of the working directory (`crate::run::workdir`).
 //!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
@@ -156,6 +156,9 @@ struct CommandLaunch<'a> {
     folder: TempFolder,
     trace_dir: PathBuf,
     world_size: usize,
+    /// Where the processes run: the private copy of the working directory, or (`None`) the
+    /// working directory itself.
+    cwd: Option<PathBuf>,
 }
 
 impl<'a> CommandLaunch<'a> {
@@ -165,8 +168,9 @@ impl<'a> CommandLaunch<'a> {
             run: request.run,
             message: format!("cannot create a folder for the launch: {e}"),
         })?;
+        // Absolute: the program runs in another folder (`crate::run::workdir`).
         let trace_dir = match &request.dump {
-            Some(target) => target.dir.clone(),
+            Some(target) => absolute(&target.dir),
             None => folder.0.join("trace"),
         };
         std::fs::create_dir_all(&trace_dir).map_err(|e| RunError::ProgramFailed {
@@ -180,6 +184,7 @@ impl<'a> CommandLaunch<'a> {
             trace_dir,
             folder,
             world_size: request.spec.world_size,
+            cwd: None,
         })
     }
 
@@ -211,8 +216,9 @@ impl<'a> CommandLaunch<'a> {
             step: plan.stop_at,
             dir: plan
                 .checkpoint_to
-                .clone()
-                .or_else(|| plan.resume_from.clone()),
+                .as_deref()
+                .or(plan.resume_from.as_deref())
+                .map(absolute),
         }
     }
 
@@ -314,6 +320,9 @@ impl<'a> CommandLaunch<'a> {
     ) -> Result<Process, RunError> {
         let values = self.values(rank);
         let mut cmd = Command::new(&argv[0]);
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd).env("PWD", cwd);
+        }
         for (name, value) in launcher_env {
             cmd.env(name, value);
         }
@@ -325,7 +334,7 @@ impl<'a> CommandLaunch<'a> {
             cmd.env(name, value);
         }
         if let Some((capture, dir)) = &self.request.capture {
-            for (name, value) in capture.to_env(dir) {
+            for (name, value) in capture.to_env(&absolute(dir)) {
                 cmd.env(name, value);
             }
         }
@@ -554,37 +563,24 @@ impl<'a> CommandLaunch<'a> {
         format!("; detcheck's Python start-up hook recorded nothing:{notes}")
     }
 
-    /// Launches, waits, reads the traces; the working directory is put back as it was
-    /// before the launch (`crate::run::workdir`), whatever the outcome, and what could not be
-    /// put back is named in every rank's environment (`detcheck.workdir`).
-    fn run(self) -> Result<Trace, RunError> {
-        let plan = &self.request.plan;
-        let handed: Vec<&Path> = [
-            Some(&self.trace_dir),
-            plan.checkpoint_to.as_ref(),
-            plan.resume_from.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(PathBuf::as_path)
-        .chain(self.request.capture.as_ref().map(|(_, dir)| dir.as_path()))
-        .chain(std::iter::once(self.folder.0.as_path()))
-        .collect();
-        // Not the system's temporary folder or the root, which other programs write into.
+    /// Launches, waits, reads the traces. The processes run in a private copy of the working
+    /// directory (`crate::run::workdir`), so that no launch sees another's files and the
+    /// user's folder is not written; the user's files a launch changed anyway are named in
+    /// every rank's environment (`detcheck.workdir`).
+    fn run(mut self) -> Result<Trace, RunError> {
+        // Not the system's temporary folder or the root: too large to mirror, and not a
+        // project's folder.
         let workdir = std::env::current_dir()
             .ok()
             .filter(|dir| dir.parent().is_some() && *dir != std::env::temp_dir())
-            .and_then(|dir| Workdir::snapshot(&dir, &self.folder.0.join("workdir"), &handed).ok());
-        let result = self.launch_and_wait();
-        let Some(restored) = workdir.map(|w| w.restore()) else {
-            return result;
-        };
-        let mut trace = result?;
-        if let Some(entry) = restored.environment_entry() {
+            .and_then(|dir| Workdir::mirror(&dir, &self.folder.0.join("cwd")).ok());
+        self.cwd = workdir.as_ref().map(|w| w.path().to_path_buf());
+        let mut trace = self.launch_and_wait()?;
+        if let Some(words) = workdir.and_then(|w| w.changed_originals()) {
             for rank in &mut trace.ranks {
                 rank.environment
                     .get_or_insert_with(Default::default)
-                    .set("detcheck.workdir", entry.clone());
+                    .set("detcheck.workdir", words.clone());
             }
         }
         Ok(trace)
@@ -664,6 +660,11 @@ impl<'a> CommandLaunch<'a> {
             ))
         })
     }
+}
+
+/// `path` made absolute against the working directory (as it is when that fails).
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Whether a program's first argument is a Python interpreter: `python`, `python3`,

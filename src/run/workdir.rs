@@ -1,275 +1,162 @@
-//! Every launch of a `command` scenario starts from the working directory as it was.
+//! Every launch of a `command` scenario runs in a private copy of the working directory.
 //!
 //! A program writes files where it runs: snapshots, checkpoints, caches, logs. A script that
 //! resumes from `snapshot.pt` when the file exists (PyTorch's DDP tutorial series) would resume
 //! the second run of a check from the first run's snapshot, and fail `repeat` for a reason
-//! that is not in the program. So [`Workdir::snapshot`] notes every entry of the working
-//! directory before a launch (size, modification time, kind) and copies its small files, and
-//! [`Workdir::restore`] puts the folder back after it: what the launch created is removed, what
-//! it changed or removed is copied back. What could not be put back (a changed file too large to
-//! have been copied) is named in every rank's environment snapshot (`detcheck.workdir`), where
-//! a failed check shows it as a difference between the runs.
+//! that is not in the program; and it would leave the snapshot in the user's folder. So
+//! [`Workdir::mirror`] builds, in the launch's own temporary folder, a tree that mirrors the
+//! working directory: folders are made anew, small files are copied (their modification times
+//! kept), large files and folders that are not the program's (`.git`, `target`,
+//! `node_modules`, `__pycache__`, virtual environments) are symbolic links to the originals,
+//! and symbolic links are made again as they are. The program runs there (its current
+//! directory, and `PWD`): what it creates or changes stays in the mirror, which goes with the
+//! launch's folder, and the user's folder is never written by detcheck, nor restored (restoring
+//! would undo what the user saves there while a check runs).
 //!
-//! The walk skips folders that are not the program's outputs and would make it slow: `.git`,
-//! `target`, `node_modules`, `__pycache__` and virtual environments (a `pyvenv.cfg`), never
-//! follows a symbolic link, and stops at [`MAX_ENTRIES`] entries (then the rest of the folder is
-//! not watched, and the environment says so).
+//! What can still reach the user's folder: a large file that the program changes in place
+//! through its link ([`Workdir::changed_originals`] names it, and the runner puts the names in
+//! every rank's environment snapshot, `detcheck.workdir`, where a failed check shows them as a
+//! difference between runs), anything written inside a linked folder, and files written by
+//! absolute path outside the working directory.
 //!
-//! Determinism: the walk is sorted; what is restored depends only on the folder's contents.
-//! Limits: files a program writes outside its working directory (an absolute path, `/tmp`) are
-//! not watched; a file changed in place that is larger than [`MAX_COPIED_FILE`] (or beyond
-//! [`MAX_COPIED_TOTAL`]) cannot be put back, and is named.
+//! Determinism: the walk is sorted, and what is copied depends only on the folder's contents.
+//! Limits: at most [`MAX_ENTRIES`] entries are mirrored one by one (the folders beyond are
+//! linked whole); files up to [`MAX_COPIED_FILE`] bytes are copied, [`MAX_COPIED_TOTAL`] in all.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-/// The most entries the walk notes.
+/// The most entries mirrored one by one.
 pub(crate) const MAX_ENTRIES: usize = 20_000;
-/// The largest file copied before a launch (bytes).
+/// The largest file copied into the mirror (bytes); larger ones are linked.
 pub(crate) const MAX_COPIED_FILE: u64 = 4 << 20;
-/// The most bytes copied before a launch.
+/// The most bytes copied into one mirror.
 pub(crate) const MAX_COPIED_TOTAL: u64 = 64 << 20;
-/// Folders the walk does not enter.
-const SKIPPED: [&str; 4] = [".git", "target", "node_modules", "__pycache__"];
+/// Folders linked whole: not the program's outputs, and large.
+const LINKED_FOLDERS: [&str; 4] = [".git", "target", "node_modules", "__pycache__"];
 
-/// One entry of the folder before the launch.
-#[derive(Debug, Clone, PartialEq)]
-struct Entry {
-    dir: bool,
-    len: u64,
-    modified: Option<SystemTime>,
-    /// Where its copy is (a small file).
-    copy: Option<PathBuf>,
-}
-
-/// The working directory as it was before a launch.
+/// The private copy of a working directory that one launch runs in.
 #[derive(Debug)]
 pub(crate) struct Workdir {
     root: PathBuf,
-    /// Folders detcheck hands the program (its trace folder, a checkpoint folder): never
-    /// watched, never removed, nor their parents.
-    excluded: Vec<PathBuf>,
-    entries: BTreeMap<PathBuf, Entry>,
-    /// The walk stopped at [`MAX_ENTRIES`].
+    mirror: PathBuf,
+    /// Files linked rather than copied: (relative path, length, modification time).
+    linked: Vec<(PathBuf, u64, Option<SystemTime>)>,
+    /// The walk reached [`MAX_ENTRIES`]: the rest is linked whole.
     truncated: bool,
-}
-
-/// What [`Workdir::restore`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Restored {
-    /// Entries the launch created, removed (relative paths).
-    pub(crate) removed: Vec<PathBuf>,
-    /// Files it changed or removed, copied back.
-    pub(crate) copied_back: Vec<PathBuf>,
-    /// Files it changed or removed that could not be put back, and why.
-    pub(crate) lost: Vec<(PathBuf, String)>,
-    /// The walk stopped at [`MAX_ENTRIES`].
-    pub(crate) truncated: bool,
-}
-
-impl Restored {
-    /// The environment entry of the launch (`detcheck.workdir`), or `None` when the folder is
-    /// as it was and fully watched.
-    pub(crate) fn environment_entry(&self) -> Option<String> {
-        let mut parts = Vec::new();
-        if !self.lost.is_empty() {
-            let lost: Vec<String> = self
-                .lost
-                .iter()
-                .map(|(p, why)| format!("{} ({why})", p.display()))
-                .collect();
-            parts.push(format!(
-                "changed and not put back: {}; a later run reads the changed file",
-                lost.join(", ")
-            ));
-        }
-        if self.truncated {
-            parts.push(format!(
-                "more than {MAX_ENTRIES} entries: only the first are watched (run detcheck from \
-                 the program's own folder)"
-            ));
-        }
-        (!parts.is_empty()).then(|| parts.join("; "))
-    }
 }
 
 fn is_venv(dir: &Path) -> bool {
     dir.join("pyvenv.cfg").is_file()
 }
 
-impl Workdir {
-    /// Whether `rel` is one of the excluded folders, inside one, or a parent of one.
-    fn is_excluded(&self, rel: &Path) -> bool {
-        let path = self.root.join(rel);
-        self.excluded
-            .iter()
-            .any(|e| path.starts_with(e) || e.starts_with(&path))
-    }
+fn link(target: &Path, at: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, at)
+}
 
-    /// Notes `root`'s entries and copies its small files into `copies` (created); `excluded`
-    /// (relative to `root`, or absolute) are left alone.
-    pub(crate) fn snapshot(
-        root: &Path,
-        copies: &Path,
-        excluded: &[&Path],
-    ) -> std::io::Result<Self> {
-        std::fs::create_dir_all(copies)?;
+impl Workdir {
+    /// Builds the mirror of `root` at `mirror` (created; it must not exist yet, and must not
+    /// be inside `root`'s mirrored part: the walk skips it).
+    pub(crate) fn mirror(root: &Path, mirror: &Path) -> std::io::Result<Self> {
+        let root = std::path::absolute(root)?;
+        let mirror = std::path::absolute(mirror)?;
+        std::fs::create_dir_all(&mirror)?;
         let mut workdir = Workdir {
-            excluded: excluded
-                .iter()
-                .chain(std::iter::once(&copies))
-                .map(|p| root.join(p))
-                .collect(),
-            root: root.to_path_buf(),
-            entries: BTreeMap::new(),
+            root: root.clone(),
+            mirror: mirror.clone(),
+            linked: Vec::new(),
             truncated: false,
         };
-        let mut copied_total = 0u64;
-        let mut pending = vec![PathBuf::new()];
-        while let Some(relative) = pending.pop() {
+        let mut entries = 0usize;
+        let mut copied = 0u64;
+        let mut pending = VecDeque::from([PathBuf::new()]);
+        while let Some(relative) = pending.pop_front() {
             let Ok(read) = std::fs::read_dir(root.join(&relative)) else {
                 continue;
             };
             let mut names: Vec<_> = read.filter_map(Result::ok).map(|e| e.file_name()).collect();
             names.sort();
             for name in names {
-                if workdir.entries.len() >= MAX_ENTRIES {
-                    workdir.truncated = true;
-                    return Ok(workdir);
-                }
                 let rel = relative.join(&name);
-                let path = root.join(&rel);
-                if workdir.is_excluded(&rel) && !(path.is_dir() && !path.is_symlink()) {
-                    continue;
+                let (original, copy) = (root.join(&rel), mirror.join(&rel));
+                if mirror.starts_with(&original) {
+                    continue; // the mirror itself, or a folder above it
                 }
-                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                let Ok(meta) = std::fs::symlink_metadata(&original) else {
                     continue;
                 };
-                let dir = meta.is_dir();
-                if workdir.excluded.contains(&path) {
-                    continue;
-                }
-                let skipped = dir && (SKIPPED.iter().any(|s| name == *s) || is_venv(&path));
-                let mut entry = Entry {
-                    dir,
-                    len: meta.len(),
-                    modified: meta.modified().ok(),
-                    copy: None,
-                };
-                if meta.is_file()
+                entries += 1;
+                let budget = entries <= MAX_ENTRIES;
+                workdir.truncated |= !budget;
+                if meta.file_type().is_symlink() {
+                    link(&std::fs::read_link(&original)?, &copy)?;
+                } else if meta.is_dir() {
+                    let foreign = LINKED_FOLDERS.iter().any(|f| name == *f) || is_venv(&original);
+                    let readable = std::fs::read_dir(&original).is_ok();
+                    if foreign || !budget || !readable {
+                        link(&original, &copy)?;
+                    } else {
+                        std::fs::create_dir(&copy)?;
+                        pending.push_back(rel);
+                    }
+                } else if meta.is_file()
+                    && budget
                     && meta.len() <= MAX_COPIED_FILE
-                    && copied_total + meta.len() <= MAX_COPIED_TOTAL
+                    && copied + meta.len() <= MAX_COPIED_TOTAL
                 {
-                    let copy = copies.join(format!("{}", workdir.entries.len()));
-                    if std::fs::copy(&path, &copy).is_ok() {
-                        copied_total += meta.len();
-                        entry.copy = Some(copy);
+                    std::fs::copy(&original, &copy)?;
+                    if let Ok(modified) = meta.modified() {
+                        std::fs::File::options()
+                            .write(true)
+                            .open(&copy)?
+                            .set_modified(modified)?;
+                    }
+                    copied += meta.len();
+                } else {
+                    link(&original, &copy)?;
+                    if meta.is_file() {
+                        workdir.linked.push((rel, meta.len(), meta.modified().ok()));
                     }
                 }
-                if dir && !skipped {
-                    pending.push(rel.clone());
-                }
-                workdir.entries.insert(rel, entry);
             }
         }
         Ok(workdir)
     }
 
-    /// Puts the folder back as [`snapshot`](Self::snapshot) found it (module doc).
-    pub(crate) fn restore(&self) -> Restored {
-        let mut restored = Restored {
-            truncated: self.truncated,
-            ..Restored::default()
-        };
-        // Created entries: the walk of today's folder, inside the watched part.
-        let mut pending = vec![PathBuf::new()];
-        while let Some(relative) = pending.pop() {
-            if !relative.as_os_str().is_empty() {
-                match self.entries.get(&relative) {
-                    Some(e) if e.dir => {}
-                    _ if self.is_excluded(&relative) => {}
-                    _ => continue,
-                }
-                let name = relative.file_name().unwrap_or_default();
-                let path = self.root.join(&relative);
-                if SKIPPED.iter().any(|s| name == *s) || is_venv(&path) {
-                    continue;
-                }
-            }
-            let Ok(read) = std::fs::read_dir(self.root.join(&relative)) else {
-                continue;
-            };
-            let mut names: Vec<_> = read.filter_map(Result::ok).map(|e| e.file_name()).collect();
-            names.sort();
-            for name in names {
-                let rel = relative.join(&name);
-                let path = self.root.join(&rel);
-                if self.is_excluded(&rel) {
-                    if path.is_dir() && !path.is_symlink() && !self.excluded.contains(&path) {
-                        pending.push(rel); // a parent of an excluded folder: look inside
-                    }
-                    continue;
-                }
-                match self.entries.get(&rel) {
-                    None if !self.truncated => {
-                        let gone = match std::fs::symlink_metadata(&path) {
-                            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
-                            _ => std::fs::remove_file(&path),
-                        };
-                        if gone.is_ok() {
-                            restored.removed.push(rel);
-                        }
-                    }
-                    Some(e) if e.dir => pending.push(rel),
-                    _ => {}
-                }
-            }
+    /// The folder the launch runs in.
+    pub(crate) fn path(&self) -> &Path {
+        &self.mirror
+    }
+
+    /// The linked files the launch changed in place (the user's own files), or `None`; and
+    /// whether the mirror was truncated: the words of `detcheck.workdir`.
+    pub(crate) fn changed_originals(&self) -> Option<String> {
+        let changed: Vec<String> = self
+            .linked
+            .iter()
+            .filter(|(rel, len, modified)| {
+                let now = std::fs::metadata(self.root.join(rel)).ok();
+                now.is_none_or(|m| m.len() != *len || m.modified().ok() != *modified)
+            })
+            .map(|(rel, _, _)| rel.display().to_string())
+            .collect();
+        let mut words = Vec::new();
+        if !changed.is_empty() {
+            words.push(format!(
+                "changed in place in the working directory (files larger than {} MiB are \
+                 linked, not copied, into a launch's private copy): {}; a later run reads the \
+                 changed file",
+                MAX_COPIED_FILE >> 20,
+                changed.join(", ")
+            ));
         }
-        // Changed or removed files: copied back where a copy exists.
-        for (rel, entry) in &self.entries {
-            if entry.dir {
-                continue;
-            }
-            let path = self.root.join(rel);
-            let now = std::fs::symlink_metadata(&path).ok();
-            let same = now.as_ref().is_some_and(|m| {
-                m.len() == entry.len && m.modified().ok() == entry.modified && !m.is_dir()
-            });
-            if same {
-                continue;
-            }
-            match &entry.copy {
-                Some(copy) => {
-                    if let Some(parent) = path.parent() {
-                        let _ = std::fs::create_dir_all(parent);
-                    }
-                    let back = std::fs::copy(copy, &path).and_then(|_| {
-                        let file = std::fs::File::options().write(true).open(&path)?;
-                        match entry.modified {
-                            Some(t) => file.set_modified(t),
-                            None => Ok(()),
-                        }
-                    });
-                    match back {
-                        Ok(()) => restored.copied_back.push(rel.clone()),
-                        Err(e) => restored.lost.push((rel.clone(), e.to_string())),
-                    }
-                }
-                None => restored.lost.push((
-                    rel.clone(),
-                    if now.is_none() {
-                        "removed".to_owned()
-                    } else {
-                        format!(
-                            "larger than the {} MiB copied before a launch",
-                            MAX_COPIED_FILE >> 20
-                        )
-                    },
-                )),
-            }
+        if self.truncated && !changed.is_empty() {
+            words.push(format!(
+                "more than {MAX_ENTRIES} entries: the folders beyond are linked whole"
+            ));
         }
-        restored
+        (!words.is_empty()).then(|| words.join("; "))
     }
 }
 
@@ -278,76 +165,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_launch_leaves_the_folder_as_it_found_it() {
+    fn a_launch_writes_into_its_private_copy_and_never_into_the_folder() {
         let root = tempfile::tempdir().unwrap();
-        let copies = tempfile::tempdir().unwrap();
+        let launch = tempfile::tempdir().unwrap();
         let r = root.path();
         std::fs::write(r.join("train.py"), "print(1)\n").unwrap();
-        std::fs::create_dir_all(r.join("data")).unwrap();
-        std::fs::write(r.join("data/tokens.bin"), [1u8; 64]).unwrap();
+        std::fs::create_dir_all(r.join("data/shards")).unwrap();
+        std::fs::write(r.join("data/shards/0.bin"), [1u8; 64]).unwrap();
         std::fs::write(r.join("big.bin"), vec![0u8; (MAX_COPIED_FILE + 1) as usize]).unwrap();
         std::fs::create_dir_all(r.join(".git")).unwrap();
-        std::fs::write(r.join(".git/HEAD"), "ref").unwrap();
-        std::fs::create_dir_all(r.join("dumps")).unwrap();
-        let before = Workdir::snapshot(
-            r,
-            copies.path(),
-            &[Path::new("dumps/run1"), Path::new("ck/a")],
-        )
-        .unwrap();
+        std::os::unix::fs::symlink("data/shards", r.join("shards")).unwrap();
+        let workdir = Workdir::mirror(r, &launch.path().join("cwd")).unwrap();
+        let m = workdir.path();
 
-        // What a run does: a snapshot and a folder of checkpoints, a changed and a removed
-        // file, a big file changed in place, and a file inside .git (not watched).
-        std::fs::write(r.join("snapshot.pt"), "weights").unwrap();
-        std::fs::create_dir_all(r.join("out/ckpt")).unwrap();
-        std::fs::write(r.join("out/ckpt/1.pt"), "w").unwrap();
-        std::fs::write(r.join("train.py"), "print(2)  # longer\n").unwrap();
-        std::fs::remove_file(r.join("data/tokens.bin")).unwrap();
-        std::fs::write(r.join("big.bin"), vec![1u8; 10]).unwrap();
-        std::fs::write(r.join(".git/index"), "x").unwrap();
-        // What detcheck hands the program: a dump folder and a checkpoint folder (and its new
-        // parent), kept.
-        std::fs::create_dir_all(r.join("dumps/run1")).unwrap();
-        std::fs::write(r.join("dumps/run1/rank0.dctrace"), "t").unwrap();
-        std::fs::write(r.join("dumps/stray"), "s").unwrap();
-        std::fs::create_dir_all(r.join("ck/a")).unwrap();
-        std::fs::write(r.join("ck/a/state"), "s").unwrap();
+        // The program's view: the same names and contents.
+        assert_eq!(
+            std::fs::read_to_string(m.join("train.py")).unwrap(),
+            "print(1)\n"
+        );
+        assert_eq!(std::fs::read(m.join("shards/0.bin")).unwrap(), [1u8; 64]);
+        assert!(m.join("big.bin").is_symlink() && m.join(".git").is_symlink());
+        assert!(!m.join("train.py").is_symlink() && !m.join("data").is_symlink());
+        assert_eq!(
+            std::fs::metadata(m.join("train.py"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            std::fs::metadata(r.join("train.py"))
+                .unwrap()
+                .modified()
+                .unwrap()
+        );
 
-        let restored = before.restore();
-        assert_eq!(
-            restored.removed,
-            [
-                PathBuf::from("out"),
-                PathBuf::from("snapshot.pt"),
-                PathBuf::from("dumps/stray")
-            ]
-        );
-        assert!(r.join("dumps/run1/rank0.dctrace").exists() && r.join("ck/a/state").exists());
-        assert_eq!(
-            restored.copied_back,
-            [PathBuf::from("data/tokens.bin"), PathBuf::from("train.py")]
-        );
-        assert_eq!(restored.lost.len(), 1);
-        assert_eq!(restored.lost[0].0, PathBuf::from("big.bin"));
+        // What a run does there: a snapshot, a folder of checkpoints, a changed and a removed
+        // file. None of it reaches the user's folder.
+        std::fs::write(m.join("snapshot.pt"), "weights").unwrap();
+        std::fs::create_dir_all(m.join("out/ckpt")).unwrap();
+        std::fs::write(m.join("train.py"), "print(2)\n").unwrap();
+        std::fs::remove_file(m.join("data/shards/0.bin")).unwrap();
+        assert_eq!(workdir.changed_originals(), None);
+        assert!(!r.join("snapshot.pt").exists() && !r.join("out").exists());
         assert_eq!(
             std::fs::read_to_string(r.join("train.py")).unwrap(),
             "print(1)\n"
         );
-        assert_eq!(std::fs::read(r.join("data/tokens.bin")).unwrap(), [1u8; 64]);
-        assert!(!r.join("snapshot.pt").exists() && !r.join("out").exists());
-        assert!(
-            r.join(".git/index").exists(),
-            "inside .git nothing is touched"
-        );
-        let entry = restored.environment_entry().unwrap();
-        assert!(
-            entry.starts_with("changed and not put back: big.bin (larger than the 4 MiB"),
-            "{entry}"
-        );
+        assert!(r.join("data/shards/0.bin").exists());
 
-        // Nothing changed: nothing to say, nothing done.
-        let again = Workdir::snapshot(r, copies.path(), &[]).unwrap().restore();
-        assert_eq!(again, Restored::default());
-        assert_eq!(again.environment_entry(), None);
+        // A large file changed in place through its link is the user's: it is named.
+        std::fs::write(m.join("big.bin"), [7u8; 3]).unwrap();
+        let words = workdir.changed_originals().unwrap();
+        assert!(
+            words.contains("larger than 4 MiB")
+                && words.ends_with("big.bin; a later run reads the changed file"),
+            "{words}"
+        );
     }
 }
