@@ -90,7 +90,20 @@ impl Workdir {
                 let budget = entries <= MAX_ENTRIES;
                 workdir.truncated |= !budget;
                 if meta.file_type().is_symlink() {
-                    link(&std::fs::read_link(&original)?, &copy)?;
+                    // As it is, unless it is relative and leads out of the folder (`../data`):
+                    // from the mirror it would lead elsewhere, so it leads to its target.
+                    let mut target = std::fs::read_link(&original)?;
+                    if target.is_relative() {
+                        let parent = original.parent().unwrap_or(&root);
+                        let inside = std::fs::canonicalize(parent.join(&target))
+                            .ok()
+                            .zip(std::fs::canonicalize(&root).ok())
+                            .is_some_and(|(t, r)| t.starts_with(r));
+                        if !inside {
+                            target = parent.join(target);
+                        }
+                    }
+                    link(&target, &copy)?;
                 } else if meta.is_dir() {
                     let foreign = LINKED_FOLDERS.iter().any(|f| name == *f) || is_venv(&original);
                     let readable = std::fs::read_dir(&original).is_ok();
@@ -175,6 +188,10 @@ mod tests {
         std::fs::write(r.join("big.bin"), vec![0u8; (MAX_COPIED_FILE + 1) as usize]).unwrap();
         std::fs::create_dir_all(r.join(".git")).unwrap();
         std::os::unix::fs::symlink("data/shards", r.join("shards")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("vocab.txt"), "a b").unwrap();
+        let up = Path::new("..").join(outside.path().file_name().unwrap()).join("vocab.txt");
+        std::os::unix::fs::symlink(&up, r.join("vocab.txt")).unwrap();
         let workdir = Workdir::mirror(r, &launch.path().join("cwd")).unwrap();
         let m = workdir.path();
 
@@ -184,6 +201,8 @@ mod tests {
             "print(1)\n"
         );
         assert_eq!(std::fs::read(m.join("shards/0.bin")).unwrap(), [1u8; 64]);
+        assert_eq!(std::fs::read_link(m.join("shards")).unwrap(), Path::new("data/shards"));
+        assert_eq!(std::fs::read_to_string(m.join("vocab.txt")).unwrap(), "a b");
         assert!(m.join("big.bin").is_symlink() && m.join(".git").is_symlink());
         assert!(!m.join("train.py").is_symlink() && !m.join("data").is_symlink());
         assert_eq!(
