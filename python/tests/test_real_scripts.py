@@ -58,7 +58,7 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     names = {p.stem for p in CORPUS.glob("*.json")}
     assert set(scenarios) == names, out
     controls = {n for n in names if n.startswith("control_")}
-    assert len(controls) == 6 and len(names) == 11, names
+    assert len(controls) == 7 and len(names) == 14, names
     for name, line in scenarios.items():
         assert line["status"] == "passed", (name, out)
         assert line["counts"]["records_compared"] > 0, (name, out)
@@ -318,6 +318,7 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
 
 @pytest.mark.parametrize("scenario, replicated", [
     ("fsdp2", set()),  # every parameter is Shard(0): none may be compared across ranks
+    ("fsdp1", set()),  # flat parameters: each rank's shard
     ("tensor_parallel", {"grad/fc2.bias", "param/fc2.bias"}),  # RowwiseParallel's Replicate bias
 ])
 def test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated(

@@ -12,6 +12,8 @@ when there are no values to record. The rules:
   rank's local shard (``to_local()``), noted with its placements, mesh, coordinate and global
   shape; replicated only when every placement is ``Replicate`` (a ``Shard`` is this rank's
   part, a ``Partial`` a partial sum: neither may be compared across ranks);
+- FSDP1's ``FlatParameter``: this rank's shard, noted with the unsharded size; never
+  replicated;
 - an ``AsyncCollectiveTensor`` (a functional collective's result, tensor parallel's module
   outputs): the tensor it waits for;
 - a quantized tensor: its integers (``int_repr()``), noted with its scheme;
@@ -74,6 +76,13 @@ def plain(tensor):
     cls = type(tensor)
     if _is_dtensor(tensor):
         return _dtensor(tensor)
+    if cls.__name__ == "FlatParameter":
+        # FSDP1's flat parameter (use_orig_params=False): this rank's shard of the flattened,
+        # padded parameters of one FSDP unit.
+        full = getattr(tensor, "_unpadded_unsharded_size", None)
+        of = f" of the {list(full)} unsharded flat parameter" if full is not None else ""
+        note = f"FSDP flat parameter: this rank's shard, {tensor.numel()} elements{of}"
+        return Plain(tensor.as_subclass(torch.Tensor), note, replicated=False)
     if cls.__name__ == "AsyncCollectiveTensor" and hasattr(tensor, "wait"):
         # A collective's result still in flight (tensor parallel's outputs): waited for, as
         # the program's next use of it would.
