@@ -280,6 +280,7 @@ class Recorder:
     def _end_program(self):
         """The N-th step is recorded: finish the trace, end the process with status 0."""
         self.finish(None)
+        self._state.forget_rank_files()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -60,6 +60,17 @@ class _State:
         #: The open file ``faulthandler`` writes the stacks into (kept open while we live).
         self.stacks_file = None
 
+    def forget_rank_files(self):
+        """The rank ends normally: its pid file and its stacks file (when nothing was written
+        into it) are removed, so a dump holds the traces and nothing else."""
+        for key in ("pid", "stacks"):
+            path = self.files.get(key)
+            try:
+                if path is not None and (key == "pid" or os.path.getsize(path) == 0):
+                    os.remove(path)
+            except OSError:
+                pass
+
 
 def _say(message):
     try:
@@ -235,6 +246,7 @@ def _at_exit():
     """Finishes the recorder's trace; or leaves the note of a rank that recorded nothing."""
     if _state is None or os.environ.get(PID_VAR) != str(os.getpid()):
         return
+    _state.forget_rank_files()
     from ._detcheck import _program_opened_writer
 
     recorder = _state.recorder
