@@ -37,8 +37,9 @@ class Unrecordable(Exception):
 
 
 class Plain:
-    """What ``plain`` found: ``tensor`` (plain), ``note`` (or ``None``), ``replicated``
-    (``True``/``False`` where the tensor's type decides, else ``None``)."""
+    """What ``plain`` found: ``tensor`` (plain), ``note`` (a string, a function that makes
+    it, or ``None``), ``replicated`` (``True``/``False`` where the tensor's type decides, else
+    ``None``)."""
 
     __slots__ = ("tensor", "note", "replicated")
 
@@ -57,18 +58,23 @@ def _is_dtensor(tensor):
 
 def _dtensor(tensor):
     placements = tuple(tensor.placements)
-    mesh = tensor.device_mesh
     local = tensor.to_local()
-    try:
-        coordinate = mesh.get_coordinate()
-    except Exception:
-        coordinate = None
-    note = (
-        f"DTensor {list(map(str, placements))} on mesh {tuple(mesh.shape)} at {coordinate}: "
-        f"global shape {list(tensor.shape)}, recorded as the local shard {list(local.shape)}"
-    )
+
+    def note():  # made once per record name (the recorder asks only for a new name)
+        mesh = tensor.device_mesh
+        try:
+            coordinate = mesh.get_coordinate()
+        except Exception:
+            coordinate = None
+        return (
+            f"DTensor {list(map(str, placements))} on mesh {tuple(mesh.shape)} at "
+            f"{coordinate}: global shape {list(tensor.shape)}, recorded as the local shard "
+            f"{list(local.shape)}"
+        )
+
     replicated = all(type(p).__name__ == "Replicate" for p in placements)
-    return Plain(plain(local).tensor, note, replicated)
+    inner = local if type(local) is torch.Tensor else plain(local).tensor
+    return Plain(inner, note, replicated)
 
 
 def plain(tensor):

@@ -434,7 +434,7 @@ class WatchHandle:
             return
         self._noted.add(key)
         try:
-            self._writer.add_environment(key, text)
+            self._writer.add_environment(key, text() if callable(text) else text)
         except Exception:
             pass
 
