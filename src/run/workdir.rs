@@ -190,7 +190,9 @@ mod tests {
         std::os::unix::fs::symlink("data/shards", r.join("shards")).unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("vocab.txt"), "a b").unwrap();
-        let up = Path::new("..").join(outside.path().file_name().unwrap()).join("vocab.txt");
+        let up = Path::new("..")
+            .join(outside.path().file_name().unwrap())
+            .join("vocab.txt");
         std::os::unix::fs::symlink(&up, r.join("vocab.txt")).unwrap();
         let workdir = Workdir::mirror(r, &launch.path().join("cwd")).unwrap();
         let m = workdir.path();
@@ -201,7 +203,10 @@ mod tests {
             "print(1)\n"
         );
         assert_eq!(std::fs::read(m.join("shards/0.bin")).unwrap(), [1u8; 64]);
-        assert_eq!(std::fs::read_link(m.join("shards")).unwrap(), Path::new("data/shards"));
+        assert_eq!(
+            std::fs::read_link(m.join("shards")).unwrap(),
+            Path::new("data/shards")
+        );
         assert_eq!(std::fs::read_to_string(m.join("vocab.txt")).unwrap(), "a b");
         assert!(m.join("big.bin").is_symlink() && m.join(".git").is_symlink());
         assert!(!m.join("train.py").is_symlink() && !m.join("data").is_symlink());
