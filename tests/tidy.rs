@@ -324,3 +324,140 @@ fn the_checker_finds_crate_paths() {
         Some("run")
     );
 }
+
+/// The Python package's modules (python/python/detcheck/), bottom first: each may import only
+/// the modules before it (and the native `_detcheck`), so the package has no import cycle and
+/// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
+const PYTHON_LAYERS: [&str; 21] = [
+    "_contract",
+    "_arrays",
+    "_settings",
+    "_api",
+    "_subclasses",
+    "_tensors",
+    "_device",
+    "_device_records",
+    "_ops",
+    "_engine",
+    "_torch_frontend",
+    "torch",
+    "_callbacks",
+    "_auto",
+    "_single_rank",
+    "_startup",
+    "hf",
+    "lightning",
+    "pytest_plugin",
+    "__main__",
+    "__init__",
+];
+
+/// The package's modules a Python file imports, however it reaches them: `from . import x, y`,
+/// `from .x import`, `import detcheck.x`, `from detcheck.x import`, and by name
+/// (`importlib.import_module("detcheck.x")`, `sys.modules.get("detcheck.x")`). Docstrings are
+/// skipped.
+fn python_imports(code: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    let mut in_docstring = false;
+    for line in code.lines() {
+        let quotes = line.matches("\"\"\"").count();
+        if in_docstring {
+            in_docstring = quotes % 2 == 0;
+            continue;
+        }
+        if quotes % 2 == 1 {
+            in_docstring = true;
+            continue;
+        }
+        if quotes > 0 {
+            continue; // a one-line docstring
+        }
+        let code = line.split('#').next().unwrap_or("").trim();
+        if let Some(names) = code.strip_prefix("from . import ") {
+            found.extend(names.split(',').map(|n| ident(n.trim())));
+        } else if let Some(rest) = code.strip_prefix("from .") {
+            found.insert(ident(rest));
+        }
+        for prefix in ["import detcheck.", "from detcheck."] {
+            if let Some(rest) = code.strip_prefix(prefix) {
+                found.insert(ident(rest));
+            }
+        }
+        // A module reached by its name: `import_module("detcheck.x")`, `sys.modules["detcheck.x"]`.
+        let by_name = code.contains("import_module(") || code.contains("sys.modules");
+        for quote in ['"', '\''].into_iter().filter(|_| by_name) {
+            let prefix = format!("{quote}detcheck.");
+            let mut rest = code;
+            while let Some(at) = rest.find(&prefix) {
+                rest = &rest[at + prefix.len()..];
+                let name = ident(rest);
+                if rest[name.len()..].starts_with(quote) {
+                    found.insert(name);
+                }
+            }
+        }
+    }
+    found.retain(|n| !n.is_empty() && n != "_detcheck");
+    found
+}
+
+/// Imports that break the package's order: a module not in `PYTHON_LAYERS`, or one importing a
+/// module at or above its own place.
+fn python_layer_violations(package: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(package)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    for file in files {
+        let module = file.file_stem().unwrap().to_str().unwrap().to_owned();
+        let Some(place) = PYTHON_LAYERS.iter().position(|&m| m == module) else {
+            bad.push(format!("{module}.py: not in tidy.rs's PYTHON_LAYERS"));
+            continue;
+        };
+        let code = std::fs::read_to_string(&file).unwrap();
+        for used in python_imports(&code) {
+            if used == module {
+                continue;
+            }
+            match PYTHON_LAYERS.iter().position(|&m| m == used) {
+                Some(at) if at < place => {}
+                Some(_) => bad.push(format!("{module}.py imports {used}, which comes after it")),
+                None => bad.push(format!("{module}.py imports {used}, no module of the package")),
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_python_package_imports_only_modules_below_each_module() {
+    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/python/detcheck");
+    let bad = python_layer_violations(&package);
+    assert!(bad.is_empty(), "the Python package's layers: {bad:?}");
+}
+
+#[test]
+fn a_planted_python_import_cycle_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, code: &str| std::fs::write(dir.path().join(name), code).unwrap();
+    write("_ops.py", "\"\"\"Doc:\nfrom .torch import watch\n\"\"\"\nfrom ._tensors import host\n");
+    write("_tensors.py", "import torch\nfrom . import _ops, _subclasses  # a cycle\n");
+    write("torch.py", "m = sys.modules.get(\"detcheck._auto\")\nfrom ._detcheck import cli\n");
+    write("_new.py", "");
+    assert_eq!(
+        python_layer_violations(dir.path()),
+        [
+            "_new.py: not in tidy.rs's PYTHON_LAYERS",
+            "_tensors.py imports _ops, which comes after it",
+            "torch.py imports _auto, which comes after it",
+        ]
+    );
+}

@@ -91,26 +91,95 @@ fn buffer_dtype(format: &str, itemsize: usize) -> Option<DType> {
     }
 }
 
-/// The dtype `_arrays.normalize` names (numpy's names, and torch's `bfloat16`,
-/// `float8_e4m3fn` and `float8_e5m2`, which are also ml_dtypes' names).
+/// The name Python knows `dtype` by: numpy's names, and torch's `bfloat16`, `float8_e4m3fn`
+/// and `float8_e5m2`, which are also ml_dtypes' names. The package's one dtype table: Python
+/// reads it through `supported_dtypes()`.
+fn python_dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::Bool => "bool",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::F8E4M3 => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
+    }
+}
+
+/// The dtype `_arrays.normalize` names (`python_dtype_name`'s inverse).
 fn dtype_named(name: &str) -> Option<DType> {
-    Some(match name {
-        "float16" => DType::F16,
-        "bfloat16" => DType::BF16,
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        "int32" => DType::I32,
-        "int64" => DType::I64,
-        "uint8" => DType::U8,
-        "bool" => DType::Bool,
-        "int8" => DType::I8,
-        "int16" => DType::I16,
-        "uint16" => DType::U16,
-        "float8_e4m3fn" => DType::F8E4M3,
-        "float8_e5m2" => DType::F8E5M2,
-        "complex64" => DType::C64,
-        "complex128" => DType::C128,
-        _ => return None,
+    DType::ALL
+        .into_iter()
+        .find(|&dtype| python_dtype_name(dtype) == name)
+}
+
+/// The names of the dtypes detcheck records, as Python knows them (`float32`, `bfloat16` ...),
+/// in the trace format's order: the one table `_arrays`, the torch front end and the device
+/// kernels read.
+#[pyfunction]
+fn supported_dtypes() -> Vec<&'static str> {
+    DType::ALL.into_iter().map(python_dtype_name).collect()
+}
+
+/// The name of one record of the operator trace (`detcheck/_ops.py`), by the grammar the
+/// drill-down reads (`detcheck::compare::operator_record_name`): `port` is `"in"` or `"out"`;
+/// an input's `source` is `None` (untraced), `("scalar", None, None)`, `("op", call, output)`,
+/// `("in", m, None)` or `("grad_out", m, None)`.
+#[pyfunction]
+#[pyo3(signature = (call, module, operator, port, index, source=None))]
+fn operator_record_name(
+    call: u32,
+    module: &str,
+    operator: &str,
+    port: &str,
+    index: u32,
+    source: Option<(String, Option<u32>, Option<u32>)>,
+) -> PyResult<String> {
+    use detcheck::compare::{InputSource, Port};
+    let source = match source {
+        None => InputSource::Untraced,
+        Some((kind, a, b)) => match (kind.as_str(), a, b) {
+            ("scalar", None, None) => InputSource::Scalar,
+            ("op", Some(call), Some(output)) => InputSource::ChangedAfter { call, output },
+            ("in" | "grad_out", Some(index), None) => InputSource::WindowInput { kind, index },
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "operator_record_name: source ({kind:?}, {a:?}, {b:?}) is none of \
+                     ('scalar', None, None), ('op', call, output), ('in', m, None), \
+                     ('grad_out', m, None)"
+                )))
+            }
+        },
+    };
+    let port = match port {
+        "in" => Port::Input { index, source },
+        "out" => Port::Output(index),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "operator_record_name: port {other:?} is neither 'in' nor 'out'"
+            )))
+        }
+    };
+    Ok(detcheck::compare::operator_record_name(
+        call, module, operator, &port,
+    ))
+}
+
+/// `window/in{index}` or `window/grad_out{index}` (`kind`), the operator trace's window inputs.
+#[pyfunction]
+fn window_record_name(kind: &str, index: u32) -> PyResult<String> {
+    detcheck::compare::window_record_name(kind, index).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "window_record_name: kind {kind:?} is neither 'in' nor 'grad_out'"
+        ))
     })
 }
 
@@ -418,7 +487,7 @@ impl PyTraceWriter {
     /// detcheck.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Option<Self>> {
-        program_opens_writer(py)?;
+        _program_records(py, "the program opened its own trace writer")?;
         Self::launch_writer(py)
     }
 
@@ -433,7 +502,7 @@ impl PyTraceWriter {
     /// (the `none` launcher); `None` outside detcheck.
     #[staticmethod]
     fn from_env_for_rank(py: Python<'_>, rank: u32) -> PyResult<Option<Self>> {
-        program_opens_writer(py)?;
+        _program_records(py, "the program opened its own trace writer")?;
         let Some(launch) = Launch::from_env().map_err(dump_error)? else {
             return Ok(None);
         };
@@ -671,39 +740,41 @@ impl PyTraceWriter {
     }
 }
 
-/// Whether the program opened a launch writer of its own (`from_env`, `from_env_for_rank`):
-/// then the zero-change recorder records nothing.
-static PROGRAM_WRITER: AtomicBool = AtomicBool::new(false);
-/// What to call when the program opens its own launch writer: the zero-change recorder's
-/// `stand_down`, which drops the writer it opened (the program's is the rank's trace).
-static ON_PROGRAM_WRITER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+/// Whether the program records itself: it opened a launch writer of its own (`from_env`,
+/// `from_env_for_rank`) or called a recording API of the package (`detcheck.torch.watch`, a
+/// framework callback). Then the zero-change recorder records nothing.
+static PROGRAM_RECORDS: AtomicBool = AtomicBool::new(false);
+/// What to call, with the reason, when the program starts recording itself: the zero-change
+/// recorder's `stand_down`, which drops the writer it opened (the program's is the rank's trace).
+static ON_PROGRAM_RECORDS: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-/// The program opens a launch writer: remembered, and the recorder's callback (if any) called
-/// once, before the program's file is created.
-fn program_opens_writer(py: Python<'_>) -> PyResult<()> {
-    PROGRAM_WRITER.store(true, Ordering::SeqCst);
-    let callback = ON_PROGRAM_WRITER
+/// The package's one stand-down channel: the program records itself (`why` says how). The flag
+/// is set, and the recorder's callback (if any) called once with `why`, before the program's
+/// own file is created.
+#[pyfunction]
+fn _program_records(py: Python<'_>, why: &str) -> PyResult<()> {
+    PROGRAM_RECORDS.store(true, Ordering::SeqCst);
+    let callback = ON_PROGRAM_RECORDS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     if let Some(callback) = callback {
-        callback.call0(py)?;
+        callback.call1(py, (why,))?;
     }
     Ok(())
 }
 
-/// Whether the program opened a launch writer of its own (`TraceWriter.from_env` or
-/// `from_env_for_rank`) in this process.
+/// Whether the program records itself in this process (`_program_records` was called).
 #[pyfunction]
-fn _program_opened_writer() -> bool {
-    PROGRAM_WRITER.load(Ordering::SeqCst)
+fn _program_records_itself() -> bool {
+    PROGRAM_RECORDS.load(Ordering::SeqCst)
 }
 
-/// Calls `callback()` once, when the program opens a launch writer of its own (replaces an
-/// earlier one; `None` clears it).
+/// Calls `callback(why)` once, when the program starts recording itself (replaces an earlier
+/// one; `None` clears it).
 #[pyfunction]
-fn _on_program_writer(callback: Option<Py<PyAny>>) {
-    *ON_PROGRAM_WRITER
+fn _on_program_records(callback: Option<Py<PyAny>>) {
+    *ON_PROGRAM_RECORDS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = callback;
 }
@@ -831,12 +902,16 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(tensor_digest, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
+    m.add_function(wrap_pyfunction!(supported_dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(operator_record_name, m)?)?;
+    m.add_function(wrap_pyfunction!(window_record_name, m)?)?;
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
     m.add_function(wrap_pyfunction!(error_file_magic, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
     m.add_function(wrap_pyfunction!(deterministic_settings, m)?)?;
-    m.add_function(wrap_pyfunction!(_program_opened_writer, m)?)?;
-    m.add_function(wrap_pyfunction!(_on_program_writer, m)?)?;
+    m.add_function(wrap_pyfunction!(_program_records, m)?)?;
+    m.add_function(wrap_pyfunction!(_program_records_itself, m)?)?;
+    m.add_function(wrap_pyfunction!(_on_program_records, m)?)?;
     m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
@@ -889,25 +964,29 @@ mod tests {
 
     #[test]
     fn dtype_names() {
+        // Pinned: Python code and users' files name dtypes by these strings.
+        assert_eq!(
+            supported_dtypes(),
+            [
+                "float32",
+                "float64",
+                "int64",
+                "uint8",
+                "float16",
+                "bfloat16",
+                "int32",
+                "bool",
+                "int8",
+                "int16",
+                "uint16",
+                "float8_e4m3fn",
+                "float8_e5m2",
+                "complex64",
+                "complex128"
+            ]
+        );
         for dtype in DType::ALL {
-            let numpy = match dtype {
-                DType::F16 => "float16",
-                DType::BF16 => "bfloat16",
-                DType::F32 => "float32",
-                DType::F64 => "float64",
-                DType::I32 => "int32",
-                DType::I64 => "int64",
-                DType::U8 => "uint8",
-                DType::Bool => "bool",
-                DType::I8 => "int8",
-                DType::I16 => "int16",
-                DType::U16 => "uint16",
-                DType::F8E4M3 => "float8_e4m3fn",
-                DType::F8E5M2 => "float8_e5m2",
-                DType::C64 => "complex64",
-                DType::C128 => "complex128",
-            };
-            assert_eq!(dtype_named(numpy), Some(dtype));
+            assert_eq!(dtype_named(python_dtype_name(dtype)), Some(dtype));
         }
         assert_eq!(dtype_named("uint32"), None);
         assert_eq!(dtype_named("float8_e4m3fnuz"), None);

@@ -345,14 +345,14 @@ def test_custom_op(monkeypatch, tmp_path):
 )
 def test_no_trace_for_another_rank_or_name(monkeypatch, tmp_path, rank, name):
     _, handle, model = train(monkeypatch, tmp_path, (rank, STEP, 0, name))
-    assert handle._ops is None
+    assert handle._recording._ops is None
     assert not (tmp_path / "capture").exists()
     assert_unhooked(model)
 
 
 def test_no_param_window_without_optimizer(monkeypatch, tmp_path):
     _, handle, _ = train(monkeypatch, tmp_path, (0, STEP, 0, "param/fc1.bias"), optimizer=False)
-    assert handle._ops is None and not ops_file(tmp_path).exists()
+    assert handle._recording._ops is None and not ops_file(tmp_path).exists()
 
 
 def test_a_request_of_a_step_that_never_comes(monkeypatch, tmp_path):

@@ -161,8 +161,8 @@ def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
         model = torch.nn.Linear(3, 2)
         model(torch.ones(1, 3))             # a forward before the program's writer opens
         writer = detcheck.TraceWriter.from_env()
-        handle = detcheck.torch.watch(model, writer, torch.optim.SGD(model.parameters(), 0.1))
-        opt = handle._optimizer
+        opt = torch.optim.SGD(model.parameters(), 0.1)
+        handle = detcheck.torch.watch(model, writer, opt)
         for step in range(2):
             opt.zero_grad()
             model(torch.ones(1, 3)).sum().backward()

@@ -36,7 +36,10 @@ mod tests;
 
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
-pub use operator::{find_operator, traced_window, InputSource, OperatorCall, OperatorFinding};
+pub use operator::{
+    find_operator, operator_record_name, traced_window, window_record_name, InputSource,
+    OperatorCall, OperatorFinding, Port,
+};
 
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};

@@ -255,10 +255,43 @@ enum Entry<'a> {
     },
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Port {
-    Input { index: u32, source: InputSource },
+/// One tensor of an operator call: the tracer's half of a record's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Port {
+    /// Input `index`, taken before the call, and where that tensor came from
+    /// ([`InputSource::Untraced`]: nothing is written).
+    Input {
+        /// Which input (tensor leaves first, then Python floats).
+        index: u32,
+        /// Its provenance.
+        source: InputSource,
+    },
+    /// Output `index`, taken after the call.
     Output(u32),
+}
+
+/// The name of the record of `port` of call `call` of `operator` in `module`: the grammar
+/// [`parse`] reads, written in one place (the Python tracer calls it through the native
+/// module's `operator_record_name`).
+#[must_use]
+pub fn operator_record_name(call: u32, module: &str, operator: &str, port: &Port) -> String {
+    let port = match port {
+        Port::Output(index) => format!("out{index}"),
+        Port::Input { index, source } => match source {
+            InputSource::Untraced => format!("in{index}"),
+            InputSource::Scalar => format!("in{index}<scalar"),
+            InputSource::ChangedAfter { call, output } => format!("in{index}<op{call}.out{output}"),
+            InputSource::WindowInput { kind, index: from } => format!("in{index}<{kind}{from}"),
+        },
+    };
+    format!("op/{call:04}/{module}/{operator}/{port}")
+}
+
+/// The name of a window's input record: `window/in{index}` (a forward window's input) or
+/// `window/grad_out{index}` (a backward window's output gradient); `None` for another kind.
+#[must_use]
+pub fn window_record_name(kind: &str, index: u32) -> Option<String> {
+    matches!(kind, "in" | "grad_out").then(|| format!("window/{kind}{index}"))
 }
 
 /// The entry a record's name describes (`None`: not a name of the tracer's).
@@ -599,6 +632,51 @@ mod tests {
             find_operator(&odd, &odd, "forward"),
             OperatorFinding::Unavailable { .. }
         ));
+    }
+
+    #[test]
+    fn every_name_the_writer_makes_parses_back() {
+        let sources = [
+            InputSource::Untraced,
+            InputSource::Scalar,
+            InputSource::ChangedAfter {
+                call: 10,
+                output: 2,
+            },
+            InputSource::WindowInput {
+                kind: "in".into(),
+                index: 1,
+            },
+            InputSource::WindowInput {
+                kind: "grad_out".into(),
+                index: 0,
+            },
+        ];
+        let mut ports: Vec<Port> = sources
+            .into_iter()
+            .map(|source| Port::Input { index: 3, source })
+            .collect();
+        ports.push(Port::Output(4));
+        for port in ports {
+            let name = operator_record_name(12, "a/b.c", "myns.op.default", &port);
+            assert!(name.starts_with("op/0012/a/b.c/myns.op.default/"), "{name}");
+            assert_eq!(
+                parse(&name),
+                Some(Entry::Port {
+                    index: 12,
+                    module: "a/b.c",
+                    operator: "myns.op.default",
+                    port
+                }),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            window_record_name("grad_out", 2).as_deref(),
+            Some("window/grad_out2")
+        );
+        assert_eq!(parse("window/in0"), Some(Entry::Window));
+        assert_eq!(window_record_name("out", 0), None);
     }
 
     #[test]

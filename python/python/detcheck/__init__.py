@@ -41,12 +41,12 @@ __all__ = [
     "check",
     "compare",
     "seed_all",
-    "torch",
 ]
 
 
 def __getattr__(name):
-    # `detcheck.torch` on first use, so `import detcheck` never imports torch.
+    # `detcheck.torch` on first use, so that neither `import detcheck` nor
+    # `from detcheck import *` imports torch.
     if name == "torch":
         import importlib
 

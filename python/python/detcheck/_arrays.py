@@ -16,24 +16,11 @@ tensor's bytes are (real, imaginary) pairs, as numpy's complex64 and complex128.
 
 import sys
 
-#: numpy dtype names detcheck records (torch and ml_dtypes add bfloat16 and the 8-bit floats).
-SUPPORTED = (
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-    "int8",
-    "int16",
-    "uint16",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "complex64",
-    "complex128",
-)
+from ._detcheck import supported_dtypes
+
+#: The dtype names detcheck records (numpy's, and torch's and ml_dtypes' bfloat16 and 8-bit
+#: floats): the native module's one table.
+SUPPORTED = tuple(supported_dtypes())
 
 _NUMPY_KINDS = {
     ("f", 2): "float16",

@@ -8,8 +8,8 @@ How it finds what to record (``Recorder``), through torch's global hooks:
   (a global forward pre-hook counts the depth). A ``DistributedDataParallel``,
   ``DataParallel`` or ``FullyShardedDataParallel`` wrapper is looked through (``.module``), as is
   ``torch.compile``'s ``OptimizedModule`` (``._orig_mod``), so the names are the model's own at
-  every world size. From then on that model is recorded by ``detcheck.torch.WatchHandle``, the
-  class ``watch`` uses (one implementation), with two more records: ``in/(model).N`` (its
+  every world size. From then on that model is recorded by ``detcheck._engine.Recording``, the
+  engine ``watch`` uses (one implementation), with two more records: ``in/(model).N`` (its
   tensor arguments, then its keyword arguments by name: a data-order divergence shows there)
   and ``loss`` (the ``loss`` its output carries: Hugging Face models). The global forward hooks
   are removed once the model is found: recording then costs what ``watch`` costs. Other
@@ -58,31 +58,15 @@ import torch
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
-from ._detcheck import TraceWriter, _on_program_writer, _program_opened_writer
-from .torch import WatchHandle, _add_versions, _Hook, _leaves
+from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
+from ._engine import Recording
+from ._tensors import Hook, leaves, replicated_records, unwrap_model
+from ._torch_frontend import TORCH, add_versions, before_optimizer_step
 
-__all__ = ["start", "stand_down", "Recorder"]
-
-#: The wrappers looked through to the model, and the attribute that holds it.
-_WRAPPED = (("module", "DistributedDataParallel"), ("module", "DataParallel"),
-            ("module", "FullyShardedDataParallel"), ("_orig_mod", "OptimizedModule"))
+__all__ = ["start", "Recorder"]
 
 #: The running recorder of this process (``start``), or ``None``.
 _recorder = None
-
-
-def _unwrap(root):
-    """The model inside ``root``'s wrappers, and whether one was DistributedDataParallel."""
-    ddp = False
-    for _ in range(8):
-        for attr, cls in _WRAPPED:
-            if type(root).__name__ == cls and isinstance(getattr(root, attr, None), torch.nn.Module):
-                ddp = ddp or cls == "DistributedDataParallel"
-                root = getattr(root, attr)
-                break
-        else:
-            return root, ddp
-    return root, ddp
 
 
 def _has_parameters(module):
@@ -127,7 +111,7 @@ class Recorder:
             _optimizer.register_optimizer_step_pre_hook(self._before_step),
             _optimizer.register_optimizer_step_post_hook(self._after_step),
         ]
-        _on_program_writer(lambda: self.stand_down("the program opened its own trace writer"))
+        _on_program_records(self.stand_down)
         os.register_at_fork(after_in_child=self._forked)
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             try:
@@ -158,25 +142,30 @@ class Recorder:
         if multiprocessing.parent_process() is not None:
             self.stand_down("a multiprocessing child is no rank")
             return
-        if _program_opened_writer():
-            self.stand_down("the program opened its own trace writer")
+        if _program_records_itself():
+            self.stand_down("the program records itself")
             return
-        model, ddp = _unwrap(root)
+        model, ddp = unwrap_model(root)
         self._writer = TraceWriter._for_recorder()
         if self._writer is None:
             self.stand_down("not launched by detcheck")
             return
-        _add_versions(self._writer)
-        replicated = ddp or self._writer.world_size == 1
-        self._handle = WatchHandle(
-            model, self._writer, None, replicated, self._steps,
-            inputs=True, loss=True, updates="caller",
+        add_versions(self._writer)
+        self._handle = Recording(
+            TORCH,
+            model,
+            self._writer,
+            replicated_records(ddp, self._writer.world_size),
+            self._steps,
+            updates=True,
+            inputs=True,
+            loss=True,
         )
         self.status = "recording"
         self.recorded = True
         self._model_hooks = [
-            model.register_forward_pre_hook(_Hook(self._rhythm_before_forward), prepend=True),
-            model.register_forward_hook(_Hook(self._rhythm_after_forward)),
+            model.register_forward_pre_hook(Hook(self._rhythm_before_forward), prepend=True),
+            model.register_forward_hook(Hook(self._rhythm_after_forward)),
         ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its inputs
@@ -184,12 +173,12 @@ class Recorder:
             # are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
-            self._handle._paused(self._handle._record_inputs)(root, args, kwargs)
+            self._handle.paused(self._handle.record_inputs)(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
         if self.status == "recording":
-            return self._handle._before_update(optimizer, args, kwargs)
+            return before_optimizer_step(self._handle, optimizer, args, kwargs)
         return None
 
     def _optimizer_steps(self):
@@ -213,7 +202,7 @@ class Recorder:
                 return None
             if not torch.is_grad_enabled():
                 return None
-            for _, tensor in _leaves("", output):
+            for _, tensor in leaves("", output):
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     tensor.register_hook(self._output_grad)
         except Exception as e:
@@ -244,7 +233,7 @@ class Recorder:
                     return
                 self._mode = "rhythm"
             self._backward_seen = True
-            self._handle._end_backward()
+            self._handle.end_backward()
         except Exception as e:
             _say_once(self, f"cannot record the gradients at the end of backward: {e!r}")
 
@@ -256,7 +245,7 @@ class Recorder:
             return None
         try:
             self._backward_seen = False
-            self._handle._after_update(None, (), {})
+            self._handle.after_update()
             self._records_before_step = self._writer.num_records
             self._steps += 1
         except Exception as e:
@@ -270,7 +259,7 @@ class Recorder:
     def _after_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
         if self.status == "recording":
-            self._handle._after_update(optimizer, args, kwargs)
+            self._handle.after_update()
             self._records_before_step = self._writer.num_records
         self._steps += 1
         stop_after = self._state.stop_after
@@ -384,9 +373,3 @@ def start(state):
     _recorder = Recorder(state)
     _recorder.install()
     return _recorder
-
-
-def stand_down(why):
-    """The program records itself: the recorder of this process, if any, stands down."""
-    if _recorder is not None:
-        _recorder.stand_down(why)

@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._detcheck import supported_dtypes
+
 #: Bytes per chunk of the tree digest (fixed by the definition; never change it).
 CHUNK_BYTES = 4096
 _CHUNK = tl.constexpr(CHUNK_BYTES)  # the same, for the kernel
@@ -105,10 +107,7 @@ def _dtypes(*names):
 
 
 #: The dtypes both functions accept.
-SUPPORTED_DTYPES = _dtypes(
-    "float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-    "int64", "int32", "int16", "int8", "uint8", "uint16", "bool", "complex64", "complex128",
-)  # fmt: skip
+SUPPORTED_DTYPES = _dtypes(*supported_dtypes())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ writes them after the places before them are filled.
 
 The writer calls ``drain`` before its own ``flush`` and ``close`` (``TraceWriter._add_drain``), so
 a trace is never finished without the records still on a device (a place never filled fails the
-file rather than finishing it without the record); ``WatchHandle.remove`` drains too.
+file rather than finishing it without the record); ``Recording.remove`` drains too.
 
 Determinism: digests are the host's, bit for bit (``detcheck._device``); statistics are summed
 on the device in a fixed order (deterministic there, not bit-equal to the host's: they are

@@ -105,8 +105,13 @@ import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils._pytree import tree_flatten
 
-from ._detcheck import TraceWriter, capture_request
-from .torch import ROOT, _Hook, _host
+from ._contract import ROOT
+from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
+from ._tensors import Hook as _Hook
+from ._tensors import host as _host
+
+#: A Python float's source (``operator_record_name``'s grammar lives in Rust).
+_SCALAR = ("scalar", None, None)
 
 #: The module label of the optimizer window's operators.
 OPTIMIZER = "(optimizer)"
@@ -149,7 +154,7 @@ class OpTracer(TorchDispatchMode):
         i = self.index
         self.index += 1
         module = self.stack[-1] if self.stack else self.label
-        prefix = f"op/{i:04d}/{module}/{func}/"
+        operator = str(func)
         leaves, _ = tree_flatten((args, kwargs))
         j = 0
         for leaf in leaves:
@@ -157,19 +162,19 @@ class OpTracer(TorchDispatchMode):
                 continue
             source, uninitialized = self._source(leaf)
             if not uninitialized:  # else: memory an allocation left as it was: bits mean nothing
-                name = f"{prefix}in{j}" if source is None else f"{prefix}in{j}<{source}"
-                self._record(name, leaf)
+                self._record(operator_record_name(i, module, operator, "in", j, source), leaf)
             j += 1
         for leaf in leaves:  # Python floats, numbered after the tensors
             if isinstance(leaf, float):
-                self._record(f"{prefix}in{j}<scalar", _torch.tensor(leaf, dtype=_torch.float64))
+                name = operator_record_name(i, module, operator, "in", j, _SCALAR)
+                self._record(name, _torch.tensor(leaf, dtype=_torch.float64))
                 j += 1
         out = func(*args, **kwargs)
         allocation = str(getattr(func, "overloadpacket", "")) in _ALLOCATIONS
         for j, tensor in _tensors(out):
             if not allocation:
-                self._record(f"{prefix}out{j}", tensor)
-            self._remember(tensor, f"op{i}.out{j}", uninitialized=allocation)
+                self._record(operator_record_name(i, module, operator, "out", j), tensor)
+            self._remember(tensor, ("op", i, j), uninitialized=allocation)
         return out
 
     def record_inputs(self, kind, value):
@@ -178,8 +183,8 @@ class OpTracer(TorchDispatchMode):
         self.paused += 1
         try:
             for j, tensor in _tensors(value):
-                self._record(f"window/{kind}{j}", tensor)
-                self._remember(tensor, f"{kind}{j}")
+                self._record(window_record_name(kind, j), tensor)
+                self._remember(tensor, (kind, j, None))
         finally:
             self.paused -= 1
 
@@ -207,6 +212,14 @@ class OpTracer(TorchDispatchMode):
         except TypeError:
             ref = tensor
         self._sources[id(tensor)] = (ref, source, uninitialized)
+
+    def pause(self):
+        """The engine records: what runs now is not the model's."""
+        self.paused += 1
+
+    def resume(self):
+        """Ends one ``pause``."""
+        self.paused -= 1
 
     def enter(self):
         """Enters the mode (on this thread's mode stack), not recording yet."""
@@ -244,10 +257,11 @@ def _say_unsupported(writer, why):
         pass
 
 
-def plan(handle, model, writer, updates):
-    """The operator trace ``watch`` (``handle``) must take for the process's capture request,
-    or ``None`` (no request, another rank's, or a name ``watch`` does not make). ``updates``:
-    whether optimizer steps reach the handle (``param/*`` records exist)."""
+def plan(current_step, model, writer, updates):
+    """The operator trace (``detcheck._contract.OperatorTrace``) the recording engine must
+    take for the process's capture request, or ``None`` (no request, another rank's, or a name
+    the engine does not make). ``current_step``: the engine's step getter; ``updates``: whether
+    optimizer steps reach the engine (``param/*`` records exist)."""
     request = capture_request()
     if request is None or writer is None:
         return None
@@ -266,23 +280,24 @@ def plan(handle, model, writer, updates):
         wanted = name[len("fwd/") :]
         fits = [label for label in modules if wanted == label or wanted.startswith(label + ".")]
         if fits:
-            return _ForwardWindow(handle, folder, step, occurrence, modules, max(fits, key=len))
+            return _ForwardWindow(current_step, folder, step, occurrence, modules, max(fits, key=len))
     elif name.startswith("grad/") and name[len("grad/") :] in params:
         param_name = name[len("grad/") :]
         label = _owner(modules, param_name)
-        return _BackwardWindow(handle, folder, step, modules, label, params[param_name])
+        return _BackwardWindow(current_step, folder, step, modules, label, params[param_name])
     elif name.startswith("param/") and updates and name[len("param/") :] in params:
-        return _OptimizerWindow(handle, folder, step)
+        return _OptimizerWindow(current_step, folder, step)
     return None
 
 
 class _Window:
-    """One window of a ``watch``: its tracer, its hooks, its file. ``watch`` calls
-    ``step_ends()`` before it records the gradients, ``before_update()`` after,
-    ``after_update()`` before it records the parameters, and ``remove()``."""
+    """One window of a recording: its tracer, its hooks, its file; the engine's
+    ``OperatorTrace``. The engine calls ``step_ends()`` before it records the gradients,
+    ``before_update()`` after, ``after_update()`` before it records the parameters,
+    ``pause()``/``resume()`` around its own recording, and ``remove()``."""
 
-    def __init__(self, handle, folder, step, label):
-        self._handle = handle
+    def __init__(self, current_step, folder, step, label):
+        self._current_step = current_step
         self._folder = folder
         self._step = step
         self.tracer = OpTracer(step, label)
@@ -291,7 +306,13 @@ class _Window:
         self._done = False
 
     def _now(self):
-        return self._handle.current_step == self._step
+        return self._current_step() == self._step
+
+    def pause(self):
+        self.tracer.pause()
+
+    def resume(self):
+        self.tracer.resume()
 
     def _open_file(self):
         """Creates the file; ``False`` when this process already opened its window."""
@@ -345,8 +366,8 @@ class _Window:
 class _ForwardWindow(_Window):
     """``fwd/<label>...``: the ``occurrence``-th forward call of the module in step ``S``."""
 
-    def __init__(self, handle, folder, step, occurrence, modules, label):
-        super().__init__(handle, folder, step, label)
+    def __init__(self, current_step, folder, step, occurrence, modules, label):
+        super().__init__(current_step, folder, step, label)
         self._occurrence = occurrence
         self._calls = 0
         self._module = modules[label]
@@ -401,8 +422,8 @@ class _BackwardWindow(_Window):
     """``grad/<p>``: the backward through ``p``'s owner module in step ``S``, up to ``p``'s
     accumulated gradient."""
 
-    def __init__(self, handle, folder, step, modules, label, param):
-        super().__init__(handle, folder, step, label)
+    def __init__(self, current_step, folder, step, modules, label, param):
+        super().__init__(current_step, folder, step, label)
         self._module = modules[label]
         self._param = param
         self._opened = False
@@ -446,8 +467,8 @@ class _BackwardWindow(_Window):
         try:
             for j, grad in zip(indices, grads):
                 if grad is not None:
-                    tracer._record(f"window/grad_out{j}", grad)
-                    tracer._remember(grad, f"grad_out{j}")
+                    tracer._record(window_record_name("grad_out", j), grad)
+                    tracer._remember(grad, ("grad_out", j, None))
         finally:
             tracer.paused -= 1
         tracer.recording = True
@@ -466,8 +487,8 @@ class _BackwardWindow(_Window):
 class _OptimizerWindow(_Window):
     """``param/<p>``: ``optimizer.step()`` of step ``S``."""
 
-    def __init__(self, handle, folder, step):
-        super().__init__(handle, folder, step, OPTIMIZER)
+    def __init__(self, current_step, folder, step):
+        super().__init__(current_step, folder, step, OPTIMIZER)
 
     def before_update(self):
         if self._done or not self._now() or not self._open_file():

@@ -247,14 +247,14 @@ def _at_exit():
     if _state is None or os.environ.get(PID_VAR) != str(os.getpid()):
         return
     _state.forget_rank_files()
-    from ._detcheck import _program_opened_writer
+    from ._detcheck import _program_records_itself
 
     recorder = _state.recorder
     if recorder is not None:
         recorder.finish("exit")
         if recorder.recorded:
             return
-    if _program_opened_writer() or _state.note is None:
+    if _program_records_itself() or _state.note is None:
         return
     if recorder is None:
         why = (

@@ -24,7 +24,7 @@ Replicated records follow ``watch``'s rule (DistributedDataParallel and more tha
 
 from transformers import TrainerCallback
 
-from .torch import TrainingRecording, _Hook, model_loss
+from ._callbacks import TrainingRecording
 
 __all__ = ["DetcheckCallback"]
 
@@ -48,12 +48,7 @@ class DetcheckCallback(TrainerCallback):
         return self.recording.handle
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        self.recording.start(model, optimizer, state.global_step)
-        if self.writer is not None:
-            self.recording.add_hook(model.register_forward_hook(_Hook(self._record_loss)))
-
-    def _record_loss(self, module, inputs, output):
-        self.recording.record_loss(self.handle.current_step, model_loss(output))
+        self.recording.start(model, optimizer, state.global_step, loss=True)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.recording.stop()

@@ -22,7 +22,7 @@ the writer it opened is closed.
 
 import lightning.pytorch as pl
 
-from .torch import TrainingRecording
+from ._callbacks import TrainingRecording
 
 __all__ = ["DetcheckCallback"]
 

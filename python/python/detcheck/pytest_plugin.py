@@ -27,6 +27,10 @@ import pytest
 
 from ._api import check
 
+#: The report of an item's ``detcheck`` marker, and the failure it gave (``None``: it held).
+_REPORT = pytest.StashKey()
+_FAILURE = pytest.StashKey()
+
 
 def pytest_configure(config):
     config.addinivalue_line(
@@ -36,11 +40,18 @@ def pytest_configure(config):
     )
 
 
+def _failure(report):
+    """The message of a check that did not hold, or ``None``."""
+    if report.passed:
+        return None
+    return f"detcheck check failed (exit {report.exit_code}):\n{report.text or repr(report)}"
+
+
 def _checked(*args, **kwargs):
     report = check(*args, **kwargs)
-    if not report.passed:
-        text = report.text or repr(report)
-        pytest.fail(f"detcheck check failed (exit {report.exit_code}):\n{text}", pytrace=False)
+    failure = _failure(report)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
     return report
 
 
@@ -53,11 +64,31 @@ def detcheck_check():
 @pytest.fixture
 def detcheck_report(request):
     """The report of the test's ``detcheck`` marker (``None`` without one)."""
-    return getattr(request.node, "_detcheck_report", None)
+    return request.node.stash.get(_REPORT, None)
+
+
+@pytest.hookimpl
+def pytest_runtest_setup(item):
+    # After pytest's skip and skipif markers (a skipped test runs no check) and before the
+    # fixtures are set up (so that `detcheck_report` has its report). A check that does not
+    # hold fails the test in its call phase (a failed test, not an error in its setup), before
+    # the body runs.
+    marker = item.get_closest_marker("detcheck")
+    if marker is None:
+        return
+    try:
+        report = check(*marker.args, **marker.kwargs)
+    except (ValueError, TypeError) as e:  # a bad option: the test's own mistake
+        item.stash[_FAILURE] = f"detcheck marker: {e}"
+        return
+    item.stash[_REPORT] = report
+    failure = _failure(report)
+    if failure is not None:
+        item.stash[_FAILURE] = failure
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    marker = item.get_closest_marker("detcheck")
-    if marker is not None:
-        item._detcheck_report = _checked(*marker.args, **marker.kwargs)
+def pytest_runtest_call(item):
+    failure = item.stash.get(_FAILURE, None)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)

@@ -1,0 +1,105 @@
+"""The recorder contract: what a framework front end gives the recording engine
+(``detcheck._engine``), so that one engine records PyTorch today and MindSpore next.
+
+Three small interfaces, as ``typing.Protocol`` classes (checked by the type checker, never at
+run time):
+
+- ``FrontEnd``: model discovery and names (``modules``, ``parameters``), the hooks on a
+  module's forward, a module output's tensors (``outputs``), a parameter's gradient, the loss a
+  model's output carries, and where tensors go (``sink``, ``operator_trace``).
+- ``TensorSink``: how one framework's tensor reaches the writer (conversion, tensor subclasses,
+  device kernels). ``put`` never raises into the program.
+- ``OperatorTrace``: the operator tracer of a capture re-run, driven by the engine through a
+  step getter (given to it) and ``pause``/``resume`` (the engine's own recording is no operator
+  of the model).
+
+Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
+optimizer hooks, the zero-change recorder's global hooks, a framework callback).
+
+Imports nothing: the contract holds for every framework.
+"""
+
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Tuple
+
+__all__ = ["ROOT", "FrontEnd", "OperatorTrace", "Removable", "TensorSink"]
+
+#: The label of the model itself in record names (``fwd/(model)``, ``in/(model).0``).
+ROOT = "(model)"
+
+
+class Removable(Protocol):
+    """A registered hook."""
+
+    def remove(self) -> None: ...
+
+
+class TensorSink(Protocol):
+    """Hands a framework's tensors to the writer."""
+
+    def put(self, step: int, name: str, tensor: Any, replicated: bool, state: bool) -> None:
+        """Records ``tensor`` as ``name`` at ``step``; ``state``: a gradient or parameter (its
+        placements may decide ``replicated``). Never raises into the program."""
+
+    def end_step(self) -> None:
+        """The step is over (records held on a device may be handed over)."""
+
+    def close(self) -> None:
+        """No more records: hand over what is held."""
+
+
+class OperatorTrace(Protocol):
+    """The operator tracer of one capture re-run."""
+
+    def step_ends(self) -> None:
+        """The step's forward and backward are over (before the gradients are recorded)."""
+
+    def before_update(self) -> None:
+        """The optimizer's update begins."""
+
+    def after_update(self) -> None:
+        """The optimizer's update is done."""
+
+    def pause(self) -> None:
+        """The engine records: operators run now are not the model's."""
+
+    def resume(self) -> None:
+        """Ends one ``pause``."""
+
+    def remove(self) -> None:
+        """Removes the tracer's hooks and closes its file."""
+
+
+class FrontEnd(Protocol):
+    """What a framework provides to the engine."""
+
+    def modules(self, model: Any) -> Iterable[Tuple[str, Any]]:
+        """``(label, module)`` of every module, the model itself labelled ``""``."""
+
+    def parameters(self, model: Any) -> Iterable[Tuple[str, Any]]:
+        """``(name, parameter)`` of every parameter, in the model's order."""
+
+    def on_forward(self, module: Any, hook: Callable[..., Any]) -> Removable:
+        """Calls ``hook(module, args, output)`` after each forward of ``module``."""
+
+    def on_forward_inputs(self, module: Any, hook: Callable[..., Any]) -> Removable:
+        """Calls ``hook(module, args, kwargs)`` before each forward of ``module``."""
+
+    def outputs(self, name: str, value: Any) -> Iterator[Tuple[str, Any]]:
+        """``(name, tensor)`` of every tensor in a module's output, in order."""
+
+    def gradient(self, parameter: Any) -> Optional[Any]:
+        """The parameter's gradient, or ``None``."""
+
+    def trainable(self, parameter: Any) -> bool:
+        """Whether the parameter is updated by the optimizer."""
+
+    def loss_of(self, output: Any) -> Optional[Any]:
+        """The loss a model's output carries, or ``None``."""
+
+    def sink(self, writer: Any, device_digests: Optional[bool]) -> TensorSink:
+        """The sink of one engine's records."""
+
+    def operator_trace(
+        self, current_step: Callable[[], int], model: Any, writer: Any, updates: bool
+    ) -> Optional[OperatorTrace]:
+        """The operator trace the process's capture request asks of this model, or ``None``."""

@@ -1,0 +1,193 @@
+"""The recording engine: one model's records, step by step, for every way of recording
+(``detcheck.torch.watch``, the zero-change recorder ``detcheck._auto``, the framework
+callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
+
+``Recording`` makes, per step:
+
+- ``fwd/<module>`` at each forward of each module (the model itself is ``fwd/(model)``), a
+  module output's tensors as the front end names them;
+- ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
+  arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
+- ``grad/<param>`` when the caller says the backward is over (``end_backward``), and
+  ``param/<param>`` when it says the update is done (``after_update``), which ends the step.
+
+The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
+``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
+is and pauses it while it records.
+
+Determinism: records are made in the order the program runs the hooked code; nothing here
+reads a clock or a hash order.
+"""
+
+from ._contract import ROOT, FrontEnd
+
+__all__ = ["RECORDS", "Recording"]
+
+#: The kinds of records a recording can make: forward outputs (``fwd/*``), gradients
+#: (``grad/*``) and parameters after each update (``param/*``).
+RECORDS = ("fwd", "grad", "param")
+
+
+class Recording:
+    """One model's recording (module doc). ``writer`` ``None``: nothing is hooked or
+    recorded, the step counter still counts."""
+
+    def __init__(
+        self,
+        frontend: FrontEnd,
+        model,
+        writer,
+        replicated,
+        start,
+        *,
+        updates,
+        inputs=False,
+        loss=False,
+        device_digests=None,
+        records=RECORDS,
+    ):
+        unknown = set(records) - set(RECORDS)
+        if unknown:
+            raise ValueError(
+                f"records: unknown kind(s) {sorted(unknown)}; the kinds are {list(RECORDS)}"
+            )
+        self._frontend = frontend
+        self._records = frozenset(records)
+        self._writer = writer
+        self.replicated = bool(replicated)
+        self._step = int(start)
+        self._hooks = []
+        #: The operator trace of a capture request, or ``None``.
+        self._ops = None
+        #: An update whose closure has not returned yet: the gradients are still to be recorded.
+        self.pending_update = False
+        params = list(frontend.parameters(model))
+        self._grad_labels = [("grad/" + name, p) for name, p in params]
+        self._param_labels = [("param/" + name, p) for name, p in params]
+        self.sink = None
+        if writer is None:
+            return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
+        self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
+        self.sink = frontend.sink(writer, device_digests)
+        if inputs:
+            self._hooks.append(frontend.on_forward_inputs(model, self.paused(self.record_inputs)))
+        for name, module in frontend.modules(model) if "fwd" in self._records else ():
+            label = "fwd/" + (name if name else ROOT)
+            self._hooks.append(frontend.on_forward(module, self.paused(self._forward(label))))
+        if loss:
+            self._hooks.append(frontend.on_forward(model, self.paused(self._record_loss)))
+
+    @property
+    def current_step(self):
+        """The step the next records belong to."""
+        return self._step
+
+    def step_to(self, n):
+        """The records that follow belong to step ``n``."""
+        if n < 0:
+            raise ValueError(f"step {n} is negative")
+        if int(n) != self._step:
+            if self._ops is not None:
+                self._ops.step_ends()
+            if self.sink is not None:
+                self.sink.end_step()
+        self._step = int(n)
+
+    def next_step(self):
+        """Ends the step without an update: records ``grad/*``, then advances the step."""
+        if self._ops is not None:
+            self._ops.step_ends()
+        self._record_grads()
+        self._advance()
+
+    def remove(self):
+        """Detaches every hook; nothing more is recorded (records still on a device are handed
+        to the writer). Removing twice does nothing."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        if self._ops is not None:
+            self._ops.remove()
+            self._ops = None
+        if self.sink is not None:
+            self.sink.close()
+
+    def paused(self, hook):
+        """``hook``, made invisible to the operator trace: the engine's own conversions are no
+        operators of the model."""
+        ops = self._ops
+        if ops is None:
+            return hook
+
+        def paused_hook(*args):
+            ops.pause()
+            try:
+                return hook(*args)
+            finally:
+                ops.resume()
+
+        return paused_hook
+
+    def put(self, name, tensor):
+        """Records ``tensor`` as ``name`` in the current step (a record of the caller's)."""
+        if self.sink is not None:
+            self.sink.put(self._step, name, tensor, False, False)
+
+    def record_inputs(self, module, args, kwargs):
+        """``in/(model).N``: the model's tensor arguments, then its keyword arguments."""
+        for name, tensor in self._frontend.outputs(f"in/{ROOT}", tuple(args)):
+            self.sink.put(self._step, name, tensor, False, False)
+        for name, tensor in self._frontend.outputs(f"in/{ROOT}", kwargs):
+            self.sink.put(self._step, name, tensor, False, False)
+        return None
+
+    def _forward(self, label):
+        outputs = self._frontend.outputs
+
+        def hook(module, inputs, output):
+            put, step = self.sink.put, self._step
+            for name, tensor in outputs(label, output):
+                put(step, name, tensor, False, False)
+
+        return hook
+
+    def _record_loss(self, module, args, output):
+        loss = self._frontend.loss_of(output)
+        if loss is not None:
+            self.sink.put(self._step, "loss", loss, False, False)
+
+    def _record_grads(self):
+        if self.sink is None or "grad" not in self._records:
+            return
+        gradient, step = self._frontend.gradient, self._step
+        for label, param in self._grad_labels:
+            grad = gradient(param)
+            if grad is not None:
+                self.sink.put(step, label, grad, self.replicated, True)
+
+    def end_backward(self):
+        """The step's forward and backward are over, its update is next: records ``grad/*``."""
+        self.pending_update = False
+        if self._ops is not None:
+            self._ops.step_ends()
+        self._record_grads()
+        if self._ops is not None:
+            self._ops.before_update()
+
+    def after_update(self):
+        """The update is done: records ``param/*`` and ends the step."""
+        if self.pending_update:  # an optimizer that never called its closure
+            self.end_backward()
+        if self._ops is not None:
+            self._ops.after_update()
+        if self.sink is not None and "param" in self._records:
+            trainable, step = self._frontend.trainable, self._step
+            for label, param in self._param_labels:
+                if trainable(param):
+                    self.sink.put(step, label, param, self.replicated, True)
+        self._advance()
+
+    def _advance(self):
+        self._step += 1
+        if self.sink is not None:
+            self.sink.end_step()

@@ -1,0 +1,215 @@
+"""The PyTorch front end of the recorder contract (``detcheck._contract``): ``TORCH``, what
+the engine (``detcheck._engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches
+the writer: plain tensors from the host (``_tensors.host``), tensor subclasses through their
+data (``_subclasses``), CUDA tensors through the device kernels when device digests are on
+(``_device_records``), and the operator tracer of a capture re-run (``_ops``).
+
+Determinism: records are made in the order the engine asks; a skipped record is noted once per
+name (``detcheck.skipped/<name>``), the same in every run of the same program.
+"""
+
+import torch
+
+from . import _subclasses
+from ._tensors import (
+    PLAIN,
+    Hook,
+    dense_with_values,
+    host,
+    leaves,
+    model_loss,
+    replicated_records,
+)
+
+__all__ = ["TORCH", "TorchSink", "add_versions", "before_optimizer_step"]
+
+
+class TorchSink:
+    """The ``TensorSink`` of one engine: the writer, device records once a tensor goes to the
+    device kernels, and the names already noted in the environment."""
+
+    def __init__(self, writer, device_digests):
+        self._writer = writer
+        #: ``True``, ``False`` or ``None`` (on for CUDA tensors where Triton runs).
+        self._device_digests = device_digests
+        #: The ``DeviceRecords`` once a tensor went to the device kernels.
+        self._device = None
+        self._noted = set()
+        if device_digests and not hasattr(writer, "record_digested"):
+            raise TypeError(
+                "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
+                f"{type(writer).__name__}"
+            )
+
+    def put(self, step, name, tensor, replicated=False, state=False):
+        """Hands one record to the writer, a tensor subclass through its data; ``state``: a
+        gradient or parameter, whose DTensor placements decide ``replicated``. Never raises into
+        the program: a tensor with no values to record, or a failure to record one, is skipped
+        with one note in the trace's environment (``detcheck.skipped/<name>``); a sharded tensor
+        is noted once (``detcheck.tensor/<name>``)."""
+        try:
+            if type(tensor) not in PLAIN or not dense_with_values(tensor):
+                found = _subclasses.plain(tensor)
+                if found.note is not None:
+                    self.note("detcheck.tensor/", name, found.note)
+                if found.replicated is not None and state:
+                    replicated = replicated_records(
+                        found.replicated, getattr(self._writer, "world_size", 1)
+                    )
+                tensor = found.tensor
+            self._put_plain(step, name, tensor, replicated)
+        except _subclasses.Unrecordable as e:
+            self.note("detcheck.skipped/", name, str(e))
+        except ImportError:
+            raise  # device_digests=True without Triton: the caller's request cannot be met
+        except Exception as e:
+            self.note("detcheck.skipped/", name, f"recording it failed: {type(e).__name__}: {e}")
+
+    def note(self, prefix, name, text):
+        """One environment entry per record name (what ``put`` skipped or how it recorded it)."""
+        key = prefix + name
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        try:
+            self._writer.add_environment(key, text() if callable(text) else text)
+        except Exception:
+            pass
+
+    def _put_plain(self, step, name, tensor, replicated):
+        if self._device_digests is not False and tensor.device.type != "cpu":
+            self._start_device_records()
+        elif self._device_digests and self._device is None:
+            self._start_device_records()  # CPU tensors under Triton's interpreter (tests)
+        if self._device is not None:
+            self._device.record(step, name, tensor, replicated, lambda: host(tensor))
+        elif replicated:
+            self._writer.record_replicated(step, name, host(tensor))
+        else:
+            self._writer.record(step, name, host(tensor))
+
+    def _start_device_records(self):
+        if self._device is not None or not hasattr(self._writer, "record_digested"):
+            return
+        try:
+            from ._device_records import DeviceRecords
+
+            self._device = DeviceRecords(self._writer, run_on_cpu=bool(self._device_digests))
+        except ImportError as e:  # no Triton: the host path, unless asked for explicitly
+            if self._device_digests:
+                raise ImportError(f"device_digests=True needs Triton: {e}") from e
+            self._device_digests = False
+
+    @property
+    def on_device(self):
+        """Whether records went through the device kernels."""
+        return self._device is not None
+
+    def end_step(self):
+        if self._device is not None:
+            self._device.end_step()
+
+    def close(self):
+        if self._device is not None:
+            self._device.close()
+            self._device = None
+
+
+class _TorchFrontEnd:
+    """The ``FrontEnd`` of PyTorch (``detcheck._contract``)."""
+
+    name = "torch"
+
+    def modules(self, model):
+        return model.named_modules()
+
+    def parameters(self, model):
+        return model.named_parameters()
+
+    def on_forward(self, module, hook):
+        return module.register_forward_hook(Hook(hook))
+
+    def on_forward_inputs(self, module, hook):
+        return module.register_forward_pre_hook(Hook(hook), with_kwargs=True)
+
+    def outputs(self, name, value):
+        if isinstance(value, torch.Tensor):  # the common case, without the generator
+            return ((name, value),)
+        return leaves(name, value)
+
+    def gradient(self, parameter):
+        return parameter.grad
+
+    def trainable(self, parameter):
+        return parameter.requires_grad
+
+    def loss_of(self, output):
+        loss = model_loss(output)
+        return None if loss is None else loss.detach()
+
+    def sink(self, writer, device_digests):
+        return TorchSink(writer, device_digests)
+
+    def operator_trace(self, current_step, model, writer, updates):
+        from ._detcheck import capture_request
+
+        if capture_request() is None:
+            return None
+        from . import _ops  # imports torch's dispatch machinery: only for a capture re-run
+
+        return _ops.plan(current_step, model, writer, updates)
+
+
+#: The PyTorch front end.
+TORCH = _TorchFrontEnd()
+
+
+def add_versions(writer):
+    """Adds torch's, CUDA's and cuDNN's versions to the writer's environment snapshot (those
+    available), so ``detcheck compare`` shows when two runs used different ones."""
+    if writer is None or not hasattr(writer, "add_environment"):
+        return
+    versions = {"torch.version": torch.__version__, "torch.cuda": torch.version.cuda}
+    cudnn = getattr(torch.backends, "cudnn", None)
+    if cudnn is not None and cudnn.is_available():
+        versions["torch.cudnn"] = cudnn.version()
+    for key, value in versions.items():
+        if value is not None:
+            writer.add_environment(key, str(value))
+
+
+
+def _closure_of(optimizer, args, kwargs):
+    """Where ``optimizer.step``'s closure is in a step pre-hook's ``(args, kwargs)`` (``args``
+    starts with the optimizer itself): ``("kw", None)``, ``("arg", index)`` or ``None``."""
+    if callable(kwargs.get("closure")):
+        return ("kw", None)
+    first = 1 if args and args[0] is optimizer else 0
+    if len(args) > first and callable(args[first]):
+        return ("arg", first)
+    return None
+
+
+def before_optimizer_step(recording, optimizer, args, kwargs):
+    """What a torch optimizer's step pre-hook does for ``recording`` (an ``_engine.Recording``):
+    ends the backward (records ``grad/*``); or, when ``step()`` is given a closure (Lightning's
+    automatic optimization, LBFGS: forward and backward run inside the step), returns the
+    arguments with the closure wrapped so that the gradients are recorded when it first
+    returns."""
+    where = _closure_of(optimizer, args, kwargs)
+    if where is None:
+        recording.end_backward()
+        return None
+    kind, index = where
+    closure = kwargs["closure"] if kind == "kw" else args[index]
+    recording.pending_update = True
+
+    def closure_then_record(*a, **kw):
+        result = closure(*a, **kw)
+        if recording.pending_update:
+            recording.end_backward()
+        return result
+
+    if kind == "kw":
+        return args, {**kwargs, "closure": closure_then_record}
+    return (*args[:index], closure_then_record, *args[index + 1 :]), kwargs
