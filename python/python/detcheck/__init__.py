@@ -26,6 +26,8 @@ package's, ``python -m detcheck``) and return report objects; a pytest plugin ad
 See python/README.md for the API, the errors and the launch contract.
 """
 
+from typing import TYPE_CHECKING
+
 from ._api import CheckReport, Comparison, ScenarioOutcome, check, compare
 from ._detcheck import DetcheckError, TraceWriter, __version__
 from ._settings import Setting, seed_all
@@ -43,8 +45,11 @@ __all__ = [
     "seed_all",
 ]
 
+if TYPE_CHECKING:
+    from types import ModuleType
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> "ModuleType":
     # `detcheck.torch` on first use, so that neither `import detcheck` nor
     # `from detcheck import *` imports torch.
     if name == "torch":

@@ -12,11 +12,15 @@ report at all.
 Determinism: a report is a function of the command's output; the JSON lines carry no time.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ._detcheck import DetcheckError
 
@@ -26,30 +30,30 @@ __all__ = ["check", "compare", "CheckReport", "ScenarioOutcome", "Comparison"]
 class _Fields:
     """Attribute access to a JSON object's fields (``report.first_divergence.element``)."""
 
-    def __init__(self, fields):
+    def __init__(self, fields: dict[str, Any]) -> None:
         self._fields = fields
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         try:
             return _wrap(self._fields[name])
         except KeyError:
             raise AttributeError(name) from None
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Any:
         return _wrap(self._fields[name])
 
-    def get(self, name, default=None):
+    def get(self, name: str, default: Any = None) -> Any:
         return _wrap(self._fields.get(name, default))
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """The JSON object, as parsed."""
         return self._fields
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({json.dumps(self._fields)[:200]})"
 
 
-def _wrap(value):
+def _wrap(value: Any) -> Any:
     if isinstance(value, dict):
         return _Fields(value)
     if isinstance(value, list):
@@ -66,15 +70,15 @@ class ScenarioOutcome(_Fields):
     (what ``detcheck check`` prints about it)."""
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self._fields["scenario"]["name"]
 
     @property
-    def passed(self):
+    def passed(self) -> bool:
         return self._fields["status"] in ("passed", "ignored", "skipped")
 
     @property
-    def environment(self):
+    def environment(self) -> Any:
         for c in self._fields.get("checks", []):
             env = (c.get("comparison") or {}).get("environment")
             if env:
@@ -82,7 +86,7 @@ class ScenarioOutcome(_Fields):
         return []
 
     @property
-    def text(self):
+    def text(self) -> str:
         return self._fields.get("detail") or ""
 
 
@@ -92,29 +96,31 @@ class CheckReport:
     ``summary`` (the counts), and ``text``: the failures and caught controls as the command
     prints them."""
 
-    def __init__(self, scenarios, summary, stderr):
+    def __init__(
+        self, scenarios: list[ScenarioOutcome], summary: dict[str, Any], stderr: str
+    ) -> None:
         self.scenarios = scenarios
         self.summary = _wrap(summary)
         self.exit_code = summary["exit_code"]
         self.stderr = stderr
 
     @property
-    def passed(self):
+    def passed(self) -> bool:
         return self.exit_code == 0
 
     @property
-    def text(self):
+    def text(self) -> str:
         parts = [s.text for s in self.scenarios if s.text]
         parts += [f"{s.name}: {s.error}" for s in self.scenarios if s.get("error")]
         return "\n".join(parts)
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> ScenarioOutcome:
         for s in self.scenarios:
             if s.name == name:
                 return s
         raise KeyError(name)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         verdicts = ", ".join(f"{s.name}: {s.verdict}" for s in self.scenarios)
         return f"CheckReport(exit_code={self.exit_code}, {verdicts})"
 
@@ -124,11 +130,15 @@ class Comparison(_Fields):
     engine's: ``first``, ``rows``, ``environment``, counts) and ``text``."""
 
     @property
-    def first(self):
+    def first(self) -> Any:
         return _wrap(self._fields["comparison"].get("first"))
 
 
-def _command(args, env=None, cwd=None):
+def _command(
+    args: list[str],
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     full_env = dict(os.environ if env is None else env)
     done = subprocess.run(
         [sys.executable, "-m", "detcheck", *args],
@@ -137,7 +147,7 @@ def _command(args, env=None, cwd=None):
         env=full_env,
         cwd=cwd,
     )
-    lines = []
+    lines: list[dict[str, Any]] = []
     for line in done.stdout.splitlines():
         if line.startswith("{"):
             try:
@@ -149,7 +159,9 @@ def _command(args, env=None, cwd=None):
     return done, lines
 
 
-def _line_of(done, lines, kind, command):
+def _line_of(
+    done: subprocess.CompletedProcess[str], lines: list[dict[str, Any]], kind: str, command: str
+) -> dict[str, Any]:
     """The JSON line of type ``kind`` the command printed; ``DetcheckError`` when there is none."""
     found = next((l for l in lines if l.get("type") == kind), None)
     if found is None:
@@ -160,8 +172,8 @@ def _line_of(done, lines, kind, command):
     return found
 
 
-def _flag_args(options):
-    args = []
+def _flag_args(options: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
     for name, value in options.items():
         if value is None or value == [] or value == ():
             continue
@@ -173,22 +185,22 @@ def _flag_args(options):
 
 
 def check(
-    scenarios=None,
+    scenarios: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
     *,
-    program=None,
-    ranks=None,
-    steps=None,
-    seed=None,
-    launcher=None,
-    checks=None,
-    expect=None,
-    world_sizes=None,
-    timeout=None,
-    name=None,
-    diagnosis=True,
-    env=None,
-    cwd=None,
-):
+    program: str | Sequence[object] | None = None,
+    ranks: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    launcher: str | None = None,
+    checks: str | Sequence[str] | None = None,
+    expect: str | None = None,
+    world_sizes: str | Sequence[int] | None = None,
+    timeout: int | None = None,
+    name: str | None = None,
+    diagnosis: bool = True,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> CheckReport:
     """Runs ``detcheck check`` and returns a ``CheckReport``.
 
     ``scenarios``: a scenario file or folder, or a list of them; or ``program``: the command of
@@ -229,7 +241,14 @@ def check(
     return CheckReport(outcomes, summary, done.stderr)
 
 
-def compare(a, b, *, max_rows=50, env=None, cwd=None):
+def compare(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    max_rows: int = 50,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Comparison:
     """Runs ``detcheck compare A B`` on two dumps (detcheck trace folders, msprobe dumps) and
     returns a ``Comparison``; two dumps that differ are a result, not an error. Raises
     ``ValueError`` for a dump detcheck cannot read (exit 2)."""

@@ -1,53 +1,19 @@
 """Zero-change recording: the recorder the start-up hook (``detcheck._startup``) starts in a
 rank's process once torch is imported, which records a PyTorch program that never imports
-detcheck, with the records and names of ``detcheck.torch.watch``.
+detcheck (python/README.md, "Zero-change recording", is the long form).
 
-How it finds what to record (``Recorder``), through torch's global hooks:
+``Recorder`` works through torch's global hooks: the model is the first module with parameters
+whose forward runs at the top level (looked through its wrappers: ``_tensors.unwrap_model``);
+from then on an ``_engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
+``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global
+optimizer hooks), or, in a loop that made no optimizer by its first backward, at the model's
+next forward after a backward (the rhythm). ``DETCHECK_STOP_AFTER`` = N ends the process after
+the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
+SIGTERM. The recorder stands down when the program records itself (the native
+``_program_records`` channel); forked and multiprocessing children never record.
 
-- The model: the first module with parameters whose forward runs while no other module's does
-  (a global forward pre-hook counts the depth). A ``DistributedDataParallel``,
-  ``DataParallel`` or ``FullyShardedDataParallel`` wrapper is looked through (``.module``), as is
-  ``torch.compile``'s ``OptimizedModule`` (``._orig_mod``), so the names are the model's own at
-  every world size. From then on that model is recorded by ``detcheck._engine.Recording``, the
-  engine ``watch`` uses (one implementation), with two more records: ``in/(model).N`` (its
-  tensor arguments, then its keyword arguments by name: a data-order divergence shows there)
-  and ``loss`` (the ``loss`` its output carries: Hugging Face models). The global forward hooks
-  are removed once the model is found: recording then costs what ``watch`` costs. Other
-  top-level models (a GAN's second network, a teacher) are not recorded; ``watch`` records them.
-- Steps: every ``torch.optim.Optimizer.step()`` that runs, through torch's global optimizer
-  hooks, ends a step (``grad/*`` before the update, ``param/*`` after). A framework's wrapper
-  (accelerate, Lightning) steps the torch optimizer inside it, where the hook fires, so a step
-  is an update: an accumulation micro-batch or a step that ``GradScaler`` skips ends none. With
-  several optimizers each one's step ends a step (a GAN's two updates are two steps). A program
-  that has made no ``torch.optim.Optimizer`` by the end of its first backward through the model
-  (``_an_optimizer_exists``, asked once) updates by hand: then a step ends at the model's next
-  forward after a backward (the rhythm: ``_rhythm_*``), gradients recorded when the backward
-  ends (an autograd-engine callback, queued twice so it runs after DDP's), parameters when the
-  next forward begins.
-- Replicated records: ``grad/*`` and ``param/*`` are recorded as replicated when the model is
-  wrapped in ``DistributedDataParallel`` or the world has one rank, so ``replicas`` and
-  ``world_sizes`` check them without a flag.
-- Stop: with ``DETCHECK_STOP_AFTER`` = N (``--steps N``; the default of ``detcheck check --
-  PROGRAM``), after the N-th step's records the trace is finished and the process ends with
-  status 0 (``os._exit``, after a barrier and ``destroy_process_group`` when torch.distributed
-  is initialized, so no rank leaves a peer inside a collective): the rest of the program does
-  not run. ``--run-to-end`` (``params.stop_after_steps: false``) lets it run to its end.
-- Exit: the trace is finished at interpreter exit, however the program ends (a return, an
-  exception, ``sys.exit``), and on SIGTERM (torchrun's way to stop a rank when a peer failed)
-  when the program has no handler of its own; a rank that ends during a step gets the
-  environment entry ``detcheck.recording`` = ``ended during step S`` (that step's records are
-  partial). detcheck reports a rank that exits non-zero as a failed run with its status, never
-  as a divergence. A SIGKILL leaves no trace.
-
-Standing down: the program records itself when it calls ``TraceWriter.from_env()`` (or
-``from_env_for_rank``), ``detcheck.torch.watch``, or a framework callback of detcheck's; then
-the recorder removes its hooks and drops its writer unfinished, if it had opened one, and the
-program's own trace is the rank's. Processes that are not a rank's main process (torchrun's
-agent, data-loader workers, forked or spawned) never record (``_startup`` and ``_forked``).
-
-Determinism: the records are ``watch``'s; what is recorded depends only on what the program
-runs. Limits: eager modules (a compiled module's inner modules run no hooks: only its output is
-recorded), one model.
+Determinism: the records are the engine's; what is recorded depends only on what the program
+runs. Limits: eager modules (a compiled module's inner modules run no hooks), one model.
 """
 
 import os

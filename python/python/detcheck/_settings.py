@@ -22,21 +22,29 @@ Limits: generators the program makes itself (``torch.Generator()``, ``np.random.
 and data-loader workers' seeds are the program's; a program that reseeds later undoes these.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import warnings
-from collections import namedtuple
+from collections.abc import Iterable
+from typing import Any, Callable, NamedTuple
 
 from ._detcheck import deterministic_settings
 
 __all__ = ["seed_all", "Setting"]
 
+
 #: One setting as ``seed_all`` reports it: ``name`` (the hint table's), ``statement`` (what was
 #: done, the seed filled in), ``applied`` (False: it could not be done from here) and ``note``.
-Setting = namedtuple("Setting", ["name", "statement", "applied", "note"])
+class Setting(NamedTuple):
+    name: str
+    statement: str
+    applied: bool
+    note: str
 
 
-def _hash_seed(seed, value):
+def _hash_seed(seed: int, value: str) -> tuple[bool, str]:
     pinned = os.environ.get("PYTHONHASHSEED", "random") != "random"
     if pinned:
         return True, f"PYTHONHASHSEED={os.environ['PYTHONHASHSEED']} pins this interpreter"
@@ -46,7 +54,7 @@ def _hash_seed(seed, value):
     )
 
 
-def _cublas(seed, value):
+def _cublas(seed: int, value: str) -> tuple[bool, str]:
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = value
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -54,14 +62,14 @@ def _cublas(seed, value):
     return True, ""
 
 
-def _random(seed, value):
+def _random(seed: int, value: str) -> tuple[bool, str]:
     import random
 
     random.seed(seed)
     return True, ""
 
 
-def _numpy(seed, value):
+def _numpy(seed: int, value: str) -> tuple[bool, str]:
     try:
         import numpy
     except ImportError:
@@ -70,8 +78,8 @@ def _numpy(seed, value):
     return True, ""
 
 
-def _with_torch(apply):
-    def applied(seed, value):
+def _with_torch(apply: Callable[[Any, int], object]) -> Callable[[int, str], tuple[bool, str]]:
+    def applied(seed: int, value: str) -> tuple[bool, str]:
         try:
             import torch
         except ImportError:
@@ -82,8 +90,8 @@ def _with_torch(apply):
     return applied
 
 
-def _cudnn(name, flag):
-    def apply(torch, seed):
+def _cudnn(name: str, flag: bool) -> Callable[[int, str], tuple[bool, str]]:
+    def apply(torch: Any, seed: int) -> None:
         setattr(torch.backends.cudnn, name, flag)
 
     return _with_torch(apply)
@@ -107,7 +115,7 @@ _APPLY = {
 _SEEDS = frozenset(["random.seed", "numpy.random.seed", "torch.manual_seed"])
 
 
-def settings(stack=None):
+def settings(stack: str | None = None) -> list[tuple[str, str, str, str, str, str]]:
     """The hint table's deterministic settings, in order, as ``(kind, name, value, statement,
     why, reference)`` (``kind``: ``"launch"`` or ``"startup"``); ``stack``: only the names of
     that stack's module (``"torch"``: those starting with ``torch.``; ``"python"``: the others)."""
@@ -119,9 +127,9 @@ def settings(stack=None):
     return rows
 
 
-def apply(rows, seed):
+def apply(rows: Iterable[tuple[str, str, str, str, str, str]], seed: int) -> list[Setting]:
     """Applies ``rows`` (of ``settings()``) with ``seed``; returns a ``Setting`` for each."""
-    done = []
+    done: list[Setting] = []
     for kind, name, value, statement, _why, _reference in rows:
         applied, note = _APPLY[name](int(seed), value)
         if kind == "startup":  # a call's SEED; PYTHONHASHSEED keeps its name
@@ -130,7 +138,7 @@ def apply(rows, seed):
     return done
 
 
-def seed_all(seed, deterministic=True):
+def seed_all(seed: int, deterministic: bool = True) -> list[Setting]:
     """Seeds Python's ``random``, numpy's global generator and torch (CPU and every CUDA
     device) with ``seed``; with ``deterministic`` (the default) also turns on deterministic
     algorithms, cuDNN's deterministic mode (benchmark off) and ``CUBLAS_WORKSPACE_CONFIG``.

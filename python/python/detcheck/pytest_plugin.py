@@ -25,11 +25,11 @@ Example (python/README.md)::
 
 import pytest
 
-from ._api import check
+from ._api import CheckReport, check
 
 #: The report of an item's ``detcheck`` marker, and the failure it gave (``None``: it held).
-_REPORT = pytest.StashKey()
-_FAILURE = pytest.StashKey()
+_REPORT = pytest.StashKey[CheckReport]()
+_FAILURE = pytest.StashKey[str]()
 
 
 def pytest_configure(config):

@@ -85,9 +85,15 @@ Requires torch 2.0 or later (optimizer step hooks). Recording a GPU tensor copie
 which synchronises the device: the recorded program runs slower, not differently.
 """
 
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Literal
+
 import torch as _torch
 
-from ._detcheck import _program_records
+from ._contract import Removable
+from ._detcheck import TraceWriter, _program_records
 from ._engine import RECORDS, Recording
 from ._tensors import Hook, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, add_versions, before_optimizer_step
@@ -104,7 +110,7 @@ _MAX_OPTIMIZER_WRAPPERS = 8
 _WRAPPED_OPTIMIZER_ATTRS = ("_optimizer", "optimizer")
 
 
-def _own_step_hooks(obj):
+def _own_step_hooks(obj: object) -> bool:
     """Whether ``obj`` is a ``torch.optim.Optimizer`` whose step hooks are its own: its
     ``Optimizer.__init__`` ran, which creates the hook dicts in its instance ``__dict__`` (not
     reached through a forwarding ``__getattr__``, as Lightning's wrapper does) and makes its
@@ -117,12 +123,12 @@ def _own_step_hooks(obj):
     )
 
 
-def _qualname(obj):
+def _qualname(obj: object) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _unwrap_optimizer(optimizer):
+def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     """The ``torch.optim.Optimizer`` inside ``optimizer`` whose ``step()`` does the update, on
     which ``watch`` registers its step hooks.
 
@@ -176,29 +182,29 @@ class WatchHandle:
     Also a context manager that removes the hooks when the block ends.
     """
 
-    def __init__(self, recording, hooks):
+    def __init__(self, recording: Recording, hooks: list[Removable]) -> None:
         self._recording = recording
         self._hooks = hooks
 
     @property
-    def current_step(self):
+    def current_step(self) -> int:
         """The step the next records belong to."""
         return self._recording.current_step
 
     @property
-    def replicated(self):
+    def replicated(self) -> bool:
         """Whether ``grad/*`` and ``param/*`` are recorded as replicated."""
         return self._recording.replicated
 
-    def step(self, n):
+    def step(self, n: int) -> None:
         """The records that follow belong to step ``n``."""
         self._recording.step_to(n)
 
-    def next_step(self):
+    def next_step(self) -> None:
         """Ends the step (without an optimizer): records ``grad/*``, then advances the step."""
         self._recording.next_step()
 
-    def remove(self):
+    def remove(self) -> None:
         """Detaches every hook; nothing more is recorded (records still on a device are handed
         to the writer). Removing twice does nothing."""
         for hook in self._hooks:
@@ -206,24 +212,24 @@ class WatchHandle:
         self._hooks = []
         self._recording.remove()
 
-    def __enter__(self):
+    def __enter__(self) -> WatchHandle:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.remove()
         return False
 
 
 def watch(
-    model,
-    writer,
-    optimizer=None,
+    model: _torch.nn.Module,
+    writer: TraceWriter | None,
+    optimizer: Any = None,
     *,
-    replicated=None,
-    start_step=0,
-    device_digests=None,
-    records=RECORDS,
-):
+    replicated: bool | None = None,
+    start_step: int = 0,
+    device_digests: bool | None = None,
+    records: Collection[str] = RECORDS,
+) -> WatchHandle:
     """Records ``model``'s forward outputs, gradients and (with ``optimizer``) parameters into
     ``writer`` every step, as this module's documentation describes; returns a ``WatchHandle``.
 
@@ -259,16 +265,16 @@ def watch(
 
 
 def _watch(
-    model,
-    writer,
-    optimizer=None,
+    model: _torch.nn.Module,
+    writer: TraceWriter | None,
+    optimizer: Any = None,
     *,
-    replicated=None,
-    start_step=0,
-    device_digests=None,
-    records=RECORDS,
-    loss=False,
-):
+    replicated: bool | None = None,
+    start_step: int = 0,
+    device_digests: bool | None = None,
+    records: Collection[str] = RECORDS,
+    loss: bool = False,
+) -> WatchHandle:
     """``watch``, and ``loss``: also the ``loss`` the model's output carries, each forward (the
     Hugging Face callback's record)."""
     if optimizer is not None:
@@ -293,7 +299,7 @@ def _watch(
         records=records,
         loss=loss,
     )
-    hooks = []
+    hooks: list[Removable] = []
     if optimizer is not None and writer is not None:
         hooks.append(optimizer.register_step_pre_hook(Hook(
             lambda opt, args, kwargs: before_optimizer_step(recording, opt, args, kwargs)
