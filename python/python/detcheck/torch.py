@@ -1,88 +1,23 @@
-"""Recording a PyTorch model every step: ``detcheck.torch.watch(model, writer, optimizer)``.
+"""Recording a PyTorch model every step: ``detcheck.torch.watch(model, writer, optimizer)``
+(python/README.md, "Recording a PyTorch model: `detcheck.torch.watch`", is the long form).
 
-What is recorded, per step (the handle's ``current_step``), in this order:
+Per step (the handle's ``current_step``): ``fwd/<module>`` for each module's forward output as
+it runs (the model itself is ``fwd/(model)``; a tuple, list or dict output gives one record per
+tensor, ``fwd/<module>.0`` or ``fwd/<module>.<key>``); ``grad/<param>`` when the step ends;
+``param/<param>`` after the update (with an optimizer). A step ends at ``optimizer.step()``
+(gradients before it runs, parameters after; a closure's gradients when it first returns), or
+at ``handle.next_step()`` without an optimizer. Names are the model's own inside its wrappers
+(``_tensors.unwrap_model``).
 
-- ``fwd/<module>``: the output of every module of ``model.named_modules()`` each time it runs
-  forward, as it runs (``fwd/layer1.0.conv``; the model itself is ``fwd/(model)``). Tensors
-  only: a tuple or list output gives ``fwd/<module>.0``, ``.1``, ...; a dict (Hugging Face's
-  ``ModelOutput``) gives ``fwd/<module>.<key>`` in its order; anything else is skipped. A module
-  that runs twice in a step is recorded twice (detcheck matches the n-th occurrence of a name).
-- ``grad/<param>``: when the step ends, the gradient of every parameter of
-  ``model.named_parameters()`` that has one, in that order. With an optimizer this happens just
-  before ``optimizer.step()`` runs, so under DistributedDataParallel the gradients are the
-  allreduced ones (DDP has finished its allreduce when backward returns).
-- ``param/<param>`` (only with an optimizer): every parameter that requires a gradient, just
-  after ``optimizer.step()``.
+``optimizer`` may be a framework's wrapper (accelerate, Lightning, Fabric, DeepSpeed): the
+``torch.optim.Optimizer`` inside it whose ``step()`` does the update is hooked
+(``_unwrap_optimizer``), so a step the wrapper skips (an accumulation micro-batch, an fp16
+overflow) ends none.
 
-A step ends at ``optimizer.step()`` when an optimizer is given, or at ``handle.next_step()``
-otherwise (call it after backward); ending a step records the gradients (and the parameters),
-then advances ``current_step`` by one. ``handle.step(n)`` sets the step the next records belong
-to (a loop with its own counter, a resumed run). Use one of the two ways to end steps, not both.
-When ``step()`` is given a closure (``optimizer.step(closure)``, and Lightning's automatic
-optimization, which runs forward and backward inside the step), the gradients are recorded when
-the closure first returns, not before it runs (LBFGS evaluates it several times: the later
-evaluations' ``fwd/*`` belong to the same step).
-
-Wrapped optimizers: ``optimizer`` may be the wrapper a framework hands to user code. ``watch``
-hooks the ``torch.optim.Optimizer`` inside it whose ``step()`` does the update
-(``_unwrap_optimizer``): an object is used as it is when it is a ``torch.optim.Optimizer`` whose
-step hooks are its own (its ``Optimizer.__init__`` ran); otherwise ``watch`` follows its
-``._optimizer``, then its ``.optimizer``, at most 8 levels deep, and raises ``TypeError`` naming
-the types it went through when it finds none. So these are accepted:
-
-- accelerate's ``AcceleratedOptimizer`` (what ``Accelerator.prepare`` returns and a Hugging Face
-  ``Trainer`` hands its callbacks): a ``torch.optim.Optimizer`` subclass that never runs its
-  ``__init__``; the torch optimizer is ``.optimizer``. Its ``step()`` calls the inner one only at
-  the end of a gradient-accumulation cycle (``sync_gradients``), and, with fp16 and a
-  ``GradScaler``, only when the gradients are finite.
-- Lightning's ``LightningOptimizer`` (``self.optimizers()`` in a ``LightningModule``) and
-  Fabric's ``_FabricOptimizer`` (``fabric.setup``): plain objects whose class is made to
-  imitate the optimizer's (``isinstance`` holds, attributes are forwarded); the torch optimizer
-  is ``._optimizer``. Their ``step()`` reaches it through the strategy and precision plugin.
-- DeepSpeed: the engine (``.optimizer``), its ZeRO, ``BF16_Optimizer`` and ``FP16_Optimizer``
-  wrappers (plain objects, ``.optimizer``) and accelerate's ``DeepSpeedOptimizerWrapper``
-  (``.optimizer``, the engine's optimizer; its ``step()`` does nothing, ``engine.step()``
-  steps). Beware (read from DeepSpeed 0.19.6's source, not run): ZeRO steps the inner optimizer
-  once per parameter group (stage 1 and 2) or sub-group (stage 3), on flat fp32 partitions,
-  after it has freed the model's gradients, and copies the result into the model afterwards; so
-  with ZeRO a ``watch`` with an optimizer counts one step per group, records no ``grad/*`` and
-  records ``param/*`` before the copy. Without ZeRO (``FP16_Optimizer``, ``BF16_Optimizer``, a
-  plain torch optimizer in the engine) the inner optimizer steps once per update.
-
-Only the inner optimizer is hooked (its own hooks, never torch's global optimizer hooks), so a
-step is counted when the update really runs: one ``current_step`` per update. A step the wrapper
-skips (a gradient-accumulation micro-batch, an fp16 overflow that ``GradScaler`` skips) ends no
-step and records no ``grad/*`` or ``param/*``: its ``fwd/*`` records stay in the step that the
-next update ends (with accumulation, one step holds the forward records of all its
-micro-batches, told apart by occurrence). Two runs that skip the same updates still line up;
-one that skips another update than the other diverges there, as it should.
-
-Replicated records: under DistributedDataParallel with more than one rank, ``grad/*`` and
-``param/*`` are recorded with ``record_replicated``, since every rank must hold identical bits
-after the allreduce and the update (``_tensors.replicated_records``, the rule the zero-change
-recorder follows too, which also counts a world of one rank); ``fwd/*`` never is (each rank
-sees its own shard of the batch).
-``replicated=True`` or ``False`` overrides the rule (e.g. a model whose gradients are averaged by
-hand).
-
-Names are those of the module inside a ``DistributedDataParallel``, ``DataParallel``, FSDP1 or
-``torch.compile`` wrapper (``_tensors.unwrap_model``),
-so one-rank and multi-rank runs use the same names (``fwd/fc1``, not ``fwd/module.fc1``).
-
-Operator trace: when detcheck re-runs the program to capture one of these records
-(``DETCHECK_CAPTURE`` names it) and the record is this writer's rank's, ``watch`` also records
-the inputs and outputs of every operator inside that record's module (the forward call, the
-backward through the parameter's owner, or the optimizer step) into
-``$DETCHECK_CAPTURE_DIR/ops/rank0.dctrace``, so that detcheck can name the first operator where
-the two runs part: ``window/in{j}``, ``window/grad_out{j}``, then
-``op/{i:04d}/{module}/{func}/in{j}[<source]`` and ``.../out{j}`` (``detcheck._ops`` has the
-contract). It changes no value; without such a request nothing is added.
-
-The writer's environment snapshot gets ``torch.version``, and ``torch.cuda`` and
-``torch.cudnn`` where torch was built with them (``writer.add_environment``).
-
-Requires torch 2.0 or later (optimizer step hooks). Recording a GPU tensor copies it to the host,
-which synchronises the device: the recorded program runs slower, not differently.
+Determinism: records are made in the order the program runs the hooked code; the recording
+changes no value. Recording a GPU tensor copies it to the host (or digests it on the device,
+``device_digests``), which synchronises: the program runs slower, not differently. Requires
+torch 2.0 or later (optimizer step hooks).
 """
 
 from __future__ import annotations
