@@ -3,23 +3,21 @@ kernels (``detcheck._device``) held in the writer's order and filled once a step
 (``detcheck._device_records``), against the host path record by record.
 
 On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors
-(``TRITON_INTERPRET=1``, set here before anything imports Triton); with CUDA the model runs on
-the GPU. No test skips: torch and Triton are required (scripts/install-python.sh --torch)."""
-
-import os
+(``TRITON_INTERPRET=1``, set by conftest.py before anything imports Triton); with CUDA the model
+runs on the GPU. torch and Triton are required where DETCHECK_REQUIRE_TORCH is set
+(scripts/install-python.sh --torch installs both)."""
 
 import pytest
-import torch
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from support import decode, requires, run_detcheck
+
+torch = requires("torch")
+requires("triton")
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import compare, decode  # noqa: E402
 
-DEVICE = "cuda" if CUDA else "cpu"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class Net(torch.nn.Module):
@@ -91,8 +89,7 @@ def test_the_programs_own_records_keep_their_place(tmp_path):
 def test_device_traces_compare_identical_with_host_traces(tmp_path, detcheck_bin):
     train(tmp_path / "host", device_digests=False)
     train(tmp_path / "device", device_digests=True)
-    code, out = compare(detcheck_bin, tmp_path / "host", tmp_path / "device")
-    assert code == 0, out
+    run_detcheck(detcheck_bin, "compare", tmp_path / "host", tmp_path / "device", code=0)
 
 
 def test_records_picks_what_is_recorded(tmp_path):

@@ -1,5 +1,5 @@
-"""detcheck.torch.watch and torch tensors in TraceWriter.record. Run only where `import torch`
-works: torch is too large for CI, so these are skipped there (with this reason)."""
+"""detcheck.torch.watch and torch tensors in TraceWriter.record. Needs torch (skipped without
+it, unless DETCHECK_REQUIRE_TORCH is set: CI sets it)."""
 
 import os
 import subprocess
@@ -9,13 +9,12 @@ import textwrap
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="torch is not installed (too large for CI); detcheck.torch is tested where it is"
-)
+from support import dctrace, decode, digest_hex, requires, run_detcheck
+
+torch = requires("torch")
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import digest_hex, DCTRACE, compare, decode  # noqa: E402
 
 
 def md5(tensor):
@@ -130,10 +129,7 @@ def test_watch_names_steps_and_order(tmp_path):
 
 def test_watch_adds_torch_versions_to_the_environment(tmp_path):
     train(tmp_path)
-    out = subprocess.run(
-        [sys.executable, str(DCTRACE), str(tmp_path / "rank0.dctrace")],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    out = dctrace(tmp_path / "rank0.dctrace")
     assert f"environment: torch.version={torch.__version__}" in out, out
     if torch.version.cuda is not None:
         assert f"environment: torch.cuda={torch.version.cuda}" in out, out
@@ -164,10 +160,8 @@ def test_watch_runs_compare(tmp_path, detcheck_bin):
     train(tmp_path / "a")
     train(tmp_path / "b")
     train(tmp_path / "c", perturb_step=1)
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "b")
-    assert code == 0, out
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "c")
-    assert code == 1, out
+    run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "b", code=0)
+    out = run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "c", code=1).out
     assert "first divergence: step 1 rank 0 seq 0 `fwd/fc1`" in out, out
 
 
@@ -194,10 +188,7 @@ DDP_PROGRAM = textwrap.dedent(
 
 
 def test_watch_ddp_records_replicated_gradients(tmp_path):
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
+    requires("gloo")
     program = tmp_path / "ddp.py"
     program.write_text(DDP_PROGRAM)
     store, out = tmp_path / "store", tmp_path / "dump"
