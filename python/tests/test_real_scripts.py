@@ -47,6 +47,7 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     for _ in range(times - 1):
         again = check(detcheck_bin, "--no-diagnosis", *sorted(CORPUS.glob("control_*.json")),
                       cwd=tmp_path, timeout=900).scenarios
+        assert set(again) == controls, again
         for name, line in again.items():
             caught[name] += line["status"] == "passed"
     print(f"corpus controls caught, of {times} runs each: {caught}")

@@ -78,6 +78,8 @@ def test_the_controls_are_caught_every_time(detcheck_bin):
     names = ["control_ddp_clock_reseed", "control_ddp_set_order"]
     for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
         run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
+        # Every control came back (no line at all would pass the loop below), each caught.
+        assert sorted(run.scenarios) == sorted(names), run.out
         for line in run.scenarios.values():
             assert line["verdict"] == "ok (caught)", run.out
 
@@ -89,6 +91,7 @@ def test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_cont
     names = ["gpt2_trainer", "control_gpt2_clock_dropout"]
     run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
     lines = run.scenarios
+    assert sorted(lines) == sorted(names), run.out
     held = {c["check"]: c["holds"] for c in lines["gpt2_trainer"]["checks"]}
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, run.out
     for again in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
@@ -241,7 +244,9 @@ def test_the_docs_list_every_deterministic_setting():
     from detcheck._detcheck import deterministic_settings
 
     text = (ROOT / "docs" / "operators.md").read_text()
-    for kind, name, value, statement, why, reference in deterministic_settings():
+    settings = deterministic_settings()
+    assert settings, "the hint table has no deterministic setting"
+    for kind, name, value, statement, why, reference in settings:
         shown = statement if kind == "launch" else statement.replace("SEED", "seed")
         row = f"| `{shown}` |"
         assert row in text, f"docs/operators.md lacks the row of {name}: {row}"
