@@ -4,8 +4,9 @@ kernels (``detcheck._device``) held in the writer's order and filled once a step
 
 On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors
 (``TRITON_INTERPRET=1``, set by conftest.py before anything imports Triton); with CUDA the model
-runs on the GPU. torch and Triton are required where DETCHECK_REQUIRE_TORCH is set
-(scripts/install-python.sh --torch installs both)."""
+runs on the GPU. Each test also checks which path its records took (``Spy``): the host path
+gives the same trace, so without that a silent fallback to it would pass. torch and Triton are
+required where DETCHECK_REQUIRE_TORCH is set (scripts/install-python.sh --torch installs both)."""
 
 import pytest
 
@@ -18,6 +19,36 @@ import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Spy:
+    """A writer that hands everything to ``writer`` and counts how ``watch``'s records came:
+    ``held``, places held for a digest computed on the device (``_record_later``), and
+    ``filled`` (``_fill``, the digests given later); ``from_host``, records given with their
+    values (``record``, ``record_replicated``)."""
+
+    def __init__(self, writer):
+        self._writer = writer
+        self.held = self.filled = self.from_host = 0
+
+    def _record_later(self, *args, **kwargs):
+        self.held += 1
+        return self._writer._record_later(*args, **kwargs)
+
+    def _fill(self, *args, **kwargs):
+        self.filled += 1
+        return self._writer._fill(*args, **kwargs)
+
+    def record(self, *args, **kwargs):
+        self.from_host += 1
+        return self._writer.record(*args, **kwargs)
+
+    def record_replicated(self, *args, **kwargs):
+        self.from_host += 1
+        return self._writer.record_replicated(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._writer, name)
 
 
 class Net(torch.nn.Module):
@@ -33,12 +64,16 @@ class Net(torch.nn.Module):
 
 
 def train(folder, device_digests, mode="stats", steps=3, own_records=False, records=None):
+    """Trains ``Net`` for ``steps`` steps recorded into ``folder``; returns the trace's records,
+    after checking which path watch's records took: all through the device kernels where
+    ``device_digests`` and the mode allows it (not full mode), else all from the host."""
     torch.manual_seed(0)
     model = Net().to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kwargs = {} if records is None else {"records": records}
     with detcheck.TraceWriter(folder, 0, 1, mode) as w:
-        handle = detcheck.torch.watch(model, w, opt, device_digests=device_digests, **kwargs)
+        spy = Spy(w)
+        handle = detcheck.torch.watch(model, spy, opt, device_digests=device_digests, **kwargs)
         for step in range(steps):
             gen = torch.Generator().manual_seed(100 + step)
             x = torch.randn(40, 64, generator=gen).to(DEVICE)
@@ -50,7 +85,17 @@ def train(folder, device_digests, mode="stats", steps=3, own_records=False, reco
             opt.step()
             opt.zero_grad()
         # No remove(): closing the writer hands over what the device still holds.
-    return decode(folder / "rank0.dctrace")
+    got = decode(folder / "rank0.dctrace")
+    watched = len(got) - (steps if own_records else 0)
+    assert watched > 0, got
+    if device_digests and mode != "full":
+        assert (spy.held, spy.filled, spy.from_host) == (watched, watched, 0), (
+            f"of {watched} records, {spy.held} were held for a device digest, {spy.filled} "
+            f"filled, {spy.from_host} given from the host: the device path did not run"
+        )
+    else:
+        assert (spy.held, spy.from_host) == (0, watched), (spy.held, spy.from_host, watched)
+    return got
 
 
 def key(r):
@@ -105,6 +150,7 @@ def test_full_mode_records_go_through_the_host(tmp_path):
     host = train(tmp_path / "host", device_digests=False, mode="full")
     device = train(tmp_path / "device", device_digests=True, mode="full")
     assert [key(r) for r in device] == [key(r) for r in host]
+    assert len(host) == 3 * (4 + 4 + 4)
 
 
 def test_a_place_never_filled_fails_the_file(tmp_path):
