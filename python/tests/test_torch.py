@@ -212,12 +212,38 @@ def test_watch_ddp_records_replicated_gradients(tmp_path):
     assert "grad/0.weight" in names and "fwd/(model)" in names  # no `module.` prefix
 
 
+def hooks(model, opt):
+    """Every hook that could record `model` and `opt`: on each module, each parameter, the
+    optimizer, and torch's global module and optimizer hooks (by kind, a list of counts)."""
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim
+
+    found = {}
+    for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                 "_backward_pre_hooks"):
+        found[kind] = [len(getattr(m, kind)) for m in model.modules()]
+    found["param"] = [len(p._post_accumulate_grad_hooks or {}) + len(p._backward_hooks or {})
+                      for p in model.parameters()]
+    found["optimizer"] = [len(opt._optimizer_step_pre_hooks), len(opt._optimizer_step_post_hooks)]
+    found["global"] = [
+        len(nn_module._global_forward_hooks), len(nn_module._global_forward_pre_hooks),
+        len(optim._global_optimizer_pre_hooks), len(optim._global_optimizer_post_hooks),
+    ]
+    return found
+
+
 def test_watch_without_a_writer_records_nothing():
-    model = torch.nn.Linear(2, 2)
+    model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = hooks(model, opt)
+    assert all(n == 0 for kind, counts in before.items() if kind != "global" for n in counts)
     handle = detcheck.torch.watch(model, None, opt)
-    model(torch.ones(1, 2)).sum().backward()
+    # Nothing could record: watch added no hook anywhere (a hook that runs and finds no writer
+    # would still cost every forward, and record where a writer appears).
+    assert hooks(model, opt) == before, "watch without a writer added hooks"
+    model(torch.ones(1, 4)).sum().backward()
     opt.step()
     handle.next_step()
     assert handle.current_step == 1  # only next_step counts: no hooks on the optimizer
     handle.remove()
+    assert hooks(model, opt) == before
