@@ -152,6 +152,7 @@ def test_views_of_new_dtypes_record_the_values_they_show(tmp_path):
     ]
     path = write(tmp_path, records)
     got = decode(path)
+    assert [r["name"] for r in got] == [name for _, name, _ in records]
     for (_, name, t), r in zip(records, got):
         assert r["name"] == name
         assert r["md5"] == digest_hex(torch_bytes(t)), name

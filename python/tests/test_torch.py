@@ -199,6 +199,10 @@ def test_watch_ddp_records_replicated_gradients(tmp_path):
     ]
     assert [p.wait(timeout=240) for p in procs] == [0, 0]
     ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
+    # Both ranks recorded the same records, 2 steps of them: the loop below compares them all.
+    names = [[(r["step"], r["name"]) for r in records] for records in ranks]
+    assert names[0] == names[1], f"{len(names[0])} and {len(names[1])} records"
+    assert {step for step, _ in names[0]} == {0, 1}, names[0]
     for r0, r1 in zip(*ranks):
         assert r0["name"] == r1["name"]
         if r0["name"].startswith(("grad/", "param/")):
