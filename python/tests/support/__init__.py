@@ -276,7 +276,7 @@ def requires(name):
         return probe()
     except ImportError as e:
         missing = f"{name} is missing ({e}); {source}"
-        if required(name):
-            set_ = [v for v in variables if os.environ.get(v)]
-            pytest.fail(f"{missing}; {', '.join(set_)} is set, so this fails", pytrace=False)
-        raise pytest.skip.Exception(missing, allow_module_level=True) from None
+    if required(name):
+        named = ", ".join(v for v in variables if os.environ.get(v))
+        pytest.fail(f"{missing}; {named} is set, so this fails", pytrace=False)
+    pytest.skip(missing, allow_module_level=True)
