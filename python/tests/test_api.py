@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import ROOT
+from support import PROGRAMS, ROOT
 
-NUMPY = ROOT / "examples" / "programs" / "python" / "numpy_ranks.py"
+NUMPY = PROGRAMS / "numpy_ranks.py"
 
 
 def program(*extra):

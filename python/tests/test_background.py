@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import digest_hex, decode
+from support import decode, digest_hex, requires
 
 
 def arrays(seed=0):
@@ -98,8 +98,8 @@ def test_a_write_failure_is_raised_by_a_later_call(tmp_path):
     assert not folder.exists()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX")
 def test_a_writer_cannot_be_used_across_fork(tmp_path):
+    requires("fork")
     w = detcheck.TraceWriter(tmp_path, 0, 1)
     w.record(0, "a", np.ones(3))
     pid = os.fork()

@@ -1,7 +1,7 @@
 """detcheck._device: the tree digest and statistics totals computed by Triton kernels.
 
 On a machine with CUDA the kernels run on the GPU; elsewhere they run in Triton's interpreter
-on CPU tensors (TRITON_INTERPRET=1, set below before triton is first imported: Triton 3.9
+on CPU tensors (TRITON_INTERPRET=1, set by conftest.py before triton is first imported: Triton 3.9
 reads it when ``@triton.jit`` decorates, i.e. at import). Digests are compared bit for bit with
 the pure-Python definition (``tree_digest_ref``) and, once the native module has it, with
 ``detcheck._detcheck.tensor_digest``; statistics with a float64 reference (max, min and counts
@@ -13,7 +13,6 @@ per chunk-deep level), so inputs above a chunk are few and chosen: the byte-leng
 on uint8, one two-chunk input per dtype, one three-level input (1 MiB + 37 bytes)."""
 
 import hashlib
-import importlib.util
 import math
 import os
 import subprocess
@@ -22,21 +21,15 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="torch is not installed (too large for CI); detcheck._device is tested where it is"
-)
-if importlib.util.find_spec("triton") is None:  # not imported: see TRITON_INTERPRET below
-    pytest.skip("triton is not installed; detcheck._device needs it", allow_module_level=True)
+from support import requires, tree_digest
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu":
-    # Before triton is first imported (by detcheck._device, below): Triton 3.9 reads it when
-    # @triton.jit decorates, and its own library (tl.sum, ...) is decorated at `import triton`.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+torch = requires("torch")
+requires("triton")  # imported after conftest.py set TRITON_INTERPRET (on a machine without CUDA)
 
 import detcheck._detcheck as native  # noqa: E402
-from conftest import tree_digest  # noqa: E402
 from detcheck import _device  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 ALL_DTYPES = [
     torch.float32,

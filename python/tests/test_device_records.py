@@ -3,23 +3,52 @@ kernels (``detcheck._device``) held in the writer's order and filled once a step
 (``detcheck._device_records``), against the host path record by record.
 
 On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors
-(``TRITON_INTERPRET=1``, set here before anything imports Triton); with CUDA the model runs on
-the GPU. No test skips: torch and Triton are required (scripts/install-python.sh --torch)."""
-
-import os
+(``TRITON_INTERPRET=1``, set by conftest.py before anything imports Triton); with CUDA the model
+runs on the GPU. Each test also checks which path its records took (``Spy``): the host path
+gives the same trace, so without that a silent fallback to it would pass. torch and Triton are
+required where DETCHECK_REQUIRE_TORCH is set (scripts/install-python.sh --torch installs both)."""
 
 import pytest
-import torch
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from support import decode, requires, run_detcheck
+
+torch = requires("torch")
+requires("triton")
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import compare, decode  # noqa: E402
 
-DEVICE = "cuda" if CUDA else "cpu"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Spy:
+    """A writer that hands everything to ``writer`` and counts how ``watch``'s records came:
+    ``held``, places held for a digest computed on the device (``_record_later``), and
+    ``filled`` (``_fill``, the digests given later); ``from_host``, records given with their
+    values (``record``, ``record_replicated``)."""
+
+    def __init__(self, writer):
+        self._writer = writer
+        self.held = self.filled = self.from_host = 0
+
+    def _record_later(self, *args, **kwargs):
+        self.held += 1
+        return self._writer._record_later(*args, **kwargs)
+
+    def _fill(self, *args, **kwargs):
+        self.filled += 1
+        return self._writer._fill(*args, **kwargs)
+
+    def record(self, *args, **kwargs):
+        self.from_host += 1
+        return self._writer.record(*args, **kwargs)
+
+    def record_replicated(self, *args, **kwargs):
+        self.from_host += 1
+        return self._writer.record_replicated(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._writer, name)
 
 
 class Net(torch.nn.Module):
@@ -35,12 +64,16 @@ class Net(torch.nn.Module):
 
 
 def train(folder, device_digests, mode="stats", steps=3, own_records=False, records=None):
+    """Trains ``Net`` for ``steps`` steps recorded into ``folder``; returns the trace's records,
+    after checking which path watch's records took: all through the device kernels where
+    ``device_digests`` and the mode allows it (not full mode), else all from the host."""
     torch.manual_seed(0)
     model = Net().to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kwargs = {} if records is None else {"records": records}
     with detcheck.TraceWriter(folder, 0, 1, mode) as w:
-        handle = detcheck.torch.watch(model, w, opt, device_digests=device_digests, **kwargs)
+        spy = Spy(w)
+        handle = detcheck.torch.watch(model, spy, opt, device_digests=device_digests, **kwargs)
         for step in range(steps):
             gen = torch.Generator().manual_seed(100 + step)
             x = torch.randn(40, 64, generator=gen).to(DEVICE)
@@ -52,7 +85,17 @@ def train(folder, device_digests, mode="stats", steps=3, own_records=False, reco
             opt.step()
             opt.zero_grad()
         # No remove(): closing the writer hands over what the device still holds.
-    return decode(folder / "rank0.dctrace")
+    got = decode(folder / "rank0.dctrace")
+    watched = len(got) - (steps if own_records else 0)
+    assert watched > 0, got
+    if device_digests and mode != "full":
+        assert (spy.held, spy.filled, spy.from_host) == (watched, watched, 0), (
+            f"of {watched} records, {spy.held} were held for a device digest, {spy.filled} "
+            f"filled, {spy.from_host} given from the host: the device path did not run"
+        )
+    else:
+        assert (spy.held, spy.from_host) == (0, watched), (spy.held, spy.from_host, watched)
+    return got
 
 
 def key(r):
@@ -91,8 +134,7 @@ def test_the_programs_own_records_keep_their_place(tmp_path):
 def test_device_traces_compare_identical_with_host_traces(tmp_path, detcheck_bin):
     train(tmp_path / "host", device_digests=False)
     train(tmp_path / "device", device_digests=True)
-    code, out = compare(detcheck_bin, tmp_path / "host", tmp_path / "device")
-    assert code == 0, out
+    run_detcheck(detcheck_bin, "compare", tmp_path / "host", tmp_path / "device", code=0)
 
 
 def test_records_picks_what_is_recorded(tmp_path):
@@ -108,6 +150,7 @@ def test_full_mode_records_go_through_the_host(tmp_path):
     host = train(tmp_path / "host", device_digests=False, mode="full")
     device = train(tmp_path / "device", device_digests=True, mode="full")
     assert [key(r) for r in device] == [key(r) for r in host]
+    assert len(host) == 3 * (4 + 4 + 4)
 
 
 def test_a_place_never_filled_fails_the_file(tmp_path):

@@ -7,67 +7,17 @@ Each control runs `DETCHECK_CONTROL_RUNS` times (default 1; .ci/run sets 20 for 
 `DETCHECK_TORCH_CONTROL_RUNS` for the torch ones): every run must catch it and name both.
 The launchers: processes (numpy), mpirun (mpi4py), torchrun (torch, numpy noise)."""
 
-import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
 
-import pytest
-
-from conftest import ROOT
-
-PROGRAMS = ROOT / "examples" / "programs" / "python"
-
-needs_torch = pytest.mark.skipif(
-    not os.environ.get("DETCHECK_REQUIRE_TORCH") and importlib.util.find_spec("torch") is None,
-    reason="torch is not installed; .ci/run installs it (scripts/install-python.sh --torch)",
-)
-needs_mpi4py = pytest.mark.skipif(
-    not os.environ.get("DETCHECK_REQUIRE_MPI4PY")
-    and (importlib.util.find_spec("mpi4py") is None or shutil.which("mpirun") is None),
-    reason="mpi4py or mpirun is not installed; .ci/run installs them",
-)
-
-
-def runs(variable="DETCHECK_CONTROL_RUNS"):
-    return int(os.environ.get(variable, "1"))
-
-
-def check_lines(detcheck_bin, scenarios, code=0):
-    """`detcheck check --format json` of a scenario file or folder (exiting with `code`): its
-    scenario lines, parsed, by name."""
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    done = subprocess.run(
-        [detcheck_bin, "check", "--no-progress", "--format", "json", str(scenarios)],
-        capture_output=True, text=True, env=env, timeout=1800,
-    )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == code, done.stdout + done.stderr
-    return {line["scenario"]["name"]: line for line in lines if line.get("type") == "scenario"}
+from support import PROGRAMS, caught_with_element, check, requires, run_detcheck, runs
 
 
 def check_json(detcheck_bin, scenario, code=0):
-    """The scenario line of one scenario file (`check_lines`)."""
-    scenarios = check_lines(detcheck_bin, scenario, code)
+    """The scenario line of `detcheck check --format json` of one scenario file, which exits
+    with `code`."""
+    scenarios = check(detcheck_bin, scenario, code=code).scenarios
     assert len(scenarios) == 1, scenarios
     return next(iter(scenarios.values()))
-
-
-def caught_with_element(line):
-    """The first divergence of a caught control, after checking its element is named."""
-    assert line["verdict"] == "ok (caught)", line
-    first = line["first_divergence"]
-    element = first["element"]
-    found = element.get("found") or element.get("found_in_reruns")
-    assert found is not None, element
-    assert isinstance(found["index"], list) and found["flat_index"] >= 0
-    assert found["left_bits"] != found["right_bits"]
-    assert found["left_bits"].startswith("0x") and found["right_bits"].startswith("0x")
-    assert found["ulps"] is None or found["ulps"] >= 1
-    return first
 
 
 def test_numpy_set_order_names_its_element(detcheck_bin):
@@ -85,19 +35,19 @@ def test_numpy_set_order_names_its_element(detcheck_bin):
         assert hashseed and hashseed[0]["hint"]["fix"] == "set PYTHONHASHSEED=0", env
 
 
-@needs_mpi4py
 def test_mpi4py_any_source_names_its_element(detcheck_bin):
     """The ANY_SOURCE control (mpirun launcher)."""
+    requires("mpi4py")
     scenario = PROGRAMS / "mpi4py" / "control_numpy_mpi4py_any_source.json"
     for _ in range(runs()):
         first = caught_with_element(check_json(detcheck_bin, scenario))
         assert first["name"].startswith("grad/"), first["name"]
 
 
-@needs_torch
 def test_torch_numpy_noise_is_an_input_from_outside(detcheck_bin):
     """numpy noise inside `block` (torchrun launcher): the first differing operator's input
     came from outside the traced operators."""
+    requires("torch")
     scenario = PROGRAMS / "torch" / "control_torch_numpy_noise.json"
     for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
         first = caught_with_element(check_json(detcheck_bin, scenario))
@@ -109,10 +59,10 @@ def test_torch_numpy_noise_is_an_input_from_outside(detcheck_bin):
         assert operator["window"] == "forward"
 
 
-@needs_torch
 def test_torch_entropy_sum_is_a_nondeterministic_operator(detcheck_bin):
     """A custom operator (torch.library) that sums in an order drawn from OS entropy: named,
     with its module and input layouts, and classified as nondeterministic."""
+    requires("torch")
     scenario = PROGRAMS / "torch" / "control_torch_entropy_sum.json"
     for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
         first = caught_with_element(check_json(detcheck_bin, scenario))
@@ -125,18 +75,18 @@ def test_torch_entropy_sum_is_a_nondeterministic_operator(detcheck_bin):
         assert operator["hint"] is None, "a program's own operator is in no table"
 
 
-@needs_torch
 def test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes(detcheck_bin):
+    requires("torch")
     line = check_json(detcheck_bin, PROGRAMS / "torch" / "torch_ddp.json")
     assert line["verdict"] == "ok", line
     assert [c["check"] for c in line["checks"]] == ["repeat", "replicas", "world_sizes"]
     assert all(c["holds"] for c in line["checks"]), line["checks"]
 
 
-@needs_torch
 def test_the_operator_finding_reaches_every_report(detcheck_bin, tmp_path):
     """A check that does not hold (the entropy-sum program expected identical) carries the
     operator finding into the text, the JSON lines, the JUnit failure and the HTML page."""
+    requires("torch")
     import xml.etree.ElementTree as ET
 
     spec = json.loads((PROGRAMS / "torch" / "control_torch_entropy_sum.json").read_text())
@@ -147,15 +97,9 @@ def test_the_operator_finding_reaches_every_report(detcheck_bin, tmp_path):
     ]
     scenario = tmp_path / "entropy_sum_expected_identical.json"
     scenario.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     junit, pages = tmp_path / "junit.xml", tmp_path / "pages"
-    done = subprocess.run(
-        [detcheck_bin, "check", "--no-progress", "--junit", str(junit), "--report-dir",
-         str(pages), str(scenario)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
+    done = run_detcheck(detcheck_bin, "check", "--no-progress", "--junit", junit,
+                        "--report-dir", pages, scenario, timeout=900, code=1)
     sentence = "`detcheck_examples.entropy_sum.default` (call #3 in `block`"
     assert "first differing operator: " + sentence in done.stdout, done.stdout
     assert "the operator itself is nondeterministic" in done.stdout

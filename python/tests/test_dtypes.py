@@ -11,14 +11,12 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import digest_hex, compare, decode
+from support import decode, digest_hex, requires, run_detcheck
 
 try:
-    import torch
+    import torch  # for the helpers below; each torch test asks for it with `requires`
 except ImportError:  # pragma: no cover - torch is too large for CI
     torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
 def write(dir, records, mode="stats"):
@@ -102,8 +100,8 @@ def torch_samples():
     }
 
 
-@needs_torch
 def test_torch_tensors_of_new_dtypes_are_recorded_and_read_back(tmp_path):
+    requires("torch")
     samples = torch_samples()
     path = write(tmp_path, [(0, name, t) for name, t in samples.items()])
     records = {r["name"]: r for r in decode(path)}
@@ -141,8 +139,8 @@ def test_torch_tensors_of_new_dtypes_are_recorded_and_read_back(tmp_path):
         assert r["norm"] == pytest.approx(want), name
 
 
-@needs_torch
 def test_views_of_new_dtypes_record_the_values_they_show(tmp_path):
+    requires("torch")
     z = torch.complex(torch.arange(6.0), torch.arange(6.0) - 2.5)
     f8 = torch.arange(40, dtype=torch.uint8).view(torch.float8_e5m2).reshape(5, 8)
     u16 = torch.arange(60000, 60012, dtype=torch.int32).to(torch.uint16).reshape(3, 4)
@@ -154,6 +152,7 @@ def test_views_of_new_dtypes_record_the_values_they_show(tmp_path):
     ]
     path = write(tmp_path, records)
     got = decode(path)
+    assert [r["name"] for r in got] == [name for _, name, _ in records]
     for (_, name, t), r in zip(records, got):
         assert r["name"] == name
         assert r["md5"] == digest_hex(torch_bytes(t)), name
@@ -161,25 +160,24 @@ def test_views_of_new_dtypes_record_the_values_they_show(tmp_path):
     assert got[1]["dtype"] == "f32"
 
 
-@needs_torch
 def test_identical_and_different_traces_of_new_dtypes_compare_so(tmp_path, detcheck_bin):
+    requires("torch")
     samples = torch_samples()
     a = write(tmp_path / "a", [(0, n, t) for n, t in samples.items()]).parent
     b = write(tmp_path / "b", [(0, n, t) for n, t in samples.items()]).parent
-    code, out = compare(detcheck_bin, a, b)
-    assert code == 0, out
+    run_detcheck(detcheck_bin, "compare", a, b, code=0)
     changed = dict(samples)
     bits = samples["f8e4m3fn_finite"].view(torch.uint8).clone()
     bits[2, 3] ^= 1
     changed["f8e4m3fn_finite"] = bits.view(torch.float8_e4m3fn)
     c = write(tmp_path / "c", [(0, n, t) for n, t in changed.items()]).parent
-    code, out = compare(detcheck_bin, a, c)
-    assert code != 0, out
-    assert "f8e4m3fn_finite" in out, out
+    differ = run_detcheck(detcheck_bin, "compare", a, c)
+    assert differ.code != 0, differ.out
+    assert "f8e4m3fn_finite" in differ.out, differ.out
 
 
-@needs_torch
 def test_full_mode_holds_new_dtypes_but_not_complex128(tmp_path):
+    requires("torch")
     samples = {k: v for k, v in torch_samples().items() if k != "c128"}
     path = write(tmp_path / "ok", [(0, n, t) for n, t in samples.items()], mode="full")
     assert len(decode(path)) == len(samples)
@@ -193,8 +191,8 @@ def test_full_mode_holds_new_dtypes_but_not_complex128(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-@needs_torch
 def test_meta_tensors_are_refused_with_the_record_named(tmp_path):
+    requires("torch")
     meta = [torch.empty(3, 4, device="meta"), torch.empty(2, dtype=torch.int8, device="meta")]
     message = r"cannot record `weights`: it is a meta tensor \(no values\)"
     with detcheck.TraceWriter(tmp_path, 0, 1) as w:
@@ -205,9 +203,9 @@ def test_meta_tensors_are_refused_with_the_record_named(tmp_path):
     assert [r["name"] for r in decode(tmp_path / "rank0.dctrace")] == ["ok"]
 
 
-@needs_torch
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_nested_tensors_are_refused_with_the_record_named(tmp_path):
+    requires("torch")
     parts = [torch.ones(2, 3), torch.zeros(4, 3)]
     nested = [torch.nested.nested_tensor(parts)]
     try:

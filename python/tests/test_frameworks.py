@@ -5,29 +5,7 @@ update uses and the parameters it made, and the writer closed at the end. Each p
 fresh interpreter (accelerate's and Lightning's state is process-wide). Skipped without the
 frameworks unless DETCHECK_REQUIRE_FRAMEWORKS is set (CI sets it)."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
-import pytest
-
-from conftest import ROOT, decode
-from test_diagnosis import check_lines
-from test_wrapped_optimizers import framework
-
-
-def run(tmp_path, source):
-    program = tmp_path / "program.py"
-    program.write_text(textwrap.dedent(source))
-    done = subprocess.run(
-        [sys.executable, str(program), str(tmp_path / "dump"), str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+from support import PROGRAMS, check, decode, requires, run_python
 
 
 def steps_of(records):
@@ -66,9 +44,9 @@ TRAINER = """
 
 
 def test_trainer_callback_records_one_step_per_update(tmp_path):
-    framework("transformers")
-    framework("accelerate")
-    run(tmp_path, TRAINER)
+    requires("transformers")
+    requires("accelerate")
+    run_python(tmp_path, TRAINER, tmp_path / "dump", tmp_path / "work")
     by_step = steps_of(decode(tmp_path / "dump" / "rank0.dctrace"))
     assert sorted(by_step) == [0, 1, 2], by_step  # max_steps=3 updates
     for names in by_step.values():
@@ -113,8 +91,8 @@ LIGHTNING = """
 
 
 def test_lightning_callback_records_one_step_per_update(tmp_path):
-    framework("lightning")
-    run(tmp_path, LIGHTNING)
+    requires("lightning")
+    run_python(tmp_path, LIGHTNING, tmp_path / "dump", tmp_path / "work")
     by_step = steps_of(decode(tmp_path / "dump" / "rank0.dctrace"))
     assert sorted(by_step) == [0, 1, 2], by_step
     for names in by_step.values():
@@ -124,15 +102,15 @@ def test_lightning_callback_records_one_step_per_update(tmp_path):
         ], names
 
 
-FRAMEWORKS = ROOT / "examples" / "programs" / "python" / "frameworks"
+FRAMEWORKS = PROGRAMS / "frameworks"
 
 
 def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(detcheck_bin):
     """The tiny GPT-2 under `Trainer` and the Lightning module: repeat, replicas and world_sizes
     [1, 2] hold; their clock-seeded dropout controls are caught, down to the dropout's operator."""
-    framework("transformers")
-    framework("lightning")
-    scenarios = check_lines(detcheck_bin, FRAMEWORKS)
+    requires("transformers")
+    requires("lightning")
+    scenarios = check(detcheck_bin, FRAMEWORKS, code=0).scenarios
     assert sorted(scenarios) == [
         "control_gpt2_clock_dropout", "control_lightning_clock_dropout", "gpt2_trainer",
         "lightning_module",

@@ -1,19 +1,19 @@
 """The operator trace of detcheck.torch.watch (detcheck/_ops.py): a re-run asked to capture a
 record of watch also writes `<DETCHECK_CAPTURE_DIR>/ops/rank0.dctrace`, the inputs and outputs of
-every operator inside that record's module. Run only where `import torch` works."""
+every operator inside that record's module. Needs torch (skipped without it, unless
+DETCHECK_REQUIRE_TORCH is set: CI sets it)."""
 
 import re
 
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="torch is not installed (too large for CI); detcheck.torch is tested where it is"
-)
+from support import decode, requires
+
+torch = requires("torch")
 
 import detcheck  # noqa: E402
 import detcheck._ops  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import decode  # noqa: E402
 from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
 
 #: The requested step.

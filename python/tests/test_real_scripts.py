@@ -8,40 +8,17 @@ Needs torch (CI installs it; DETCHECK_REQUIRE_TORCH makes a missing torch fail, 
 """
 
 import copy
-import importlib.util
-import json
 import os
 import pickle
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from conftest import ROOT, decode
+from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
 
-CORPUS = ROOT / "examples" / "programs" / "python" / "corpus"
+CORPUS = PROGRAMS / "corpus"
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("DETCHECK_REQUIRE_TORCH") and importlib.util.find_spec("torch") is None,
-    reason="torch is not installed; .ci/run installs it (scripts/install-python.sh --torch)",
-)
-
-
-def detcheck(detcheck_bin, args, cwd=None, timeout=900):
-    """`detcheck ARGS` with this interpreter's folder first on PATH (its `python3` has the
-    package's start-up hook): (exit code, JSON scenario lines by name, all output)."""
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    done = subprocess.run([detcheck_bin, *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=cwd)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    scenarios = {l["scenario"]["name"]: l for l in lines if l.get("type") == "scenario"}
-    return done.returncode, scenarios, done.stdout + done.stderr
-
-
-def check(detcheck_bin, args, **kwargs):
-    return detcheck(detcheck_bin, ["check", "--no-progress", "--format", "json", *args], **kwargs)
+requires("torch")
 
 
 def write(tmp_path, name, text):
@@ -53,8 +30,8 @@ def write(tmp_path, name, text):
 def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     # From an empty folder: the scripts' own files (nanoGPT's tokens, the snapshot, the saved
     # model) go where their authors put them, and nothing is left behind.
-    code, scenarios, out = check(detcheck_bin, ["--no-diagnosis", CORPUS], cwd=tmp_path)
-    assert code == 0, out
+    run = check(detcheck_bin, "--no-diagnosis", CORPUS, cwd=tmp_path, timeout=900, code=0)
+    scenarios, out = run.scenarios, run.out
     names = {p.stem for p in CORPUS.glob("*.json")}
     assert set(scenarios) == names, out
     controls = {n for n in names if n.startswith("control_")}
@@ -65,23 +42,23 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     assert list(tmp_path.iterdir()) == [], "a run left files in the working directory"
     # Every control caught every time: DETCHECK_CORPUS_CONTROL_RUNS in all (1 here in CI;
     # scripts/diagnosis-controls.sh asks for 20).
-    runs = int(os.environ.get("DETCHECK_CORPUS_CONTROL_RUNS", "1"))
+    times = runs("DETCHECK_CORPUS_CONTROL_RUNS")
     caught = {name: 1 for name in controls}
-    for _ in range(runs - 1):
-        code, again, out = check(
-            detcheck_bin, ["--no-diagnosis", *sorted(CORPUS.glob("control_*.json"))], cwd=tmp_path)
+    for _ in range(times - 1):
+        again = check(detcheck_bin, "--no-diagnosis", *sorted(CORPUS.glob("control_*.json")),
+                      cwd=tmp_path, timeout=900).scenarios
+        assert set(again) == controls, again
         for name, line in again.items():
             caught[name] += line["status"] == "passed"
-    print(f"corpus controls caught, of {runs} runs each: {caught}")
-    assert all(n == runs for n in caught.values()), caught
+    print(f"corpus controls caught, of {times} runs each: {caught}")
+    assert all(n == times for n in caught.values()), caught
 
 
 def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_path):
     # word_lm.py updates its parameters by hand and saves its whole model with torch.save.
     dump = tmp_path / "dump"
-    code, _, out = detcheck(detcheck_bin, ["run", "--dump", dump, CORPUS / "word_lm.json"],
-                           cwd=tmp_path)
-    assert code == 0, out
+    run_detcheck(detcheck_bin, "run", "--dump", dump, CORPUS / "word_lm.json", cwd=tmp_path,
+                 timeout=900, code=0)
     records = decode(dump / "rank0.dctrace")
     steps = sorted({r["step"] for r in records})
     assert steps == [0, 1, 2], steps  # --steps 3 stopped the program
@@ -112,13 +89,11 @@ def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_
             opt.step()
         dist.destroy_process_group()
         """)
-    code, scenarios, out = check(detcheck_bin, ["--ranks", "1", "--steps", "2", "--",
-                                                "python3", script], cwd=tmp_path)
-    assert code == 0 and scenarios["always_pg"]["status"] == "passed", out
-    code, scenarios, out = check(
-        detcheck_bin, ["--ranks", "2", "--steps", "2", "--checks", "repeat,replicas,world_sizes",
-                       "--world-sizes", "1,2", "--", "python3", script], cwd=tmp_path)
-    assert code == 0, out
+    run = check(detcheck_bin, "--ranks", "1", "--steps", "2", "--", "python3", script,
+                cwd=tmp_path, timeout=900, code=0)
+    assert run.scenarios["always_pg"]["status"] == "passed", run.out
+    check(detcheck_bin, "--ranks", "2", "--steps", "2", "--checks", "repeat,replicas,world_sizes",
+          "--world-sizes", "1,2", "--", "python3", script, cwd=tmp_path, timeout=900, code=0)
 
 
 def test_a_script_written_for_torchrun_gets_the_launcher_hint_at_one_rank(detcheck_bin, tmp_path):
@@ -127,8 +102,8 @@ def test_a_script_written_for_torchrun_gets_the_launcher_hint_at_one_rank(detche
         import torch
         local_rank = int(os.environ["LOCAL_RANK"])
         """)
-    code, _, out = check(detcheck_bin, ["--ranks", "1", "--", "python3", script], cwd=tmp_path)
-    assert code == 3, out
+    out = check(detcheck_bin, "--ranks", "1", "--", "python3", script, cwd=tmp_path,
+                timeout=900, code=3).out
     assert "KeyError: 'LOCAL_RANK'" in out, out
     assert "check it with `--launcher torchrun`" in out, out
 
@@ -146,10 +121,9 @@ def test_a_torchrun_rank_that_raises_shows_its_own_traceback(detcheck_bin, tmp_p
             raise ValueError("rank 1 found an empty shard of the data set")
         dist.barrier()
         """)
-    code, scenarios, out = check(detcheck_bin, ["--ranks", "2", "--launcher", "torchrun", "--",
-                                                "python3", script], cwd=tmp_path)
-    assert code == 3, out
-    error = scenarios["raises"]["error"]
+    run = check(detcheck_bin, "--ranks", "2", "--launcher", "torchrun", "--", "python3", script,
+                cwd=tmp_path, timeout=900, code=3)
+    out, error = run.out, run.scenarios["raises"]["error"]
     assert "rank 1 raised ValueError: rank 1 found an empty shard of the data set" in error, out
     assert f'File "{script}", line 9, in <module>' in error, out
 
@@ -166,11 +140,9 @@ def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_pa
             time.sleep(600)
         dist.barrier()
         """)
-    code, scenarios, out = check(detcheck_bin, ["--ranks", "2", "--launcher", "torchrun",
-                                                "--timeout", "40", "--", "python3", script],
-                                 cwd=tmp_path)
-    assert code == 3, out
-    error = scenarios["stuck"]["error"]
+    run = check(detcheck_bin, "--ranks", "2", "--launcher", "torchrun", "--timeout", "40", "--",
+                "python3", script, cwd=tmp_path, timeout=900, code=3)
+    out, error = run.out, run.scenarios["stuck"]["error"]
     assert "rank(s) 0, 1 still running" in error, out
     assert ("rank 0 is in (innermost first, from its Python stacks):\n"
             f'    File "{script}", line 8 in <module>') in error, out
@@ -216,7 +188,6 @@ def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_not
 
     import detcheck
     import detcheck.torch as dt
-    from conftest import DCTRACE
 
     class Tagged(torch.Tensor):
         pass
@@ -259,10 +230,7 @@ def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_not
         writer.close()
     finally:
         dist.destroy_process_group()
-    out = subprocess.run([sys.executable, str(DCTRACE), str(tmp_path / "trace" / "rank0.dctrace")],
-                         capture_output=True, text=True, check=True).stdout
-    env = dict(line[len("environment: "):].split("=", 1) for line in out.splitlines()
-               if line.startswith("environment: "))
+    env = environment(tmp_path / "trace" / "rank0.dctrace")
     names = {r["name"] for r in decode(tmp_path / "trace" / "rank0.dctrace")}
     assert {"fwd/plain_subclass", "fwd/quantized", "fwd/dtensor", "fwd/lin"} <= names, names
     for skipped in ("meta", "nested", "sparse"):
@@ -311,9 +279,9 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
             model(torch.arange(6, dtype=torch.float32).reshape(2, 3)).sum().backward()
             opt.step()
         """)
-    code, scenarios, out = check(detcheck_bin, ["--ranks", "1", "--steps", "2", "--",
-                                                "python3", script], cwd=tmp_path)
-    assert code == 0 and scenarios["subclasses"]["status"] == "passed", out
+    run = check(detcheck_bin, "--ranks", "1", "--steps", "2", "--", "python3", script,
+                cwd=tmp_path, timeout=900, code=0)
+    assert run.scenarios["subclasses"]["status"] == "passed", run.out
 
 
 @pytest.mark.parametrize("scenario, replicated", [
@@ -324,9 +292,8 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
 def test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated(
         detcheck_bin, tmp_path, scenario, replicated):
     dump = tmp_path / "dump"
-    code, _, out = detcheck(detcheck_bin, ["run", "--dump", dump, CORPUS / f"{scenario}.json"],
-                           cwd=tmp_path)
-    assert code == 0, out
+    run_detcheck(detcheck_bin, "run", "--dump", dump, CORPUS / f"{scenario}.json", cwd=tmp_path,
+                 timeout=900, code=0)
     for rank in (0, 1):
         records = decode(dump / f"rank{rank}.dctrace")
         assert {r["name"] for r in records if r["replicated"]} == replicated, rank

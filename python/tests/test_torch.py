@@ -1,5 +1,5 @@
-"""detcheck.torch.watch and torch tensors in TraceWriter.record. Run only where `import torch`
-works: torch is too large for CI, so these are skipped there (with this reason)."""
+"""detcheck.torch.watch and torch tensors in TraceWriter.record. Needs torch (skipped without
+it, unless DETCHECK_REQUIRE_TORCH is set: CI sets it)."""
 
 import os
 import subprocess
@@ -9,13 +9,12 @@ import textwrap
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="torch is not installed (too large for CI); detcheck.torch is tested where it is"
-)
+from support import dctrace, decode, digest_hex, requires, run_detcheck
+
+torch = requires("torch")
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import digest_hex, DCTRACE, compare, decode  # noqa: E402
 
 
 def md5(tensor):
@@ -130,10 +129,7 @@ def test_watch_names_steps_and_order(tmp_path):
 
 def test_watch_adds_torch_versions_to_the_environment(tmp_path):
     train(tmp_path)
-    out = subprocess.run(
-        [sys.executable, str(DCTRACE), str(tmp_path / "rank0.dctrace")],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    out = dctrace(tmp_path / "rank0.dctrace")
     assert f"environment: torch.version={torch.__version__}" in out, out
     if torch.version.cuda is not None:
         assert f"environment: torch.cuda={torch.version.cuda}" in out, out
@@ -164,10 +160,8 @@ def test_watch_runs_compare(tmp_path, detcheck_bin):
     train(tmp_path / "a")
     train(tmp_path / "b")
     train(tmp_path / "c", perturb_step=1)
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "b")
-    assert code == 0, out
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "c")
-    assert code == 1, out
+    run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "b", code=0)
+    out = run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "c", code=1).out
     assert "first divergence: step 1 rank 0 seq 0 `fwd/fc1`" in out, out
 
 
@@ -194,10 +188,7 @@ DDP_PROGRAM = textwrap.dedent(
 
 
 def test_watch_ddp_records_replicated_gradients(tmp_path):
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
+    requires("gloo")
     program = tmp_path / "ddp.py"
     program.write_text(DDP_PROGRAM)
     store, out = tmp_path / "store", tmp_path / "dump"
@@ -208,6 +199,10 @@ def test_watch_ddp_records_replicated_gradients(tmp_path):
     ]
     assert [p.wait(timeout=240) for p in procs] == [0, 0]
     ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
+    # Both ranks recorded the same records, 2 steps of them: the loop below compares them all.
+    names = [[(r["step"], r["name"]) for r in records] for records in ranks]
+    assert names[0] == names[1], f"{len(names[0])} and {len(names[1])} records"
+    assert {step for step, _ in names[0]} == {0, 1}, names[0]
     for r0, r1 in zip(*ranks):
         assert r0["name"] == r1["name"]
         if r0["name"].startswith(("grad/", "param/")):
@@ -221,12 +216,38 @@ def test_watch_ddp_records_replicated_gradients(tmp_path):
     assert "grad/0.weight" in names and "fwd/(model)" in names  # no `module.` prefix
 
 
+def hooks(model, opt):
+    """Every hook that could record `model` and `opt`: on each module, each parameter, the
+    optimizer, and torch's global module and optimizer hooks (by kind, a list of counts)."""
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim
+
+    found = {}
+    for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                 "_backward_pre_hooks"):
+        found[kind] = [len(getattr(m, kind)) for m in model.modules()]
+    found["param"] = [len(p._post_accumulate_grad_hooks or {}) + len(p._backward_hooks or {})
+                      for p in model.parameters()]
+    found["optimizer"] = [len(opt._optimizer_step_pre_hooks), len(opt._optimizer_step_post_hooks)]
+    found["global"] = [
+        len(nn_module._global_forward_hooks), len(nn_module._global_forward_pre_hooks),
+        len(optim._global_optimizer_pre_hooks), len(optim._global_optimizer_post_hooks),
+    ]
+    return found
+
+
 def test_watch_without_a_writer_records_nothing():
-    model = torch.nn.Linear(2, 2)
+    model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = hooks(model, opt)
+    assert all(n == 0 for kind, counts in before.items() if kind != "global" for n in counts)
     handle = detcheck.torch.watch(model, None, opt)
-    model(torch.ones(1, 2)).sum().backward()
+    # Nothing could record: watch added no hook anywhere (a hook that runs and finds no writer
+    # would still cost every forward, and record where a writer appears).
+    assert hooks(model, opt) == before, "watch without a writer added hooks"
+    model(torch.ones(1, 4)).sum().backward()
     opt.step()
     handle.next_step()
     assert handle.current_step == 1  # only next_step counts: no hooks on the optimizer
     handle.remove()
+    assert hooks(model, opt) == before

@@ -7,38 +7,14 @@ the real accelerate, transformers and lightning, and are skipped when those are 
 is set (non-empty): then a missing package fails the test. torch itself is required when
 DETCHECK_REQUIRE_FRAMEWORKS or DETCHECK_REQUIRE_TORCH is set, skipped otherwise."""
 
-import importlib
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
-REQUIRE_FRAMEWORKS = bool(os.environ.get("DETCHECK_REQUIRE_FRAMEWORKS"))
+from support import decode, digest_hex, requires, run_python
 
-
-def framework(name):
-    """Imports `name`, or skips the test when it is missing (fails under
-    DETCHECK_REQUIRE_FRAMEWORKS)."""
-    if REQUIRE_FRAMEWORKS:
-        return importlib.import_module(name)
-    return pytest.importorskip(
-        name, reason=f"{name} is not installed (scripts/install-python.sh --frameworks installs it)"
-    )
-
-
-if REQUIRE_FRAMEWORKS or os.environ.get("DETCHECK_REQUIRE_TORCH"):
-    import torch
-else:
-    torch = pytest.importorskip(
-        "torch", reason="torch is not installed (too large for CI); detcheck.torch is tested where it is"
-    )
+torch = requires("torch")
 
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
-from conftest import digest_hex, decode  # noqa: E402
 
 
 def md5(tensor):
@@ -403,20 +379,6 @@ def test_a_proper_optimizer_is_hooked_itself(tmp_path):
 # --- The real frameworks -------------------------------------------------------------------------
 
 
-def run_program(tmp_path, source, *args):
-    """Runs `source` in a fresh interpreter (accelerate's state is process-wide); returns the
-    JSON object it prints last."""
-    program = tmp_path / "program.py"
-    program.write_text(textwrap.dedent(source))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, str(program), *map(str, args)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 ACCELERATE_PROGRAM = """
     import json, sys, torch, detcheck, detcheck.torch
     from accelerate import Accelerator
@@ -456,8 +418,8 @@ ACCELERATE_PROGRAM = """
 
 
 def test_real_accelerate_prepare_with_gradient_accumulation(tmp_path):
-    framework("accelerate")
-    seen = run_program(tmp_path, ACCELERATE_PROGRAM, tmp_path / "dump")
+    requires("accelerate")
+    seen = run_python(tmp_path, ACCELERATE_PROGRAM, tmp_path / "dump")
     assert seen["type"] == "accelerate.optimizer.AcceleratedOptimizer"
     assert seen["unhookable"] and seen["inner_is_optimizer"]
     assert seen["steps"] == [0, 1, 1, 2, 2, 3]  # one step per update, every second micro-batch
@@ -497,8 +459,8 @@ ACCELERATE_OVERFLOW_PROGRAM = """
 
 
 def test_real_accelerate_skipped_fp16_step_ends_no_step(tmp_path):
-    framework("accelerate")
-    seen = run_program(tmp_path, ACCELERATE_OVERFLOW_PROGRAM, tmp_path / "dump")
+    requires("accelerate")
+    seen = run_python(tmp_path, ACCELERATE_OVERFLOW_PROGRAM, tmp_path / "dump")
     assert seen["skipped"] == [False, True, False]
     assert seen["steps"] == [1, 1, 2]
     records = decode(tmp_path / "dump" / "rank0.dctrace")
@@ -543,9 +505,9 @@ TRAINER_PROGRAM = """
 
 def test_real_transformers_trainer_callback(tmp_path):
     # The report of issue 25: a Trainer callback passing the optimizer it is handed.
-    framework("transformers")
-    framework("accelerate")
-    seen = run_program(tmp_path, TRAINER_PROGRAM, tmp_path / "dump", tmp_path / "trainer")
+    requires("transformers")
+    requires("accelerate")
+    seen = run_python(tmp_path, TRAINER_PROGRAM, tmp_path / "dump", tmp_path / "trainer")
     assert seen["type"] == "accelerate.optimizer.AcceleratedOptimizer"
     assert seen["steps"] == [[1, 1], [2, 2], [3, 3]]  # Trainer's global_step == detcheck's
     records = decode(tmp_path / "dump" / "rank0.dctrace")
@@ -557,7 +519,7 @@ def test_real_transformers_trainer_callback(tmp_path):
 
 
 def lightning_module(automatic, out, seen):
-    pl = framework("lightning.pytorch")
+    pl = requires("lightning.pytorch")
 
     class Module(pl.LightningModule):
         def __init__(self):
@@ -636,7 +598,7 @@ def test_real_lightning_optimizer(tmp_path, automatic):
 
 
 def test_real_fabric_optimizer(tmp_path):
-    lightning = framework("lightning")
+    lightning = requires("lightning")
     fabric = lightning.Fabric(accelerator="cpu", devices=1)
     model, inner = make()
     wrapped_model, opt = fabric.setup(model, inner)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import detcheck
-from conftest import digest_hex, DCTRACE, compare, decode
+from support import dctrace, decode, digest_hex, run_detcheck
 
 DTYPES = {
     "float16": "f16",
@@ -386,10 +386,8 @@ def test_compare_identical_and_different_dumps(tmp_path, detcheck_bin):
     dump(tmp_path / "a", False)
     dump(tmp_path / "b", False)
     dump(tmp_path / "c", True)
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "b")
-    assert code == 0, out
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "c")
-    assert code == 1, out
+    run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "b", code=0)
+    out = run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "c", code=1).out
     assert "first divergence: step 1 rank 1 seq 0 `fc1.weight`" in out, out
 
 
@@ -403,13 +401,9 @@ def test_environment_entries_are_written_and_compared(tmp_path, detcheck_bin):
                 w.add_environment("", "x")
         with pytest.raises(ValueError, match="closed"):
             w.add_environment("k", "v")
-    out = subprocess.run(
-        [sys.executable, str(DCTRACE), str(tmp_path / "a" / "rank0.dctrace")],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    out = dctrace(tmp_path / "a" / "rank0.dctrace")
     assert "environment: torch.version=2.5.1" in out, out
     assert "environment: late.entry=after a record" in out, out
     assert "environment: detcheck.version=" in out, out
-    code, out = compare(detcheck_bin, tmp_path / "a", tmp_path / "b")
-    assert code == 0, out
+    out = run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "b", code=0).out
     assert "environment differs (A -> B):\n  torch.version: 2.5.1 -> 2.6.0 (rank 0)" in out, out

@@ -17,30 +17,14 @@ import textwrap
 
 import pytest
 
-from conftest import DCTRACE, ROOT, decode
-from test_diagnosis import caught_with_element, needs_torch, runs
-from test_wrapped_optimizers import framework
+from support import (
+    PROGRAMS, ROOT, caught_with_element, check, decode, environment, required, requires, runs,
+)
 
-UNMODIFIED = ROOT / "examples" / "programs" / "python" / "unmodified"
+UNMODIFIED = PROGRAMS / "unmodified"
 DDP = UNMODIFIED / "ddp_train.py"
 
-pytestmark = needs_torch
-
-
-def check(detcheck_bin, args, code=None):
-    """`detcheck check --format json ARGS`: (exit code, scenario lines by name, all output)."""
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    done = subprocess.run(
-        [detcheck_bin, "check", "--no-progress", "--format", "json", *map(str, args)],
-        capture_output=True, text=True, env=env, timeout=1800,
-    )
-    out = done.stdout + done.stderr
-    if code is not None:
-        assert done.returncode == code, out
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    scenarios = {l["scenario"]["name"]: l for l in lines if l.get("type") == "scenario"}
-    return done.returncode, scenarios, out
+requires("torch")
 
 
 def launched(tmp_path, argv, rank="0", world="1", **extra):
@@ -60,22 +44,15 @@ def launched(tmp_path, argv, rank="0", world="1", **extra):
     return done, trace
 
 
-def environment(path):
-    """The environment entries of a trace file (scripts/dctrace.py)."""
-    out = subprocess.run([sys.executable, str(DCTRACE), str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    return dict(line[len("environment: "):].split("=", 1) for line in out.splitlines()
-                if line.startswith("environment: "))
-
-
 def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught(
     detcheck_bin,
 ):
     names = ["ddp_train", "ddp_train_torchrun", "control_ddp_clock_reseed",
              "control_ddp_set_order", "ddp_set_order_deterministic"]
-    if shutil.which("mpirun") is not None or os.environ.get("DETCHECK_REQUIRE_MPI4PY"):
+    if shutil.which("mpirun") is not None or required("mpi4py"):
         names.append("ddp_train_mpirun")
-    _, lines, out = check(detcheck_bin, [UNMODIFIED / f"{n}.json" for n in names], code=0)
+    run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
+    lines, out = run.scenarios, run.out
     assert sorted(lines) == sorted(names), out
     for name in ("ddp_train", "ddp_train_torchrun", "ddp_set_order_deterministic"):
         assert lines[name]["status"] == "passed", lines[name]
@@ -98,27 +75,30 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
 
 def test_the_controls_are_caught_every_time(detcheck_bin):
     """The DDP controls, DETCHECK_TORCH_CONTROL_RUNS times (scripts/diagnosis-controls.sh)."""
-    controls = [UNMODIFIED / "control_ddp_clock_reseed.json",
-                UNMODIFIED / "control_ddp_set_order.json"]
+    names = ["control_ddp_clock_reseed", "control_ddp_set_order"]
     for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
-        _, lines, out = check(detcheck_bin, controls, code=0)
-        for line in lines.values():
-            assert line["verdict"] == "ok (caught)", out
+        run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
+        # Every control came back (no line at all would pass the loop below), each caught.
+        assert sorted(run.scenarios) == sorted(names), run.out
+        for line in run.scenarios.values():
+            assert line["verdict"] == "ok (caught)", run.out
 
 
 def test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught(
     detcheck_bin,
 ):
-    framework("transformers")
+    requires("transformers")
     names = ["gpt2_trainer", "control_gpt2_clock_dropout"]
-    _, lines, out = check(detcheck_bin, [UNMODIFIED / f"{n}.json" for n in names], code=0)
+    run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
+    lines = run.scenarios
+    assert sorted(lines) == sorted(names), run.out
     held = {c["check"]: c["holds"] for c in lines["gpt2_trainer"]["checks"]}
-    assert held == {"repeat": True, "replicas": True, "world_sizes": True}, out
-    for run in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
-        if run > 0:
-            _, lines, out = check(
-                detcheck_bin, [UNMODIFIED / "control_gpt2_clock_dropout.json"], code=0
-            )
+    assert held == {"repeat": True, "replicas": True, "world_sizes": True}, run.out
+    for again in range(runs("DETCHECK_TORCH_CONTROL_RUNS")):
+        if again > 0:
+            lines = check(
+                detcheck_bin, UNMODIFIED / "control_gpt2_clock_dropout.json", code=0
+            ).scenarios
         first = caught_with_element(lines["control_gpt2_clock_dropout"])
         assert first["name"] == "fwd/transformer.drop", first
         assert first["operator"]["call"]["operator"].startswith("aten.bernoulli"), first
@@ -195,10 +175,10 @@ def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, 
     records = decode(trace / "rank0.dctrace")
     assert sorted({r["step"] for r in records}) == [0, 1, 2]
     assert environment(trace / "rank0.dctrace")["detcheck.recording"] == "ended during step 2 (exit)"
-    code, lines, out = check(detcheck_bin, ["--", sys.executable, program])
-    assert code == 3, out
+    run = check(detcheck_bin, "--", sys.executable, program, code=3)
+    out = run.out
     assert "exited with status 1" in out and "out of memory, say" in out, out
-    line = lines["dies"]
+    line = run.scenarios["dies"]
     assert line["status"] == "errored" and line["first_divergence"] is None, line
 
 
@@ -213,8 +193,7 @@ def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, 
     ids=["no-torch", "no-model", "exit-7", "killed"],
 )
 def test_programs_that_cannot_be_recorded_say_why(detcheck_bin, program, says):
-    code, _, out = check(detcheck_bin, ["--ranks", "2", "--", sys.executable, *program])
-    assert code == 3, out
+    out = check(detcheck_bin, "--ranks", "2", "--", sys.executable, *program, code=3).out
     assert says in out, out
 
 
@@ -265,7 +244,9 @@ def test_the_docs_list_every_deterministic_setting():
     from detcheck._detcheck import deterministic_settings
 
     text = (ROOT / "docs" / "operators.md").read_text()
-    for kind, name, value, statement, why, reference in deterministic_settings():
+    settings = deterministic_settings()
+    assert settings, "the hint table has no deterministic setting"
+    for kind, name, value, statement, why, reference in settings:
         shown = statement if kind == "launch" else statement.replace("SEED", "seed")
         row = f"| `{shown}` |"
         assert row in text, f"docs/operators.md lacks the row of {name}: {row}"

@@ -1,0 +1,282 @@
+"""What the tests share: the repository's paths, the independent trace decoder
+(scripts/dctrace.py), the one runner of the `detcheck` binary, and the one way to skip.
+
+A test module imports from here (``from support import decode``), never from ``conftest`` or
+another test module (test_layout.py checks it); conftest.py holds only fixtures. pytest finds
+this package because it puts python/tests on ``sys.path`` (its default "prepend" import mode).
+
+``requires(name)`` is the only way a test skips: it skips when ``name`` is missing, unless the
+``DETCHECK_REQUIRE_*`` variable of ``name`` is set (CI sets them), when the test fails instead.
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+DCTRACE = ROOT / "scripts" / "dctrace.py"
+#: The example programs (numpy, mpi4py, torch, frameworks, the corpus, the unmodified scripts).
+PROGRAMS = ROOT / "examples" / "programs" / "python"
+
+# --- Trace files, read without detcheck ----------------------------------------------------------
+
+_RECORD = re.compile(
+    r"^step (?P<step>\d+) seq (?P<seq>\d+) (?P<name>\S+) (?P<dtype>\w+)\[(?P<shape>[^\]]*)\] "
+    r"md5 (?P<md5>[0-9a-f]{32})(?P<rest>.*)$"
+)
+
+
+def tree_digest(data):
+    """A record's digest of ``data``, by its definition (docs/trace-format.md, "The digest"):
+    md5 of each 4096-byte chunk, concatenated, again, until one chunk remains, whose plain md5
+    is the digest (plain md5 for at most 4096 bytes)."""
+    b = bytes(data)
+    while len(b) > 4096:
+        b = b"".join(hashlib.md5(b[i : i + 4096]).digest() for i in range(0, len(b), 4096))
+    return hashlib.md5(b).digest()
+
+
+def digest_hex(data):
+    """``tree_digest(data)`` as the trace decoder prints it."""
+    return tree_digest(data).hex()
+
+
+def dctrace(path):
+    """The text scripts/dctrace.py prints for the trace file ``path`` (its header, environment
+    entries and records)."""
+    return subprocess.run(
+        [sys.executable, str(DCTRACE), str(path)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def decode(path):
+    """The records of a trace file as dicts, read by scripts/dctrace.py (not by detcheck)."""
+    out = dctrace(path)
+    records = []
+    for line in out.splitlines():
+        m = _RECORD.match(line)
+        if not m:
+            continue
+        rest = m["rest"].split()
+        record = {
+            "step": int(m["step"]),
+            "seq": int(m["seq"]),
+            "name": m["name"],
+            "dtype": m["dtype"],
+            "shape": [int(d) for d in m["shape"].split(",") if d.strip()],
+            "md5": m["md5"],
+            "replicated": "replicated" in rest,
+        }
+        for key in ("max", "min", "mean", "norm"):
+            if key in rest:
+                record[key] = float(rest[rest.index(key) + 1])
+        records.append(record)
+    header = out.splitlines()[0]
+    assert header.startswith("header:"), out
+    return records
+
+
+def environment(path):
+    """The environment entries of a trace file (scripts/dctrace.py), as a dict."""
+    return dict(
+        line[len("environment: "):].split("=", 1)
+        for line in dctrace(path).splitlines()
+        if line.startswith("environment: ")
+    )
+
+
+# --- The `detcheck` binary -----------------------------------------------------------------------
+
+
+def detcheck_path():
+    """The path of the `detcheck` binary: $DETCHECK_BIN, or the release build (built here with
+    `cargo build --release --bin detcheck`, in $CARGO_TARGET_DIR or target/)."""
+    if os.environ.get("DETCHECK_BIN"):
+        return os.environ["DETCHECK_BIN"]
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "--bin", "detcheck"], cwd=ROOT, check=True
+    )
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if not target.is_absolute():
+        target = ROOT / target
+    return str(target / "release" / "detcheck")
+
+
+class DetcheckRun:
+    """What one `detcheck` command did: its exit ``code``, ``stdout`` and ``stderr``; ``out``
+    (both, for assertion messages); ``lines`` (its JSON lines, parsed) and ``scenarios`` (the
+    scenario lines of `check --format json`, by scenario name)."""
+
+    def __init__(self, args, code, stdout, stderr):
+        self.args = args
+        self.code = code
+        self.stdout = stdout
+        self.stderr = stderr
+
+    @property
+    def out(self):
+        return self.stdout + self.stderr
+
+    @cached_property
+    def lines(self):
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+    @cached_property
+    def scenarios(self):
+        return {l["scenario"]["name"]: l for l in self.lines if l.get("type") == "scenario"}
+
+
+def run_detcheck(detcheck_bin, *args, cwd=None, env=None, timeout=1800, code=None):
+    """Runs `detcheck ARGS` (paths as strings) and returns its ``DetcheckRun``; with ``code``,
+    asserts that it exited with it.
+
+    The command runs with this interpreter's folder first on PATH, so the `python3` of the
+    programs it launches is this environment's (this build of the package, and its start-up
+    hook). ``env``: variables set on top of this process's environment. ``cwd``: its working
+    directory. ``timeout``: a backstop in seconds against a hung run, not a measurement."""
+    __tracebackhide__ = True  # an unexpected exit code is reported at the caller's line
+    full = dict(os.environ)
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full.get("PATH", "")
+    full.update(env or {})
+    argv = [str(detcheck_bin), *map(str, args)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=full, timeout=timeout, cwd=cwd)
+    run = DetcheckRun(argv, done.returncode, done.stdout, done.stderr)
+    if code is not None:
+        assert run.code == code, f"`{' '.join(argv)}` exited with {run.code}, not {code}:\n{run.out}"
+    return run
+
+
+def check(detcheck_bin, *args, **kwargs):
+    """`detcheck check --no-progress --format json ARGS` (``run_detcheck``'s options)."""
+    return run_detcheck(detcheck_bin, "check", "--no-progress", "--format", "json", *args, **kwargs)
+
+
+def caught_with_element(line):
+    """The first divergence of a caught control (a scenario line), after checking its element
+    is named."""
+    assert line["verdict"] == "ok (caught)", line
+    first = line["first_divergence"]
+    element = first["element"]
+    found = element.get("found") or element.get("found_in_reruns")
+    assert found is not None, element
+    assert isinstance(found["index"], list) and found["flat_index"] >= 0
+    assert found["left_bits"] != found["right_bits"]
+    assert found["left_bits"].startswith("0x") and found["right_bits"].startswith("0x")
+    assert found["ulps"] is None or found["ulps"] >= 1
+    return first
+
+
+def runs(variable="DETCHECK_CONTROL_RUNS"):
+    """How many times to run a control: ``$variable``, 1 by default (.ci/run and
+    scripts/diagnosis-controls.sh ask for more)."""
+    return int(os.environ.get(variable, "1"))
+
+
+# --- Python programs in fresh interpreters -------------------------------------------------------
+
+
+def run_python(tmp_path, source, *args, timeout=600):
+    """Runs ``source`` (dedented) as tmp_path/program.py with ``args`` in a fresh interpreter
+    that sees this one's ``sys.path`` (accelerate's and Lightning's state is process-wide);
+    asserts it exits with 0 and returns the JSON object it prints last."""
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(source))
+    done = subprocess.run(
+        [sys.executable, str(program), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- What a test needs, and the one way to skip --------------------------------------------------
+
+_TORCH = ("DETCHECK_REQUIRE_TORCH", "DETCHECK_REQUIRE_FRAMEWORKS")  # --frameworks implies --torch
+_FRAMEWORKS = ("DETCHECK_REQUIRE_FRAMEWORKS",)
+
+
+def _module(name):
+    return lambda: importlib.import_module(name)
+
+
+def _mpi4py():
+    # Not imported: mpi4py is only launched, by mpirun, in the programs the tests check.
+    if importlib.util.find_spec("mpi4py") is None:
+        raise ImportError("No module named 'mpi4py'")
+    if shutil.which("mpirun") is None:
+        raise ImportError("mpirun is not on PATH")
+
+
+def _gloo():
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        raise ImportError("torch.distributed with gloo is not available")
+
+
+def _fork():
+    if not hasattr(os, "fork"):
+        raise ImportError("os.fork is POSIX")
+
+
+#: name -> (probe: returns what `requires` returns or raises ImportError, the variables that make
+#: it required, where it comes from).
+_NEEDS = {
+    "torch": (_module("torch"), _TORCH, "scripts/install-python.sh --torch installs it"),
+    "triton": (_module("triton"), _TORCH, "installed with torch (scripts/install-python.sh --torch)"),
+    "gloo": (_gloo, _TORCH, "torch's CPU backend of torch.distributed"),
+    "transformers": (
+        _module("transformers"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+    ),
+    "accelerate": (
+        _module("accelerate"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+    ),
+    "lightning": (
+        _module("lightning"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+    ),
+    "lightning.pytorch": (
+        _module("lightning.pytorch"), _FRAMEWORKS,
+        "scripts/install-python.sh --frameworks installs it",
+    ),
+    "mpi4py": (_mpi4py, ("DETCHECK_REQUIRE_MPI4PY",), "mpi4py and mpirun; .ci/run installs them"),
+    "fork": (_fork, (), "a POSIX system"),
+}
+
+
+def required(name):
+    """Whether a test needing ``name`` must fail rather than skip where it is missing (one of
+    its ``DETCHECK_REQUIRE_*`` variables is set, non-empty)."""
+    return any(os.environ.get(v) for v in _NEEDS[name][1])
+
+
+def requires(name):
+    """What a test needs: returns ``name``'s module (``None`` for what is not a module: mpi4py
+    with mpirun, gloo, fork) when it is there. When it is missing, skips the test (or the whole
+    module, called at its top level) with the reason; or, where ``required(name)``, fails it.
+
+    ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
+    lightning.pytorch, mpi4py (with mpirun on PATH) or fork (``os.fork``)."""
+    __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
+    if name not in _NEEDS:
+        raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")
+    probe, variables, source = _NEEDS[name]
+    try:
+        return probe()
+    except ImportError as e:
+        missing = f"{name} is missing ({e}); {source}"
+    if required(name):
+        named = ", ".join(v for v in variables if os.environ.get(v))
+        pytest.fail(f"{missing}; {named} is set, so this fails", pytrace=False)
+    pytest.skip(missing, allow_module_level=True)
