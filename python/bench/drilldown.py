@@ -30,20 +30,31 @@ PROGRAM = Path(__file__).resolve().parent / "drilldown_program.py"
 
 def scenario(folder, model, steps):
     path = Path(folder) / f"drilldown_{model}.json"
-    path.write_text(json.dumps({
-        "description": f"drill-down benchmark: {model} with numpy noise in one module",
-        "kind": "command",
-        "world_size": 1,
-        "steps": steps,
-        "seed": 1,
-        "expect": "diverges",
-        "checks": ["repeat"],
-        "params": {
-            "command": [sys.executable, str(PROGRAM), "--model", model, "--steps", "{steps}"],
-            "launcher": "processes",
-            "timeout_secs": 600,
-        },
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "description": f"drill-down benchmark: {model} with numpy noise in one module",
+                "kind": "command",
+                "world_size": 1,
+                "steps": steps,
+                "seed": 1,
+                "expect": "diverges",
+                "checks": ["repeat"],
+                "params": {
+                    "command": [
+                        sys.executable,
+                        str(PROGRAM),
+                        "--model",
+                        model,
+                        "--steps",
+                        "{steps}",
+                    ],
+                    "launcher": "processes",
+                    "timeout_secs": 600,
+                },
+            }
+        )
+    )
     return path
 
 
@@ -54,7 +65,7 @@ def timed_check(detcheck, path, diagnose):
     start = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
     elapsed = time.perf_counter() - start
-    line = next(json.loads(l) for l in done.stdout.splitlines() if '"type":"scenario"' in l)
+    line = next(json.loads(t) for t in done.stdout.splitlines() if '"type":"scenario"' in t)
     if done.returncode != 0 or line["verdict"] != "ok (caught)":
         raise SystemExit(f"drilldown.py: the check failed:\n{done.stdout}{done.stderr}")
     first = line["first_divergence"]
@@ -73,7 +84,10 @@ def main():
     env_path = os.path.dirname(sys.executable)
     os.environ["PATH"] = env_path + os.pathsep + os.environ.get("PATH", "")
     print(f"# drill-down cost, {args.rounds} rounds, {args.steps} steps, 1 rank, CPU")
-    print("| model | first divergence | check alone (s, median) | diagnosis / check (median) | range |")
+    print(
+        "| model | first divergence | check alone (s, median) | diagnosis / check (median) "
+        "| range |"
+    )
     print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as folder:
         for model in args.models.split(","):

@@ -12,12 +12,11 @@ module deep inside the model (so `repeat` diverges there and detcheck drills dow
 import argparse
 import sys
 
+import detcheck
+import detcheck.torch
 import numpy as np
 import torch
 from torch import nn
-
-import detcheck
-import detcheck.torch
 
 
 class Noisy(nn.Module):
@@ -97,7 +96,9 @@ def main() -> int:
         else:
             tokens = torch.randint(0, 1000, (8, 64), generator=data)
             logits = model(tokens)
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 1000), tokens[:, 1:].reshape(-1))
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, 1000), tokens[:, 1:].reshape(-1)
+            )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

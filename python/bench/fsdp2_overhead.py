@@ -53,7 +53,9 @@ def child(args):
         def __init__(self):
             super().__init__()
             self.norm = nn.LayerNorm(width)
-            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+            self.mlp = nn.Sequential(
+                nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+            )
 
         def forward(self, x):
             return x + self.mlp(self.norm(x))
@@ -105,16 +107,38 @@ def trial(args, contender):
             del env[name]
     folder = tempfile.TemporaryDirectory()
     if contender.startswith("auto"):
-        env.update({"DETCHECK_TRACE_DIR": folder.name, "DETCHECK_WORLD_SIZE": str(args.ranks),
-                    "DETCHECK_MODE": contender.split("-")[1], "DETCHECK_SEED": "0"})
+        env.update(
+            {
+                "DETCHECK_TRACE_DIR": folder.name,
+                "DETCHECK_WORLD_SIZE": str(args.ranks),
+                "DETCHECK_MODE": contender.split("-")[1],
+                "DETCHECK_SEED": "0",
+            }
+        )
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         f"--nproc-per-node={args.ranks}", __file__, "--child", "--steps", str(args.steps),
-         "--warmup", str(args.warmup)],
-        capture_output=True, text=True, env=env, timeout=600)
-    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={args.ranks}",
+            __file__,
+            "--child",
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    lines = [t for t in done.stdout.splitlines() if t.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise SystemExit(f"{contender}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"{contender}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        )
     if contender.startswith("auto"):
         traces = sorted(p for p in os.listdir(folder.name) if p.endswith(".dctrace"))
         if len(traces) != args.ranks:
@@ -135,14 +159,16 @@ def main():
         return child(args)
     rounds = []
     for r in range(args.rounds):
-        order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
+        order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
         times = {c: trial(args, c) for c in order}
         rounds.append(times)
         print(f"round {r}: " + ", ".join(f"{c} {times[c]:.1f} ms" for c in CONTENDERS), flush=True)
     for c in CONTENDERS:
         ratios = [t[c] / t["off"] for t in rounds]
-        print(f"{c:>9}: {statistics.median(t[c] for t in rounds):8.1f} ms/step, "
-              f"{statistics.median(ratios):.3f}x off ({min(ratios):.3f}-{max(ratios):.3f})")
+        print(
+            f"{c:>9}: {statistics.median(t[c] for t in rounds):8.1f} ms/step, "
+            f"{statistics.median(ratios):.3f}x off ({min(ratios):.3f}-{max(ratios):.3f})"
+        )
     return 0
 
 

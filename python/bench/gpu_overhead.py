@@ -5,8 +5,9 @@ record), and with device digests (``detcheck._device``'s Triton kernels), side b
     python python/bench/gpu_overhead.py [--rounds 7] [--steps 10] [--warmup 3] [--json OUT]
 
 The model is GPT-2 124M built from its config (transformers' ``GPT2LMHeadModel``, no download:
-12 layers, 768 wide, 50257 tokens; the same shapes in plain torch where transformers is missing), batch 8 x 512 of fixed random tokens, bf16 autocast, AdamW,
-on one CUDA device. Contenders (``--contenders``):
+12 layers, 768 wide, 50257 tokens; the same shapes in plain torch where transformers is
+missing), batch 8 x 512 of fixed random tokens, bf16 autocast, AdamW, on one CUDA device.
+Contenders (``--contenders``):
 
 - ``off`` and ``off2`` (the same again: the noise);
 - ``host-md5`` / ``host-stats``: ``detcheck.torch.watch(..., device_digests=False)``, the path
@@ -69,7 +70,9 @@ def gpt2_without_transformers():
                     nn.init.normal_(p, std=0.02)
 
         def forward(self, input_ids, labels):
-            x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
+            x = self.wte(input_ids) + self.wpe(
+                torch.arange(input_ids.shape[1], device=input_ids.device)
+            )
             for block in self.h:
                 x = block(x)
             logits = self.ln_f(x) @ self.wte.weight.T
@@ -109,10 +112,9 @@ def step(model, optimizer, tokens):
 
 
 def trial(contender, model, optimizer, tokens, state, steps, warmup):
-    import torch
-
     import detcheck
     import detcheck.torch as dt
+    import torch
 
     model.load_state_dict(state[0])
     optimizer.load_state_dict(state[1])
@@ -141,7 +143,6 @@ def trial(contender, model, optimizer, tokens, state, steps, warmup):
 
 def throughput(device):
     import torch
-
     from detcheck import _device
 
     rows = []
@@ -150,9 +151,9 @@ def throughput(device):
         out = torch.empty(16, dtype=torch.uint8, device=device)
         totals = torch.empty(7, dtype=torch.float64, device=device)
         for name, fn in (
-            ("copy", lambda: x.clone()),
-            ("digest", lambda: _device.tree_digest_into(x, out)),
-            ("totals", lambda: _device.stats_totals_into(x, totals)),
+            ("copy", lambda x=x: x.clone()),
+            ("digest", lambda x=x, out=out: _device.tree_digest_into(x, out)),
+            ("totals", lambda x=x, totals=totals: _device.stats_totals_into(x, totals)),
         ):
             fn()
             torch.cuda.synchronize()
@@ -162,7 +163,9 @@ def throughput(device):
                 fn()
                 torch.cuda.synchronize()
                 runs.append(time.perf_counter() - start)
-            rows.append({"mib": mib, "kernel": name, "gb_s": (mib << 20) / statistics.median(runs) / 1e9})
+            rows.append(
+                {"mib": mib, "kernel": name, "gb_s": (mib << 20) / statistics.median(runs) / 1e9}
+            )
     return rows
 
 
@@ -184,9 +187,14 @@ def main():
     rounds = []
     for r in range(args.rounds):
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
-        times = {c: trial(c, model, optimizer, tokens, state, args.steps, args.warmup) for c in order}
+        times = {
+            c: trial(c, model, optimizer, tokens, state, args.steps, args.warmup) for c in order
+        }
         rounds.append(times)
-        print(f"round {r}: " + ", ".join(f"{c} {times[c] * 1e3:.1f} ms" for c in contenders), flush=True)
+        print(
+            f"round {r}: " + ", ".join(f"{c} {times[c] * 1e3:.1f} ms" for c in contenders),
+            flush=True,
+        )
     summary = {}
     for c in contenders:
         ratios = [t[c] / t["off"] for t in rounds]
@@ -197,7 +205,10 @@ def main():
             "max": max(ratios),
         }
         s = summary[c]
-        print(f"{c:>13}: {s['step_ms']:8.1f} ms/step, {s['ratio']:.3f}x off ({s['min']:.3f}-{s['max']:.3f})")
+        print(
+            f"{c:>13}: {s['step_ms']:8.1f} ms/step, {s['ratio']:.3f}x off "
+            f"({s['min']:.3f}-{s['max']:.3f})"
+        )
     rows = throughput("cuda")
     for row in rows:
         print(f"{row['kernel']:>7} {row['mib']:4d} MiB: {row['gb_s']:8.1f} GB/s")

@@ -260,8 +260,10 @@ def run_trial(args, folder):
         result["records_per_step"] = records / args.steps
         if args.check:
             expected, modules, params = check_trace(writer.path, model, args.warmup + args.steps)
-            result["check"] = f"{expected} records per step = {modules} modules + 2 x {params} " \
-                              f"parameters; last step's param md5s = hashlib's"
+            result["check"] = (
+                f"{expected} records per step = {modules} modules + 2 x {params} "
+                f"parameters; last step's param md5s = hashlib's"
+            )
         last = [r for r in decode(writer.path) if r[0] == args.warmup + args.steps - 1]
         result["bytes_per_step"] = sum(r[2] for r in last)
     if debugger is not None:
@@ -279,9 +281,22 @@ def run_child(args, contender, check):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [
-        sys.executable, __file__, "--trial", contender, "--out", out,
-        "--steps", str(args.steps), "--warmup", str(args.warmup), "--sizes", args.sizes,
-        "--batch", str(args.batch), "--optimizer", args.optimizer,
+        sys.executable,
+        __file__,
+        "--trial",
+        contender,
+        "--out",
+        out,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--sizes",
+        args.sizes,
+        "--batch",
+        str(args.batch),
+        "--optimizer",
+        args.optimizer,
     ]
     if check:
         cmd.append("--check")
@@ -289,11 +304,16 @@ def run_child(args, contender, check):
     launch = None
     if contender.startswith("auto-"):
         launch = tempfile.mkdtemp(prefix="detcheck-overhead-launch-")
-        env.update(DETCHECK_TRACE_DIR=launch, DETCHECK_WORLD_SIZE="1", DETCHECK_RANK="0",
-                   DETCHECK_MODE=contender.split("-")[1])
+        env.update(
+            DETCHECK_TRACE_DIR=launch,
+            DETCHECK_WORLD_SIZE="1",
+            DETCHECK_RANK="0",
+            DETCHECK_MODE=contender.split("-")[1],
+        )
     try:
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=env)
+        done = subprocess.run(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+        )
         if done.returncode != 0:
             raise SystemExit(f"trial {contender} failed:\n{done.stderr[-4000:]}")
         return json.loads(Path(out).read_text())
@@ -305,11 +325,13 @@ def run_child(args, contender, check):
 
 def busy_fraction(seconds=1.0):
     """The fraction of the machine's CPU time that was busy over ``seconds`` (Linux), or None."""
+
     def sample():
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
         return sum(fields), idle
+
     try:
         total0, idle0 = sample()
         time.sleep(seconds)
@@ -354,11 +376,19 @@ def main():
     parser.add_argument("--sizes", default="784,1024,1024,10", help="the MLP's layer widths")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
-    parser.add_argument("--contenders", default=",".join(CONTENDERS),
-                        help=f"comma-separated, from {','.join(ALL_CONTENDERS)}")
-    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="SECONDS",
-                        help="before each trial, wait up to this long for a second in which the "
-                             "machine is at most 15%% busy (a shared machine)")
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated, from {','.join(ALL_CONTENDERS)}",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each trial, wait up to this long for a second in which the "
+        "machine is at most 15%% busy (a shared machine)",
+    )
     parser.add_argument("--json", help="also write every trial's figures to this file")
     parser.add_argument("--trial", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -373,15 +403,17 @@ def main():
         parser.error(f"unknown contenders {unknown} (and `off` is needed)")
     import torch
 
-    print(f"MLP {args.sizes.replace(',', '-')}, batch {args.batch}, {args.optimizer}, one thread; "
-          f"torch {torch.__version__}; {args.rounds} rounds x {args.steps} timed steps "
-          f"(+{args.warmup} warm-up) per trial; load average {os.getloadavg()[0]:.2f}",
-          flush=True)
+    print(
+        f"MLP {args.sizes.replace(',', '-')}, batch {args.batch}, {args.optimizer}, one thread; "
+        f"torch {torch.__version__}; {args.rounds} rounds x {args.steps} timed steps "
+        f"(+{args.warmup} warm-up) per trial; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     results = {c: [] for c in contenders}
     checked = set()
     noisy = 0
     for r in range(args.rounds):
-        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
         line = []
         for c in order:
             check = c.startswith("detcheck-") and c not in checked
@@ -393,17 +425,24 @@ def main():
                 print(f"  check ({c}): {res['check']}", flush=True)
             results[c].append(res)
             line.append(f"{c} {res['seconds_per_step'] * 1e3:.1f}")
-        print(f"round {r + 1}: " + ", ".join(line) + " ms/step"
-              f" (load average {os.getloadavg()[0]:.2f})", flush=True)
+        print(
+            f"round {r + 1}: " + ", ".join(line) + " ms/step"
+            f" (load average {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
 
     off = [res["seconds_per_step"] for res in results["off"]]
     off_cpu = [res["cpu_per_step"] for res in results["off"]]
     print()
-    print("vs off: median of the rounds' ratios to off, +- half its 95% bootstrap interval, and "
-          "their range; best: the fastest trial over off's fastest; cpu: process CPU time per "
-          "step over off's (median ratio); cores: CPU time / wall time")
-    print(f"{'contender':<18} {'ms/step':>8} {'vs off':>7} {'+-':>6} {'range':>13} {'best':>6} "
-          f"{'cpu':>6} {'cores':>5} {'tensors/step':>12} {'MB/step':>8} {'MB/s':>6}")
+    print(
+        "vs off: median of the rounds' ratios to off, +- half its 95% bootstrap interval, and "
+        "their range; best: the fastest trial over off's fastest; cpu: process CPU time per "
+        "step over off's (median ratio); cores: CPU time / wall time"
+    )
+    print(
+        f"{'contender':<18} {'ms/step':>8} {'vs off':>7} {'+-':>6} {'range':>13} {'best':>6} "
+        f"{'cpu':>6} {'cores':>5} {'tensors/step':>12} {'MB/step':>8} {'MB/s':>6}"
+    )
     warnings = []
     for c in contenders:
         times = [res["seconds_per_step"] for res in results[c]]
@@ -412,7 +451,8 @@ def main():
         ci = median_ci(ratios)
         best = min(times) / min(off)
         cpu_ratio = statistics.median(
-            res["cpu_per_step"] / o for res, o in zip(results[c], off_cpu))
+            res["cpu_per_step"] / o for res, o in zip(results[c], off_cpu)
+        )
         ms = statistics.median(times) * 1e3
         cores = statistics.median(res["cpu_ratio"] for res in results[c])
         first = results[c][0]
@@ -420,20 +460,28 @@ def main():
         mb = first.get("bytes_per_step")
         mb = mb / 1e6 if mb else None
         rate = mb / (ms / 1e3) if mb and c.startswith("detcheck-") else None
-        print(f"{c:<18} {ms:8.2f} {med:6.3f}x {ci:6.3f} {lo:6.3f}-{hi:<6.3f} {best:5.3f}x "
-              f"{cpu_ratio:5.3f}x "
-              f"{cores:5.2f} {tensors if tensors is not None else '':>12} "
-              f"{f'{mb:.1f}' if mb else '':>8} {f'{rate:.0f}' if rate else '':>6}")
+        print(
+            f"{c:<18} {ms:8.2f} {med:6.3f}x {ci:6.3f} {lo:6.3f}-{hi:<6.3f} {best:5.3f}x "
+            f"{cpu_ratio:5.3f}x "
+            f"{cores:5.2f} {tensors if tensors is not None else '':>12} "
+            f"{f'{mb:.1f}' if mb else '':>8} {f'{rate:.0f}' if rate else '':>6}"
+        )
         if c not in ("off", "off2") and med < 1.0:
-            warnings.append(f"WARNING: {c} at {med:.3f}x off does more work than off: a ratio "
-                            f"below 1.0 is noise (its rounds range {lo:.3f}-{hi:.3f})")
+            warnings.append(
+                f"WARNING: {c} at {med:.3f}x off does more work than off: a ratio "
+                f"below 1.0 is noise (its rounds range {lo:.3f}-{hi:.3f})"
+            )
         elif c not in ("off", "off2") and lo < 1.0:
-            warnings.append(f"WARNING: {c}: some rounds below 1.0x off ({lo:.3f}), which is "
-                            f"noise: it does more work than off")
+            warnings.append(
+                f"WARNING: {c}: some rounds below 1.0x off ({lo:.3f}), which is "
+                f"noise: it does more work than off"
+            )
     if args.quiet_wait > 0:
         total = args.rounds * len(contenders)
-        print(f"{noisy} of {total} trials started without a quiet second "
-              f"(waited up to {args.quiet_wait:.0f} s for one)")
+        print(
+            f"{noisy} of {total} trials started without a quiet second "
+            f"(waited up to {args.quiet_wait:.0f} s for one)"
+        )
     for w in warnings:
         print(w)
     if args.json:

@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import detcheck
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "python" / "Cargo.toml"
@@ -92,8 +91,16 @@ def write_safetensors(path, tensors):
 
 def rust_binary():
     subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "--manifest-path", str(MANIFEST),
-         "--example", "writer_throughput"],
+        [
+            "cargo",
+            "build",
+            "--release",
+            "--quiet",
+            "--manifest-path",
+            str(MANIFEST),
+            "--example",
+            "writer_throughput",
+        ],
         check=True,
     )
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "python" / "target"))
@@ -104,7 +111,9 @@ def run_rust(binary, tensors_file, mode, steps):
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run(
             [str(binary), str(tensors_file), d, mode, str(steps)],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     result = json.loads(out)
     return result["seconds"], result["bytes"]
@@ -131,8 +140,10 @@ def main():
     args = parser.parse_args()
 
     binary = rust_binary()
-    print(f"mode {args.mode}, {args.steps} steps per run, median of {args.repeats} runs "
-          f"(MB/s = 10^6 bytes of tensor data per second)")
+    print(
+        f"mode {args.mode}, {args.steps} steps per run, median of {args.repeats} runs "
+        f"(MB/s = 10^6 bytes of tensor data per second)"
+    )
     print(f"{'case':<28} {'Python MB/s':>12} {'Rust MB/s':>10} {'ratio':>6}")
     ratios = []
     for case, spec in CASES.items():

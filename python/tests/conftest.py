@@ -5,7 +5,6 @@ import os
 import sys
 
 import pytest
-
 from support import detcheck_path
 
 # Triton's interpreter (TRITON_INTERPRET=1) runs detcheck._device's kernels on CPU tensors where

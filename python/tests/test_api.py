@@ -6,10 +6,9 @@ import subprocess
 import sys
 import textwrap
 
+import detcheck
 import numpy as np
 import pytest
-
-import detcheck
 from support import PROGRAMS, ROOT
 
 NUMPY = PROGRAMS / "numpy_ranks.py"
@@ -86,7 +85,8 @@ def test_compare_two_dumps(tmp_path):
 def test_the_pytest_plugin_fails_a_test_with_the_report(tmp_path):
     """The plugin loads from the installed package (entry point): the fixture and the marker."""
     test = tmp_path / "test_user.py"
-    test.write_text(textwrap.dedent(f"""
+    test.write_text(
+        textwrap.dedent(f"""
         import sys
         import pytest
 
@@ -103,10 +103,14 @@ def test_the_pytest_plugin_fails_a_test_with_the_report(tmp_path):
                               checks=["repeat"], expect="diverges")
         def test_control(detcheck_report):
             assert detcheck_report.scenarios[0].first_divergence.element is not None
-    """))
+    """)
+    )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
         env={**os.environ, "PYTEST_ADDOPTS": ""},
     )
     out = done.stdout

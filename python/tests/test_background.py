@@ -3,10 +3,9 @@ written in order; `flush()`; the limit on bytes in flight; a writer used across 
 
 import os
 
+import detcheck
 import numpy as np
 import pytest
-
-import detcheck
 from support import decode, digest_hex, requires
 
 

@@ -20,10 +20,11 @@ import sys
 import textwrap
 
 import pytest
-
 from support import requires, tree_digest
 
-torch = requires("torch")
+requires("torch")
+import torch  # noqa: E402
+
 requires("triton")  # imported after conftest.py set TRITON_INTERPRET (on a machine without CUDA)
 
 import detcheck._detcheck as native  # noqa: E402

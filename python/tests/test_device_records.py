@@ -9,10 +9,11 @@ gives the same trace, so without that a silent fallback to it would pass. torch 
 required where DETCHECK_REQUIRE_TORCH is set (scripts/install-python.sh --torch installs both)."""
 
 import pytest
-
 from support import decode, requires, run_detcheck
 
-torch = requires("torch")
+requires("torch")
+import torch  # noqa: E402
+
 requires("triton")
 
 import detcheck  # noqa: E402
@@ -73,7 +74,7 @@ def train(folder, device_digests, mode="stats", steps=3, own_records=False, reco
     kwargs = {} if records is None else {"records": records}
     with detcheck.TraceWriter(folder, 0, 1, mode) as w:
         spy = Spy(w)
-        handle = detcheck.torch.watch(model, spy, opt, device_digests=device_digests, **kwargs)
+        detcheck.torch.watch(model, spy, opt, device_digests=device_digests, **kwargs)
         for step in range(steps):
             gen = torch.Generator().manual_seed(100 + step)
             x = torch.randn(40, 64, generator=gen).to(DEVICE)

@@ -98,8 +98,18 @@ def test_the_operator_finding_reaches_every_report(detcheck_bin, tmp_path):
     scenario = tmp_path / "entropy_sum_expected_identical.json"
     scenario.write_text(json.dumps(spec))
     junit, pages = tmp_path / "junit.xml", tmp_path / "pages"
-    done = run_detcheck(detcheck_bin, "check", "--no-progress", "--junit", junit,
-                        "--report-dir", pages, scenario, timeout=900, code=1)
+    done = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        "--junit",
+        junit,
+        "--report-dir",
+        pages,
+        scenario,
+        timeout=900,
+        code=1,
+    )
     sentence = "`detcheck_examples.entropy_sum.default` (call #3 in `block`"
     assert "first differing operator: " + sentence in done.stdout, done.stdout
     assert "the operator itself is nondeterministic" in done.stdout

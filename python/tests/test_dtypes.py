@@ -7,16 +7,15 @@ installed."""
 
 import math
 
+import detcheck
 import numpy as np
 import pytest
-
-import detcheck
 from support import decode, digest_hex, requires, run_detcheck
 
 try:
     import torch  # for the helpers below; each torch test asks for it with `requires`
 except ImportError:  # pragma: no cover - torch is too large for CI
-    torch = None
+    torch = None  # type: ignore[assignment]
 
 
 def write(dir, records, mode="stats"):

@@ -52,8 +52,16 @@ def test_trainer_callback_records_one_step_per_update(tmp_path):
     for names in by_step.values():
         # two micro-batches per update: the model's output (its loss) twice, then the update's
         assert names == [
-            "fwd/fc", "fwd/(model).loss", "loss", "fwd/fc", "fwd/(model).loss", "loss",
-            "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias",
+            "fwd/fc",
+            "fwd/(model).loss",
+            "loss",
+            "fwd/fc",
+            "fwd/(model).loss",
+            "loss",
+            "grad/fc.weight",
+            "grad/fc.bias",
+            "param/fc.weight",
+            "param/fc.bias",
         ], names
 
 
@@ -76,7 +84,9 @@ LIGHTNING = """
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, generator=g))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(16, 4, generator=g), torch.randn(16, generator=g)
+    )
     loader = torch.utils.data.DataLoader(data, batch_size=2)
     writer = detcheck.TraceWriter(dump, 0, 1)
     callback = DetcheckCallback(writer)
@@ -97,8 +107,14 @@ def test_lightning_callback_records_one_step_per_update(tmp_path):
     assert sorted(by_step) == [0, 1, 2], by_step
     for names in by_step.values():
         assert names == [
-            "fwd/fc", "loss", "fwd/fc", "grad/fc.weight", "grad/fc.bias", "param/fc.weight",
-            "param/fc.bias", "loss",
+            "fwd/fc",
+            "loss",
+            "fwd/fc",
+            "grad/fc.weight",
+            "grad/fc.bias",
+            "param/fc.weight",
+            "param/fc.bias",
+            "loss",
         ], names
 
 
@@ -112,7 +128,9 @@ def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(d
     requires("lightning")
     scenarios = check(detcheck_bin, FRAMEWORKS, code=0).scenarios
     assert sorted(scenarios) == [
-        "control_gpt2_clock_dropout", "control_lightning_clock_dropout", "gpt2_trainer",
+        "control_gpt2_clock_dropout",
+        "control_lightning_clock_dropout",
+        "gpt2_trainer",
         "lightning_module",
     ]
     for clean in ("gpt2_trainer", "lightning_module"):

@@ -47,7 +47,8 @@ def imported(tree):
 def bad_imports(path):
     tree = ast.parse(path.read_text(), filename=str(path))
     return [
-        name for name in imported(tree)
+        name
+        for name in imported(tree)
         if name.split(".")[0] == "conftest" or name.split(".")[0].startswith("test_")
     ]
 
@@ -103,5 +104,8 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         ["conftest", "test_other", "test_third.sub", "conftest", "test_fourth"]
     )
     assert sorted(name for _, name in other_skips(sample)) == [
-        "DETCHECK_REQUIRE_TORCH", "importorskip", "skip", "skipif"
+        "DETCHECK_REQUIRE_TORCH",
+        "importorskip",
+        "skip",
+        "skipif",
     ]

@@ -6,14 +6,13 @@ DETCHECK_REQUIRE_TORCH is set: CI sets it)."""
 import re
 
 import pytest
-
 from support import decode, requires
 
-torch = requires("torch")
-
+requires("torch")
 import detcheck  # noqa: E402
 import detcheck._ops  # noqa: E402
 import detcheck.torch  # noqa: E402
+import torch  # noqa: E402
 from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
 
 #: The requested step.
@@ -406,7 +405,9 @@ def test_an_allocation_is_not_traced_until_written(monkeypatch, tmp_path):
     train(monkeypatch, tmp_path, (0, STEP, 0, "fwd/(model)"), model_class=Dropped)
     by_op = ops(trace(tmp_path))
     [empty] = [i for i, (_, f, _) in by_op.items() if f == "aten.empty_like.default"]
-    assert by_op[empty][2] == [f"op/{empty:04d}/(model)/aten.empty_like.default/in0<op{empty - 1}.out0"]
+    assert by_op[empty][2] == [
+        f"op/{empty:04d}/(model)/aten.empty_like.default/in0<op{empty - 1}.out0"
+    ]
     bernoulli = empty + 1
     assert by_op[bernoulli][1] == "aten.bernoulli_.float"
     assert by_op[bernoulli][2] == [f"op/{bernoulli:04d}/(model)/aten.bernoulli_.float/out0"]

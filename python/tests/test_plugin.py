@@ -3,14 +3,13 @@ small test files: a check that holds passes the test, one that does not FAILS it
 in its setup) with the report as its message, a skipped test runs no check, and a bad option is
 a failure that names it."""
 
-import sys
 from pathlib import Path
-
-import pytest
 
 pytest_plugins = ["pytester"]
 
-PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "programs" / "python" / "numpy_ranks.py"
+PROGRAM = (
+    Path(__file__).resolve().parents[2] / "examples" / "programs" / "python" / "numpy_ranks.py"
+)
 
 
 def _test_file(pytester, body):
@@ -115,4 +114,3 @@ def test_a_bad_option_fails_the_test_and_names_the_option(pytester):
     out = result.stdout.str()
     assert "no_such_check" in out and "no_such_option" in out, out
     assert "ERROR" not in out, out
-

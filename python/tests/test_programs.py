@@ -7,8 +7,15 @@ from support import PROGRAMS, requires, run_detcheck
 
 
 def test_numpy_program_and_its_control(detcheck_bin):
-    run = run_detcheck(detcheck_bin, "check", "--no-progress", PROGRAMS / "numpy_ranks.json",
-                       PROGRAMS / "control_numpy_set_order.json", timeout=600, code=0)
+    run = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        PROGRAMS / "numpy_ranks.json",
+        PROGRAMS / "control_numpy_set_order.json",
+        timeout=600,
+        code=0,
+    )
     assert "2 passed, 0 failed" in run.out, run.out
 
 
@@ -18,14 +25,22 @@ def test_torch_ddp_program_and_its_control(detcheck_bin):
     torch = PROGRAMS / "torch"
     # the DDP program under torchrun, and the dropout control; the clean program under the
     # processes launcher and the other controls are test_diagnosis.py's
-    run = run_detcheck(detcheck_bin, "check", "--no-progress", torch / "torch_ddp_torchrun.json",
-                       torch / "control_torch_unseeded_dropout.json", timeout=600, code=0)
+    run = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        torch / "torch_ddp_torchrun.json",
+        torch / "control_torch_unseeded_dropout.json",
+        timeout=600,
+        code=0,
+    )
     assert "2 passed, 0 failed" in run.out, run.out
 
 
 # .ci/run installs mpi4py and sets DETCHECK_REQUIRE_MPI4PY=1, so there the test cannot skip.
 def test_mpi4py_program_and_its_control(detcheck_bin):
     requires("mpi4py")
-    run = run_detcheck(detcheck_bin, "check", "--no-progress", PROGRAMS / "mpi4py", timeout=600,
-                       code=0)
+    run = run_detcheck(
+        detcheck_bin, "check", "--no-progress", PROGRAMS / "mpi4py", timeout=600, code=0
+    )
     assert "2 passed, 0 failed" in run.out, run.out

@@ -13,7 +13,6 @@ import pickle
 import textwrap
 
 import pytest
-
 from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
 
 CORPUS = PROGRAMS / "corpus"
@@ -45,8 +44,13 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     times = runs("DETCHECK_CORPUS_CONTROL_RUNS")
     caught = {name: 1 for name in controls}
     for _ in range(times - 1):
-        again = check(detcheck_bin, "--no-diagnosis", *sorted(CORPUS.glob("control_*.json")),
-                      cwd=tmp_path, timeout=900).scenarios
+        again = check(
+            detcheck_bin,
+            "--no-diagnosis",
+            *sorted(CORPUS.glob("control_*.json")),
+            cwd=tmp_path,
+            timeout=900,
+        ).scenarios
         assert set(again) == controls, again
         for name, line in again.items():
             caught[name] += line["status"] == "passed"
@@ -57,8 +61,16 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
 def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_path):
     # word_lm.py updates its parameters by hand and saves its whole model with torch.save.
     dump = tmp_path / "dump"
-    run_detcheck(detcheck_bin, "run", "--dump", dump, CORPUS / "word_lm.json", cwd=tmp_path,
-                 timeout=900, code=0)
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / "word_lm.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
     records = decode(dump / "rank0.dctrace")
     steps = sorted({r["step"] for r in records})
     assert steps == [0, 1, 2], steps  # --steps 3 stopped the program
@@ -73,7 +85,10 @@ def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_
 
 
 def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):
-    script = write(tmp_path, "always_pg.py", """\
+    script = write(
+        tmp_path,
+        "always_pg.py",
+        """\
         import os
         import torch
         import torch.distributed as dist
@@ -88,28 +103,63 @@ def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_
             model(torch.ones(3, 4)).sum().backward()
             opt.step()
         dist.destroy_process_group()
-        """)
-    run = check(detcheck_bin, "--ranks", "1", "--steps", "2", "--", "python3", script,
-                cwd=tmp_path, timeout=900, code=0)
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "2",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
     assert run.scenarios["always_pg"]["status"] == "passed", run.out
-    check(detcheck_bin, "--ranks", "2", "--steps", "2", "--checks", "repeat,replicas,world_sizes",
-          "--world-sizes", "1,2", "--", "python3", script, cwd=tmp_path, timeout=900, code=0)
+    check(
+        detcheck_bin,
+        "--ranks",
+        "2",
+        "--steps",
+        "2",
+        "--checks",
+        "repeat,replicas,world_sizes",
+        "--world-sizes",
+        "1,2",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
 
 
 def test_a_script_written_for_torchrun_gets_the_launcher_hint_at_one_rank(detcheck_bin, tmp_path):
-    script = write(tmp_path, "torchrun_only.py", """\
+    script = write(
+        tmp_path,
+        "torchrun_only.py",
+        """\
         import os
         import torch
         local_rank = int(os.environ["LOCAL_RANK"])
-        """)
-    out = check(detcheck_bin, "--ranks", "1", "--", "python3", script, cwd=tmp_path,
-                timeout=900, code=3).out
+        """,
+    )
+    out = check(
+        detcheck_bin, "--ranks", "1", "--", "python3", script, cwd=tmp_path, timeout=900, code=3
+    ).out
     assert "KeyError: 'LOCAL_RANK'" in out, out
     assert "check it with `--launcher torchrun`" in out, out
 
 
 def test_a_torchrun_rank_that_raises_shows_its_own_traceback(detcheck_bin, tmp_path):
-    script = write(tmp_path, "raises.py", """\
+    script = write(
+        tmp_path,
+        "raises.py",
+        """\
         import os
         import torch
         import torch.distributed as dist
@@ -120,16 +170,31 @@ def test_a_torchrun_rank_that_raises_shows_its_own_traceback(detcheck_bin, tmp_p
         if dist.get_rank() == 1:
             raise ValueError("rank 1 found an empty shard of the data set")
         dist.barrier()
-        """)
-    run = check(detcheck_bin, "--ranks", "2", "--launcher", "torchrun", "--", "python3", script,
-                cwd=tmp_path, timeout=900, code=3)
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "2",
+        "--launcher",
+        "torchrun",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=3,
+    )
     out, error = run.out, run.scenarios["raises"]["error"]
     assert "rank 1 raised ValueError: rank 1 found an empty shard of the data set" in error, out
     assert f'File "{script}", line 9, in <module>' in error, out
 
 
 def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_path):
-    script = write(tmp_path, "stuck.py", """\
+    script = write(
+        tmp_path,
+        "stuck.py",
+        """\
         import time
         import torch
         import torch.distributed as dist
@@ -139,21 +204,36 @@ def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_pa
         if dist.get_rank() == 0:
             time.sleep(600)
         dist.barrier()
-        """)
-    run = check(detcheck_bin, "--ranks", "2", "--launcher", "torchrun", "--timeout", "40", "--",
-                "python3", script, cwd=tmp_path, timeout=900, code=3)
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "2",
+        "--launcher",
+        "torchrun",
+        "--timeout",
+        "40",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=3,
+    )
     out, error = run.out, run.scenarios["stuck"]["error"]
     assert "rank(s) 0, 1 still running" in error, out
-    assert ("rank 0 is in (innermost first, from its Python stacks):\n"
-            f'    File "{script}", line 8 in <module>') in error, out
+    assert (
+        "rank 0 is in (innermost first, from its Python stacks):\n"
+        f'    File "{script}", line 8 in <module>'
+    ) in error, out
     assert "in barrier" in error, out
 
 
 def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_path):
-    import torch
-
     import detcheck
     import detcheck.torch as dt
+    import torch
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
@@ -183,11 +263,10 @@ def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_pa
 
 
 def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_note(tmp_path):
-    import torch
-    import torch.distributed as dist
-
     import detcheck
     import detcheck.torch as dt
+    import torch
+    import torch.distributed as dist
 
     class Tagged(torch.Tensor):
         pass
@@ -242,9 +321,11 @@ def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_not
     assert "Tagged: recorded through its data" in env["detcheck.tensor/fwd/plain_subclass"], env
 
 
-def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detcheck_bin,
-                                                                           tmp_path):
-    script = write(tmp_path, "subclasses.py", """\
+def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detcheck_bin, tmp_path):
+    script = write(
+        tmp_path,
+        "subclasses.py",
+        """\
         import torch
 
         class Tagged(torch.Tensor):
@@ -278,22 +359,49 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
             opt.zero_grad()
             model(torch.arange(6, dtype=torch.float32).reshape(2, 3)).sum().backward()
             opt.step()
-        """)
-    run = check(detcheck_bin, "--ranks", "1", "--steps", "2", "--", "python3", script,
-                cwd=tmp_path, timeout=900, code=0)
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "2",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
     assert run.scenarios["subclasses"]["status"] == "passed", run.out
 
 
-@pytest.mark.parametrize("scenario, replicated", [
-    ("fsdp2", set()),  # every parameter is Shard(0): none may be compared across ranks
-    ("fsdp1", set()),  # flat parameters: each rank's shard
-    ("tensor_parallel", {"grad/fc2.bias", "param/fc2.bias"}),  # RowwiseParallel's Replicate bias
-])
+@pytest.mark.parametrize(
+    "scenario, replicated",
+    [
+        ("fsdp2", set()),  # every parameter is Shard(0): none may be compared across ranks
+        ("fsdp1", set()),  # flat parameters: each rank's shard
+        (
+            "tensor_parallel",
+            {"grad/fc2.bias", "param/fc2.bias"},
+        ),  # RowwiseParallel's Replicate bias
+    ],
+)
 def test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated(
-        detcheck_bin, tmp_path, scenario, replicated):
+    detcheck_bin, tmp_path, scenario, replicated
+):
     dump = tmp_path / "dump"
-    run_detcheck(detcheck_bin, "run", "--dump", dump, CORPUS / f"{scenario}.json", cwd=tmp_path,
-                 timeout=900, code=0)
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / f"{scenario}.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
     for rank in (0, 1):
         records = decode(dump / f"rank{rank}.dctrace")
         assert {r["name"] for r in records if r["replicated"]} == replicated, rank

@@ -6,15 +6,13 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
-
 from support import dctrace, decode, digest_hex, requires, run_detcheck
 
-torch = requires("torch")
-
+requires("torch")
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
+import torch  # noqa: E402
 
 
 def md5(tensor):
@@ -63,7 +61,9 @@ def test_requires_grad_and_unsupported(tmp_path):
     p = torch.nn.Parameter(torch.ones(3))
     with detcheck.TraceWriter(tmp_path, 0, 1) as w:
         w.record(0, "p", p * 2)
-        with pytest.raises(TypeError, match=r"cannot record `u32`: dtype torch.uint32 is not supported"):
+        with pytest.raises(
+            TypeError, match=r"cannot record `u32`: dtype torch.uint32 is not supported"
+        ):
             w.record(0, "u32", torch.zeros(2, dtype=torch.uint32))
         with pytest.raises(TypeError, match=r"cannot record `u64`: dtype torch.uint64"):
             w.record(0, "u64", torch.zeros(2, dtype=torch.uint64))
@@ -223,15 +223,18 @@ def hooks(model, opt):
     from torch.optim import optimizer as optim
 
     found = {}
-    for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                 "_backward_pre_hooks"):
+    for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
         found[kind] = [len(getattr(m, kind)) for m in model.modules()]
-    found["param"] = [len(p._post_accumulate_grad_hooks or {}) + len(p._backward_hooks or {})
-                      for p in model.parameters()]
+    found["param"] = [
+        len(p._post_accumulate_grad_hooks or {}) + len(p._backward_hooks or {})
+        for p in model.parameters()
+    ]
     found["optimizer"] = [len(opt._optimizer_step_pre_hooks), len(opt._optimizer_step_post_hooks)]
     found["global"] = [
-        len(nn_module._global_forward_hooks), len(nn_module._global_forward_pre_hooks),
-        len(optim._global_optimizer_pre_hooks), len(optim._global_optimizer_post_hooks),
+        len(nn_module._global_forward_hooks),
+        len(nn_module._global_forward_pre_hooks),
+        len(optim._global_optimizer_pre_hooks),
+        len(optim._global_optimizer_post_hooks),
     ]
     return found
 

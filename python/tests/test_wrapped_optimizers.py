@@ -8,13 +8,12 @@ is set (non-empty): then a missing package fails the test. torch itself is requi
 DETCHECK_REQUIRE_FRAMEWORKS or DETCHECK_REQUIRE_TORCH is set, skipped otherwise."""
 
 import pytest
-
 from support import decode, digest_hex, requires, run_python
 
-torch = requires("torch")
-
+requires("torch")
 import detcheck  # noqa: E402
 import detcheck.torch  # noqa: E402
+import torch  # noqa: E402
 
 
 def md5(tensor):
@@ -145,9 +144,7 @@ def check_steps(records, model, steps, params_after, grads=None, forwards_per_st
 
 
 def snapshot(model, what="param"):
-    return {
-        n: md5(p if what == "param" else p.grad) for n, p in model.named_parameters()
-    }
+    return {n: md5(p if what == "param" else p.grad) for n, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("kind", ["accelerate", "lightning", "deepspeed_zero", "deepspeed_engine"])
@@ -425,7 +422,11 @@ def test_real_accelerate_prepare_with_gradient_accumulation(tmp_path):
     assert seen["steps"] == [0, 1, 1, 2, 2, 3]  # one step per update, every second micro-batch
     model, _ = make()
     check_steps(
-        decode(tmp_path / "dump" / "rank0.dctrace"), model, 3, seen["params"], seen["grads"],
+        decode(tmp_path / "dump" / "rank0.dctrace"),
+        model,
+        3,
+        seen["params"],
+        seen["grads"],
         forwards_per_step=2,
     )
 
@@ -465,7 +466,12 @@ def test_real_accelerate_skipped_fp16_step_ends_no_step(tmp_path):
     assert seen["steps"] == [1, 1, 2]
     records = decode(tmp_path / "dump" / "rank0.dctrace")
     assert [r["name"] for r in records if r["step"] == 1] == [
-        "fwd/(model)", "fwd/(model)", "grad/weight", "grad/bias", "param/weight", "param/bias"
+        "fwd/(model)",
+        "fwd/(model)",
+        "grad/weight",
+        "grad/bias",
+        "param/weight",
+        "param/bias",
     ]
 
 
@@ -514,7 +520,10 @@ def test_real_transformers_trainer_callback(tmp_path):
     for step in range(3):
         got = [r["name"] for r in records if r["step"] == step]
         assert got == ["fwd/fc", "fwd/(model).loss"] * 2 + [
-            "grad/fc.weight", "grad/fc.bias", "param/fc.weight", "param/fc.bias"
+            "grad/fc.weight",
+            "grad/fc.bias",
+            "param/fc.weight",
+            "param/fc.bias",
         ], got
 
 
@@ -579,9 +588,15 @@ def test_real_lightning_optimizer(tmp_path, automatic):
     xs = torch.randn(12, 4, generator=torch.Generator().manual_seed(0))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs), batch_size=3)
     trainer = pl.Trainer(
-        max_steps=2 if automatic else 3, accelerator="cpu", devices=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        accumulate_grad_batches=2 if automatic else 1, default_root_dir=tmp_path,
+        max_steps=2 if automatic else 3,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accumulate_grad_batches=2 if automatic else 1,
+        default_root_dir=tmp_path,
     )
     trainer.fit(module, loader)
     assert seen["type"] == "lightning.pytorch.core.optimizer.LightningOptimizer"

@@ -8,10 +8,9 @@ import re
 import subprocess
 import sys
 
+import detcheck
 import numpy as np
 import pytest
-
-import detcheck
 from support import dctrace, decode, digest_hex, run_detcheck
 
 DTYPES = {
@@ -156,14 +155,20 @@ def test_non_contiguous_big_endian_and_array_likes(tmp_path):
 
 def test_int_formats_of_the_platform(tmp_path):
     # numpy exports int64 as 'l' on Linux and 'q' elsewhere; int32 as 'i'; both must map.
-    arrays = [np.arange(5, dtype=np.int64), np.arange(5, dtype=np.intc), np.arange(5, dtype=np.longlong)]
+    arrays = [
+        np.arange(5, dtype=np.int64),
+        np.arange(5, dtype=np.intc),
+        np.arange(5, dtype=np.longlong),
+    ]
     write(tmp_path, [(0, f"i{n}", a) for n, a in enumerate(arrays)])
     records = decode(tmp_path / "rank0.dctrace")
     assert [r["dtype"] for r in records] == ["i64", "i32", "i64"]
 
 
 def test_zero_size_and_scalar(tmp_path):
-    write(tmp_path, [(0, "empty", np.zeros((0, 4), np.float32)), (0, "scalar", np.array(3, np.int32))])
+    write(
+        tmp_path, [(0, "empty", np.zeros((0, 4), np.float32)), (0, "scalar", np.array(3, np.int32))]
+    )
     empty, scalar = decode(tmp_path / "rank0.dctrace")
     assert empty["shape"] == [0, 4] and empty["md5"] == digest_hex(b"")
     assert scalar["shape"] == [] and scalar["md5"] == digest_hex(np.int32(3).tobytes())
@@ -359,7 +364,9 @@ def test_the_writer_keeps_the_record_a_rerun_captures(tmp_path, no_launch, mode)
                 w.record(step, "grad/a:b", arrays[step, k])
                 w.record(step, "other", arrays[step, k][::-1])  # strided: the conversion path
     assert os.listdir(tmp_path / "capture") == ["rank1.capture.safetensors"]
-    (dtype, shape, data), = read_safetensors(tmp_path / "capture" / "rank1.capture.safetensors").values()
+    ((dtype, shape, data),) = read_safetensors(
+        tmp_path / "capture" / "rank1.capture.safetensors"
+    ).values()
     assert (dtype, shape, data) == ("F32", [3, 4], arrays[2, 1].tobytes())
     # another rank's writer keeps nothing
     no_launch.setenv("DETCHECK_CAPTURE", "0:2:1:grad/a:b")

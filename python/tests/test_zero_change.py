@@ -16,9 +16,16 @@ import sys
 import textwrap
 
 import pytest
-
 from support import (
-    PROGRAMS, ROOT, caught_with_element, check, decode, environment, required, requires, runs,
+    PROGRAMS,
+    ROOT,
+    caught_with_element,
+    check,
+    decode,
+    environment,
+    required,
+    requires,
+    runs,
 )
 
 UNMODIFIED = PROGRAMS / "unmodified"
@@ -32,23 +39,43 @@ def launched(tmp_path, argv, rank="0", world="1", **extra):
     (the launch contract's variables set by hand): (completed process, trace folder)."""
     trace = tmp_path / "trace"
     trace.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("DETCHECK_") and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
-    env.update({"DETCHECK_TRACE_DIR": str(trace), "DETCHECK_WORLD_SIZE": world,
-                "DETCHECK_MODE": "md5", "PYTHONHASHSEED": "0"})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DETCHECK_") and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")
+    }
+    env.update(
+        {
+            "DETCHECK_TRACE_DIR": str(trace),
+            "DETCHECK_WORLD_SIZE": world,
+            "DETCHECK_MODE": "md5",
+            "PYTHONHASHSEED": "0",
+        }
+    )
     if rank is not None:
         env["DETCHECK_RANK"] = rank
     env.update(extra)
-    done = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
-                          env=env, timeout=600, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     return done, trace
 
 
 def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught(
     detcheck_bin,
 ):
-    names = ["ddp_train", "ddp_train_torchrun", "control_ddp_clock_reseed",
-             "control_ddp_set_order", "ddp_set_order_deterministic"]
+    names = [
+        "ddp_train",
+        "ddp_train_torchrun",
+        "control_ddp_clock_reseed",
+        "control_ddp_set_order",
+        "ddp_set_order_deterministic",
+    ]
     if shutil.which("mpirun") is not None or required("mpi4py"):
         names.append("ddp_train_mpirun")
     run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
@@ -60,8 +87,12 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
     # --deterministic says what it applied
     text = lines["ddp_set_order_deterministic"]["detail"]
-    for applied in ("PYTHONHASHSEED=0:", "torch.use_deterministic_algorithms(True)",
-                    "torch.manual_seed(0)", "torch.backends.cudnn.benchmark = False"):
+    for applied in (
+        "PYTHONHASHSEED=0:",
+        "torch.use_deterministic_algorithms(True)",
+        "torch.manual_seed(0)",
+        "torch.backends.cudnn.benchmark = False",
+    ):
         assert applied in text, text
     reseed = caught_with_element(lines["control_ddp_clock_reseed"])
     assert reseed["name"].startswith("fwd/"), reseed
@@ -112,9 +143,19 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
     assert sorted({r["step"] for r in records}) == [0, 1], "ended after 2 optimizer steps"
     step0 = [r["name"] for r in records if r["step"] == 0]
     assert step0 == [
-        "in/(model).0", "fwd/fc1", "fwd/act", "fwd/fc2", "fwd/(model)",
-        "grad/fc1.weight", "grad/fc1.bias", "grad/fc2.weight", "grad/fc2.bias",
-        "param/fc1.weight", "param/fc1.bias", "param/fc2.weight", "param/fc2.bias",
+        "in/(model).0",
+        "fwd/fc1",
+        "fwd/act",
+        "fwd/fc2",
+        "fwd/(model)",
+        "grad/fc1.weight",
+        "grad/fc1.bias",
+        "grad/fc2.weight",
+        "grad/fc2.bias",
+        "param/fc1.weight",
+        "param/fc1.bias",
+        "param/fc2.weight",
+        "param/fc2.bias",
     ]
     # One rank: nothing to tell apart, so gradients and parameters are replicated records.
     assert all(r["replicated"] == r["name"].startswith(("grad/", "param/")) for r in records)
@@ -126,9 +167,19 @@ def test_torchruns_agent_records_nothing(tmp_path):
         port = s.getsockname()[1]
     done, trace = launched(
         tmp_path,
-        ["-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",
-         "--master-addr=127.0.0.1", f"--master-port={port}", DDP, "--workers", "0"],
-        rank=None, DETCHECK_STOP_AFTER="1",
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--nproc-per-node=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            DDP,
+            "--workers",
+            "0",
+        ],
+        rank=None,
+        DETCHECK_STOP_AFTER="1",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in trace.iterdir()) == ["rank0.dctrace"]
@@ -136,7 +187,8 @@ def test_torchruns_agent_records_nothing(tmp_path):
 
 def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
     program = tmp_path / "own.py"
-    program.write_text(textwrap.dedent("""
+    program.write_text(
+        textwrap.dedent("""
         import torch, detcheck, detcheck.torch
         model = torch.nn.Linear(3, 2)
         model(torch.ones(1, 3))             # a forward before the program's writer opens
@@ -148,7 +200,8 @@ def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
             model(torch.ones(1, 3)).sum().backward()
             opt.step()
         writer.close()
-    """))
+    """)
+    )
     done, trace = launched(tmp_path, [program], DETCHECK_STOP_AFTER="1")
     assert done.returncode == 0, done.stdout + done.stderr
     records = decode(trace / "rank0.dctrace")
@@ -159,7 +212,8 @@ def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
 
 def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, detcheck_bin):
     program = tmp_path / "dies.py"
-    program.write_text(textwrap.dedent("""
+    program.write_text(
+        textwrap.dedent("""
         import torch
         model = torch.nn.Linear(3, 2)
         opt = torch.optim.SGD(model.parameters(), 0.1)
@@ -169,12 +223,15 @@ def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, 
             if step == 2:
                 raise RuntimeError("out of memory, say")
             opt.step()
-    """))
+    """)
+    )
     done, trace = launched(tmp_path, [program])
     assert done.returncode == 1, done.stdout + done.stderr
     records = decode(trace / "rank0.dctrace")
     assert sorted({r["step"] for r in records}) == [0, 1, 2]
-    assert environment(trace / "rank0.dctrace")["detcheck.recording"] == "ended during step 2 (exit)"
+    assert (
+        environment(trace / "rank0.dctrace")["detcheck.recording"] == "ended during step 2 (exit)"
+    )
     run = check(detcheck_bin, "--", sys.executable, program, code=3)
     out = run.out
     assert "exited with status 1" in out and "out of memory, say" in out, out
@@ -199,7 +256,8 @@ def test_programs_that_cannot_be_recorded_say_why(detcheck_bin, program, says):
 
 def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_path):
     program = tmp_path / "seeded.py"
-    program.write_text(textwrap.dedent("""
+    program.write_text(
+        textwrap.dedent("""
         import json, random, warnings
         import numpy, torch, detcheck
         from detcheck import _settings
@@ -224,10 +282,12 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
             "cudnn": [torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark],
             "refused": refused,
         }))
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
-    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["names"] == got["table"]
@@ -246,7 +306,7 @@ def test_the_docs_list_every_deterministic_setting():
     text = (ROOT / "docs" / "operators.md").read_text()
     settings = deterministic_settings()
     assert settings, "the hint table has no deterministic setting"
-    for kind, name, value, statement, why, reference in settings:
+    for kind, name, _value, statement, _why, _reference in settings:
         shown = statement if kind == "launch" else statement.replace("SEED", "seed")
         row = f"| `{shown}` |"
         assert row in text, f"docs/operators.md lacks the row of {name}: {row}"

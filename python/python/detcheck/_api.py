@@ -154,7 +154,7 @@ def _command(
                 lines.append(json.loads(line))
             except json.JSONDecodeError:
                 pass
-    if done.returncode == 2 and not any(l.get("type") == "summary" for l in lines):
+    if done.returncode == 2 and not any(line.get("type") == "summary" for line in lines):
         raise ValueError((done.stderr or done.stdout).strip().removeprefix("error: "))
     return done, lines
 
@@ -163,7 +163,7 @@ def _line_of(
     done: subprocess.CompletedProcess[str], lines: list[dict[str, Any]], kind: str, command: str
 ) -> dict[str, Any]:
     """The JSON line of type ``kind`` the command printed; ``DetcheckError`` when there is none."""
-    found = next((l for l in lines if l.get("type") == kind), None)
+    found = next((line for line in lines if line.get("type") == kind), None)
     if found is None:
         raise DetcheckError(
             f"detcheck {command} gave no report (exit {done.returncode}): "
@@ -218,8 +218,15 @@ def check(
     if not diagnosis:
         args.append("--no-diagnosis")
     one_liner = dict(
-        ranks=ranks, steps=steps, seed=seed, launcher=launcher, checks=checks, expect=expect,
-        world_sizes=world_sizes, timeout=timeout, name=name,
+        ranks=ranks,
+        steps=steps,
+        seed=seed,
+        launcher=launcher,
+        checks=checks,
+        expect=expect,
+        world_sizes=world_sizes,
+        timeout=timeout,
+        name=name,
     )
     if program is not None:
         if scenarios is not None:
@@ -237,7 +244,7 @@ def check(
             args += [os.fspath(s) for s in scenarios]
     done, lines = _command(args, env=env, cwd=cwd)
     summary = _line_of(done, lines, "summary", "check")
-    outcomes = [ScenarioOutcome(l) for l in lines if l.get("type") == "scenario"]
+    outcomes = [ScenarioOutcome(line) for line in lines if line.get("type") == "scenario"]
     return CheckReport(outcomes, summary, done.stderr)
 
 

@@ -19,7 +19,8 @@ optimizer hooks, the zero-change recorder's global hooks, a framework callback).
 Imports nothing: the contract holds for every framework.
 """
 
-from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Tuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional, Protocol
 
 __all__ = ["ROOT", "FrontEnd", "OperatorTrace", "Removable", "TensorSink"]
 
@@ -72,10 +73,10 @@ class OperatorTrace(Protocol):
 class FrontEnd(Protocol):
     """What a framework provides to the engine."""
 
-    def modules(self, model: Any) -> Iterable[Tuple[str, Any]]:
+    def modules(self, model: Any) -> Iterable[tuple[str, Any]]:
         """``(label, module)`` of every module, the model itself labelled ``""``."""
 
-    def parameters(self, model: Any) -> Iterable[Tuple[str, Any]]:
+    def parameters(self, model: Any) -> Iterable[tuple[str, Any]]:
         """``(name, parameter)`` of every parameter, in the model's order."""
 
     def on_forward(self, module: Any, hook: Callable[..., Any]) -> Removable:
@@ -84,7 +85,7 @@ class FrontEnd(Protocol):
     def on_forward_inputs(self, module: Any, hook: Callable[..., Any]) -> Removable:
         """Calls ``hook(module, args, kwargs)`` before each forward of ``module``."""
 
-    def outputs(self, name: str, value: Any) -> Iterator[Tuple[str, Any]]:
+    def outputs(self, name: str, value: Any) -> Iterator[tuple[str, Any]]:
         """``(name, tensor)`` of every tensor in a module's output, in order."""
 
     def gradient(self, parameter: Any) -> Optional[Any]:

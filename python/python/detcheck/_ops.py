@@ -86,6 +86,15 @@ leaves its window open until the step ends.
 
 import weakref
 
+import torch as _torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._pytree import tree_flatten
+
+from ._contract import ROOT
+from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
+from ._tensors import Hook as _Hook
+from ._tensors import host as _host
+
 #: Operators that allocate without writing (``empty_like`` before dropout's ``bernoulli_``):
 #: their outputs hold whatever the memory held, so the tracer records neither them nor their use
 #: as an input until an operator has written them (an in-place operator returns them as its own
@@ -100,15 +109,6 @@ _ALLOCATIONS = frozenset(
         "aten.new_empty_strided",
     ]
 )
-
-import torch as _torch
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
-from torch.utils._pytree import tree_flatten
-
-from ._contract import ROOT
-from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
-from ._tensors import Hook as _Hook
-from ._tensors import host as _host
 
 #: A Python float's source (``operator_record_name``'s grammar lives in Rust).
 _SCALAR = ("scalar", None, None)
@@ -280,7 +280,9 @@ def plan(current_step, model, writer, updates):
         wanted = name[len("fwd/") :]
         fits = [label for label in modules if wanted == label or wanted.startswith(label + ".")]
         if fits:
-            return _ForwardWindow(current_step, folder, step, occurrence, modules, max(fits, key=len))
+            return _ForwardWindow(
+                current_step, folder, step, occurrence, modules, max(fits, key=len)
+            )
     elif name.startswith("grad/") and name[len("grad/") :] in params:
         param_name = name[len("grad/") :]
         label = _owner(modules, param_name)
@@ -391,7 +393,9 @@ class _ForwardWindow(_Window):
             if sub is module:
                 continue
             label = self._labels[id(sub)]
-            self._hooks.append(sub.register_forward_pre_hook(_Hook(self._push(label)), prepend=True))
+            self._hooks.append(
+                sub.register_forward_pre_hook(_Hook(self._push(label)), prepend=True)
+            )
             self._hooks.append(sub.register_forward_hook(_Hook(self._pop)))
         self._enter()
         tracer.recording = True
@@ -436,7 +440,9 @@ class _BackwardWindow(_Window):
         self._enter()
         self._hooks.append(self._module.register_forward_hook(_Hook(self._output_hook)))
         if self._param.requires_grad:
-            self._hooks.append(self._param.register_post_accumulate_grad_hook(_Hook(self._grad_hook)))
+            self._hooks.append(
+                self._param.register_post_accumulate_grad_hook(_Hook(self._grad_hook))
+            )
         return None
 
     def _output_hook(self, module, args, output):

@@ -58,7 +58,10 @@ def _cublas(seed: int, value: str) -> tuple[bool, str]:
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = value
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return False, "CUDA has started: cuBLAS read the variable already (set it before CUDA starts)"
+        return (
+            False,
+            "CUDA has started: cuBLAS read the variable already (set it before CUDA starts)",
+        )
     return True, ""
 
 

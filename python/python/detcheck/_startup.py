@@ -128,9 +128,7 @@ class _ThenCall(importlib.abc.Loader):
 def _apply(stack):
     from . import _settings
 
-    _settings.apply(
-        [r for r in _settings.settings(stack) if r[0] == "startup"], _state.seed
-    )
+    _settings.apply([r for r in _settings.settings(stack) if r[0] == "startup"], _state.seed)
 
 
 def _torch_imported(module):

@@ -51,8 +51,8 @@ class Plain:
 
 def _is_dtensor(tensor):
     cls = type(tensor)
-    return cls.__name__ == "DTensor" and hasattr(tensor, "to_local") and hasattr(
-        tensor, "placements"
+    return (
+        cls.__name__ == "DTensor" and hasattr(tensor, "to_local") and hasattr(tensor, "placements")
     )
 
 

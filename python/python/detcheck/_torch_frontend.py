@@ -178,7 +178,6 @@ def add_versions(writer):
             writer.add_environment(key, str(value))
 
 
-
 def _closure_of(optimizer, args, kwargs):
     """Where ``optimizer.step``'s closure is in a step pre-hook's ``(args, kwargs)`` (``args``
     starts with the optimizer itself): ``("kw", None)``, ``("arg", index)`` or ``None``."""

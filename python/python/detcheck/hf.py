@@ -14,9 +14,9 @@ however many micro-batches ``gradient_accumulation_steps`` gathers into it (thei
 are told apart by occurrence), numbered from ``state.global_step`` (a resumed run goes on with
 its numbers). The loss: a record ``loss`` for every micro-batch, just after the model's outputs
 (the ``loss`` field of the model's output, which ``watch`` also records as ``fwd/(model).loss``;
-a model without one records none). At ``on_train_end`` the hooks are removed and the writer it opened is
-closed; a job that dies leaves no trace that reads as complete (the writer's file is only renamed
-when closed).
+a model without one records none). At ``on_train_end`` the hooks are removed and the writer it
+opened is closed; a job that dies leaves no trace that reads as complete (the writer's file is
+only renamed when closed).
 
 Replicated records follow ``watch``'s rule (DistributedDataParallel and more than one rank), or
 ``replicated=`` when given.

@@ -236,10 +236,14 @@ def _watch(
     )
     hooks: list[Removable] = []
     if optimizer is not None and writer is not None:
-        hooks.append(optimizer.register_step_pre_hook(Hook(
-            lambda opt, args, kwargs: before_optimizer_step(recording, opt, args, kwargs)
-        )))
-        hooks.append(optimizer.register_step_post_hook(Hook(
-            lambda opt, args, kwargs: recording.after_update()
-        )))
+        hooks.append(
+            optimizer.register_step_pre_hook(
+                Hook(lambda opt, args, kwargs: before_optimizer_step(recording, opt, args, kwargs))
+            )
+        )
+        hooks.append(
+            optimizer.register_step_post_hook(
+                Hook(lambda opt, args, kwargs: recording.after_update())
+            )
+        )
     return WatchHandle(recording, hooks)

@@ -90,7 +90,7 @@ def decode(path):
 def environment(path):
     """The environment entries of a trace file (scripts/dctrace.py), as a dict."""
     return dict(
-        line[len("environment: "):].split("=", 1)
+        line[len("environment: ") :].split("=", 1)
         for line in dctrace(path).splitlines()
         if line.startswith("environment: ")
     )
@@ -134,7 +134,7 @@ class DetcheckRun:
 
     @cached_property
     def scenarios(self):
-        return {l["scenario"]["name"]: l for l in self.lines if l.get("type") == "scenario"}
+        return {s["scenario"]["name"]: s for s in self.lines if s.get("type") == "scenario"}
 
 
 def run_detcheck(detcheck_bin, *args, cwd=None, env=None, timeout=1800, code=None):
@@ -153,7 +153,9 @@ def run_detcheck(detcheck_bin, *args, cwd=None, env=None, timeout=1800, code=Non
     done = subprocess.run(argv, capture_output=True, text=True, env=full, timeout=timeout, cwd=cwd)
     run = DetcheckRun(argv, done.returncode, done.stdout, done.stderr)
     if code is not None:
-        assert run.code == code, f"`{' '.join(argv)}` exited with {run.code}, not {code}:\n{run.out}"
+        assert run.code == code, (
+            f"`{' '.join(argv)}` exited with {run.code}, not {code}:\n{run.out}"
+        )
     return run
 
 
@@ -194,7 +196,9 @@ def run_python(tmp_path, source, *args, timeout=600):
     program.write_text(textwrap.dedent(source))
     done = subprocess.run(
         [sys.executable, str(program), *map(str, args)],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -235,19 +239,30 @@ def _fork():
 #: it required, where it comes from).
 _NEEDS = {
     "torch": (_module("torch"), _TORCH, "scripts/install-python.sh --torch installs it"),
-    "triton": (_module("triton"), _TORCH, "installed with torch (scripts/install-python.sh --torch)"),
+    "triton": (
+        _module("triton"),
+        _TORCH,
+        "installed with torch (scripts/install-python.sh --torch)",
+    ),
     "gloo": (_gloo, _TORCH, "torch's CPU backend of torch.distributed"),
     "transformers": (
-        _module("transformers"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+        _module("transformers"),
+        _FRAMEWORKS,
+        "scripts/install-python.sh --frameworks installs it",
     ),
     "accelerate": (
-        _module("accelerate"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+        _module("accelerate"),
+        _FRAMEWORKS,
+        "scripts/install-python.sh --frameworks installs it",
     ),
     "lightning": (
-        _module("lightning"), _FRAMEWORKS, "scripts/install-python.sh --frameworks installs it"
+        _module("lightning"),
+        _FRAMEWORKS,
+        "scripts/install-python.sh --frameworks installs it",
     ),
     "lightning.pytorch": (
-        _module("lightning.pytorch"), _FRAMEWORKS,
+        _module("lightning.pytorch"),
+        _FRAMEWORKS,
         "scripts/install-python.sh --frameworks installs it",
     ),
     "mpi4py": (_mpi4py, ("DETCHECK_REQUIRE_MPI4PY",), "mpi4py and mpirun; .ci/run installs them"),
