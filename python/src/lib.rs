@@ -161,7 +161,12 @@ fn operator_record_name(
     };
     let port = match port {
         "in" => Port::Input { index, source },
-        "out" => Port::Output(index),
+        "out" if source == InputSource::Untraced => Port::Output(index),
+        "out" => {
+            return Err(PyValueError::new_err(
+                "operator_record_name: an output has no source",
+            ))
+        }
         other => {
             return Err(PyValueError::new_err(format!(
                 "operator_record_name: port {other:?} is neither 'in' nor 'out'"

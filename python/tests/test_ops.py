@@ -413,3 +413,29 @@ def test_an_allocation_is_not_traced_until_written(monkeypatch, tmp_path):
     assert by_op[bernoulli][2] == [f"op/{bernoulli:04d}/(model)/aten.bernoulli_.float/out0"]
     mul = bernoulli + 1
     assert by_op[mul][2][1] == f"op/{mul:04d}/(model)/aten.mul.Tensor/in1<op{bernoulli}.out0"
+
+
+def test_record_names_are_made_by_the_one_grammar_and_bad_parts_are_refused():
+    # The grammar lives in Rust (compare/operator.rs: operator_record_name, parsed by `parse`);
+    # the tracer only calls it. Pinned here as the tracer sees it.
+    from detcheck._detcheck import operator_record_name, window_record_name
+
+    def name(port, index, source=None):
+        return operator_record_name(7, "block.fc", "aten.addmm.default", port, index, source)
+
+    assert name("out", 0) == "op/0007/block.fc/aten.addmm.default/out0"
+    assert name("in", 1) == "op/0007/block.fc/aten.addmm.default/in1"
+    assert name("in", 2, ("op", 3, 1)).endswith("/in2<op3.out1")
+    assert name("in", 2, ("in", 0, None)).endswith("/in2<in0")
+    assert name("in", 2, ("grad_out", 4, None)).endswith("/in2<grad_out4")
+    assert name("in", 3, ("scalar", None, None)).endswith("/in3<scalar")
+    assert window_record_name("grad_out", 2) == "window/grad_out2"
+    for source in [("op", 1, None), ("x", 1, None), ("scalar", 1, None)]:
+        with pytest.raises(ValueError, match="operator_record_name: source"):
+            name("in", 0, source)
+    with pytest.raises(ValueError, match="an output has no source"):
+        name("out", 0, ("op", 1, 1))
+    with pytest.raises(ValueError, match="port 'inout'"):
+        name("inout", 0)
+    with pytest.raises(ValueError, match="kind 'out'"):
+        window_record_name("out", 0)

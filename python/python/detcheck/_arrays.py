@@ -75,7 +75,7 @@ def torch_dtype_name(dtype):
 
 
 #: torch dtypes numpy lacks, and the dtype of the same bytes that numpy has.
-_TORCH_RAW = {
+TORCH_RAW = {
     "bfloat16": "int16",
     "uint16": "int16",
     "float8_e4m3fn": "uint8",
@@ -99,7 +99,7 @@ def _from_torch(torch, tensor, name):
         tensor = tensor.cpu()
     # The values the tensor shows: a lazily conjugated or negated view is resolved (a copy).
     tensor = tensor.resolve_conj().resolve_neg().contiguous()
-    raw = _TORCH_RAW.get(dtype)
+    raw = TORCH_RAW.get(dtype)
     if raw is not None:
         # numpy has no such dtype: the same bytes, as an integer dtype it has.
         tensor = tensor.view(getattr(torch, raw))

@@ -11,6 +11,7 @@ Determinism: pure functions of their arguments; ``leaves`` follows the output's 
 
 import torch
 
+from ._arrays import TORCH_RAW
 from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
 
@@ -33,7 +34,7 @@ PLAIN = frozenset(PLAIN_TYPES)
 _NUMPY_VIEWABLE = frozenset(
     getattr(torch, name)
     for name in supported_dtypes()
-    if name not in ("bfloat16", "uint16", "float8_e4m3fn", "float8_e5m2") and hasattr(torch, name)
+    if name not in TORCH_RAW and hasattr(torch, name)
 )
 
 
