@@ -100,10 +100,11 @@ def environment(path):
 
 
 def detcheck_path():
-    """The path of the `detcheck` binary: $DETCHECK_BIN, or the release build (built here with
-    `cargo build --release --bin detcheck`, in $CARGO_TARGET_DIR or target/)."""
+    """The absolute path of the `detcheck` binary: $DETCHECK_BIN (a relative one is taken from
+    the current directory, so a test may run the binary in another), or the release build (built
+    here with `cargo build --release --bin detcheck`, in $CARGO_TARGET_DIR or target/)."""
     if os.environ.get("DETCHECK_BIN"):
-        return os.environ["DETCHECK_BIN"]
+        return os.path.abspath(os.environ["DETCHECK_BIN"])
     subprocess.run(
         ["cargo", "build", "--release", "--quiet", "--bin", "detcheck"], cwd=ROOT, check=True
     )
