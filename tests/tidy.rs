@@ -430,7 +430,9 @@ fn python_layer_violations(package: &Path) -> Vec<String> {
             match PYTHON_LAYERS.iter().position(|&m| m == used) {
                 Some(at) if at < place => {}
                 Some(_) => bad.push(format!("{module}.py imports {used}, which comes after it")),
-                None => bad.push(format!("{module}.py imports {used}, no module of the package")),
+                None => bad.push(format!(
+                    "{module}.py imports {used}, no module of the package"
+                )),
             }
         }
     }
@@ -448,9 +450,18 @@ fn the_python_package_imports_only_modules_below_each_module() {
 fn a_planted_python_import_cycle_is_caught() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, code: &str| std::fs::write(dir.path().join(name), code).unwrap();
-    write("_ops.py", "\"\"\"Doc:\nfrom .torch import watch\n\"\"\"\nfrom ._tensors import host\n");
-    write("_tensors.py", "import torch\nfrom . import _ops, _subclasses  # a cycle\n");
-    write("torch.py", "m = sys.modules.get(\"detcheck._auto\")\nfrom ._detcheck import cli\n");
+    write(
+        "_ops.py",
+        "\"\"\"Doc:\nfrom .torch import watch\n\"\"\"\nfrom ._tensors import host\n",
+    );
+    write(
+        "_tensors.py",
+        "import torch\nfrom . import _ops, _subclasses  # a cycle\n",
+    );
+    write(
+        "torch.py",
+        "m = sys.modules.get(\"detcheck._auto\")\nfrom ._detcheck import cli\n",
+    );
     write("_new.py", "");
     assert_eq!(
         python_layer_violations(dir.path()),
