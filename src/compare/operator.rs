@@ -271,7 +271,7 @@ pub enum Port {
 }
 
 /// The name of the record of `port` of call `call` of `operator` in `module`: the grammar
-/// [`parse`] reads, written in one place (the Python tracer calls it through the native
+/// `parse` reads, written in one place (the Python tracer calls it through the native
 /// module's `operator_record_name`).
 #[must_use]
 pub fn operator_record_name(call: u32, module: &str, operator: &str, port: &Port) -> String {
