@@ -435,7 +435,7 @@ def test_record_names_are_made_by_the_one_grammar_and_bad_parts_are_refused():
             name("in", 0, source)
     with pytest.raises(ValueError, match="an output has no source"):
         name("out", 0, ("op", 1, 1))
-    with pytest.raises(ValueError, match="port 'inout'"):
+    with pytest.raises(ValueError, match='port "inout"'):
         name("inout", 0)
-    with pytest.raises(ValueError, match="kind 'out'"):
+    with pytest.raises(ValueError, match='kind "out"'):
         window_record_name("out", 0)
