@@ -177,7 +177,7 @@ def watch(
     wrapper of one (accelerate, Lightning, DeepSpeed: the optimizer inside is hooked); a
     ``TypeError`` when there is none, also when ``writer`` is ``None``.
 
-    ``replicated``: ``None`` for the rule (a DistributedDataParallel model, or a world of one
+    ``replicated``: ``None`` for the rule (a DistributedDataParallel model and more than one
     rank), or ``True``/``False``.
 
     ``start_step``: the first step's number.
