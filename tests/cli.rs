@@ -129,6 +129,19 @@ fn bad_input_exits_2_naming_file_and_field() {
     let out = detcheck(&["check", "missing.json"], dir.path());
     assert_eq!(out.code, 2);
     assert_contains("stderr", &out.stderr, &["cannot read missing.json"]);
+    assert!(!out.stderr.contains("put `--`"), "{}", out.stderr);
+    // A program named without `--`: the error says how to name it.
+    let out = detcheck(&["check", "python3", "train.py"], dir.path());
+    assert_eq!(out.code, 2);
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &[
+            "cannot read python3",
+            "hint: `python3` is no scenario file or folder; to check a program, put `--` before \
+             it: detcheck check [FLAGS] -- python3 train.py",
+        ],
+    );
     let out = detcheck(&["check"], dir.path());
     assert_eq!(out.code, 2, "no scenarios folder here");
     let out = detcheck(&["check", "--deadline", "0"], dir.path());

@@ -541,6 +541,29 @@ fn env(stacks: &[String], export: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
+/// The error of scenario paths that could not be loaded; when the first names nothing that
+/// exists and is no `.json` file (`detcheck check python train.py`), the user meant a program:
+/// the message says to put `--` before it.
+fn program_without_separator(paths: &[PathBuf], errors: Vec<ScenarioError>) -> CliError {
+    let program = paths
+        .first()
+        .is_some_and(|p| !p.exists() && p.extension().is_none_or(|e| e != "json"));
+    if !program {
+        return CliError::Scenarios(errors);
+    }
+    let words: Vec<String> = paths
+        .iter()
+        .map(|p| shell_quote(&p.to_string_lossy()))
+        .collect();
+    CliError::Invalid(format!(
+        "{}\nhint: `{}` is no scenario file or folder; to check a program, put `--` before \
+         it: detcheck check [FLAGS] -- {}",
+        CliError::Scenarios(errors),
+        words[0],
+        words.join(" ")
+    ))
+}
+
 /// `value` quoted for a POSIX shell when it has characters the shell would read.
 fn shell_quote(value: &str) -> String {
     if value
@@ -589,7 +612,7 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, Vec<ScenarioError>
 
 /// The scenarios of `paths` (every file of every folder; `scenarios/` when none), at least one.
 fn load_checked(paths: &[PathBuf]) -> Result<Vec<LoadedScenario>, CliError> {
-    let scenarios = load_all(paths).map_err(CliError::Scenarios)?;
+    let scenarios = load_all(paths).map_err(|errors| program_without_separator(paths, errors))?;
     if scenarios.is_empty() {
         return Err(CliError::Invalid(format!(
             "no scenario files found in {}",
