@@ -203,12 +203,18 @@ def check(
 ) -> CheckReport:
     """Runs ``detcheck check`` and returns a ``CheckReport``.
 
-    ``scenarios``: a scenario file or folder, or a list of them; or ``program``: the command of
-    a program to check without a file (a list of arguments, or a string split like a shell's),
-    with the one-liner's options (``ranks``, ``steps``, ``seed``, ``launcher``, ``checks``,
-    ``expect``, ``world_sizes``, ``timeout``, ``name``: as ``detcheck check --ranks ...``).
-    ``diagnosis=False`` skips the re-runs that name the element and operator. ``env`` and
-    ``cwd``: the command's environment and folder.
+    ``scenarios``: a scenario file or folder, or a list of them (not with ``program``).
+
+    ``program``: the command of a program to check without a file: a list of arguments, or a
+    string split like a shell's.
+
+    ``ranks``, ``steps``, ``seed``, ``launcher``, ``checks``, ``expect``, ``world_sizes``,
+    ``timeout``, ``name``: the one-liner's options, only with ``program``, as ``detcheck check
+    --ranks ... -- PROGRAM`` takes them (python/README.md lists their meanings).
+
+    ``diagnosis``: ``False`` skips the re-runs that name the element and operator.
+
+    ``env``, ``cwd``: the command's environment and folder (this process's by default).
 
     A divergence is in the report, not raised. Raises ``ValueError`` for what detcheck refuses
     (a bad option or scenario file: its message names the flag or field), ``DetcheckError``
