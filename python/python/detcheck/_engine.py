@@ -128,11 +128,6 @@ class Recording:
 
         return paused_hook
 
-    def put(self, name, tensor):
-        """Records ``tensor`` as ``name`` in the current step (a record of the caller's)."""
-        if self.sink is not None:
-            self.sink.put(self._step, name, tensor, False, False)
-
     def record_inputs(self, module, args, kwargs):
         """``in/(model).N``: the model's tensor arguments, then its keyword arguments."""
         for name, tensor in self._frontend.outputs(f"in/{ROOT}", tuple(args)):

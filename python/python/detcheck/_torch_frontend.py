@@ -100,11 +100,6 @@ class TorchSink:
                 raise ImportError(f"device_digests=True needs Triton: {e}") from e
             self._device_digests = False
 
-    @property
-    def on_device(self):
-        """Whether records went through the device kernels."""
-        return self._device is not None
-
     def end_step(self):
         if self._device is not None:
             self._device.end_step()
