@@ -106,26 +106,41 @@ def key(r):
     return (r["step"], r["seq"], r["name"], r["dtype"], tuple(r["shape"]), r["md5"])
 
 
-@pytest.mark.parametrize("mode", ["md5", "stats"])
-def test_device_digests_are_the_host_paths_record_by_record(tmp_path, mode):
-    host = train(tmp_path / "host", device_digests=False, mode=mode)
-    device = train(tmp_path / "device", device_digests=True, mode=mode)
+@pytest.fixture(scope="module")
+def stats_traces(tmp_path_factory):
+    """One host and one device training (stats mode, with the program's own records between
+    watch's), shared by the tests below: a device step costs tens of seconds in Triton's
+    interpreter. Returns the two trace folders and their records."""
+    folder = tmp_path_factory.mktemp("stats")
+    host = train(folder / "host", device_digests=False, own_records=True)
+    device = train(folder / "device", device_digests=True, own_records=True)
+    return folder, host, device
+
+
+def test_device_digests_are_the_host_paths_record_by_record(stats_traces):
+    _, host, device = stats_traces
     assert [key(r) for r in device] == [key(r) for r in host]
-    assert len(host) == 2 * (4 + 4 + 4)  # 4 modules, 4 gradients, 4 parameters a step
+    assert len(host) == 2 * (4 + 4 + 4 + 1)  # 4 modules, 4 gradients, 4 parameters, a loss
     assert any(r["shape"] == [96, 64] for r in host)  # 24 KiB: two digest levels
-    if mode == "stats":
-        for h, d in zip(host, device):
-            # Summed in another order on the device: equal to rounding, never bit-compared.
-            for field in ("max", "min"):
-                assert d[field] == h[field], (h["name"], field)
-            for field in ("mean", "norm"):
-                assert d[field] == pytest.approx(h[field], rel=1e-9, abs=1e-12), (h["name"], field)
+    for h, d in zip(host, device):
+        # Summed in another order on the device: equal to rounding, never bit-compared.
+        for field in ("max", "min"):
+            assert d[field] == h[field], (h["name"], field)
+        for field in ("mean", "norm"):
+            assert d[field] == pytest.approx(h[field], rel=1e-9, abs=1e-12), (h["name"], field)
 
 
-def test_the_programs_own_records_keep_their_place(tmp_path):
-    host = train(tmp_path / "host", device_digests=False, own_records=True)
-    device = train(tmp_path / "device", device_digests=True, own_records=True)
+def test_md5_mode_digests_on_the_device_too(tmp_path):
+    # One step: its digests are handed over when the writer closes (the stats traces above
+    # also hand step 0's over when step 1 ends).
+    host = train(tmp_path / "host", device_digests=False, mode="md5", steps=1)
+    device = train(tmp_path / "device", device_digests=True, mode="md5", steps=1)
     assert [key(r) for r in device] == [key(r) for r in host]
+    assert len(host) == 4 + 4 + 4
+
+
+def test_the_programs_own_records_keep_their_place(stats_traces):
+    _, _, device = stats_traces
     assert [r["name"] for r in device if r["step"] == 1][:5] == [
         "fwd/fc1",
         "fwd/act",
@@ -135,14 +150,13 @@ def test_the_programs_own_records_keep_their_place(tmp_path):
     ]
 
 
-def test_device_traces_compare_identical_with_host_traces(tmp_path, detcheck_bin):
-    train(tmp_path / "host", device_digests=False)
-    train(tmp_path / "device", device_digests=True)
-    run_detcheck(detcheck_bin, "compare", tmp_path / "host", tmp_path / "device", code=0)
+def test_device_traces_compare_identical_with_host_traces(stats_traces, detcheck_bin):
+    folder, _, _ = stats_traces
+    run_detcheck(detcheck_bin, "compare", folder / "host", folder / "device", code=0)
 
 
 def test_records_picks_what_is_recorded(tmp_path):
-    device = train(tmp_path / "d", device_digests=True, records=("grad",))
+    device = train(tmp_path / "d", device_digests=True, records=("grad",), steps=1)
     assert {r["name"].split("/")[0] for r in device} == {"grad"}
     with pytest.raises(ValueError, match="unknown kind"):
         detcheck.torch.watch(Net(), None, records=("fwd", "outputs"))
