@@ -95,13 +95,13 @@ fn the_hashmap_order_control_is_caught_every_time() {
         // Where depends on the draw (two orders can give the same bits for a while).
         assert!(out.stdout.contains("FAIL"), "{}", out.stdout);
         assert!(out.stdout.contains("`score`"), "{}", out.stdout);
-        // The launches' environment snapshots differ (each launch gets its own
-        // PYTHONHASHSEED), and the failure says so before the divergence.
-        let env = out.stdout.find("environment differs (run 1 -> run 2):");
-        let first = out.stdout.find("first divergence:");
-        assert!(env.is_some() && env < first, "{}", out.stdout);
+        // Each launch gets its own PYTHONHASHSEED, but a third run with run 1's repeats
+        // nothing (Rust seeds its HashMap from OS entropy): the hash seed is no lead, and the
+        // failure does not show it; the cause is not guessed.
+        assert!(!out.stdout.contains("PYTHONHASHSEED"), "{}", out.stdout);
         assert!(
-            out.stdout.contains("    PYTHONHASHSEED: "),
+            out.stdout
+                .contains("cause: unknown: no seed, generator, data or operator evidence"),
             "{}",
             out.stdout
         );

@@ -328,10 +328,11 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 21] = [
+const PYTHON_LAYERS: [&str; 22] = [
     "_contract",
     "_arrays",
     "_settings",
+    "_evidence",
     "_api",
     "_subclasses",
     "_tensors",

@@ -33,8 +33,8 @@ pub use session::{launcher_rank, launcher_size, mpi_skip_reason, Session, Sessio
 
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{
-    compare_traces, Comparison, Difference, Divergence, DivergenceMap, ElementFinding,
-    NoElementDetail, RecordSummary, TraceView,
+    compare_traces, decide_cause, CauseClass, Comparison, Difference, Divergence, DivergenceMap,
+    ElementFinding, NoElementDetail, RecordSummary, TraceView,
 };
 use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
@@ -190,6 +190,9 @@ impl ScenarioReport {
                             .as_ref()
                             .map_or(String::new(), |n| format!(" ({n})"))
                     );
+                    if let Some(cause) = &first.cause {
+                        out.push_str(&cause.describe("  "));
+                    }
                     let _ = write!(out, "{}", describe_environment(c, outcome.side_labels()));
                     let _ = write!(out, "{}", describe_divergence(first, outcome));
                 }
@@ -222,6 +225,9 @@ impl ScenarioReport {
                         .as_ref()
                         .map_or(String::new(), |n| format!(" ({n})"))
                 );
+                if let Some(cause) = &first.cause {
+                    out.push_str(&cause.describe("  "));
+                }
                 let _ = write!(out, "{}", describe_environment(c, outcome.side_labels()));
                 let _ = write!(out, "{}", describe_divergence(first, outcome));
             }
@@ -814,6 +820,29 @@ impl<'a> Runs<'a> {
     }
 }
 
+/// Names the cause of a program's `repeat` divergence (`compare::decide_cause`). The hash seed,
+/// which detcheck changes from launch to launch on purpose, is left out of the environment
+/// differences unless it is the cause: shown there, it would be a false lead.
+/// `repeats_with_one_hash_seed`: whether a run with run 1's hash seed repeated run 1 (`None`:
+/// not tried).
+fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
+    let Some(cause) = decide_cause(c, repeats_with_one_hash_seed) else {
+        return;
+    };
+    if cause.kind != CauseClass::HashOrder {
+        c.environment.retain(|e| e.key != "PYTHONHASHSEED");
+    }
+    if let Some(first) = c.first.as_mut() {
+        first.cause = Some(cause.clone());
+    }
+    let key = c.first.as_ref().map(|d| (d.step, d.seq, d.rank));
+    for row in &mut c.rows {
+        if Some((row.step, row.seq, row.rank)) == key {
+            row.cause = Some(cause.clone());
+        }
+    }
+}
+
 /// Why `devices` is skipped: this process has no GPU it can use.
 const NO_GPU: &str = "needs a GPU: build with --features nccl, on a machine with a CUDA driver, \
                       NVRTC and a device (`detcheck check` of a `device: \"gpu\"` scenario names \
@@ -1025,6 +1054,28 @@ pub(crate) fn run_checks_on(
                 .find(|(kind, _)| *kind == outcome.kind)
                 .map(|(_, pair)| pair);
             runs.name_element(outcome, pair);
+        }
+    }
+    if matches!(scenario.program, Program::Command(_)) {
+        for outcome in outcomes.iter_mut().filter(|o| o.kind == CheckKind::Repeat) {
+            // The hash seed is shown to matter by a third run with run 1's hash seed (its
+            // perturbation): it repeats run 1 where the hash seed is the cause. Only where the
+            // evidence names nothing else, and not without the drill-down.
+            let probe = |c: &Comparison| -> Result<Option<bool>, RunError> {
+                let varied = c.environment.iter().any(|e| e.key == "PYTHONHASHSEED");
+                if !varied
+                    || !options.element_detail
+                    || !decide_cause(c, None).is_some_and(|k| k.kind.needs_hash_probe())
+                {
+                    return Ok(None);
+                }
+                let third = run_on(runner, 1)?;
+                Ok(Some(
+                    compare_traces(&first, &third, TraceView::All).is_identical(),
+                ))
+            };
+            let repeats_with_one_hash_seed = probe(&outcome.comparison)?;
+            name_cause(&mut outcome.comparison, repeats_with_one_hash_seed);
         }
     }
     Ok(ScenarioReport {

@@ -15,7 +15,7 @@
 use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::curves::{compare_curves, curve_plot_svg, Tolerance};
-use detcheck::compare::{Divergence, RecordSummary};
+use detcheck::compare::{Cause, Divergence, RecordSummary};
 use detcheck::scenario::CheckKind;
 use detcheck::value::{ExactF64, Stats};
 use detcheck::LoadedScenario;
@@ -409,6 +409,27 @@ fn operator_html(divergence: &Divergence) -> String {
     )
 }
 
+/// The cause of the first divergence (`crate::compare::Cause`), first on the page: its class
+/// and summary, the program's line, the fix and the evidence.
+fn cause_html(cause: &Cause) -> String {
+    let mut html = format!(
+        "<h2 id=\"cause\">Cause</h2>\n<p class=\"cause\"><b>{}</b>: {}</p>\n<ul>\n",
+        escape(&cause.kind.to_string()),
+        escape(&cause.summary)
+    );
+    if let Some(site) = &cause.site {
+        let _ = writeln!(html, "<li>at <code>{}</code></li>", escape(site));
+    }
+    if let Some(fix) = &cause.fix {
+        let _ = writeln!(html, "<li>fix: {}</li>", escape(fix));
+    }
+    for line in &cause.evidence {
+        let _ = writeln!(html, "<li>evidence: {}</li>", escape(line));
+    }
+    html.push_str("</ul>\n");
+    html
+}
+
 /// A scalar or list as plain text (for sentences).
 fn value_plain(v: &Value) -> String {
     match v {
@@ -420,7 +441,8 @@ fn value_plain(v: &Value) -> String {
 }
 
 /// The known fields of `Comparison` and `Divergence` (shown by their own sections).
-const COMPARISON_FIELDS: [&str; 10] = [
+const COMPARISON_FIELDS: [&str; 11] = [
+    "evidence",
     "left",
     "right",
     "world_sizes",
@@ -432,7 +454,8 @@ const COMPARISON_FIELDS: [&str; 10] = [
     "overflow",
     "map",
 ];
-const DIVERGENCE_FIELDS: [&str; 10] = [
+const DIVERGENCE_FIELDS: [&str; 11] = [
+    "cause",
     "step",
     "rank",
     "seq",
@@ -533,6 +556,9 @@ pub(crate) fn page(
     );
     html.push_str("</table>\n");
 
+    if let Some(cause) = c.first.as_ref().and_then(|d| d.cause.as_ref()) {
+        html.push_str(&cause_html(cause));
+    }
     let comparison_json = serde_json::to_value(c).unwrap_or(Value::Null);
     // Fields of the comparison this page does not know by their type (the environment's
     // differences, ...): before the divergence, which they may explain.

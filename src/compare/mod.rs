@@ -27,6 +27,7 @@
 //! records is identical. Ranks recorded in this process (thread ranks) hold no snapshot, and
 //! neither do msprobe dumps and version 1 files (a note says so).
 
+mod cause;
 pub mod curves;
 mod element;
 mod map;
@@ -34,6 +35,7 @@ mod operator;
 #[cfg(test)]
 mod tests;
 
+pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{
@@ -201,6 +203,35 @@ impl TensorMetrics {
     }
 }
 
+/// Whether records named `name` are evidence of a divergence's cause, not results: generator
+/// states (`rng/<generator>`), states right after a seeding call (`seed/<generator>`) and the
+/// sample indices a data loader fetched (`data/indices`), which the Python recorder makes
+/// (python/detcheck/_evidence.py). The engine compares them but never counts them as
+/// divergences: an unseeded generator that the program's results do not depend on is no
+/// failure. Their differences are listed in [`Comparison::evidence`].
+#[must_use]
+pub fn is_evidence(name: &str) -> bool {
+    name.starts_with("rng/") || name.starts_with("seed/") || name == "data/indices"
+}
+
+/// The most differing evidence records a comparison keeps.
+const MAX_EVIDENCE: usize = 256;
+
+/// A record of evidence ([`is_evidence`]) that differs between the sides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceDifference {
+    /// Its step.
+    pub step: u64,
+    /// Its rank.
+    pub rank: u32,
+    /// Its position in the step.
+    pub seq: u32,
+    /// Its name (`seed/torch`).
+    pub name: String,
+    /// How many records of that name came before it in the step (its `site:` key's `k`).
+    pub occurrence: u32,
+}
+
 /// One differing record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Divergence {
@@ -227,6 +258,9 @@ pub struct Divergence {
     /// (a check's divergence at a record of `detcheck.torch.watch`; `operator.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorFinding>,
+    /// Why it diverged, in words (a `repeat` check's first divergence: `cause.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 /// What is known of a divergence's first differing element.
@@ -363,6 +397,14 @@ pub struct Comparison {
     pub overflow: [Option<Overflow>; 2],
     /// The ranks × steps map, when asked for.
     pub map: Option<DivergenceMap>,
+    /// The evidence records ([`is_evidence`]) that differ, in (step, seq, rank) order, at most
+    /// 256: never divergences, what a divergence's cause is decided from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<EvidenceDifference>,
+    /// The program's lines, from A's environment snapshots: (rank, `site:<step>:<name>:<k>`)
+    /// -> `file:line` (python/detcheck/_evidence.py). Never differences between the sides.
+    #[serde(skip)]
+    pub sites: BTreeMap<(u32, String), String>,
 }
 
 impl Comparison {
@@ -380,7 +422,17 @@ impl Comparison {
             environment: Vec::new(),
             overflow: [None, None],
             map: None,
+            evidence: Vec::new(),
+            sites: BTreeMap::new(),
         }
+    }
+
+    /// The line A's rank `rank` gave for its `k`-th record `name` of step `step`.
+    #[must_use]
+    pub fn site(&self, rank: u32, step: u64, name: &str, k: u32) -> Option<&str> {
+        self.sites
+            .get(&(rank, format!("site:{step}:{name}:{k}")))
+            .map(String::as_str)
     }
 
     /// `true` when nothing differs.
@@ -661,6 +713,10 @@ struct Engine<'o> {
     environment: BTreeMap<(String, Option<String>, Option<String>), Vec<u32>>,
     /// Whether a rank of A (of B) was read without a snapshot.
     no_environment: [bool; 2],
+    /// The differing evidence records, in (step, seq, rank) order.
+    evidence: BTreeMap<(u64, u32, u32), EvidenceDifference>,
+    /// A's `site:` entries, by rank.
+    sites: BTreeMap<(u32, String), String>,
 }
 
 /// Map cell codes; a tensor's cell is `TENSOR + its index` in the map's names.
@@ -738,6 +794,8 @@ fn compare_ranks(
         world,
         environment: BTreeMap::new(),
         no_environment: [false; 2],
+        evidence: BTreeMap::new(),
+        sites: BTreeMap::new(),
     };
     for rank in first_rank..world {
         let sa = if rank < wa {
@@ -819,6 +877,8 @@ fn compare_ranks(
             .collect(),
         overflow: engine.overflow,
         map,
+        evidence: engine.evidence.into_values().collect(),
+        sites: engine.sites,
     })
 }
 
@@ -861,7 +921,14 @@ impl Engine<'_> {
         let (Some(ea), Some(eb)) = (ea, eb) else {
             return;
         };
-        for d in ea.differences(eb) {
+        for (key, value) in ea.iter().filter(|(k, _)| k.starts_with("site:")) {
+            self.sites.insert((rank, key.to_owned()), value.to_owned());
+        }
+        for d in ea
+            .differences(eb)
+            .into_iter()
+            .filter(|d| !d.key.starts_with("site:"))
+        {
             let key = (
                 d.key.to_owned(),
                 d.left.map(str::to_owned),
@@ -1107,8 +1174,8 @@ impl Engine<'_> {
         mut sb: Option<&mut (dyn RankSource + 's)>,
         both_sides: bool,
     ) -> Result<(), DumpError> {
-        self.num_differing += pairs.len() as u64;
-        for (index, &(i, j, difference)) in pairs.iter().enumerate() {
+        let mut marked = false;
+        for &(i, j, difference) in pairs {
             let x = i.map(|i| &a.entries[i]);
             let y = j.map(|j| &b.entries[j]);
             let (seq, name) = match (x, y) {
@@ -1122,6 +1189,41 @@ impl Engine<'_> {
                 ),
                 (None, None) => continue,
             };
+            if is_evidence(name) {
+                let key = (step, seq, rank);
+                if self.evidence.len() < MAX_EVIDENCE
+                    || self
+                        .evidence
+                        .last_key_value()
+                        .is_some_and(|(k, _)| key < *k)
+                {
+                    let (batch, entry, names) = match (x, y) {
+                        (Some(x), _) => (a, x, sa.as_deref().expect("A").names()),
+                        (None, Some(y)) => (b, y, sb.as_deref().expect("B").names()),
+                        (None, None) => continue,
+                    };
+                    let occurrence = batch
+                        .entries
+                        .iter()
+                        .take_while(|e| e.seq < entry.seq)
+                        .filter(|e| names[e.name as usize] == name)
+                        .count() as u32;
+                    let name = name.to_owned();
+                    let evidence = EvidenceDifference {
+                        step,
+                        rank,
+                        seq,
+                        name,
+                        occurrence,
+                    };
+                    self.evidence.insert(key, evidence);
+                    if self.evidence.len() > MAX_EVIDENCE {
+                        self.evidence.pop_last();
+                    }
+                }
+                continue;
+            }
+            self.num_differing += 1;
             if both_sides {
                 let side = match difference {
                     Difference::OnlyLeft => Some(0),
@@ -1136,7 +1238,8 @@ impl Engine<'_> {
                     }
                 }
             }
-            if index == 0 {
+            if !marked {
+                marked = true;
                 if let Some(map) = self.map.as_mut() {
                     let code = if both_sides {
                         let id = match self.map_name_ids.get(name) {
@@ -1191,6 +1294,7 @@ impl Engine<'_> {
                 metrics,
                 element,
                 operator: None,
+                cause: None,
             };
             if want_first {
                 self.first = Some(row.clone());

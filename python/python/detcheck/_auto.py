@@ -26,7 +26,7 @@ from torch.optim import optimizer as _optimizer
 
 from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
 from ._engine import Recording
-from ._tensors import Hook, leaves, replicated_records, unwrap_model
+from ._tensors import Hook, compiled_part, leaves, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, add_versions, before_optimizer_step
 
 __all__ = ["start", "Recorder"]
@@ -117,6 +117,10 @@ class Recorder:
             self.stand_down("not launched by detcheck")
             return
         add_versions(self._writer)
+        compiled = compiled_part(root)
+        if compiled is not None:
+            # The cause of a divergence inside it cannot be traced (src/compare/cause.rs).
+            self._writer.add_environment("site:compiled", compiled)
         self._handle = Recording(
             TORCH,
             model,
@@ -134,12 +138,12 @@ class Recorder:
             model.register_forward_hook(Hook(self._rhythm_after_forward)),
         ]
         if model is root:
-            # This call's pre-hooks were collected before the handle's was added: its inputs
-            # are recorded here. A global pre-hook is not given the keyword arguments; they
+            # This call's pre-hooks were collected before the handle's was added: its evidence
+            # and inputs are recorded here. A global pre-hook is not given the keyword arguments; they
             # are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
-            self._handle.paused(self._handle.record_inputs)(root, args, kwargs)
+            self._handle.paused(self._handle.model_forward_begins)(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()

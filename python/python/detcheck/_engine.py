@@ -9,7 +9,12 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
 - ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
   arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
 - ``grad/<param>`` when the caller says the backward is over (``end_backward``), and
-  ``param/<param>`` when it says the update is done (``after_update``), which ends the step.
+  ``param/<param>`` when it says the update is done (``after_update``), which ends the step;
+- in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
+  ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
+  the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
+  ``data/indices``, each with its line) at the step it happens in (before the recording starts:
+  at its first step).
 
 The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
 ``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
@@ -19,6 +24,7 @@ Determinism: records are made in the order the program runs the hooked code; not
 reads a clock or a hash order.
 """
 
+from . import _evidence
 from ._contract import ROOT, FrontEnd
 
 __all__ = ["RECORDS", "Recording"]
@@ -69,8 +75,19 @@ class Recording:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
         self.sink = frontend.sink(writer, device_digests)
-        if inputs:
-            self._hooks.append(frontend.on_forward_inputs(model, self.paused(self.record_inputs)))
+        self._inputs = bool(inputs)
+        #: The step whose start was stamped (``rng/*``).
+        self._stamped = None
+        #: (step, name) -> records of evidence so far: the k of their ``site:`` keys.
+        self._evidence_counts = {}
+        self._evidence_sink = None
+        if _evidence.installed():
+            self._evidence_sink = self.paused(self._evidence)
+            _evidence.attach(self._evidence_sink)
+            self.paused(self._record_initial_parameters)()
+        if inputs or self._evidence_sink is not None:
+            hook = self.paused(self.model_forward_begins)
+            self._hooks.append(frontend.on_forward_inputs(model, hook))
         for name, module in frontend.modules(model) if "fwd" in self._records else ():
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(frontend.on_forward(module, self.paused(self._forward(label))))
@@ -106,6 +123,9 @@ class Recording:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        if self._evidence_sink is not None:
+            _evidence.detach(self._evidence_sink)
+            self._evidence_sink = None
         if self._ops is not None:
             self._ops.remove()
             self._ops = None
@@ -127,6 +147,34 @@ class Recording:
                 ops.resume()
 
         return paused_hook
+
+    def model_forward_begins(self, module, args, kwargs):
+        """The model's forward begins: the step's evidence at its first forward, then
+        ``in/(model).N`` when inputs are recorded."""
+        if self._evidence_sink is not None and self._stamped != self._step:
+            self._stamped = self._step
+            for name, state in _evidence.step_starts():
+                self._evidence(name, state, None)
+        if self._inputs:
+            self.record_inputs(module, args, kwargs)
+
+    def _record_initial_parameters(self):
+        # When the recording starts, before any forward: inside one, a sharded model's
+        # parameters are gathered views that the wrapper frees again (FSDP1).
+        trainable, step = self._frontend.trainable, self._step
+        for label, param in self._param_labels:
+            if trainable(param):
+                name = "init/" + label[len("param/") :]
+                self.sink.put(step, name, param, self.replicated, True)
+
+    def _evidence(self, name, array, where):
+        """One record of evidence at the current step, its line as ``site:<step>:<name>:<k>``."""
+        step = self._step
+        k = self._evidence_counts.get((step, name), 0)
+        self._evidence_counts[(step, name)] = k + 1
+        self._writer.record(step, name, array)
+        if where is not None:
+            self._writer.add_environment(f"site:{step}:{name}:{k}", where)
 
     def record_inputs(self, module, args, kwargs):
         """``in/(model).N``: the model's tensor arguments, then its keyword arguments."""

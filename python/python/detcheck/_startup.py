@@ -134,6 +134,12 @@ def _apply(stack):
 def _torch_imported(module):
     if _state.deterministic:
         _apply("torch")
+    try:
+        from . import _torch_frontend
+
+        _torch_frontend.install_evidence()
+    except Exception as e:
+        _say(f"cannot follow torch's generators and data loaders: {e!r}")
     if _state.world_size == 1:
         from . import _single_rank
 
@@ -217,6 +223,7 @@ def activate():
         callbacks = {"torch": _torch_imported}
         if deterministic:
             _apply_python_now_and_numpy_later(callbacks)
+        _follow_generators(callbacks)
         if "torch" in sys.modules:  # imported by another .pth file
             _torch_imported(sys.modules["torch"])
         else:
@@ -225,6 +232,25 @@ def activate():
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _follow_generators(callbacks):
+    """Follows Python's and numpy's generators for ``_evidence`` (after --deterministic's own
+    seeding, which is detcheck's and no evidence): Python's now, numpy's once imported."""
+    from . import _evidence
+
+    _evidence.install_python()
+    if "numpy" in sys.modules:
+        _evidence.install_numpy(sys.modules["numpy"])
+        return
+    earlier = callbacks.get("numpy")
+
+    def numpy_imported(module):
+        if earlier is not None:
+            earlier(module)
+        _evidence.install_numpy(module)
+
+    callbacks["numpy"] = numpy_imported
 
 
 def _apply_python_now_and_numpy_later(callbacks):

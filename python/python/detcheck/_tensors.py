@@ -17,6 +17,7 @@ from ._subclasses import PLAIN_TYPES
 
 __all__ = [
     "Hook",
+    "compiled_part",
     "dense_with_values",
     "host",
     "leaves",
@@ -138,6 +139,25 @@ def unwrap_model(model):
         else:
             return model, ddp
     return model, ddp
+
+
+def compiled_part(root):
+    """The class of the ``torch.compile``d part of ``root`` (an OptimizedModule wrapper, or a
+    module compiled in place by ``Module.compile()``), or ``None``: its generated kernels run no
+    module hooks and no operator the tracer sees."""
+    model = root
+    for _ in range(8):
+        if type(model).__name__ == "OptimizedModule":
+            inner = getattr(model, "_orig_mod", None)
+            return type(inner).__name__ if inner is not None else "OptimizedModule"
+        inner = getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            break
+        model = inner
+    for module in model.modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            return type(module).__name__
+    return None
 
 
 def replicated_records(held_alike, world_size, world_of_one=True):

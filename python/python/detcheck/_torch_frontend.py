@@ -8,9 +8,11 @@ Determinism: records are made in the order the engine asks; a skipped record is 
 name (``detcheck.skipped/<name>``), the same in every run of the same program.
 """
 
+import functools
+
 import torch
 
-from . import _subclasses
+from . import _evidence, _subclasses
 from ._tensors import (
     PLAIN,
     Hook,
@@ -21,7 +23,13 @@ from ._tensors import (
     replicated_records,
 )
 
-__all__ = ["TORCH", "TorchSink", "add_versions", "before_optimizer_step"]
+__all__ = [
+    "TORCH",
+    "TorchSink",
+    "add_versions",
+    "before_optimizer_step",
+    "install_evidence",
+]
 
 
 class TorchSink:
@@ -207,3 +215,60 @@ def before_optimizer_step(recording, optimizer, args, kwargs):
     if kind == "kw":
         return args, {**kwargs, "closure": closure_then_record}
     return (*args[:index], closure_then_record, *args[index + 1 :]), kwargs
+
+
+def _cuda_state():
+    # Looked at only once CUDA is initialised: asking earlier would initialise it.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.get_rng_state().numpy().tobytes()
+    return b""
+
+
+def install_evidence():
+    """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
+    and the sample indices data loaders fetch, for ``_evidence`` (a rank detcheck launched)."""
+    _evidence.add_generator("torch", lambda: torch.get_rng_state().numpy().tobytes())
+    _evidence.add_generator("cuda", _cuda_state)
+    for owner in (torch, torch.random):
+        _evidence.track_seeding(owner, "manual_seed", "torch")
+        _evidence.track_seeding(owner, "seed", "torch")
+    for name in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
+        _evidence.track_seeding(torch.cuda, name, "cuda")
+    import numpy
+    from torch.utils.data import dataloader
+
+    loader_init = dataloader.DataLoader.__init__
+    iter_init = dataloader._BaseDataLoaderIter.__init__
+    next_index = dataloader._BaseDataLoaderIter._next_index
+    if getattr(next_index, "_detcheck_indices", False):
+        return
+
+    # functools.wraps keeps the signatures that frameworks read (Lightning re-makes loaders
+    # from DataLoader.__init__'s parameters).
+    @functools.wraps(loader_init)
+    def made_here(self, *args, **kwargs):
+        loader_init(self, *args, **kwargs)
+        try:
+            self._detcheck_site = _evidence.site()
+        except Exception:
+            pass
+
+    @functools.wraps(iter_init)
+    def iterates(self, loader, *args, **kwargs):
+        iter_init(self, loader, *args, **kwargs)
+        self._detcheck_site = getattr(loader, "_detcheck_site", None)
+
+    @functools.wraps(next_index)
+    def noted(self):
+        index = next_index(self)
+        try:
+            values = numpy.asarray(index, dtype=numpy.int64).reshape(-1)
+            _evidence.note("data/indices", values, getattr(self, "_detcheck_site", None))
+        except Exception:
+            pass  # indices that are no integers (a sampler of keys): nothing to note
+        return index
+
+    noted._detcheck_indices = True
+    dataloader.DataLoader.__init__ = made_here
+    dataloader._BaseDataLoaderIter.__init__ = iterates
+    dataloader._BaseDataLoaderIter._next_index = noted

@@ -1,0 +1,207 @@
+"""Evidence of a divergence's cause, recorded beside a model's records in a rank that detcheck
+launched (docs/causes.md has the vocabulary and the rules that use it):
+
+- ``seed/<generator>``: the generator's state right after each call that seeds it
+  (``random.seed``, ``numpy.random.seed``, ``torch.manual_seed``, and the frameworks' helpers,
+  which call these), so a seed that changes from run to run (a clock, a process id, OS entropy)
+  is a record of its own;
+- ``rng/<generator>``: the generator's state at the start of a step, recorded only when the
+  generator was drawn from since it was last looked at: an unseeded generator that nothing draws
+  from is never recorded, so it is never named as a cause;
+- ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch_frontend``).
+
+Each record's caller, the innermost frame outside detcheck, the frameworks and the standard
+library (``file:line``, the path relative to the working directory), goes to the trace's
+environment as ``site:<step>:<name>:<k>`` (the k-th record of that name in the step). The
+comparison never counts these records as divergences (``src/compare``: evidence kinds); the cause
+of a divergence is decided from them (``src/check/cause.rs``).
+
+Main type: none; the module keeps one process-wide state: the generators, their last seen
+states, and the sink (the running ``Recording``) or the evidence waiting for one.
+
+Determinism: the records are functions of what the program runs; the states are compared as
+bytes. Limits: the global generators only (a ``torch.Generator`` or ``numpy.random.Generator``
+object the program makes is seen through its seeding call's line only where it goes through a
+patched function); a hook here never raises into the program.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["install_python", "install_numpy", "add_generator", "track_seeding", "note", "site"]
+
+#: The record kinds this module and the front ends make (the comparison's evidence kinds).
+KINDS = ("seed", "rng", "data")
+
+#: name -> a function giving the generator's state as bytes (recorded as a uint8 array).
+_generators: dict[str, Callable[[], bytes]] = {}
+#: name -> the state's bytes when last looked at.
+_last: dict[str, bytes] = {}
+#: Evidence made before a recording runs: (name, array, site).
+_waiting: list[tuple[str, Any, str | None]] = []
+#: The running recording's ``evidence`` method, or ``None``.
+_sink: Callable[[str, Any, str | None], None] | None = None
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _skipped_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    places = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.abspath(p) + os.sep for p in places if p) + (_PACKAGE + os.sep,)
+
+
+_SKIPPED = _skipped_prefixes()
+
+
+def site(frame: Any = None) -> str | None:
+    """The innermost caller outside detcheck, installed packages and the standard library, as
+    ``file:line`` (relative to the working directory when it is inside it), or ``None``."""
+    frame = frame if frame is not None else sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith("<"):
+            full = os.path.abspath(path)
+            if not full.startswith(_SKIPPED):
+                cwd = os.getcwd() + os.sep
+                shown = full[len(cwd) :] if full.startswith(cwd) else full
+                return f"{shown}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def note(name: str, array: Any, where: str | None) -> None:
+    """Hands one piece of evidence to the running recording, or keeps it until one runs."""
+    if _sink is not None:
+        _sink(name, array, where)
+    elif len(_waiting) < 10_000:
+        _waiting.append((name, array, where))
+
+
+def attach(sink: Callable[[str, Any, str | None], None]) -> None:
+    """A recording starts: ``sink`` takes the evidence from now on, and first what waited."""
+    global _sink
+    _sink = sink
+    waiting = list(_waiting)
+    _waiting.clear()
+    for item in waiting:
+        sink(*item)
+
+
+def detach(sink: Callable[[str, Any, str | None], None]) -> None:
+    global _sink
+    if _sink == sink:
+        _sink = None
+
+
+def _forked() -> None:
+    # A forked child (a data-loader worker) is no rank: its seeding and draws are not noted.
+    global _sink
+    _sink = None
+    _generators.clear()
+    _waiting.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def installed() -> bool:
+    """Whether this process gathers evidence (a rank detcheck launched)."""
+    return bool(_generators)
+
+
+def add_generator(name: str, state: Callable[[], bytes]) -> None:
+    """Follows the generator ``name`` (its state as bytes from ``state()``), from its state
+    now."""
+    _generators[name] = state
+    try:
+        _last[name] = state()
+    except Exception:
+        _generators.pop(name, None)
+
+
+def _array(state: bytes) -> Any:
+    import numpy as np
+
+    return np.frombuffer(state, dtype=np.uint8)
+
+
+def _seeded(name: str, frame: Any) -> None:
+    state = _generators.get(name)
+    if state is None:
+        return
+    now = state()
+    _last[name] = now
+    note(f"seed/{name}", _array(now), site(frame))
+
+
+def track_seeding(owner: Any, attribute: str, generator: str) -> None:
+    """Wraps ``owner.attribute`` (a function that seeds ``generator``) so that each call notes
+    ``seed/<generator>``; wrapping twice does nothing."""
+    original = getattr(owner, attribute, None)
+    if original is None or getattr(original, "_detcheck_seeding", False):
+        return
+
+    @functools.wraps(original)
+    def seeding(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            _seeded(generator, sys._getframe(1))
+        except Exception:
+            pass
+        return result
+
+    seeding._detcheck_seeding = True  # type: ignore[attr-defined]
+    try:
+        setattr(owner, attribute, seeding)
+    except (AttributeError, TypeError):
+        pass
+
+
+def step_starts() -> list[tuple[str, Any]]:
+    """The generators drawn from since they were last looked at, as ``(rng/<name>, state)``."""
+    changed = []
+    for name, state in _generators.items():
+        try:
+            now = state()
+        except Exception:
+            continue
+        if _last.get(name) != now:
+            _last[name] = now
+            changed.append((f"rng/{name}", _array(now)))
+    return changed
+
+
+def _python_state() -> bytes:
+    import array
+    import random
+
+    _, internal, _ = random.getstate()
+    return array.array("Q", internal).tobytes()
+
+
+def install_python() -> None:
+    """Follows Python's ``random``: its state, and ``random.seed``."""
+    import random
+
+    add_generator("python", _python_state)
+    track_seeding(random, "seed", "python")
+
+
+def _numpy_state() -> bytes:
+    import numpy as np
+
+    _, keys, pos, has_gauss, _ = np.random.get_state(legacy=True)
+    return keys.tobytes() + int(pos).to_bytes(8, "little") + bytes([int(has_gauss)])
+
+
+def install_numpy(numpy: Any) -> None:
+    """Follows numpy's global generator: its state, and ``numpy.random.seed``."""
+    add_generator("numpy", _numpy_state)
+    track_seeding(numpy.random, "seed", "numpy")

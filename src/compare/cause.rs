@@ -1,0 +1,388 @@
+//! The cause of a `repeat` check's first divergence, in words: one class from a fixed vocabulary
+//! ([`CauseClass`]; docs/causes.md), decided from evidence, with the program's line where the
+//! evidence has one and the change that fixes it.
+//!
+//! The evidence is what the comparison already holds: the evidence records that differ
+//! (`seed/*`, `rng/*`, `data/indices`: [`super::is_evidence`]) with their lines (A's
+//! `site:` entries), the first divergence's name (`init/*`: the parameters before the first
+//! step; `in/(model).N`: the model's input), its element (re-runs that reproduce each run's
+//! values: a function of the launch) and operator finding, and the environment differences.
+//! The rules are tried in a fixed order, most specific first; "unknown" is an answer, a wrong
+//! class is a defect, so a rule names a class only on evidence that shows it.
+//!
+//! Main type: [`Cause`]. Determinism: a pure function of the comparison. Limits: only `repeat`
+//! (two runs of one configuration: in other checks ranks, world sizes or settings differ on
+//! purpose, so generator states differ without being a cause); the hash seed is shown to matter
+//! by re-runs that reproduce each run's values with that run's hash seed, not by a run with one
+//! hash seed.
+
+use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The vocabulary of causes (docs/causes.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseClass {
+    /// A generator was seeded with a value that changes from run to run (a clock, a process
+    /// id, OS entropy).
+    SeededDifferently,
+    /// A generator the program draws from was never seeded.
+    UnseededGenerator,
+    /// The parameters differed before the first step.
+    InitialParameters,
+    /// The data loader fetched other samples.
+    DataOrder,
+    /// The model's input differs with the same sample order (augmentation, worker seeding), or
+    /// with no loader to tell.
+    DataValues,
+    /// Set or dict iteration order over strings: it follows `PYTHONHASHSEED`.
+    HashOrder,
+    /// An operator gave different outputs from identical inputs (also inside a compiled region).
+    NondeterministicOperator,
+    /// A value entered torch from outside its operators (numpy, a file, the clock).
+    ValueFromOutside,
+    /// A file that an earlier run wrote or changed.
+    FileLeftBehind,
+    /// A difference in the environment (a variable, a library version).
+    Environment,
+    /// No evidence names the cause.
+    Unknown,
+}
+
+impl CauseClass {
+    /// Whether a run with one hash seed should be tried before this class is given: the
+    /// classes that no generator, seed, data or operator evidence showed.
+    #[must_use]
+    pub fn needs_hash_probe(self) -> bool {
+        matches!(
+            self,
+            CauseClass::Unknown | CauseClass::DataValues | CauseClass::ValueFromOutside
+        )
+    }
+}
+
+impl fmt::Display for CauseClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CauseClass::SeededDifferently => "a generator seeded differently in each run",
+            CauseClass::UnseededGenerator => "an unseeded random generator",
+            CauseClass::InitialParameters => "initial parameters differ",
+            CauseClass::DataOrder => "data order",
+            CauseClass::DataValues => "data values",
+            CauseClass::HashOrder => "hash order (PYTHONHASHSEED)",
+            CauseClass::NondeterministicOperator => "a nondeterministic operator",
+            CauseClass::ValueFromOutside => "a value from outside torch",
+            CauseClass::FileLeftBehind => "a file an earlier run left",
+            CauseClass::Environment => "an environment difference",
+            CauseClass::Unknown => "unknown",
+        })
+    }
+}
+
+/// A divergence's cause: its class, in words, with the evidence, the program's line and a fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// Its class.
+    pub kind: CauseClass,
+    /// What happened, in one sentence.
+    pub summary: String,
+    /// The program's line (`train.py:12`, relative to its working directory) where it happens,
+    /// when the evidence has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    /// What to change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// The evidence, one line each.
+    pub evidence: Vec<String>,
+}
+
+impl Cause {
+    fn new(class: CauseClass, summary: String) -> Self {
+        Cause {
+            kind: class,
+            summary,
+            site: None,
+            fix: None,
+            evidence: Vec::new(),
+        }
+    }
+
+    fn at(mut self, site: Option<&str>) -> Self {
+        self.site = site.map(str::to_owned);
+        self
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    /// The cause as a report prints it, at `indent`: the class and summary, then the line, the
+    /// fix and the evidence, one each.
+    #[must_use]
+    pub fn describe(&self, indent: &str) -> String {
+        let mut out = format!("{indent}cause: {}: {}\n", self.kind, self.summary);
+        if let Some(site) = &self.site {
+            out.push_str(&format!("{indent}  at {site}\n"));
+        }
+        if let Some(fix) = &self.fix {
+            out.push_str(&format!("{indent}  fix: {fix}\n"));
+        }
+        for line in &self.evidence {
+            out.push_str(&format!("{indent}  evidence: {line}\n"));
+        }
+        out
+    }
+}
+
+/// A generator's name in a report, and the call that seeds it.
+fn generator(name: &str) -> (&'static str, &'static str) {
+    match name {
+        "torch" => ("torch's default generator", "torch.manual_seed(0)"),
+        "cuda" => ("torch's CUDA generator", "torch.cuda.manual_seed_all(0)"),
+        "numpy" => ("numpy's global generator", "np.random.seed(0)"),
+        "python" => ("Python's `random`", "random.seed(0)"),
+        _ => ("a random generator", "seed it with a constant"),
+    }
+}
+
+/// The evidence records that differ at or before the divergence, of kind `prefix`.
+fn evidence_of<'c>(
+    c: &'c Comparison,
+    d: &Divergence,
+    prefix: &'c str,
+) -> impl Iterator<Item = &'c EvidenceDifference> + 'c {
+    let (step, seq) = (d.step, d.seq);
+    c.evidence
+        .iter()
+        .filter(move |e| e.name.starts_with(prefix) && (e.step, e.seq) <= (step, seq))
+}
+
+fn site_of<'c>(c: &'c Comparison, e: &EvidenceDifference) -> Option<&'c str> {
+    c.site(e.rank, e.step, &e.name, e.occurrence)
+}
+
+/// Whether any rank of A noted a line for a record of `name` (which it then recorded).
+fn recorded(c: &Comparison, name: &str) -> bool {
+    let needle = format!(":{name}:");
+    c.sites.keys().any(|(_, key)| key.contains(&needle))
+}
+
+/// The first line A noted for a record of `name`, on any rank and step.
+fn first_site<'c>(c: &'c Comparison, name: &str) -> Option<&'c str> {
+    let needle = format!(":{name}:");
+    c.sites
+        .iter()
+        .find(|((_, key), _)| key.contains(&needle))
+        .map(|(_, v)| v.as_str())
+}
+
+/// The cause of `c`'s first divergence (a `repeat` check's), or `None` when nothing diverged.
+/// `repeats_with_one_hash_seed`: whether a third run with run 1's `PYTHONHASHSEED` repeated run
+/// 1 (`None`: not tried), the evidence that the hash seed is the cause.
+#[must_use]
+pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) -> Option<Cause> {
+    let d = c.first.as_ref()?;
+    let mut cause = classify(c, d, repeats_with_one_hash_seed);
+    // What else the evidence shows, below the cause's own.
+    let mut named: Vec<&str> = Vec::new();
+    for e in &c.evidence {
+        let quoted = format!("`{}`", e.name);
+        if named.len() == 4 || named.contains(&e.name.as_str()) {
+            continue;
+        }
+        named.push(&e.name);
+        if !cause.evidence.iter().any(|line| line.starts_with(&quoted)) {
+            let line = format!("{quoted} differs from step {} on (rank {})", e.step, e.rank);
+            cause.evidence.push(line);
+        }
+    }
+    cause.evidence.push(format!("first divergence: {d}"));
+    Some(cause)
+}
+
+fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<bool>) -> Cause {
+    if let Some(OperatorFinding::Nondeterministic { call, hint, .. }) = &d.operator {
+        let mut cause = Cause::new(
+            CauseClass::NondeterministicOperator,
+            format!(
+                "`{}` gave different outputs from identical inputs in `{}`",
+                call.operator, call.module
+            ),
+        );
+        cause.fix = hint.as_ref().map(|h| h.fix.to_string());
+        return cause;
+    }
+    if let Some(e) = evidence_of(c, d, "seed/").next() {
+        let name = &e.name["seed/".len()..];
+        let (words, call) = generator(name);
+        return Cause::new(
+            CauseClass::SeededDifferently,
+            format!(
+                "{words} was seeded with a different value in each run (a clock, a process id \
+                 or OS entropy)"
+            ),
+        )
+        .at(site_of(c, e))
+        .fix(format!("seed it with a constant: `{call}`"));
+    }
+    if let Some(param) = d.name.strip_prefix("init/") {
+        let seeded = first_site(c, "seed/torch");
+        let mut cause = Cause::new(
+            CauseClass::InitialParameters,
+            format!(
+                "the parameters differed before the first step (`{param}` first): the model \
+                 was initialised from a generator that was not seeded yet"
+            ),
+        );
+        match seeded {
+            Some(site) => {
+                cause = cause.fix(format!(
+                    "build the model after `torch.manual_seed`, which this program calls at \
+                     {site}, or seed before building it"
+                ));
+            }
+            None => cause = cause.fix("call `torch.manual_seed(0)` before the model is built"),
+        }
+        return cause;
+    }
+    if let Some(e) = evidence_of(c, d, "data/indices").next() {
+        let mut cause = Cause::new(
+            CauseClass::DataOrder,
+            "the data loader fetched other samples in each run: its sampler's shuffle is not \
+             seeded, or seeded differently"
+                .to_owned(),
+        )
+        .at(site_of(c, e))
+        .fix(
+            "give the DataLoader a seeded generator (`generator=torch.Generator().manual_seed(0)`) \
+             or seed torch before it is iterated",
+        );
+        cause.evidence.push(format!(
+            "`data/indices` differs at step {} rank {}",
+            e.step, e.rank
+        ));
+        return cause;
+    }
+    let into_input = d.name.starts_with("in/");
+    if let Some(e) = evidence_of(c, d, "rng/").next() {
+        let name = &e.name["rng/".len()..];
+        let (words, call) = generator(name);
+        let seeded = recorded(c, &format!("seed/{name}"));
+        let summary = if seeded {
+            format!(
+                "{words} is in another state in each run, though seeded alike: something drew \
+                 from it a different number of times"
+            )
+        } else if into_input {
+            format!(
+                "{words} is never seeded, and the program draws from it: the model's input \
+                 differs first, so the data (its order or its values) comes from it"
+            )
+        } else {
+            format!("{words} is never seeded, and the program draws from it")
+        };
+        let class = if seeded {
+            CauseClass::Unknown
+        } else {
+            CauseClass::UnseededGenerator
+        };
+        let mut cause = Cause::new(class, summary);
+        if !seeded {
+            cause = cause.fix(format!("seed it at the top of the script: `{call}`"));
+        }
+        cause.evidence.push(format!(
+            "`{}` differs at step {} rank {}: it was drawn from before that step",
+            e.name, e.step, e.rank
+        ));
+        return cause;
+    }
+    if c.environment.iter().any(|e| e.key == "detcheck.workdir") {
+        return Cause::new(
+            CauseClass::FileLeftBehind,
+            "a file the program changed in place through the working directory's link \
+             (`detcheck.workdir`) was read by the next run"
+                .to_owned(),
+        )
+        .fix("write outputs to a new file, or under the working directory");
+    }
+    let compiled = c
+        .sites
+        .iter()
+        .find(|((_, key), _)| key == "site:compiled")
+        .map(|(_, module)| module.as_str());
+    let nothing_traced_differs = matches!(
+        d.operator,
+        None | Some(OperatorFinding::NoOperatorDiffers { .. })
+            | Some(OperatorFinding::Unavailable { .. })
+    );
+    if let Some(module) = compiled.filter(|_| nothing_traced_differs && !into_input) {
+        return Cause::new(
+            CauseClass::NondeterministicOperator,
+            format!(
+                "inside the `torch.compile`d model (`{module}`), whose generated kernels the \
+                 operator tracer cannot enter: no traced operator differs, and no seed, \
+                 generator or data evidence does"
+            ),
+        )
+        .fix(
+            "make Inductor deterministic: `torch._inductor.config.deterministic = True` \
+             (TORCHINDUCTOR_DETERMINISTIC=1), or `torch.use_deterministic_algorithms(True)`",
+        );
+    }
+    match repeats_with_one_hash_seed {
+        Some(true) => {
+            let mut cause = Cause::new(
+                CauseClass::HashOrder,
+                "the runs follow their PYTHONHASHSEED: a third run with run 1's hash seed \
+                 repeated run 1 bit for bit, so a set or dict of strings decides an order"
+                    .to_owned(),
+            )
+            .fix("iterate in a fixed order (`sorted(...)`), or set PYTHONHASHSEED=0");
+            cause
+                .evidence
+                .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
+            return cause;
+        }
+        Some(false) | None => {}
+    }
+    if let Some(OperatorFinding::InputFromOutside { call, input, .. }) = &d.operator {
+        return Cause::new(
+            CauseClass::ValueFromOutside,
+            format!(
+                "input {input} of `{}` in `{}` came from outside torch's operators (numpy, a \
+                 file, the clock, the environment) and differed already",
+                call.operator, call.module
+            ),
+        );
+    }
+    if into_input {
+        let summary = if recorded(c, "data/indices") {
+            "the model's input differs while the data loader fetched the same samples: the \
+             values are made differently (augmentation, or data-loader workers that are not \
+             seeded)"
+        } else {
+            "the model's input differs first: the data is not reproducible (its order or values \
+             come from outside the model)"
+        };
+        return Cause::new(CauseClass::DataValues, summary.to_owned());
+    }
+    let other = c
+        .environment
+        .iter()
+        .find(|e| e.key != "PYTHONHASHSEED" && !e.key.starts_with("detcheck."));
+    if let Some(e) = other {
+        let mut cause = Cause::new(
+            CauseClass::Environment,
+            format!("the runs' environments differ: {e}"),
+        );
+        cause.fix = e.hint.as_ref().map(|h| h.fix.to_string());
+        return cause;
+    }
+    Cause::new(
+        CauseClass::Unknown,
+        "no seed, generator, data or operator evidence names it".to_owned(),
+    )
+}
