@@ -33,6 +33,8 @@ def test_numpy_set_order_names_its_element(detcheck_bin):
         env = line["checks"][0]["comparison"]["environment"]
         hashseed = [e for e in env if e["key"] == "PYTHONHASHSEED"]
         assert hashseed and hashseed[0]["hint"]["fix"] == "set PYTHONHASHSEED=0", env
+        # Shown to matter: a third run with run 1's hash seed repeated run 1.
+        assert first["cause"]["kind"] == "hash_order", first["cause"]
 
 
 def test_mpi4py_any_source_names_its_element(detcheck_bin):
@@ -73,6 +75,7 @@ def test_torch_entropy_sum_is_a_nondeterministic_operator(detcheck_bin):
         assert operator["call"]["module"] == "block"
         assert operator["call"]["inputs"] == ["f64[8,64]"], operator
         assert operator["hint"] is None, "a program's own operator is in no table"
+        assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
 
 
 def test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes(detcheck_bin):

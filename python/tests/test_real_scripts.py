@@ -26,6 +26,18 @@ def write(tmp_path, name, text):
     return path
 
 
+#: Each control's cause (docs/causes.md), and the script whose line it names.
+CONTROL_CAUSES = {
+    "control_ddp_snapshot_clock": ("seeded_differently", "ddp_snapshot"),
+    "control_fsdp1_clock": ("seeded_differently", "fsdp1_train"),
+    "control_fsdp2_clock": ("seeded_differently", "fsdp2_train"),
+    "control_nanogpt_clock_seed": ("seeded_differently", "nanogpt_train"),
+    "control_nanogpt_numpy_batches": ("unseeded_generator", None),
+    "control_tensor_parallel_clock": ("seeded_differently", "tp_train"),
+    "control_word_lm_unseeded": ("initial_parameters", None),
+}
+
+
 def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
     # From an empty folder: the scripts' own files (nanoGPT's tokens, the snapshot, the saved
     # model) go where their authors put them, and nothing is left behind.
@@ -39,6 +51,11 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
         assert line["status"] == "passed", (name, out)
         assert line["counts"]["records_compared"] > 0, (name, out)
     assert list(tmp_path.iterdir()) == [], "a run left files in the working directory"
+    for name, (kind, script) in CONTROL_CAUSES.items():
+        cause = scenarios[name]["first_divergence"]["cause"]
+        assert cause["kind"] == kind, (name, cause)
+        if script is not None:  # the seeding call's line in the script
+            assert f"{script}.py:" in cause["site"], (name, cause)
     # Every control caught every time: DETCHECK_CORPUS_CONTROL_RUNS in all (1 here in CI;
     # scripts/diagnosis-controls.sh asks for 20).
     times = runs("DETCHECK_CORPUS_CONTROL_RUNS")

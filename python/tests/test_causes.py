@@ -1,0 +1,101 @@
+"""The cause of a divergence in words (issue 37; docs/causes.md): each planted-bug script of
+examples/programs/python/causes/ is diagnosed with its class (and its line, where the evidence
+has one), and its clean twin (`--fixed`) passes. The corpus's controls are classified in
+test_real_scripts.py, the operator and hash-order controls in test_diagnosis.py.
+
+Each runs `DETCHECK_CAUSE_RUNS` times (1 by default; scripts/diagnosis-controls.sh asks for 20).
+Needs torch (CI installs it)."""
+
+import sys
+
+import pytest
+from support import PROGRAMS, requires, run_detcheck, runs
+
+requires("torch")
+
+CAUSES = PROGRAMS / "causes"
+
+#: script -> (the cause's kind, the end of its line or None, words its summary must hold)
+PLANTED = {
+    "shuffle_samples": ("unseeded_generator", None, "Python's `random` is never seeded"),
+    "loader_order": ("data_order", "loader_order.py:16", "the data loader fetched other samples"),
+    "init_before_seed": ("initial_parameters", None, "before the first step"),
+    "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
+    "clock_jitter": ("value_from_outside", None, "`aten.lift_fresh.default`"),
+    "worker_augment": ("data_values", None, "fetched the same samples"),
+}
+
+
+def one_liner(detcheck_bin, script, *args, code):
+    return run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        "--format",
+        "json",
+        "--ranks",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        sys.executable,
+        CAUSES / f"{script}.py",
+        *args,
+        timeout=600,
+        code=code,
+    )
+
+
+@pytest.mark.parametrize("script", sorted(PLANTED))
+def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, script):
+    kind, site, words = PLANTED[script]
+    for _ in range(runs("DETCHECK_CAUSE_RUNS")):
+        done = one_liner(detcheck_bin, script, code=1)
+        (line,) = done.scenarios.values()
+        cause = line["first_divergence"]["cause"]
+        assert cause["kind"] == kind, cause
+        assert words in cause["summary"], cause
+        if site is not None:
+            assert cause["site"].endswith(site), cause
+        # The hash seed is shown only where it is the cause.
+        environment = line["checks"][0]["comparison"]["environment"]
+        shown = any(e["key"] == "PYTHONHASHSEED" for e in environment)
+        assert shown == (kind == "hash_order"), environment
+    twin = one_liner(detcheck_bin, script, "--fixed", code=0)
+    (line,) = twin.scenarios.values()
+    assert line["verdict"] == "ok", line
+
+
+def test_the_cause_leads_the_text_and_reaches_every_report(detcheck_bin, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    junit, pages = tmp_path / "junit.xml", tmp_path / "pages"
+    done = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        "--no-diagnosis",
+        "--junit",
+        junit,
+        "--report-dir",
+        pages,
+        "--ranks",
+        "1",
+        "--steps",
+        "2",
+        "--",
+        sys.executable,
+        CAUSES / "loader_order.py",
+        timeout=600,
+        code=1,
+    )
+    text = done.stdout
+    cause = text.index("  cause: data order: the data loader fetched other samples")
+    assert cause < text.index("  first divergence:"), text
+    assert "loader_order.py:16\n" in text, text
+    assert "PYTHONHASHSEED" not in text, "the hash seed is no lead here"
+    failure = ET.parse(junit).getroot().find(".//failure")
+    assert "cause: data order" in failure.text, failure.text
+    (page,) = pages.glob("*.repeat.html")
+    html = page.read_text()
+    assert '<h2 id="cause">Cause</h2>' in html and "loader_order.py:16" in html, html
