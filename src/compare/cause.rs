@@ -386,3 +386,171 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         "no seed, generator, data or operator evidence names it".to_owned(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::{Difference, EnvDifference, InputSource, OperatorCall};
+
+    fn diverged_at(step: u64, seq: u32, name: &str) -> Comparison {
+        let mut c = Comparison::empty();
+        c.num_differing = 1;
+        c.first = Some(Divergence {
+            step,
+            rank: 0,
+            seq,
+            name: name.to_owned(),
+            difference: Difference::Digest,
+            left: None,
+            right: None,
+            metrics: None,
+            element: None,
+            operator: None,
+            cause: None,
+        });
+        c
+    }
+
+    fn evidence(c: &mut Comparison, step: u64, seq: u32, name: &str, site: Option<&str>) {
+        c.evidence.push(EvidenceDifference {
+            step,
+            rank: 0,
+            seq,
+            name: name.to_owned(),
+            occurrence: 0,
+        });
+        if let Some(site) = site {
+            c.sites
+                .insert((0, format!("site:{step}:{name}:0")), site.to_owned());
+        }
+    }
+
+    fn hash_seed_differs(c: &mut Comparison) {
+        c.environment.push(EnvDifference {
+            key: "PYTHONHASHSEED".to_owned(),
+            left: Some("1".to_owned()),
+            right: Some("2".to_owned()),
+            ranks: vec![0],
+            hint: None,
+        });
+    }
+
+    fn kind(c: &Comparison, probe: Option<bool>) -> CauseClass {
+        decide_cause(c, probe).expect("a divergence").kind
+    }
+
+    #[test]
+    fn a_seed_that_differs_is_named_with_its_line() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 0, "seed/torch", Some("train.py:5"));
+        evidence(&mut c, 0, 3, "rng/python", None);
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::SeededDifferently);
+        assert_eq!(cause.site.as_deref(), Some("train.py:5"));
+        assert!(
+            cause.summary.starts_with("torch's default generator"),
+            "{cause:?}"
+        );
+        assert!(cause.evidence.iter().any(|e| e.starts_with("`rng/python`")));
+    }
+
+    #[test]
+    fn evidence_after_the_divergence_is_no_cause() {
+        let mut c = diverged_at(0, 4, "fwd/fc");
+        evidence(&mut c, 1, 0, "seed/torch", None);
+        evidence(&mut c, 0, 5, "rng/numpy", None);
+        assert_eq!(kind(&c, None), CauseClass::Unknown);
+    }
+
+    #[test]
+    fn initial_parameters_name_the_late_seeding_call() {
+        let mut c = diverged_at(0, 2, "init/body.0.weight");
+        c.sites.insert(
+            (0, "site:0:seed/torch:0".to_owned()),
+            "train.py:9".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::InitialParameters);
+        assert!(cause.fix.unwrap().contains("train.py:9"));
+    }
+
+    #[test]
+    fn indices_that_differ_are_data_order_and_same_indices_data_values() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 3, "data/indices", Some("train.py:16"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::DataOrder);
+        assert_eq!(cause.site.as_deref(), Some("train.py:16"));
+
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        c.sites.insert(
+            (0, "site:0:data/indices:0".to_owned()),
+            "train.py:16".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::DataValues);
+        assert!(cause.summary.contains("fetched the same samples"));
+    }
+
+    #[test]
+    fn a_generator_drawn_from_and_never_seeded_is_unseeded() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 3, "rng/numpy", None);
+        assert_eq!(kind(&c, None), CauseClass::UnseededGenerator);
+        // Seeded alike, yet in another state: something else is the cause.
+        c.sites.insert(
+            (0, "site:0:seed/numpy:0".to_owned()),
+            "train.py:2".to_owned(),
+        );
+        assert_eq!(kind(&c, None), CauseClass::Unknown);
+    }
+
+    #[test]
+    fn the_hash_seed_is_the_cause_only_when_one_hash_seed_repeats() {
+        let mut c = diverged_at(0, 2, "grad/mix");
+        hash_seed_differs(&mut c);
+        assert_eq!(kind(&c, None), CauseClass::Unknown);
+        assert!(kind(&c, None).needs_hash_probe());
+        assert_eq!(kind(&c, Some(false)), CauseClass::Unknown);
+        assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
+    }
+
+    #[test]
+    fn operator_findings_decide_their_classes() {
+        let call = OperatorCall {
+            operator: "aten.add.Tensor".to_owned(),
+            index: 3,
+            module: "block".to_owned(),
+            inputs: vec![],
+            output: 0,
+        };
+        let mut c = diverged_at(0, 4, "fwd/block");
+        evidence(&mut c, 0, 0, "seed/torch", None);
+        c.first.as_mut().unwrap().operator = Some(OperatorFinding::Nondeterministic {
+            window: "forward".to_owned(),
+            call: call.clone(),
+            hint: None,
+        });
+        // Identical inputs outrank every other evidence.
+        assert_eq!(kind(&c, None), CauseClass::NondeterministicOperator);
+        let mut c = diverged_at(0, 4, "fwd/block");
+        c.first.as_mut().unwrap().operator = Some(OperatorFinding::InputFromOutside {
+            window: "forward".to_owned(),
+            call,
+            input: 1,
+            source: InputSource::Untraced,
+        });
+        assert_eq!(kind(&c, None), CauseClass::ValueFromOutside);
+        assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
+    }
+
+    #[test]
+    fn a_compiled_model_with_nothing_traced_differing_is_its_kernels() {
+        let mut c = diverged_at(0, 30, "grad/wte.weight");
+        c.sites
+            .insert((0, "site:compiled".to_owned()), "GPT".to_owned());
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::NondeterministicOperator);
+        assert!(cause.summary.contains("`GPT`") && cause.fix.unwrap().contains("Inductor"));
+    }
+}

@@ -1337,6 +1337,44 @@ mod trace_tests {
     }
 
     #[test]
+    fn evidence_records_are_listed_never_counted_as_divergences() {
+        let left = trace(
+            &[
+                (0, 0, "seed/torch", 1.0, false),
+                (0, 0, "rng/numpy", 1.0, false),
+                (0, 0, "rng/numpy", 2.0, false),
+                (0, 0, "data/order", 1.0, false),
+                (0, 1, "data/indices", 1.0, false),
+            ],
+            1,
+        );
+        let right = trace(
+            &[
+                (0, 0, "seed/torch", 1.0, false),
+                (0, 0, "rng/numpy", 1.0, false),
+                (0, 0, "rng/numpy", 7.0, false),
+                (0, 0, "data/order", 1.0, false),
+                (0, 1, "data/indices", 3.0, false),
+            ],
+            1,
+        );
+        let cmp = compare_traces(&left, &right, TraceView::All);
+        assert!(cmp.is_identical(), "{cmp:?}");
+        assert_eq!(cmp.first, None);
+        let listed: Vec<_> = cmp
+            .evidence
+            .iter()
+            .map(|e| (e.step, e.seq, e.name.as_str(), e.occurrence))
+            .collect();
+        assert_eq!(listed, [(0, 2, "rng/numpy", 1), (1, 0, "data/indices", 0)]);
+        // `data/order` (the seed kind's record) is a result like any other.
+        let right = trace(&[(0, 0, "data/order", 2.0, false)], 1);
+        let left = trace(&[(0, 0, "data/order", 1.0, false)], 1);
+        let cmp = compare_traces(&left, &right, TraceView::All);
+        assert_eq!(cmp.first.map(|d| d.name), Some("data/order".to_owned()));
+    }
+
+    #[test]
     fn identical_runs_have_no_divergence() {
         let rows = [(0, 0, "a", 1.0, false), (1, 0, "a", 2.0, false)];
         let cmp = compare_traces(&trace(&rows, 2), &trace(&rows, 2), TraceView::All);
