@@ -332,21 +332,18 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
              (TORCHINDUCTOR_DETERMINISTIC=1), or `torch.use_deterministic_algorithms(True)`",
         );
     }
-    match repeats_with_one_hash_seed {
-        Some(true) => {
-            let mut cause = Cause::new(
-                CauseClass::HashOrder,
-                "the runs follow their PYTHONHASHSEED: a third run with run 1's hash seed \
-                 repeated run 1 bit for bit, so a set or dict of strings decides an order"
-                    .to_owned(),
-            )
-            .fix("iterate in a fixed order (`sorted(...)`), or set PYTHONHASHSEED=0");
-            cause
-                .evidence
-                .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
-            return cause;
-        }
-        Some(false) | None => {}
+    if repeats_with_one_hash_seed == Some(true) {
+        let mut cause = Cause::new(
+            CauseClass::HashOrder,
+            "the runs follow their PYTHONHASHSEED: a third run with run 1's hash seed \
+             repeated run 1 bit for bit, so a set or dict of strings decides an order"
+                .to_owned(),
+        )
+        .fix("iterate in a fixed order (`sorted(...)`), or set PYTHONHASHSEED=0");
+        cause
+            .evidence
+            .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
+        return cause;
     }
     if let Some(OperatorFinding::InputFromOutside { call, input, .. }) = &d.operator {
         return Cause::new(

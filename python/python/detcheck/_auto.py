@@ -139,8 +139,8 @@ class Recorder:
         ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its evidence
-            # and inputs are recorded here. A global pre-hook is not given the keyword arguments; they
-            # are the calling `Module._call_impl`'s own `kwargs`.
+            # and inputs are recorded here. A global pre-hook is not given the keyword
+            # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
             self._handle.paused(self._handle.model_forward_begins)(root, args, kwargs)

@@ -79,7 +79,7 @@ class Recording:
         #: The step whose start was stamped (``rng/*``).
         self._stamped = None
         #: (step, name) -> records of evidence so far: the k of their ``site:`` keys.
-        self._evidence_counts = {}
+        self._evidence_counts: dict[tuple[int, str], int] = {}
         self._evidence_sink = None
         if _evidence.installed():
             self._evidence_sink = self.paused(self._evidence)

@@ -197,8 +197,9 @@ def install_python() -> None:
 def _numpy_state() -> bytes:
     import numpy as np
 
-    _, keys, pos, has_gauss, _ = np.random.get_state(legacy=True)
-    return keys.tobytes() + int(pos).to_bytes(8, "little") + bytes([int(has_gauss)])
+    state: Any = np.random.get_state(legacy=True)
+    _, keys, pos, has_gauss, _ = state
+    return bytes(np.asarray(keys).tobytes()) + int(pos).to_bytes(8, "little") + bytes([has_gauss])
 
 
 def install_numpy(numpy: Any) -> None:
