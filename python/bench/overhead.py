@@ -15,7 +15,8 @@ the CPU with one torch thread. Contenders (``--contenders``, comma-separated):
 - ``auto-md5`` / ``auto-stats``: no detcheck code in the trial: the process is started with a
   launch's variables (``DETCHECK_TRACE_DIR`` and the rest), so the wheel's start-up hook records
   the unmodified program (zero-change recording, ``detcheck._auto``): ``watch``'s records plus
-  the model's input, every step;
+  the model's input, every step, and the evidence of causes (docs/causes.md);
+  ``auto-md5-plain``: the same without that evidence (``DETCHECK_EVIDENCE=0``);
 - ``msprobe-L0-md5`` / ``msprobe-L1-md5`` / ``msprobe-mix-md5`` / ``msprobe-L0-stats``:
   msprobe's ``PrecisionDebugger`` (task ``statistics``, that level and ``summary_mode``),
   ``debugger.start(model)`` at the top of each step, ``debugger.stop()`` and
@@ -68,7 +69,7 @@ CONTENDERS = [
     "msprobe-L0-stats",
     "off2",
 ]
-ALL_CONTENDERS = CONTENDERS + ["msprobe-mix-md5", "auto-md5", "auto-stats"]
+ALL_CONTENDERS = CONTENDERS + ["msprobe-mix-md5", "auto-md5", "auto-stats", "auto-md5-plain"]
 
 RECORD = re.compile(
     r"^step (?P<step>\d+) seq \d+ (?P<name>\S+) (?P<dtype>\w+)\[(?P<shape>[^\]]*)\] "
@@ -319,6 +320,8 @@ def run_child(args, contender, check):
             DETCHECK_RANK="0",
             DETCHECK_MODE=contender.split("-")[1],
         )
+        if contender.endswith("-plain"):
+            env["DETCHECK_EVIDENCE"] = "0"  # no evidence of causes (docs/causes.md)
     try:
         done = subprocess.run(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env

@@ -31,7 +31,7 @@ mod worker;
 
 use buffer::Buffer;
 use detcheck::file::{
-    Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles, RecorderPlan,
+    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles, RecorderPlan,
     TraceWriter as RustWriter, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
@@ -820,11 +820,12 @@ fn error_file_magic() -> &'static str {
 }
 
 /// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
-/// `(stop_after or None, deterministic)`.
+/// `(stop_after or None, the names of the deterministic settings to apply)` (none: an empty
+/// list).
 #[pyfunction]
-fn recorder_plan() -> PyResult<(Option<u64>, bool)> {
+fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>)> {
     let plan = RecorderPlan::from_env().map_err(dump_error)?;
-    Ok((plan.stop_after, plan.deterministic))
+    Ok((plan.stop_after, setting_names(plan.deterministic)))
 }
 
 /// `deterministic_settings()`'s rows: `(kind, name, value, statement, why, reference)`.

@@ -99,3 +99,41 @@ def test_the_cause_leads_the_text_and_reaches_every_report(detcheck_bin, tmp_pat
     (page,) = pages.glob("*.repeat.html")
     html = page.read_text()
     assert '<h2 id="cause">Cause</h2>' in html and "loader_order.py:16" in html, html
+
+
+#: script -> the settings `--deterministic` finds that fix it (None: none of them does).
+FIXED_BY = {
+    "shuffle_samples": ["random.seed"],  # named by the cause, confirmed by two runs
+    "set_order": ["PYTHONHASHSEED"],  # found by halving the settings
+    "clock_jitter": None,  # a clock read inside the model: no setting fixes it
+}
+
+
+@pytest.mark.parametrize("script", sorted(FIXED_BY))
+def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detcheck_bin, script):
+    fixed_by = FIXED_BY[script]
+    done = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        "--format",
+        "json",
+        "--deterministic",
+        "--ranks",
+        "1",
+        "--steps",
+        "2",
+        "--",
+        sys.executable,
+        CAUSES / f"{script}.py",
+        timeout=900,
+        code=0 if fixed_by else 1,
+    )
+    (line,) = done.scenarios.values()
+    finding = line["deterministic"]
+    if fixed_by is None:
+        assert not finding["fixes"] and finding["fixed_by"] == [], finding
+        assert finding["summary"].startswith("none of the deterministic settings"), finding
+    else:
+        assert finding["fixes"] and finding["fixed_by"] == fixed_by, finding
+        assert "--deterministic: `" in line["detail"], line["detail"]

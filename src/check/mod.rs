@@ -25,11 +25,13 @@
 
 mod element;
 mod session;
+mod settings;
 
 pub use crate::run::{CheckOptions, RunError};
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
 pub use session::{launcher_rank, launcher_size, mpi_skip_reason, Session, SessionError};
+pub use settings::SettingsFinding;
 
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{
@@ -48,6 +50,7 @@ use crate::value::digest::{ExactF64, Stats};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +131,9 @@ pub struct ScenarioReport {
     pub outcomes: Vec<CheckOutcome>,
     /// The first NaN, Inf or fp16 saturation in the first run, if any.
     pub overflow: Option<Overflow>,
+    /// For a program launched with `--deterministic`: which of the settings make its runs
+    /// identical (`settings.rs`).
+    pub deterministic: Option<SettingsFinding>,
 }
 
 impl ScenarioReport {
@@ -1078,12 +1084,49 @@ pub(crate) fn run_checks_on(
             name_cause(&mut outcome.comparison, repeats_with_one_hash_seed);
         }
     }
+    let deterministic = match &scenario.program {
+        Program::Command(command)
+            if command.deterministic
+                && command.deterministic_only.is_none()
+                && options.element_detail =>
+        {
+            let repeat = outcomes.iter().find(|o| o.kind == CheckKind::Repeat);
+            match repeat {
+                Some(repeat) => {
+                    let run = |only: Option<&[String]>| -> Result<(Trace, Trace), RunError> {
+                        let mut changed = (**command).clone();
+                        match only {
+                            None => changed.deterministic = false,
+                            Some(names) => changed.deterministic_only = Some(names.to_vec()),
+                        }
+                        let mut variant = scenario.clone();
+                        variant.program = Program::Command(Arc::new(changed));
+                        let on = |k: usize| {
+                            let p = Some(perturbation(spec.seed, k, options));
+                            let request =
+                                RunRequest::new(&variant, options, p, k, &RunPlan::default());
+                            runner.run(&variant, &request)
+                        };
+                        Ok((on(1)?, on(2)?))
+                    };
+                    Some(settings::which_settings_fix(
+                        &repeat.comparison,
+                        spec.seed,
+                        &run,
+                    )?)
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         world_size: spec.world_size,
         steps: spec.steps,
         outcomes,
         overflow: first_overflow(&first),
+        deterministic,
     })
 }
 

@@ -784,6 +784,11 @@ fn check(
                     .detail
                     .take()
                     .unwrap_or_else(|| format!("{}:\n", scenario.name));
+                if let Outcome::Ran(ran) = &result.outcome {
+                    if let Some(finding) = &ran.deterministic {
+                        detail.push_str(&format!("  --deterministic: {}\n", finding.summary));
+                    }
+                }
                 detail.push_str(&report::deterministic_settings(spec.seed));
                 result.detail = Some(detail);
             }

@@ -18,7 +18,7 @@
 //! `testcase` per scenario.
 
 use super::exit::Exit;
-use detcheck::check::{CheckOutcome, ScenarioReport};
+use detcheck::check::{CheckOutcome, ScenarioReport, SettingsFinding};
 use detcheck::compare::Divergence;
 use detcheck::record::Overflow;
 use detcheck::scenario::{CheckKind, Expectation, ScenarioSpec};
@@ -180,6 +180,9 @@ struct ScenarioLine<'a> {
     /// The text `detcheck check` prints about the scenario below its table (what failed or was
     /// caught, with element and operator), as a person reads it.
     detail: Option<&'a str>,
+    /// With `--deterministic`: which of the settings make the runs identical.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deterministic: Option<&'a SettingsFinding>,
 }
 
 #[derive(Serialize)]
@@ -326,6 +329,10 @@ pub(crate) fn scenario_line(result: &ScenarioResult<'_>) -> String {
         checks,
         files: &result.files,
         detail: result.detail.as_deref(),
+        deterministic: match &result.outcome {
+            Outcome::Ran(report) => report.deterministic.as_ref(),
+            _ => None,
+        },
     };
     // Every value here is a string, number, bool, null, or a library type with a derived
     // `Serialize` and no maps with non-string keys: serialization cannot fail.

@@ -96,6 +96,9 @@ pub struct Cause {
     pub fix: Option<String>,
     /// The evidence, one line each.
     pub evidence: Vec<String>,
+    /// The generator it names (`torch`, `cuda`, `numpy`, `python`), for the classes of seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
 }
 
 impl Cause {
@@ -106,11 +109,17 @@ impl Cause {
             site: None,
             fix: None,
             evidence: Vec::new(),
+            generator: None,
         }
     }
 
     fn at(mut self, site: Option<&str>) -> Self {
         self.site = site.map(str::to_owned);
+        self
+    }
+
+    fn of(mut self, generator: &str) -> Self {
+        self.generator = Some(generator.to_owned());
         self
     }
 
@@ -213,6 +222,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             ),
         );
         cause.fix = hint.as_ref().map(|h| h.fix.to_string());
+        cause.site.clone_from(&call.site);
         return cause;
     }
     if let Some(e) = evidence_of(c, d, "seed/").next() {
@@ -226,7 +236,8 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             ),
         )
         .at(site_of(c, e))
-        .fix(format!("seed it with a constant: `{call}`"));
+        .fix(format!("seed it with a constant: `{call}`"))
+        .of(name);
     }
     if let Some(param) = d.name.strip_prefix("init/") {
         let seeded = first_site(c, "seed/torch");
@@ -289,7 +300,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         } else {
             CauseClass::UnseededGenerator
         };
-        let mut cause = Cause::new(class, summary);
+        let mut cause = Cause::new(class, summary).of(name);
         if !seeded {
             cause = cause.fix(format!("seed it at the top of the script: `{call}`"));
         }
@@ -353,7 +364,8 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
                  file, the clock, the environment) and differed already",
                 call.operator, call.module
             ),
-        );
+        )
+        .at(call.site.as_deref());
     }
     if into_input {
         let summary = if recorded(c, "data/indices") {
@@ -520,6 +532,7 @@ mod tests {
             module: "block".to_owned(),
             inputs: vec![],
             output: 0,
+            site: Some("model.py:7".to_owned()),
         };
         let mut c = diverged_at(0, 4, "fwd/block");
         evidence(&mut c, 0, 0, "seed/torch", None);
@@ -537,7 +550,9 @@ mod tests {
             input: 1,
             source: InputSource::Untraced,
         });
-        assert_eq!(kind(&c, None), CauseClass::ValueFromOutside);
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::ValueFromOutside);
+        assert_eq!(cause.site.as_deref(), Some("model.py:7"));
         assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
     }
 

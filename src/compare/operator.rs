@@ -50,6 +50,11 @@ pub struct OperatorCall {
     pub inputs: Vec<String>,
     /// Its first output whose bits differ between the two sides.
     pub output: u32,
+    /// The program's line that called it (`model.py:42`: the innermost frame outside torch,
+    /// detcheck, installed packages and the standard library), from the tracer's `site:op:N`
+    /// entries; `None` when the trace has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
 }
 
 /// Where a differing input of an operator came from.
@@ -142,7 +147,11 @@ impl fmt::Display for OperatorCall {
             } else {
                 self.inputs.join(", ")
             }
-        )
+        )?;
+        match &self.site {
+            Some(site) => write!(f, " at {site}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -413,6 +422,11 @@ pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> Opera
                     module: module.to_owned(),
                     inputs: inputs.iter().map(|(.., l)| l.clone()).collect(),
                     output,
+                    site: left
+                        .environment
+                        .as_ref()
+                        .and_then(|e| e.get(&format!("site:op:{index}")))
+                        .map(str::to_owned),
                 };
                 return match inputs.iter().find(|(_, d, ..)| *d) {
                     None => OperatorFinding::Nondeterministic {
@@ -539,6 +553,7 @@ mod tests {
                     module: "block".into(),
                     inputs: vec!["f32[4,8]".into(), "f32[4,8]".into()],
                     output: 0,
+                    site: None,
                 },
                 input: 1,
                 source: InputSource::Untraced,

@@ -18,7 +18,7 @@
 //! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
-//! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed |
+//! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
 //!
 //! The last two are read by the Python package's start-up hook ([`RecorderPlan`]), which records
 //! a program that opens no writer of its own (python/README.md, "Zero-change recording").
@@ -31,6 +31,7 @@
 //! clock (T bounds the wait), which is fine on a timing path and never touches a value.
 
 use crate::file::{DumpError, DumpMode, RunId};
+use crate::record::hints;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -67,8 +68,36 @@ pub const DETERMINISTIC_VAR: &str = "DETCHECK_DETERMINISTIC";
 pub struct RecorderPlan {
     /// End the program after this many optimizer steps (its trace finished first).
     pub stop_after: Option<u64>,
-    /// Apply the deterministic settings at start-up (`crate::record::hints::deterministic`).
-    pub deterministic: bool,
+    /// The deterministic settings to apply (`crate::record::hints::deterministic`): bit `i` is
+    /// its `i`-th setting; 0: none, [`all_settings`]: every one.
+    pub deterministic: u32,
+}
+
+/// The mask of every deterministic setting ([`RecorderPlan::deterministic`]).
+#[must_use]
+pub fn all_settings() -> u32 {
+    (1u32 << hints::deterministic().count()) - 1
+}
+
+/// The names of the settings of `mask`, in the table's order.
+#[must_use]
+pub fn setting_names(mask: u32) -> Vec<&'static str> {
+    hints::deterministic()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, h)| h.name)
+        .collect()
+}
+
+/// The mask of the settings named `names`; `None` when a name is none of them.
+#[must_use]
+pub fn settings_mask<'n>(names: impl IntoIterator<Item = &'n str>) -> Option<u32> {
+    let mut mask = 0;
+    for name in names {
+        let i = hints::deterministic().position(|h| h.name == name)?;
+        mask |= 1 << i;
+    }
+    Some(mask)
 }
 
 impl RecorderPlan {
@@ -79,8 +108,13 @@ impl RecorderPlan {
         if let Some(n) = self.stop_after {
             vars.push((STOP_AFTER_VAR, n.to_string()));
         }
-        if self.deterministic {
+        if self.deterministic == all_settings() {
             vars.push((DETERMINISTIC_VAR, "1".to_owned()));
+        } else if self.deterministic != 0 {
+            vars.push((
+                DETERMINISTIC_VAR,
+                setting_names(self.deterministic).join(","),
+            ));
         }
         vars
     }
@@ -105,9 +139,15 @@ impl RecorderPlan {
             ),
         };
         let deterministic = match var(DETERMINISTIC_VAR).as_deref() {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(bad_variable(DETERMINISTIC_VAR, v, "0 or 1")),
+            None | Some("0") => 0,
+            Some("1") => all_settings(),
+            Some(v) => settings_mask(v.split(',').map(str::trim)).ok_or_else(|| {
+                bad_variable(
+                    DETERMINISTIC_VAR,
+                    v,
+                    "0, 1 or names of the deterministic settings (`detcheck env`)",
+                )
+            })?,
         };
         Ok(RecorderPlan {
             stop_after,
@@ -433,7 +473,7 @@ mod tests {
     fn the_recorder_plan_round_trips_and_bad_values_are_named() {
         let plan = RecorderPlan {
             stop_after: Some(5),
-            deterministic: true,
+            deterministic: all_settings(),
         };
         let vars = plan.to_env();
         let read = |extra: &[(&str, &str)]| {
@@ -465,6 +505,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`DETCHECK_DETERMINISTIC`"), "{err}");
+        // A subset of the settings, by name, round-trips.
+        let some = settings_mask(["random.seed", "PYTHONHASHSEED"]).unwrap();
+        let subset = RecorderPlan {
+            stop_after: None,
+            deterministic: some,
+        };
+        let vars = subset.to_env();
+        assert_eq!(
+            vars,
+            [(DETERMINISTIC_VAR, "PYTHONHASHSEED,random.seed".to_owned())]
+        );
+        let back = RecorderPlan::from_vars(|n| (n == DETERMINISTIC_VAR).then(|| vars[0].1.clone()));
+        assert_eq!(back.unwrap(), subset);
+        assert_eq!(settings_mask(["random.seed", "no.such"]), None);
     }
 
     #[test]

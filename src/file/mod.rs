@@ -23,7 +23,10 @@ pub mod capture;
 pub(crate) mod format;
 pub mod launch;
 pub use capture::Capture;
-pub use launch::{no_records_note, Launch, RankFiles, RecorderPlan, ERROR_FILE_MAGIC};
+pub use launch::{
+    all_settings, no_records_note, setting_names, settings_mask, Launch, RankFiles, RecorderPlan,
+    ERROR_FILE_MAGIC,
+};
 mod lock;
 pub use lock::{FolderLock, Holder, LOCK_FILE};
 mod msprobe;

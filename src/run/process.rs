@@ -32,7 +32,10 @@
 //! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass
 //! for one dump (`run::fresh_run_id`).
 
-use crate::file::{load_trace, no_records_note, DumpMode, Launch, RecorderPlan};
+use crate::file::{
+    all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode, Launch,
+    RecorderPlan,
+};
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
 use crate::run::rank_failure::{stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES};
@@ -244,6 +247,18 @@ impl<'a> CommandLaunch<'a> {
     }
 
     /// `PYTHONHASHSEED` of this launch: a different value for each run of a check.
+    /// The mask of the deterministic settings this launch applies (`RecorderPlan`).
+    fn deterministic_settings(&self) -> u32 {
+        match (
+            &self.command.deterministic,
+            &self.command.deterministic_only,
+        ) {
+            (false, _) => 0,
+            (true, None) => all_settings(),
+            (true, Some(names)) => settings_mask(names.iter().map(String::as_str)).unwrap_or(0),
+        }
+    }
+
     fn hash_seed(&self) -> String {
         let (seed, launch) = self
             .request
@@ -360,18 +375,21 @@ impl<'a> CommandLaunch<'a> {
                 .command
                 .stop_after_steps
                 .then_some(self.request.spec.steps),
-            deterministic: self.command.deterministic,
+            deterministic: self.deterministic_settings(),
         };
         for (name, value) in plan.to_env() {
             cmd.env(name, value);
         }
-        if !self.command.env.contains_key("PYTHONHASHSEED") && !self.command.deterministic {
+        let hash_seed_pinned = setting_names(plan.deterministic).contains(&"PYTHONHASHSEED");
+        if !self.command.env.contains_key("PYTHONHASHSEED") && !hash_seed_pinned {
             cmd.env("PYTHONHASHSEED", self.hash_seed());
         }
         if self.command.deterministic {
-            // The launch variables of `hints::deterministic()`, unless the scenario sets them.
+            // The launch variables of `hints::deterministic()` asked for, unless the scenario
+            // sets them.
+            let asked = setting_names(plan.deterministic);
             for hint in hints::deterministic().filter(|h| h.subject == Subject::Setting) {
-                if !self.command.env.contains_key(hint.name) {
+                if asked.contains(&hint.name) && !self.command.env.contains_key(hint.name) {
                     cmd.env(hint.name, hint.value);
                 }
             }

@@ -113,6 +113,9 @@ pub struct CommandProgram {
     /// `PYTHONHASHSEED`, `CUBLAS_WORKSPACE_CONFIG`, and the Python start-up calls with the
     /// scenario's seed), to see whether they make the program reproducible.
     pub deterministic: bool,
+    /// With `deterministic`: only these of the settings (by name; `None`: all). Set by the
+    /// check that learns which setting fixes a divergence, never by a scenario file.
+    pub deterministic_only: Option<Vec<String>>,
     /// `params.stop_after_steps` (default true): a program recorded without a change of its
     /// own (the Python package's start-up hook) is ended after `steps` optimizer steps.
     pub stop_after_steps: bool,
@@ -303,6 +306,7 @@ impl CommandProgram {
             restart: params.restart,
             scenario_dir,
             deterministic: params.deterministic,
+            deterministic_only: None,
             stop_after_steps: params.stop_after_steps,
         })
     }

@@ -84,12 +84,14 @@ gives no window. A dispatch mode the program enters around its forward and leave
 leaves its window open until the step ends.
 """
 
+import sys
 import weakref
 
 import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils._pytree import tree_flatten
 
+from . import _evidence
 from ._contract import ROOT
 from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
 from ._tensors import Hook as _Hook
@@ -154,6 +156,9 @@ class OpTracer(TorchDispatchMode):
         i = self.index
         self.index += 1
         module = self.stack[-1] if self.stack else self.label
+        where = _evidence.site(sys._getframe(1))
+        if where is not None:  # the program's line of this call (src/compare/operator.rs)
+            self.writer.add_environment(f"site:op:{i}", where)
         operator = str(func)
         leaves, _ = tree_flatten((args, kwargs))
         j = 0

@@ -125,21 +125,27 @@ class _ThenCall(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
+def _asked(rows):
+    """The start-up rows of ``rows`` that the launch asks for (all, or a subset by name)."""
+    return [r for r in rows if r[0] == "startup" and r[1] in _state.deterministic]
+
+
 def _apply(stack):
     from . import _settings
 
-    _settings.apply([r for r in _settings.settings(stack) if r[0] == "startup"], _state.seed)
+    _settings.apply(_asked(_settings.settings(stack)), _state.seed)
 
 
 def _torch_imported(module):
     if _state.deterministic:
         _apply("torch")
-    try:
-        from . import _torch_frontend
+    if _evidence_wanted():
+        try:
+            from . import _torch_frontend
 
-        _torch_frontend.install_evidence()
-    except Exception as e:
-        _say(f"cannot follow torch's generators and data loaders: {e!r}")
+            _torch_frontend.install_evidence()
+        except Exception as e:
+            _say(f"cannot follow torch's generators and data loaders: {e!r}")
     if _state.world_size == 1:
         from . import _single_rank
 
@@ -214,7 +220,7 @@ def activate():
         if claimed is not None and claimed != str(os.getpid()):
             return  # a process the rank's process started
         os.environ[PID_VAR] = str(os.getpid())
-        stop_after, deterministic = recorder_plan()
+        stop_after, deterministic = recorder_plan()  # the names of the settings to apply
         _state = _State(rank, world_size, seed, files, stop_after, deterministic)
         try:
             _keep_failures_readable()
@@ -223,7 +229,8 @@ def activate():
         callbacks = {"torch": _torch_imported}
         if deterministic:
             _apply_python_now_and_numpy_later(callbacks)
-        _follow_generators(callbacks)
+        if _evidence_wanted():
+            _follow_generators(callbacks)
         if "torch" in sys.modules:  # imported by another .pth file
             _torch_imported(sys.modules["torch"])
         else:
@@ -232,6 +239,11 @@ def activate():
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _evidence_wanted():
+    """Whether to gather the evidence of causes (docs/causes.md): unless DETCHECK_EVIDENCE=0."""
+    return os.environ.get("DETCHECK_EVIDENCE", "1") != "0"
 
 
 def _follow_generators(callbacks):
@@ -256,7 +268,7 @@ def _follow_generators(callbacks):
 def _apply_python_now_and_numpy_later(callbacks):
     from . import _settings
 
-    rows = [r for r in _settings.settings("python") if r[0] == "startup"]
+    rows = _asked(_settings.settings("python"))
     now = [r for r in rows if not r[1].startswith("numpy.")]
     later = [r for r in rows if r[1].startswith("numpy.")]
     _settings.apply(now, _state.seed)

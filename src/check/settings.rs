@@ -1,0 +1,266 @@
+//! Which of `--deterministic`'s settings makes a program's runs identical: the answer a user
+//! needs ("add `random.seed(0)` at the top of the script"), not only that all of them together
+//! do.
+//!
+//! When `repeat` holds with every setting, the program is run twice without them. Identical:
+//! none is needed. Otherwise the cause of that divergence (`compare::decide_cause`) names the
+//! settings that should fix it (a seed for an unseeded or differently seeded generator, the hash
+//! seed for hash order, deterministic algorithms for an operator), and two runs with only those
+//! settings confirm it; when the cause names none, or they do not suffice, the settings are
+//! halved while a half still makes the runs identical. When `repeat` does not hold with every
+//! setting, no run is made: none of them fixes it, and the report's cause says why.
+//!
+//! Main type: [`SettingsFinding`]. Determinism: every run is one of the check's (perturbations
+//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 2 * 2 * log2(8)
+//! runs (the halving); a program whose runs need two settings from different halves is
+//! answered with the smallest set tried that works.
+
+use super::RunError;
+use crate::compare::{compare_traces, decide_cause, CauseClass, Comparison, TraceView};
+use crate::file::{all_settings, setting_names, settings_mask};
+use crate::record::hints;
+use crate::record::Trace;
+use serde::Serialize;
+
+/// What `--deterministic` learned (module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SettingsFinding {
+    /// The settings that make the runs identical, by the hint table's names; empty when the
+    /// runs are identical without any, or when none makes them so (`fixes`).
+    pub fixed_by: Vec<String>,
+    /// Whether the settings make the runs identical at all.
+    pub fixes: bool,
+    /// What to write in the program, one statement per setting (`random.seed(0)`,
+    /// `PYTHONHASHSEED=0`).
+    pub statements: Vec<String>,
+    /// The cause of the divergence without the settings, when the runs diverged.
+    pub cause_without: Option<CauseClass>,
+    /// The finding in one sentence.
+    pub summary: String,
+}
+
+/// The settings a cause names (by the hint table's names).
+fn named_by(class: CauseClass, generator: Option<&str>) -> Vec<&'static str> {
+    match class {
+        CauseClass::SeededDifferently | CauseClass::UnseededGenerator => match generator {
+            Some("python") => vec!["random.seed"],
+            Some("numpy") => vec!["numpy.random.seed"],
+            Some("torch" | "cuda") => vec!["torch.manual_seed"],
+            _ => vec![],
+        },
+        CauseClass::InitialParameters | CauseClass::DataOrder => vec!["torch.manual_seed"],
+        CauseClass::DataValues => vec!["random.seed", "numpy.random.seed", "torch.manual_seed"],
+        CauseClass::HashOrder => vec!["PYTHONHASHSEED"],
+        CauseClass::NondeterministicOperator => vec![
+            "torch.use_deterministic_algorithms",
+            "CUBLAS_WORKSPACE_CONFIG",
+            "torch.backends.cudnn.deterministic",
+            "torch.backends.cudnn.benchmark",
+        ],
+        _ => vec![],
+    }
+}
+
+fn statements(names: &[String], seed: u64) -> Vec<String> {
+    hints::deterministic()
+        .filter(|h| names.iter().any(|n| n == h.name))
+        .map(|h| h.statement(Some(seed)))
+        .collect()
+}
+
+/// `run(only)`: the program's two runs (perturbations 1 and 2) with the settings `only` (by
+/// name; `None`: none at all). `with_all`: the check's `repeat` comparison with every setting.
+pub(crate) fn which_settings_fix(
+    with_all: &Comparison,
+    seed: u64,
+    run: &dyn Fn(Option<&[String]>) -> Result<(Trace, Trace), RunError>,
+) -> Result<SettingsFinding, RunError> {
+    let identical = |only: Option<&[String]>| -> Result<(bool, Comparison), RunError> {
+        let (a, b) = run(only)?;
+        let c = compare_traces(&a, &b, TraceView::All);
+        Ok((c.is_identical(), c))
+    };
+    if !with_all.is_identical() {
+        return Ok(SettingsFinding {
+            fixed_by: Vec::new(),
+            fixes: false,
+            statements: Vec::new(),
+            cause_without: None,
+            summary: "none of the deterministic settings makes the runs identical: the cause \
+                      above is not one a setting fixes"
+                .to_owned(),
+        });
+    }
+    let (same, without) = identical(None)?;
+    if same {
+        return Ok(SettingsFinding {
+            fixed_by: Vec::new(),
+            fixes: true,
+            statements: Vec::new(),
+            cause_without: None,
+            summary: "the runs are identical without the settings too: none of them is needed"
+                .to_owned(),
+        });
+    }
+    let cause = decide_cause(&without, None);
+    let cause_without = cause.as_ref().map(|c| c.kind);
+    let all: Vec<String> = setting_names(all_settings())
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut fixed_by = all.clone();
+    let predicted: Vec<String> = cause
+        .as_ref()
+        .map(|c| named_by(c.kind, c.generator.as_deref()))
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if !predicted.is_empty() && settings_mask(predicted.iter().map(String::as_str)).is_some() {
+        if identical(Some(&predicted))?.0 {
+            fixed_by = predicted;
+        }
+    }
+    if fixed_by == all {
+        // Halve while a half still makes the runs identical.
+        while fixed_by.len() > 1 {
+            let (first, second) = fixed_by.split_at(fixed_by.len() / 2);
+            let (first, second) = (first.to_vec(), second.to_vec());
+            if identical(Some(&first))?.0 {
+                fixed_by = first;
+            } else if identical(Some(&second))?.0 {
+                fixed_by = second;
+            } else {
+                break;
+            }
+        }
+    }
+    let statements = statements(&fixed_by, seed);
+    // The hash seed alone fixing it is itself the evidence of hash order.
+    let cause_without = if fixed_by == ["PYTHONHASHSEED"] {
+        Some(CauseClass::HashOrder)
+    } else {
+        cause_without
+    };
+    let class = cause_without.map_or_else(|| "unknown".to_owned(), |k| k.to_string());
+    let quoted = |items: &[String]| {
+        items
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (variables, calls): (Vec<String>, Vec<String>) =
+        statements.iter().cloned().partition(|s| !s.contains('('));
+    let mut todo = Vec::new();
+    if !calls.is_empty() {
+        todo.push(format!("add {} at the top of the script", quoted(&calls)));
+    }
+    if !variables.is_empty() {
+        todo.push(format!("set {} in its environment", quoted(&variables)));
+    }
+    let summary = format!(
+        "{} alone make{} the runs identical; without the settings the cause is {class}. To fix \
+         the program: {}",
+        quoted(&fixed_by),
+        if fixed_by.len() == 1 { "s" } else { "" },
+        todo.join(", and ")
+    );
+    Ok(SettingsFinding {
+        fixed_by,
+        fixes: true,
+        statements,
+        cause_without,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{RecordLevel, Recorder};
+    use crate::value::tensor::Tensor;
+    use std::cell::RefCell;
+
+    /// A one-rank trace: `rng/python` (evidence) then the model's input, with these values.
+    fn trace(rng: f32, input: f32) -> Trace {
+        let mut r = Recorder::new(0, RecordLevel::Stats);
+        r.record(0, "rng/python", &Tensor::from_vec(vec![rng]));
+        r.record(0, "in/(model).0", &Tensor::from_vec(vec![input]));
+        Trace {
+            ranks: vec![r.finish()],
+        }
+    }
+
+    /// A program whose runs are identical when `needs` are among the settings applied (always,
+    /// when it needs none);
+    /// `evidence`: whether its divergence leaves `rng/python` evidence. Counts the runs.
+    fn program<'r>(
+        needs: &'static [&'static str],
+        evidence: bool,
+        runs: &'r RefCell<Vec<Option<Vec<String>>>>,
+    ) -> impl Fn(Option<&[String]>) -> Result<(Trace, Trace), RunError> + 'r {
+        move |only| {
+            runs.borrow_mut().push(only.map(<[String]>::to_vec));
+            let fixed = needs.is_empty()
+                || only.is_some_and(|o| needs.iter().all(|n| o.iter().any(|x| x == n)));
+            let second = if fixed { 1.0 } else { 2.0 };
+            let rng = if evidence { second } else { 1.0 };
+            Ok((trace(1.0, 1.0), trace(rng, second)))
+        }
+    }
+
+    fn with_all(identical: bool) -> Comparison {
+        let b = if identical { 1.0 } else { 2.0 };
+        compare_traces(&trace(1.0, 1.0), &trace(1.0, b), TraceView::All)
+    }
+
+    #[test]
+    fn the_cause_names_the_setting_and_two_runs_confirm_it() {
+        let runs = RefCell::new(Vec::new());
+        let f = which_settings_fix(&with_all(true), 7, &program(&["random.seed"], true, &runs))
+            .unwrap();
+        assert_eq!(f.fixed_by, ["random.seed"]);
+        assert_eq!(f.statements, ["random.seed(7)"]);
+        assert_eq!(f.cause_without, Some(CauseClass::UnseededGenerator));
+        assert!(
+            f.summary.contains("add `random.seed(7)` at the top"),
+            "{}",
+            f.summary
+        );
+        // Without the settings, then with the one the cause names: two pairs of runs.
+        assert_eq!(runs.borrow().len(), 2);
+    }
+
+    #[test]
+    fn without_evidence_the_settings_are_halved() {
+        let runs = RefCell::new(Vec::new());
+        let f = which_settings_fix(
+            &with_all(true),
+            0,
+            &program(&["PYTHONHASHSEED"], false, &runs),
+        )
+        .unwrap();
+        assert_eq!(f.fixed_by, ["PYTHONHASHSEED"]);
+        assert_eq!(f.cause_without, Some(CauseClass::HashOrder));
+        assert!(f
+            .summary
+            .contains("set `PYTHONHASHSEED=0` in its environment"));
+        assert!(runs.borrow().len() <= 1 + 2 * 3, "{:?}", runs.borrow());
+    }
+
+    #[test]
+    fn identical_without_settings_and_not_fixed_by_them_are_said() {
+        let runs = RefCell::new(Vec::new());
+        let f = which_settings_fix(&with_all(true), 0, &program(&[], false, &runs)).unwrap();
+        assert!(f.fixes && f.fixed_by.is_empty(), "{f:?}");
+        assert!(f.summary.contains("none of them is needed"));
+        let runs = RefCell::new(Vec::new());
+        let f = which_settings_fix(&with_all(false), 0, &program(&["x"], false, &runs)).unwrap();
+        assert!(!f.fixes && f.summary.starts_with("none of the deterministic settings"));
+        assert!(
+            runs.borrow().is_empty(),
+            "no run is made when the settings do not fix it"
+        );
+    }
+}
