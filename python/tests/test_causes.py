@@ -21,7 +21,7 @@ PLANTED = {
     "loader_order": ("data_order", "loader_order.py:16", "the data loader fetched other samples"),
     "init_before_seed": ("initial_parameters", None, "before the first step"),
     "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
-    "clock_jitter": ("value_from_outside", None, "`aten.lift_fresh.default`"),
+    "clock_jitter": ("value_from_outside", "clock_jitter.py:18", "`aten.lift_fresh.default`"),
     "worker_augment": ("data_values", None, "fetched the same samples"),
 }
 

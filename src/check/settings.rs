@@ -68,12 +68,16 @@ fn statements(names: &[String], seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// Runs a program twice (perturbations 1 and 2) with the deterministic settings `only` (by name;
+/// `None`: none at all).
+pub(crate) type RunPair<'r> = dyn Fn(Option<&[String]>) -> Result<(Trace, Trace), RunError> + 'r;
+
 /// `run(only)`: the program's two runs (perturbations 1 and 2) with the settings `only` (by
 /// name; `None`: none at all). `with_all`: the check's `repeat` comparison with every setting.
 pub(crate) fn which_settings_fix(
     with_all: &Comparison,
     seed: u64,
-    run: &dyn Fn(Option<&[String]>) -> Result<(Trace, Trace), RunError>,
+    run: &RunPair<'_>,
 ) -> Result<SettingsFinding, RunError> {
     let identical = |only: Option<&[String]>| -> Result<(bool, Comparison), RunError> {
         let (a, b) = run(only)?;
@@ -116,10 +120,11 @@ pub(crate) fn which_settings_fix(
         .into_iter()
         .map(str::to_owned)
         .collect();
-    if !predicted.is_empty() && settings_mask(predicted.iter().map(String::as_str)).is_some() {
-        if identical(Some(&predicted))?.0 {
-            fixed_by = predicted;
-        }
+    if !predicted.is_empty()
+        && settings_mask(predicted.iter().map(String::as_str)).is_some()
+        && identical(Some(&predicted))?.0
+    {
+        fixed_by = predicted;
     }
     if fixed_by == all {
         // Halve while a half still makes the runs identical.
