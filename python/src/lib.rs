@@ -31,8 +31,8 @@ mod worker;
 
 use buffer::Buffer;
 use detcheck::file::{
-    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles, RecorderPlan,
-    TraceWriter as RustWriter, ERROR_FILE_MAGIC,
+    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles,
+    RecorderPlan, TraceWriter as RustWriter, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
 use detcheck::value::{tree_digest, DType, Stats, TensorView, Totals, ViewError};
