@@ -104,7 +104,7 @@ def test_the_cause_leads_the_text_and_reaches_every_report(detcheck_bin, tmp_pat
 #: script -> the settings `--deterministic` finds that fix it (None: none of them does).
 FIXED_BY = {
     "shuffle_samples": ["random.seed"],  # named by the cause, confirmed by two runs
-    "set_order": ["PYTHONHASHSEED"],  # found by halving the settings
+    "set_order": ["PYTHONHASHSEED"],  # no evidence names a cause: the hash seed is tried first
     "clock_jitter": None,  # a clock read inside the model: no setting fixes it
 }
 

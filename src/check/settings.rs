@@ -4,15 +4,15 @@
 //!
 //! When `repeat` holds with every setting, the program is run twice without them. Identical:
 //! none is needed. Otherwise the cause of that divergence (`compare::decide_cause`) names the
-//! settings that should fix it (a seed for an unseeded or differently seeded generator, the hash
-//! seed for hash order, deterministic algorithms for an operator), and two runs with only those
-//! settings confirm it; when the cause names none, or they do not suffice, the settings are
+//! settings that should fix it (a seed for an unseeded or differently seeded generator,
+//! deterministic algorithms for an operator; the hash seed first where no evidence names a cause
+//! and the launches' hash seeds differed), and two runs with only those settings confirm it; when the cause names none, or they do not suffice, the settings are
 //! halved while a half still makes the runs identical. When `repeat` does not hold with every
 //! setting, no run is made: none of them fixes it, and the report's cause says why.
 //!
 //! Main type: [`SettingsFinding`]. Determinism: every run is one of the check's (perturbations
-//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 2 * 2 * log2(8)
-//! runs (the halving); a program whose runs need two settings from different halves is
+//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 4 + 2 * 2 * 3
+//! runs (without, two candidates, the halving of 8 settings); a program whose runs need two settings from different halves is
 //! answered with the smallest set tried that works.
 
 use super::RunError;
@@ -113,18 +113,25 @@ pub(crate) fn which_settings_fix(
         .map(str::to_owned)
         .collect();
     let mut fixed_by = all.clone();
-    let predicted: Vec<String> = cause
-        .as_ref()
-        .map(|c| named_by(c.kind, c.generator.as_deref()))
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    if !predicted.is_empty()
-        && settings_mask(predicted.iter().map(String::as_str)).is_some()
-        && identical(Some(&predicted))?.0
-    {
-        fixed_by = predicted;
+    // What the cause names; first the hash seed where no evidence named anything else and
+    // the launches' hash seeds differed (what the check's own hash-seed run would try).
+    let mut candidates: Vec<Vec<&str>> = Vec::new();
+    if let Some(cause) = &cause {
+        let hash_seeds_differ = without
+            .environment
+            .iter()
+            .any(|e| e.key == "PYTHONHASHSEED");
+        if cause.kind.needs_hash_probe() && hash_seeds_differ {
+            candidates.push(vec!["PYTHONHASHSEED"]);
+        }
+        candidates.push(named_by(cause.kind, cause.generator.as_deref()));
+    }
+    for candidate in candidates.into_iter().filter(|c| !c.is_empty()) {
+        let names: Vec<String> = candidate.into_iter().map(str::to_owned).collect();
+        if settings_mask(names.iter().map(String::as_str)).is_some() && identical(Some(&names))?.0 {
+            fixed_by = names;
+            break;
+        }
     }
     if fixed_by == all {
         // Halve while a half still makes the runs identical.
