@@ -26,22 +26,22 @@ PLANTED = {
 }
 
 
-def one_liner(detcheck_bin, script, *args, code):
+def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code):
+    """`detcheck check FLAGS --ranks 1 --steps 2 -- python causes/SCRIPT.py ARGS`."""
     return run_detcheck(
         detcheck_bin,
         "check",
         "--no-progress",
-        "--format",
-        "json",
+        *flags,
         "--ranks",
         "1",
         "--steps",
-        "3",
+        "2",
         "--",
         sys.executable,
         CAUSES / f"{script}.py",
         *args,
-        timeout=600,
+        timeout=900,
         code=code,
     )
 
@@ -70,25 +70,8 @@ def test_the_cause_leads_the_text_and_reaches_every_report(detcheck_bin, tmp_pat
     import xml.etree.ElementTree as ET
 
     junit, pages = tmp_path / "junit.xml", tmp_path / "pages"
-    done = run_detcheck(
-        detcheck_bin,
-        "check",
-        "--no-progress",
-        "--no-diagnosis",
-        "--junit",
-        junit,
-        "--report-dir",
-        pages,
-        "--ranks",
-        "1",
-        "--steps",
-        "2",
-        "--",
-        sys.executable,
-        CAUSES / "loader_order.py",
-        timeout=600,
-        code=1,
-    )
+    flags = ("--no-diagnosis", "--junit", junit, "--report-dir", pages)
+    done = one_liner(detcheck_bin, "loader_order", flags=flags, code=1)
     text = done.stdout
     cause = text.index("  cause: data order: the data loader fetched other samples")
     assert cause < text.index("  first divergence:"), text
@@ -112,23 +95,8 @@ FIXED_BY = {
 @pytest.mark.parametrize("script", sorted(FIXED_BY))
 def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detcheck_bin, script):
     fixed_by = FIXED_BY[script]
-    done = run_detcheck(
-        detcheck_bin,
-        "check",
-        "--no-progress",
-        "--format",
-        "json",
-        "--deterministic",
-        "--ranks",
-        "1",
-        "--steps",
-        "2",
-        "--",
-        sys.executable,
-        CAUSES / f"{script}.py",
-        timeout=900,
-        code=0 if fixed_by else 1,
-    )
+    flags = ("--format", "json", "--deterministic")
+    done = one_liner(detcheck_bin, script, flags=flags, code=0 if fixed_by else 1)
     (line,) = done.scenarios.values()
     finding = line["deterministic"]
     if fixed_by is None:
