@@ -401,8 +401,8 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
         ("fsdp1", set()),  # flat parameters: each rank's shard
         (
             "tensor_parallel",
-            {"grad/fc2.bias", "param/fc2.bias"},
-        ),  # RowwiseParallel's Replicate bias
+            {"init/fc2.bias", "grad/fc2.bias", "param/fc2.bias"},
+        ),  # RowwiseParallel's Replicate bias (before the first step, and after)
     ],
 )
 def test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated(

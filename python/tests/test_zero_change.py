@@ -33,6 +33,9 @@ DDP = UNMODIFIED / "ddp_train.py"
 
 requires("torch")
 
+#: The evidence of causes the recorder adds in a launched rank (docs/causes.md).
+EVIDENCE = ("seed/", "rng/", "data/indices", "init/")
+
 
 def launched(tmp_path, argv, rank="0", world="1", **extra):
     """Runs `argv` as rank `rank` of a detcheck launch into tmp_path/trace, without detcheck
@@ -95,8 +98,9 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
     ):
         assert applied in text, text
     reseed = caught_with_element(lines["control_ddp_clock_reseed"])
-    assert reseed["name"].startswith("fwd/"), reseed
+    assert reseed["name"].startswith(("fwd/", "init/")), reseed
     assert reseed["step"] == 0, reseed
+    assert reseed["cause"]["kind"] == "seeded_differently", reseed["cause"]
     order = caught_with_element(lines["control_ddp_set_order"])
     assert order["name"] == "fwd/(model)", order
     operator = order["operator"]
@@ -142,6 +146,11 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
     records = decode(trace / "rank0.dctrace")
     assert sorted({r["step"] for r in records}) == [0, 1], "ended after 2 optimizer steps"
     step0 = [r["name"] for r in records if r["step"] == 0]
+    # The evidence of causes (docs/causes.md): the seeding calls, the loader's indices (fetched
+    # in the main process, whatever the workers do), the parameters before the first step.
+    evidence = [n for n in step0 if n.startswith(EVIDENCE)]
+    assert {"seed/torch", "data/indices", "init/fc1.weight"} <= set(evidence), evidence
+    step0 = [n for n in step0 if not n.startswith(EVIDENCE)]
     assert step0 == [
         "in/(model).0",
         "fwd/fc1",
@@ -158,7 +167,8 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
         "param/fc2.bias",
     ]
     # One rank: nothing to tell apart, so gradients and parameters are replicated records.
-    assert all(r["replicated"] == r["name"].startswith(("grad/", "param/")) for r in records)
+    replicated = ("grad/", "param/", "init/")
+    assert all(r["replicated"] == r["name"].startswith(replicated) for r in records)
 
 
 def test_torchruns_agent_records_nothing(tmp_path):
@@ -207,7 +217,8 @@ def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
     records = decode(trace / "rank0.dctrace")
     assert sorted({r["step"] for r in records}) == [0, 1], "the program's steps, not --steps"
     assert not any(r["name"].startswith("in/") for r in records), "the recorder's records"
-    assert [r["name"] for r in records if r["step"] == 0][0] == "fwd/(model)"
+    step0 = [r["name"] for r in records if r["step"] == 0 and not r["name"].startswith(EVIDENCE)]
+    assert step0[0] == "fwd/(model)", step0
 
 
 def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, detcheck_bin):

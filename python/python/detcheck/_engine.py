@@ -71,16 +71,17 @@ class Recording:
         self._grad_labels = [("grad/" + name, p) for name, p in params]
         self._param_labels = [("param/" + name, p) for name, p in params]
         self.sink = None
-        if writer is None:
-            return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
-        self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
-        self.sink = frontend.sink(writer, device_digests)
         self._inputs = bool(inputs)
         #: The step whose start was stamped (``rng/*``).
         self._stamped = None
         #: (step, name) -> records of evidence so far: the k of their ``site:`` keys.
         self._evidence_counts: dict[tuple[int, str], int] = {}
+        #: ``_evidence``'s sink while this recording takes the evidence, or ``None``.
         self._evidence_sink = None
+        if writer is None:
+            return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
+        self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
+        self.sink = frontend.sink(writer, device_digests)
         if _evidence.installed():
             self._evidence_sink = self.paused(self._evidence)
             _evidence.attach(self._evidence_sink)
