@@ -49,8 +49,12 @@ def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code):
 @pytest.mark.parametrize("script", sorted(PLANTED))
 def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, script):
     kind, site, words = PLANTED[script]
+    # The drill-down (re-runs) only where the class rests on it: the hash seed's third run and
+    # the operator finding; the other classes rest on the recorded evidence alone.
+    drill = kind in ("hash_order", "value_from_outside")
+    flags = ("--format", "json") if drill else ("--format", "json", "--no-diagnosis")
     for _ in range(runs("DETCHECK_CAUSE_RUNS")):
-        done = one_liner(detcheck_bin, script, code=1)
+        done = one_liner(detcheck_bin, script, flags=flags, code=1)
         (line,) = done.scenarios.values()
         cause = line["first_divergence"]["cause"]
         assert cause["kind"] == kind, cause
