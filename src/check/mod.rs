@@ -886,14 +886,16 @@ pub(crate) fn run_checks_on(
     if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
         checks.push(CheckKind::Backends);
     }
-    // Run k runs under perturbation k (rotation k − 1).
-    let run_on = |on: &dyn Runner, k: usize| {
+    // Run k of a scenario (this one, or a variant of it) runs under perturbation k (rotation
+    // k − 1).
+    let run_of = |on: &dyn Runner, scenario: &LoadedScenario, k: usize| {
         let p = Some(perturbation(spec.seed, k, options));
         on.run(
             scenario,
             &RunRequest::new(scenario, options, p, k, &RunPlan::default()),
         )
     };
+    let run_on = |on: &dyn Runner, k: usize| run_of(on, scenario, k);
     let first = run_on(runner, 1)?;
     let second = if checks.contains(&CheckKind::Repeat) {
         Some(run_on(runner, 2)?)
@@ -1101,13 +1103,7 @@ pub(crate) fn run_checks_on(
                         }
                         let mut variant = scenario.clone();
                         variant.program = Program::Command(Arc::new(changed));
-                        let on = |k: usize| {
-                            let p = Some(perturbation(spec.seed, k, options));
-                            let request =
-                                RunRequest::new(&variant, options, p, k, &RunPlan::default());
-                            runner.run(&variant, &request)
-                        };
-                        Ok((on(1)?, on(2)?))
+                        Ok((run_of(runner, &variant, 1)?, run_of(runner, &variant, 2)?))
                     };
                     Some(settings::which_settings_fix(
                         &repeat.comparison,

@@ -173,13 +173,8 @@ fn site_of<'c>(c: &'c Comparison, e: &EvidenceDifference) -> Option<&'c str> {
     c.site(e.rank, e.step, &e.name, e.occurrence)
 }
 
-/// Whether any rank of A noted a line for a record of `name` (which it then recorded).
-fn recorded(c: &Comparison, name: &str) -> bool {
-    let needle = format!(":{name}:");
-    c.sites.keys().any(|(_, key)| key.contains(&needle))
-}
-
-/// The first line A noted for a record of `name`, on any rank and step.
+/// The first line A noted for a record of `name`, on any rank and step (`Some` also says that
+/// A recorded one).
 fn first_site<'c>(c: &'c Comparison, name: &str) -> Option<&'c str> {
     let needle = format!(":{name}:");
     c.sites
@@ -281,7 +276,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
     if let Some(e) = evidence_of(c, d, "rng/").next() {
         let name = &e.name["rng/".len()..];
         let (words, call) = generator(name);
-        let seeded = recorded(c, &format!("seed/{name}"));
+        let seeded = first_site(c, &format!("seed/{name}")).is_some();
         let summary = if seeded {
             format!(
                 "{words} is in another state in each run, though seeded alike: something drew \
@@ -368,7 +363,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         .at(call.site.as_deref());
     }
     if into_input {
-        let summary = if recorded(c, "data/indices") {
+        let summary = if first_site(c, "data/indices").is_some() {
             "the model's input differs while the data loader fetched the same samples: the \
              values are made differently (augmentation, or data-loader workers that are not \
              seeded)"

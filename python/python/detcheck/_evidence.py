@@ -60,18 +60,26 @@ def _skipped_prefixes() -> tuple[str, ...]:
 _SKIPPED = _skipped_prefixes()
 
 
+@functools.lru_cache(maxsize=4096)
+def _program_file(path: str) -> str | None:
+    """``path`` made absolute when it is the program's (not detcheck's, an installed package's
+    or the standard library's), else ``None``; cached: the operator tracer asks at every call."""
+    if path.startswith("<"):
+        return None
+    full = os.path.abspath(path)
+    return None if full.startswith(_SKIPPED) else full
+
+
 def site(frame: Any = None) -> str | None:
     """The innermost caller outside detcheck, installed packages and the standard library, as
     ``file:line`` (relative to the working directory when it is inside it), or ``None``."""
     frame = frame if frame is not None else sys._getframe(1)
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not path.startswith("<"):
-            full = os.path.abspath(path)
-            if not full.startswith(_SKIPPED):
-                cwd = os.getcwd() + os.sep
-                shown = full[len(cwd) :] if full.startswith(cwd) else full
-                return f"{shown}:{frame.f_lineno}"
+        full = _program_file(frame.f_code.co_filename)
+        if full is not None:
+            cwd = os.getcwd() + os.sep
+            shown = full[len(cwd) :] if full.startswith(cwd) else full
+            return f"{shown}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 
