@@ -358,6 +358,34 @@ fn a_program_is_checked_from_flags_without_a_scenario_file() {
         assert_eq!(bad.code, 2, "{args:?}: {}{}", bad.stdout, bad.stderr);
         assert!(bad.stderr.contains(flag), "{args:?}: {}", bad.stderr);
     }
+    // One rank: `replicas` cannot apply (said so, not a pass), the program has no collective
+    // of its own (`none`, never the spec's `ring` or the launcher), and nouns are singular.
+    let one = detcheck(
+        &["check", "--no-progress", "--format", "json", "--", program],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(one.code, 0, "{}{}", one.stdout, one.stderr);
+    let line: serde_json::Value = serde_json::from_str(one.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(line["scenario"]["reduction"], "none", "{line}");
+    let replicas = &line["checks"][1];
+    assert_eq!(replicas["check"], "replicas", "{line}");
+    assert_eq!(replicas["status"], "skipped", "{line}");
+    assert!(
+        replicas["skip_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("not applicable at one rank")),
+        "{line}"
+    );
+    let one = detcheck(&["check", "--no-progress", "--", program], dir.path(), &[]);
+    assert!(
+        one.stdout
+            .contains("1      3  none           repeat (replicas n/a)")
+            && one.stdout.contains("\n1 scenario: 1 passed"),
+        "{}",
+        one.stdout
+    );
+
     let both = detcheck(&["check", "saved.json", "--", program], dir.path(), &[]);
     assert_eq!(both.code, 2, "{}", both.stderr);
     assert!(both.stderr.contains("not both"), "{}", both.stderr);

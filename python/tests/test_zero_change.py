@@ -88,6 +88,8 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
         assert lines[name]["status"] == "passed", lines[name]
     held = {c["check"]: c["holds"] for c in lines["ddp_train"]["checks"]}
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
+    # the table's reduction is the program's own: its process group's backend
+    assert lines["ddp_train"]["scenario"]["reduction"] == "gloo", lines["ddp_train"]["scenario"]
     # --deterministic says what it applied
     text = lines["ddp_set_order_deterministic"]["detail"]
     for applied in (

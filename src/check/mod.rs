@@ -849,6 +849,11 @@ fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
     }
 }
 
+/// Why `replicas` is skipped at one rank: it compares each rank with rank 0, so one rank has
+/// nothing to compare, and a pass would claim what was never checked.
+pub const ONE_RANK_HAS_NO_REPLICAS: &str =
+    "not applicable at one rank (replicas compares every rank with rank 0)";
+
 /// Why `devices` is skipped: this process has no GPU it can use.
 const NO_GPU: &str = "needs a GPU: build with --features nccl, on a machine with a CUDA driver, \
                       NVRTC and a device (`detcheck check` of a `device: \"gpu\"` scenario names \
@@ -971,6 +976,10 @@ pub(crate) fn run_checks_on(
                     }
                     None => Comparison::empty(),
                 },
+                CheckKind::Replicas if spec.world_size < 2 => {
+                    skipped = Some(ONE_RANK_HAS_NO_REPLICAS);
+                    Comparison::empty()
+                }
                 CheckKind::Replicas => {
                     // Both runs must hold replicas; report the first run that does not.
                     let in_first = compare_traces(&first, &first, TraceView::Replicas);

@@ -38,7 +38,7 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// What each check compares (the README's table).
+/// What each check compares (the table of docs/checks.md).
 fn compares(kind: CheckKind) -> &'static str {
     match kind {
         CheckKind::Repeat => {
@@ -521,12 +521,12 @@ pub(crate) fn page(
     fact(
         "run",
         escape(&format!(
-            "kind {}, {} ranks, {} steps, seed {}, reduction {}",
+            "kind {}, {}, {}, seed {}, reduction {}",
             spec.kind,
-            spec.world_size,
-            spec.steps,
+            super::report::counted(spec.world_size as u64, "rank"),
+            super::report::counted(spec.steps, "step"),
             spec.seed,
-            spec.effective_mode()
+            super::report::reduction_label(scenario, Some(report))
         )),
     );
     fact("check", format!("<code>{}</code>", outcome.kind));

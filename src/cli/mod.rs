@@ -683,11 +683,6 @@ fn check(
     for scenario in &scenarios {
         bar.set_message(scenario.name.clone());
         let spec = &scenario.spec;
-        // A command's reduction is its own: the column shows how its ranks are launched.
-        let mode = match &scenario.program {
-            Program::Ranks(_) => spec.effective_mode().to_string(),
-            Program::Command(command) => command.launcher.name().to_owned(),
-        };
         // Only reported (JUnit `time`), never on a deterministic path.
         let started = Instant::now();
         let outcome = if spec.ignored && !include_ignored {
@@ -706,9 +701,13 @@ fn check(
                 }
             }
         };
+        let ran = match &outcome {
+            Outcome::Ran(report) => Some(report),
+            _ => None,
+        };
         let mut result = ScenarioResult {
             scenario,
-            reduction: mode,
+            reduction: report::reduction_label(scenario, ran),
             outcome,
             elapsed: started.elapsed(),
             detail: None,
@@ -740,13 +739,17 @@ fn check(
                     })
                     .unwrap_or_else(|| "-".to_owned());
                 let records = report.num_compared().to_string();
-                let ran = join_checks(
+                // Checks that could not apply are listed as such, never as passes.
+                let mut ran = join_checks(
                     report
                         .outcomes
                         .iter()
                         .filter(|o| o.skipped.is_none())
                         .map(|o| &o.kind),
                 );
+                for o in report.outcomes.iter().filter(|o| o.skipped.is_some()) {
+                    ran.push_str(&format!(" ({} n/a)", o.kind));
+                }
                 rows.push(scenario_row(&ran, &records, verdict, &first));
                 let written = commands::write_reports(scenario, report, reports.report_dir);
                 if !report.passed() {
@@ -827,9 +830,9 @@ fn check(
             String::new()
         };
         out!(
-            "\n{} scenarios: {passed} passed, {failed} failed, {errored} errored, {ignored} \
+            "\n{}: {passed} passed, {failed} failed, {errored} errored, {ignored} \
              ignored{skipped_note}",
-            scenarios.len()
+            report::counted(scenarios.len() as u64, "scenario")
         );
     }
     if let Some(path) = reports.junit {

@@ -21,7 +21,7 @@ use super::exit::Exit;
 use detcheck::check::{CheckOutcome, ScenarioReport, SettingsFinding};
 use detcheck::compare::Divergence;
 use detcheck::record::Overflow;
-use detcheck::scenario::{CheckKind, Expectation, ScenarioSpec};
+use detcheck::scenario::{CheckKind, Expectation, Program, ScenarioSpec};
 use detcheck::LoadedScenario;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -407,6 +407,41 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
+/// The reduction column of the table (also the JUnit and HTML facts): a built-in scenario's
+/// effective mode; for a program, its own collectives as its recorder saw them
+/// (`site:collective`: `gloo`, `nccl`, `mpi`), else `own`, or `none` at one rank. Never the
+/// spec's `reduction`, which a program does not use.
+pub(super) fn reduction_label(
+    scenario: &LoadedScenario,
+    report: Option<&ScenarioReport>,
+) -> String {
+    match &scenario.program {
+        Program::Ranks(_) => scenario.spec.effective_mode().to_string(),
+        Program::Command(_) => {
+            let recorded = report.and_then(|r| {
+                r.outcomes
+                    .iter()
+                    .find_map(|o| o.comparison.fact(0, "collective"))
+            });
+            match recorded {
+                Some(backend) => backend.to_owned(),
+                None if scenario.spec.world_size < 2 => "none".to_owned(),
+                None => "own".to_owned(),
+            }
+        }
+    }
+}
+
+/// `1 rank`, `2 ranks`: a count with its noun.
+pub(super) fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Seconds with three decimals, as nextest writes `time`.
 fn seconds(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64())
@@ -418,12 +453,12 @@ fn system_out(result: &ScenarioResult<'_>) -> String {
     let scenario = result.scenario;
     let spec = &scenario.spec;
     let mut text = format!(
-        "scenario: {} ({})\nkind: {}, {} ranks, {} steps, seed {}, reduction {}\nexpect: {}\n",
+        "scenario: {} ({})\nkind: {}, {}, {}, seed {}, reduction {}\nexpect: {}\n",
         scenario.name,
         scenario.origin.display(),
         spec.kind,
-        spec.world_size,
-        spec.steps,
+        counted(spec.world_size as u64, "rank"),
+        counted(spec.steps, "step"),
         spec.seed,
         result.reduction,
         expectation_name(spec.expect),

@@ -435,6 +435,15 @@ impl Comparison {
             .map(String::as_str)
     }
 
+    /// A fact A's rank `rank` recorded about its run as `site:<key>` (`compiled`: the compiled
+    /// module; `collective`: its process group's backend).
+    #[must_use]
+    pub fn fact(&self, rank: u32, key: &str) -> Option<&str> {
+        self.sites
+            .get(&(rank, format!("site:{key}")))
+            .map(String::as_str)
+    }
+
     /// `true` when nothing differs.
     #[must_use]
     pub fn is_identical(&self) -> bool {

@@ -27,7 +27,7 @@ from torch.optim import optimizer as _optimizer
 from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
 from ._engine import Recording
 from ._tensors import Hook, compiled_part, leaves, replicated_records, unwrap_model
-from ._torch_frontend import TORCH, add_versions, before_optimizer_step
+from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
 __all__ = ["start", "Recorder"]
 
@@ -116,7 +116,7 @@ class Recorder:
         if self._writer is None:
             self.stand_down("not launched by detcheck")
             return
-        add_versions(self._writer)
+        describe_run(self._writer)
         compiled = compiled_part(root)
         if compiled is not None:
             # The cause of a divergence inside it cannot be traced (src/compare/cause.rs).

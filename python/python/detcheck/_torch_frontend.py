@@ -26,7 +26,7 @@ from ._tensors import (
 __all__ = [
     "TORCH",
     "TorchSink",
-    "add_versions",
+    "describe_run",
     "before_optimizer_step",
     "install_evidence",
 ]
@@ -167,16 +167,24 @@ class _TorchFrontEnd:
 TORCH = _TorchFrontEnd()
 
 
-def add_versions(writer):
+def describe_run(writer):
     """Adds torch's, CUDA's and cuDNN's versions to the writer's environment snapshot (those
-    available), so ``detcheck compare`` shows when two runs used different ones."""
+    available), so ``detcheck compare`` shows when two runs used different ones, and the
+    backend of the default process group as ``site:collective`` (``gloo``, ``nccl``): the
+    reduction the report's table shows for a program."""
     if writer is None or not hasattr(writer, "add_environment"):
         return
-    versions = {"torch.version": torch.__version__, "torch.cuda": torch.version.cuda}
+    facts = {"torch.version": torch.__version__, "torch.cuda": torch.version.cuda}
     cudnn = getattr(torch.backends, "cudnn", None)
     if cudnn is not None and cudnn.is_available():
-        versions["torch.cudnn"] = cudnn.version()
-    for key, value in versions.items():
+        facts["torch.cudnn"] = cudnn.version()
+    distributed = getattr(torch, "distributed", None)
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            facts["site:collective"] = distributed.get_backend()
+    except Exception:
+        pass  # a process group being torn down, or a backend that cannot name itself
+    for key, value in facts.items():
         if value is not None:
             writer.add_environment(key, str(value))
 

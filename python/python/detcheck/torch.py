@@ -31,7 +31,7 @@ from ._contract import Removable
 from ._detcheck import TraceWriter, _program_records
 from ._engine import RECORDS, Recording
 from ._tensors import Hook, replicated_records, unwrap_model
-from ._torch_frontend import TORCH, add_versions, before_optimizer_step
+from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -216,7 +216,7 @@ def _watch(
         optimizer = _unwrap_optimizer(optimizer)
     _program_records("the program calls detcheck.torch.watch")
     inner, is_ddp = unwrap_model(model)
-    add_versions(writer)
+    describe_run(writer)
     if replicated is None:
         replicated = replicated_records(
             is_ddp, getattr(writer, "world_size", 1), world_of_one=False

@@ -13,7 +13,7 @@ batch of 16 samples from (seed, step) and rank r trains on its contiguous shard,
 computes in float64 on small dyadic numbers (integer inputs and targets, weights rounded to a grid
 of 2^-12 after each update, as fixed-point training does, a learning rate of 2^-8), so every sum
 is exact and the gradients' bits do not depend on how the batch is split between ranks. Real models are not exact: their gradients change with the split,
-which is what detcheck's `world_sizes` check shows (see the README).
+which is what detcheck's `world_sizes` check shows (see docs/checks.md).
 
 Negative controls (`repeat` catches each every launch, and names its element and operator):
 

@@ -12,7 +12,7 @@ The clean script is reproducible at any world size: it seeds torch, its Distribu
 splits each global batch of 4 samples between the ranks, its DataLoader has 2 workers, and the
 model computes in float64 on small dyadic numbers (integer data, weights on a grid of 2^-12, a
 learning rate of 2^-8), so every sum is exact and a gradient does not depend on how the batch is
-split. Real models are not exact (see the README's world_sizes check).
+split. Real models are not exact (see docs/checks.md, the world_sizes check).
 
 Negative controls, each a bug a real script has:
 
