@@ -17,6 +17,7 @@
 //! hash seed.
 
 use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding};
+use crate::run::WORKDIR_KEY;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -305,14 +306,30 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         ));
         return cause;
     }
-    if c.environment.iter().any(|e| e.key == "detcheck.workdir") {
-        return Cause::new(
+    let changed_files = c
+        .sites
+        .iter()
+        .find(|((_, key), _)| key == WORKDIR_KEY)
+        .map(|(_, words)| words.as_str())
+        .or_else(|| {
+            c.environment
+                .iter()
+                .find(|e| e.key == WORKDIR_KEY)
+                .and_then(|e| e.left.as_deref().or(e.right.as_deref()))
+        });
+    if let Some(words) = changed_files {
+        let mut cause = Cause::new(
             CauseClass::FileLeftBehind,
-            "a file the program changed in place through the working directory's link \
-             (`detcheck.workdir`) was read by the next run"
+            "the program changed a file of its working directory in place, so each run read \
+             what the run before it left"
                 .to_owned(),
         )
-        .fix("write outputs to a new file, or under the working directory");
+        .fix(
+            "do not write to the files a run reads: open them read-only (`mmap_mode=\"r\"`, \
+             `\"rb\"`) and write results to a new file",
+        );
+        cause.evidence.push(format!("`{WORKDIR_KEY}`: {words}"));
+        return cause;
     }
     let compiled = c
         .sites

@@ -114,6 +114,10 @@ pub enum OperatorFinding {
         window: String,
         /// The number of calls traced.
         calls: u32,
+        /// The `torch.compile`d module, when the model is one (`site:compiled`): its generated
+        /// kernels run where the tracer cannot see, so the difference may come from them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compiled: Option<String>,
     },
     /// The two sides ran different operators (control flow that depends on a value).
     DifferentOperators {
@@ -214,7 +218,21 @@ impl fmt::Display for OperatorFinding {
                     ),
                 }
             }
-            OperatorFinding::NoOperatorDiffers { window, calls } => write!(
+            OperatorFinding::NoOperatorDiffers {
+                window,
+                calls,
+                compiled: Some(module),
+            } => write!(
+                f,
+                "none of the {calls} traced operator calls ({window}) gave different outputs, \
+                 and `{module}` is `torch.compile`d: its generated kernels run where the tracer \
+                 cannot see, so the value most likely changed inside them"
+            ),
+            OperatorFinding::NoOperatorDiffers {
+                window,
+                calls,
+                compiled: None,
+            } => write!(
                 f,
                 "none of the {calls} traced operator calls ({window}) gave different outputs: \
                  the value changed outside the traced operators (an in-place write through \
@@ -472,7 +490,16 @@ pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> Opera
             right: right_op,
         };
     }
-    OperatorFinding::NoOperatorDiffers { window, calls }
+    let compiled = left
+        .environment
+        .as_ref()
+        .and_then(|e| e.get("site:compiled"))
+        .map(str::to_owned);
+    OperatorFinding::NoOperatorDiffers {
+        window,
+        calls,
+        compiled,
+    }
 }
 
 #[cfg(test)]
@@ -627,7 +654,8 @@ mod tests {
             find_operator(&left, &left, "backward"),
             OperatorFinding::NoOperatorDiffers {
                 window: "backward".into(),
-                calls: 2
+                calls: 2,
+                compiled: None,
             }
         );
         let mut right = left.clone();

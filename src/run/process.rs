@@ -598,7 +598,7 @@ impl<'a> CommandLaunch<'a> {
             for rank in &mut trace.ranks {
                 rank.environment
                     .get_or_insert_with(Default::default)
-                    .set("detcheck.workdir", words.clone());
+                    .set(super::WORKDIR_KEY, words.clone());
             }
         }
         Ok(trace)

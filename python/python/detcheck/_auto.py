@@ -70,8 +70,8 @@ class Recorder:
 
     def install(self):
         self._forward_hooks = [
-            _module.register_module_forward_pre_hook(self._pre_forward),
-            _module.register_module_forward_hook(self._post_forward, always_call=True),
+            _module.register_module_forward_pre_hook(Hook(self._pre_forward)),
+            _module.register_module_forward_hook(Hook(self._post_forward), always_call=True),
         ]
         self._step_hooks = [
             _optimizer.register_optimizer_step_pre_hook(self._before_step),

@@ -68,15 +68,25 @@ def _inert_hook():
     return _inert
 
 
+def _outside_compiled_graphs(fn):
+    """``fn`` as TorchDynamo leaves it: run eagerly, never traced into a compiled graph. A hook
+    on a ``torch.compile``d module runs inside the code Dynamo traces, and Dynamo may fail on
+    what a recorder does (host copies, numpy arrays of generator states) instead of breaking
+    the graph; the program must never fail because it is recorded."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)
+
+
 class Hook:
     """A hook detcheck attaches to a user's module, optimizer or tensor. It pickles, and
     deep-copies, to ``_inert``: ``torch.save(model)``, ``copy.deepcopy(model)`` and pickling
-    for multiprocessing work while the model is recorded, and the copy records nothing."""
+    for multiprocessing work while the model is recorded, and the copy records nothing. It
+    runs outside compiled graphs (``_outside_compiled_graphs``)."""
 
     __slots__ = ("_fn",)
 
     def __init__(self, fn):
-        self._fn = fn
+        self._fn = _outside_compiled_graphs(fn)
 
     def __call__(self, *args, **kwargs):
         return self._fn(*args, **kwargs)
