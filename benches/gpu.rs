@@ -13,7 +13,8 @@
 
 #[cfg(feature = "nccl")]
 mod on_gpu {
-    use detcheck::comm::{launch_threads, Communicator, Gpu, GpuThreadComm, LaunchConfig};
+    use detcheck::comm::{launch_threads, Communicator, GpuThreadComm, LaunchConfig};
+    use detcheck::device::Gpu;
     use detcheck::value::{ReduceOp, ReductionMode};
     use detcheck::Tensor;
     use std::sync::Arc;

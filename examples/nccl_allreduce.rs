@@ -15,9 +15,9 @@
 //! created by rank 0 and broadcast over MPI.
 
 use detcheck::comm::{
-    count_devices, launch_threads, CommError, Communicator, Gpu, LaunchConfig, NcclComm, NcclId,
-    NCCL_ID_BYTES,
+    launch_threads, CommError, Communicator, LaunchConfig, NcclComm, NcclId, NCCL_ID_BYTES,
 };
+use detcheck::device::{count_devices, Gpu};
 use detcheck::value::{derive_stream, DType, Md5Digest, ReduceOp, ReductionMode, Stream};
 use detcheck::Tensor;
 use mpi::topology::{Communicator as _, SimpleCommunicator};

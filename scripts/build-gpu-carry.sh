@@ -32,9 +32,13 @@ for line in sys.stdin:
 }
 cargo build "${release[@]}" --features nccl --bin detcheck
 cp "target/$profile/detcheck" "$out/detcheck"
-lib=$(cargo test "${release[@]}" --features nccl --lib --no-run --message-format=json | executable)
+# -p detcheck: the workspace's other members have unit tests too, and the last executable
+# cargo names would be whichever of them finished last.
+lib=$(cargo test "${release[@]}" -p detcheck --features nccl --lib --no-run \
+    --message-format=json | executable)
 cp "$lib" "$out/detcheck-lib"
-bench=$(cargo test "${release[@]}" --features nccl --bench gpu --no-run --message-format=json | executable)
+bench=$(cargo test "${release[@]}" -p detcheck --features nccl --bench gpu --no-run \
+    --message-format=json | executable)
 cp "$bench" "$out/gpu-bench"
 if command -v mpicc >/dev/null && [ -f examples/nccl_allreduce.rs ]; then
     cargo build "${release[@]}" --features mpi,nccl --example nccl_allreduce

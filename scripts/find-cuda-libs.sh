@@ -5,7 +5,7 @@
 # where each is installed. detcheck's `nccl` feature (cudarc) finds them there at run time.
 #
 #   scripts/find-cuda-libs.sh [--link-nccl] [VENV]        # default VENV: target/venv-cuda
-#   LD_LIBRARY_PATH=$(scripts/find-cuda-libs.sh) cargo test --features nccl --lib comm::cuda
+#   LD_LIBRARY_PATH=$(scripts/find-cuda-libs.sh) cargo test --features nccl --lib device::
 #
 # --link-nccl: cudarc 0.19 looks for libnccl.so (and libnccl.so.13, ...), never for the wheel's
 # libnccl.so.2, so this links libnccl.so -> libnccl.so.2 in the wheel's folder (once; an

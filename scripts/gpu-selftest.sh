@@ -63,9 +63,9 @@ gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
 # not the GPU's: a GPU machine need not have g++, and DETCHECK_REQUIRE_NVRTC=1 makes them fail
 # without it.
 item "1 feature nccl: driver, NVRTC and NCCL found before cudarc loads them; kernels compile" \
-    tests comm::cuda::tests comm::cuda_kernels::tests --skip _on_the_host
+    tests device::cuda::tests device::kernels::tests --skip _on_the_host
 item "2 kernels with the CPU's bits: reductions (every dtype, op, order) and the reproducible sum" \
-    tests comm::gpu::tests comm::cuda_reprosum::tests::every_reprosum_kernel_compiles_with_nvrtc
+    tests device::gpu::tests device::reprosum::tests::every_reprosum_kernel_compiles_with_nvrtc
 item "3 NCCL communicator: world size 1 on this GPU, every collective and mode" \
     tests comm::nccl
 if [ "$gpus" -gt 1 ] && command -v mpirun >/dev/null && [ -x "$carry/nccl_allreduce" ]; then
@@ -83,7 +83,7 @@ item "5 devices check: every scenarios/gpu scenario, GPU against CPU thread rank
 item "5 devices check from a CPU scenario (library test)" \
     tests check::tests::devices
 item "6 GPU operator kind: atomicAdd scatter caught, segmented twin = CPU bits" \
-    tests comm::cuda_ops --skip _on_the_host
+    tests device::ops --skip _on_the_host
 item "6 scatter scenarios: atomic control caught by repeat, segmented repeats and matches the CPU" \
     "$carry/detcheck" check --no-progress scenarios/gpu/gpu_control_scatter_atomic.json \
     scenarios/gpu/gpu_scatter_segmented_2ranks.json

@@ -6,7 +6,7 @@
 #
 #   scripts/install-nvrtc.sh [VENV]                  # default target/venv-cuda
 #   LD_LIBRARY_PATH=$(scripts/install-nvrtc.sh) DETCHECK_REQUIRE_NVRTC=1 \
-#       cargo test --features nccl --lib comm::cuda
+#       cargo test --features nccl --lib device::
 #
 # The package is nvidia-cuda-nvrtc (nvidia-cuda-nvrtc-cu13 is an empty stub that points to it),
 # pinned to 13.0.88: CUDA 13.0, the version of cudarc's `cuda-13000` bindings and of the lent

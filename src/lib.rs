@@ -11,8 +11,11 @@
 //! - [`value`]: tensors, digests, seeded streams, reduction arithmetic (reproducible sums);
 //! - [`record`]: recording tensors as records, traces, overflow detection;
 //! - [`file`](mod@file): trace files on disk (writer, readers, msprobe dumps), atomic writes;
-//! - [`comm`]: ranks and collectives with deadlines (threads; MPI with feature `mpi`), the
-//!   settings that pin other stacks' reductions;
+//! - [`device`]: one GPU (feature `nccl`): CUDA's libraries, NVRTC, detcheck's kernels with the
+//!   CPU's bits, GPU operators;
+//! - [`comm`]: ranks and collectives with deadlines (threads; MPI with feature `mpi`; on GPUs,
+//!   thread ranks sharing one and NCCL ranks, with feature `nccl`), the settings that pin other
+//!   stacks' reductions;
 //! - [`data`]: training data whose batches do not depend on the loader's workers or timing;
 //! - [`checkpoint`]: one rank's state on disk, complete or absent;
 //! - [`scenario`]: rank programs ([`Scenario`], [`RankContext`]) and their files;
@@ -29,7 +32,7 @@
 //! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
 //!
 //! `unsafe`: forbidden, except with the `nccl` feature, which allows it in the modules of CUDA's
-//! FFI: `comm/cuda.rs` (dlopen probes, NVRTC), `comm/gpu.rs` and `comm/cuda_ops.rs` (kernel
+//! FFI: `device/cuda.rs` (dlopen probes, NVRTC), `device/gpu.rs` and `device/ops.rs` (kernel
 //! launches) and `comm/nccl.rs` (NCCL's C API); the rest stays denied.
 #![cfg_attr(not(feature = "nccl"), forbid(unsafe_code))]
 #![cfg_attr(feature = "nccl", deny(unsafe_code))]
@@ -43,6 +46,7 @@ pub mod cli;
 pub mod comm;
 pub mod compare;
 pub mod data;
+pub mod device;
 pub mod file;
 mod picture;
 pub mod record;

@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first. A new top-level module must be placed here (and in
 /// ARCHITECTURE.md's code map).
-const LAYERS: [&str; 12] = [
+const LAYERS: [&str; 13] = [
     "value",
     "record",
     "file",
     "picture",
+    "device",
     "comm",
     "data",
     "checkpoint",
@@ -150,6 +151,22 @@ fn a_planted_upward_use_is_caught() {
             "value/mod.rs: uses `crate::Tensor`; name the layer (the root only re-exports)",
             "value/mod.rs: layer `value` uses `crate::check`, a layer above it",
         ]
+    );
+}
+
+/// One GPU (`device/`: driver, memory, kernels) is below the collectives between ranks (`comm/`,
+/// which builds GPU ranks on it): device code never names `crate::comm`.
+#[test]
+fn the_device_layer_never_uses_comm() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("device")).unwrap();
+    std::fs::create_dir_all(src.join("comm")).unwrap();
+    std::fs::write(src.join("device/gpu.rs"), "use crate::comm::CommError;").unwrap();
+    std::fs::write(src.join("comm/nccl.rs"), "use crate::device::Gpu;").unwrap();
+    assert_eq!(
+        layer_violations(src),
+        ["device/gpu.rs: layer `device` uses `crate::comm`, a layer above it"]
     );
 }
 

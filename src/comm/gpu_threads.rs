@@ -23,10 +23,9 @@
 //! [`GpuThreadComm::allreduce_device`]). Dtypes as on the CPU: every dtype moves, allreduce and
 //! reduce-scatter refuse the ones `reduce::unreducible` names.
 
-use super::gpu::{DeviceChunk, DeviceTensor, Gpu};
 use super::threads::{check_reducible, describe, downcast, Payload};
 use super::{CollectiveId, CollectiveKind, CommError, Communicator, ThreadComm};
-use crate::comm::CudaError;
+use crate::device::{CudaError, DeviceChunk, DeviceTensor, Gpu};
 use crate::value::reduce::{chunk_range, summation_order, ReduceOp, ReductionMode};
 use crate::value::tensor::Tensor;
 use std::sync::Arc;
@@ -282,8 +281,8 @@ impl Communicator for GpuThreadComm<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::gpu::gpu_for_test;
     use crate::comm::{launch_threads, LaunchConfig, Perturbation};
+    use crate::device::gpu::gpu_for_test;
     use crate::value::seed::{derive_stream, Stream};
 
     fn contribution(rank: usize, len: usize) -> Tensor {

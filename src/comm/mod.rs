@@ -13,12 +13,10 @@
 //! Every collective waits at most a deadline; see [`CommError`] for how failures are named.
 //! [`pin_settings_for`] lists the settings that pin other stacks' reductions (`detcheck env`).
 //!
-//! With the `nccl` feature: CUDA's libraries found before cudarc loads them (`locate_library`,
-//! `CudaError`), the kernels compiled by NVRTC (`compile_reduce_kernels`,
-//! `compile_reprosum_kernels`), one GPU (`Gpu`, `DeviceTensor`), thread ranks sharing it
-//! (`GpuThreadComm`), and NCCL ranks, one process and one GPU each (`NcclComm`, made from an
-//! `NcclId`; under MPI by `nccl_comm_over_mpi`, which sends the id over the MPI communicator),
-//! and GPU operators (`comm/cuda_ops.rs`: scatter-add, atomic and deterministic).
+//! With the `nccl` feature: thread ranks sharing one GPU (`GpuThreadComm`), and NCCL ranks, one
+//! process and one GPU each (`NcclComm`, made from an `NcclId`; under MPI by
+//! `nccl_comm_over_mpi`, which sends the id over the MPI communicator). The GPU itself, its
+//! kernels and CUDA's libraries are the layer below, [`crate::device`].
 
 /// `true` when this build has MPI ranks (cargo feature `mpi`).
 pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
@@ -28,18 +26,6 @@ pub const MPI_SUPPORT: bool = cfg!(feature = "mpi");
 /// this, and the CLI refuses a longer `--deadline`.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
-#[cfg(feature = "nccl")]
-mod cuda;
-#[cfg(all(test, feature = "nccl"))]
-mod cuda_host;
-#[cfg(feature = "nccl")]
-mod cuda_kernels;
-#[cfg(feature = "nccl")]
-mod cuda_ops;
-#[cfg(feature = "nccl")]
-mod cuda_reprosum;
-#[cfg(feature = "nccl")]
-mod gpu;
 #[cfg(feature = "nccl")]
 mod gpu_threads;
 mod launcher;
@@ -55,29 +41,6 @@ mod threads;
 #[cfg(feature = "mpi")]
 pub(crate) mod watcher;
 
-#[cfg(feature = "nccl")]
-pub use cuda::{
-    compile_cubin, compile_ptx, count_devices, locate_library, nvrtc_version, CudaError,
-    CudaLibrary, LocatedLibrary, NVRTC_OPTIONS,
-};
-#[cfg(feature = "nccl")]
-pub use cuda_kernels::{
-    compile_reduce_kernels, reduce_kernel, KernelForm, ReduceKernel, ReduceModules, CUBIN_ARCH,
-    PTX_ARCH, REDUCE_KERNELS, REDUCE_PROGRAM, REDUCE_SOURCE,
-};
-#[cfg(feature = "nccl")]
-pub use cuda_ops::{
-    DeviceIndices, DeviceSegments, OpsKernel, OPS_KERNELS, OPS_PROGRAM, OPS_SOURCE,
-};
-#[cfg(feature = "nccl")]
-pub use cuda_reprosum::{
-    compile_reprosum_kernels, reprosum_scratch_bytes, reprosum_tiles, KernelArgument,
-    ReprosumKernel, ReprosumLaunch, REPROSUM_CANDIDATES, REPROSUM_HEADER_BYTES, REPROSUM_KERNELS,
-    REPROSUM_PROGRAM, REPROSUM_RECORD_WORDS, REPROSUM_SOURCE, REPROSUM_TILE_ELEMENTS,
-    REPROSUM_TILE_ITEMS, REPROSUM_TILE_THREADS,
-};
-#[cfg(feature = "nccl")]
-pub use gpu::{DeviceChunk, DeviceTensor, Gpu};
 #[cfg(feature = "nccl")]
 pub use gpu_threads::GpuThreadComm;
 pub use launcher::{Flavour, LauncherError, MpiLauncher, MPIRUN_VAR};
@@ -269,7 +232,7 @@ pub trait Communicator {
     /// The GPU this rank's collectives run on, if any (feature `nccl`): a rank program with
     /// GPU operators of its own runs them there, and on the CPU without one.
     #[cfg(feature = "nccl")]
-    fn gpu(&self) -> Option<&std::sync::Arc<Gpu>> {
+    fn gpu(&self) -> Option<&std::sync::Arc<crate::device::Gpu>> {
         None
     }
 }

@@ -50,10 +50,10 @@
 // communicator. Every `unsafe` block says why it holds.
 #![allow(unsafe_code)]
 
-use super::cuda::{locate_library, CudaError, CudaLibrary};
-use super::gpu::{driver, DeviceChunk, DeviceTensor, Gpu};
 use super::threads::describe;
 use super::{CollectiveId, CollectiveKind, CommError, Communicator};
+use crate::device::gpu::driver;
+use crate::device::{locate_library, CudaError, CudaLibrary, DeviceChunk, DeviceTensor, Gpu};
 use crate::value::digest::Md5Digest;
 use crate::value::reduce::{chunk_range, summation_order, unreducible, ReduceOp, ReductionMode};
 use crate::value::tensor::{DType, Tensor, TensorView};
@@ -866,8 +866,8 @@ fn first_mismatch(records: &[u8], rank: usize) -> Option<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::gpu::gpu_for_test;
     use crate::comm::{launch_threads, LaunchConfig};
+    use crate::device::gpu::gpu_for_test;
     use crate::value::seed::{derive_stream, Stream};
     use crate::value::tensor::TensorData;
 
@@ -961,7 +961,7 @@ mod tests {
             Ok(comm) => comm,
             Err(e) => {
                 assert!(
-                    !crate::comm::gpu::gpu_required(),
+                    !crate::device::gpu::gpu_required(),
                     "DETCHECK_REQUIRE_GPU=1: {e}"
                 );
                 println!("no NCCL ({e}): would check one NCCL rank's collectives");

@@ -16,11 +16,10 @@
 //! without one of them several ranks of a node share GPU 0, which NCCL refuses. The NCCL
 //! communicator's deadline is the MPI communicator's.
 
-use super::cuda::{count_devices, locate_library, CudaError, CudaLibrary};
-use super::gpu::Gpu;
 use super::mpi::MpiComm;
 use super::nccl::{NcclComm, NcclId, NCCL_ID_BYTES};
 use super::Communicator;
+use crate::device::{count_devices, locate_library, CudaError, CudaLibrary, Gpu};
 use crate::value::tensor::Tensor;
 use std::sync::Arc;
 

@@ -19,7 +19,9 @@ use super::RunRequest;
 use super::{launch_thread_ranks, run_rank};
 use super::{RunError, Runner};
 #[cfg(feature = "nccl")]
-use crate::comm::{Gpu, GpuThreadComm, LaunchError};
+use crate::comm::{GpuThreadComm, LaunchError};
+#[cfg(feature = "nccl")]
+use crate::device::Gpu;
 #[cfg(feature = "nccl")]
 use crate::record::Trace;
 use crate::scenario::LoadedScenario;
@@ -100,7 +102,7 @@ pub(crate) fn nccl_usable() -> Result<(), String> {
         .get_or_init(|| {
             #[cfg(feature = "nccl")]
             {
-                use crate::comm::{count_devices, locate_library, CudaLibrary};
+                use crate::device::{count_devices, locate_library, CudaLibrary};
                 count_devices().map_err(|e| e.to_string())?;
                 for library in [CudaLibrary::Nvrtc, CudaLibrary::Nccl] {
                     locate_library(library).map_err(|e| e.to_string())?;

@@ -140,7 +140,7 @@ impl<'a> RankContext<'a> {
     /// scenario, or the GPU side of the `devices` check), `None` on the CPU.
     #[cfg(feature = "nccl")]
     #[must_use]
-    pub fn gpu(&self) -> Option<&std::sync::Arc<crate::comm::Gpu>> {
+    pub fn gpu(&self) -> Option<&std::sync::Arc<crate::device::Gpu>> {
         self.comm.gpu()
     }
 

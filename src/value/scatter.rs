@@ -1,5 +1,5 @@
 //! Scatter-add (segmented sums) on the CPU: the reference whose bits the GPU's deterministic
-//! twin must give (`comm/cuda_ops.rs`), and the stable counting sort that twin needs.
+//! twin must give (`device/ops.rs`), and the stable counting sort that twin needs.
 //!
 //! A scatter-add of `values` by `indices` into `buckets` sums, for every bucket `b`, the values
 //! whose index is `b` (PyTorch's `index_add_`, `scatter_add_`). Main items:

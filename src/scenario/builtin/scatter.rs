@@ -13,7 +13,7 @@
 //! - `scatter: "segmented"` (default), the deterministic twin: the values are sorted by bucket on
 //!   the host (`value::segments`, a stable counting sort), and each bucket is folded in increasing
 //!   position: on the GPU by `detcheck_segmented_sum_f32`, one thread per bucket
-//!   (`comm/cuda_ops.rs`); on the CPU by `value::segmented_sum_f32`. Both give the same bits, so
+//!   (`device/ops.rs`); on the CPU by `value::segmented_sum_f32`. Both give the same bits, so
 //!   `repeat`, `replicas` and `devices` hold.
 //! - `scatter: "atomic"`, the negative control: on the GPU, one `atomicAdd` per value
 //!   (`detcheck_scatter_atomic_f32`), whose adds land in an order that changes from launch to
@@ -123,7 +123,7 @@ impl ScatterScenario {
     #[cfg(feature = "nccl")]
     fn scatter_on_gpu(
         &self,
-        gpu: &crate::comm::Gpu,
+        gpu: &crate::device::Gpu,
         values: Vec<f32>,
         indices: &[u32],
     ) -> Result<Vec<f32>, RankError> {

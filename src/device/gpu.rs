@@ -1,14 +1,14 @@
 //! One GPU as detcheck uses it (feature `nccl`): a context, one stream, the kernels loaded, and
 //! tensors on the device as bytes.
 //!
-//! [`Gpu::open`] finds the driver and NVRTC first (`comm/cuda.rs`: a missing library is an
+//! [`Gpu::open`] finds the driver and NVRTC first (`device/cuda.rs`: a missing library is an
 //! error, never cudarc's panic), creates the device's primary context and one stream, and
 //! compiles detcheck's kernels with NVRTC at first use (once per process, then loaded once per
 //! context). A [`DeviceTensor`] is a tensor's canonical little-endian bytes in device memory with
 //! its dtype and shape, so every dtype moves (broadcast, allgather) and the reduction kernels
 //! read the bytes as their element type. [`Gpu::reduce`] folds chunks of several device tensors
-//! into one with the kernel the CPU's `reduce_chunk` stands for (`comm/cuda_kernels.rs`,
-//! `comm/cuda_reprosum.rs`).
+//! into one with the kernel the CPU's `reduce_chunk` stands for (`device/kernels.rs`,
+//! `device/reprosum.rs`).
 //!
 //! Ordering: everything a `Gpu` does goes to its one stream, in the order it is called. Thread
 //! ranks sharing the GPU (`comm/gpu_threads.rs`) order their calls by their rounds, so a kernel
@@ -29,8 +29,8 @@
 #![allow(unsafe_code)]
 
 use super::cuda::{compile_ptx, count_devices, locate_library, CudaError, CudaLibrary};
-use super::cuda_kernels::{reduce_kernel, KernelForm, PTX_ARCH, REDUCE_PROGRAM, REDUCE_SOURCE};
-use super::cuda_reprosum::{
+use super::kernels::{reduce_kernel, KernelForm, PTX_ARCH, REDUCE_PROGRAM, REDUCE_SOURCE};
+use super::reprosum::{
     reprosum_scratch_bytes, reprosum_tiles, REPROSUM_HEADER_BYTES, REPROSUM_PROGRAM,
     REPROSUM_SOURCE, REPROSUM_TILE_THREADS,
 };
@@ -392,7 +392,7 @@ impl Gpu {
         let mut launch = self.stream.launch_builder(&function);
         launch.arg(&out_address).arg(&inputs).arg(&count).arg(&len);
         // SAFETY: every combine kernel takes `(T* out, const T* const* inputs, unsigned int
-        // count, unsigned long long len)` (`cuda_kernels.rs`, `cuda_reprosum.rs`): `out_address`
+        // count, unsigned long long len)` (`kernels.rs`, `reprosum.rs`): `out_address`
         // and each of `inputs`' `count` addresses point at `len` elements of the kernel's type
         // inside live allocations (checked above); the tensors and `inputs` are borrowed or owned
         // here until the launch is enqueued, and their frees are ordered after it on this one
@@ -402,7 +402,7 @@ impl Gpu {
     }
 
     /// The reproducible sum of an f32 device tensor, with the bits of the CPU's
-    /// `reproducible_sum_f32` (the tiles, fixup and finish kernels of `cuda_reprosum.rs`: the
+    /// `reproducible_sum_f32` (the tiles, fixup and finish kernels of `reprosum.rs`: the
     /// buffer is read once, and again only for tiles far below the largest term). Waits for the
     /// result.
     ///

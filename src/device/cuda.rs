@@ -8,7 +8,7 @@
 //! [`CudaError::LibraryMissing`] with the library, the names tried and how to get it. The main
 //! type is [`CudaError`]; [`count_devices`] counts the GPUs (or says why there are none), and
 //! [`compile_ptx`] / [`compile_cubin`] run NVRTC on a CUDA C source
-//! (`comm/cuda_kernels.rs` holds detcheck's kernels and compiles them with these).
+//! (`device/kernels.rs` holds detcheck's kernels and compiles them with these).
 //!
 //! Determinism: NVRTC always gets [`NVRTC_OPTIONS`]: `--fmad=false`, so `a * b + c` is never
 //! contracted into one fused multiply-add (which rounds once where the CPU rounds twice;
@@ -21,7 +21,7 @@
 //! it again; a library that loads but lacks a function cudarc calls later is cudarc's error
 //! then, not a probe's. pip's NCCL wheel ships `libnccl.so.2`, a name cudarc 0.19 does not try:
 //! the probe says so and how to link it. This module finds libraries, counts devices and
-//! compiles; `comm/gpu.rs` launches kernels and `comm/nccl.rs` is the NCCL communicator.
+//! compiles; `device/gpu.rs` launches kernels and `comm/nccl.rs` is the NCCL communicator.
 
 // The FFI of the `nccl` feature: `dlopen` (libloading) and NVRTC's C API (cudarc's `result` and
 // `sys` modules). Every `unsafe` block says why it holds.

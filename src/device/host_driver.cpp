@@ -1,16 +1,16 @@
-// The host emulation's driver (the kernel modules' tests, through comm/cuda_host.rs): runs CUDA
-// kernels on the CPU through cuda_host_shim.h, on cases read from a file, and writes their
+// The host emulation's driver (the kernel modules' tests, through device/host_emulation.rs): runs
+// CUDA kernels on the CPU through host_shim.h, on cases read from a file, and writes their
 // results. One driver for every kernel source: a -D macro picks the sources it includes, and so
 // the case kinds it knows (any of them at once: their names do not clash):
 //
 //   g++ -std=c++20 -O1 -pthread -ffp-contract=off -fno-strict-aliasing
-//       -DDETCHECK_HOST_REPROSUM cuda_host_driver.cpp -o driver
+//       -DDETCHECK_HOST_REPROSUM host_driver.cpp -o driver
 //   ./driver cases.bin results.bin
 //
-// with cuda_host_shim.h and the sources, under their NVRTC names, in the same folder:
-//   DETCHECK_HOST_REPROSUM  detcheck_reprosum.cu (comm/cuda_reprosum.rs), kinds 1 to 4
-//   DETCHECK_HOST_REDUCE    detcheck_reduce.cu (comm/cuda_kernels.rs), kinds 5 and 6
-//   DETCHECK_HOST_OPS       detcheck_ops.cu (comm/cuda_ops.rs), kinds 7 and 8
+// with host_shim.h and the sources, under their NVRTC names, in the same folder:
+//   DETCHECK_HOST_REPROSUM  detcheck_reprosum.cu (device/reprosum.rs), kinds 1 to 4
+//   DETCHECK_HOST_REDUCE    detcheck_reduce.cu (device/kernels.rs), kinds 5 and 6
+//   DETCHECK_HOST_OPS       detcheck_ops.cu (device/ops.rs), kinds 7 and 8
 //
 // Every number in both files is little-endian; a case is a u64 kind and u64 parameters, then its
 // terms:
@@ -30,7 +30,7 @@
 //   8 atomic scatter: buckets, n, grid, block, seed, then n f32 values, n u32 indices
 //                  -> buckets f32 (from zeros), then the grid's block order as u64s
 // `seed` shuffles the order in which the blocks of every launch of the case run.
-#include "cuda_host_shim.h"
+#include "host_shim.h"
 #ifdef DETCHECK_HOST_REPROSUM
 #include "detcheck_reprosum.cu"
 #endif

@@ -1,8 +1,8 @@
 // detcheck's CUDA-on-the-host shim: just enough of CUDA C for the kernels of
-// comm/cuda_reprosum.rs, comm/cuda_kernels.rs and comm/cuda_ops.rs to compile with g++
+// device/reprosum.rs, device/kernels.rs and device/ops.rs to compile with g++
 // (-std=c++20) and run on the CPU, for the tests of a machine without a GPU.
 //
-// A kernel launch is emulated by cuda_host_driver.cpp: blocks run one at a time (in an order the
+// A kernel launch is emulated by host_driver.cpp: blocks run one at a time (in an order the
 // driver shuffles), the threads of a block run concurrently as std::threads. So:
 // - `__shared__` is `static`: one copy, shared by the threads of the block that runs;
 // - `__syncthreads()` waits on the block's std::barrier;

@@ -14,7 +14,7 @@
 //!
 //! Determinism: each element is one thread's sequential fold, in the inputs' order, with the
 //! CPU's operations: IEEE `+` on f32 and f64, compiled with `--fmad=false` (no contraction;
-//! `comm/cuda.rs`, `NVRTC_OPTIONS`) and without fast-math, so never reassociated; wrap-around
+//! `device/cuda.rs`, `NVRTC_OPTIONS`) and without fast-math, so never reassociated; wrap-around
 //! integer sums (done in unsigned arithmetic, where C++ defines the wrap); `max` as
 //! `Reducible::max_of`: a canonical NaN (Rust's `f32::NAN`, `f64::NAN` bits) if either side is
 //! NaN, else the larger in Rust's `total_cmp` order, computed on the bits as `total_cmp` does,
@@ -22,22 +22,22 @@
 //! never the order of its operations, so the bits do not depend on the launch configuration.
 //!
 //! Testing: without a GPU (CI has none) the tests run every kernel on the CPU, through the host
-//! emulation (`comm/cuda_host.rs`: g++ compiles the very text of [`REDUCE_SOURCE`] with
-//! `cuda_host_shim.h`, and `cuda_host_driver.cpp` launches it with its blocks in a shuffled
+//! emulation (`device/host_emulation.rs`: g++ compiles the very text of [`REDUCE_SOURCE`] with
+//! `host_shim.h`, and `host_driver.cpp` launches it with its blocks in a shuffled
 //! order, a block's threads as `std::thread`s). Their bits are compared with `reduce_chunk`'s,
 //! given the inputs' order as its `order` (combine) or two contributions (accumulate: one
 //! `combine_into`), for every dtype and operation, 1 to 8 inputs, NaNs with payloads, of both
 //! signs and signalling, signed zeros, infinities, subnormals, overflow and integer wrap-around,
 //! at several launch configurations, bit for bit: a NaN sum, like a NaN maximum, is Rust's
 //! canonical NaN on both sides (IEEE 754 leaves a NaN sum's payload to the hardware and the
-//! compiler's order of operands, so both make it canonical). That a GPU gives the same bits is checked by `comm/gpu.rs`'s tests, run on a
+//! compiler's order of operands, so both make it canonical). That a GPU gives the same bits is checked by `device/gpu.rs`'s tests, run on a
 //! GPU by `scripts/gpu-selftest.sh`.
 //!
 //! Limits: dtypes are those `reduce::unreducible` accepts (f32, f64, i32, i64, u8); the
 //! `reproducible` mode's integer-grid sums (`value/reprosum.rs`) have their kernels in
-//! `comm/cuda_reprosum.rs`.
+//! `device/reprosum.rs`.
 
-use crate::comm::cuda::{compile_cubin, compile_ptx, CudaError};
+use crate::device::cuda::{compile_cubin, compile_ptx, CudaError};
 use crate::value::{DType, ReduceOp};
 
 /// The name NVRTC gives [`REDUCE_SOURCE`] in its messages.
@@ -245,8 +245,8 @@ pub fn reduce_kernel(
 }
 
 /// A kernel source compiled ([`REDUCE_SOURCE`] by [`compile_reduce_kernels`],
-/// [`REPROSUM_SOURCE`](crate::comm::REPROSUM_SOURCE) by
-/// [`compile_reprosum_kernels`](crate::comm::compile_reprosum_kernels)): PTX for [`PTX_ARCH`] and
+/// [`REPROSUM_SOURCE`](crate::device::REPROSUM_SOURCE) by
+/// [`compile_reprosum_kernels`](crate::device::compile_reprosum_kernels)): PTX for [`PTX_ARCH`] and
 /// a cubin for [`CUBIN_ARCH`].
 #[derive(Debug, Clone)]
 pub struct ReduceModules {
@@ -271,8 +271,8 @@ pub fn compile_reduce_kernels() -> Result<ReduceModules, CudaError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::comm::cuda::assert_compiles_with_nvrtc;
-    use crate::comm::cuda_host::{host_kernels, run, Cases, HostSource};
+    use crate::device::cuda::assert_compiles_with_nvrtc;
+    use crate::device::host_emulation::{host_kernels, run, Cases, HostSource};
     use crate::value::reduce::{reduce_chunk, unreducible};
     use crate::value::seed::{derive_stream, RankRng, Stream};
     use crate::value::tensor::TensorData;
@@ -324,7 +324,7 @@ pub(crate) mod tests {
         );
     }
 
-    // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
+    // ---- The host emulation (`device/host_emulation.rs`) ---------------------------------------
 
     /// [`REDUCE_SOURCE`] for the host emulation's driver.
     pub(crate) const HOST: HostSource = HostSource {

@@ -1,10 +1,10 @@
 //! The host emulation's Rust side (tests only, feature `nccl`): the CUDA kernels of
-//! `comm/cuda_reprosum.rs`, `comm/cuda_kernels.rs` and `comm/cuda_ops.rs` compiled by g++ for the
+//! `device/reprosum.rs`, `device/kernels.rs` and `device/ops.rs` compiled by g++ for the
 //! CPU and run on cases the tests write, so that their arithmetic is checked bit for bit against
 //! the CPU references on a machine without a GPU (CI has none).
 //!
 //! [`host_kernels`] writes the very text of the chosen sources (under their NVRTC names), the
-//! shim `cuda_host_shim.h` (the bits of CUDA C they use) and the driver `cuda_host_driver.cpp`
+//! shim `host_shim.h` (the bits of CUDA C they use) and the driver `host_driver.cpp`
 //! into a temporary folder and compiles them, each source selected by its `-D` macro
 //! (`DETCHECK_HOST_<NAME>` for `detcheck_<name>.cu`; each kernel module names its
 //! [`HostSource`]); [`Cases`] writes the driver's case file (its format is in the driver's
@@ -19,7 +19,7 @@
 //! rounding of special cases, such as the NaN an add returns); `scripts/gpu-selftest.sh` runs the
 //! kernels' GPU tests on a GPU for that.
 
-use crate::comm::cuda::nvrtc_required;
+use crate::device::cuda::nvrtc_required;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -79,8 +79,8 @@ fn gxx(
     for source in sources {
         write(source.program, source.source);
     }
-    write("cuda_host_shim.h", include_str!("cuda_host_shim.h"));
-    write("cuda_host_driver.cpp", include_str!("cuda_host_driver.cpp"));
+    write("host_shim.h", include_str!("host_shim.h"));
+    write("host_driver.cpp", include_str!("host_driver.cpp"));
     let driver = folder.path().join("driver");
     let output = Command::new("g++")
         .args([
@@ -92,7 +92,7 @@ fn gxx(
         ])
         .args(sources.iter().map(|s| format!("-D{}", s.define())))
         .args(options)
-        .arg(folder.path().join("cuda_host_driver.cpp"))
+        .arg(folder.path().join("host_driver.cpp"))
         .arg("-o")
         .arg(&driver)
         .output()
@@ -123,7 +123,7 @@ pub(crate) fn host_kernels(
     Some(HostKernels { folder, driver })
 }
 
-/// Cases for the driver (its file format is in `cuda_host_driver.cpp`).
+/// Cases for the driver (its file format is in `host_driver.cpp`).
 #[derive(Default)]
 pub(crate) struct Cases {
     bytes: Vec<u8>,

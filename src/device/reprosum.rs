@@ -23,7 +23,7 @@
 //!
 //! Determinism: the reproducible kernels compute exactly what the CPU does, term by term: the
 //! same grid (`grid_magic`), each term rounded to it by the same f64 addition `x + M`, compiled
-//! with `--fmad=false` and without fast-math (`comm/cuda.rs`, `NVRTC_OPTIONS`), the same final
+//! with `--fmad=false` and without fast-math (`device/cuda.rs`, `NVRTC_OPTIONS`), the same final
 //! rounding (`f32_from_grid`, `Grid::f64_sum`, with Rust's `i128 as f64` written out on two
 //! 64-bit words). Everything in between is an integer added with wrap-around, or a maximum: exact
 //! and order-independent, so the bits depend neither on the launch configuration nor on the
@@ -31,8 +31,8 @@
 //! shuffles in them.
 //!
 //! Testing: without a GPU the tests run the kernels on the CPU, through the host emulation that
-//! every kernel module's tests share (`comm/cuda_host.rs`). `cuda_host_shim.h` (in this folder)
-//! defines the bits of CUDA C they use, `cuda_host_driver.cpp` launches them (blocks one at a
+//! every kernel module's tests share (`device/host_emulation.rs`). `host_shim.h` (in this folder)
+//! defines the bits of CUDA C they use, `host_driver.cpp` launches them (blocks one at a
 //! time in a shuffled order, each block's threads as `std::thread`s sharing a `std::barrier`),
 //! and g++ compiles the very text of [`REPROSUM_SOURCE`]; the results are compared bit for bit
 //! with `value/reprosum.rs`, for the real tile sizes and for small ones that make many tiles.
@@ -48,8 +48,8 @@
 //! Its speed (the goal: at most 1.3× `detcheck_plain_sum_f32` on an H100) is measured on a GPU,
 //! not here. The launches themselves are written elsewhere (the crate's one `unsafe` module).
 
-use crate::comm::cuda::{compile_cubin, compile_ptx, CudaError};
-use crate::comm::cuda_kernels::{ReduceModules, CUBIN_ARCH, PTX_ARCH};
+use crate::device::cuda::{compile_cubin, compile_ptx, CudaError};
+use crate::device::kernels::{ReduceModules, CUBIN_ARCH, PTX_ARCH};
 
 /// The name NVRTC gives [`REPROSUM_SOURCE`] in its messages.
 pub const REPROSUM_PROGRAM: &str = "detcheck_reprosum.cu";
@@ -110,7 +110,7 @@ pub const REPROSUM_SOURCE: &str = r#"// detcheck's reproducible-sum kernels: val
 
 // The one-buffer sum's tile: DETCHECK_REPROSUM_THREADS threads (the block size every launch of
 // the tile kernels must use) hold DETCHECK_REPROSUM_ITEMS terms each in registers, and sum them
-// on DETCHECK_REPROSUM_CANDIDATES grids. comm/cuda_reprosum.rs has the same numbers (a test
+// on DETCHECK_REPROSUM_CANDIDATES grids. device/reprosum.rs has the same numbers (a test
 // checks); the host emulation may define smaller ones.
 #ifndef DETCHECK_REPROSUM_THREADS
 #define DETCHECK_REPROSUM_THREADS 256
@@ -768,8 +768,8 @@ pub fn compile_reprosum_kernels() -> Result<ReduceModules, CudaError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::comm::cuda::assert_compiles_with_nvrtc;
-    use crate::comm::cuda_host::{self, run, Cases, HostKernels, HostSource};
+    use crate::device::cuda::assert_compiles_with_nvrtc;
+    use crate::device::host_emulation::{self, run, Cases, HostKernels, HostSource};
     use crate::value::reprosum::{reproducible_sum_f32, sum_columns_f32, sum_columns_f64};
     use crate::value::seed::{derive_stream, Stream};
     use std::collections::BTreeSet;
@@ -888,11 +888,11 @@ pub(crate) mod tests {
         source: REPROSUM_SOURCE,
     };
 
-    /// [`REPROSUM_SOURCE`] compiled for the CPU with `config`'s tiles (`comm/cuda_host.rs`);
+    /// [`REPROSUM_SOURCE`] compiled for the CPU with `config`'s tiles (`device/host_emulation.rs`);
     /// `None` (after saying what would be checked) without g++, unless
     /// `DETCHECK_REQUIRE_NVRTC=1`.
     fn host_kernels(config: TileConfig) -> Option<HostKernels> {
-        cuda_host::host_kernels(
+        host_emulation::host_kernels(
             HOST,
             &[
                 format!("DETCHECK_REPROSUM_THREADS={}", config.threads),
@@ -904,7 +904,7 @@ pub(crate) mod tests {
         )
     }
 
-    /// The reproducible sums' case kinds (1 to 4 in `cuda_host_driver.cpp`).
+    /// The reproducible sums' case kinds (1 to 4 in `host_driver.cpp`).
     trait ReprosumCases {
         fn columns_f32(&mut self, rows: &[Vec<f32>], len: usize, grid: u64, block: u64, seed: u64);
         fn columns_f64(&mut self, rows: &[Vec<f64>], len: usize, grid: u64, block: u64, seed: u64);

@@ -12,7 +12,7 @@
 //! - `detcheck_segmented_sum_f32`: one thread per bucket folds the bucket's values in increasing
 //!   position ([`Gpu::segmented_sum`]), from a stable counting sort done on the host
 //!   ([`Segments`]). Its bits are `value::scatter::segmented_sum_f32`'s: the same IEEE adds in
-//!   the same order, compiled with `--fmad=false` and without fast-math (`comm/cuda.rs`,
+//!   the same order, compiled with `--fmad=false` and without fast-math (`device/cuda.rs`,
 //!   `NVRTC_OPTIONS`); the launch configuration decides which thread folds a bucket, never how.
 //!
 //! Safety of the safe methods: the kernels index without bounds checks of their own, so every
@@ -23,7 +23,7 @@
 //! those handles.
 //!
 //! Testing: without a GPU (CI has none) the tests run both kernels on the CPU through the host
-//! emulation (`comm/cuda_host.rs`: g++, `cuda_host_shim.h`'s atomics as `std::atomic_ref`, blocks
+//! emulation (`device/host_emulation.rs`: g++, `host_shim.h`'s atomics as `std::atomic_ref`, blocks
 //! in a shuffled order, a block's threads as `std::thread`s). The segmented sum is compared with
 //! `segmented_sum_f32` bit for bit (empty buckets, one bucket, many, a lone `-0.0`); the atomic
 //! scatter, launched with one thread per block, gives the fold of its blocks' order bit for bit,
@@ -316,11 +316,13 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::cuda::assert_compiles_with_nvrtc;
-    use crate::comm::cuda_host::{compile_together, host_kernels, run, try_run, Cases, HostSource};
-    use crate::comm::cuda_kernels::{CUBIN_ARCH, PTX_ARCH};
-    use crate::comm::gpu::gpu_for_test;
-    use crate::comm::{cuda_kernels, cuda_reprosum};
+    use crate::device::cuda::assert_compiles_with_nvrtc;
+    use crate::device::gpu::gpu_for_test;
+    use crate::device::host_emulation::{
+        compile_together, host_kernels, run, try_run, Cases, HostSource,
+    };
+    use crate::device::kernels::{CUBIN_ARCH, PTX_ARCH};
+    use crate::device::{kernels, reprosum};
     use crate::value::scatter::{segmented_sum_f32, segments};
     use crate::value::seed::{derive_stream, Stream};
     use crate::value::tensor::Tensor;
@@ -463,7 +465,7 @@ mod tests {
         );
     }
 
-    // ---- The host emulation (`comm/cuda_host.rs`) ------------------------------------------
+    // ---- The host emulation (`device/host_emulation.rs`) ---------------------------------------
 
     /// [`OPS_SOURCE`] for the host emulation's driver.
     const HOST: HostSource = HostSource {
@@ -476,10 +478,7 @@ mod tests {
     #[test]
     fn the_kernel_sources_compile_together_on_the_host() {
         let checks = "check that the kernel sources compile together for the host emulation";
-        if !compile_together(
-            &[cuda_reprosum::tests::HOST, cuda_kernels::tests::HOST, HOST],
-            checks,
-        ) {
+        if !compile_together(&[reprosum::tests::HOST, kernels::tests::HOST, HOST], checks) {
             return;
         }
         let Some(kernels) = host_kernels(HOST, &[], checks) else {
