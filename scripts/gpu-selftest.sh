@@ -54,8 +54,17 @@ item() {
         failed=1
     fi
 }
-tests() { # the carried unit tests whose names start with one of the given paths
-    "$carry/detcheck-lib" --test-threads 1 "$@"
+tests() { # the carried unit tests whose names start with one of the given paths; a filter
+    # that matches no test fails the item (a PASS must have run something)
+    local out code
+    out=$("$carry/detcheck-lib" --test-threads 1 "$@" 2>&1)
+    code=$?
+    echo "$out"
+    if echo "$out" | grep -q '^running 0 tests$'; then
+        echo "no test matches: $*"
+        return 1
+    fi
+    return "$code"
 }
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
 

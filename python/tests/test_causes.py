@@ -6,11 +6,13 @@ test_real_scripts.py, the operator and hash-order controls in test_diagnosis.py.
 Each runs `DETCHECK_CAUSE_RUNS` times (1 by default; scripts/diagnosis-controls.sh asks for 20).
 Needs torch (CI installs it)."""
 
+import os
+import re
 import subprocess
 import sys
 
 import pytest
-from support import PROGRAMS, requires, run_detcheck, runs
+from support import PROGRAMS, ROOT, requires, run_detcheck, runs
 
 requires("torch")
 
@@ -139,3 +141,37 @@ def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detchec
     else:
         assert finding["fixes"] and finding["fixed_by"] == fixed_by, finding
         assert "--deterministic: `" in line["detail"], line["detail"]
+
+
+#: The README's example of a failed program check, between these lines, is this test's output.
+README_COMMAND = (
+    "detcheck check --no-diagnosis -- python examples/programs/python/causes/loader_order.py"
+)
+README_BEGIN = (
+    "<!-- begin: output of the command above, checked by python/tests/test_causes.py -->\n```\n"
+)
+README_END = "```\n<!-- end: output -->"
+
+
+def volatile_masked(text):
+    """The report with what changes from run to run masked: md5s and statistics."""
+    text = re.sub(r"\b[0-9a-f]{32}\b", "<md5>", text)
+    return re.sub(r"-?\d\.\d+e-?\d+", "<value>", text)
+
+
+def test_the_readme_shows_a_real_report(detcheck_bin):
+    """The README's example output is this command's, run here, so it cannot go stale
+    (`DETCHECK_BLESS=1` writes the new output into the README)."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    assert f"{README_COMMAND}\n" in text, "the README shows the command this test runs"
+    begin = text.index(README_BEGIN) + len(README_BEGIN)
+    end = text.index(README_END, begin)
+    args = README_COMMAND.split()[1:]
+    args[args.index("python")] = sys.executable
+    args.insert(1, "--no-progress")  # as when the output is no terminal
+    done = run_detcheck(detcheck_bin, *args, cwd=ROOT, timeout=900, code=1)
+    if os.environ.get("DETCHECK_BLESS") == "1":
+        readme.write_text(text[:begin] + done.stdout + text[end:])
+        return
+    assert volatile_masked(text[begin:end]) == volatile_masked(done.stdout), done.stdout

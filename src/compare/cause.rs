@@ -140,7 +140,12 @@ impl Cause {
         if let Some(fix) = &self.fix {
             out.push_str(&format!("{indent}  fix: {fix}\n"));
         }
-        for line in &self.evidence {
+        // The first divergence is evidence for machines; a text report prints it next anyway.
+        for line in self
+            .evidence
+            .iter()
+            .filter(|line| !line.starts_with("first divergence: "))
+        {
             out.push_str(&format!("{indent}  evidence: {line}\n"));
         }
         out

@@ -598,6 +598,10 @@ mod tests {
         assert!(given.is_recording() && !off.is_recording());
         for round in 0..3u64 {
             for (i, t) in tensors.iter().enumerate() {
+                // The batch-sized tensor once: it fills a batch alone (and is slow unoptimised).
+                if i == 3 && round > 0 {
+                    continue;
+                }
                 let name = format!("t{i}");
                 lent.record(round, &name, t);
                 lent.record_replicated(round, "r", t);
