@@ -5,17 +5,23 @@
 # python/tests/test_diagnosis.py; and the controls of the unmodified scripts (zero-change
 # recording: clock reseed, set order, the Trainer's clock-seeded dropout), through
 # python/tests/test_zero_change.py; and the controls of the corpus of real-style scripts
-# (examples/programs/python/corpus), through python/tests/test_real_scripts.py. .ci/run runs the torch ones 3 times (10 minutes for 20 here);
-# this runs them all at the count given.
+# (examples/programs/python/corpus), through python/tests/test_real_scripts.py; and the planted
+# bugs of every cause class (examples/programs/python/causes, docs/causes.md), each diagnosed
+# with its class and line, through python/tests/test_causes.py. .ci/run runs the torch ones 3
+# times; this runs them all at the count given (`--causes-only`: just the planted bugs).
 #
-#   bash scripts/diagnosis-controls.sh [RUNS]
+#   bash scripts/diagnosis-controls.sh [RUNS] [--causes-only]
 #
 # Needs scripts/install-python.sh --torch (target/venv) and, for mpi4py, scripts/install-mpi.sh
 # and `target/venv/bin/python -m pip install mpi4py==4.1.2`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-20}
+causes_only=${2:-}
 cargo build --release --quiet --bin detcheck
+DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CAUSE_RUNS="$runs" \
+    target/venv/bin/pytest python/tests/test_causes.py -q -rs -k planted
+[ "$causes_only" = --causes-only ] && exit 0
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_REQUIRE_MPI4PY=1 \
     DETCHECK_CONTROL_RUNS="$runs" DETCHECK_TORCH_CONTROL_RUNS="$runs" \
     target/venv/bin/pytest python/tests/test_diagnosis.py python/tests/test_zero_change.py -q -rs \

@@ -67,10 +67,11 @@ fi
 numpy=$("$venv/bin/python" -c 'import sys
 v = sys.version_info[:2]
 print("2.0.2" if v < (3, 10) else "2.2.6" if v < (3, 11) else "2.4.6")')
-echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 ruff==0.17.6 mypy==2.4.1"
-# ruff (format and lint) and mypy (types) check the package and its tests in .ci/run.
+echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 mypy==2.4.1"
+# ruff (format and lint) and mypy (types) check the package and its tests in .ci/run;
+# pytest-xdist runs the tests on two workers there.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2" "ruff==0.17.6" "mypy==2.4.1"
+    "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2" "pytest-xdist==3.8.0" "ruff==0.17.6" "mypy==2.4.1"
 
 if [ "$torch" = 1 ]; then
     echo "== pip install torch==2.15.0 (CPU use; the registry's wheel)"

@@ -8,9 +8,11 @@ Needs torch (CI installs it; DETCHECK_REQUIRE_TORCH makes a missing torch fail, 
 """
 
 import copy
+import json
 import os
 import pickle
 import textwrap
+from pathlib import Path
 
 import pytest
 from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
@@ -38,38 +40,55 @@ CONTROL_CAUSES = {
 }
 
 
-def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path):
+def corpus_by_script():
+    """The corpus's scenario files, grouped by the script they run (its name without `.py`)."""
+    groups = {}
+    for path in sorted(CORPUS.glob("*.json")):
+        command = json.loads(path.read_text())["params"]["command"]
+        script = next(Path(arg).stem for arg in command if arg.endswith(".py"))
+        groups.setdefault(script, []).append(path)
+    return groups
+
+
+def test_the_corpus_holds_six_scripts_with_a_control_each():
+    groups = corpus_by_script()
+    names = {p.stem for paths in groups.values() for p in paths}
+    controls = {n for n in names if n.startswith("control_")}
+    assert len(controls) == 7 and len(names) == 14 and len(groups) == 6, groups
+    assert controls == set(CONTROL_CAUSES), controls
+    for script, paths in groups.items():
+        assert any(p.stem.startswith("control_") for p in paths), script
+        assert any(not p.stem.startswith("control_") for p in paths), script
+
+
+# One script's scenarios per test (checked as one command), so that two workers share them.
+@pytest.mark.parametrize("script", sorted(corpus_by_script()))
+def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path, script):
+    paths = corpus_by_script()[script]
     # From an empty folder: the scripts' own files (nanoGPT's tokens, the snapshot, the saved
     # model) go where their authors put them, and nothing is left behind.
-    run = check(detcheck_bin, "--no-diagnosis", CORPUS, cwd=tmp_path, timeout=900, code=0)
+    run = check(detcheck_bin, "--no-diagnosis", *paths, cwd=tmp_path, timeout=900, code=0)
     scenarios, out = run.scenarios, run.out
-    names = {p.stem for p in CORPUS.glob("*.json")}
-    assert set(scenarios) == names, out
-    controls = {n for n in names if n.startswith("control_")}
-    assert len(controls) == 7 and len(names) == 14, names
+    assert set(scenarios) == {p.stem for p in paths}, out
     for name, line in scenarios.items():
         assert line["status"] == "passed", (name, out)
         assert line["counts"]["records_compared"] > 0, (name, out)
     assert list(tmp_path.iterdir()) == [], "a run left files in the working directory"
-    for name, (kind, script) in CONTROL_CAUSES.items():
+    controls = sorted(p for p in paths if p.stem.startswith("control_"))
+    for name in (p.stem for p in controls):
+        kind, site = CONTROL_CAUSES[name]
         cause = scenarios[name]["first_divergence"]["cause"]
         assert cause["kind"] == kind, (name, cause)
-        if script is not None:  # the seeding call's line in the script
-            assert f"{script}.py:" in cause["site"], (name, cause)
+        if site is not None:  # the seeding call's line in the script
+            assert f"{site}.py:" in cause["site"], (name, cause)
     # Every control caught every time: DETCHECK_CORPUS_CONTROL_RUNS in all (1 here in CI;
     # scripts/diagnosis-controls.sh asks for 20).
     times = runs("DETCHECK_CORPUS_CONTROL_RUNS")
-    caught = {name: 1 for name in controls}
+    caught = {p.stem: 1 for p in controls}
     for _ in range(times - 1):
-        again = check(
-            detcheck_bin,
-            "--no-diagnosis",
-            *sorted(CORPUS.glob("control_*.json")),
-            cwd=tmp_path,
-            timeout=900,
-        ).scenarios
-        assert set(again) == controls, again
-        for name, line in again.items():
+        again = check(detcheck_bin, "--no-diagnosis", *controls, cwd=tmp_path, timeout=900)
+        assert set(again.scenarios) == set(caught), again.out
+        for name, line in again.scenarios.items():
             caught[name] += line["status"] == "passed"
     print(f"corpus controls caught, of {times} runs each: {caught}")
     assert all(n == times for n in caught.values()), caught

@@ -582,4 +582,31 @@ mod tests {
         assert_eq!(cause.kind, CauseClass::NondeterministicOperator);
         assert!(cause.summary.contains("`GPT`") && cause.fix.unwrap().contains("Inductor"));
     }
+
+    #[test]
+    fn a_file_changed_in_place_is_named_whether_or_not_the_runs_agree_on_it() {
+        let words = "changed in place in the working directory: features.npy";
+        // Both runs changed it alike: no environment difference, the fact is in `sites`.
+        let mut c = diverged_at(0, 7, "in/(model).0");
+        c.sites
+            .insert((0, WORKDIR_KEY.to_owned()), words.to_owned());
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::FileLeftBehind);
+        assert!(cause.evidence[0].ends_with("features.npy"), "{cause:?}");
+        // Only run 2 saw the change: an environment difference.
+        let mut c = diverged_at(0, 7, "in/(model).0");
+        c.environment.push(EnvDifference {
+            key: WORKDIR_KEY.to_owned(),
+            left: None,
+            right: Some(words.to_owned()),
+            ranks: vec![0],
+            hint: None,
+        });
+        assert_eq!(kind(&c, None), CauseClass::FileLeftBehind);
+        // Without it, the same divergence is the data's values.
+        assert_eq!(
+            kind(&diverged_at(0, 7, "in/(model).0"), None),
+            CauseClass::DataValues
+        );
+    }
 }
