@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = Path(__file__).resolve().parent / "drilldown_program.py"
 
 
-def scenario(folder, model, steps):
-    path = Path(folder) / f"drilldown_{model}.json"
+def scenario(folder, model, steps, deterministic=False):
+    """The check of ``model``; ``deterministic``: launched with `--deterministic`'s settings,
+    which make its runs identical (the finding then re-runs it without them)."""
+    path = Path(folder) / f"drilldown_{model}{'_deterministic' if deterministic else ''}.json"
     path.write_text(
         json.dumps(
             {
@@ -38,7 +40,7 @@ def scenario(folder, model, steps):
                 "world_size": 1,
                 "steps": steps,
                 "seed": 1,
-                "expect": "diverges",
+                "expect": "identical" if deterministic else "diverges",
                 "checks": ["repeat"],
                 "params": {
                     "command": [
@@ -51,11 +53,25 @@ def scenario(folder, model, steps):
                     ],
                     "launcher": "processes",
                     "timeout_secs": 600,
+                    "deterministic": deterministic,
                 },
             }
         )
     )
     return path
+
+
+def timed_settings_check(detcheck, path):
+    """`--deterministic`'s check and its finding (which settings fix it): seconds, finding."""
+    args = [detcheck, "check", "--no-progress", "--format", "json", str(path)]
+    start = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    elapsed = time.perf_counter() - start
+    line = next(json.loads(t) for t in done.stdout.splitlines() if '"type":"scenario"' in t)
+    finding = line.get("deterministic") or {}
+    if done.returncode != 0 or finding.get("fixed_by") != ["numpy.random.seed"]:
+        raise SystemExit(f"drilldown.py: the settings' finding is not numpy's seed:\n{done.stdout}")
+    return elapsed
 
 
 def timed_check(detcheck, path, diagnose):
@@ -86,25 +102,37 @@ def main():
     print(f"# drill-down cost, {args.rounds} rounds, {args.steps} steps, 1 rank, CPU")
     print(
         "| model | first divergence | check alone (s, median) | diagnosis / check (median) "
-        "| range |"
+        "| range | `--deterministic` finding / check (median) | range |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as folder:
         for model in args.models.split(","):
             path = scenario(folder, model, args.steps)
-            alone, ratios, where = [], [], None
+            settings = scenario(folder, model, args.steps, deterministic=True)
+            alone, ratios, settings_ratios, where = [], [], [], None
             for r in range(args.rounds):
-                order = [False, True] if r % 2 == 0 else [True, False]
+                # Three contenders, in an order rotated by round.
+                order = ["alone", "diagnosis", "settings"]
+                order = order[r % 3 :] + order[: r % 3]
                 times = {}
-                for diagnose in order:
-                    times[diagnose], first = timed_check(args.detcheck, path, diagnose)
+                for contender in order:
+                    if contender == "settings":
+                        times[contender] = timed_settings_check(args.detcheck, settings)
+                        continue
+                    diagnose = contender == "diagnosis"
+                    times[contender], first = timed_check(args.detcheck, path, diagnose)
                     if diagnose:
                         where = f"`{first['name']}` -> `{first['operator']['call']['operator']}`"
-                alone.append(times[False])
-                ratios.append((times[True] - times[False]) / times[False])
+                alone.append(times["alone"])
+                ratios.append((times["diagnosis"] - times["alone"]) / times["alone"])
+                # The finding's runs are the settings check's extra over its own two runs,
+                # which cost what the check alone does.
+                settings_ratios.append((times["settings"] - times["alone"]) / times["alone"])
             print(
                 f"| {model} | {where} | {statistics.median(alone):.1f} | "
-                f"{statistics.median(ratios):.2f}x | {min(ratios):.2f}x-{max(ratios):.2f}x |"
+                f"{statistics.median(ratios):.2f}x | {min(ratios):.2f}x-{max(ratios):.2f}x | "
+                f"{statistics.median(settings_ratios):.2f}x | "
+                f"{min(settings_ratios):.2f}x-{max(settings_ratios):.2f}x |"
             )
 
 

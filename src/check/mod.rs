@@ -1104,7 +1104,7 @@ pub(crate) fn run_checks_on(
             let repeat = outcomes.iter().find(|o| o.kind == CheckKind::Repeat);
             match repeat {
                 Some(repeat) => {
-                    let run = |only: Option<&[String]>| -> Result<(Trace, Trace), RunError> {
+                    let run = |only: Option<&[String]>, k: usize| -> Result<Trace, RunError> {
                         let mut changed = (**command).clone();
                         match only {
                             None => changed.deterministic = false,
@@ -1112,11 +1112,12 @@ pub(crate) fn run_checks_on(
                         }
                         let mut variant = scenario.clone();
                         variant.program = Program::Command(Arc::new(changed));
-                        Ok((run_of(runner, &variant, 1)?, run_of(runner, &variant, 2)?))
+                        run_of(runner, &variant, k)
                     };
                     Some(settings::which_settings_fix(
                         &repeat.comparison,
                         spec.seed,
+                        &first,
                         &run,
                     )?)
                 }
