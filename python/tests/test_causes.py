@@ -125,6 +125,8 @@ FIXED_BY = {
     "shuffle_samples": ["random.seed"],  # named by the cause, confirmed by two runs
     "set_order": ["PYTHONHASHSEED"],  # no evidence names a cause: the hash seed is tried first
     "clock_jitter": None,  # a clock read inside the model: no setting fixes it
+    "init_before_seed": ["torch.manual_seed"],  # detcheck's seed comes before the model
+    "worker_augment": None,  # numpy in data-loader workers: no setting reaches them
 }
 
 
