@@ -421,7 +421,7 @@ pub(super) fn reduction_label(
             let recorded = report.and_then(|r| {
                 r.outcomes
                     .iter()
-                    .find_map(|o| o.comparison.fact(0, "collective"))
+                    .find_map(|o| o.comparison.fact("site:collective"))
             });
             match recorded {
                 Some(backend) => backend.to_owned(),

@@ -311,17 +311,12 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         ));
         return cause;
     }
-    let changed_files = c
-        .sites
-        .iter()
-        .find(|((_, key), _)| key == WORKDIR_KEY)
-        .map(|(_, words)| words.as_str())
-        .or_else(|| {
-            c.environment
-                .iter()
-                .find(|e| e.key == WORKDIR_KEY)
-                .and_then(|e| e.left.as_deref().or(e.right.as_deref()))
-        });
+    let changed_files = c.fact(WORKDIR_KEY).or_else(|| {
+        c.environment
+            .iter()
+            .find(|e| e.key == WORKDIR_KEY)
+            .and_then(|e| e.left.as_deref().or(e.right.as_deref()))
+    });
     if let Some(words) = changed_files {
         let mut cause = Cause::new(
             CauseClass::FileLeftBehind,
@@ -336,11 +331,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         cause.evidence.push(format!("`{WORKDIR_KEY}`: {words}"));
         return cause;
     }
-    let compiled = c
-        .sites
-        .iter()
-        .find(|((_, key), _)| key == "site:compiled")
-        .map(|(_, module)| module.as_str());
+    let compiled = c.fact("site:compiled");
     let nothing_traced_differs = matches!(
         d.operator,
         None | Some(OperatorFinding::NoOperatorDiffers { .. })

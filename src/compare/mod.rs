@@ -436,13 +436,14 @@ impl Comparison {
             .map(String::as_str)
     }
 
-    /// A fact A's rank `rank` recorded about its run as `site:<key>` (`compiled`: the compiled
-    /// module; `collective`: its process group's backend).
+    /// A fact A recorded about its run, on its lowest rank that has it: `site:compiled` (the
+    /// compiled module), `site:collective` (its process group's backend), `detcheck.workdir`.
     #[must_use]
-    pub fn fact(&self, rank: u32, key: &str) -> Option<&str> {
+    pub fn fact(&self, key: &str) -> Option<&str> {
         self.sites
-            .get(&(rank, format!("site:{key}")))
-            .map(String::as_str)
+            .iter()
+            .find(|((_, k), _)| k == key)
+            .map(|(_, value)| value.as_str())
     }
 
     /// `true` when nothing differs.
