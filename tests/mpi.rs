@@ -226,6 +226,11 @@ fn the_arrival_order_control_is_caught_on_every_attempt_under_mpirun() {
 #[test]
 fn an_mpi_program_of_the_users_own_is_checked_and_its_any_source_control_caught() {
     let programs = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/programs/mpi");
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/target/debug/examples/mpi_sum");
+    assert!(
+        std::path::Path::new(program).is_file(),
+        "{program} is missing: build it first with `cargo build --features mpi --example mpi_sum`"
+    );
     let check = |path: &str| {
         let output = Command::new(env!("CARGO_BIN_EXE_detcheck"))
             .args(["check", "--no-progress", path])
