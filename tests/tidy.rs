@@ -345,7 +345,7 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 22] = [
+const PYTHON_LAYERS: [&str; 23] = [
     "_contract",
     "_arrays",
     "_settings",
@@ -360,6 +360,7 @@ const PYTHON_LAYERS: [&str; 22] = [
     "_torch_frontend",
     "torch",
     "_callbacks",
+    "_arrival",
     "_auto",
     "_single_rank",
     "_startup",

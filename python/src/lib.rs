@@ -819,6 +819,16 @@ fn error_file_magic() -> &'static str {
     ERROR_FILE_MAGIC
 }
 
+/// How many seconds this rank waits before its first point-to-point send
+/// (`detcheck::file::Launch::first_send_delay`; 0 outside a check's launch).
+#[pyfunction]
+fn first_send_delay() -> PyResult<f64> {
+    let launch = Launch::from_env().map_err(dump_error)?;
+    Ok(launch
+        .and_then(|l| Some(l.first_send_delay(l.rank?).as_secs_f64()))
+        .unwrap_or(0.0))
+}
+
 /// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
 /// `(stop_after or None, the names of the deterministic settings to apply)` (none: an empty
 /// list).
@@ -914,6 +924,7 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
     m.add_function(wrap_pyfunction!(error_file_magic, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(first_send_delay, m)?)?;
     m.add_function(wrap_pyfunction!(deterministic_settings, m)?)?;
     m.add_function(wrap_pyfunction!(_program_records, m)?)?;
     m.add_function(wrap_pyfunction!(_program_records_itself, m)?)?;

@@ -29,6 +29,7 @@ PLANTED = {
     "clock_jitter": ("value_from_outside", "clock_jitter.py:18", "`aten.lift_fresh.default`"),
     "worker_augment": ("data_values", None, "fetched the same samples"),
     "cache_in_place": ("file_left_behind", None, "changed a file of its working directory"),
+    "arrival_order": ("collective_order", "arrival_order.py:23", "in the order messages arrive"),
     # nanoGPT-style, compiled: Inductor's CPU kernel for the tied embedding's gradient adds
     # with atomics from 2 threads (eager, the corpus's scenario, repeats).
     "nanogpt_compiled": ("nondeterministic_operator", None, "`torch.compile`d model (`GPT`)"),
@@ -40,6 +41,10 @@ SCRIPTS = {
 }
 
 
+#: name -> its ranks, where not 1 (a receive from any source needs 2 senders to reorder)
+RANKS = {"arrival_order": 3}
+
+
 def script_of(name, fixed=False):
     """The script and arguments of a planted bug (``fixed``: its clean twin's, or None)."""
     default = (CAUSES / f"{name}.py", (), ("--fixed",))
@@ -49,9 +54,9 @@ def script_of(name, fixed=False):
     return (script, planted)
 
 
-def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code, cwd=None):
-    """`detcheck check FLAGS --ranks 1 --steps 2 -- python SCRIPT ARGS` (``script``: a name in
-    causes/ or a path)."""
+def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code, cwd=None, ranks=1):
+    """`detcheck check FLAGS --ranks RANKS --steps 2 -- python SCRIPT ARGS` (``script``: a name
+    in causes/ or a path)."""
     path = script if not isinstance(script, str) else CAUSES / f"{script}.py"
     return run_detcheck(
         detcheck_bin,
@@ -59,7 +64,7 @@ def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code, cwd
         "--no-progress",
         *flags,
         "--ranks",
-        "1",
+        str(ranks),
         "--steps",
         "2",
         "--",
@@ -76,6 +81,7 @@ def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code, cwd
 def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, name, tmp_path):
     kind, site, words = PLANTED[name]
     script, planted = script_of(name)
+    ranks = RANKS.get(name, 1)
     if name == "cache_in_place":
         # Its cache, larger than what a launch's private folder copies: linked, so changed.
         subprocess.run([sys.executable, script, "--make-cache"], cwd=tmp_path, check=True)
@@ -84,7 +90,9 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
     drill = kind in ("hash_order", "value_from_outside")
     flags = ("--format", "json") if drill else ("--format", "json", "--no-diagnosis")
     for _ in range(runs("DETCHECK_CAUSE_RUNS")):
-        done = one_liner(detcheck_bin, script, *planted, flags=flags, code=1, cwd=tmp_path)
+        done = one_liner(
+            detcheck_bin, script, *planted, flags=flags, code=1, cwd=tmp_path, ranks=ranks
+        )
         (line,) = done.scenarios.values()
         cause = line["first_divergence"]["cause"]
         assert cause["kind"] == kind, cause
@@ -97,7 +105,7 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
         assert shown == (kind == "hash_order"), environment
     twin = script_of(name, fixed=True)
     if twin is not None:
-        done = one_liner(detcheck_bin, twin[0], *twin[1], code=0, cwd=tmp_path)
+        done = one_liner(detcheck_bin, twin[0], *twin[1], code=0, cwd=tmp_path, ranks=ranks)
         (line,) = done.scenarios.values()
         assert line["verdict"] == "ok", line
 
@@ -127,6 +135,7 @@ FIXED_BY = {
     "clock_jitter": None,  # a clock read inside the model: no setting fixes it
     "init_before_seed": ["torch.manual_seed"],  # detcheck's seed comes before the model
     "worker_augment": None,  # numpy in data-loader workers: no setting reaches them
+    "arrival_order": None,  # the order messages arrive in: no setting orders them
 }
 
 
@@ -134,7 +143,8 @@ FIXED_BY = {
 def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detcheck_bin, script):
     fixed_by = FIXED_BY[script]
     flags = ("--format", "json", "--deterministic")
-    done = one_liner(detcheck_bin, script, flags=flags, code=0 if fixed_by else 1)
+    code = 0 if fixed_by else 1
+    done = one_liner(detcheck_bin, script, flags=flags, code=code, ranks=RANKS.get(script, 1))
     (line,) = done.scenarios.values()
     finding = line["deterministic"]
     if fixed_by is None:

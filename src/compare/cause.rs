@@ -41,6 +41,9 @@ pub enum CauseClass {
     HashOrder,
     /// An operator gave different outputs from identical inputs (also inside a compiled region).
     NondeterministicOperator,
+    /// A reduction whose order follows the order in which ranks' messages arrive: a receive
+    /// from any source, or a collective that gave different outputs from identical inputs.
+    CollectiveOrder,
     /// A value entered torch from outside its operators (numpy, a file, the clock).
     ValueFromOutside,
     /// A file that an earlier run wrote or changed.
@@ -73,6 +76,7 @@ impl fmt::Display for CauseClass {
             CauseClass::DataValues => "data values",
             CauseClass::HashOrder => "hash order (PYTHONHASHSEED)",
             CauseClass::NondeterministicOperator => "a nondeterministic operator",
+            CauseClass::CollectiveOrder => "a collective or reduction order",
             CauseClass::ValueFromOutside => "a value from outside torch",
             CauseClass::FileLeftBehind => "a file an earlier run left",
             CauseClass::Environment => "an environment difference",
@@ -213,7 +217,34 @@ pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) ->
     Some(cause)
 }
 
+/// The fact a Python rank records at its first receive from any source (`detcheck._arrival`):
+/// the program's line.
+pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
+
+/// Whether `operator` (a traced call's name) is a collective or point-to-point communication:
+/// torch's c10d operators (`c10d.allreduce_.default`) and functional collectives.
+fn is_collective(operator: &str) -> bool {
+    operator.starts_with("c10d.") || operator.starts_with("_c10d_functional.")
+}
+
 fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<bool>) -> Cause {
+    if let Some(OperatorFinding::Nondeterministic { call, .. }) = &d.operator {
+        if is_collective(&call.operator) {
+            return Cause::new(
+                CauseClass::CollectiveOrder,
+                format!(
+                    "the collective `{}` gave different outputs from identical inputs in `{}`: \
+                     its reduction order changed between the runs",
+                    call.operator, call.module
+                ),
+            )
+            .at(call.site.as_deref())
+            .fix(
+                "pin the collective's algorithm (NCCL_ALGO=Ring, NCCL_PROTO=Simple; Open MPI: \
+                 `detcheck env`'s settings), or reduce in a fixed order yourself",
+            );
+        }
+    }
     if let Some(OperatorFinding::Nondeterministic { call, hint, .. }) = &d.operator {
         let mut cause = Cause::new(
             CauseClass::NondeterministicOperator,
@@ -329,6 +360,24 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
              `\"rb\"`) and write results to a new file",
         );
         cause.evidence.push(format!("`{WORKDIR_KEY}`: {words}"));
+        return cause;
+    }
+    if let Some(site) = c.fact(ANY_SOURCE_KEY) {
+        let mut cause = Cause::new(
+            CauseClass::CollectiveOrder,
+            "the program receives from any source and adds in the order messages arrive: each \
+             run of a check lets the ranks' first messages arrive in another order, and the sum \
+             came out different"
+                .to_owned(),
+        )
+        .at(Some(site))
+        .fix(
+            "receive from each rank in turn (`dist.recv(t, src=r)` for r in a fixed order), or \
+             reduce with a collective (`dist.all_reduce`)",
+        );
+        cause.evidence.push(format!(
+            "`{ANY_SOURCE_KEY}`: a receive without `src` at {site}"
+        ));
         return cause;
     }
     let compiled = c.fact("site:compiled");
@@ -562,6 +611,36 @@ mod tests {
         assert_eq!(cause.kind, CauseClass::ValueFromOutside);
         assert_eq!(cause.site.as_deref(), Some("model.py:7"));
         assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
+    }
+
+    #[test]
+    fn an_arrival_order_is_a_collective_order_cause_unless_a_seed_explains_it() {
+        let mut c = diverged_at(0, 12, "grad/0.weight");
+        c.sites
+            .insert((0, ANY_SOURCE_KEY.to_owned()), "train.py:22".to_owned());
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::CollectiveOrder);
+        assert_eq!(cause.site.as_deref(), Some("train.py:22"));
+        assert!(!cause.kind.needs_hash_probe());
+        // A seed that differs is a cause the arrival order cannot be.
+        evidence(&mut c, 0, 0, "seed/torch", None);
+        assert_eq!(kind(&c, None), CauseClass::SeededDifferently);
+        // A traced collective that differs from identical inputs.
+        let mut c = diverged_at(0, 12, "grad/0.weight");
+        c.first.as_mut().unwrap().operator = Some(OperatorFinding::Nondeterministic {
+            window: "backward".to_owned(),
+            call: OperatorCall {
+                operator: "c10d.allreduce_.default".to_owned(),
+                index: 9,
+                module: "(model)".to_owned(),
+                inputs: vec![],
+                output: 0,
+                site: None,
+            },
+            hint: None,
+        });
+        assert_eq!(kind(&c, None), CauseClass::CollectiveOrder);
+        assert!(!is_collective("aten.add.Tensor"));
     }
 
     #[test]

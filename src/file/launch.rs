@@ -223,6 +223,10 @@ const OTHER_RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", 
 const MAX_STAGGER: Duration = Duration::from_millis(600);
 /// The stagger between two consecutive start slots, at most.
 const MAX_SLOT: Duration = Duration::from_millis(30);
+/// The gap between two consecutive slots' first sends, at most ([`Launch::first_send_delay`]):
+/// longer than a start slot, because ranks that left a process group's rendezvous together
+/// drift apart by their own step's work before they send.
+const MAX_SEND_SLOT: Duration = Duration::from_millis(100);
 
 /// What a launched program is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,13 +372,26 @@ impl Launch {
     /// the launch number) times the slot length.
     #[must_use]
     pub fn start_offset(&self, rank: u32) -> Duration {
+        self.slot(rank, MAX_SLOT)
+    }
+
+    /// How long rank `rank` waits before its first point-to-point send (the Python recorder's
+    /// `_arrival`): its slot times a longer slot length, so a receive from any source sees the
+    /// senders' first messages arrive in another order in every launch. Zero in a plain run.
+    #[must_use]
+    pub fn first_send_delay(&self, rank: u32) -> Duration {
+        self.slot(rank, MAX_SEND_SLOT)
+    }
+
+    /// Rank `rank`'s slot (the rank rotated by the launch number) times a slot length of at
+    /// most `longest`, all slots within [`MAX_STAGGER`]; zero without a start (a plain run).
+    fn slot(&self, rank: u32, longest: Duration) -> Duration {
         let Some((launch, _)) = self.start else {
             return Duration::ZERO;
         };
         let world = self.world_size.max(1);
         let slot = (rank + launch % world) % world;
-        let step = MAX_SLOT.min(MAX_STAGGER / world);
-        step * slot
+        longest.min(MAX_STAGGER / world) * slot
     }
 
     /// Waits until rank `rank`'s start slot: first until every rank of the launch has come
@@ -544,5 +561,32 @@ mod tests {
         assert_eq!(at(0), [0, 1, 2]);
         assert_eq!(at(1), [2, 0, 1]);
         assert_eq!(at(2), [1, 2, 0]);
+    }
+
+    #[test]
+    fn first_sends_follow_the_start_order_with_longer_gaps_within_the_stagger() {
+        let mut l = Launch {
+            trace_dir: PathBuf::new(),
+            world_size: 3,
+            rank: None,
+            seed: 0,
+            steps: 0,
+            mode: DumpMode::Stats,
+            start: None,
+            run_id: None,
+            launcher: None,
+            fingerprint: None,
+            mpi_library: None,
+        };
+        assert_eq!(
+            l.first_send_delay(2),
+            Duration::ZERO,
+            "a plain run waits for nothing"
+        );
+        l.start = Some((1, 0));
+        let ms = |r| l.first_send_delay(r).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2)], [100, 200, 0]);
+        l.world_size = 64;
+        assert!(l.first_send_delay(62) <= MAX_STAGGER);
     }
 }

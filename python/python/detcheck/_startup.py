@@ -18,7 +18,9 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
    (``faulthandler``, unless the program handles that signal);
 5. at one rank, gives a program that creates a process group a world of one
-   (``detcheck._single_rank``);
+   (``detcheck._single_rank``); at several, makes each rank's first point-to-point send wait
+   for its slot of the launch, so messages received from any source arrive in another order in
+   each run (``detcheck._arrival``);
 6. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
    no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
    prints when the rank's trace is missing).
@@ -150,6 +152,14 @@ def _torch_imported(module):
         from . import _single_rank
 
         _single_rank.install()
+    else:
+        try:
+            from . import _arrival
+            from ._detcheck import first_send_delay
+
+            _arrival.install(module.distributed, first_send_delay())
+        except Exception as e:
+            _say(f"cannot vary the order in which point-to-point messages arrive: {e!r}")
     from . import _auto
 
     _state.recorder = _auto.start(_state)
