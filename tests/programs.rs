@@ -271,6 +271,81 @@ fn a_trace_of_another_world_size_fails_the_run() {
     );
 }
 
+/// `detcheck run --dump DIR [FLAGS] -- PROGRAM`: one launch of a program, dumped, so two runs
+/// made apart (two machines, two settings) are compared later; the flags of checks are refused
+/// by name, and a scenario file and a program are not both given.
+#[test]
+fn a_program_is_run_once_into_a_dump_and_compared_later() {
+    let program = example("trace_ranks");
+    let program = program.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |dump: &str, seed: &str| {
+        let argv = [
+            "run", "--dump", dump, "--ranks", "3", "--steps", "4", "--", program, "--seed", seed,
+            "--steps", "4",
+        ];
+        detcheck(&argv, dir.path(), &[])
+    };
+    for (dump, seed) in [("a", "11"), ("b", "11"), ("c", "12")] {
+        let out = run(dump, seed);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout
+                .starts_with(&format!("wrote {dump}: 3 ranks, steps 0 to 3")),
+            "{}",
+            out.stdout
+        );
+    }
+    let same = detcheck(&["compare", "a", "b"], dir.path(), &[]);
+    assert_eq!(same.code, 0, "{}{}", same.stdout, same.stderr);
+    let other = detcheck(&["compare", "a", "c"], dir.path(), &[]);
+    assert_eq!(other.code, 1, "{}{}", other.stdout, other.stderr);
+    assert!(
+        other.stdout.contains("first divergence: step 0"),
+        "{}",
+        other.stdout
+    );
+    // A dump is never overwritten.
+    let again = run("a", "11");
+    assert_eq!(again.code, 2, "{}", again.stderr);
+
+    for (args, words) in [
+        (
+            &["--checks", "repeat"][..],
+            "--checks: `run` launches the program once",
+        ),
+        (&["--expect", "diverges"][..], "--expect: `run`"),
+        (&["--ranks", "0"][..], "--ranks: "),
+    ] {
+        let mut argv = vec!["run", "--dump", "d"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--", program]);
+        let bad = detcheck(&argv, dir.path(), &[]);
+        assert_eq!(bad.code, 2, "{args:?}: {}{}", bad.stdout, bad.stderr);
+        assert!(bad.stderr.contains(words), "{args:?}: {}", bad.stderr);
+    }
+    let both = detcheck(
+        &["run", "--dump", "d", "s.json", "--", program],
+        dir.path(),
+        &[],
+    );
+    assert!(
+        both.code == 2 && both.stderr.contains("not both"),
+        "{}",
+        both.stderr
+    );
+    let neither = detcheck(&["run", "--dump", "d"], dir.path(), &[]);
+    assert!(
+        neither.code == 2 && neither.stderr.contains("or a program after `--`"),
+        "{}",
+        neither.stderr
+    );
+    assert!(
+        !dir.path().join("d").exists(),
+        "a refused run writes nothing"
+    );
+}
+
 /// `detcheck check [FLAGS] -- PROGRAM`: no scenario file. The flags make the file a scenario
 /// would be (saved with `--save-scenario`, and checked again from it with the same verdict);
 /// bad flags are exit 2 naming the flag; the control is caught with its element.

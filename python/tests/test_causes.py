@@ -6,6 +6,7 @@ test_real_scripts.py, the operator and hash-order controls in test_diagnosis.py.
 Each runs `DETCHECK_CAUSE_RUNS` times (1 by default; scripts/diagnosis-controls.sh asks for 20).
 Needs torch (CI installs it)."""
 
+import json
 import os
 import re
 import subprocess
@@ -34,6 +35,29 @@ PLANTED = {
     # with atomics from 2 threads (eager, the corpus's scenario, repeats).
     "nanogpt_compiled": ("nondeterministic_operator", None, "`torch.compile`d model (`GPT`)"),
 }
+
+
+def test_two_runs_with_other_thread_counts_are_an_environment_cause(detcheck_bin, tmp_path):
+    """The environment class: two runs of one script made apart (`detcheck run --dump`), on
+    "machines" with 1 and 2 threads; `detcheck compare` names OMP_NUM_THREADS as the cause. The
+    twin, the same thread count on both sides, is identical."""
+    script = CAUSES / "wide_sum.py"
+    for attempt in range(runs("DETCHECK_CAUSE_RUNS")):
+        dumps = {}
+        for side, threads in (("a", "1"), ("b", "2"), ("twin", "2")):
+            dumps[side] = tmp_path / f"{attempt}-{side}"
+            env = {"OMP_NUM_THREADS": threads}
+            args = ("run", "--dump", dumps[side], "--", sys.executable, script)
+            run_detcheck(detcheck_bin, *args, env=env, cwd=tmp_path, code=0)
+        done = run_detcheck(
+            detcheck_bin, "compare", "--format", "json", dumps["a"], dumps["b"], code=1
+        )
+        cause = json.loads(done.stdout)["comparison"]["first"]["cause"]
+        assert cause["kind"] == "environment", cause
+        assert "OMP_NUM_THREADS: 1 -> 2" in cause["summary"], cause
+        assert "same OMP_NUM_THREADS" in cause["fix"], cause
+        run_detcheck(detcheck_bin, "compare", dumps["b"], dumps["twin"], code=0)
+
 
 #: name -> (the script, the arguments that plant the bug, those of its clean twin or None)
 SCRIPTS = {

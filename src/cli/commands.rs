@@ -9,13 +9,15 @@ use super::report::{ReportFile, FORMAT_VERSION};
 use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
-use detcheck::compare::{compare_dumps, CompareOptions, Comparison, RecordSummary};
+use detcheck::compare::{
+    compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, RecordSummary,
+};
 use detcheck::file::{write_atomically, DumpMode};
 use detcheck::run::dump_scenario;
 use detcheck::scenario::limits::MAX_WORKERS;
 use detcheck::scenario::RunPlan;
 use detcheck::value::{ExactF64, Stats};
-use detcheck::{check::ScenarioReport, CheckOptions, KindRegistry, LoadedScenario};
+use detcheck::{check::ScenarioReport, CheckOptions, LoadedScenario};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,7 +44,7 @@ macro_rules! outln {
 
 /// `detcheck run SCENARIO --dump DIR`.
 pub(crate) fn run(
-    scenario: &Path,
+    scenario: LoadedScenario,
     dir: &Path,
     mode: DumpMode,
     perturb: Option<usize>,
@@ -59,7 +61,6 @@ pub(crate) fn run(
             dir.display()
         )));
     }
-    let scenario = KindRegistry::builtin().load_file(scenario)?;
     let spec = &scenario.spec;
     let end = plan.stop_at.unwrap_or(spec.steps);
     if end > spec.steps {
@@ -169,7 +170,12 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
         cmp.num_differing
     );
     match &cmp.first {
-        Some(first) => outln!(o, "first divergence: {first}"),
+        Some(first) => {
+            if let Some(cause) = &first.cause {
+                o.0.push_str(&cause.describe(""));
+            }
+            outln!(o, "first divergence: {first}");
+        }
         None => outln!(o, "identical"),
     }
     for note in &cmp.notes {
@@ -313,7 +319,12 @@ pub(crate) fn compare(
         max_rows: if max_rows == 0 { usize::MAX } else { max_rows },
         map: map.is_some(),
     };
-    let cmp = compare_dumps(a, b, &options)?;
+    let mut cmp = compare_dumps(a, b, &options)?;
+    // The cause, where the evidence names one (two dumps made by hand have no hash-seed probe).
+    let cause = decide_cause(&cmp, None).filter(|c| c.kind != CauseClass::Unknown);
+    if let Some(first) = cmp.first.as_mut() {
+        first.cause = cause;
+    }
     let mut text = Out(String::new());
     print_comparison(&mut text, a, b, &cmp);
     if let (Some(path), Some(m)) = (map, &cmp.map) {

@@ -89,10 +89,11 @@ enum Command {
         #[command(flatten)]
         program: ProgramFlags,
     },
-    /// Run one scenario once and dump its trace: one file per rank.
+    /// Run one scenario once and dump its trace: one file per rank; or a program, with `--`
+    /// (`detcheck run --dump DIR -- python train.py`), to compare with another run of it later.
     Run {
-        /// The scenario file.
-        scenario: PathBuf,
+        /// The scenario file (or a program after `--`).
+        scenario: Option<PathBuf>,
         /// The folder to write the dump to (must not hold a dump yet).
         #[arg(long, value_name = "DIR")]
         dump: PathBuf,
@@ -117,6 +118,8 @@ enum Command {
         /// Resume from the newest checkpoint every rank has in this folder.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
+        #[command(flatten)]
+        program: ProgramFlags,
     },
     /// Compare two dumps (detcheck traces or msprobe dump folders): the first divergence and a
     /// table of differing tensors.
@@ -389,10 +392,31 @@ where
             stop_at,
             checkpoint,
             resume,
+            program,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
                 ..CheckOptions::default()
+            };
+            let loaded = match (scenario, program.program.is_empty()) {
+                (Some(path), true) => KindRegistry::builtin()
+                    .load_file(&path)
+                    .map_err(CliError::from),
+                (None, false) => one_liner::scenario_to_run(&program),
+                (Some(path), false) => Err(CliError::Invalid(format!(
+                    "-- {}: give a scenario file or a program after `--`, not both ({} given)",
+                    one_liner::shown(&program.program),
+                    path.display()
+                ))),
+                (None, true) => Err(CliError::Invalid(
+                    "run: give a scenario file, or a program after `--` (`detcheck run --dump \
+                     DIR -- python train.py`)"
+                        .to_owned(),
+                )),
+            };
+            let scenario = match loaded {
+                Ok(scenario) => scenario,
+                Err(e) => return exit::report(Err(e)).code(),
             };
             let perturb = perturb.map(|p| p as usize);
             let plan = RunPlan {
@@ -403,7 +427,7 @@ where
                 ..RunPlan::default()
             };
             exit::report(commands::run(
-                &scenario, &dump, mode, perturb, &options, &plan,
+                scenario, &dump, mode, perturb, &options, &plan,
             ))
             .code()
         }

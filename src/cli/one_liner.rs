@@ -115,6 +115,31 @@ fn flag_of(field: &str) -> String {
         )
 }
 
+/// The flags of a program's check that `run` (one launch, no checks) refuses: each would be
+/// silently ignored.
+const CHECK_ONLY: [&str; 4] = ["--checks", "--expect", "--world-sizes", "--save-scenario"];
+
+/// The scenario of `detcheck run --dump DIR [FLAGS] -- PROGRAM`: the check's scenario, run once.
+///
+/// # Errors
+/// As [`scenario`], and [`CliError::Invalid`] naming a flag of checks only.
+pub(super) fn scenario_to_run(flags: &ProgramFlags) -> Result<LoadedScenario, CliError> {
+    let given = [
+        !flags.checks.is_empty(),
+        flags.expect.is_some(),
+        !flags.world_sizes.is_empty(),
+        flags.save_scenario.is_some(),
+    ];
+    if let Some((flag, _)) = CHECK_ONLY.iter().zip(given).find(|(_, g)| *g) {
+        return Err(CliError::Invalid(format!(
+            "{flag}: `run` launches the program once and dumps it; {flag} is for `detcheck \
+             check`"
+        )));
+    }
+    let mut loaded = scenario(flags)?;
+    Ok(loaded.remove(0))
+}
+
 /// The scenario of `detcheck check [FLAGS] -- PROGRAM`, loaded as a file is; written to
 /// `--save-scenario` first when asked.
 ///

@@ -17,6 +17,7 @@
 //! hash seed.
 
 use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding};
+use crate::record::environment::keys;
 use crate::run::WORKDIR_KEY;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -435,10 +436,17 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         };
         return Cause::new(CauseClass::DataValues, summary.to_owned());
     }
+    // A difference that steers reductions (one with a hint) before any other; never the hash
+    // seed (its own rule), the host's name, or detcheck's facts about a launch.
+    let may_steer = |e: &&super::EnvDifference| {
+        e.key != "PYTHONHASHSEED" && e.key != keys::HOST && !e.key.starts_with("detcheck.")
+    };
     let other = c
         .environment
         .iter()
-        .find(|e| e.key != "PYTHONHASHSEED" && !e.key.starts_with("detcheck."));
+        .filter(may_steer)
+        .find(|e| e.hint.is_some())
+        .or_else(|| c.environment.iter().find(may_steer));
     if let Some(e) = other {
         let mut cause = Cause::new(
             CauseClass::Environment,
