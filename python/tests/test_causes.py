@@ -160,6 +160,8 @@ FIXED_BY = {
     "init_before_seed": ["torch.manual_seed"],  # detcheck's seed comes before the model
     "worker_augment": None,  # numpy in data-loader workers: no setting reaches them
     "arrival_order": None,  # the order messages arrive in: no setting orders them
+    "loader_order": None,  # the loader's own generator, seeded with the pid: no setting reaches it
+    "clock_seed": None,  # the program seeds torch from the clock after detcheck's seed
 }
 
 
