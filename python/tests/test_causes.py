@@ -28,7 +28,8 @@ PLANTED = {
     "init_before_seed": ("initial_parameters", None, "before the first step"),
     "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
     "clock_jitter": ("value_from_outside", "clock_jitter.py:18", "`aten.lift_fresh.default`"),
-    "worker_augment": ("data_values", None, "fetched the same samples"),
+    "worker_augment": ("unseeded_generator", "worker_augment.py:16", "made without a seed"),
+    "worker_reseed": ("data_values", None, "fetched the same samples"),
     "cache_in_place": ("file_left_behind", None, "changed a file of its working directory"),
     "arrival_order": ("collective_order", "arrival_order.py:23", "in the order messages arrive"),
     # nanoGPT-style, compiled: Inductor's CPU kernel for the tied embedding's gradient adds
@@ -158,7 +159,8 @@ FIXED_BY = {
     "set_order": ["PYTHONHASHSEED"],  # no evidence names a cause: the hash seed is tried first
     "clock_jitter": None,  # a clock read inside the model: no setting fixes it
     "init_before_seed": ["torch.manual_seed"],  # detcheck's seed comes before the model
-    "worker_augment": None,  # numpy in data-loader workers: no setting reaches them
+    "worker_augment": None,  # a numpy Generator the program made: no setting reaches it
+    "worker_reseed": None,  # numpy reseeded from OS entropy in data-loader workers
     "arrival_order": None,  # the order messages arrive in: no setting orders them
     "loader_order": None,  # the loader's own generator, seeded with the pid: no setting reaches it
     "clock_seed": None,  # the program seeds torch from the clock after detcheck's seed

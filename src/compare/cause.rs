@@ -222,6 +222,14 @@ pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) ->
 /// the program's line.
 pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
 
+/// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
+/// (`detcheck._evidence`): the program's line.
+pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
+
+fn unseeded_evidence(site: &str) -> String {
+    format!("`{UNSEEDED_GENERATOR_KEY}`: `np.random.default_rng()` without a seed at {site}")
+}
+
 /// Whether `operator` (a traced call's name) is a collective or point-to-point communication:
 /// torch's c10d operators (`c10d.allreduce_.default`) and functional collectives.
 fn is_collective(operator: &str) -> bool {
@@ -414,8 +422,9 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
         return cause;
     }
+    let unseeded = c.fact(UNSEEDED_GENERATOR_KEY);
     if let Some(OperatorFinding::InputFromOutside { call, input, .. }) = &d.operator {
-        return Cause::new(
+        let mut cause = Cause::new(
             CauseClass::ValueFromOutside,
             format!(
                 "input {input} of `{}` in `{}` came from outside torch's operators (numpy, a \
@@ -424,6 +433,24 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             ),
         )
         .at(call.site.as_deref());
+        if let Some(site) = unseeded {
+            cause.evidence.push(unseeded_evidence(site));
+        }
+        return cause;
+    }
+    if let Some(site) = unseeded {
+        let mut cause = Cause::new(
+            CauseClass::UnseededGenerator,
+            "a numpy Generator made without a seed (`np.random.default_rng()` seeds itself from \
+             OS entropy) draws other values in each run, and nothing else explains the \
+             divergence"
+                .to_owned(),
+        )
+        .at(Some(site))
+        .fix("give it a seed: `np.random.default_rng(0)`")
+        .of("numpy");
+        cause.evidence.push(unseeded_evidence(site));
+        return cause;
     }
     if into_input {
         let summary = if first_site(c, "data/indices").is_some() {
@@ -649,6 +676,23 @@ mod tests {
         });
         assert_eq!(kind(&c, None), CauseClass::CollectiveOrder);
         assert!(!is_collective("aten.add.Tensor"));
+    }
+
+    #[test]
+    fn an_unseeded_numpy_generator_is_named_when_nothing_more_specific_is() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        assert_eq!(kind(&c, None), CauseClass::DataValues);
+        c.sites.insert(
+            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
+            "augment.py:16".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("augment.py:16"));
+        assert_eq!(cause.generator.as_deref(), Some("numpy"));
+        // The data loader fetched other samples: that is the cause, the Generator is not.
+        evidence(&mut c, 0, 2, "data/indices", None);
+        assert_eq!(kind(&c, None), CauseClass::DataOrder);
     }
 
     #[test]

@@ -8,15 +8,16 @@ any source takes in the order they arrive (docs/causes.md, "a collective or redu
   A program whose result follows the arrival order (a sum in the order ``dist.recv(t)`` without
   ``src`` returns the senders) differs between the two runs every time, not by luck.
 - **The evidence.** The first receive from any source (``recv``/``irecv`` without ``src`` or
-  ``group_src``) is noted with the program's line; the recorder writes it to the trace's
-  environment as ``site:any_source`` (``_auto``), where the cause of a divergence is decided.
+  ``group_src``) is noted with the program's line, as the fact ``site:any_source``
+  (``_evidence.fact``), which the recorder writes to the trace's environment, where the cause of
+  a divergence is decided.
 
-Main type: none; one process-wide state (whether the rank has sent, the first any-source
-receive's line). Determinism: the wait is a function of the launch and the rank. Limits: only
-the first send of a run waits (later ones follow the program's own timing, so an arrival-order
-bug is exposed at its first use); ``batch_isend_irecv`` and collectives are not delayed (a
-collective's result does not depend on when ranks enter it); the wrappers are in place for the
-module attributes a program calls (``dist.send``), not for names it imported before the hook.
+Main type: none; one process-wide state (whether the rank has sent). Determinism: the wait is
+a function of the launch and the rank. Limits: only the first send of a run waits (later ones
+follow the program's own timing, so an arrival-order bug is exposed at its first use);
+``batch_isend_irecv`` and collectives are not delayed (a collective's result does not depend on
+when ranks enter it); the wrappers are in place for the module attributes a program calls
+(``dist.send``), not for names it imported before the hook.
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ from typing import Any
 
 from . import _evidence
 
-__all__ = ["install", "any_source_site"]
+__all__ = ["install"]
 
-#: ``file:line`` of the program's first receive from any source, or ``None``.
-any_source_site: str | None = None
 _installed = False
 
 
@@ -63,15 +62,13 @@ def install(distributed: Any, delay: float) -> None:
     def receiving(recv: Any) -> Any:
         @functools.wraps(recv)
         def recv_noted(*args: Any, **kwargs: Any) -> Any:
-            global any_source_site
-            if any_source_site is None:
-                src = kwargs.get("src", args[1] if len(args) > 1 else None)
-                group_src = kwargs.get("group_src", args[4] if len(args) > 4 else None)
-                if src is None and group_src is None:
-                    try:
-                        any_source_site = _evidence.site(sys._getframe(1)) or "?"
-                    except Exception:
-                        any_source_site = "?"
+            src = kwargs.get("src", args[1] if len(args) > 1 else None)
+            group_src = kwargs.get("group_src", args[4] if len(args) > 4 else None)
+            if src is None and group_src is None:
+                try:
+                    _evidence.fact("site:any_source", _evidence.site(sys._getframe(1)) or "?")
+                except Exception:
+                    pass
             return recv(*args, **kwargs)
 
         return _outside_compiled_graphs(recv_noted)

@@ -264,11 +264,6 @@ class Recorder:
         handle, writer = self._handle, self._writer
         self._remove_model_hooks()
         handle.remove()
-        from . import _arrival
-
-        if _arrival.any_source_site is not None:
-            # The evidence of an arrival-order cause (src/compare/cause.rs).
-            writer.add_environment("site:any_source", _arrival.any_source_site)
         if why is not None and writer.num_records > self._records_before_step:
             writer.add_environment(
                 "detcheck.recording", f"ended during step {handle.current_step} ({why})"

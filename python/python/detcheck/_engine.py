@@ -127,6 +127,13 @@ class Recording:
         if self._evidence_sink is not None:
             _evidence.detach(self._evidence_sink)
             self._evidence_sink = None
+            # The facts of causes (an any-source receive, an unseeded numpy Generator), each
+            # with the program's line (src/compare/cause.rs).
+            for key, value in _evidence.facts().items():
+                try:
+                    self._writer.add_environment(key, value)
+                except Exception:
+                    pass  # a writer already closed: the facts are evidence, never a failure
         if self._ops is not None:
             self._ops.remove()
             self._ops = None

@@ -8,7 +8,11 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
 - ``rng/<generator>``: the generator's state at the start of a step, recorded only when the
   generator was drawn from since it was last looked at: an unseeded generator that nothing draws
   from is never recorded, so it is never named as a cause;
-- ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch_frontend``).
+- ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch_frontend``);
+- facts, one value each, written to the trace's environment when the recording finishes
+  (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
+  ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy), and
+  ``site:any_source`` (``_arrival``).
 
 Each record's caller, the innermost frame outside detcheck, the frameworks and the standard
 library (``file:line``, the path relative to the working directory), goes to the trace's
@@ -34,7 +38,16 @@ import sysconfig
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["install_python", "install_numpy", "add_generator", "track_seeding", "note", "site"]
+__all__ = [
+    "install_python",
+    "install_numpy",
+    "add_generator",
+    "track_seeding",
+    "note",
+    "site",
+    "fact",
+    "facts",
+]
 
 #: The record kinds this module and the front ends make (the comparison's evidence kinds).
 KINDS = ("seed", "rng", "data")
@@ -47,6 +60,8 @@ _last: dict[str, bytes] = {}
 _waiting: list[tuple[str, Any, str | None]] = []
 #: The running recording's ``evidence`` method, or ``None``.
 _sink: Callable[[str, Any, str | None], None] | None = None
+#: key -> value of the facts noted (the first value of each key is kept).
+_facts: dict[str, str] = {}
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -92,6 +107,18 @@ def note(name: str, array: Any, where: str | None) -> None:
         _waiting.append((name, array, where))
 
 
+def fact(key: str, value: str) -> None:
+    """Notes a fact about the run (``site:<what>`` → the program's line); the first value of a
+    key is kept."""
+    if len(_facts) < 64:
+        _facts.setdefault(key, value)
+
+
+def facts() -> dict[str, str]:
+    """The facts noted so far, for the trace's environment."""
+    return dict(_facts)
+
+
 def attach(sink: Callable[[str, Any, str | None], None]) -> None:
     """A recording starts: ``sink`` takes the evidence from now on, and first what waited."""
     global _sink
@@ -114,6 +141,7 @@ def _forked() -> None:
     _sink = None
     _generators.clear()
     _waiting.clear()
+    _facts.clear()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -211,6 +239,32 @@ def _numpy_state() -> bytes:
 
 
 def install_numpy(numpy: Any) -> None:
-    """Follows numpy's global generator: its state, and ``numpy.random.seed``."""
+    """Follows numpy's global generator (its state, and ``numpy.random.seed``), and notes the
+    first ``numpy.random.default_rng()`` made without a seed."""
     add_generator("numpy", _numpy_state)
+    _note_unseeded_default_rng(numpy.random)
     track_seeding(numpy.random, "seed", "numpy")
+
+
+def _note_unseeded_default_rng(random: Any) -> None:
+    """Wraps ``numpy.random.default_rng`` (a function: wrapping it changes no ``isinstance``):
+    a call without a seed, or with ``None``, notes ``site:unseeded_generator``. A
+    ``Generator`` the program makes is not followed otherwise (module doc)."""
+    original = getattr(random, "default_rng", None)
+    if original is None or getattr(original, "_detcheck_unseeded", False):
+        return
+
+    @functools.wraps(original)
+    def default_rng(*args: Any, **kwargs: Any) -> Any:
+        if (args[0] if args else kwargs.get("seed")) is None:
+            try:
+                fact("site:unseeded_generator", site(sys._getframe(1)) or "?")
+            except Exception:
+                pass
+        return original(*args, **kwargs)
+
+    default_rng._detcheck_unseeded = True  # type: ignore[attr-defined]
+    try:
+        random.default_rng = default_rng
+    except (AttributeError, TypeError):
+        pass

@@ -1,6 +1,6 @@
 """A Dataset that augments its samples in data-loader workers with a numpy Generator it made
 without a seed (planted: `np.random.default_rng()` draws its seed from OS entropy; `--fixed`
-gives it one). Expected cause: data values (the loader fetched the same samples)."""
+gives it one). Expected cause: an unseeded generator, at the line that made it."""
 
 import sys
 
