@@ -259,17 +259,25 @@ mod tests {
             split_options(" -p gpu  --gpus-per-task=1 --comment='a b' \"\" ").unwrap(),
             ["-p", "gpu", "--gpus-per-task=1", "--comment=a b", ""]
         );
-        assert!(split_options("--comment='a").unwrap_err().contains("without its end"));
+        assert!(split_options("--comment='a")
+            .unwrap_err()
+            .contains("without its end"));
         let mut f = flags(&["python3", "t.py"]);
         f.launcher = Some("srun".into());
         f.srun_args = Some("--mpi=pmi2 -t 1".into());
         let spec = spec_json(&f, vec!["python3".into(), "t.py".into()]).unwrap();
-        assert_eq!(spec["params"]["srun_args"], json!(["--mpi=pmi2", "-t", "1"]));
+        assert_eq!(
+            spec["params"]["srun_args"],
+            json!(["--mpi=pmi2", "-t", "1"])
+        );
         f.launcher = Some("processes".into());
         let Err(CliError::Invalid(message)) = scenario(&f) else {
             panic!("srun options without srun: accepted");
         };
-        assert!(message.starts_with("--srun-args: only the `srun` launcher"), "{message}");
+        assert!(
+            message.starts_with("--srun-args: only the `srun` launcher"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -507,7 +507,10 @@ mod tests {
         srun.extend([("DETCHECK_LAUNCHER", "srun"), ("SLURM_PROCID", "1")]);
         assert_eq!(launch(&srun).unwrap().unwrap().rank, Some(1));
         srun[3] = ("SLURM_PROCID", "4");
-        assert!(launch(&srun).unwrap_err().to_string().contains("SLURM_PROCID"));
+        assert!(launch(&srun)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_PROCID"));
         let err = with(("OMPI_COMM_WORLD_RANK", "4")).unwrap_err().to_string();
         assert_eq!(
             err,
@@ -537,8 +540,15 @@ mod tests {
                 .collect();
             srun_rank_variables_of(|name| v.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
         };
-        let task = [("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_NODELIST", "n[3-4]")];
-        assert!(vars(&task).unwrap().is_empty(), "not detcheck's srun launcher");
+        let task = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_NODELIST", "n[3-4]"),
+        ];
+        assert!(
+            vars(&task).unwrap().is_empty(),
+            "not detcheck's srun launcher"
+        );
         let mut srun = task.to_vec();
         srun.push(("DETCHECK_LAUNCHER", "srun"));
         let got = vars(&srun).unwrap();

@@ -272,8 +272,7 @@ impl SlurmTask {
             });
         }
         let local_rank = number("SLURM_LOCALID")?.unwrap_or(rank);
-        let local_world_size = match (var("SLURM_STEP_TASKS_PER_NODE"), number("SLURM_NODEID")?)
-        {
+        let local_world_size = match (var("SLURM_STEP_TASKS_PER_NODE"), number("SLURM_NODEID")?) {
             (Some(per_node), Some(node)) => tasks_per_node(&per_node)?
                 .get(node as usize)
                 .copied()

@@ -521,9 +521,14 @@ impl<'a> CommandLaunch<'a> {
                         ..launch.clone()
                     };
                     let argv = self.argv(Some(rank));
-                    processes
-                        .0
-                        .push(self.process(&argv, &launch, Some(rank), master_port, &[], None)?);
+                    processes.0.push(self.process(
+                        &argv,
+                        &launch,
+                        Some(rank),
+                        master_port,
+                        &[],
+                        None,
+                    )?);
                 }
             }
             Launcher::None => {
@@ -749,7 +754,10 @@ impl<'a> CommandLaunch<'a> {
                             _ => None,
                         }
                     });
-                let words = match (waiting, stuck_ranks(&self.trace_dir, self.world_size as u32)) {
+                let words = match (
+                    waiting,
+                    stuck_ranks(&self.trace_dir, self.world_size as u32),
+                ) {
                     (Some(waiting), _) => waiting,
                     (None, Some(ranks)) => format!("; {ranks}"),
                     (None, None) => processes
@@ -807,7 +815,9 @@ fn head_and_tail(path: &Path) -> String {
     let _ = (&mut file).take(SRUN_WORDS).read_to_end(&mut head);
     let mut text = String::from_utf8_lossy(&head).into_owned();
     if len > SRUN_WORDS {
-        let _ = file.seek(SeekFrom::Start(len.saturating_sub(SRUN_WORDS).max(SRUN_WORDS)));
+        let _ = file.seek(SeekFrom::Start(
+            len.saturating_sub(SRUN_WORDS).max(SRUN_WORDS),
+        ));
         let mut tail = Vec::new();
         let _ = file.read_to_end(&mut tail);
         text.push('\n');

@@ -53,7 +53,9 @@ impl SrunStep {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         SrunStep {
             name: format!("detcheck-{}-{n}", std::process::id()),
-            allocation: std::env::var("SLURM_JOB_ID").ok().filter(|id| !id.is_empty()),
+            allocation: std::env::var("SLURM_JOB_ID")
+                .ok()
+                .filter(|id| !id.is_empty()),
         }
     }
 
@@ -129,7 +131,11 @@ impl SrunStep {
 /// `$XDG_CACHE_HOME/detcheck`, else `~/.cache/detcheck` (a home folder is on a filesystem every
 /// node of a cluster sees), else the temporary folder.
 pub(crate) fn shared_launch_root() -> PathBuf {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     var(SHARED_DIR_VAR)
         .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("detcheck")))
         .or_else(|| var("HOME").map(|d| d.join(".cache").join("detcheck")))
@@ -193,7 +199,7 @@ pub(crate) struct SrunWords {
     /// Slurm cancelled the job or step: the text between `***` (`STEP 4.0 ON vm CANCELLED AT
     /// ... DUE TO TIME LIMIT`).
     pub(crate) cancelled: Option<String>,
-    /// The tasks that failed, as `srun` lists them: `tasks 0-1: Terminated` (node first).
+    /// The ranks that failed, from `srun`'s list of tasks: `ranks 0-1: Terminated (node vm)`.
     pub(crate) failed_tasks: Vec<String>,
     /// Why the step could not start (`Unable to allocate resources: ...`, an MPI plugin or a
     /// program the node cannot run), in Slurm's words.
@@ -220,33 +226,38 @@ impl SrunWords {
             }
             if let Some(rest) = line.strip_prefix("srun: error: ") {
                 if let Some(reason) = rest.strip_prefix("Unable to allocate resources: ") {
-                    words.cannot_start.get_or_insert_with(|| {
-                        format!("Slurm cannot allocate the step: {reason}")
-                    });
+                    words
+                        .cannot_start
+                        .get_or_insert_with(|| format!("Slurm cannot allocate the step: {reason}"));
                 } else if rest.starts_with("Invalid MPI type")
                     || rest.starts_with("cannot find mpi plugin")
                 {
                     words.cannot_start.get_or_insert_with(|| rest.to_owned());
-                } else if let Some((_, tasks)) = rest.split_once(": task") {
-                    // `vm: tasks 0-1: Terminated`, `vm: task 1: Exited with exit code 3`.
-                    let node = rest.split(':').next().unwrap_or_default();
+                } else if let Some((node, tasks)) = rest.split_once(": task") {
+                    // `vm: tasks 0-1: Terminated`, `vm: task 1: Exited with exit code 3`: a
+                    // task's number is its rank (SLURM_PROCID).
+                    let (plural, tasks) = match tasks.strip_prefix('s') {
+                        Some(tasks) => ("s", tasks),
+                        None => ("", tasks),
+                    };
                     words
                         .failed_tasks
-                        .push(format!("task{tasks} (node {node})"));
+                        .push(format!("rank{plural} {} (node {node})", tasks.trim()));
                 }
             }
             if line.contains("execve():") {
                 // `slurmstepd: error: execve(): nosuch: No such file or directory`
-                let what = line
-                    .split_once("execve():")
-                    .map_or(line, |(_, w)| w)
-                    .trim();
+                let what = line.split_once("execve():").map_or(line, |(_, w)| w).trim();
                 words
                     .cannot_start
                     .get_or_insert_with(|| format!("{CANNOT_EXECUTE}: {what}"));
             }
             if let Some(rest) = line.strip_prefix("srun: job ") {
-                let job = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                let job = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
                 if rest.contains("queued and waiting for resources") {
                     words.queued = Some((job, false));
                 } else if rest.contains("has been allocated resources") {
@@ -275,10 +286,7 @@ impl SrunWords {
             parts.push(format!("Slurm cancelled it: {cancelled}"));
         }
         if !self.failed_tasks.is_empty() {
-            parts.push(format!(
-                "failed {} (task = rank)",
-                self.failed_tasks.join(", ")
-            ));
+            parts.push(self.failed_tasks.join(", "));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
@@ -304,10 +312,17 @@ mod tests {
                 "--mpi=pmix"
             ]
         );
-        let own = step.argv(2, &["--mpi=pmi2".to_owned(), "-p".to_owned(), "gpu".to_owned()], true);
+        let own = step.argv(
+            2,
+            &["--mpi=pmi2".to_owned(), "-p".to_owned(), "gpu".to_owned()],
+            true,
+        );
         assert!(!own.contains(&"--mpi=pmix".to_owned()));
         assert!(own.ends_with(&["--mpi=pmi2".to_owned(), "-p".to_owned(), "gpu".to_owned()]));
-        assert!(!step.argv(1, &[], false).iter().any(|a| a.starts_with("--mpi")));
+        assert!(!step
+            .argv(1, &[], false)
+            .iter()
+            .any(|a| a.starts_with("--mpi")));
     }
 
     #[test]
@@ -320,10 +335,13 @@ mod tests {
         assert_eq!(
             words.describe().unwrap(),
             "Slurm cancelled it: STEP 4.0 ON vm CANCELLED AT 2026-11-26T22:10:48 DUE TO TIME \
-             LIMIT; failed tasks 0-1: Terminated (node vm) (task = rank)"
+             LIMIT; ranks 0-1: Terminated (node vm)"
         );
         let exit = SrunWords::read("srun: error: vm: task 1: Exited with exit code 3\n");
-        assert_eq!(exit.failed_tasks, ["task 1: Exited with exit code 3 (node vm)"]);
+        assert_eq!(
+            exit.failed_tasks,
+            ["rank 1: Exited with exit code 3 (node vm)"]
+        );
         let busy = SrunWords::read(
             "srun: Requested partition configuration not available now\n\
              srun: job 6 queued and waiting for resources\n\
@@ -336,7 +354,8 @@ mod tests {
         assert_eq!(busy.queued, Some(("6".to_owned(), false)));
         let waiting = SrunWords::read("srun: job 7 queued and waiting for resources\n");
         assert_eq!(waiting.queued, Some(("7".to_owned(), false)));
-        let mpi = SrunWords::read("srun: error: Invalid MPI type 'x', --mpi=list for acceptable types\n");
+        let mpi =
+            SrunWords::read("srun: error: Invalid MPI type 'x', --mpi=list for acceptable types\n");
         assert!(mpi.cannot_start.unwrap().starts_with("Invalid MPI type"));
         let exec = SrunWords::read(
             "slurmstepd-vm: error: execve(): nosuch: No such file or directory\n\

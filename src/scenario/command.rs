@@ -439,8 +439,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.launcher, Launcher::default_here());
-        assert!(err(r#"{"command": ["x"], "launcher": "mpirun", "srun_args": ["-p", "gpu"]}"#)
-            .starts_with("field `params.srun_args`: only the `srun` launcher"));
+        assert!(
+            err(r#"{"command": ["x"], "launcher": "mpirun", "srun_args": ["-p", "gpu"]}"#)
+                .starts_with("field `params.srun_args`: only the `srun` launcher")
+        );
         let srun = program(r#"{"command": ["x"], "launcher": "srun", "srun_args": ["-p", "gpu"]}"#)
             .unwrap();
         assert_eq!((srun.launcher, srun.srun_args.len()), (Launcher::Srun, 2));
