@@ -236,6 +236,11 @@ fn a_step_cancelled_by_scancel_is_exit_3_naming_the_step_within_the_timeout() {
         "took {:?}",
         started.elapsed()
     );
+    // Nothing left: the job leaves the queue once Slurm has finished completing it.
+    let gone = Instant::now();
+    while !queued(&prefix).is_empty() && gone.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(
         queued(&prefix).is_empty(),
         "left in the queue: {:?}",
