@@ -33,8 +33,9 @@ const CANNOT_EXECUTE: &str = "the node cannot execute the program";
 /// `DETCHECK_SHARED_DIR`: the folder under which the `srun` launcher makes each launch's
 /// folder, seen by every node.
 pub(crate) const SHARED_DIR_VAR: &str = "DETCHECK_SHARED_DIR";
-/// How many bytes of an executable [`is_mpi_program`] reads, at most.
-const MAX_PROGRAM_BYTES: u64 = 256 << 20;
+/// How many bytes of an executable [`is_mpi_program`] reads, at most: the libraries an ELF
+/// file needs are named in its dynamic string table, within its first mebibytes.
+const MAX_PROGRAM_BYTES: u64 = 4 << 20;
 
 /// One `srun` launch: its unique name and whether it is a step of the allocation detcheck runs
 /// in.
@@ -177,9 +178,10 @@ pub(crate) fn is_mpi_program(argv: &[String], cwd: Option<&Path>) -> bool {
     {
         return false;
     }
-    [b"libmpi.so".as_slice(), b"libmpich"]
-        .iter()
-        .any(|needle| bytes.windows(needle.len()).any(|w| w == *needle))
+    // The dynamic string table's names are NUL-terminated: `libmpi.so.40`, `libmpich.so.12`.
+    bytes
+        .split(|&b| b == 0)
+        .any(|name| name.starts_with(b"libmpi.so") || name.starts_with(b"libmpich"))
 }
 
 /// `program` as the shell finds it: a path (against `cwd`), or a name on `PATH`.
@@ -373,8 +375,8 @@ mod tests {
     fn mpi_programs_are_told_by_their_libraries_or_mpi4py() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        std::fs::write(d.join("uses_mpi"), b"\x7fELF....libmpi.so.40\0").unwrap();
-        std::fs::write(d.join("plain"), b"\x7fELF....libc.so.6\0").unwrap();
+        std::fs::write(d.join("uses_mpi"), b"\x7fELF\0libmpi.so.40\0").unwrap();
+        std::fs::write(d.join("plain"), b"\x7fELF\0libc.so.6\0xlibmpi.so\0").unwrap();
         std::fs::write(d.join("a.py"), "from mpi4py import MPI\n").unwrap();
         std::fs::write(d.join("b.py"), "import torch\n").unwrap();
         let argv = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
