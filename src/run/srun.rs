@@ -383,7 +383,7 @@ mod tests {
         assert!(is_mpi_program(&argv(&["./uses_mpi"]), Some(d)));
         assert!(!is_mpi_program(&argv(&["./plain"]), Some(d)));
         assert!(!is_mpi_program(&argv(&["./missing"]), Some(d)));
-        assert!(is_mpi_program(&argv(&["sh", "-c", "true"]), Some(d)) == false);
+        assert!(!is_mpi_program(&argv(&["sh", "-c", "true"]), Some(d)));
         let python = find_program("python3", None);
         if python.is_some() {
             assert!(is_mpi_program(&argv(&["python3", "-u", "a.py"]), Some(d)));
