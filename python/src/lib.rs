@@ -813,6 +813,14 @@ fn launch_info() -> PyResult<Option<LaunchInfo>> {
     }))
 }
 
+/// Under detcheck's `srun` launcher, the variables of this task's rank (`RANK`, `WORLD_SIZE`,
+/// `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `DETCHECK_RANK`) from Slurm's
+/// (`detcheck::file::srun_rank_variables`); empty elsewhere.
+#[pyfunction]
+fn srun_rank_variables() -> PyResult<Vec<(&'static str, String)>> {
+    detcheck::file::srun_rank_variables().map_err(dump_error)
+}
+
 /// The first line of a rank's error file (`detcheck::file::ERROR_FILE_MAGIC`).
 #[pyfunction]
 fn error_file_magic() -> &'static str {
@@ -922,6 +930,7 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(operator_record_name, m)?)?;
     m.add_function(wrap_pyfunction!(window_record_name, m)?)?;
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
+    m.add_function(wrap_pyfunction!(srun_rank_variables, m)?)?;
     m.add_function(wrap_pyfunction!(error_file_magic, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
     m.add_function(wrap_pyfunction!(first_send_delay, m)?)?;

@@ -218,7 +218,8 @@ struct ProgramFlags {
         help_heading = "A program without a scenario file (after --)"
     )]
     seed: Option<u64>,
-    /// With a program: how its ranks are started: processes (default), torchrun, mpirun or none.
+    /// With a program: how its ranks are started: processes (default; srun inside a Slurm
+    /// allocation), torchrun, mpirun, srun or none.
     #[arg(
         long,
         value_name = "LAUNCHER",
@@ -226,6 +227,16 @@ struct ProgramFlags {
         help_heading = "A program without a scenario file (after --)"
     )]
     launcher: Option<String>,
+    /// With a program and the srun launcher: options given to srun before the program, as one
+    /// string (split at spaces; quotes group), e.g. "--partition=gpu --gpus-per-task=1".
+    #[arg(
+        long,
+        value_name = "OPTIONS",
+        requires = "program",
+        allow_hyphen_values = true,
+        help_heading = "A program without a scenario file (after --)"
+    )]
+    srun_args: Option<String>,
     /// With a program: the checks to run, comma-separated (default: repeat, and replicas where
     /// records are replicated).
     #[arg(

@@ -23,7 +23,7 @@ use std::path::Path;
 const ORIGIN: &str = "(command line)";
 
 /// The flag of each field the flags can set (a field's error names its flag).
-const FLAGS: [(&str, &str); 10] = [
+const FLAGS: [(&str, &str); 11] = [
     ("name", "--name"),
     ("world_size", "--ranks"),
     ("steps", "--steps"),
@@ -32,6 +32,7 @@ const FLAGS: [(&str, &str); 10] = [
     ("checks", "--checks"),
     ("world_sizes", "--world-sizes"),
     ("params.launcher", "--launcher"),
+    ("params.srun_args", "--srun-args"),
     ("params.timeout_secs", "--timeout"),
     ("params.command", "-- PROGRAM"),
 ];
@@ -63,12 +64,44 @@ fn default_name(program: &[String]) -> String {
         .unwrap_or_else(|| "program".to_owned())
 }
 
+/// The words of `--srun-args`: split at white space, quotes (`'...'`, `"..."`) grouping.
+///
+/// # Errors
+/// The message of a quote without its end.
+fn split_options(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if let Some(q) = quote {
+        return Err(format!("`{text}`: a {q} without its end"));
+    }
+    words.extend(word);
+    Ok(words)
+}
+
 /// The scenario file the flags stand for.
-fn spec_json(flags: &ProgramFlags, program: Vec<String>) -> Value {
+fn spec_json(flags: &ProgramFlags, program: Vec<String>) -> Result<Value, CliError> {
     let mut params = Map::new();
     params.insert("command".into(), json!(program));
     if let Some(launcher) = &flags.launcher {
         params.insert("launcher".into(), json!(launcher));
+    }
+    if let Some(options) = &flags.srun_args {
+        let words =
+            split_options(options).map_err(|m| CliError::Invalid(format!("--srun-args: {m}")))?;
+        params.insert("srun_args".into(), json!(words));
     }
     if let Some(timeout) = flags.timeout {
         params.insert("timeout_secs".into(), json!(timeout));
@@ -101,7 +134,7 @@ fn spec_json(flags: &ProgramFlags, program: Vec<String>) -> Value {
         spec.insert("world_sizes".into(), json!(flags.world_sizes));
     }
     spec.insert("params".into(), Value::Object(params));
-    Value::Object(spec)
+    Ok(Value::Object(spec))
 }
 
 /// The flag that sets `field` (a field the flags cannot set is named as a field).
@@ -158,7 +191,7 @@ pub(super) fn scenario(flags: &ProgramFlags) -> Result<Vec<LoadedScenario>, CliE
             })
         })
         .collect::<Result<Vec<String>, CliError>>()?;
-    let spec = spec_json(flags, program);
+    let spec = spec_json(flags, program)?;
     let text = serde_json::to_string_pretty(&spec).unwrap_or_default() + "\n";
     let loaded = KindRegistry::builtin()
         .load_text(&text, Path::new(ORIGIN))
@@ -191,7 +224,8 @@ mod tests {
         let spec = spec_json(
             &flags(&["python3", "-u", "train.py"]),
             vec!["python3".into(), "-u".into(), "train.py".into()],
-        );
+        )
+        .unwrap();
         assert_eq!(spec["world_size"], 1);
         assert_eq!(spec["steps"], 3);
         assert_eq!(spec["expect"], "identical");
@@ -203,7 +237,7 @@ mod tests {
         f.launcher = Some("torchrun".into());
         f.deterministic = true;
         f.run_to_end = true;
-        let spec = spec_json(&f, vec!["x".into()]);
+        let spec = spec_json(&f, vec!["x".into()]).unwrap();
         assert_eq!(spec["params"]["deterministic"], true);
         assert_eq!(spec["params"]["stop_after_steps"], false);
         assert_eq!(spec["world_size"], 4);
@@ -242,6 +276,33 @@ mod tests {
                 "{flag}: {message}"
             );
         }
+    }
+
+    #[test]
+    fn srun_options_are_split_as_a_shell_would() {
+        assert_eq!(
+            split_options(" -p gpu  --gpus-per-task=1 --comment='a b' \"\" ").unwrap(),
+            ["-p", "gpu", "--gpus-per-task=1", "--comment=a b", ""]
+        );
+        assert!(split_options("--comment='a")
+            .unwrap_err()
+            .contains("without its end"));
+        let mut f = flags(&["python3", "t.py"]);
+        f.launcher = Some("srun".into());
+        f.srun_args = Some("--mpi=pmi2 -t 1".into());
+        let spec = spec_json(&f, vec!["python3".into(), "t.py".into()]).unwrap();
+        assert_eq!(
+            spec["params"]["srun_args"],
+            json!(["--mpi=pmi2", "-t", "1"])
+        );
+        f.launcher = Some("processes".into());
+        let Err(CliError::Invalid(message)) = scenario(&f) else {
+            panic!("srun options without srun: accepted");
+        };
+        assert!(
+            message.starts_with("--srun-args: only the `srun` launcher"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -9,12 +9,12 @@
 //! | --- | --- |
 //! | `DETCHECK_TRACE_DIR` | the folder of this launch's trace files (fresh for every launch) |
 //! | `DETCHECK_WORLD_SIZE` | the number of ranks |
-//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, or the MPI launcher's rank) |
+//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, the MPI launcher's rank, or with the `srun` launcher `SLURM_PROCID`: `crate::file::slurm`) |
 //! | `DETCHECK_SEED`, `DETCHECK_STEPS` | the scenario's seed and steps |
 //! | `DETCHECK_MODE` | `md5`, `stats` or `full`: what each record holds |
 //! | `DETCHECK_LAUNCH` | `K:T`: launch K of the check and its start time T (ms since the Unix epoch) |
 //! | `DETCHECK_RUN_ID` | 32 hex digits: the run id of this launch's trace files (`crate::file::RunId`) |
-//! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `none`), for the environment snapshot |
+//! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `srun`, `none`), for the environment snapshot; `srun`: the rank is read from `SLURM_PROCID` too |
 //! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
@@ -30,6 +30,7 @@
 //! arrival-order bug show up every time, however slowly the ranks started). It reads the wall
 //! clock (T bounds the wait), which is fine on a timing path and never touches a value.
 
+use crate::file::slurm::SlurmTask;
 use crate::file::{DumpError, DumpMode, RunId};
 use crate::record::hints;
 use std::path::PathBuf;
@@ -219,6 +220,38 @@ fn bad_variable(name: &str, value: &str, what: &str) -> DumpError {
 /// `DETCHECK_RANK`: torchrun's, Open MPI's, MPICH/Hydra's, PMIx's.
 const OTHER_RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
 
+/// `DETCHECK_LAUNCHER`'s value for the `srun` launcher, under which a rank is `SLURM_PROCID`.
+pub const SRUN_LAUNCHER: &str = "srun";
+
+/// Under detcheck's `srun` launcher (`DETCHECK_LAUNCHER=srun`), the variables of this task's
+/// rank that a program reads: torch.distributed's from Slurm's
+/// ([`SlurmTask::rank_variables`]) and `DETCHECK_RANK`; empty elsewhere. The Python start-up
+/// hook sets them before the program's code runs.
+///
+/// # Errors
+/// [`DumpError::Field`] naming a Slurm variable that is set but cannot be read.
+pub fn srun_rank_variables() -> Result<Vec<(&'static str, String)>, DumpError> {
+    srun_rank_variables_of(|name| std::env::var(name).ok())
+}
+
+fn srun_rank_variables_of(
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(&'static str, String)>, DumpError> {
+    if var(LAUNCHER_VAR).as_deref() != Some(SRUN_LAUNCHER) {
+        return Ok(Vec::new());
+    }
+    let task = SlurmTask::from_vars(&var).map_err(|e| DumpError::Field {
+        path: PathBuf::from("(environment)"),
+        field: "SLURM_PROCID".to_owned(),
+        detail: e.to_string(),
+    })?;
+    Ok(task.map_or_else(Vec::new, |task| {
+        let mut vars = task.rank_variables();
+        vars.push((RANK_VAR, task.rank.to_string()));
+        vars
+    }))
+}
+
 /// The longest a start is staggered over all ranks.
 const MAX_STAGGER: Duration = Duration::from_millis(600);
 /// The stagger between two consecutive start slots, at most.
@@ -329,6 +362,25 @@ impl Launch {
                     .ok_or_else(|| bad_variable(name, &r.to_string(), "a rank of this world"))?;
                 rank = Some(r);
                 break;
+            }
+        }
+        if rank.is_none() && var(LAUNCHER_VAR).as_deref() == Some(SRUN_LAUNCHER) {
+            // Only under detcheck's `srun` launcher: a batch script's own process has
+            // SLURM_PROCID=0 too, and is no rank of a `none` or torchrun launch.
+            let task = SlurmTask::from_vars(&var).map_err(|e| DumpError::Field {
+                path: PathBuf::from("(environment)"),
+                field: "SLURM_PROCID".to_owned(),
+                detail: e.to_string(),
+            })?;
+            if let Some(task) = task {
+                if task.rank >= world_size {
+                    return Err(bad_variable(
+                        "SLURM_PROCID",
+                        &task.rank.to_string(),
+                        "a rank of this world",
+                    ));
+                }
+                rank = Some(task.rank);
             }
         }
         let mode = match var(MODE_VAR) {
@@ -466,6 +518,16 @@ mod tests {
         assert_eq!(with(("RANK", "3")).unwrap().unwrap().rank, Some(3));
         assert_eq!(with(("PMI_RANK", "1")).unwrap().unwrap().rank, Some(1));
         assert_eq!(launch(&base).unwrap().unwrap().rank, None);
+        // SLURM_PROCID is a rank only under detcheck's srun launcher (a batch script has it).
+        assert_eq!(with(("SLURM_PROCID", "1")).unwrap().unwrap().rank, None);
+        let mut srun = base.to_vec();
+        srun.extend([("DETCHECK_LAUNCHER", "srun"), ("SLURM_PROCID", "1")]);
+        assert_eq!(launch(&srun).unwrap().unwrap().rank, Some(1));
+        srun[3] = ("SLURM_PROCID", "4");
+        assert!(launch(&srun)
+            .unwrap_err()
+            .to_string()
+            .contains("SLURM_PROCID"));
         let err = with(("OMPI_COMM_WORLD_RANK", "4")).unwrap_err().to_string();
         assert_eq!(
             err,
@@ -484,6 +546,32 @@ mod tests {
             err.contains("`DETCHECK_RUN_ID`: `12` is not 32 hex digits"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_srun_task_gets_torchs_and_detchecks_rank_variables() {
+        let vars = |v: &[(&str, &str)]| {
+            let v: Vec<(String, String)> = v
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            srun_rank_variables_of(|name| v.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        };
+        let task = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_NODELIST", "n[3-4]"),
+        ];
+        assert!(
+            vars(&task).unwrap().is_empty(),
+            "not detcheck's srun launcher"
+        );
+        let mut srun = task.to_vec();
+        srun.push(("DETCHECK_LAUNCHER", "srun"));
+        let got = vars(&srun).unwrap();
+        assert_eq!(got.first(), Some(&("RANK", "1".to_owned())));
+        assert!(got.contains(&("MASTER_ADDR", "n3".to_owned())));
+        assert_eq!(got.last(), Some(&("DETCHECK_RANK", "1".to_owned())));
     }
 
     #[test]

@@ -22,10 +22,11 @@
 pub mod capture;
 pub(crate) mod format;
 pub mod launch;
+pub mod slurm;
 pub use capture::Capture;
 pub use launch::{
-    all_settings, no_records_note, setting_names, settings_mask, Launch, RankFiles, RecorderPlan,
-    ERROR_FILE_MAGIC,
+    all_settings, no_records_note, setting_names, settings_mask, srun_rank_variables, Launch,
+    RankFiles, RecorderPlan, ERROR_FILE_MAGIC,
 };
 mod lock;
 pub use lock::{FolderLock, Holder, LOCK_FILE};

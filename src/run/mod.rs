@@ -18,6 +18,7 @@ pub(crate) mod gpu;
 pub(crate) mod mpi;
 mod process;
 mod rank_failure;
+mod srun;
 mod workdir;
 
 pub use dump::{dump_scenario, DumpRunError};

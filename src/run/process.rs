@@ -1,7 +1,7 @@
 //! The runner of `command` scenarios: a user's program launched in fresh processes.
 //!
 //! [`ProcessRunner`] starts the program as its launcher says (`processes`: one child per rank;
-//! `mpirun`, `torchrun`: one launcher process; `none`: one process for every rank), each launch
+//! `mpirun`, `torchrun`, `srun`: one launcher process; `none`: one process for every rank), each launch
 //! with a fresh trace folder and the launch environment of `crate::file::launch`, waits for
 //! every process with the scenario's timeout, and reads the trace files back into a [`Trace`],
 //! which the checks compare as they compare a built-in kind's.
@@ -18,6 +18,14 @@
 //! At one rank, the `processes` launcher sets none of torch.distributed's variables
 //! (`rank_failure::TORCH_RANK_VARIABLES`): the program runs as by hand. Every launch runs in a
 //! private copy of the working directory (`crate::run::workdir`).
+//!
+//! The `srun` launcher (`crate::run::srun`) runs a Slurm job step whose tasks may be on other
+//! nodes: its launch folder (trace folder and working-directory copy) is made where every node
+//! sees it, under `DETCHECK_SHARED_DIR` (default `~/.cache/detcheck`, a home folder being shared
+//! on clusters), and each task gets `MASTER_PORT` only: its rank, world and `MASTER_ADDR` are
+//! Slurm's (`crate::file::slurm`, set by the Python start-up hook). Its job or step is
+//! cancelled (`scancel`) when the launch is killed, and Slurm's reason for a failure is the
+//! error's.
 //!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
@@ -39,6 +47,7 @@ use crate::file::{
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
 use crate::run::rank_failure::{stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES};
+use crate::run::srun::{is_mpi_program, shared_launch_root, SrunStep, SrunWords};
 use crate::run::workdir::Workdir;
 use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
 use crate::scenario::command::{substitute, CommandProgram, Launcher, TemplateValues};
@@ -65,6 +74,8 @@ const PORT_DRAWS: usize = 8;
 const STDERR_TAIL: u64 = 4096;
 /// How many lines of it.
 const STDERR_LINES: usize = 20;
+/// How many bytes of the start and of the end of `srun`'s stderr are read for Slurm's words.
+const SRUN_WORDS: u64 = 64 << 10;
 
 /// Launches `command` scenarios (see the module doc).
 pub(crate) struct ProcessRunner;
@@ -90,10 +101,11 @@ impl Runner for ProcessRunner {
 struct TempFolder(PathBuf);
 
 impl TempFolder {
-    fn new(what: &str) -> std::io::Result<Self> {
+    /// A fresh folder `detcheck-WHAT-PID-N` in `parent`.
+    fn new_in(parent: &Path, what: &str) -> std::io::Result<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("detcheck-{what}-{}-{n}", std::process::id()));
+        let dir = parent.join(format!("detcheck-{what}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(TempFolder(dir))
@@ -114,6 +126,8 @@ struct Process {
     child: Child,
     stderr: PathBuf,
     status: Option<ExitStatus>,
+    /// The Slurm job or step of an `srun` launcher, cancelled with the process.
+    srun: Option<SrunStep>,
 }
 
 impl Process {
@@ -121,6 +135,10 @@ impl Process {
     fn kill(&mut self) {
         if self.status.is_some() {
             return;
+        }
+        if let Some(step) = &self.srun {
+            // First the job or step: its tasks run under slurmstepd, not under srun.
+            step.cancel();
         }
         if let Ok(pid) = i32::try_from(self.child.id()) {
             let _ = nix::sys::signal::killpg(
@@ -166,11 +184,22 @@ struct CommandLaunch<'a> {
 
 impl<'a> CommandLaunch<'a> {
     fn new(command: &'a CommandProgram, request: &'a RunRequest) -> Result<Self, RunError> {
-        let folder = TempFolder::new("launch").map_err(|e| RunError::ProgramFailed {
-            scenario: request.name.clone(),
-            run: request.run,
-            message: format!("cannot create a folder for the launch: {e}"),
-        })?;
+        // Where every rank can write: a folder all nodes see for a Slurm step.
+        let parent = if command.launcher == Launcher::Srun {
+            shared_launch_root()
+        } else {
+            std::env::temp_dir()
+        };
+        let folder = std::fs::create_dir_all(&parent)
+            .and_then(|()| TempFolder::new_in(&parent, "launch"))
+            .map_err(|e| RunError::ProgramFailed {
+                scenario: request.name.clone(),
+                run: request.run,
+                message: format!(
+                    "cannot create a folder for the launch in {}: {e}",
+                    parent.display()
+                ),
+            })?;
         // Absolute: the program runs in another folder (`crate::run::workdir`).
         let trace_dir = match &request.dump {
             Some(target) => absolute(&target.dir),
@@ -332,6 +361,7 @@ impl<'a> CommandLaunch<'a> {
         rank: Option<usize>,
         master_port: u16,
         launcher_env: &[(String, String)],
+        srun: Option<SrunStep>,
     ) -> Result<Process, RunError> {
         let values = self.values(rank);
         let mut cmd = Command::new(&argv[0]);
@@ -360,6 +390,13 @@ impl<'a> CommandLaunch<'a> {
             for name in TORCH_RANK_VARIABLES {
                 cmd.env_remove(name);
             }
+        } else if self.command.launcher == Launcher::Srun {
+            // Each task's rank, world and first node are Slurm's (`crate::file::slurm`, set
+            // by the Python start-up hook); the port is the launch's.
+            for name in TORCH_RANK_VARIABLES {
+                cmd.env_remove(name);
+            }
+            cmd.env("MASTER_PORT", master_port.to_string());
         } else {
             cmd.env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", master_port.to_string())
@@ -415,10 +452,18 @@ impl<'a> CommandLaunch<'a> {
             } else {
                 "params.launcher".to_owned()
             };
+            let hint = if self.command.launcher == Launcher::Srun {
+                " (the `srun` launcher needs Slurm's client on PATH: run detcheck on a \
+                 cluster's login node or inside an allocation; on one machine, \
+                 `bash scripts/slurm-local.sh start` installs and starts a one-node Slurm: \
+                 docs/slurm.md)"
+            } else {
+                ""
+            };
             RunError::CannotLaunch {
                 scenario: self.request.name.clone(),
                 field,
-                message: format!("cannot start `{}`: {e}", argv[0]),
+                message: format!("cannot start `{}`: {e}{hint}", argv[0]),
             }
         })?;
         Ok(Process {
@@ -431,6 +476,7 @@ impl<'a> CommandLaunch<'a> {
             child,
             stderr: stderr_path,
             status: None,
+            srun,
         })
     }
 
@@ -475,16 +521,21 @@ impl<'a> CommandLaunch<'a> {
                         ..launch.clone()
                     };
                     let argv = self.argv(Some(rank));
-                    processes
-                        .0
-                        .push(self.process(&argv, &launch, Some(rank), master_port, &[])?);
+                    processes.0.push(self.process(
+                        &argv,
+                        &launch,
+                        Some(rank),
+                        master_port,
+                        &[],
+                        None,
+                    )?);
                 }
             }
             Launcher::None => {
                 let argv = self.argv(None);
                 processes
                     .0
-                    .push(self.process(&argv, &launch, None, master_port, &[])?);
+                    .push(self.process(&argv, &launch, None, master_port, &[], None)?);
             }
             Launcher::Mpirun => {
                 let mpirun =
@@ -515,7 +566,22 @@ impl<'a> CommandLaunch<'a> {
                     .collect();
                 processes
                     .0
-                    .push(self.process(&argv, &launch, None, master_port, &pinned)?);
+                    .push(self.process(&argv, &launch, None, master_port, &pinned, None)?);
+            }
+            Launcher::Srun => {
+                let step = SrunStep::new();
+                let program = self.argv(None);
+                let mpi = is_mpi_program(&program, self.cwd.as_deref());
+                let mut argv = step.argv(self.world_size, &self.command.srun_args, mpi);
+                argv.extend(program);
+                processes.0.push(self.process(
+                    &argv,
+                    &launch,
+                    None,
+                    master_port,
+                    &[],
+                    Some(step),
+                )?);
             }
             Launcher::Torchrun => {
                 let program = self.argv(None);
@@ -542,7 +608,7 @@ impl<'a> CommandLaunch<'a> {
                 argv.extend(script);
                 processes
                     .0
-                    .push(self.process(&argv, &launch, None, master_port, &[])?);
+                    .push(self.process(&argv, &launch, None, master_port, &[], None)?);
             }
         }
         Ok(processes)
@@ -632,8 +698,28 @@ impl<'a> CommandLaunch<'a> {
                 }
                 let p = &processes.0[i];
                 let status = p.status.map_or_else(|| "?".to_owned(), describe_status);
+                let mut slurm = String::new();
+                if p.srun.is_some() {
+                    let words = SrunWords::read(&head_and_tail(&p.stderr));
+                    if let Some(reason) = &words.cannot_start {
+                        return Err(RunError::CannotLaunch {
+                            scenario: self.request.name.clone(),
+                            field: words.field().to_owned(),
+                            message: format!(
+                                "srun cannot start the step: {reason}{}",
+                                stderr_tail(&p.stderr)
+                            ),
+                        });
+                    }
+                    if let Some(described) = words.describe() {
+                        slurm = format!(": {described}");
+                    }
+                    if words.cannot_write {
+                        slurm.push_str(&self.shared_folder_hint());
+                    }
+                }
                 return Err(self.failed(format!(
-                    "{} exited with {status}{}",
+                    "{} exited with {status}{slurm}{}",
                     p.who(),
                     self.failure_words(&p.stderr)
                 )));
@@ -650,9 +736,31 @@ impl<'a> CommandLaunch<'a> {
                     .collect();
                 // The ranks' own stacks where their start-up hook can give them (asked before
                 // anything is killed); else the tail of a running process's stderr.
-                let words = match stuck_ranks(&self.trace_dir, self.world_size as u32) {
-                    Some(ranks) => format!("; {ranks}"),
-                    None => processes
+                let waiting = processes
+                    .0
+                    .iter()
+                    .filter(|p| p.status.is_none())
+                    .find_map(|p| {
+                        let step = p.srun.as_ref()?;
+                        let words = SrunWords::read(&head_and_tail(&p.stderr));
+                        match words.queued {
+                            Some((job, false)) => Some(format!(
+                                "; srun was still waiting for resources: Slurm job {job} {}",
+                                step.pending_reason(&job).map_or_else(
+                                    || "was queued".to_owned(),
+                                    |r| format!("is {r} (state, reason)")
+                                )
+                            )),
+                            _ => None,
+                        }
+                    });
+                let words = match (
+                    waiting,
+                    stuck_ranks(&self.trace_dir, self.world_size as u32),
+                ) {
+                    (Some(waiting), _) => waiting,
+                    (None, Some(ranks)) => format!("; {ranks}"),
+                    (None, None) => processes
                         .0
                         .iter()
                         .find(|p| p.status.is_none())
@@ -672,12 +780,50 @@ impl<'a> CommandLaunch<'a> {
         }
         drop(processes);
         load_trace(&self.trace_dir, self.world_size as u32).map_err(|e| {
+            let shared = if self.command.launcher == Launcher::Srun {
+                self.shared_folder_hint()
+            } else {
+                String::new()
+            };
             self.failed(format!(
-                "every process exited 0, but the traces cannot be read: {e}{}",
+                "every process exited 0, but the traces cannot be read: {e}{}{shared}",
                 self.why_no_trace()
             ))
         })
     }
+
+    /// What a Slurm step's ranks need of the trace folder, for an error where a rank did not
+    /// write there.
+    fn shared_folder_hint(&self) -> String {
+        format!(
+            "\n  hint: under srun every rank writes its trace into {} from its own node: that \
+             folder must be on a filesystem every node sees, writable by the user the tasks run \
+             as; set DETCHECK_SHARED_DIR to such a folder (docs/slurm.md)",
+            self.trace_dir.display()
+        )
+    }
+}
+
+/// The first and last [`SRUN_WORDS`] bytes of `srun`'s stderr (its own messages come first,
+/// when it waits, and last, when the step ends; the tasks' stderr is in between).
+fn head_and_tail(path: &Path) -> String {
+    let Ok(mut file) = File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut head = Vec::new();
+    let _ = (&mut file).take(SRUN_WORDS).read_to_end(&mut head);
+    let mut text = String::from_utf8_lossy(&head).into_owned();
+    if len > SRUN_WORDS {
+        let _ = file.seek(SeekFrom::Start(
+            len.saturating_sub(SRUN_WORDS).max(SRUN_WORDS),
+        ));
+        let mut tail = Vec::new();
+        let _ = file.read_to_end(&mut tail);
+        text.push('\n');
+        text.push_str(&String::from_utf8_lossy(&tail));
+    }
+    text
 }
 
 /// `path` made absolute against the working directory (as it is when that fails).

@@ -2,8 +2,11 @@
 //!
 //! A scenario file of kind `command` names an argument vector (`params.command`) and how to
 //! start it (`params.launcher`): `processes` (detcheck starts `world_size` processes and gives
-//! each its rank), `mpirun` (Open MPI or MPICH), `torchrun`, or `none` (one process writes every
-//! rank's trace file). Every launch gets a fresh `DETCHECK_TRACE_DIR`; the program writes one
+//! each its rank), `mpirun` (Open MPI or MPICH), `torchrun`, `srun` (a Slurm job step; extra
+//! options in `params.srun_args`), or `none` (one process writes every rank's trace file).
+//! Without `params.launcher` it is `processes`, or `srun` inside a Slurm allocation
+//! (`SLURM_JOB_ID` set: `detcheck check` in an `sbatch` script or under `salloc`), which is the
+//! one place this layer reads the environment. Every launch gets a fresh `DETCHECK_TRACE_DIR`; the program writes one
 //! trace file per rank there (`TraceWriter::from_env`, or the Python package), and the checks
 //! compare those traces as they compare a built-in kind's. [`CommandProgram`] is the validated
 //! form; the run layer launches it.
@@ -37,6 +40,10 @@ pub enum Launcher {
     Mpirun,
     /// `torchrun --nproc-per-node world_size` on this host.
     Torchrun,
+    /// `srun -n world_size` (a Slurm job step, or a job of one step outside an allocation);
+    /// each task reads its rank from `SLURM_PROCID` (`crate::file::slurm`). The default inside
+    /// an allocation.
+    Srun,
     /// One process, which writes every rank's trace file itself.
     None,
 }
@@ -49,7 +56,19 @@ impl Launcher {
             Launcher::Processes => "processes",
             Launcher::Mpirun => "mpirun",
             Launcher::Torchrun => "torchrun",
+            Launcher::Srun => "srun",
             Launcher::None => "none",
+        }
+    }
+
+    /// The launcher of a scenario that names none: `srun` inside a Slurm allocation
+    /// (`SLURM_JOB_ID` set), else `processes`.
+    #[must_use]
+    pub fn default_here() -> Self {
+        if std::env::var_os("SLURM_JOB_ID").is_some_and(|id| !id.is_empty()) {
+            Launcher::Srun
+        } else {
+            Launcher::Processes
         }
     }
 }
@@ -70,7 +89,9 @@ pub struct RestartArgs {
 struct CommandParams {
     command: Vec<String>,
     #[serde(default)]
-    launcher: Launcher,
+    launcher: Option<Launcher>,
+    #[serde(default)]
+    srun_args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default = "default_timeout_secs")]
@@ -101,6 +122,9 @@ pub struct CommandProgram {
     pub command: Vec<String>,
     /// How the ranks are started.
     pub launcher: Launcher,
+    /// `params.srun_args`: options given to `srun` before the program (the `srun` launcher
+    /// only), e.g. `["--partition=gpu", "--gpus-per-task=1"]`.
+    pub srun_args: Vec<String>,
     /// Extra environment, values templated.
     pub env: BTreeMap<String, String>,
     /// The longest a launch may take before its processes are killed.
@@ -225,7 +249,23 @@ impl CommandProgram {
                 "must name a program: a non-empty array, e.g. [\"python3\", \"train.py\"]",
             ));
         }
-        let with_rank = params.launcher == Launcher::Processes;
+        let launcher = params.launcher.unwrap_or_else(Launcher::default_here);
+        if !params.srun_args.is_empty() && launcher != Launcher::Srun {
+            return Err(ParamError::new(
+                "params.srun_args",
+                format!(
+                    "only the `srun` launcher takes srun's options (this scenario's launcher is                      `{}`)",
+                    launcher.name()
+                ),
+            ));
+        }
+        if let Some(i) = params.srun_args.iter().position(|a| a.is_empty()) {
+            return Err(ParamError::new(
+                format!("params.srun_args[{i}]"),
+                "an empty option",
+            ));
+        }
+        let with_rank = launcher == Launcher::Processes;
         let check = |field: String, text: &str, extra: &[&str]| -> Result<(), ParamError> {
             for name in template_fields(text).map_err(|m| ParamError::new(&field, m))? {
                 let known = ["seed", "steps", "world_size", "scenario_dir"]
@@ -238,7 +278,7 @@ impl CommandProgram {
                             "`{{rank}}` exists only with the `processes` launcher (the `{}` \
                              launcher starts the ranks itself; read the rank from the \
                              environment)",
-                            params.launcher.name()
+                            launcher.name()
                         )
                     } else {
                         format!(
@@ -300,7 +340,8 @@ impl CommandProgram {
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         Ok(CommandProgram {
             command: params.command,
-            launcher: params.launcher,
+            launcher,
+            srun_args: params.srun_args,
             env: params.env,
             timeout: Duration::from_secs(params.timeout_secs),
             restart: params.restart,
@@ -397,7 +438,14 @@ mod tests {
                 "restart": {"stop": ["--stop", "{step}", "--ckpt", "{dir}"], "resume": ["{dir}"]}}"#,
         )
         .unwrap();
-        assert_eq!(ok.launcher, Launcher::Processes);
+        assert_eq!(ok.launcher, Launcher::default_here());
+        assert!(
+            err(r#"{"command": ["x"], "launcher": "mpirun", "srun_args": ["-p", "gpu"]}"#)
+                .starts_with("field `params.srun_args`: only the `srun` launcher")
+        );
+        let srun = program(r#"{"command": ["x"], "launcher": "srun", "srun_args": ["-p", "gpu"]}"#)
+            .unwrap();
+        assert_eq!((srun.launcher, srun.srun_args.len()), (Launcher::Srun, 2));
         assert_eq!(ok.scenario_dir, PathBuf::from("dir"));
         assert_eq!(ok.timeout, Duration::from_secs(300));
     }

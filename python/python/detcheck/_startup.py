@@ -5,6 +5,10 @@ The wheel installs ``detcheck.pth`` into site-packages (python/data/purelib/), w
 imports this module and calls ``activate()`` only when ``DETCHECK_TRACE_DIR`` is set, that is,
 in a program detcheck launched; everywhere else it costs one dictionary lookup. ``activate()``:
 
+0. under detcheck's ``srun`` launcher, sets the rank's ``RANK``, ``WORLD_SIZE``,
+   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``DETCHECK_RANK`` from Slurm's
+   variables (``detcheck::file::slurm``), so an unmodified torch.distributed script with
+   ``env://`` initialisation runs as under torchrun;
 1. returns at once in a process that is not one of the launch's ranks: no rank in its
    environment (torchrun's agent, which imports torch too), or a child of the rank's process
    (``DETCHECK_RECORDER_PID``, set here by the first interpreter of the rank and inherited by
@@ -218,8 +222,12 @@ def activate():
         return
     _activated = True
     try:
-        from ._detcheck import launch_info, recorder_plan
+        from ._detcheck import launch_info, recorder_plan, srun_rank_variables
 
+        # A task of detcheck's `srun` launcher: Slurm's SLURM_PROCID, SLURM_NTASKS, ... as
+        # the variables torch.distributed and detcheck read, before the program's code runs.
+        for name, value in srun_rank_variables():
+            os.environ[name] = value
         info = launch_info()
         if info is None:
             return

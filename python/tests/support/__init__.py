@@ -231,6 +231,17 @@ def _gloo():
         raise ImportError("torch.distributed with gloo is not available")
 
 
+def _slurm():
+    # A Slurm that answers: srun on PATH and a node ready for jobs (scripts/slurm-local.sh start).
+    if shutil.which("srun") is None or shutil.which("sinfo") is None:
+        raise ImportError("srun is not on PATH")
+    states = subprocess.run(
+        ["sinfo", "--noheader", "--Node", "--format=%T"], capture_output=True, text=True
+    ).stdout.split()
+    if not any(s in ("idle", "mixed", "allocated", "completing") for s in states):
+        raise ImportError(f"no Slurm node is up (sinfo: {states or 'no answer'})")
+
+
 def _fork():
     if not hasattr(os, "fork"):
         raise ImportError("os.fork is POSIX")
@@ -268,6 +279,11 @@ _NEEDS = {
     ),
     "mpi4py": (_mpi4py, ("DETCHECK_REQUIRE_MPI4PY",), "mpi4py and mpirun; .ci/run installs them"),
     "fork": (_fork, (), "a POSIX system"),
+    "slurm": (
+        _slurm,
+        ("DETCHECK_REQUIRE_SLURM",),
+        "bash scripts/slurm-local.sh start runs a one-node Slurm here",
+    ),
 }
 
 
@@ -283,7 +299,8 @@ def requires(name):
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
     ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
-    lightning.pytorch, mpi4py (with mpirun on PATH) or fork (``os.fork``)."""
+    lightning.pytorch, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm (``srun``
+    and a node that is up)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")
