@@ -626,22 +626,27 @@ mod tests {
         assert_eq!(settings_mask(["random.seed", "no.such"]), None);
     }
 
+    /// A launch of 3 ranks, started as launch `start` of a check (`None`: a plain run).
+    fn of_three(start: Option<u32>) -> Launch {
+        Launch {
+            trace_dir: PathBuf::new(),
+            world_size: 3,
+            rank: None,
+            seed: 0,
+            steps: 0,
+            mode: DumpMode::Stats,
+            start: start.map(|launch| (launch, 0)),
+            run_id: None,
+            launcher: None,
+            fingerprint: None,
+            mpi_library: None,
+        }
+    }
+
     #[test]
     fn every_launch_starts_the_ranks_in_another_order() {
         let at = |launch: u32| {
-            let l = Launch {
-                trace_dir: PathBuf::new(),
-                world_size: 3,
-                rank: None,
-                seed: 0,
-                steps: 0,
-                mode: DumpMode::Stats,
-                start: Some((launch, 0)),
-                run_id: None,
-                launcher: None,
-                fingerprint: None,
-                mpi_library: None,
-            };
+            let l = of_three(Some(launch));
             let mut order: Vec<u32> = (0..3).collect();
             order.sort_by_key(|&r| l.start_offset(r));
             order
@@ -653,19 +658,7 @@ mod tests {
 
     #[test]
     fn first_sends_follow_the_start_order_with_longer_gaps_within_the_stagger() {
-        let mut l = Launch {
-            trace_dir: PathBuf::new(),
-            world_size: 3,
-            rank: None,
-            seed: 0,
-            steps: 0,
-            mode: DumpMode::Stats,
-            start: None,
-            run_id: None,
-            launcher: None,
-            fingerprint: None,
-            mpi_library: None,
-        };
+        let mut l = of_three(None);
         assert_eq!(
             l.first_send_delay(2),
             Duration::ZERO,
