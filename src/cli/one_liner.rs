@@ -169,8 +169,7 @@ pub(super) fn scenario_to_run(flags: &ProgramFlags) -> Result<LoadedScenario, Cl
              check`"
         )));
     }
-    let mut loaded = scenario(flags)?;
-    Ok(loaded.remove(0))
+    the_scenario(flags)
 }
 
 /// The scenario of `detcheck check [FLAGS] -- PROGRAM`, loaded as a file is; written to
@@ -180,6 +179,11 @@ pub(super) fn scenario_to_run(flags: &ProgramFlags) -> Result<LoadedScenario, Cl
 /// [`CliError::Invalid`] naming the flag of a value the scenario refuses, an argument that is
 /// not UTF-8, or the file `--save-scenario` cannot write.
 pub(super) fn scenario(flags: &ProgramFlags) -> Result<Vec<LoadedScenario>, CliError> {
+    the_scenario(flags).map(|loaded| vec![loaded])
+}
+
+/// The one scenario the flags stand for (`scenario`'s, `scenario_to_run`'s).
+fn the_scenario(flags: &ProgramFlags) -> Result<LoadedScenario, CliError> {
     let program = flags
         .program
         .iter()
@@ -205,7 +209,7 @@ pub(super) fn scenario(flags: &ProgramFlags) -> Result<Vec<LoadedScenario>, CliE
         write_atomically(path, text.as_bytes())
             .map_err(|e| CliError::Invalid(format!("--save-scenario {}: {e}", path.display())))?;
     }
-    Ok(vec![loaded])
+    Ok(loaded)
 }
 
 #[cfg(test)]
