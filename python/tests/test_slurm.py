@@ -2,8 +2,9 @@
 DDP script of examples/programs/python/unmodified (gloo, env:// initialisation, no detcheck
 import) run as Slurm job steps, its ranks' RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR set
 from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the step's node list by the start-up hook;
-and its clock-reseed control caught. Skips without a Slurm, or fails where
-DETCHECK_REQUIRE_SLURM is set (.ci/run sets it)."""
+its clock-reseed control caught; and a numpy + mpi4py program (`--mpi=pmix`). Skips without a
+Slurm (or mpi4py), or fails where DETCHECK_REQUIRE_SLURM (DETCHECK_REQUIRE_MPI4PY) is set
+(.ci/run sets both)."""
 
 from support import PROGRAMS, ROOT, requires, run_detcheck
 
@@ -51,3 +52,25 @@ def test_clock_reseed_control_is_caught_under_srun(detcheck_bin):
     )
     assert "1 passed, 0 failed" in run.out, run.out
     assert "init/" in run.out, run.out  # caught at the model's initial weights
+
+
+def test_an_mpi4py_program_runs_under_srun_with_pmix(detcheck_bin, tmp_path):
+    """A numpy + mpi4py program of the user's own: srun is given `--mpi=pmix` (the script names
+    mpi4py), and its ranks are MPI's."""
+    requires("mpi4py")
+    script = PROGRAMS / "mpi4py" / "numpy_mpi4py.py"
+    args = ("--launcher", "srun", "--ranks", "2", "--steps", "3", "--", "python3", script)
+    run = run_detcheck(
+        detcheck_bin,
+        "check",
+        "--no-progress",
+        *args,
+        "--seed",
+        "0",
+        "--steps",
+        "3",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    assert "repeat+replicas" in run.out and "1 passed, 0 failed" in run.out, run.out
