@@ -3,7 +3,8 @@ examples/programs/python/causes/ is diagnosed with its class (and its line, wher
 has one), and its clean twin (`--fixed`) passes. The corpus's controls are classified in
 test_real_scripts.py, the operator and hash-order controls in test_diagnosis.py.
 
-Each runs `DETCHECK_CAUSE_RUNS` times (1 by default; scripts/diagnosis-controls.sh asks for 20).
+Each planted bug runs `DETCHECK_CAUSE_RUNS` times and each twin `DETCHECK_TWIN_RUNS` times (1 by
+default; scripts/diagnosis-controls.sh asks for 20 of each).
 Needs torch (CI installs it)."""
 
 import json
@@ -129,7 +130,7 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
         shown = any(e["key"] == "PYTHONHASHSEED" for e in environment)
         assert shown == (kind == "hash_order"), environment
     twin = script_of(name, fixed=True)
-    if twin is not None:
+    for _ in range(runs("DETCHECK_TWIN_RUNS") if twin is not None else 0):
         done = one_liner(detcheck_bin, twin[0], *twin[1], code=0, cwd=tmp_path, ranks=ranks)
         (line,) = done.scenarios.values()
         assert line["verdict"] == "ok", line
