@@ -8,6 +8,9 @@ use super::html;
 use super::report::{ReportFile, FORMAT_VERSION};
 use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
+use detcheck::compare::align::{
+    align_dumps, unit_roundoff, AlignOptions, AlignedRecord, Alignment, Blame,
+};
 use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
 use detcheck::compare::{
     compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, RecordSummary,
@@ -479,4 +482,228 @@ pub(crate) fn write_reports(
         }
     }
     Written { lines, files }
+}
+
+/// `detcheck compare --align A B`: precision alignment (docs/align.md).
+pub(crate) fn align(
+    a: &Path,
+    b: &Path,
+    options: &AlignOptions,
+    json: bool,
+) -> Result<Exit, CliError> {
+    for (flag, value) in [
+        ("--rounding-units", options.rounding_units),
+        ("--growth", options.growth),
+        ("--error-excess", options.error_excess),
+    ] {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(CliError::Invalid(format!(
+                "{flag} must be a positive number, not {value}"
+            )));
+        }
+    }
+    if let Some(dtype) = options.precision.as_deref() {
+        if unit_roundoff(dtype).is_none_or(|u| u == 0.0) {
+            return Err(CliError::Invalid(format!(
+                "--precision: `{dtype}` is not a floating dtype (f64, f32, tf32, f16, bf16, \
+                 f8e4m3fn, f8e5m2)"
+            )));
+        }
+    }
+    if options.error_excess < 1.0 {
+        return Err(CliError::Invalid(format!(
+            "--error-excess must be at least 1 (a record is a warning up to that many times its \
+             allowance), not {}",
+            options.error_excess
+        )));
+    }
+    let alignment = align_dumps(a, b, options)?;
+    let mut text = Out(String::new());
+    print_alignment(&mut text, a, b, &alignment);
+    let exit = Exit::verdict(alignment.is_aligned());
+    if json {
+        let line = serde_json::json!({
+            "format_version": FORMAT_VERSION,
+            "type": "alignment",
+            "aligned": alignment.is_aligned(),
+            "exit_code": exit.code(),
+            "alignment": alignment,
+            "text": std::mem::take(&mut text.0),
+        });
+        text.0 = line.to_string() + "\n";
+    }
+    Ok(exit)
+}
+
+/// A number of a metric column: `-` when it does not apply.
+fn metric(x: Option<f64>, precision: usize) -> String {
+    x.map_or_else(|| "-".to_owned(), |v| format!("{v:.precision$e}"))
+}
+
+/// Prints an alignment: the two sides, the verdict, the first culprit and its chain, the notes,
+/// the table of records that are not aligned.
+fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
+    outln!(
+        o,
+        "A: {} ({}, {} ranks)",
+        a.display(),
+        al.left,
+        al.world_size
+    );
+    outln!(o, "B: {} ({}, the reference)", b.display(), al.right);
+    let [aligned, warnings, errors] = al.counts;
+    let floor = match al.options.precision.as_deref() {
+        Some(dtype) => format!(" (at least {dtype}'s, {:.3e})", al.precision),
+        None => String::new(),
+    };
+    outln!(
+        o,
+        "rule: an error is allowed {} units of its dtype's roundoff{floor} at its own magnitude, \
+         or {}x the relative error of the aligned records before it (docs/align.md)",
+        al.options.rounding_units,
+        al.options.growth
+    );
+    if al.is_aligned() {
+        outln!(
+            o,
+            "aligned: all {} records are within their allowance",
+            al.num_records
+        );
+        if let Some(c) = &al.closest {
+            outln!(
+                o,
+                "closest to its allowance: step {} rank {} `{}`: max |a-b| {:.3e}, {:.2}x its \
+                 allowance {:.3e}",
+                c.step,
+                c.rank,
+                c.name,
+                c.error,
+                c.excess,
+                c.allowance
+            );
+        }
+    } else {
+        outln!(
+            o,
+            "not aligned: {aligned} of {} records aligned, {warnings} warnings, {errors} errors",
+            al.num_records
+        );
+    }
+    if let Some(c) = &al.culprit {
+        match &c.note {
+            Some(note) => outln!(
+                o,
+                "first culprit: step {} rank {} `{}` ({} vs {}): {note}",
+                c.step,
+                c.rank,
+                c.name,
+                c.left,
+                c.right
+            ),
+            None => outln!(
+                o,
+                "first culprit: step {} rank {} `{}` ({} vs {}): max |a-b| {:.3e} is {:.1}x its \
+                 allowance {:.3e}; the records before it explain less, so the error is its own",
+                c.step,
+                c.rank,
+                c.name,
+                c.left,
+                c.right,
+                c.error,
+                c.excess,
+                c.allowance
+            ),
+        }
+        if al.chain_len > 0 {
+            let shown = al.chain.len().min(6);
+            let more = al.chain_len - shown as u64;
+            let tail = if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            };
+            outln!(
+                o,
+                "  inherited by {} records after it: {}{tail}",
+                al.chain_len,
+                al.chain[..shown].join(", ")
+            );
+        }
+        let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
+        if !others.is_empty() {
+            outln!(o, "other records whose error is their own:");
+            for r in others.iter().take(5) {
+                outln!(o, "  {r}");
+            }
+        }
+    }
+    for note in &al.notes {
+        outln!(o, "note: {note}");
+    }
+    if al.rows.is_empty() {
+        return;
+    }
+    let width = al
+        .rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 40);
+    outln!(o);
+    outln!(
+        o,
+        "{:>5} {:>4}  {:<width$}  {:<7} {:<9} {:>8} {:>10} {:>10} {:>10} {:>9} {:>7} {:>7}",
+        "step",
+        "rank",
+        "tensor",
+        "verdict",
+        "blame",
+        "excess",
+        "max_abs",
+        "max_rel",
+        "euc_dist",
+        "cosine",
+        "<1e-3",
+        "<5e-3"
+    );
+    for r in &al.rows {
+        let blame = match r.blame {
+            Blame::Own => "own",
+            Blame::Inherited => "inherited",
+            Blame::None => "-",
+        };
+        let m = &r.metrics;
+        let share =
+            |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v));
+        outln!(
+            o,
+            "{:>5} {:>4}  {:<width$}  {:<7} {:<9} {:>8} {:>10} {:>10} {:>10} {:>9} {:>7} {:>7}",
+            r.step,
+            r.rank,
+            clip(&r.name, width),
+            r.verdict.to_string(),
+            blame,
+            if r.excess.is_finite() {
+                format!("{:.1}x", r.excess)
+            } else {
+                "inf".to_owned()
+            },
+            metric(m.max_abs_err.or(Some(r.error)), 3),
+            metric(m.max_rel_err, 3),
+            metric(m.euc_dist, 3),
+            m.cosine
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}")),
+            share(m.one_thousandth),
+            share(m.five_thousandths),
+        );
+    }
+    let shown = al.rows.len() as u64;
+    if warnings + errors > shown {
+        outln!(
+            o,
+            "... and {} more records not aligned (--max-rows N to show more, 0 for all)",
+            warnings + errors - shown
+        );
+    }
 }

@@ -11,6 +11,7 @@
 
 use detcheck::check::SessionError;
 use detcheck::checkpoint::CheckpointError;
+use detcheck::compare::align::AlignError;
 use detcheck::compare::curves::CurveError;
 use detcheck::file::DumpError;
 use detcheck::run::{DumpRunError, RunError};
@@ -22,7 +23,8 @@ use detcheck::scenario::ScenarioError;
 pub(crate) enum Exit {
     /// Every check holds; `compare`: identical; `curves`: allclose.
     Ok = 0,
-    /// A check failed; `compare`: the dumps differ; `curves`: beyond tolerance.
+    /// A check failed; `compare`: the dumps differ (`--align`: a record beyond its allowance);
+    /// `curves`: beyond tolerance.
     CheckFailed = 1,
     /// A flag, scenario, dump or checkpoint that cannot be used; wrong MPI usage.
     BadInput = 2,
@@ -38,12 +40,13 @@ pub(crate) const TABLE: [(Exit, &str); 5] = [
     (
         Exit::Ok,
         "every check holds (negative controls caught); `run`: the dump is written; `compare`: \
-         identical; `curves`: allclose over the whole run",
+         identical; `compare --align`: every record aligned; `curves`: allclose over the whole run",
     ),
     (
         Exit::CheckFailed,
         "a check failed: a divergence where none was expected, or a negative control not caught; \
-         `compare`: the dumps differ; `curves`: a step beyond tolerance or missing on one side",
+         `compare`: the dumps differ; `compare --align`: a record \
+         beyond its allowance; `curves`: a step beyond tolerance or missing on one side",
     ),
     (
         Exit::BadInput,
@@ -51,7 +54,8 @@ pub(crate) const TABLE: [(Exit, &str); 5] = [
          message names the file and the field), or that asks for more than a documented maximum \
          or a run larger than the memory available (the message names the field and gives the \
          estimate); a dump that is missing, truncated, corrupt, of \
-         another format version, or mixes files of two dumps (the message names the file); a \
+         another format version, or mixes files of two dumps (the message names the file); `compare --align` \
+         of dumps with different rank counts or no record in common; a \
          `run --dump` folder that already holds a dump; a `run --dump` or `--checkpoint` folder \
          that another run holds, or that a killed run left locked (the message names the folder \
          and the holder); an input file that is a FIFO, a device or a folder (the message names \
@@ -166,6 +170,9 @@ pub(crate) enum CliError {
     /// A curve that cannot be read.
     #[error(transparent)]
     Curve(#[from] CurveError),
+    /// Two dumps that `compare --align` cannot pair.
+    #[error(transparent)]
+    Align(#[from] AlignError),
     /// The checkpoint of `run --resume` cannot be used.
     #[error("--resume: {0}")]
     Resume(#[from] CheckpointError),
@@ -189,6 +196,7 @@ impl CliError {
             | CliError::Session(_)
             | CliError::Dump(_)
             | CliError::Curve(_)
+            | CliError::Align(_)
             | CliError::Resume(_) => Exit::BadInput,
             CliError::DumpRun(DumpRunError::Dump(_)) => Exit::BadInput,
             CliError::DumpRun(DumpRunError::Program(RunError::CannotLaunch { .. })) => {

@@ -138,6 +138,28 @@ enum Command {
         /// verdict; `detcheck.compare` in Python reads it).
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Precision alignment: measure every record against B (msprobe's metrics), give each a
+        /// verdict beyond rounding, and name the first record whose error is its own
+        /// (docs/align.md). For runs on different devices, dtypes or library versions.
+        #[arg(long)]
+        align: bool,
+        /// With --align: units of the dtype's roundoff, at a record's own magnitude, that are
+        /// rounding.
+        #[arg(long, default_value_t = 16.0, requires = "align", value_name = "F")]
+        rounding_units: f64,
+        /// With --align: how many times the relative error of the records before it a record's
+        /// error may be.
+        #[arg(long, default_value_t = 10.0, requires = "align", value_name = "G")]
+        growth: f64,
+        /// With --align: how many times its allowance a record's error may be and still be a
+        /// warning, not an error.
+        #[arg(long, default_value_t = 10.0, requires = "align", value_name = "X")]
+        error_excess: f64,
+        /// With --align: the precision the runs compute in, whose roundoff every floating
+        /// record is allowed at least (bf16 for a bf16 autocast run whose records are f32);
+        /// default: the coarsest floating dtype among the first step's records.
+        #[arg(long, requires = "align", value_name = "DTYPE")]
+        precision: Option<String>,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -446,8 +468,33 @@ where
             a,
             b,
             max_rows,
+            format,
+            align: true,
+            rounding_units,
+            growth,
+            error_excess,
+            precision,
+            ..
+        } => exit::report(commands::align(
+            &a,
+            &b,
+            &detcheck::compare::align::AlignOptions {
+                rounding_units,
+                growth,
+                error_excess,
+                max_rows,
+                precision,
+            },
+            format == Format::Json,
+        ))
+        .code(),
+        Command::Compare {
+            a,
+            b,
+            max_rows,
             map,
             format,
+            ..
         } => exit::report(commands::compare(
             &a,
             &b,

@@ -27,6 +27,7 @@
 //! records is identical. Ranks recorded in this process (thread ranks) hold no snapshot, and
 //! neither do msprobe dumps and version 1 files (a note says so).
 
+pub mod align;
 mod cause;
 pub mod curves;
 mod element;
@@ -135,30 +136,7 @@ impl TensorMetrics {
     /// `torch.view_as_real` gives them).
     #[must_use]
     pub fn between(a: &Tensor, b: &Tensor) -> Option<Self> {
-        fn as_f64(t: &Tensor) -> Vec<f64> {
-            match t.data() {
-                TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::F64(v) => v.clone(),
-                TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
-                TensorData::U8(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::F16(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::BF16(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
-                TensorData::I8(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::I16(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::U16(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => {
-                    let dtype = t.dtype();
-                    v.iter()
-                        .map(|&b| dtype.f8_to_f64(b).expect("an 8-bit float dtype"))
-                        .collect()
-                }
-                TensorData::C64(v) => v.iter().flatten().map(|&x| f64::from(x)).collect(),
-                TensorData::C128(v) => v.iter().flatten().copied().collect(),
-            }
-        }
-        let (a, b) = (as_f64(a), as_f64(b));
+        let (a, b) = (values_f64(a), values_f64(b));
         if a.len() != b.len() {
             return None;
         }
@@ -200,6 +178,32 @@ impl TensorMetrics {
             within_1e3: in1 as f64 / n,
             within_5e3: in5 as f64 / n,
         })
+    }
+}
+
+/// A tensor's elements as `f64`: 8-bit floats decoded exactly, a complex tensor as its real parts
+/// (real then imaginary per element, as `torch.view_as_real` gives them).
+pub(crate) fn values_f64(t: &Tensor) -> Vec<f64> {
+    match t.data() {
+        TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::F64(v) => v.clone(),
+        TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+        TensorData::U8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::F16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::BF16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
+        TensorData::I8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::I16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::U16(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => {
+            let dtype = t.dtype();
+            v.iter()
+                .map(|&b| dtype.f8_to_f64(b).expect("an 8-bit float dtype"))
+                .collect()
+        }
+        TensorData::C64(v) => v.iter().flatten().map(|&x| f64::from(x)).collect(),
+        TensorData::C128(v) => v.iter().flatten().copied().collect(),
     }
 }
 
@@ -771,6 +775,39 @@ impl IdMaps {
 /// A differing pair within one step: indices into the two step batches.
 type Pair = (Option<usize>, Option<usize>, Difference);
 
+/// Pairs the records of one step of one rank: the k-th record named `x` on one side with the
+/// k-th named `x` on the other (so an extra or missing record shifts nothing after it). The
+/// pairs come in A's order, then B's records that A lacks in B's order; the comparison engine
+/// and `compare --align` pair records only through this.
+pub(crate) fn pair_by_occurrence(
+    ea: &[Entry],
+    eb: &[Entry],
+    na: &[String],
+    nb: &[String],
+) -> Vec<(Option<usize>, Option<usize>)> {
+    let mut right: HashMap<(&str, u32), usize> = HashMap::with_capacity(eb.len());
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    for (j, y) in eb.iter().enumerate() {
+        let name = nb[y.name as usize].as_str();
+        let k = seen.entry(name).or_insert(0);
+        right.insert((name, *k), j);
+        *k += 1;
+    }
+    seen.clear();
+    let mut all = Vec::with_capacity(ea.len().max(eb.len()));
+    for (i, x) in ea.iter().enumerate() {
+        let name = na[x.name as usize].as_str();
+        let k = seen.entry(name).or_insert(0);
+        all.push((Some(i), right.remove(&(name, *k))));
+        *k += 1;
+    }
+    // The rest in B's order: a HashMap's order must never reach a result.
+    let mut rest: Vec<usize> = right.into_values().collect();
+    rest.sort_unstable();
+    all.extend(rest.into_iter().map(|j| (None, Some(j))));
+    all
+}
+
 /// Compares two sides rank by rank.
 fn compare_sources(
     a: &dyn Side,
@@ -1111,32 +1148,17 @@ impl Engine<'_> {
                 }
             }
         } else {
-            // Match the k-th record of each name on both sides.
-            let mut right: HashMap<(&str, u32), usize> = HashMap::with_capacity(eb.len());
-            let mut seen: HashMap<&str, u32> = HashMap::new();
-            for (j, y) in eb.iter().enumerate() {
-                let name = nb[y.name as usize].as_str();
-                let k = seen.entry(name).or_insert(0);
-                right.insert((name, *k), j);
-                *k += 1;
-            }
-            seen.clear();
-            let mut all: Vec<Pair> = Vec::new();
-            for (i, x) in ea.iter().enumerate() {
-                let name = na[x.name as usize].as_str();
-                let k = seen.entry(name).or_insert(0);
-                match right.remove(&(name, *k)) {
-                    Some(j) => all.push((Some(i), Some(j), Difference::Digest)),
-                    None => all.push((Some(i), None, Difference::OnlyLeft)),
-                }
-                *k += 1;
-            }
-            let mut rest: Vec<usize> = right.into_values().collect();
-            rest.sort_unstable();
-            all.extend(
-                rest.into_iter()
-                    .map(|j| (None, Some(j), Difference::OnlyRight)),
-            );
+            let all: Vec<Pair> = pair_by_occurrence(ea, eb, na, nb)
+                .into_iter()
+                .map(|(i, j)| {
+                    let d = match (i, j) {
+                        (Some(_), None) => Difference::OnlyLeft,
+                        (None, Some(_)) => Difference::OnlyRight,
+                        _ => Difference::Digest,
+                    };
+                    (i, j, d)
+                })
+                .collect();
             self.num_compared += all.len() as u64;
             for (i, j, d) in all {
                 match (i, j) {

@@ -1,0 +1,816 @@
+//! Precision alignment (`detcheck compare --align A B`): where two runs of one program on
+//! different devices, dtypes or library versions part beyond rounding, and which record's error
+//! is its own.
+//!
+//! Between devices every tensor differs in its last bits from the first operator on, so a bitwise
+//! comparison points at the first layer. Alignment measures each pair of records instead (B is
+//! the reference, as msprobe's bench side), gives it a verdict, and names the first *culprit*:
+//! the first record, in program order, whose error is larger than rounding and than what the
+//! records before it explain.
+//!
+//! Main type: [`Alignment`], from [`align_dumps`]. Records are paired as the comparison engine
+//! pairs them (`pair_by_occurrence`: name and occurrence within a step, rank by rank) and walked
+//! in program order: step, then the record order of the step (the recorder writes a step's
+//! forward outputs in execution order, then gradients, then parameters).
+//!
+//! The rule (docs/align.md says why each part is there). For a pair with reference `b`:
+//! - its error `E` is max |a − b| (from the tensors; from the statistics when the dumps hold
+//!   only those: the largest difference of max, min, mean and norm/√n, each a lower bound of
+//!   `E`), its magnitude `M` is max |b|, its spread `s` the standard deviation of `b` (at least
+//!   `M`/1000, and `M` for a scalar), `u` the unit roundoff of the coarser dtype of the pair
+//!   (2⁻²⁴ for f32, 2⁻⁸ for bf16; 0 for integers and booleans, which must match exactly);
+//! - its allowance is `max(F·u·M, G·ρ·s)`: `F` units of rounding at its own magnitude (a lossy
+//!   but correct operation, such as adding 1000 in f32), or `G` times the largest relative
+//!   error `ρ = E/s` of the aligned records before it on its rank, at its own spread. Errors
+//!   measured against the spread, not the magnitude, pass unchanged through subtractions and
+//!   normalisations, so an ill-conditioned but correct operation (a mean subtracted from
+//!   activations near 1000) inherits its input's error instead of being blamed for it;
+//! - its excess is `E / allowance`: aligned up to 1, a warning up to `error_excess`, an error
+//!   beyond it; a NaN or infinity on one side only, a different shape, or a different value of
+//!   an exact dtype is an error;
+//! - a record that is not aligned is a culprit when its error is beyond the allowance computed
+//!   from every record before it (aligned or not), else it inherits the error of the culprit
+//!   before it. The first culprit is the first record that is not aligned.
+//!
+//! Determinism: a pure function of the two dumps, walked in (rank, step, seq) order; metrics are
+//! sums in element order in `f64`.
+//!
+//! Limits: the inherited error is the largest of *all* earlier records on the rank, not of the
+//! record's own inputs (the dumps hold no data flow), so a culprit whose error is smaller than
+//! an unrelated earlier one is counted as inheriting; a culprit is found surely in the first step
+//! where it acts. Replay of a module on the reference's inputs is not done here.
+
+use super::{is_evidence, pair_by_occurrence, values_f64};
+use crate::file::source::{Batch, Layout, RankSource};
+use crate::file::{open_dump, DumpError};
+use crate::value::digest::Stats;
+use crate::value::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+/// The thresholds of [`align_dumps`] (defaults in [`AlignOptions::default`], docs/align.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlignOptions {
+    /// `F`: units of roundoff at a record's own magnitude that are rounding (default 16).
+    pub rounding_units: f64,
+    /// `G`: how much larger than the relative error before it a record's may be (default 10).
+    pub growth: f64,
+    /// Excess beyond which a record is an error rather than a warning (default 10).
+    pub error_excess: f64,
+    /// The records that are not aligned kept for the report (the first ones; 0: all).
+    pub max_rows: usize,
+    /// The dtype whose roundoff every floating record is allowed at least (`bf16` for a run in
+    /// bf16 autocast whose records say f32); `None`: each record's own dtypes.
+    pub precision: Option<String>,
+}
+
+impl Default for AlignOptions {
+    fn default() -> Self {
+        AlignOptions {
+            rounding_units: 16.0,
+            growth: 10.0,
+            error_excess: 10.0,
+            max_rows: 50,
+            precision: None,
+        }
+    }
+}
+
+/// Why two dumps cannot be aligned.
+#[derive(Debug, thiserror::Error)]
+pub enum AlignError {
+    /// A dump cannot be read.
+    #[error(transparent)]
+    Dump(#[from] DumpError),
+    /// The dumps have different numbers of ranks.
+    #[error(
+        "A has {left} ranks and B has {right}: --align compares each rank with the same rank of \
+         the reference; record both runs at the same --ranks"
+    )]
+    WorldSizes {
+        /// A's ranks.
+        left: u32,
+        /// B's ranks.
+        right: u32,
+    },
+    /// No record of A has a partner in B.
+    #[error(
+        "A and B have no record in common (A's first is `{left}`, B's first is `{right}`): are \
+         they dumps of the same program?"
+    )]
+    NothingInCommon {
+        /// A's first record name.
+        left: String,
+        /// B's first record name.
+        right: String,
+    },
+}
+
+/// A record's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Within its allowance.
+    Aligned,
+    /// Beyond its allowance, by at most `error_excess`.
+    Warning,
+    /// Beyond its allowance by more; or non-finite values, shapes or exact values that differ.
+    Error,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Aligned => "aligned",
+            Verdict::Warning => "warning",
+            Verdict::Error => "error",
+        })
+    }
+}
+
+/// Whose fault a record's error is (records that are not aligned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Blame {
+    /// Aligned: nothing to blame.
+    None,
+    /// Its own: beyond what every record before it explains.
+    Own,
+    /// Inherited from a culprit before it.
+    Inherited,
+}
+
+/// msprobe's per-tensor metrics (its compare's columns, the same definitions; B is the bench).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct AlignMetrics {
+    /// `Cosine` (tensors of 2 or more elements whose norms are not both zero).
+    pub cosine: Option<f64>,
+    /// `EucDist`: ‖a − b‖₂.
+    pub euc_dist: Option<f64>,
+    /// `MaxAbsErr`.
+    pub max_abs_err: Option<f64>,
+    /// `MaxRelativeErr`: max |a − b| / |b|, with machine epsilon added to both where b is 0.
+    pub max_rel_err: Option<f64>,
+    /// `One Thousandth Err Ratio`: the share of elements with relative error < 0.001.
+    pub one_thousandth: Option<f64>,
+    /// `Five Thousandths Err Ratio`: below 0.005.
+    pub five_thousandths: Option<f64>,
+    /// Statistics mode: (a − b) of max, min, mean and norm.
+    pub stat_diffs: Option<[Option<f64>; 4]>,
+}
+
+/// One record pair, measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlignedRecord {
+    /// Its step.
+    pub step: u64,
+    /// Its rank.
+    pub rank: u32,
+    /// Its position in A's step.
+    pub seq: u32,
+    /// Its name.
+    pub name: String,
+    /// A's dtype and shape (`f32[8,16]`).
+    pub left: String,
+    /// B's.
+    pub right: String,
+    /// Whether the error was measured on the tensors (`false`: on statistics).
+    pub from_tensors: bool,
+    /// `E`: the largest absolute error (a lower bound of it, from statistics).
+    pub error: f64,
+    /// The allowance `E` was held to.
+    pub allowance: f64,
+    /// `E / allowance`.
+    pub excess: f64,
+    /// `E / s`: the error relative to the reference's spread.
+    pub relative: f64,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Whose fault.
+    pub blame: Blame,
+    /// msprobe's metrics.
+    pub metrics: AlignMetrics,
+    /// Why it is an error when no number says it (non-finite values, shapes, exact dtypes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl fmt::Display for AlignedRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(note) = &self.note {
+            return write!(
+                f,
+                "step {} rank {} `{}`: {note} ({})",
+                self.step, self.rank, self.name, self.verdict
+            );
+        }
+        write!(
+            f,
+            "step {} rank {} `{}`: max |a-b| {:.3e} is {:.1}x its allowance {:.3e} ({})",
+            self.step, self.rank, self.name, self.error, self.excess, self.allowance, self.verdict
+        )
+    }
+}
+
+/// The records of one step of one rank along the program order, for the picture of the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepExcess {
+    /// The step.
+    pub step: u64,
+    /// The rank.
+    pub rank: u32,
+    /// Each record's excess, in record order (0 for an exact match).
+    pub excess: Vec<f32>,
+}
+
+/// The result of aligning two dumps: data, not an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[must_use]
+pub struct Alignment {
+    /// What A is.
+    pub left: String,
+    /// What B is (the reference).
+    pub right: String,
+    /// The ranks of each.
+    pub world_size: u32,
+    /// The thresholds used.
+    pub options: AlignOptions,
+    /// Record pairs measured.
+    pub num_records: u64,
+    /// How many are aligned, warnings and errors.
+    pub counts: [u64; 3],
+    /// The first culprit: the first record (step, seq, rank) that is not aligned.
+    pub culprit: Option<AlignedRecord>,
+    /// The records whose error is their own, in order (at most 20).
+    pub culprits: Vec<AlignedRecord>,
+    /// The records inheriting the first culprit's error on its rank, in order (at most 20 names).
+    pub chain: Vec<String>,
+    /// How many records inherit it in all.
+    pub chain_len: u64,
+    /// The records that are not aligned, in (step, seq, rank) order, at most `max_rows`.
+    pub rows: Vec<AlignedRecord>,
+    /// The aligned record closest to its allowance (largest excess), when one differs at all.
+    pub closest: Option<AlignedRecord>,
+    /// The unit roundoff of `AlignOptions::precision` (0: each record's own dtypes).
+    pub precision: f64,
+    /// Each step's excesses along the program order.
+    pub series: Vec<StepExcess>,
+    /// Records one side lacks, evidence left out, bases used.
+    pub notes: Vec<String>,
+}
+
+impl Alignment {
+    /// `true` when every record is aligned.
+    #[must_use]
+    pub fn is_aligned(&self) -> bool {
+        self.counts[1] == 0 && self.counts[2] == 0
+    }
+}
+
+/// The unit roundoff of a dtype as a dump names it (`f32`, `torch.bfloat16`, `Float16`): 0 for
+/// integers and booleans (exact), `None` for a name detcheck does not know.
+pub fn unit_roundoff(dtype: &str) -> Option<f64> {
+    let d = dtype.to_ascii_lowercase();
+    let d = d.rsplit('.').next().unwrap_or(&d);
+    let u = match d {
+        "f64" | "float64" | "double" => 2f64.powi(-53),
+        "f32" | "float32" | "float" => 2f64.powi(-24),
+        "tf32" => 2f64.powi(-11),
+        "f16" | "float16" | "half" => 2f64.powi(-11),
+        "bf16" | "bfloat16" => 2f64.powi(-8),
+        "f8e4m3fn" | "float8_e4m3fn" | "float8_e4m3fnuz" => 2f64.powi(-4),
+        "f8e5m2" | "float8_e5m2" | "float8_e5m2fnuz" => 2f64.powi(-3),
+        "c64" | "complex64" => 2f64.powi(-24),
+        "c128" | "complex128" => 2f64.powi(-53),
+        "bool" | "u8" | "uint8" | "i8" | "int8" | "i16" | "int16" | "u16" | "uint16" | "i32"
+        | "int32" | "int" | "i64" | "int64" | "long" => 0.0,
+        _ => return None,
+    };
+    Some(u)
+}
+
+/// What one pass over a pair of tensors gives.
+#[derive(Debug, Default)]
+struct Measure {
+    error: f64,
+    magnitude: f64,
+    spread: f64,
+    metrics: AlignMetrics,
+    note: Option<String>,
+}
+
+/// Measures two tensors of equal element counts in one pass, in `f64`, as msprobe's compare
+/// does: non-finite elements at the same places on both sides are set to 0 first; at different
+/// places the pair is an error.
+fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
+    let (a, b) = (values_f64(a), values_f64(b));
+    let n = b.len();
+    let mut mismatched = 0u64;
+    let mut first_mismatch = None;
+    let (mut max_abs, mut sq, mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64, 0.0, 0.0);
+    let (mut max_rel, mut in1, mut in5) = (0.0f64, 0u64, 0u64);
+    let (mut magnitude, mut sum) = (0.0f64, 0.0f64);
+    for (k, (&x, &y)) in a.iter().zip(&b).enumerate() {
+        if y.is_finite() {
+            // The reference's scale counts every finite element, matched or not.
+            magnitude = magnitude.max(y.abs());
+            sum += y;
+            nb += y * y;
+        }
+        let (x, y) = match (x.is_finite(), y.is_finite()) {
+            (true, true) => (x, y),
+            (false, false) if x.is_nan() == y.is_nan() && (x.is_nan() || x == y) => (0.0, 0.0),
+            _ => {
+                mismatched += 1;
+                first_mismatch.get_or_insert((k, x, y));
+                continue;
+            }
+        };
+        let d = (x - y).abs();
+        max_abs = max_abs.max(d);
+        sq += d * d;
+        dot += x * y;
+        na += x * x;
+        // msprobe: epsilon added to both sides where the bench is 0.
+        let rel = if y == 0.0 { d / eps } else { d / y.abs() };
+        max_rel = max_rel.max(rel);
+        in1 += u64::from(rel < 1e-3);
+        in5 += u64::from(rel < 5e-3);
+    }
+    let mean = if n == 0 { 0.0 } else { sum / n as f64 };
+    let variance = if n == 0 {
+        0.0
+    } else {
+        (nb / n as f64 - mean * mean).max(0.0)
+    };
+    let mut m = Measure {
+        error: max_abs,
+        magnitude,
+        spread: spread_of(variance.sqrt(), magnitude, n as u64),
+        ..Measure::default()
+    };
+    if let Some((k, x, y)) = first_mismatch {
+        m.error = f64::INFINITY;
+        m.note = Some(format!(
+            "non-finite values at different places: {mismatched} elements, the first at flat \
+             index {k} (A {x}, B {y})"
+        ));
+        return m;
+    }
+    let norm_tiny = f64::EPSILON;
+    let cosine = if n < 2 || (na.sqrt() <= norm_tiny && nb.sqrt() <= norm_tiny) {
+        (n >= 2).then_some(1.0)
+    } else if na.sqrt() <= norm_tiny || nb.sqrt() <= norm_tiny {
+        None
+    } else {
+        Some(dot / (na.sqrt() * nb.sqrt()))
+    };
+    m.metrics = AlignMetrics {
+        cosine,
+        euc_dist: Some(sq.sqrt()),
+        max_abs_err: Some(max_abs),
+        max_rel_err: Some(max_rel),
+        one_thousandth: (n > 0).then(|| in1 as f64 / n as f64),
+        five_thousandths: (n > 0).then(|| in5 as f64 / n as f64),
+        stat_diffs: None,
+    };
+    m
+}
+
+/// The spread a relative error is measured against: the standard deviation, at least a
+/// thousandth of the magnitude (a nearly constant tensor, such as a norm layer's weights,
+/// would make any rounding look large), and the magnitude for a single value.
+fn spread_of(std: f64, magnitude: f64, n: u64) -> f64 {
+    if n <= 1 {
+        magnitude
+    } else {
+        std.max(magnitude * 1e-3)
+    }
+}
+
+/// Measures two records from their statistics: each difference of max, min, mean and
+/// norm/√n is a lower bound of the largest element error.
+fn measure_stats(a: &Stats, b: &Stats, n: u64) -> Measure {
+    let pick = |s: &Stats| {
+        [
+            s.max.map(|v| v.0),
+            s.min.map(|v| v.0),
+            s.mean.map(|v| v.0),
+            s.norm.map(|v| v.0),
+        ]
+    };
+    let (sa, sb) = (pick(a), pick(b));
+    let mut diffs = [None; 4];
+    let mut error = 0.0f64;
+    let root_n = (n.max(1) as f64).sqrt();
+    for k in 0..4 {
+        if let (Some(x), Some(y)) = (sa[k], sb[k]) {
+            let d = x - y;
+            diffs[k] = Some(d);
+            let bound = if k == 3 { d.abs() / root_n } else { d.abs() };
+            error = error.max(if bound.is_nan() { 0.0 } else { bound });
+        }
+    }
+    let magnitude = match (sb[0], sb[1]) {
+        (Some(mx), Some(mn)) => mx.abs().max(mn.abs()),
+        _ => 0.0,
+    };
+    let std = match (sb[2], sb[3]) {
+        (Some(mean), Some(norm)) => ((norm / root_n).powi(2) - mean * mean).max(0.0).sqrt(),
+        _ => 0.0,
+    };
+    let mut m = Measure {
+        error,
+        magnitude,
+        spread: spread_of(std, magnitude, n),
+        metrics: AlignMetrics {
+            stat_diffs: Some(diffs),
+            ..AlignMetrics::default()
+        },
+        note: None,
+    };
+    let non_finite = |s: &Stats| (s.nan, s.pos_inf, s.neg_inf);
+    if non_finite(a) != non_finite(b) {
+        m.error = f64::INFINITY;
+        let (x, y) = (non_finite(a), non_finite(b));
+        m.note = Some(format!(
+            "non-finite values differ: A has {} NaN, {} +Inf, {} -Inf; B has {} NaN, {} +Inf, {} -Inf",
+            x.0, x.1, x.2, y.0, y.1, y.2
+        ));
+    }
+    m
+}
+
+/// The walk of one rank: what the records before the current one explain.
+#[derive(Default)]
+struct RankWalk {
+    /// The largest `E/s` of the aligned records so far.
+    clean: f64,
+    /// The largest `E/s` of all records so far.
+    all: f64,
+    /// Whether a record so far was not aligned.
+    tainted: bool,
+    /// Whether the chain of the rank's first culprit is still being collected.
+    chain_open: bool,
+}
+
+/// Aligns two dump folders (detcheck traces or msprobe dumps) rank by rank, streaming: memory
+/// holds one step of one rank of each side.
+///
+/// # Errors
+/// [`AlignError`] when a dump cannot be read, the rank counts differ, or no record is common.
+pub fn align_dumps(
+    left: &Path,
+    right: &Path,
+    options: &AlignOptions,
+) -> Result<Alignment, AlignError> {
+    let (a, b) = (open_dump(left)?, open_dump(right)?);
+    let (wa, wb) = (a.world_size(), b.world_size());
+    if wa != wb {
+        return Err(AlignError::WorldSizes {
+            left: wa,
+            right: wb,
+        });
+    }
+    let mut out = Alignment {
+        left: a.describe(),
+        right: b.describe(),
+        world_size: wa,
+        options: options.clone(),
+        num_records: 0,
+        counts: [0; 3],
+        culprit: None,
+        culprits: Vec::new(),
+        chain: Vec::new(),
+        chain_len: 0,
+        rows: Vec::new(),
+        closest: None,
+        precision: options
+            .precision
+            .as_deref()
+            .and_then(unit_roundoff)
+            .unwrap_or(0.0),
+        series: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut only = [0u64; 2];
+    let mut first_names: [Option<String>; 2] = [None, None];
+    let mut stats_basis = 0u64;
+    for rank in 0..wa {
+        let mut sa = a.open_rank(rank)?;
+        let mut sb = b.open_rank(rank)?;
+        let (mut ba, mut bb) = (Batch::default(), Batch::default());
+        let mut walk = RankWalk::default();
+        let mut step_a = sa.next_step(&mut ba)?;
+        let mut step_b = sb.next_step(&mut bb)?;
+        loop {
+            match (step_a, step_b) {
+                (None, None) => break,
+                (Some(x), Some(y)) if x == y => {
+                    align_step(
+                        rank,
+                        x,
+                        (&ba, &bb),
+                        (sa.as_mut(), sb.as_mut()),
+                        options,
+                        &mut walk,
+                        &mut out,
+                        &mut only,
+                        &mut first_names,
+                        &mut stats_basis,
+                    )?;
+                    step_a = sa.next_step(&mut ba)?;
+                    step_b = sb.next_step(&mut bb)?;
+                }
+                (Some(x), y) if y.is_none_or(|y| x < y) => {
+                    only[0] += ba.entries.len() as u64;
+                    step_a = sa.next_step(&mut ba)?;
+                }
+                _ => {
+                    only[1] += bb.entries.len() as u64;
+                    step_b = sb.next_step(&mut bb)?;
+                }
+            }
+        }
+    }
+    if out.num_records == 0 {
+        return Err(AlignError::NothingInCommon {
+            left: first_names[0].clone().unwrap_or_else(|| "(none)".into()),
+            right: first_names[1].clone().unwrap_or_else(|| "(none)".into()),
+        });
+    }
+    for (side, n) in ["A", "B"].iter().zip(only) {
+        if n > 0 {
+            out.notes.push(format!(
+                "{n} records are only in {side} (not measured; records are paired by step, name \
+                 and occurrence)"
+            ));
+        }
+    }
+    if stats_basis > 0 {
+        out.notes.push(format!(
+            "{stats_basis} of {} records were measured on their statistics (no tensors on both \
+             sides: full mode or msprobe's tensor mode gives the elements); their error is a \
+             lower bound",
+            out.num_records
+        ));
+    }
+    Ok(out)
+}
+
+/// Measures and judges the paired records of one step of one rank.
+#[allow(clippy::too_many_arguments)]
+fn align_step(
+    rank: u32,
+    step: u64,
+    (ba, bb): (&Batch, &Batch),
+    (sa, sb): (&mut dyn RankSource, &mut dyn RankSource),
+    options: &AlignOptions,
+    walk: &mut RankWalk,
+    out: &mut Alignment,
+    only: &mut [u64; 2],
+    first_names: &mut [Option<String>; 2],
+    stats_basis: &mut u64,
+) -> Result<(), AlignError> {
+    let pairs = {
+        let (na, nb) = (sa.names(), sb.names());
+        for (slot, (batch, names)) in first_names.iter_mut().zip([(ba, na), (bb, nb)]) {
+            if slot.is_none() {
+                *slot = batch
+                    .entries
+                    .first()
+                    .map(|e| names[e.name as usize].clone());
+            }
+        }
+        pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
+    };
+    let floor = out.precision;
+    let mut series = Vec::with_capacity(pairs.len());
+    for (i, j) in pairs {
+        let (i, j) = match (i, j) {
+            (Some(i), Some(j)) => (i, j),
+            (Some(_), None) => {
+                only[0] += 1;
+                continue;
+            }
+            _ => {
+                only[1] += 1;
+                continue;
+            }
+        };
+        let (x, y) = (&ba.entries[i], &bb.entries[j]);
+        let name = sa.names()[x.name as usize].clone();
+        if is_evidence(&name) {
+            continue;
+        }
+        let (la, lb): (Layout, Layout) = (
+            sa.layouts()[x.layout as usize].clone(),
+            sb.layouts()[y.layout as usize].clone(),
+        );
+        let ua = unit_roundoff(&la.dtype);
+        let ub = unit_roundoff(&lb.dtype);
+        let u = match (ua, ub) {
+            (Some(p), Some(q)) => p.max(q),
+            (p, q) => p.or(q).unwrap_or(0.0),
+        };
+        // Exact dtypes stay exact; floating ones get at least the run's precision.
+        let u = if u > 0.0 { u.max(floor) } else { u };
+        // msprobe: the epsilon of the wider of f32 and the pair's type, added where b is 0.
+        let eps = if u > 0.0 && u < 2f64.powi(-30) {
+            f64::EPSILON
+        } else {
+            f64::from(f32::EPSILON)
+        };
+        let mut from_tensors = false;
+        let measure = if la.shape != lb.shape {
+            Measure {
+                error: f64::INFINITY,
+                note: Some(format!(
+                    "shapes differ: A {} and B {}",
+                    la.describe(),
+                    lb.describe()
+                )),
+                ..Measure::default()
+            }
+        } else if !x.digest.is_none() && x.digest == y.digest && la.dtype == lb.dtype {
+            // Bitwise equal: nothing to measure (and no tensor to read).
+            Measure {
+                magnitude: 0.0,
+                ..Measure::default()
+            }
+        } else {
+            match (sa.tensor(x)?, sb.tensor(y)?) {
+                (Some(ta), Some(tb)) => {
+                    from_tensors = true;
+                    measure_tensors(&ta, &tb, eps)
+                }
+                _ => match (ba.stats(i), bb.stats(j)) {
+                    (Some(s), Some(t)) => {
+                        *stats_basis += 1;
+                        measure_stats(s, t, lb.num_elements())
+                    }
+                    _ => {
+                        *stats_basis += 1;
+                        // Digests only: equal or not.
+                        let differ = x.digest != y.digest;
+                        Measure {
+                            error: if differ { f64::INFINITY } else { 0.0 },
+                            note: differ.then(|| {
+                                "the digests differ and neither dump holds statistics or \
+                                 tensors (md5 mode): record in stats or full mode to measure"
+                                    .to_owned()
+                            }),
+                            ..Measure::default()
+                        }
+                    }
+                },
+            }
+        };
+        let record = judge(
+            rank,
+            step,
+            x.seq,
+            name,
+            &la,
+            &lb,
+            u,
+            measure,
+            from_tensors,
+            options,
+            walk,
+        );
+        out.num_records += 1;
+        out.counts[record.verdict as usize] += 1;
+        series.push(if record.excess.is_finite() {
+            record.excess as f32
+        } else {
+            f32::INFINITY
+        });
+        if record.verdict == Verdict::Aligned {
+            if record.excess > out.closest.as_ref().map_or(0.0, |c| c.excess) {
+                out.closest = Some(record);
+            }
+            continue;
+        }
+        match record.blame {
+            Blame::Own => {
+                if out.culprits.len() < 20 {
+                    out.culprits.push(record.clone());
+                }
+                let earlier = out
+                    .culprit
+                    .as_ref()
+                    .is_none_or(|c| (step, record.seq, rank) < (c.step, c.seq, c.rank));
+                if earlier {
+                    out.culprit = Some(record.clone());
+                    out.chain.clear();
+                    out.chain_len = 0;
+                    walk.chain_open = true;
+                } else {
+                    walk.chain_open = false;
+                }
+            }
+            Blame::Inherited
+                if walk.chain_open && out.culprit.as_ref().is_some_and(|c| c.rank == rank) =>
+            {
+                out.chain_len += 1;
+                if out.chain.len() < 20 {
+                    out.chain.push(format!("step {step} `{}`", record.name));
+                }
+            }
+            _ => {}
+        }
+        if options.max_rows == 0 || out.rows.len() < options.max_rows {
+            out.rows.push(record);
+        }
+    }
+    out.series.push(StepExcess {
+        step,
+        rank,
+        excess: series,
+    });
+    Ok(())
+}
+
+/// The verdict and blame of one measured pair, and the walk moved past it.
+#[allow(clippy::too_many_arguments)]
+fn judge(
+    rank: u32,
+    step: u64,
+    seq: u32,
+    name: String,
+    la: &Layout,
+    lb: &Layout,
+    u: f64,
+    m: Measure,
+    from_tensors: bool,
+    options: &AlignOptions,
+    walk: &mut RankWalk,
+) -> AlignedRecord {
+    let relative = if m.error == 0.0 {
+        0.0
+    } else if m.spread > 0.0 {
+        m.error / m.spread
+    } else {
+        f64::INFINITY
+    };
+    let rounding = options.rounding_units * u * m.magnitude;
+    let allowance_of = |rho: f64| {
+        if rho == f64::INFINITY {
+            // A NaN or infinity before it explains anything after it.
+            return f64::INFINITY;
+        }
+        let inherited = options.growth * rho * m.spread;
+        rounding.max(if inherited.is_nan() { 0.0 } else { inherited })
+    };
+    let allowance = allowance_of(walk.clean);
+    let excess = if m.error == 0.0 {
+        0.0
+    } else if allowance > 0.0 {
+        m.error / allowance
+    } else {
+        f64::INFINITY
+    };
+    let mut note = m.note;
+    let verdict = if note.is_some() || (u == 0.0 && m.error > 0.0) {
+        if note.is_none() {
+            note = Some(format!("an exact dtype ({}) whose values differ", la.dtype));
+        }
+        Verdict::Error
+    } else if excess <= 1.0 {
+        Verdict::Aligned
+    } else if excess <= options.error_excess {
+        Verdict::Warning
+    } else {
+        Verdict::Error
+    };
+    let blame = match verdict {
+        Verdict::Aligned => Blame::None,
+        _ if walk.tainted && m.error <= allowance_of(walk.all) => Blame::Inherited,
+        _ => Blame::Own,
+    };
+    if verdict == Verdict::Aligned {
+        walk.clean = walk.clean.max(relative);
+    } else {
+        walk.tainted = true;
+    }
+    walk.all = walk.all.max(relative);
+    AlignedRecord {
+        step,
+        rank,
+        seq,
+        name,
+        left: la.describe(),
+        right: lb.describe(),
+        from_tensors,
+        error: m.error,
+        allowance,
+        excess,
+        relative,
+        verdict,
+        blame,
+        metrics: m.metrics,
+        note,
+    }
+}
