@@ -814,3 +814,273 @@ fn judge(
         note,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::{compare_dumps, CompareOptions};
+    use crate::file::{DumpMode, TraceWriter};
+    use half::bf16;
+
+    /// Deterministic inputs in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// y = W x for a 32x32 W, summed forward (the reference) or backward (another device).
+    fn dense(x: &[f32], seed: u64, backward: bool) -> Vec<f32> {
+        let w = values(x.len() * 32, seed);
+        (0..32)
+            .map(|i| {
+                let row = &w[i * x.len()..(i + 1) * x.len()];
+                let terms = row.iter().zip(x).map(|(a, b)| a * b);
+                if backward {
+                    terms.rev().sum()
+                } else {
+                    terms.sum()
+                }
+            })
+            .collect()
+    }
+
+    /// What a planted bug does on the other device.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Bug {
+        None,
+        /// The activation's output off by 1e-4 relative (an approximate kernel).
+        ApproxActivation,
+        /// NaN in the activation's output.
+        Nan,
+    }
+
+    /// The records of one step of a small network: `in`, `dense1`, `offset` (+1000 or +0: lossy
+    /// but correct), `recenter` (the mean subtracted: ill-conditioned but correct after the
+    /// offset), `act`, `dense2`.
+    fn network(other: bool, bug: Bug) -> Vec<(&'static str, Vec<f32>)> {
+        network_at(other, bug, 1000.0)
+    }
+
+    fn network_at(other: bool, bug: Bug, shift: f32) -> Vec<(&'static str, Vec<f32>)> {
+        let x = values(64, 1);
+        let h = dense(&x, 2, other);
+        let offset: Vec<f32> = h.iter().map(|v| v + shift).collect();
+        let mean = offset.iter().sum::<f32>() / offset.len() as f32;
+        let recenter: Vec<f32> = offset.iter().map(|v| v - mean).collect();
+        let mut act: Vec<f32> = recenter.iter().map(|v| v.tanh()).collect();
+        if other {
+            match bug {
+                Bug::None => {}
+                Bug::ApproxActivation => act.iter_mut().for_each(|v| *v *= 1.0 + 1e-4),
+                Bug::Nan => act[3] = f32::NAN,
+            }
+        }
+        let out = dense(&act, 3, other);
+        vec![
+            ("in", x),
+            ("dense1", h),
+            ("offset", offset),
+            ("recenter", recenter),
+            ("act", act),
+            ("dense2", out),
+        ]
+    }
+
+    fn dump(records: &[(&str, Vec<f32>)], mode: DumpMode) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TraceWriter::create(dir.path(), 0, 1, mode).unwrap();
+        for (name, v) in records {
+            w.record(0, name, &Tensor::from_vec(v.clone())).unwrap();
+        }
+        w.finish().unwrap();
+        dir
+    }
+
+    fn align(a: &tempfile::TempDir, b: &tempfile::TempDir) -> Alignment {
+        align_dumps(a.path(), b.path(), &AlignOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn rounding_everywhere_is_aligned_though_no_tensor_is_bitwise_equal() {
+        let (a, b) = (
+            dump(&network(true, Bug::None), DumpMode::Full),
+            dump(&network(false, Bug::None), DumpMode::Full),
+        );
+        let al = align(&a, &b);
+        assert!(al.is_aligned(), "{:#?}", al.rows);
+        assert_eq!(al.num_records, 6);
+        assert!(al.culprit.is_none());
+        // The subtraction after the offset (errors ~1e-4 relative to its values) is aligned:
+        // its error is the offset's rounding, inherited.
+        let bitwise = compare_dumps(a.path(), b.path(), &CompareOptions::default()).unwrap();
+        assert!(bitwise.num_differing >= 4, "{}", bitwise.num_differing);
+    }
+
+    #[test]
+    fn the_first_record_whose_error_is_its_own_is_the_culprit_and_later_ones_inherit() {
+        let a = dump(
+            &network_at(true, Bug::ApproxActivation, 0.0),
+            DumpMode::Full,
+        );
+        let b = dump(&network_at(false, Bug::None, 0.0), DumpMode::Full);
+        let al = align(&a, &b);
+        assert!(!al.is_aligned());
+        let c = al.culprit.as_ref().expect("a culprit");
+        assert_eq!((c.name.as_str(), c.blame), ("act", Blame::Own), "{c:?}");
+        assert!(c.excess > 1.0 && c.from_tensors, "{c:?}");
+        // msprobe's columns: 1e-4 relative everywhere passes its 1e-3 ratio.
+        assert_eq!(c.metrics.one_thousandth, Some(1.0), "{:?}", c.metrics);
+        assert!(c.metrics.cosine.unwrap() > 0.999_999);
+        let later = al.rows.iter().find(|r| r.name == "dense2");
+        if let Some(r) = later {
+            assert_eq!(r.blame, Blame::Inherited, "{r:?}");
+        }
+        // A looser growth rule cannot hide it: the rounding floor alone is far below it.
+        let loose = AlignOptions {
+            rounding_units: 64.0,
+            ..AlignOptions::default()
+        };
+        let al = align_dumps(a.path(), b.path(), &loose).unwrap();
+        assert_eq!(al.culprit.map(|c| c.name), Some("act".to_owned()));
+        // The documented limit: after the offset of 1000 every value carries ~1e-4 of its
+        // spread in rounding, so an error of 1e-4 after it is counted as inherited.
+        let a = dump(&network(true, Bug::ApproxActivation), DumpMode::Full);
+        let b = dump(&network(false, Bug::None), DumpMode::Full);
+        assert!(align(&a, &b).is_aligned());
+    }
+
+    #[test]
+    fn non_finite_values_on_one_side_are_an_error_naming_the_record() {
+        let a = dump(&network(true, Bug::Nan), DumpMode::Full);
+        let b = dump(&network(false, Bug::None), DumpMode::Full);
+        let al = align(&a, &b);
+        let c = al.culprit.expect("a culprit");
+        assert_eq!((c.name.as_str(), c.verdict), ("act", Verdict::Error));
+        let note = c.note.expect("a note");
+        assert!(
+            note.contains("flat index 3") && note.contains("NaN"),
+            "{note}"
+        );
+        // NaN on both sides at the same places is no difference (as msprobe sets them to 0).
+        let b = dump(&network(true, Bug::Nan), DumpMode::Full);
+        assert!(align(&a, &b).is_aligned());
+    }
+
+    #[test]
+    fn shapes_and_exact_values_that_differ_are_errors() {
+        let a = dump(&[("x", vec![1.0, 2.0, 3.0])], DumpMode::Full);
+        let b = dump(&[("x", vec![1.0, 2.0])], DumpMode::Full);
+        let al = align(&a, &b);
+        let c = al.culprit.expect("a culprit");
+        assert!(c.note.unwrap().contains("shapes differ"));
+        let write = |v: Vec<i64>| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+            w.record(0, "ids", &Tensor::from_vec(v)).unwrap();
+            w.finish().unwrap();
+            dir
+        };
+        let al = align(&write(vec![1, 2, 3]), &write(vec![1, 2, 4]));
+        let c = al.culprit.expect("a culprit");
+        assert_eq!(c.verdict, Verdict::Error);
+        assert!(c.note.unwrap().contains("exact dtype"));
+        assert!(align(&write(vec![1, 2, 3]), &write(vec![1, 2, 3])).is_aligned());
+    }
+
+    #[test]
+    fn dumps_that_cannot_be_aligned_are_errors() {
+        let one = dump(&[("x", vec![1.0])], DumpMode::Full);
+        let other = dump(&[("y", vec![1.0])], DumpMode::Full);
+        let err = align_dumps(one.path(), other.path(), &AlignOptions::default()).unwrap_err();
+        assert!(
+            matches!(&err, AlignError::NothingInCommon { left, right } if left == "x" && right == "y"),
+            "{err}"
+        );
+        let two = tempfile::tempdir().unwrap();
+        for rank in 0..2 {
+            let mut w = TraceWriter::create(two.path(), rank, 2, DumpMode::Full).unwrap();
+            w.record(0, "x", &Tensor::from_vec(vec![1.0f32])).unwrap();
+            w.finish().unwrap();
+        }
+        let err = align_dumps(one.path(), two.path(), &AlignOptions::default()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("A has 1 ranks and B has 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn statistics_give_a_lower_bound_that_still_finds_a_gross_error() {
+        let mut gross = network(true, Bug::None);
+        gross[4].1.iter_mut().for_each(|v| *v *= 1.01);
+        let (a, b) = (
+            dump(&gross, DumpMode::Stats),
+            dump(&network(false, Bug::None), DumpMode::Stats),
+        );
+        let al = align(&a, &b);
+        let c = al.culprit.expect("a culprit");
+        assert_eq!(c.name, "act");
+        assert!(!c.from_tensors && c.metrics.stat_diffs.is_some());
+        assert!(
+            al.notes.iter().any(|n| n.contains("statistics")),
+            "{:?}",
+            al.notes
+        );
+        let (a, b) = (
+            dump(&network(true, Bug::None), DumpMode::Stats),
+            dump(&network(false, Bug::None), DumpMode::Stats),
+        );
+        assert!(align(&a, &b).is_aligned());
+    }
+
+    #[test]
+    fn a_bf16_run_aligns_with_its_f32_reference_at_bf16_rounding() {
+        let reference = network(false, Bug::None);
+        let to_bf16 = |v: &[f32]| -> Vec<bf16> { v.iter().map(|&x| bf16::from_f32(x)).collect() };
+        let write = |records: &[(&str, Vec<f32>)], low: bool| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+            for (name, v) in records {
+                let t = if low && *name != "in" {
+                    Tensor::from_vec(to_bf16(v))
+                } else {
+                    Tensor::from_vec(v.clone())
+                };
+                w.record(0, name, &t).unwrap();
+            }
+            w.finish().unwrap();
+            dir
+        };
+        let (a, b) = (write(&reference, true), write(&reference, false));
+        let al = align(&a, &b);
+        assert!(al.is_aligned(), "{:#?}", al.rows);
+        // The same values stored as f32 are held to f32's rounding unless --precision says.
+        let as_f32: Vec<(&str, Vec<f32>)> = reference
+            .iter()
+            .map(|(n, v)| (*n, to_bf16(v).iter().map(|x| x.to_f32()).collect()))
+            .collect();
+        let a32 = write(&as_f32, false);
+        assert!(!align(&a32, &b).is_aligned());
+        let bf = AlignOptions {
+            precision: Some("bf16".into()),
+            ..AlignOptions::default()
+        };
+        assert!(align_dumps(a32.path(), b.path(), &bf).unwrap().is_aligned());
+    }
+
+    #[test]
+    fn unit_roundoffs_follow_the_names_dumps_use() {
+        assert_eq!(unit_roundoff("f32"), Some(2f64.powi(-24)));
+        assert_eq!(unit_roundoff("torch.bfloat16"), Some(2f64.powi(-8)));
+        assert_eq!(unit_roundoff("Float16"), Some(2f64.powi(-11)));
+        assert_eq!(unit_roundoff("torch.int64"), Some(0.0));
+        assert_eq!(unit_roundoff("quaternion"), None);
+    }
+}

@@ -1,0 +1,166 @@
+"""`detcheck compare --align` on a real program run as two "devices" on the CPU
+(examples/programs/python/align/two_devices.py): the other device accumulates its matrix
+products in another order, so no tensor is bitwise equal to the reference's; planted bugs, at
+several depths, are named as the first culprit at step 0; an ill-conditioned but correct
+operation is never blamed; a bf16 autocast run aligns with its f32 reference at bf16's
+rounding. Each dump is one `detcheck run --dump --mode full -- python two_devices.py ...`."""
+
+import json
+import sys
+
+import pytest
+from support import PROGRAMS, requires, run_detcheck
+
+requires("torch")
+
+SCRIPT = PROGRAMS / "align" / "two_devices.py"
+
+#: name -> the program's arguments for that "device"
+RUNS = {
+    "reference": (),
+    "other": ("--device-kind", "other"),
+    "reference_offset": ("--offset", "1000"),
+    "other_offset": ("--device-kind", "other", "--offset", "1000"),
+    "gelu_0": ("--device-kind", "other", "--bug", "approx_gelu", "--bug-block", "0"),
+    "gelu_2": ("--device-kind", "other", "--bug", "approx_gelu", "--bug-block", "2"),
+    "reference_300": ("--shift", "300"),
+    "other_300": ("--device-kind", "other", "--shift", "300"),
+    "norm_0": (
+        "--device-kind",
+        "other",
+        "--bug",
+        "unstable_norm",
+        "--bug-block",
+        "0",
+        "--shift",
+        "300",
+    ),
+    "norm_2": (
+        "--device-kind",
+        "other",
+        "--bug",
+        "unstable_norm",
+        "--bug-block",
+        "2",
+        "--shift",
+        "300",
+    ),
+    "bf16": ("--device-kind", "other", "--autocast"),
+    "bf16_gelu": ("--device-kind", "other", "--autocast", "--bug", "approx_gelu"),
+    "bf16_norm": ("--device-kind", "other", "--autocast", "--bug", "unstable_norm"),
+}
+
+
+@pytest.fixture(scope="module")
+def dumps(detcheck_bin, tmp_path_factory):
+    """Every run of RUNS dumped once (full mode), by name."""
+    root = tmp_path_factory.mktemp("align")
+    out = {}
+    for name, args in RUNS.items():
+        out[name] = root / name
+        cmd = ("run", "--dump", out[name], "--mode", "full", "--", sys.executable, SCRIPT, *args)
+        run_detcheck(detcheck_bin, *cmd, cwd=root, code=0)
+    return out
+
+
+def align(detcheck_bin, dumps, a, b, *flags, code):
+    done = run_detcheck(
+        detcheck_bin,
+        "compare",
+        "--align",
+        "--format",
+        "json",
+        *flags,
+        dumps[a],
+        dumps[b],
+        code=code,
+    )
+    result = json.loads(done.stdout)
+    assert result["exit_code"] == code and result["aligned"] == (code == 0)
+    return result["alignment"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("other", "reference"), ("other_offset", "reference_offset"), ("other_300", "reference_300")],
+)
+def test_rounding_everywhere_is_aligned_where_a_bitwise_compare_differs(detcheck_bin, dumps, a, b):
+    al = align(detcheck_bin, dumps, a, b, code=0)
+    assert al["culprit"] is None and al["counts"][1:] == [0, 0], al["rows"][:3]
+    assert al["num_records"] > 200
+    run_detcheck(detcheck_bin, "compare", dumps[a], dumps[b], code=1)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "culprit"),
+    [
+        ("gelu_0", "reference", "fwd/blocks.0.act"),
+        ("gelu_2", "reference", "fwd/blocks.2.act"),
+        ("norm_0", "reference_300", "fwd/blocks.0.norm"),
+        ("norm_2", "reference_300", "fwd/blocks.2.norm"),
+        ("bf16_norm", "reference", "fwd/blocks.1.norm"),
+    ],
+)
+def test_a_planted_bug_is_the_first_culprit_at_step_0(detcheck_bin, dumps, a, b, culprit):
+    al = align(detcheck_bin, dumps, a, b, code=1)
+    first = al["culprit"]
+    assert (first["name"], first["step"], first["blame"]) == (culprit, 0, "own"), first
+    # Every record before it is aligned: the first layer, with its rounding, is not blamed.
+    before = [r for r in al["rows"] if (r["step"], r["seq"]) < (first["step"], first["seq"])]
+    assert before == [], before
+    # The records after it in its step inherit its error rather than being culprits.
+    assert al["chain_len"] >= 1, al["chain"]
+
+
+def test_the_approximate_activation_is_small_in_absolute_terms(detcheck_bin, dumps):
+    """msprobe's thresholds pass it (cosine > 0.99 and max abs err < 1e-3); align names it
+    because its error is thousands of times f32's rounding at its magnitude."""
+    first = align(detcheck_bin, dumps, "gelu_0", "reference", code=1)["culprit"]
+    metrics = first["metrics"]
+    assert metrics["cosine"] > 0.99 and metrics["max_abs_err"] < 1e-3, metrics
+    assert first["error"] / 2**-24 > 1000, first
+
+
+def test_bf16_autocast_aligns_at_bf16_rounding(detcheck_bin, dumps):
+    al = align(detcheck_bin, dumps, "bf16", "reference", code=0)
+    assert al["culprit"] is None
+    # An approximation within bf16's rounding is no culprit there (it is one in f32 above).
+    align(detcheck_bin, dumps, "bf16_gelu", "reference", code=0)
+
+
+def test_the_text_names_the_culprit_and_its_chain(detcheck_bin, dumps):
+    done = run_detcheck(
+        detcheck_bin, "compare", "--align", dumps["gelu_0"], dumps["reference"], code=1
+    )
+    assert "first culprit: step 0 rank 0 `fwd/blocks.0.act`" in done.stdout, done.stdout
+    assert "the error is its own" in done.stdout
+    assert "inherited by" in done.stdout
+
+
+def test_bad_input_is_named_with_exit_2(detcheck_bin, dumps, tmp_path):
+    done = run_detcheck(
+        detcheck_bin,
+        "compare",
+        "--align",
+        "--growth",
+        "0",
+        dumps["other"],
+        dumps["reference"],
+        code=2,
+    )
+    assert "--growth must be a positive number" in done.stderr
+    done = run_detcheck(
+        detcheck_bin,
+        "compare",
+        "--align",
+        "--precision",
+        "i64",
+        dumps["other"],
+        dumps["reference"],
+        code=2,
+    )
+    assert "--precision: `i64` is not a floating dtype" in done.stderr
+    done = run_detcheck(
+        detcheck_bin, "compare", "--growth", "3", dumps["other"], dumps["reference"], code=2
+    )
+    assert "--align" in done.stderr
