@@ -593,6 +593,75 @@ fn compare_of_full_dumps_shows_numeric_metrics() {
     );
 }
 
+/// Sums reduced in another arrival order differ in their last bits: `compare` says they differ,
+/// `compare --align` that they are rounding (exit 0), with a page; dumps it cannot pair and bad
+/// thresholds exit 2 naming why.
+#[test]
+fn compare_align_counts_reordered_sums_as_rounding_and_writes_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[("\"ring\"", "\"arrival_order\"")],
+    );
+    for (name, run) in [("a", "1"), ("b", "2")] {
+        let args = [
+            "run",
+            "case.json",
+            "--dump",
+            name,
+            "--mode",
+            "full",
+            "--perturb",
+            run,
+        ];
+        expect(&args, dir.path(), 0);
+    }
+    expect(&["compare", "a", "b"], dir.path(), 1);
+    let out = expect(
+        &["compare", "--align", "a", "b", "--html", "align.html"],
+        dir.path(),
+        0,
+    );
+    assert_contains("stdout", &out.stdout, &["aligned: all", "page: align.html"]);
+    let page = std::fs::read_to_string(dir.path().join("align.html")).unwrap();
+    assert_contains(
+        "page",
+        &page,
+        &["<svg", "precision alignment", "aligned: all"],
+    );
+    // One more rank on one side: refused, naming both counts.
+    scenario(
+        dir.path(),
+        "collective",
+        "",
+        &[
+            ("\"ring\"", "\"arrival_order\""),
+            ("\"world_size\": 3", "\"world_size\": 2"),
+        ],
+    );
+    expect(
+        &["run", "case.json", "--dump", "c", "--mode", "full"],
+        dir.path(),
+        0,
+    );
+    let out = expect(&["compare", "--align", "a", "c"], dir.path(), 2);
+    assert_contains("stderr", &out.stderr, &["A has 3 ranks and B has 2"]);
+    let out = expect(
+        &["compare", "--align", "--growth=-1", "a", "b"],
+        dir.path(),
+        2,
+    );
+    assert_contains(
+        "stderr",
+        &out.stderr,
+        &["--growth must be a positive number"],
+    );
+    let out = expect(&["compare", "--html", "x.html", "a", "b"], dir.path(), 2);
+    assert_contains("stderr", &out.stderr, &["--align"]);
+}
+
 #[test]
 fn compare_rejects_bad_dumps_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

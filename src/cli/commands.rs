@@ -489,6 +489,7 @@ pub(crate) fn align(
     a: &Path,
     b: &Path,
     options: &AlignOptions,
+    html_page: Option<&Path>,
     json: bool,
 ) -> Result<Exit, CliError> {
     for (flag, value) in [
@@ -520,6 +521,16 @@ pub(crate) fn align(
     let alignment = align_dumps(a, b, options)?;
     let mut text = Out(String::new());
     print_alignment(&mut text, a, b, &alignment);
+    if let Some(path) = html_page {
+        let page = html::alignment_page(
+            &a.display().to_string(),
+            &b.display().to_string(),
+            &alignment,
+            &text.0,
+        );
+        write_atomically(path, page.as_bytes())?;
+        outln!(text, "page: {}", path.display());
+    }
     let exit = Exit::verdict(alignment.is_aligned());
     if json {
         let line = serde_json::json!({

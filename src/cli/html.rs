@@ -14,6 +14,7 @@
 
 use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
+use detcheck::compare::align::{Alignment, Blame};
 use detcheck::compare::curves::{compare_curves, curve_plot_svg, Tolerance};
 use detcheck::compare::{Cause, Divergence, RecordSummary};
 use detcheck::scenario::CheckKind;
@@ -787,4 +788,266 @@ mod tests {
             "{html}"
         );
     }
+}
+
+/// Step lines of the alignment picture: a palette that stays apart in print.
+const STEP_COLOURS: [&str; 6] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf",
+];
+
+/// The excess a record's point is drawn at: log10, clamped to [-3, 4] (an exact match at the
+/// bottom, a non-finite error at the top).
+fn excess_y(excess: f32) -> f64 {
+    if excess <= 0.0 {
+        -3.0
+    } else if !excess.is_finite() {
+        4.0
+    } else {
+        f64::from(excess).log10().clamp(-3.0, 4.0)
+    }
+}
+
+/// The picture of an alignment: each record's excess (log scale) along the program order, one
+/// line per step and rank, the allowance (1x) and the error threshold marked, the first culprit
+/// circled. Inline SVG.
+fn alignment_svg(al: &Alignment) -> String {
+    let (w, h, left, right, top, bottom) = (960.0, 320.0, 72.0, 16.0, 16.0, 40.0);
+    let longest = al
+        .series
+        .iter()
+        .map(|s| s.excess.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let x = |i: usize| left + (w - left - right) * i as f64 / (longest - 1) as f64;
+    let y = |v: f64| top + (h - top - bottom) * (4.0 - v) / 7.0;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" \
+         height=\"{h}\" role=\"img\" aria-label=\"excess of each record along the program order\">\n\
+         <rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n"
+    );
+    for decade in -3..=4 {
+        let yy = y(f64::from(decade));
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#eee\"/>\
+             <text x=\"{}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{}</text>",
+            w - right,
+            left - 6.0,
+            yy + 4.0,
+            match decade {
+                -3 => "exact".to_owned(),
+                4 => "non-finite".to_owned(),
+                d => format!("1e{d}"),
+            }
+        );
+    }
+    for (level, colour, label) in [
+        (1.0, "#2ca02c", "allowance"),
+        (al.options.error_excess, "#d62728", "error"),
+    ] {
+        let yy = y(level.log10());
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"{colour}\" \
+             stroke-dasharray=\"5,4\"/><text x=\"{}\" y=\"{:.1}\" font-size=\"11\" \
+             fill=\"{colour}\" text-anchor=\"end\">{label}</text>",
+            w - right,
+            w - right,
+            yy - 4.0
+        );
+    }
+    let mut steps: Vec<u64> = al.series.iter().map(|s| s.step).collect();
+    steps.dedup();
+    for (i, step) in steps.iter().take(STEP_COLOURS.len()).enumerate() {
+        let colour = STEP_COLOURS[(*step as usize) % STEP_COLOURS.len()];
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{colour}\">step {step}</text>",
+            left + 8.0 + 56.0 * i as f64,
+            top + 12.0
+        );
+    }
+    for (k, series) in al.series.iter().enumerate() {
+        let colour = STEP_COLOURS[(series.step as usize) % STEP_COLOURS.len()];
+        let points: Vec<String> = series
+            .excess
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| format!("{:.1},{:.1}", x(i), y(excess_y(e))))
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\">\
+             <title>step {} rank {}</title></polyline>",
+            points.join(" "),
+            series.step,
+            series.rank
+        );
+        if let Some(c) = al
+            .culprit
+            .as_ref()
+            .filter(|c| (c.step, c.rank) == (series.step, series.rank))
+        {
+            let index = al.culprit_index.filter(|&(s, _)| s == k).map(|(_, i)| i);
+            if let Some(i) = index {
+                let _ = writeln!(
+                    svg,
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\" fill=\"none\" stroke=\"#d62728\" \
+                     stroke-width=\"2\"><title>first culprit: {}</title></circle>",
+                    x(i),
+                    y(excess_y(series.excess[i])),
+                    escape(&c.name)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\">records of a step, \
+         in program order (forward, backward, parameters); excess = error / allowance</text>\n</svg>",
+        (left + w - right) / 2.0,
+        h - 10.0
+    );
+    svg
+}
+
+/// The HTML page of `detcheck compare --align --html FILE`: the verdict, the first culprit and
+/// its chain, the picture of every record's excess along the program order (one line per step,
+/// so the jump is seen), and the table of records that are not aligned. `text` is the text
+/// report, kept at the end. Self-contained and deterministic, as the check pages.
+pub(crate) fn alignment_page(a: &str, b: &str, al: &Alignment, text: &str) -> String {
+    let verdict = if al.is_aligned() {
+        format!(
+            "aligned: all {} records are within their allowance",
+            al.num_records
+        )
+    } else {
+        let [aligned, warnings, errors] = al.counts;
+        format!(
+            "not aligned: {aligned} of {} records aligned, {warnings} warnings, {errors} errors",
+            al.num_records
+        )
+    };
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta name=\"generator\" content=\"detcheck {}\">\n\
+         <title>detcheck: precision alignment</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <h1>detcheck: precision alignment</h1>\n<p class=\"verdict\" id=\"verdict\">{}</p>\n",
+        env!("CARGO_PKG_VERSION"),
+        escape(&verdict)
+    );
+    html.push_str("<table class=\"facts\">\n");
+    for (key, value) in [
+        (
+            "A",
+            format!("<code>{}</code> ({})", escape(a), escape(&al.left)),
+        ),
+        (
+            "B (reference)",
+            format!("<code>{}</code> ({})", escape(b), escape(&al.right)),
+        ),
+        ("ranks", al.world_size.to_string()),
+        (
+            "rule",
+            format!(
+                "{} units of roundoff at a record's magnitude, or {}x the relative error of the \
+                 aligned records before it; an error beyond {}x",
+                al.options.rounding_units, al.options.growth, al.options.error_excess
+            ),
+        ),
+    ] {
+        let _ = writeln!(html, "<tr><th>{key}</th><td>{value}</td></tr>");
+    }
+    html.push_str("</table>\n");
+    if let Some(c) = &al.culprit {
+        let _ = writeln!(
+            html,
+            "<h2 id=\"culprit\">First culprit</h2>\n<p class=\"where\">step {} rank {} \
+             <code>{}</code> ({} vs {}): {}</p>",
+            c.step,
+            c.rank,
+            escape(&c.name),
+            escape(&c.left),
+            escape(&c.right),
+            escape(&c.note.clone().unwrap_or_else(|| format!(
+                "max |a-b| {:.3e} is {:.1}x its allowance {:.3e}: the records before it explain \
+                 less, so the error is its own",
+                c.error, c.excess, c.allowance
+            )))
+        );
+        if al.chain_len > 0 {
+            let _ = writeln!(
+                html,
+                "<p>Inherited by {} records after it: {}{}</p>",
+                al.chain_len,
+                al.chain
+                    .iter()
+                    .map(|n| escape(n))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if al.chain_len > al.chain.len() as u64 {
+                    ", ..."
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    let _ = writeln!(
+        html,
+        "<h2 id=\"picture\">Each record's error along the program order</h2>\n\
+         <div class=\"figure\">{}</div>",
+        alignment_svg(al)
+    );
+    if !al.rows.is_empty() {
+        html.push_str(
+            "<h2 id=\"records\">Records not aligned</h2>\n<div class=\"scroll\"><table>\n<tr>\
+             <th>step</th><th>rank</th><th>tensor</th><th>A</th><th>B</th><th>verdict</th>\
+             <th>blame</th><th>excess</th><th>MaxAbsErr</th><th>MaxRelativeErr</th>\
+             <th>EucDist</th><th>Cosine</th><th>&lt;1e-3</th><th>&lt;5e-3</th></tr>\n",
+        );
+        let num = |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{v:.3e}"));
+        for r in &al.rows {
+            let blame = match r.blame {
+                Blame::Own => "own",
+                Blame::Inherited => "inherited",
+                Blame::None => "-",
+            };
+            let m = &r.metrics;
+            let _ =
+                writeln!(
+                html,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{blame}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                r.step,
+                r.rank,
+                escape(&r.name),
+                escape(&r.left),
+                escape(&r.right),
+                r.verdict,
+                if r.excess.is_finite() { format!("{:.1}x", r.excess) } else { "inf".into() },
+                num(m.max_abs_err.or(Some(r.error))),
+                num(m.max_rel_err),
+                num(m.euc_dist),
+                m.cosine.map_or_else(|| "-".to_owned(), |c| format!("{c:.6}")),
+                m.one_thousandth.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
+                m.five_thousandths.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
+            );
+        }
+        html.push_str("</table></div>\n");
+    }
+    let _ = writeln!(
+        html,
+        "<h2 id=\"text\">The text report</h2>\n<pre>{}</pre>\n<footer>detcheck {} \
+         (docs/align.md)</footer>\n</body>\n</html>",
+        escape(text),
+        env!("CARGO_PKG_VERSION")
+    );
+    html
 }

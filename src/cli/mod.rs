@@ -160,6 +160,10 @@ enum Command {
         /// default: the coarsest floating dtype among the first step's records.
         #[arg(long, requires = "align", value_name = "DTYPE")]
         precision: Option<String>,
+        /// With --align: also write an HTML page (the error of each record along the program
+        /// order, one line per step; the records not aligned) to this file.
+        #[arg(long, requires = "align", value_name = "FILE.html")]
+        html: Option<PathBuf>,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -474,6 +478,7 @@ where
             growth,
             error_excess,
             precision,
+            html,
             ..
         } => exit::report(commands::align(
             &a,
@@ -485,6 +490,7 @@ where
                 max_rows,
                 precision,
             },
+            html.as_deref(),
             format == Format::Json,
         ))
         .code(),

@@ -256,6 +256,8 @@ pub struct Alignment {
     pub precision: f64,
     /// Each step's excesses along the program order.
     pub series: Vec<StepExcess>,
+    /// Where the first culprit is in `series`: (index of its step's series, its position).
+    pub culprit_index: Option<(usize, usize)>,
     /// Records one side lacks, evidence left out, bases used.
     pub notes: Vec<String>,
 }
@@ -492,6 +494,7 @@ pub fn align_dumps(
             .and_then(unit_roundoff)
             .unwrap_or(0.0),
         series: Vec::new(),
+        culprit_index: None,
         notes: Vec::new(),
     };
     let mut only = [0u64; 2];
@@ -703,6 +706,7 @@ fn align_step(
                     .as_ref()
                     .is_none_or(|c| (step, record.seq, rank) < (c.step, c.seq, c.rank));
                 if earlier {
+                    out.culprit_index = Some((out.series.len(), series.len() - 1));
                     out.culprit = Some(record.clone());
                     out.chain.clear();
                     out.chain_len = 0;
