@@ -689,107 +689,6 @@ pub(crate) fn page(
     html
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use detcheck::{run_checks, CheckOptions, KindRegistry};
-
-    #[test]
-    fn escape_covers_markup_and_quotes() {
-        assert_eq!(
-            escape("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-    }
-
-    #[test]
-    fn a_page_escapes_every_name_and_is_deterministic() {
-        let text = r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 1,
-            "reduction": "arrival_order", "deterministic_comm": true, "expect": "identical",
-            "description": "sums <b>& more</b>"}"#;
-        let mut scenario = KindRegistry::builtin()
-            .build(
-                serde_json::from_str(text).unwrap(),
-                std::path::Path::new("dir/<x>.json"),
-            )
-            .unwrap();
-        scenario.name = "<script>alert(1)</script>".to_owned();
-        let mut report = run_checks(&scenario, &CheckOptions::default()).unwrap();
-        assert!(!report.passed());
-        let outcome = &mut report.outcomes[0];
-        let first = outcome.comparison.first.as_mut().unwrap();
-        first.name = "grad/<w>&\"q\"".to_owned();
-        outcome.comparison.notes.push("a <note>".to_owned());
-        let outcome = report.outcomes[0].clone();
-        let html = page(&scenario, &report, &outcome);
-        assert!(!html.contains("<script>"), "{html}");
-        assert!(!html.contains("<b>& more"), "{html}");
-        assert!(!html.contains("<w>") && !html.contains("<note>"), "{html}");
-        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
-        assert!(html.contains("grad/&lt;w&gt;&amp;&quot;q&quot;"));
-        assert!(html.contains("<svg xmlns=\"http://www.w3.org/2000/svg\""));
-        assert!(
-            !html.contains(" src=") && !html.contains(" href="),
-            "no external resource"
-        );
-        assert_eq!(html, page(&scenario, &report, &outcome));
-    }
-
-    #[test]
-    fn enum_values_read_as_phrases() {
-        let v = serde_json::json!({"NotReproduced": {"side": "run 2"}});
-        assert_eq!(variant_text(&v), "not reproduced (side: run 2)");
-        assert_eq!(variant_text(&serde_json::json!("Layout")), "layout");
-        let element =
-            serde_json::json!({"element": {"unavailable": {"NotCaptured": {"reason": "<x>"}}}});
-        let html = element_html(&element, ("run 1", "run 2"));
-        assert!(
-            html.contains("Not named: not captured (reason: &lt;x&gt;)."),
-            "{html}"
-        );
-    }
-
-    #[test]
-    fn unknown_fields_get_their_own_section() {
-        let value: Value = serde_json::json!({
-            "left": "x",
-            "environment": [
-                {"key": "OMP_NUM_THREADS", "left": "1", "right": "<4>", "ranks": [0, 1]},
-                {"key": "NCCL_ALGO", "left": null, "right": "Tree", "ranks": [2]}
-            ],
-            "later": {"a": [1, 2]},
-            "empty": []
-        });
-        let html = other_fields(&value, &COMPARISON_FIELDS, "h2");
-        assert!(
-            html.contains("<h2 id=\"environment\">Environment differences</h2>"),
-            "{html}"
-        );
-        assert_eq!(
-            html.matches("<table").count(),
-            2,
-            "one table of the differences: {html}"
-        );
-        assert!(
-            html.contains("<tr><th>key</th><th>left</th><th>right</th><th>ranks</th></tr>"),
-            "{html}"
-        );
-        assert!(
-            html.contains("<th>key</th>") && html.contains("<td>NCCL_ALGO</td>"),
-            "{html}"
-        );
-        assert!(
-            html.contains("&lt;4&gt;") && html.contains("(none)"),
-            "{html}"
-        );
-        assert!(html.contains("<h2 id=\"later\">Later</h2>"), "{html}");
-        assert!(
-            !html.contains("empty") && !html.contains(">Left<"),
-            "{html}"
-        );
-    }
-}
-
 /// Step lines of the alignment picture: a palette that stays apart in print.
 const STEP_COLOURS: [&str; 6] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf",
@@ -1050,4 +949,105 @@ pub(crate) fn alignment_page(a: &str, b: &str, al: &Alignment, text: &str) -> St
         env!("CARGO_PKG_VERSION")
     );
     html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use detcheck::{run_checks, CheckOptions, KindRegistry};
+
+    #[test]
+    fn escape_covers_markup_and_quotes() {
+        assert_eq!(
+            escape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn a_page_escapes_every_name_and_is_deterministic() {
+        let text = r#"{"kind": "collective", "world_size": 3, "steps": 2, "seed": 1,
+            "reduction": "arrival_order", "deterministic_comm": true, "expect": "identical",
+            "description": "sums <b>& more</b>"}"#;
+        let mut scenario = KindRegistry::builtin()
+            .build(
+                serde_json::from_str(text).unwrap(),
+                std::path::Path::new("dir/<x>.json"),
+            )
+            .unwrap();
+        scenario.name = "<script>alert(1)</script>".to_owned();
+        let mut report = run_checks(&scenario, &CheckOptions::default()).unwrap();
+        assert!(!report.passed());
+        let outcome = &mut report.outcomes[0];
+        let first = outcome.comparison.first.as_mut().unwrap();
+        first.name = "grad/<w>&\"q\"".to_owned();
+        outcome.comparison.notes.push("a <note>".to_owned());
+        let outcome = report.outcomes[0].clone();
+        let html = page(&scenario, &report, &outcome);
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("<b>& more"), "{html}");
+        assert!(!html.contains("<w>") && !html.contains("<note>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("grad/&lt;w&gt;&amp;&quot;q&quot;"));
+        assert!(html.contains("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(
+            !html.contains(" src=") && !html.contains(" href="),
+            "no external resource"
+        );
+        assert_eq!(html, page(&scenario, &report, &outcome));
+    }
+
+    #[test]
+    fn enum_values_read_as_phrases() {
+        let v = serde_json::json!({"NotReproduced": {"side": "run 2"}});
+        assert_eq!(variant_text(&v), "not reproduced (side: run 2)");
+        assert_eq!(variant_text(&serde_json::json!("Layout")), "layout");
+        let element =
+            serde_json::json!({"element": {"unavailable": {"NotCaptured": {"reason": "<x>"}}}});
+        let html = element_html(&element, ("run 1", "run 2"));
+        assert!(
+            html.contains("Not named: not captured (reason: &lt;x&gt;)."),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_get_their_own_section() {
+        let value: Value = serde_json::json!({
+            "left": "x",
+            "environment": [
+                {"key": "OMP_NUM_THREADS", "left": "1", "right": "<4>", "ranks": [0, 1]},
+                {"key": "NCCL_ALGO", "left": null, "right": "Tree", "ranks": [2]}
+            ],
+            "later": {"a": [1, 2]},
+            "empty": []
+        });
+        let html = other_fields(&value, &COMPARISON_FIELDS, "h2");
+        assert!(
+            html.contains("<h2 id=\"environment\">Environment differences</h2>"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches("<table").count(),
+            2,
+            "one table of the differences: {html}"
+        );
+        assert!(
+            html.contains("<tr><th>key</th><th>left</th><th>right</th><th>ranks</th></tr>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<th>key</th>") && html.contains("<td>NCCL_ALGO</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&lt;4&gt;") && html.contains("(none)"),
+            "{html}"
+        );
+        assert!(html.contains("<h2 id=\"later\">Later</h2>"), "{html}");
+        assert!(
+            !html.contains("empty") && !html.contains(">Left<"),
+            "{html}"
+        );
+    }
 }
