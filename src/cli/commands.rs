@@ -11,7 +11,9 @@ use detcheck::checkpoint::resumable_step;
 use detcheck::compare::align::{
     align_dumps, unit_roundoff, AlignOptions, AlignedRecord, Alignment, Blame,
 };
-use detcheck::compare::curves::{compare_curves, load_curve, write_curve_plots, Tolerance};
+use detcheck::compare::curves::{
+    compare_curves, load_curve, write_curve_plots, CurveComparison, Tolerance,
+};
 use detcheck::compare::{
     compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, RecordSummary,
 };
@@ -371,7 +373,6 @@ pub(crate) fn curves(
     let (ca, cb) = (load_curve(a, name)?, load_curve(b, name)?);
     let cmp = compare_curves(&ca, &cb, tolerance);
     let mut o = Out(String::new());
-    let yes = |ok: bool| if ok { "yes" } else { "NO" };
     outln!(
         o,
         "{name}: A {} ({} steps), B {} ({} steps), {} steps in common",
@@ -381,31 +382,7 @@ pub(crate) fn curves(
         cb.points.len(),
         cmp.num_common
     );
-    outln!(
-        o,
-        "tolerance: |A - B| <= atol + rtol*|B|, atol {:e}, rtol {:e}",
-        tolerance.atol,
-        tolerance.rtol
-    );
-    match cmp.first_two_close {
-        Some(ok) => outln!(o, "first two steps allclose: {}", yes(ok)),
-        None => outln!(
-            o,
-            "first two steps allclose: - (fewer than two common steps)"
-        ),
-    }
-    outln!(o, "whole run allclose: {}", yes(cmp.all_close));
-    if let Some((step, x, y)) = cmp.first_beyond {
-        outln!(
-            o,
-            "first step beyond tolerance: {step} (A {x:.9e}, B {y:.9e}, |A - B| {:.3e} > {:.3e})",
-            (x - y).abs(),
-            tolerance.atol + tolerance.rtol * y.abs()
-        );
-    }
-    if let Some((step, d)) = cmp.max_abs_diff {
-        outln!(o, "max |A - B|: {d:.3e} at step {step}");
-    }
+    print_curve_summary(&mut o, &cmp);
     for (label, only) in [("A", &cmp.only_left), ("B", &cmp.only_right)] {
         if !only.is_empty() {
             let shown: Vec<String> = only.iter().take(8).map(ToString::to_string).collect();
@@ -490,6 +467,7 @@ pub(crate) fn align(
     b: &Path,
     options: &AlignOptions,
     html_page: Option<&Path>,
+    curve_files: &[PathBuf],
     json: bool,
 ) -> Result<Exit, CliError> {
     for (flag, value) in [
@@ -521,11 +499,37 @@ pub(crate) fn align(
     let alignment = align_dumps(a, b, options)?;
     let mut text = Out(String::new());
     print_alignment(&mut text, a, b, &alignment);
+    // The loss curves beside the records: from the files given, else the dumps' own `loss`.
+    let curves = match curve_files {
+        [ca, cb] => Some((load_curve(ca, "loss")?, load_curve(cb, "loss")?)),
+        _ => load_curve(a, "loss").ok().zip(load_curve(b, "loss").ok()),
+    };
+    let curves = curves.map(|(ca, cb)| {
+        let cmp = compare_curves(&ca, &cb, Tolerance::default());
+        (ca, cb, cmp)
+    });
+    match &curves {
+        Some((ca, _, cmp)) => {
+            outln!(
+                text,
+                "{} curve ({} steps in common):",
+                ca.name,
+                cmp.num_common
+            );
+            print_curve_summary(&mut text, cmp);
+        }
+        None => outln!(
+            text,
+            "note: no loss curve (the dumps hold no `loss` record on both sides; --curves A B \
+             reads trainer_state.json files)"
+        ),
+    }
     if let Some(path) = html_page {
         let page = html::alignment_page(
             &a.display().to_string(),
             &b.display().to_string(),
             &alignment,
+            curves.as_ref(),
             &text.0,
         );
         write_atomically(path, page.as_bytes())?;
@@ -716,5 +720,35 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
             "... and {} more records not aligned (--max-rows N to show more, 0 for all)",
             warnings + errors - shown
         );
+    }
+}
+
+/// The verdict lines of two curves (`curves`, and the curves of `compare --align`).
+fn print_curve_summary(o: &mut Out, cmp: &CurveComparison) {
+    let yes = |ok: bool| if ok { "yes" } else { "NO" };
+    outln!(
+        o,
+        "tolerance: |A - B| <= atol + rtol*|B|, atol {:e}, rtol {:e}",
+        cmp.tolerance.atol,
+        cmp.tolerance.rtol
+    );
+    match cmp.first_two_close {
+        Some(ok) => outln!(o, "first two steps allclose: {}", yes(ok)),
+        None => outln!(
+            o,
+            "first two steps allclose: - (fewer than two common steps)"
+        ),
+    }
+    outln!(o, "whole run allclose: {}", yes(cmp.all_close));
+    if let Some((step, x, y)) = cmp.first_beyond {
+        outln!(
+            o,
+            "first step beyond tolerance: {step} (A {x:.9e}, B {y:.9e}, |A - B| {:.3e} > {:.3e})",
+            (x - y).abs(),
+            cmp.tolerance.atol + cmp.tolerance.rtol * y.abs()
+        );
+    }
+    if let Some((step, d)) = cmp.max_abs_diff {
+        outln!(o, "max |A - B|: {d:.3e} at step {step}");
     }
 }

@@ -15,7 +15,9 @@
 use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
 use detcheck::compare::align::{Alignment, Blame};
-use detcheck::compare::curves::{compare_curves, curve_plot_svg, Tolerance};
+use detcheck::compare::curves::{
+    compare_curves, curve_plot_svg, Curve, CurveComparison, Tolerance,
+};
 use detcheck::compare::{Cause, Divergence, RecordSummary};
 use detcheck::scenario::CheckKind;
 use detcheck::value::{ExactF64, Stats};
@@ -815,7 +817,13 @@ fn alignment_svg(al: &Alignment) -> String {
 /// its chain, the picture of every record's excess along the program order (one line per step,
 /// so the jump is seen), and the table of records that are not aligned. `text` is the text
 /// report, kept at the end. Self-contained and deterministic, as the check pages.
-pub(crate) fn alignment_page(a: &str, b: &str, al: &Alignment, text: &str) -> String {
+pub(crate) fn alignment_page(
+    a: &str,
+    b: &str,
+    al: &Alignment,
+    curves: Option<&(Curve, Curve, CurveComparison)>,
+    text: &str,
+) -> String {
     let verdict = if al.is_aligned() {
         format!(
             "aligned: all {} records are within their allowance",
@@ -902,6 +910,18 @@ pub(crate) fn alignment_page(a: &str, b: &str, al: &Alignment, text: &str) -> St
          <div class=\"figure\">{}</div>",
         alignment_svg(al)
     );
+    if let Some((ca, cb, cmp)) = curves {
+        let _ = writeln!(
+            html,
+            "<h2 id=\"curves\">The {} curves</h2>\n<p>whole run within |A &minus; B| &le; {:e} + \
+             {:e}&middot;|B|: {}</p>\n<div class=\"figure\">{}</div>",
+            escape(&ca.name),
+            cmp.tolerance.atol,
+            cmp.tolerance.rtol,
+            if cmp.all_close { "yes" } else { "no" },
+            curve_plot_svg(ca, cb, cmp)
+        );
+    }
     if !al.rows.is_empty() {
         html.push_str(
             "<h2 id=\"records\">Records not aligned</h2>\n<div class=\"scroll\"><table>\n<tr>\

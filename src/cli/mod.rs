@@ -164,6 +164,11 @@ enum Command {
         /// order, one line per step; the records not aligned) to this file.
         #[arg(long, requires = "align", value_name = "FILE.html")]
         html: Option<PathBuf>,
+        /// With --align: the loss curves to show beside the records, from these two files or
+        /// folders (trainer_state.json or dumps; default: the dumps' own `loss` records, when
+        /// both hold them).
+        #[arg(long, num_args = 2, requires = "align", value_names = ["A", "B"])]
+        curves: Vec<PathBuf>,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -479,6 +484,7 @@ where
             error_excess,
             precision,
             html,
+            curves,
             ..
         } => exit::report(commands::align(
             &a,
@@ -491,6 +497,7 @@ where
                 precision,
             },
             html.as_deref(),
+            &curves,
             format == Format::Json,
         ))
         .code(),

@@ -40,7 +40,7 @@
 //! an unrelated earlier one is counted as inheriting; a culprit is found surely in the first step
 //! where it acts. Replay of a module on the reference's inputs is not done here.
 
-use super::{is_evidence, pair_by_occurrence, values_f64};
+use super::{fill_f64, is_evidence, pair_by_occurrence};
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, DumpError};
 use crate::value::digest::Stats;
@@ -306,39 +306,49 @@ struct Measure {
 /// does: non-finite elements at the same places on both sides are set to 0 first; at different
 /// places the pair is an error.
 fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
-    let (a, b) = (values_f64(a), values_f64(b));
-    let n = b.len();
+    /// Elements converted at a time: both sides' chunks stay in the L1 cache.
+    const CHUNK: usize = 1024;
+    let n = b.len().min(a.len());
     let mut mismatched = 0u64;
     let mut first_mismatch = None;
     let (mut max_abs, mut sq, mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64, 0.0, 0.0);
     let (mut max_rel, mut in1, mut in5) = (0.0f64, 0u64, 0u64);
     let (mut magnitude, mut sum) = (0.0f64, 0.0f64);
-    for (k, (&x, &y)) in a.iter().zip(&b).enumerate() {
-        if y.is_finite() {
-            // The reference's scale counts every finite element, matched or not.
-            magnitude = magnitude.max(y.abs());
-            sum += y;
-            nb += y * y;
+    let (mut xs, mut ys) = ([0.0f64; CHUNK], [0.0f64; CHUNK]);
+    let mut start = 0;
+    while start < n {
+        let len = fill_f64(a, start, &mut xs).min(fill_f64(b, start, &mut ys));
+        if len == 0 {
+            break;
         }
-        let (x, y) = match (x.is_finite(), y.is_finite()) {
-            (true, true) => (x, y),
-            (false, false) if x.is_nan() == y.is_nan() && (x.is_nan() || x == y) => (0.0, 0.0),
-            _ => {
-                mismatched += 1;
-                first_mismatch.get_or_insert((k, x, y));
-                continue;
+        for (k, (&x, &y)) in xs[..len].iter().zip(&ys[..len]).enumerate() {
+            if y.is_finite() {
+                // The reference's scale counts every finite element, matched or not.
+                magnitude = magnitude.max(y.abs());
+                sum += y;
+                nb += y * y;
             }
-        };
-        let d = (x - y).abs();
-        max_abs = max_abs.max(d);
-        sq += d * d;
-        dot += x * y;
-        na += x * x;
-        // msprobe: epsilon added to both sides where the bench is 0.
-        let rel = if y == 0.0 { d / eps } else { d / y.abs() };
-        max_rel = max_rel.max(rel);
-        in1 += u64::from(rel < 1e-3);
-        in5 += u64::from(rel < 5e-3);
+            let (x, y) = match (x.is_finite(), y.is_finite()) {
+                (true, true) => (x, y),
+                (false, false) if x.is_nan() == y.is_nan() && (x.is_nan() || x == y) => (0.0, 0.0),
+                _ => {
+                    mismatched += 1;
+                    first_mismatch.get_or_insert((start + k, x, y));
+                    continue;
+                }
+            };
+            let d = (x - y).abs();
+            max_abs = max_abs.max(d);
+            sq += d * d;
+            dot += x * y;
+            na += x * x;
+            // msprobe: epsilon added to both sides where the bench is 0.
+            let rel = if y == 0.0 { d / eps } else { d / y.abs() };
+            max_rel = max_rel.max(rel);
+            in1 += u64::from(rel < 1e-3);
+            in5 += u64::from(rel < 5e-3);
+        }
+        start += len;
     }
     let mean = if n == 0 { 0.0 } else { sum / n as f64 };
     let variance = if n == 0 {

@@ -207,6 +207,44 @@ pub(crate) fn values_f64(t: &Tensor) -> Vec<f64> {
     }
 }
 
+/// Fills `out` with a tensor's elements from flat index `start` on, as `f64` (as
+/// [`values_f64`] gives them), and returns how many it wrote: streaming the elements of large
+/// tensors without a second copy of them.
+pub(crate) fn fill_f64(t: &Tensor, start: usize, out: &mut [f64]) -> usize {
+    fn fill<T: Copy>(v: &[T], start: usize, out: &mut [f64], f: impl Fn(T) -> f64) -> usize {
+        let src = v.get(start..).unwrap_or(&[]);
+        let n = src.len().min(out.len());
+        for (o, &x) in out.iter_mut().zip(&src[..n]) {
+            *o = f(x);
+        }
+        n
+    }
+    match t.data() {
+        TensorData::F32(v) => fill(v, start, out, f64::from),
+        TensorData::F64(v) => fill(v, start, out, |x| x),
+        TensorData::I64(v) => fill(v, start, out, |x| x as f64),
+        TensorData::U8(v) => fill(v, start, out, f64::from),
+        TensorData::F16(v) => fill(v, start, out, f64::from),
+        TensorData::BF16(v) => fill(v, start, out, f64::from),
+        TensorData::I32(v) => fill(v, start, out, f64::from),
+        TensorData::Bool(v) => fill(v, start, out, |x| f64::from(u8::from(x))),
+        TensorData::I8(v) => fill(v, start, out, f64::from),
+        TensorData::I16(v) => fill(v, start, out, f64::from),
+        TensorData::U16(v) => fill(v, start, out, f64::from),
+        TensorData::F8E4M3(v) | TensorData::F8E5M2(v) => {
+            let dtype = t.dtype();
+            fill(v, start, out, |b| {
+                dtype.f8_to_f64(b).expect("an 8-bit float dtype")
+            })
+        }
+        // Complex: real parts, real then imaginary per element.
+        TensorData::C64(_) | TensorData::C128(_) => {
+            let all = values_f64(t);
+            fill(&all, start, out, |x| x)
+        }
+    }
+}
+
 /// Whether records named `name` are evidence of a divergence's cause, not results: generator
 /// states (`rng/<generator>`), states right after a seeding call (`seed/<generator>`) and the
 /// sample indices a data loader fetched (`data/indices`), which the Python recorder makes

@@ -82,6 +82,10 @@ class FrontEnd(Protocol):
     def on_forward(self, module: Any, hook: Callable[..., Any]) -> Removable:
         """Calls ``hook(module, args, output)`` after each forward of ``module``."""
 
+    def on_backward(self, hook: Callable[[Any], Any]) -> Removable:
+        """Calls ``hook(tensor)`` before each backward pass the program starts, with the tensor
+        it starts from (the loss), until removed."""
+
     def on_forward_inputs(self, module: Any, hook: Callable[..., Any]) -> Removable:
         """Calls ``hook(module, args, kwargs)`` before each forward of ``module``."""
 

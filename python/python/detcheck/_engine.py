@@ -92,8 +92,11 @@ class Recording:
         for name, module in frontend.modules(model) if "fwd" in self._records else ():
             label = "fwd/" + (name if name else ROOT)
             self._hooks.append(frontend.on_forward(module, self.paused(self._forward(label))))
+        #: The step whose loss the model's output gave (the backward's is then not recorded).
+        self._loss_step = None
         if loss:
             self._hooks.append(frontend.on_forward(model, self.paused(self._record_loss)))
+            self._hooks.append(frontend.on_backward(self.paused(self._record_backward_loss)))
 
     @property
     def current_step(self):
@@ -205,7 +208,15 @@ class Recording:
     def _record_loss(self, module, args, output):
         loss = self._frontend.loss_of(output)
         if loss is not None:
+            self._loss_step = self._step
             self.sink.put(self._step, "loss", loss, False, False)
+
+    def _record_backward_loss(self, tensor):
+        """``loss`` of a script whose model does not return it: the scalar its ``backward()``
+        starts from (each one of a step, with gradient accumulation)."""
+        if self._loss_step == self._step or tensor.dim() != 0 or not tensor.is_floating_point():
+            return
+        self.sink.put(self._step, "loss", tensor.detach(), False, False)
 
     def _record_grads(self):
         if self.sink is None or "grad" not in self._records:

@@ -132,6 +132,9 @@ class _TorchFrontEnd:
     def on_forward(self, module, hook):
         return module.register_forward_hook(Hook(hook))
 
+    def on_backward(self, hook):
+        return BackwardHook(hook)
+
     def on_forward_inputs(self, module, hook):
         return module.register_forward_pre_hook(Hook(hook), with_kwargs=True)
 
@@ -280,3 +283,27 @@ def install_evidence():
     dataloader.DataLoader.__init__ = made_here
     dataloader._BaseDataLoaderIter.__init__ = iterates
     dataloader._BaseDataLoaderIter._next_index = noted
+
+
+class BackwardHook:
+    """Calls ``hook(tensor)`` before each ``tensor.backward()`` of the process, until removed:
+    the loss of a script that computes it outside its model (``F.mse_loss(model(x), y)``).
+    ``torch.Tensor.backward`` is replaced by a function that calls the original (subclasses,
+    ``__torch_function__`` and keyword arguments pass through), never while a graph is being
+    compiled (``Hook``). Removing restores the original when nothing replaced it since."""
+
+    def __init__(self, hook):
+        original = torch.Tensor.backward
+        hook = Hook(hook)
+
+        @functools.wraps(original)
+        def backward(tensor, *args, **kwargs):
+            hook(tensor)
+            return original(tensor, *args, **kwargs)
+
+        self._original, self._patched = original, backward
+        torch.Tensor.backward = backward
+
+    def remove(self):
+        if torch.Tensor.backward is self._patched:
+            torch.Tensor.backward = self._original

@@ -110,6 +110,7 @@ class Net(nn.Module):
         self.embed = Dense(32, dim)
         self.recenter = Recenter()
         self.blocks = nn.ModuleList(Block(dim, i) for i in range(depth))
+        self.final = Norm(dim)
         self.head = Dense(dim, 1)
         self.shift = Shift(dim)
 
@@ -117,7 +118,7 @@ class Net(nn.Module):
         h = self.shift(self.recenter(self.embed(x)))
         for block in self.blocks:
             h = block(h)
-        return self.head(h)
+        return self.head(self.final(h))
 
 
 torch.manual_seed(0)
