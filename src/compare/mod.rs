@@ -36,6 +36,7 @@ mod operator;
 mod tests;
 
 pub use cause::{decide_cause, Cause, CauseClass};
+pub(crate) use cause::FRAMEWORK_KEY;
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{
