@@ -15,8 +15,8 @@
 //! setting, no run is made: none of them fixes it, and the report's cause says why.
 //!
 //! Main type: [`SettingsFinding`]. Determinism: every run is one of the check's (perturbations
-//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 3 * 2 + 2 * 2 * 3
-//! runs (without, three candidates, the halving of 8 settings); a program whose runs need two
+//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 3 * 2 + 2 * 2 * 4
+//! runs (without, three candidates, the halving of 14 settings); a program whose runs need two
 //! settings from different halves is answered with the smallest set tried that works; a
 //! nondeterminism so rare that one run with a subset matched the check's run would be missed.
 
@@ -57,7 +57,9 @@ fn named_by(class: CauseClass, generator: Option<&str>, framework: &str) -> Vec<
                 _ => vec!["mindspore.set_seed"],
             },
             CauseClass::InitialParameters | CauseClass::DataOrder => vec!["mindspore.set_seed"],
-            CauseClass::DataValues => vec!["random.seed", "numpy.random.seed", "mindspore.set_seed"],
+            CauseClass::DataValues => {
+                vec!["random.seed", "numpy.random.seed", "mindspore.set_seed"]
+            }
             CauseClass::HashOrder => vec!["PYTHONHASHSEED"],
             CauseClass::NondeterministicOperator => {
                 vec!["mindspore.set_deterministic", "HCCL_DETERMINISTIC"]
@@ -176,11 +178,7 @@ pub(crate) fn which_settings_fix(
         if hash && seeds.is_empty() {
             candidates.push(vec!["PYTHONHASHSEED"]);
         }
-        candidates.push(named_by(
-            cause.kind,
-            cause.generator.as_deref(),
-            framework,
-        ));
+        candidates.push(named_by(cause.kind, cause.generator.as_deref(), framework));
         if !seeds.is_empty() {
             candidates.push(seeds);
             if hash {

@@ -35,8 +35,8 @@ mod operator;
 #[cfg(test)]
 mod tests;
 
-pub use cause::{decide_cause, Cause, CauseClass};
 pub(crate) use cause::FRAMEWORK_KEY;
+pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{

@@ -142,8 +142,11 @@ pub fn deterministic() -> impl Iterator<Item = &'static Hint> {
 }
 
 /// The launch variables among [`deterministic()`]'s settings.
-const DETERMINISTIC_VARIABLES: [&str; 3] =
-    ["HCCL_DETERMINISTIC", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG"];
+const DETERMINISTIC_VARIABLES: [&str; 3] = [
+    "HCCL_DETERMINISTIC",
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+];
 
 /// The variables that do not exist though people set them (rows of [`Subject::Nonexistent`]),
 /// with what they meant in `fix`.
