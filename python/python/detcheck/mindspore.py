@@ -161,7 +161,7 @@ def watch(
     return WatchHandle(recording, hooks)
 
 
-class DetcheckCallback(_Callback):  # type: ignore[misc]
+class DetcheckCallback(_Callback):
     """A ``Model.train`` callback that records the training (module doc): ``writer`` (default:
     the launch's ``TraceWriter.from_env()``, opened when training begins and closed when it
     ends), ``replicated`` as for ``watch``."""
