@@ -122,8 +122,9 @@ def run_child(args, contender):
             DETCHECK_MODE="md5",
         )
     try:
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=folder)
+        done = subprocess.run(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=folder
+        )
         if done.returncode != 0:
             raise SystemExit(f"trial {contender} failed:\n{done.stderr[-4000:]}")
         return json.loads(Path(out).read_text())
@@ -177,7 +178,10 @@ def main():
             flush=True,
         )
     print()
-    print("| contender | ms/step (median) | vs off (median of rounds) | range | CPU / off's | records/step |")
+    print(
+        "| contender | ms/step (median) | vs off (median of rounds) | range | CPU / off's |", end=""
+    )
+    print(" records/step |")
     print("| --- | ---: | ---: | --- | ---: | ---: |")
     off_cpu = statistics.median(t["cpu_per_step"] for t in per["off"])
     for c in contenders:
@@ -186,9 +190,7 @@ def main():
         lo, hi = min(ratios[c]), max(ratios[c])
         cpu = statistics.median(t["cpu_per_step"] for t in per[c]) / off_cpu
         recs = per[c][0].get("records_per_step", 0)
-        print(
-            f"| {c} | {ms_step:.2f} | {ratio:.3f}x | {lo:.3f}-{hi:.3f} | {cpu:.3f}x | {recs:g} |"
-        )
+        print(f"| {c} | {ms_step:.2f} | {ratio:.3f}x | {lo:.3f}-{hi:.3f} | {cpu:.3f}x | {recs:g} |")
 
 
 if __name__ == "__main__":

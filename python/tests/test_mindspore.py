@@ -217,8 +217,8 @@ data = ds.NumpySlicesDataset({"x": np.ones((8, 8), np.float32),
 writer2 = detcheck.TraceWriter(sys.argv[2], 0, 1, mode="md5")
 Model(net, loss_fn, opt).train(1, data, callbacks=[detcheck.mindspore.DetcheckCallback(writer2)])
 writer2.close()
-print(json.dumps({"steps": steps, "refused": refused,
-                  "params": {n: p.asnumpy().tobytes().hex() for n, p in net.parameters_and_names()}}))
+final = {n: p.asnumpy().tobytes().hex() for n, p in net.parameters_and_names()}
+print(json.dumps({"steps": steps, "refused": refused, "params": final}))
 """
 
 

@@ -305,8 +305,8 @@ def requires(name):
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
     ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
-    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm (``srun``
-    and a node that is up)."""
+    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm
+    (``srun`` and a node that is up)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")
