@@ -182,6 +182,34 @@ def test_model_train_is_recorded_in_pynative_and_graph_mode(tmp_path):
     assert {r["step"] for r in traces["graph"]} == {0, 1}
 
 
+def test_graph_mode_records_what_the_optimizer_is_given_and_its_parameters(tmp_path):
+    """train.py in GRAPH_MODE: the model and the loss run inside compiled graphs (no hook), the
+    optimizer is called from Python: `grad/*` and `param/*` each step; the first step's are
+    the same bits as in PyNative mode (later ones need not be: graph mode compiles the forward
+    into other kernels, whose roundings differ)."""
+    graph = tmp_path / "graph_train.py"
+    source = TRAIN.read_text()
+    assert "ms.set_context(mode=ms.PYNATIVE_MODE)" in source
+    graph.write_text(source.replace("mode=ms.PYNATIVE_MODE", "mode=ms.GRAPH_MODE"))
+    traces = {}
+    for mode, script in (("pynative", TRAIN), ("graph", graph)):
+        where = tmp_path / mode
+        where.mkdir()
+        done, trace = launched(where, [script], DETCHECK_STOP_AFTER="2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert environment(trace / "rank0.dctrace")["mindspore.mode"] == mode
+        traces[mode] = model_records(trace / "rank0.dctrace")
+    state = [n for n in MLP_STEP if n.startswith(("grad/", "param/"))]
+    for step in (0, 1):
+        names = [r["name"] for r in traces["graph"] if r["step"] == step]
+        assert names == state, (step, names)
+    md5 = {
+        mode: [r["md5"] for r in t if r["step"] == 0 and r["name"] in state]
+        for mode, t in traces.items()
+    }
+    assert md5["graph"] == md5["pynative"]
+
+
 WATCHED = """
 import json, sys
 import mindspore as ms
