@@ -3,8 +3,8 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [--torch] [--frameworks] [VENV]   # default target/venv
-#   target/venv/bin/pytest python/tests                                 # then
+#   bash scripts/install-python.sh [--torch] [--frameworks] [--mindspore] [VENV]   # default target/venv
+#   target/venv/bin/pytest python/tests                                               # then
 #
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
 # libraries, about 70 s; it runs on the CPU): the torch tests, the operator drill-down's controls
@@ -17,6 +17,12 @@
 # they are installed, and cannot skip when DETCHECK_REQUIRE_FRAMEWORKS is set. .ci/run does not
 # pass it.
 #
+# --mindspore installs MindSpore instead of PyTorch (mindspore==2.10.0 from the Python registry,
+# its CPU build, about 1 GB, under a minute) with numpy 1.26.4: MindSpore 2.10 is built against
+# NumPy 1.x (under numpy 2 it prints a NumPy 1.x ABI error). So it goes in a venv of its own,
+# conventionally target/venv-ms (docs/mindspore.md); python/tests/test_mindspore.py needs it, and
+# .ci/run passes it. It cannot be combined with --torch or --frameworks (their numpy is 2.x).
+#
 # Needs python3 (3.9 or later) with its venv module (python3-venv is installed with apt-get when
 # missing) and a Rust toolchain. The extension is built by maturin in the root's target folder
 # ($CARGO_TARGET_DIR if set), so it reuses what `cargo build --release` already compiled.
@@ -25,16 +31,22 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 torch=0
 frameworks=0
+mindspore=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --torch) torch=1 ;;
         --frameworks) torch=1 frameworks=1 ;;
-        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks)" >&2; exit 2 ;;
+        --mindspore) mindspore=1 ;;
+        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --mindspore)" >&2; exit 2 ;;
         *) break ;;
     esac
     shift
 done
 venv=${1:-target/venv}
+if [ "$mindspore" = 1 ] && [ "$torch" = 1 ]; then
+    echo "install-python.sh: --mindspore needs numpy 1.x and --torch/--frameworks numpy 2.x: use two venvs" >&2
+    exit 2
+fi
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
@@ -67,6 +79,9 @@ fi
 numpy=$("$venv/bin/python" -c 'import sys
 v = sys.version_info[:2]
 print("2.0.2" if v < (3, 10) else "2.2.6" if v < (3, 11) else "2.4.6")')
+if [ "$mindspore" = 1 ]; then
+    numpy=1.26.4 # MindSpore 2.10's extension is built against NumPy 1.x
+fi
 echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 mypy==2.4.1"
 # ruff (format and lint) and mypy (types) check the package and its tests in .ci/run;
 # pytest-xdist runs the tests on two workers there.
@@ -76,6 +91,12 @@ echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3
 if [ "$torch" = 1 ]; then
     echo "== pip install torch==2.15.0 (CPU use; the registry's wheel)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.15.0"
+fi
+
+if [ "$mindspore" = 1 ]; then
+    echo "== pip install mindspore==2.10.0 numpy==$numpy (CPU; the registry's wheel)"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "mindspore==2.10.0" "numpy==$numpy"
 fi
 
 if [ "$frameworks" = 1 ]; then

@@ -345,7 +345,7 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 23] = [
+const PYTHON_LAYERS: [&str; 26] = [
     "_contract",
     "_arrays",
     "_settings",
@@ -359,9 +359,12 @@ const PYTHON_LAYERS: [&str; 23] = [
     "_engine",
     "_torch_frontend",
     "torch",
+    "_mindspore_frontend",
+    "mindspore",
     "_callbacks",
     "_arrival",
     "_auto",
+    "_mindspore_auto",
     "_single_rank",
     "_startup",
     "hf",

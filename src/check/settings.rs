@@ -15,13 +15,15 @@
 //! setting, no run is made: none of them fixes it, and the report's cause says why.
 //!
 //! Main type: [`SettingsFinding`]. Determinism: every run is one of the check's (perturbations
-//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 3 * 2 + 2 * 2 * 3
-//! runs (without, three candidates, the halving of 8 settings); a program whose runs need two
+//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 3 * 2 + 2 * 2 * 4
+//! runs (without, three candidates, the halving of 14 settings); a program whose runs need two
 //! settings from different halves is answered with the smallest set tried that works; a
 //! nondeterminism so rare that one run with a subset matched the check's run would be missed.
 
 use super::RunError;
-use crate::compare::{compare_traces, decide_cause, CauseClass, Comparison, TraceView};
+use crate::compare::{
+    compare_traces, decide_cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY,
+};
 use crate::file::{all_settings, setting_names, settings_mask};
 use crate::record::hints;
 use crate::record::Trace;
@@ -44,13 +46,33 @@ pub struct SettingsFinding {
     pub summary: String,
 }
 
-/// The settings a cause names (by the hint table's names).
-fn named_by(class: CauseClass, generator: Option<&str>) -> Vec<&'static str> {
+/// The settings a cause names (by the hint table's names), for a program of `framework`
+/// (`torch`, or `mindspore`: the fact `site:framework` a MindSpore rank records).
+fn named_by(class: CauseClass, generator: Option<&str>, framework: &str) -> Vec<&'static str> {
+    if framework == "mindspore" {
+        return match class {
+            CauseClass::SeededDifferently | CauseClass::UnseededGenerator => match generator {
+                Some("python") => vec!["random.seed"],
+                Some("numpy") => vec!["numpy.random.seed"],
+                _ => vec!["mindspore.set_seed"],
+            },
+            CauseClass::InitialParameters | CauseClass::DataOrder => vec!["mindspore.set_seed"],
+            CauseClass::DataValues => {
+                vec!["random.seed", "numpy.random.seed", "mindspore.set_seed"]
+            }
+            CauseClass::HashOrder => vec!["PYTHONHASHSEED"],
+            CauseClass::NondeterministicOperator => {
+                vec!["mindspore.set_deterministic", "HCCL_DETERMINISTIC"]
+            }
+            _ => vec![],
+        };
+    }
     match class {
         CauseClass::SeededDifferently | CauseClass::UnseededGenerator => match generator {
             Some("python") => vec!["random.seed"],
             Some("numpy") => vec!["numpy.random.seed"],
             Some("torch" | "cuda") => vec!["torch.manual_seed"],
+            Some("mindspore") => vec!["mindspore.set_seed"],
             _ => vec![],
         },
         CauseClass::InitialParameters | CauseClass::DataOrder => vec!["torch.manual_seed"],
@@ -123,6 +145,7 @@ pub(crate) fn which_settings_fix(
     }
     let cause = decide_cause(&without, None);
     let cause_without = cause.as_ref().map(|c| c.kind);
+    let framework = without.fact(FRAMEWORK_KEY).unwrap_or("torch");
     let all: Vec<String> = setting_names(all_settings())
         .into_iter()
         .map(str::to_owned)
@@ -138,7 +161,7 @@ pub(crate) fn which_settings_fix(
         for e in &without.evidence {
             let generator = e.name.strip_prefix("rng/").or(e.name.strip_prefix("seed/"));
             for setting in generator.map_or_else(Vec::new, |g| {
-                named_by(CauseClass::UnseededGenerator, Some(g))
+                named_by(CauseClass::UnseededGenerator, Some(g), framework)
             }) {
                 if !seeds.contains(&setting) {
                     seeds.push(setting);
@@ -155,7 +178,7 @@ pub(crate) fn which_settings_fix(
         if hash && seeds.is_empty() {
             candidates.push(vec!["PYTHONHASHSEED"]);
         }
-        candidates.push(named_by(cause.kind, cause.generator.as_deref()));
+        candidates.push(named_by(cause.kind, cause.generator.as_deref(), framework));
         if !seeds.is_empty() {
             candidates.push(seeds);
             if hash {

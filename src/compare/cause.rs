@@ -164,6 +164,7 @@ fn generator(name: &str) -> (&'static str, &'static str) {
         "cuda" => ("torch's CUDA generator", "torch.cuda.manual_seed_all(0)"),
         "numpy" => ("numpy's global generator", "np.random.seed(0)"),
         "python" => ("Python's `random`", "random.seed(0)"),
+        "mindspore" => ("MindSpore's global seed", "mindspore.set_seed(0)"),
         _ => ("a random generator", "seed it with a constant"),
     }
 }
@@ -222,6 +223,10 @@ pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) ->
 /// the program's line.
 pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
 
+/// The fact a MindSpore rank records (`detcheck._mindspore_frontend`): `mindspore`. Without it
+/// a program's seeds and fixes are PyTorch's.
+pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
+
 /// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
 /// (`detcheck._evidence`): the program's line.
 pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
@@ -266,7 +271,12 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         cause.site.clone_from(&call.site);
         return cause;
     }
-    if let Some(e) = evidence_of(c, d, "seed/").next() {
+    let mindspore = c.fact(FRAMEWORK_KEY) == Some("mindspore");
+    // MindSpore's `set_seed` seeds numpy's generator inside it: its own seed is the cause.
+    let seeded = evidence_of(c, d, "seed/mindspore")
+        .next()
+        .or_else(|| evidence_of(c, d, "seed/").next());
+    if let Some(e) = seeded {
         let name = &e.name["seed/".len()..];
         let (words, call) = generator(name);
         return Cause::new(
@@ -281,7 +291,12 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         .of(name);
     }
     if let Some(param) = d.name.strip_prefix("init/") {
-        let seeded = first_site(c, "seed/torch");
+        let (seed_record, call) = if mindspore {
+            ("seed/mindspore", "mindspore.set_seed")
+        } else {
+            ("seed/torch", "torch.manual_seed")
+        };
+        let seeded = first_site(c, seed_record);
         let mut cause = Cause::new(
             CauseClass::InitialParameters,
             format!(
@@ -292,11 +307,11 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         match seeded {
             Some(site) => {
                 cause = cause.fix(format!(
-                    "build the model after `torch.manual_seed`, which this program calls at \
-                     {site}, or seed before building it"
+                    "build the model after `{call}`, which this program calls at {site}, or \
+                     seed before building it"
                 ));
             }
-            None => cause = cause.fix("call `torch.manual_seed(0)` before the model is built"),
+            None => cause = cause.fix(format!("call `{call}(0)` before the model is built")),
         }
         return cause;
     }

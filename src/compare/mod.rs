@@ -36,6 +36,7 @@ mod operator;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use cause::FRAMEWORK_KEY;
 pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};

@@ -130,16 +130,23 @@ pub fn settings() -> impl Iterator<Item = &'static Hint> {
 }
 
 /// What `detcheck check --deterministic` and `detcheck.seed_all(seed, deterministic=True)`
-/// apply, in order: the launch variables (`PYTHONHASHSEED`, `CUBLAS_WORKSPACE_CONFIG`; a
-/// running process can set the second for itself only before CUDA starts, and never the first),
-/// then the [`Subject::Startup`] calls. `SEED` in a value stands for the seed.
+/// apply, in order: the launch variables (`HCCL_DETERMINISTIC`, `CUBLAS_WORKSPACE_CONFIG`,
+/// `PYTHONHASHSEED`; a running process can set the first two for itself only before its
+/// communicators and CUDA start, and never the last), then the [`Subject::Startup`] calls of
+/// Python, numpy, PyTorch and MindSpore. `SEED` in a value stands for the seed.
 pub fn deterministic() -> impl Iterator<Item = &'static Hint> {
     HINTS.iter().filter(|h| {
         h.subject == Subject::Startup
-            || (h.subject == Subject::Setting
-                && (h.name == "PYTHONHASHSEED" || h.name == "CUBLAS_WORKSPACE_CONFIG"))
+            || (h.subject == Subject::Setting && DETERMINISTIC_VARIABLES.contains(&h.name))
     })
 }
+
+/// The launch variables among [`deterministic()`]'s settings.
+const DETERMINISTIC_VARIABLES: [&str; 3] = [
+    "HCCL_DETERMINISTIC",
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+];
 
 /// The variables that do not exist though people set them (rows of [`Subject::Nonexistent`]),
 /// with what they meant in `fix`.
@@ -207,6 +214,11 @@ const USE_DETERMINISTIC: &str =
 /// The fix for the operators that setting refuses (it raises: there is no deterministic kernel).
 const NO_DETERMINISTIC_KERNEL: &str = "no deterministic CUDA kernel: \
     torch.use_deterministic_algorithms(True) makes it raise, so replace it (or run it on the CPU)";
+
+/// Where MindSpore documents fixing a script's randomness (seed 002: set_seed, the dataset's
+/// seed and workers, deterministic operators).
+const MINDSPORE_RANDOMNESS: &str =
+    "MindSpore: fixing randomness to reproduce a script's results (fixing_randomness)";
 
 /// The fix for operators that draw from a generator.
 const SEED_THE_GENERATOR: &str = "seed the generator identically in every run before the step \
@@ -332,7 +344,8 @@ pub const HINTS: &[Hint] = &[
         value: "true",
         why: "deterministic reduction order in HCCL collectives (Ascend)",
         fix: "",
-        reference: "msprobe seed_all; CANN HCCL environment variables",
+        reference: "msprobe seed_all; CANN HCCL environment variables; MindSpore: \
+                    mindspore.set_deterministic",
     },
     Hint {
         subject: Subject::Setting,
@@ -410,6 +423,56 @@ pub const HINTS: &[Hint] = &[
               another run",
         fix: "torch.backends.cudnn.benchmark = False",
         reference: "PyTorch: Reproducibility (cuDNN)",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "mindspore",
+        name: "mindspore.set_seed",
+        value: "SEED",
+        why: "MindSpore's global seed: parameter initialisers, random operators, numpy's global \
+              generator and the dataset pipeline start from it (applied when mindspore is \
+              imported)",
+        fix: "mindspore.set_seed(SEED)",
+        reference: MINDSPORE_RANDOMNESS,
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "mindspore",
+        name: "mindspore.manual_seed",
+        value: "SEED",
+        why: "MindSpore's default generator (the mint random operators) starts from the seed \
+              instead of a random one",
+        fix: "mindspore.manual_seed(SEED)",
+        reference: "MindSpore: mindspore.manual_seed",
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "mindspore",
+        name: "mindspore.dataset.config.set_seed",
+        value: "SEED",
+        why: "the dataset pipeline's shuffles and random augmentations start from the seed",
+        fix: "mindspore.dataset.config.set_seed(SEED)",
+        reference: MINDSPORE_RANDOMNESS,
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "mindspore",
+        name: "mindspore.dataset.config.set_num_parallel_workers",
+        value: "1",
+        why: "dataset operations run on one worker by default, so parallel processing cannot \
+              change the data order (a dataset given its own num_parallel_workers keeps it)",
+        fix: "mindspore.dataset.config.set_num_parallel_workers(1)",
+        reference: MINDSPORE_RANDOMNESS,
+    },
+    Hint {
+        subject: Subject::Startup,
+        stack: "mindspore",
+        name: "mindspore.set_deterministic",
+        value: "True",
+        why: "operators run deterministic kernels, and HCCL reduces in a fixed order (MindSpore \
+              2.10's spelling of set_context(deterministic=\"ON\"))",
+        fix: "mindspore.set_deterministic(True)",
+        reference: "MindSpore: mindspore.set_deterministic",
     },
     Hint {
         subject: Subject::Nonexistent,
@@ -931,6 +994,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "HCCL_DETERMINISTIC",
                 "CUBLAS_WORKSPACE_CONFIG",
                 "PYTHONHASHSEED",
                 "random.seed",
@@ -939,6 +1003,11 @@ mod tests {
                 "torch.use_deterministic_algorithms",
                 "torch.backends.cudnn.deterministic",
                 "torch.backends.cudnn.benchmark",
+                "mindspore.set_seed",
+                "mindspore.manual_seed",
+                "mindspore.dataset.config.set_seed",
+                "mindspore.dataset.config.set_num_parallel_workers",
+                "mindspore.set_deterministic",
             ]
         );
         assert!(

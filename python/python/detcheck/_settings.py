@@ -16,6 +16,13 @@ one (``_APPLY``, one function per name; a test checks the two lists agree):
   2**32), ``torch.manual_seed`` (the CPU's and every CUDA device's generators).
 - ``torch.use_deterministic_algorithms(True)``, ``torch.backends.cudnn.deterministic = True``,
   ``torch.backends.cudnn.benchmark = False``.
+- ``HCCL_DETERMINISTIC=true``: set in ``os.environ``; HCCL reads it when a communicator is made.
+- MindSpore's (docs/mindspore.md): ``mindspore.set_seed``, ``mindspore.manual_seed``,
+  ``mindspore.dataset.config.set_seed`` and ``set_num_parallel_workers(1)``, and
+  ``mindspore.set_deterministic(True)`` (applied through the context's own switch, as
+  ``set_context(deterministic="ON")`` does, so that the program's own call of
+  ``set_deterministic`` later does not fail as a second one). Applied only when mindspore is
+  imported (a note says so otherwise): ``seed_all`` never imports it.
 
 Determinism: every value set is a function of ``seed``; nothing reads the clock or OS entropy.
 Limits: generators the program makes itself (``torch.Generator()``, ``np.random.default_rng()``)
@@ -100,6 +107,42 @@ def _cudnn(name: str, flag: bool) -> Callable[[int, str], tuple[bool, str]]:
     return _with_torch(apply)
 
 
+def _hccl(seed: int, value: str) -> tuple[bool, str]:
+    os.environ["HCCL_DETERMINISTIC"] = value
+    return True, ""
+
+
+def _with_mindspore(apply: Callable[[Any, int], object]) -> Callable[[int, str], tuple[bool, str]]:
+    def applied(seed: int, value: str) -> tuple[bool, str]:
+        mindspore = sys.modules.get("mindspore")
+        if mindspore is None:
+            return False, "mindspore is not imported (applied only once it is)"
+        apply(mindspore, seed)
+        return True, ""
+
+    return applied
+
+
+def _ms_deterministic(mindspore: Any, seed: int) -> None:
+    # The context's own switch (what set_context(deterministic="ON") calls): the public
+    # mindspore.set_deterministic refuses a second call, which the program may make itself.
+    from mindspore import context
+
+    try:
+        context._context().set_deterministic("ON")
+    except AttributeError:  # another MindSpore: its public call
+        mindspore.set_deterministic(True)
+
+
+def _ms_dataset(name: str, value: Callable[[int], int]) -> Callable[[Any, int], None]:
+    def apply(mindspore: Any, seed: int) -> None:
+        from mindspore import dataset
+
+        getattr(dataset.config, name)(value(seed))
+
+    return apply
+
+
 #: How to apply each setting of the hint table: ``(seed, value) -> (applied, note)``.
 _APPLY = {
     "PYTHONHASHSEED": _hash_seed,
@@ -112,21 +155,42 @@ _APPLY = {
     ),
     "torch.backends.cudnn.deterministic": _cudnn("deterministic", True),
     "torch.backends.cudnn.benchmark": _cudnn("benchmark", False),
+    "HCCL_DETERMINISTIC": _hccl,
+    "mindspore.set_seed": _with_mindspore(lambda ms, seed: ms.set_seed(seed % 2**32)),
+    "mindspore.manual_seed": _with_mindspore(lambda ms, seed: ms.manual_seed(seed % 2**32)),
+    "mindspore.dataset.config.set_seed": _with_mindspore(
+        _ms_dataset("set_seed", lambda seed: seed % 2**32)
+    ),
+    "mindspore.dataset.config.set_num_parallel_workers": _with_mindspore(
+        _ms_dataset("set_num_parallel_workers", lambda seed: 1)
+    ),
+    "mindspore.set_deterministic": _with_mindspore(_ms_deterministic),
 }
 
 #: The seeds; with ``deterministic=False`` only these are applied.
-_SEEDS = frozenset(["random.seed", "numpy.random.seed", "torch.manual_seed"])
+_SEEDS = frozenset(
+    [
+        "random.seed",
+        "numpy.random.seed",
+        "torch.manual_seed",
+        "mindspore.set_seed",
+        "mindspore.manual_seed",
+        "mindspore.dataset.config.set_seed",
+    ]
+)
 
 
 def settings(stack: str | None = None) -> list[tuple[str, str, str, str, str, str]]:
     """The hint table's deterministic settings, in order, as ``(kind, name, value, statement,
     why, reference)`` (``kind``: ``"launch"`` or ``"startup"``); ``stack``: only the names of
-    that stack's module (``"torch"``: those starting with ``torch.``; ``"python"``: the others)."""
+    that stack's module (``"torch"``: those starting with ``torch.``; ``"mindspore"``: with
+    ``mindspore.``; ``"python"``: the others)."""
     rows = deterministic_settings()
-    if stack == "torch":
-        return [r for r in rows if r[1].startswith("torch.")]
+    frameworks = ("torch.", "mindspore.")
+    if stack in ("torch", "mindspore"):
+        return [r for r in rows if r[1].startswith(stack + ".")]
     if stack == "python":
-        return [r for r in rows if not r[1].startswith("torch.")]
+        return [r for r in rows if not r[1].startswith(frameworks)]
     return rows
 
 
@@ -142,9 +206,12 @@ def apply(rows: Iterable[tuple[str, str, str, str, str, str]], seed: int) -> lis
 
 
 def seed_all(seed: int, deterministic: bool = True) -> list[Setting]:
-    """Seeds Python's ``random``, numpy's global generator and torch (CPU and every CUDA
-    device) with ``seed``; with ``deterministic`` (the default) also turns on deterministic
-    algorithms, cuDNN's deterministic mode (benchmark off) and ``CUBLAS_WORKSPACE_CONFIG``.
+    """Seeds Python's ``random``, numpy's global generator, torch (CPU and every CUDA
+    device) and, when the program has imported it, MindSpore (its global seed, default
+    generator and dataset seed) with ``seed``; with ``deterministic`` (the default) also turns
+    on deterministic algorithms, cuDNN's deterministic mode (benchmark off),
+    ``CUBLAS_WORKSPACE_CONFIG``, ``HCCL_DETERMINISTIC``, MindSpore's deterministic operators and
+    its dataset's single worker.
     Returns what was done, a ``Setting`` per row of detcheck's table (module doc), and warns
     (``RuntimeWarning``) about what cannot be done from inside a running process
     (``PYTHONHASHSEED`` when it does not pin this interpreter; ``CUBLAS_WORKSPACE_CONFIG`` once

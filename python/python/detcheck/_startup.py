@@ -17,7 +17,9 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    calls (``detcheck._settings``): ``random.seed`` now, ``numpy.random.seed`` when numpy is
    imported, the torch ones when torch is;
 3. when torch is imported (an import hook that runs after torch's own ``__init__``), starts
-   the recorder, ``detcheck._auto``, which hooks every module and optimizer;
+   the recorder, ``detcheck._auto``, which hooks every module and optimizer; when mindspore is
+   imported instead, MindSpore's recorder, ``detcheck._mindspore_auto`` (the first of the two
+   frameworks imported is the one recorded);
 4. keeps the rank's failures readable (``detcheck::file::RankFiles``): its process id, the
    traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
    (``faulthandler``, unless the program handles that signal);
@@ -61,8 +63,11 @@ class _State:
         self.note = self.files.get("note")
         self.stop_after = stop_after
         self.deterministic = deterministic
-        #: The recorder, once torch is imported (``detcheck._auto.Recorder``).
+        #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
+        #: (``detcheck._mindspore_auto.Recorder``) is imported.
         self.recorder = None
+        #: The framework whose recorder runs: ``"torch"``, ``"mindspore"`` or ``None``.
+        self.framework = None
         #: The open file ``faulthandler`` writes the stacks into (kept open while we live).
         self.stacks_file = None
 
@@ -143,6 +148,9 @@ def _apply(stack):
 
 
 def _torch_imported(module):
+    if _state.framework is not None:
+        return  # MindSpore's recorder runs: one framework per process
+    _state.framework = "torch"
     if _state.deterministic:
         _apply("torch")
     if _evidence_wanted():
@@ -167,6 +175,24 @@ def _torch_imported(module):
     from . import _auto
 
     _state.recorder = _auto.start(_state)
+
+
+def _mindspore_imported(module):
+    if _state.framework is not None:
+        return  # torch's recorder runs: one framework per process
+    _state.framework = "mindspore"
+    if _state.deterministic:
+        _apply("mindspore")
+    if _evidence_wanted():
+        try:
+            from . import _mindspore_frontend
+
+            _mindspore_frontend.install_evidence()
+        except Exception as e:
+            _say(f"cannot follow MindSpore's seed: {e!r}")
+    from . import _mindspore_auto
+
+    _state.recorder = _mindspore_auto.start(_state)
 
 
 def _write_whole(path, text):
@@ -244,14 +270,16 @@ def activate():
             _keep_failures_readable()
         except Exception as e:
             _say(f"cannot keep this rank's failures readable: {e!r}")
-        callbacks = {"torch": _torch_imported}
+        callbacks = {"torch": _torch_imported, "mindspore": _mindspore_imported}
         if deterministic:
             _apply_python_now_and_numpy_later(callbacks)
         if _evidence_wanted():
             _follow_generators(callbacks)
-        if "torch" in sys.modules:  # imported by another .pth file
-            _torch_imported(sys.modules["torch"])
-        else:
+        for name, imported in (("torch", _torch_imported), ("mindspore", _mindspore_imported)):
+            if name in sys.modules:  # imported by another .pth file
+                callbacks.pop(name)
+                imported(sys.modules[name])
+        if callbacks:
             sys.meta_path.insert(0, _AfterImport(callbacks))
         atexit.register(_at_exit)
     except Exception as e:
@@ -312,9 +340,9 @@ def _at_exit():
         return
     if recorder is None:
         why = (
-            f"Python ran {_program()}, which never imported torch: detcheck records a PyTorch "
-            "program without a change to it; any other program writes its own trace with "
-            "detcheck.TraceWriter"
+            f"Python ran {_program()}, which never imported torch or mindspore: detcheck "
+            "records a PyTorch or MindSpore program without a change to it; any other program "
+            "writes its own trace with detcheck.TraceWriter"
         )
     else:
         why = recorder.why_nothing()

@@ -278,6 +278,12 @@ _NEEDS = {
         "scripts/install-python.sh --frameworks installs it",
     ),
     "mpi4py": (_mpi4py, ("DETCHECK_REQUIRE_MPI4PY",), "mpi4py and mpirun; .ci/run installs them"),
+    "mindspore": (
+        _module("mindspore"),
+        ("DETCHECK_REQUIRE_MINDSPORE",),
+        "scripts/install-python.sh --mindspore target/venv-ms installs it (a venv of its own: "
+        "MindSpore 2.10 needs numpy<2)",
+    ),
     "fork": (_fork, (), "a POSIX system"),
     "slurm": (
         _slurm,
@@ -299,8 +305,8 @@ def requires(name):
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
     ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
-    lightning.pytorch, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm (``srun``
-    and a node that is up)."""
+    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm
+    (``srun`` and a node that is up)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")

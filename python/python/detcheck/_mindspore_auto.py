@@ -1,0 +1,414 @@
+"""Zero-change recording of a MindSpore program: the recorder the start-up hook
+(``detcheck._startup``) starts in a rank's process once ``mindspore`` is imported, which records
+a MindSpore script that never imports detcheck (docs/mindspore.md is the long form).
+
+``Recorder`` follows PyTorch's rules (``detcheck._auto``), through what MindSpore offers:
+
+- **The model** is the first ``nn.Cell`` with trainable parameters whose call runs at the top
+  level (not inside another cell's), looked through MindSpore's training wrappers
+  (``_mindspore_frontend.unwrap_cell``: ``TrainOneStepCell``, ``WithLossCell``...). It is found
+  by wrapping ``nn.Cell.__call__`` (the class's, for every cell), a wrapper removed again at the
+  end of the first step; from then on an ``_engine.Recording`` records it through the cells' own
+  forward hooks: ``in/(model).N``, ``fwd/<cell>``, ``grad/<param>``, ``param/<param>``.
+- **The loss** is the output of the first loss cell (``nn.LossBase``) that runs outside the
+  model in the first step; a forward hook on it records ``loss`` every step.
+- **Steps.** Every call of an optimizer (``nn.Optimizer.__call__``, wrapped for the class) is
+  one step: the gradients it is given are ``grad/*`` (before it runs), the parameters after it
+  are ``param/*``. That covers ``opt(grads)`` after ``ms.value_and_grad``, ``TrainOneStepCell``
+  and ``Model.train`` in PyNative mode. ``DETCHECK_STOP_AFTER`` = N ends the process after the
+  N-th step (``os._exit(0)``, the trace finished first).
+- **Graph mode.** A compiled graph runs no hook and no Python: where the optimizer is called from
+  Python (``opt(grads)`` at the top level) its gradients and parameters are recorded; in
+  ``Model.train``, a callback added to the call records ``loss`` (the network's output) and the
+  parameters at each step end. Forward outputs and inputs are not recorded there, and a step
+  compiled whole (``@ms.jit`` around the optimizer's call) records nothing: the rank's note says
+  so (docs/mindspore.md).
+
+The trace is finished at interpreter exit and on SIGTERM; the recorder stands down when the
+program records itself (the native ``_program_records`` channel); forked children never record.
+Nothing here raises into the program: a failure is one ``detcheck:`` line on stderr.
+
+Determinism: the records are the engine's; what is recorded depends only on what the program
+runs. Limits: one model; one framework per process (the first imported of torch and MindSpore).
+"""
+
+import os
+import signal
+import sys
+
+from mindspore import nn
+
+from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
+from ._engine import Recording
+from ._mindspore_frontend import (
+    MindSporeFrontEnd,
+    describe_run,
+    has_trainable_parameters,
+    is_graph_mode,
+    is_loss_cell,
+    unwrap_cell,
+)
+
+__all__ = ["start", "Recorder"]
+
+#: The running recorder of this process (``start``), or ``None``.
+_recorder = None
+
+
+def _say(message):
+    try:
+        sys.stderr.write(f"detcheck: {message}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class Recorder:
+    """The zero-change recorder of one MindSpore rank (module doc). ``recorded``: whether it
+    opened its trace; ``finish(why)`` closes it."""
+
+    def __init__(self, state):
+        self._state = state
+        #: ``waiting`` (no model yet), ``recording``, ``finished`` or ``stood down``.
+        self.status = "waiting"
+        self.recorded = False
+        self._depth = 0
+        self._steps = 0
+        self._writer = None
+        self._handle = None
+        self._frontend = None
+        self._model = None
+        self._stood_down_because = None
+        self._records_before_step = 0
+        #: The classes' own ``__call__``s, while wrapped: ``{class: original}``.
+        self._patched = {}
+        #: Whether the loss cell is still looked for (the first step).
+        self._seeking_loss = True
+        self._loss_hook = None
+        #: An optimizer's call ended a step since the last ``Model.train`` step end.
+        self._stepped_by_optimizer = False
+        self._said = False
+        #: Why no step could be seen (graph mode), for the no-records note.
+        self._graph_seen = False
+
+    # --- installing and removing ----------------------------------------------------------
+
+    def install(self):
+        # The optimizer's first: its wrapper calls the cells' own ``__call__``, not theirs.
+        self._wrap(nn.Optimizer, self._optimizer_call)
+        self._wrap(nn.Cell, self._cell_call)
+        self._wrap_model_train()
+        _on_program_records(self.stand_down)
+        os.register_at_fork(after_in_child=self._forked)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            try:
+                signal.signal(signal.SIGTERM, self._terminated)
+            except ValueError:  # not the main thread
+                pass
+
+    def _wrap(self, cls, wrapper):
+        original = cls.__dict__.get("__call__")
+        inherited = cls.__call__
+        recorder = self
+
+        def __call__(cell, *args, **kwargs):
+            return wrapper(inherited, cell, args, kwargs)
+
+        __call__._detcheck_recorder = recorder
+        self._patched[cls] = original
+        cls.__call__ = __call__
+
+    def _unwrap(self, cls):
+        if cls not in self._patched:
+            return
+        original = self._patched.pop(cls)
+        try:
+            if original is None:
+                del cls.__call__
+            else:
+                cls.__call__ = original
+        except Exception:
+            pass
+
+    def _wrap_model_train(self):
+        try:
+            from mindspore.train import Model
+        except Exception:
+            return
+        original = Model.train
+        if getattr(original, "_detcheck_recorder", None) is not None:
+            return
+        recorder = self
+
+        def train(model, epoch, train_dataset, *args, **kwargs):
+            try:
+                callbacks = kwargs.get("callbacks")
+                if len(args) >= 1:  # callbacks given by position
+                    callbacks, args = args[0], args[1:]
+                kwargs["callbacks"] = recorder._with_step_callback(callbacks)
+            except Exception as e:
+                _say(f"cannot follow Model.train's steps: {e!r}")
+            return original(model, epoch, train_dataset, *args, **kwargs)
+
+        train._detcheck_recorder = recorder
+        train.__doc__ = original.__doc__
+        self._model_train = (Model, original)
+        Model.train = train
+
+    def _with_step_callback(self, callbacks):
+        from mindspore.train import Callback
+
+        recorder = self
+
+        class _StepEnds(Callback):
+            def on_train_step_end(self, run_context):
+                recorder._model_train_step_ends(run_context)
+
+        if callbacks is None:
+            return [_StepEnds()]
+        if isinstance(callbacks, (list, tuple)):
+            return [*callbacks, _StepEnds()]
+        return [callbacks, _StepEnds()]
+
+    # --- the model ------------------------------------------------------------------------
+
+    def _cell_call(self, original, cell, args, kwargs):
+        depth = self._depth
+        self._depth += 1
+        try:
+            if depth == 0 and self.status == "waiting":
+                self._maybe_start(cell)
+            elif self._seeking_loss and self.status == "recording" and is_loss_cell(cell):
+                self._hook_loss(cell)
+            return original(cell, *args, **kwargs)
+        finally:
+            self._depth = depth
+
+    def _maybe_start(self, cell):
+        try:
+            if isinstance(cell, nn.Optimizer) or not has_trainable_parameters(cell):
+                return
+            self._start(cell, is_graph_mode())
+        except Exception as e:
+            _say(f"cannot record the model: {e!r}")
+            self.stand_down(f"recording the model failed: {e!r}")
+
+    def _open_writer(self):
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            self.stand_down("a multiprocessing child is no rank")
+            return None
+        if _program_records_itself():
+            self.stand_down("the program records itself")
+            return None
+        writer = TraceWriter._for_recorder()
+        if writer is None:
+            self.stand_down("not launched by detcheck")
+        return writer
+
+    def _start(self, root, graph, parameters=None):
+        """Opens the trace and records ``root``'s model (``None``: only ``parameters``)."""
+        self._writer = self._open_writer()
+        if self._writer is None:
+            return
+        model = unwrap_cell(root) if root is not None else None
+        self._model = model
+        describe_run(self._writer, graph)
+        self._frontend = MindSporeFrontEnd(graph=graph, parameters=parameters)
+        self._handle = Recording(
+            self._frontend,
+            model,
+            self._writer,
+            self._writer.world_size == 1,
+            self._steps,
+            updates=True,
+            inputs=True,
+        )
+        self.status = "recording"
+        self.recorded = True
+        if graph:
+            self._graph_seen = True
+            self._stop_seeking_loss()
+
+    def _hook_loss(self, cell):
+        """Records the output of the loss cell ``cell`` as ``loss``, from this call on."""
+        self._seeking_loss = False
+        handle = self._handle
+
+        def record_loss(loss_cell, args, output):
+            try:
+                if handle is not None and self.status == "recording":
+                    loss = output[0] if isinstance(output, (tuple, list)) else output
+                    handle.sink.put(handle.current_step, "loss", loss, False, False)
+            except Exception:
+                pass
+            return None
+
+        try:
+            self._loss_hook = cell.register_forward_hook(record_loss)
+        except Exception as e:
+            _say(f"cannot record the loss: {e!r}")
+        self._stop_seeking_loss()
+
+    def _stop_seeking_loss(self):
+        self._seeking_loss = False
+        self._unwrap(nn.Cell)
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _optimizer_call(self, original, optimizer, args, kwargs):
+        if self.status == "waiting":
+            # No model ran in Python before the optimizer (graph mode): record its parameters.
+            try:
+                params = [(p.name, p) for p in getattr(optimizer, "parameters", ())]
+                self._start(None, True, params)
+            except Exception as e:
+                _say(f"cannot record the optimizer's parameters: {e!r}")
+        recording = self.status == "recording"
+        if recording:
+            try:
+                self._frontend.gradients_given(optimizer, args[0] if args else ())
+                self._handle.end_backward()
+            except Exception as e:
+                self._say_once(f"cannot record the gradients: {e!r}")
+        result = original(optimizer, *args, **kwargs)
+        self._step_ends(recording)
+        return result
+
+    def _step_ends(self, recording, loss=None):
+        self._stepped_by_optimizer = True
+        if recording and self.status == "recording":
+            try:
+                if loss is not None:
+                    self._handle.sink.put(self._handle.current_step, "loss", loss, False, False)
+                self._handle.after_update()
+                self._records_before_step = self._writer.num_records
+            except Exception as e:
+                self._say_once(f"cannot record the parameters: {e!r}")
+        self._steps += 1
+        if self._seeking_loss:
+            self._stop_seeking_loss()  # the first step is over: no loss cell was seen
+        stop_after = self._state.stop_after
+        if self.status == "recording" and stop_after is not None and self._steps >= stop_after:
+            self._end_program()
+
+    def _model_train_step_ends(self, run_context):
+        """``Model.train``'s step end: a step of graph mode, where no optimizer call reached
+        Python (in PyNative mode the optimizer's call ended it already)."""
+        if self._stepped_by_optimizer:
+            self._stepped_by_optimizer = False
+            return
+        try:
+            cb = run_context.original_args()
+            if self.status == "waiting":
+                network = getattr(cb, "train_network", None) or getattr(cb, "network", None)
+                if network is None:
+                    return
+                self._start(network, True)
+            loss = getattr(cb, "net_outputs", None)
+            if isinstance(loss, (tuple, list)):
+                loss = loss[0] if loss else None
+        except Exception as e:
+            self._say_once(f"cannot follow Model.train's step: {e!r}")
+            return
+        self._step_ends(self.status == "recording", loss)
+        self._stepped_by_optimizer = False
+
+    def _end_program(self):
+        """The N-th step is recorded: finish the trace, end the process with status 0."""
+        self.finish(None)
+        self._state.forget_rank_files()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def _remove_hooks(self):
+        self._unwrap(nn.Cell)
+        self._unwrap(nn.Optimizer)
+        model_train = getattr(self, "_model_train", None)
+        if model_train is not None:
+            cls, original = model_train
+            cls.train = original
+            self._model_train = None
+        if self._loss_hook is not None:
+            try:
+                self._loss_hook.remove()
+            except Exception:
+                pass
+            self._loss_hook = None
+
+    def finish(self, why):
+        """Closes the trace (``why``: ``None`` after the last step, ``"exit"`` at interpreter
+        exit, ``"SIGTERM"``): a step still open is marked in the environment."""
+        self._remove_hooks()
+        if self.status != "recording":
+            return
+        self.status = "finished"
+        handle, writer = self._handle, self._writer
+        handle.remove()
+        if why is not None and writer.num_records > self._records_before_step:
+            writer.add_environment(
+                "detcheck.recording", f"ended during step {handle.current_step} ({why})"
+            )
+        writer.close()
+
+    def stand_down(self, why):
+        """The program records itself (or this process is no rank): remove every hook, drop
+        the writer unfinished."""
+        if self.status == "stood down":
+            return
+        self._stood_down_because = why
+        previous, self.status = self.status, "stood down"
+        self._remove_hooks()
+        if previous == "recording":
+            self._handle.remove()
+            self._writer.abort()
+        self.recorded = False
+
+    def _forked(self):
+        # A forked child (a dataset worker) holds a copy of the writer without its thread: it
+        # records nothing and never touches the writer.
+        self.status = "stood down"
+        self._stood_down_because = "a forked child is no rank"
+        self._writer = None
+        self._handle = None
+        self.recorded = False
+
+    def _terminated(self, signum, frame):
+        self.finish("SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _say_once(self, message):
+        if not self._said:
+            self._said = True
+            _say(message)
+
+    def why_nothing(self):
+        """Why this rank recorded nothing, for the no-records note."""
+        if self._stood_down_because is not None:
+            return f"recorded nothing: {self._stood_down_because}"
+        if self._steps:
+            return (
+                f"mindspore was imported and {self._steps} optimizer step(s) ran, but no "
+                "nn.Cell with trainable parameters ran: nothing to record"
+            )
+        return (
+            "mindspore was imported, but no nn.Cell with trainable parameters ran and no "
+            "nn.Optimizer was called from Python: nothing to record (a step compiled whole, "
+            "`@ms.jit` around the optimizer's call, runs no Python: docs/mindspore.md)"
+        )
+
+
+def start(state):
+    """Starts the recorder of this rank (``_startup`` calls it once mindspore is imported)."""
+    global _recorder
+    _recorder = Recorder(state)
+    _recorder.install()
+    return _recorder

@@ -1,0 +1,276 @@
+"""The MindSpore front end of the recorder contract (``detcheck._contract``): what the recording
+engine (``detcheck._engine``) needs of an ``nn.Cell`` model, and ``MindSporeSink``, how a
+MindSpore tensor reaches the writer (``Tensor.asnumpy()``, a numpy array on the host).
+
+``MindSporeFrontEnd`` is made per recording, because a MindSpore gradient is no attribute of its
+parameter: it is what the optimizer is given (``opt(grads)``, after ``ms.value_and_grad``, inside
+``TrainOneStepCell`` or ``Model.train``). The caller hands the gradients over with
+``gradients_given(optimizer, grads)`` just before the engine's ``end_backward``; ``gradient(p)``
+then looks ``p`` up among them. Other parts:
+
+- ``unwrap_cell``: the model inside MindSpore's training wrappers (``TrainOneStepCell`` and its
+  loss-scale and gradient-accumulation kin through ``.network``, ``WithLossCell`` through
+  ``._backbone``), so records are named after the model's own cells whichever way it is run;
+- ``is_loss_cell``: a loss (``nn.LossBase``), whose output is the ``loss`` record;
+- ``describe_run``: MindSpore's version, its execution mode, and the framework fact
+  (``site:framework``) the report reads to name MindSpore's settings (src/check/settings.rs);
+- ``install_evidence``: ``seed/mindspore`` at each ``mindspore.set_seed`` (docs/causes.md).
+
+Graph mode (``GRAPH_MODE``, or a ``@jit`` step): the compiled graph runs no Python hooks, so the
+front end made with ``graph=True`` registers none; what reaches Python (the optimizer's call
+at the top level, ``Model.train``'s callbacks) is still recorded (docs/mindspore.md).
+
+Determinism: records are made in the order the engine asks; conversions copy the tensor's
+bytes, changing no value. A record that cannot be made is noted once in the trace's environment
+(``detcheck.skipped/<name>``), never raised into the program.
+"""
+
+import os
+
+import mindspore
+from mindspore import nn
+
+from . import _evidence
+from ._contract import ROOT
+
+__all__ = [
+    "MindSporeFrontEnd",
+    "MindSporeSink",
+    "describe_run",
+    "install_evidence",
+    "is_graph_mode",
+    "is_loss_cell",
+    "host",
+    "outputs",
+    "unwrap_cell",
+]
+
+
+class _Removable:
+    """A hook that can be removed once (what ``register_forward_hook`` returns, or nothing)."""
+
+    def __init__(self, handle=None):
+        self._handle = handle
+
+    def remove(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+
+
+def is_graph_mode():
+    """Whether MindSpore compiles cells into graphs (``GRAPH_MODE``), where no hook runs."""
+    try:
+        return mindspore.get_context("mode") == mindspore.GRAPH_MODE and (
+            os.environ.get("MS_JIT") != "0"
+        )
+    except Exception:
+        return False
+
+
+def host(tensor):
+    """What the writer is handed for a MindSpore tensor: its numpy copy (``asnumpy``); a
+    bfloat16 tensor, which numpy has no dtype for, as float32 (every bfloat16 value is one)."""
+    if isinstance(tensor, mindspore.Tensor):
+        if tensor.dtype == mindspore.bfloat16:
+            tensor = tensor.astype(mindspore.float32)
+        return tensor.asnumpy()
+    return tensor
+
+
+def outputs(name, value, depth=0):
+    """``(name, tensor)`` of every tensor in a cell's output, in order: a tuple or list gives
+    ``name.0``, ``name.1``...; a dict ``name.<key>``; 8 levels deep at most (the PyTorch
+    front end's rule)."""
+    if isinstance(value, mindspore.Tensor):
+        yield name, value
+    elif depth >= 8:
+        return
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from outputs(f"{name}.{i}", item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from outputs(f"{name}.{key}", item, depth + 1)
+
+
+#: The wrappers looked through to the model, by class name (so that none is imported), and the
+#: attribute that holds what they wrap.
+_WRAPPERS = (
+    ("network", "TrainOneStepCell"),
+    ("network", "TrainOneStepWithLossScaleCell"),
+    ("network", "GradAccumulationCell"),
+    ("network", "PipelineCell"),
+    ("network", "MicroBatchInterleaved"),
+    ("_backbone", "WithLossCell"),
+    ("_network", "WithEvalCell"),
+    ("_network", "DataWrapper"),
+)
+
+
+def unwrap_cell(cell):
+    """The model inside ``cell``'s training wrappers (``_WRAPPERS``, 8 deep at most)."""
+    for _ in range(8):
+        for mro_name in (c.__name__ for c in type(cell).__mro__):
+            found = next((attr for attr, name in _WRAPPERS if name == mro_name), None)
+            if found is not None:
+                inner = getattr(cell, found, None)
+                if isinstance(inner, nn.Cell):
+                    cell = inner
+                    break
+        else:
+            return cell
+    return cell
+
+
+def is_loss_cell(cell):
+    """Whether ``cell`` is a loss (``nn.LossBase``): its output is the step's ``loss``."""
+    return isinstance(cell, nn.LossBase)
+
+
+def has_trainable_parameters(cell):
+    """Whether ``cell`` holds a parameter the optimizer may update."""
+    try:
+        return bool(cell.trainable_params())
+    except Exception:
+        return False
+
+
+class MindSporeSink:
+    """The ``TensorSink`` of one recording: tensors as numpy arrays to the writer, a failure
+    noted once per name."""
+
+    def __init__(self, writer):
+        self._writer = writer
+        self._noted = set()
+
+    def put(self, step, name, tensor, replicated=False, state=False):
+        try:
+            array = host(tensor)
+            if replicated:
+                self._writer.record_replicated(step, name, array)
+            else:
+                self._writer.record(step, name, array)
+        except Exception as e:
+            key = "detcheck.skipped/" + name
+            if key not in self._noted:
+                self._noted.add(key)
+                try:
+                    self._writer.add_environment(
+                        key, f"recording it failed: {type(e).__name__}: {e}"
+                    )
+                except Exception:
+                    pass
+
+    def end_step(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class MindSporeFrontEnd:
+    """The ``FrontEnd`` of MindSpore (``detcheck._contract``) for one recording (module doc).
+    ``graph``: hooks cannot run (graph mode); ``parameters``: the ``(name, Parameter)`` list to
+    record when there is no model cell to take them from (graph mode: the optimizer's)."""
+
+    name = "mindspore"
+
+    def __init__(self, graph=False, parameters=None):
+        self.graph = bool(graph)
+        self._parameters = parameters
+        #: id(parameter) -> its gradient, as the optimizer was last given them.
+        self._grads = {}
+
+    def gradients_given(self, optimizer, grads):
+        """The optimizer ``optimizer`` is given ``grads`` (its parameters' order)."""
+        params = list(getattr(optimizer, "parameters", ()) or ())
+        try:
+            grads = list(grads)
+        except TypeError:
+            grads = []
+        self._grads = {id(p): g for p, g in zip(params, grads) if isinstance(g, mindspore.Tensor)}
+
+    def modules(self, model):
+        if model is None:
+            return ()
+        return ((name, cell) for name, cell in model.cells_and_names())
+
+    def parameters(self, model):
+        if self._parameters is not None:
+            return list(self._parameters)
+        return list(model.parameters_and_names())
+
+    def on_forward(self, module, hook):
+        if self.graph or module is None:
+            return _Removable()
+        return _Removable(module.register_forward_hook(_never_raises(hook)))
+
+    def on_forward_inputs(self, module, hook):
+        if self.graph or module is None:
+            return _Removable()
+        return _Removable(module.register_forward_pre_hook(_never_raises(hook), with_kwargs=True))
+
+    def outputs(self, name, value):
+        if isinstance(value, mindspore.Tensor):
+            return ((name, value),)
+        return outputs(name, value)
+
+    def gradient(self, parameter):
+        return self._grads.get(id(parameter))
+
+    def trainable(self, parameter):
+        return bool(getattr(parameter, "requires_grad", True))
+
+    def loss_of(self, output):
+        return None  # the loss is a loss cell's output (the recorders record it)
+
+    def sink(self, writer, device_digests):
+        return MindSporeSink(writer)
+
+    def operator_trace(self, current_step, model, writer, updates):
+        return None  # no operator drill-down for MindSpore yet (docs/mindspore.md)
+
+
+def _never_raises(hook):
+    """``hook`` as a MindSpore forward hook that returns ``None`` (the output unchanged) and
+    never raises into the program."""
+
+    def called(*args):
+        try:
+            hook(*args)
+        except Exception:
+            pass
+        return None
+
+    return called
+
+
+def root_label():
+    """The model's label in record names (``fwd/(model)``)."""
+    return ROOT
+
+
+def describe_run(writer, graph=False):
+    """MindSpore's version and mode in the writer's environment snapshot, and the framework
+    fact (``site:framework = mindspore``) that names MindSpore's settings in a report."""
+    if writer is None or not hasattr(writer, "add_environment"):
+        return
+    writer.add_environment("mindspore.version", str(getattr(mindspore, "__version__", "?")))
+    writer.add_environment("mindspore.mode", "graph" if graph else "pynative")
+    _evidence.fact("site:framework", "mindspore")
+
+
+def _global_seed():
+    seed = mindspore.get_seed()
+    return (-1 if seed is None else int(seed)).to_bytes(8, "little", signed=True)
+
+
+def install_evidence():
+    """Follows MindSpore's global seed: ``seed/mindspore`` after each ``mindspore.set_seed``
+    (the seed itself: MindSpore keeps no drawable state beside it that a step could show)."""
+    _evidence.add_generator("mindspore", _global_seed)
+    _evidence.track_seeding(mindspore, "set_seed", "mindspore")

@@ -1,0 +1,375 @@
+"""MindSpore: unmodified MindSpore scripts (examples/programs/python/mindspore, which never import
+detcheck) recorded by the start-up hook (`detcheck._startup`, `detcheck._mindspore_auto`),
+`--deterministic` and `detcheck.seed_all` for MindSpore, `detcheck.mindspore.watch` and its
+`Model.train` callback, and the failures a user meets (docs/mindspore.md).
+
+Needs MindSpore (2.10, CPU), which needs numpy<2: it lives in a venv of its own,
+`bash scripts/install-python.sh --mindspore target/venv-ms`; run these tests with that venv's
+pytest. They skip without MindSpore, and fail instead where DETCHECK_REQUIRE_MINDSPORE is set
+(CI).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from support import PROGRAMS, caught_with_element, check, decode, digest_hex, environment, requires
+
+requires("mindspore")
+
+SCRIPTS = PROGRAMS / "mindspore"
+TRAIN = SCRIPTS / "train.py"
+MODEL_TRAIN = SCRIPTS / "model_train.py"
+
+#: The records of one step of train.py's MLP, in order (PyTorch's names and order).
+MLP_STEP = [
+    "in/(model).0",
+    "fwd/dense1",
+    "fwd/relu",
+    "fwd/dense2",
+    "fwd/(model)",
+    "loss",
+    "grad/dense1.weight",
+    "grad/dense1.bias",
+    "grad/dense2.weight",
+    "grad/dense2.bias",
+    "param/dense1.weight",
+    "param/dense1.bias",
+    "param/dense2.weight",
+    "param/dense2.bias",
+]
+
+#: The evidence of causes a launched rank records beside the model's records (docs/causes.md).
+EVIDENCE = ("seed/", "rng/", "data/", "init/")
+
+
+def launched(tmp_path, argv, **extra):
+    """Runs `argv` (this interpreter) as rank 0 of 1 of a detcheck launch into tmp_path/trace,
+    the launch contract's variables set by hand: (completed process, trace folder)."""
+    trace = tmp_path / "trace"
+    trace.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETCHECK_")}
+    env.update(
+        {
+            "DETCHECK_TRACE_DIR": str(trace),
+            "DETCHECK_WORLD_SIZE": "1",
+            "DETCHECK_RANK": "0",
+            "DETCHECK_MODE": "md5",
+            "PYTHONHASHSEED": "0",
+        }
+    )
+    env.update(extra)
+    done = subprocess.run(
+        [sys.executable, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    return done, trace
+
+
+def model_records(path):
+    """The records of a trace without the evidence of causes."""
+    return [r for r in decode(path) if not r["name"].startswith(EVIDENCE)]
+
+
+def test_an_unmodified_script_passes_and_its_controls_are_caught_with_their_element(
+    detcheck_bin,
+):
+    names = ["train", "control_clock_seed", "control_no_seed", "no_seed_deterministic"]
+    run = check(detcheck_bin, *[SCRIPTS / f"{n}.json" for n in names], code=0)
+    lines, out = run.scenarios, run.out
+    assert sorted(lines) == sorted(names), out
+    for name in ("train", "no_seed_deterministic"):
+        assert lines[name]["status"] == "passed", lines[name]
+    assert {c["check"]: c["holds"] for c in lines["train"]["checks"]} == {"repeat": True}, out
+    text = lines["no_seed_deterministic"]["detail"]
+    for applied in ("mindspore.set_seed(0)", "mindspore.set_deterministic(True)"):
+        assert applied in text, text
+    clock = caught_with_element(lines["control_clock_seed"])
+    assert clock["step"] == 0 and clock["name"].startswith("init/"), clock
+    assert clock["cause"]["kind"] == "seeded_differently", clock["cause"]
+    assert "mindspore.set_seed(0)" in json.dumps(clock["cause"]), clock["cause"]
+    unseeded = caught_with_element(lines["control_no_seed"])
+    assert unseeded["step"] == 0 and unseeded["name"].startswith("init/"), unseeded
+    assert unseeded["cause"]["kind"] == "initial_parameters", unseeded["cause"]
+    assert "mindspore.set_seed(0)" in json.dumps(unseeded["cause"]), unseeded["cause"]
+
+
+def test_deterministic_passes_the_no_seed_control_and_names_set_seed_as_the_fix(detcheck_bin):
+    args = ("--ranks", "1", "--deterministic", "--", sys.executable, TRAIN, "--seed", "none")
+    (line,) = check(detcheck_bin, *args, code=0).scenarios.values()
+    assert line["status"] == "passed", line
+    finding = line["deterministic"]
+    assert finding["fixes"] and finding["fixed_by"] == ["mindspore.set_seed"], finding
+    assert "mindspore.set_seed(0)" in finding["statements"], finding
+    assert "`mindspore.set_seed` alone makes the runs identical" in finding["summary"], finding
+    assert "--deterministic: `" in line["detail"], line["detail"]
+
+
+def test_the_records_are_pytorchs_names_in_pytorchs_order_with_the_programs_values(tmp_path):
+    """Three steps of train.py, stopped by DETCHECK_STOP_AFTER; then a copy that trains three
+    steps and prints its parameters' md5s: the last step's `param/*` are those bytes."""
+    done, trace = launched(tmp_path, [TRAIN], DETCHECK_STOP_AFTER="3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "epoch 0" not in done.stdout, "the program ran past the third step"
+    records = model_records(trace / "rank0.dctrace")
+    by_step = {}
+    for r in records:
+        by_step.setdefault(r["step"], []).append(r["name"])
+    assert sorted(by_step) == [0, 1, 2], by_step
+    for step, names in by_step.items():
+        assert names == MLP_STEP, (step, names)
+    init = [r["name"] for r in decode(trace / "rank0.dctrace") if r["name"].startswith("init/")]
+    assert init == [n.replace("param/", "init/") for n in MLP_STEP if n.startswith("param/")]
+    env = environment(trace / "rank0.dctrace")
+    assert env["mindspore.mode"] == "pynative" and env["mindspore.version"].startswith("2.")
+    assert env["site:framework"] == "mindspore"
+    last = {r["name"]: r for r in records if r["step"] == 2}
+    for name in ("grad/dense1.weight", "param/dense2.bias"):
+        assert last[name]["replicated"], "one rank: gradients and parameters are replicated"
+    assert last["fwd/(model)"]["md5"] == last["fwd/dense2"]["md5"]
+
+    script = tmp_path / "three_steps.py"
+    source = TRAIN.read_text().replace(
+        "for epoch in range(args.epochs):",
+        "import hashlib, json\n"
+        "for step, (x, y) in zip(range(3), dataset.create_tuple_iterator()):\n"
+        "    train_step(x, y)\n"
+        "print(json.dumps({n: hashlib.md5(p.asnumpy().tobytes()).hexdigest()\n"
+        "                  for n, p in model.parameters_and_names()}))\n"
+        "for epoch in range(0):",
+    )
+    script.write_text(source)
+    plain = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert plain.returncode == 0, plain.stderr
+    md5s = json.loads(plain.stdout.strip().splitlines()[-1])
+    assert len(md5s) == 4
+    for name, md5 in md5s.items():
+        assert last[f"param/{name}"]["md5"] == md5, name
+
+
+def test_model_train_is_recorded_in_pynative_and_graph_mode(tmp_path):
+    """`Model.train` (TrainOneStepCell inside): in PyNative mode watch's records and the loss
+    cell's; in graph mode the loss and the parameters of each step (a callback added to the
+    call). The parameters are the same bits in both modes."""
+    traces = {}
+    for mode, flags in (("pynative", []), ("graph", ["--graph"])):
+        where = tmp_path / mode
+        where.mkdir()
+        done, trace = launched(where, [MODEL_TRAIN, *flags], DETCHECK_STOP_AFTER="2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        traces[mode] = model_records(trace / "rank0.dctrace")
+        assert environment(trace / "rank0.dctrace")["mindspore.mode"] == mode
+    pynative = [r["name"] for r in traces["pynative"] if r["step"] == 0]
+    assert pynative[0] == "in/(model).0" and "fwd/dense1" in pynative, pynative
+    assert pynative.index("loss") < pynative.index("grad/dense1.weight"), pynative
+    graph = [r["name"] for r in traces["graph"] if r["step"] == 0]
+    params = [n for n in MLP_STEP if n.startswith("param/")]
+    assert graph == ["loss", *params], graph
+    for step in (0, 1):
+        md5 = {
+            mode: {r["name"]: r["md5"] for r in t if r["step"] == step and r["name"] in params}
+            for mode, t in traces.items()
+        }
+        assert md5["pynative"] == md5["graph"] and len(md5["graph"]) == 4, (step, md5)
+    assert {r["step"] for r in traces["graph"]} == {0, 1}
+
+
+def test_graph_mode_records_what_the_optimizer_is_given_and_its_parameters(tmp_path):
+    """train.py in GRAPH_MODE: the model and the loss run inside compiled graphs (no hook), the
+    optimizer is called from Python: `grad/*` and `param/*` each step; the first step's are
+    the same bits as in PyNative mode (later ones need not be: graph mode compiles the forward
+    into other kernels, whose roundings differ)."""
+    graph = tmp_path / "graph_train.py"
+    source = TRAIN.read_text()
+    assert "ms.set_context(mode=ms.PYNATIVE_MODE)" in source
+    graph.write_text(source.replace("mode=ms.PYNATIVE_MODE", "mode=ms.GRAPH_MODE"))
+    traces = {}
+    for mode, script in (("pynative", TRAIN), ("graph", graph)):
+        where = tmp_path / mode
+        where.mkdir()
+        done, trace = launched(where, [script], DETCHECK_STOP_AFTER="2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert environment(trace / "rank0.dctrace")["mindspore.mode"] == mode
+        traces[mode] = model_records(trace / "rank0.dctrace")
+    state = [n for n in MLP_STEP if n.startswith(("grad/", "param/"))]
+    for step in (0, 1):
+        names = [r["name"] for r in traces["graph"] if r["step"] == step]
+        assert names == state, (step, names)
+    md5 = {
+        mode: [r["md5"] for r in t if r["step"] == 0 and r["name"] in state]
+        for mode, t in traces.items()
+    }
+    assert md5["graph"] == md5["pynative"]
+
+
+WATCHED = """
+import json, sys
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+import detcheck, detcheck.mindspore
+
+ms.set_seed(3)
+net = nn.SequentialCell([nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 2)])
+loss_fn = nn.MSELoss()
+opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+x = ms.Tensor(np.ones((4, 8), np.float32))
+y = ms.Tensor(np.zeros((4, 2), np.float32))
+writer = detcheck.TraceWriter(sys.argv[1], 0, 1, mode="md5")
+with detcheck.mindspore.watch(net, writer, opt) as handle:
+    for _ in range(2):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        handle.record_loss(loss, handle.current_step - 1)
+    steps = handle.current_step
+writer.close()
+try:
+    detcheck.mindspore.watch(net, None, "not an optimizer")
+    refused = ""
+except TypeError as e:
+    refused = str(e)
+
+from mindspore.train import Model
+import mindspore.dataset as ds
+data = ds.NumpySlicesDataset({"x": np.ones((8, 8), np.float32),
+                              "y": np.zeros((8, 2), np.float32)}, shuffle=False).batch(4)
+writer2 = detcheck.TraceWriter(sys.argv[2], 0, 1, mode="md5")
+Model(net, loss_fn, opt).train(1, data, callbacks=[detcheck.mindspore.DetcheckCallback(writer2)])
+writer2.close()
+final = {n: p.asnumpy().tobytes().hex() for n, p in net.parameters_and_names()}
+print(json.dumps({"steps": steps, "refused": refused, "params": final}))
+"""
+
+
+def test_watch_and_the_model_train_callback_record_a_program_that_records_itself(tmp_path):
+    program = tmp_path / "watched.py"
+    program.write_text(textwrap.dedent(WATCHED))
+    done = subprocess.run(
+        [sys.executable, str(program), tmp_path / "watch", tmp_path / "callback"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["steps"] == 2
+    assert "optimizer must be a mindspore.nn.Optimizer" in got["refused"], got
+    watched = decode(tmp_path / "watch" / "rank0.dctrace")
+    step0 = [r["name"] for r in watched if r["step"] == 0]
+    params = ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert step0 == [
+        "fwd/0",
+        "fwd/1",
+        "fwd/2",
+        "fwd/(model)",
+        *[f"grad/{p}" for p in params],
+        *[f"param/{p}" for p in params],
+        "loss",
+    ], step0
+    called = decode(tmp_path / "callback" / "rank0.dctrace")
+    assert sorted({r["step"] for r in called}) == [0, 1], called
+    last = {r["name"]: r["md5"] for r in called if r["step"] == 1}
+    assert "loss" in last and "fwd/(model)" in last, last
+    for name in params:  # the last step's parameters are the program's final ones
+        assert last[f"param/{name}"] == digest_hex(bytes.fromhex(got["params"][name])), name
+
+
+def test_seed_all_applies_mindsporess_settings_once_it_is_imported(tmp_path):
+    program = tmp_path / "seeded.py"
+    program.write_text(
+        textwrap.dedent("""
+        import json, os
+        import detcheck
+        before = {s.name: (s.applied, s.note) for s in detcheck.seed_all(5)}
+        import mindspore as ms
+        import mindspore.dataset as ds
+        from mindspore import context
+        done = {s.name: s.applied for s in detcheck.seed_all(7)}
+        print(json.dumps({
+            "before": before["mindspore.set_seed"], "done": done,
+            "seed": ms.get_seed(), "dataset_seed": ds.config.get_seed(),
+            "workers": ds.config.get_num_parallel_workers(),
+            "deterministic": context.get_context("deterministic"),
+            "hccl": os.environ.get("HCCL_DETERMINISTIC"),
+        }))
+        ms.set_deterministic(True)  # the program's own call still works after detcheck's
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["before"] == [False, "mindspore is not imported (applied only once it is)"], got
+    assert all(v for k, v in got["done"].items() if k.startswith("mindspore.")), got
+    assert got["seed"] == 7 and got["dataset_seed"] == 7 and got["workers"] == 1, got
+    assert got["deterministic"] == "ON" and got["hccl"] == "true", got
+
+
+def test_scripts_that_cannot_be_recorded_say_why(tmp_path, detcheck_bin):
+    failing = tmp_path / "fails.py"
+    failing.write_text(
+        textwrap.dedent("""
+        import mindspore as ms, numpy as np
+        from mindspore import nn
+        net = nn.Dense(4, 2)
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)
+        for step in range(3):
+            loss, grads = grad_fn(ms.Tensor(np.ones((2, 4), np.float32)))
+            if step == 1:
+                raise RuntimeError("the data ran out, say")
+            opt(grads)
+    """)
+    )
+    out = check(detcheck_bin, "--", sys.executable, failing, code=3).out
+    assert "exited with status 1" in out and "the data ran out, say" in out, out
+
+    no_model = ["-c", "import mindspore as ms; print(ms.ops.ones((2,)))"]
+    out = check(detcheck_bin, "--", sys.executable, *no_model, code=3).out
+    assert "mindspore was imported, but no nn.Cell with trainable parameters ran" in out, out
+
+    jitted = tmp_path / "jitted.py"
+    jitted.write_text(
+        textwrap.dedent("""
+        import mindspore as ms, numpy as np
+        from mindspore import nn
+        net = nn.Dense(4, 2)
+        opt = nn.SGD(net.trainable_params(), 0.1)
+
+
+        def forward(x):
+            return net(x).sum()
+
+
+        grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+
+
+        @ms.jit
+        def train_step(x):
+            loss, grads = grad_fn(x)
+            opt(grads)
+            return loss
+
+        for step in range(3):
+            train_step(ms.Tensor(np.ones((2, 4), np.float32)))
+        print("trained")
+    """)
+    )
+    # The recorder never breaks the program: it trains, and the rank's note says why nothing
+    # was recorded, which detcheck reports as a failed run (exit 3).
+    done, trace = launched(tmp_path, [jitted])
+    assert done.returncode == 0 and "trained" in done.stdout, done.stdout + done.stderr
+    assert "no nn.Optimizer was called from Python" in (trace / "rank0.no-records.txt").read_text()
+    run = check(detcheck_bin, "--", sys.executable, jitted, code=3)
+    assert "no nn.Optimizer was called from Python" in run.out, run.out
