@@ -209,6 +209,10 @@ class MindSporeFrontEnd:
             return _Removable()
         return _Removable(module.register_forward_hook(_never_raises(hook)))
 
+    def on_backward(self, hook):
+        # MindSpore has no `Tensor.backward`: the loss is the loss cell's output (`_mindspore_auto`).
+        return _Removable()
+
     def on_forward_inputs(self, module, hook):
         if self.graph or module is None:
             return _Removable()
