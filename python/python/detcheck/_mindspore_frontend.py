@@ -210,7 +210,7 @@ class MindSporeFrontEnd:
         return _Removable(module.register_forward_hook(_never_raises(hook)))
 
     def on_backward(self, hook):
-        # MindSpore has no `Tensor.backward`: the loss is the loss cell's output (`_mindspore_auto`).
+        # MindSpore has no `Tensor.backward`: its loss is the loss cell's output.
         return _Removable()
 
     def on_forward_inputs(self, module, hook):
