@@ -683,11 +683,7 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
         "<5e-3"
     );
     for r in &al.rows {
-        let blame = match r.blame {
-            Blame::Own => "own",
-            Blame::Inherited => "inherited",
-            Blame::None => "-",
-        };
+        let blame = r.blame;
         let m = &r.metrics;
         let share =
             |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v));

@@ -931,11 +931,7 @@ pub(crate) fn alignment_page(
         );
         let num = |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{v:.3e}"));
         for r in &al.rows {
-            let blame = match r.blame {
-                Blame::Own => "own",
-                Blame::Inherited => "inherited",
-                Blame::None => "-",
-            };
+            let blame = r.blame;
             let m = &r.metrics;
             let _ =
                 writeln!(

@@ -141,6 +141,16 @@ pub enum Blame {
     Inherited,
 }
 
+impl fmt::Display for Blame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Blame::None => "-",
+            Blame::Own => "own",
+            Blame::Inherited => "inherited",
+        })
+    }
+}
+
 /// msprobe's per-tensor metrics (its compare's columns, the same definitions; B is the bench).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct AlignMetrics {
