@@ -160,6 +160,10 @@ enum Command {
         /// default: the coarsest floating dtype among the first step's records.
         #[arg(long, requires = "align", value_name = "DTYPE")]
         precision: Option<String>,
+        /// With --align --format json: list every record's metrics and verdict in
+        /// `alignment.records`, aligned or not (to check them against msprobe's compare).
+        #[arg(long, requires = "align")]
+        every_record: bool,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -474,6 +478,7 @@ where
             growth,
             error_excess,
             precision,
+            every_record,
             ..
         } => exit::report(commands::align(
             &a,
@@ -484,6 +489,7 @@ where
                 error_excess,
                 max_rows,
                 precision,
+                every_record,
             },
             format == Format::Json,
         ))
