@@ -1044,7 +1044,14 @@ mod msprobe_parity {
     #[test]
     fn zeros() {
         let m = measure_tensors(&f32s(&[0.0, 0.0]), &f32s(&[0.0, 0.0]));
-        let want = [Some(1.0), Some(0.0), Some(0.0), Some(0.0), Some(1.0), Some(1.0)];
+        let want = [
+            Some(1.0),
+            Some(0.0),
+            Some(0.0),
+            Some(0.0),
+            Some(1.0),
+            Some(1.0),
+        ];
         assert_six(six(&m.metrics), want);
         assert_six(six(&equal_metrics(2)), want);
         // A zero bench: no cosine (msprobe's `Nan`), epsilon added to both sides.
