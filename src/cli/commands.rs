@@ -9,7 +9,7 @@ use super::report::{ReportFile, FORMAT_VERSION};
 use detcheck::check::launcher_size;
 use detcheck::checkpoint::resumable_step;
 use detcheck::compare::align::{
-    align_dumps, unit_roundoff, AlignOptions, AlignedRecord, Alignment, Blame,
+    align_dumps, unit_roundoff, AlignOptions, AlignedRecord, Alignment,
 };
 use detcheck::compare::curves::{
     compare_curves, load_curve, write_curve_plots, CurveComparison, Tolerance,

@@ -14,7 +14,7 @@
 
 use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
-use detcheck::compare::align::{Alignment, Blame};
+use detcheck::compare::align::Alignment;
 use detcheck::compare::curves::{
     compare_curves, curve_plot_svg, Curve, CurveComparison, Tolerance,
 };

@@ -169,6 +169,10 @@ enum Command {
         /// both hold them).
         #[arg(long, num_args = 2, requires = "align", value_names = ["A", "B"])]
         curves: Vec<PathBuf>,
+        /// With --align --format json: list every record's metrics and verdict in
+        /// `alignment.records`, aligned or not (to check them against msprobe's compare).
+        #[arg(long, requires = "align")]
+        every_record: bool,
     },
     /// Compare a scalar per step (loss) of two runs: dumps or trainer_state.json files.
     Curves {
@@ -485,6 +489,7 @@ where
             precision,
             html,
             curves,
+            every_record,
             ..
         } => exit::report(commands::align(
             &a,
@@ -495,6 +500,7 @@ where
                 error_excess,
                 max_rows,
                 precision,
+                every_record,
             },
             html.as_deref(),
             &curves,

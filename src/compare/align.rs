@@ -44,7 +44,7 @@ use super::{fill_f64, is_evidence, pair_by_occurrence};
 use crate::file::source::{Batch, Layout, RankSource};
 use crate::file::{open_dump, DumpError};
 use crate::value::digest::Stats;
-use crate::value::tensor::Tensor;
+use crate::value::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
@@ -63,6 +63,10 @@ pub struct AlignOptions {
     /// The dtype whose roundoff every floating record is allowed at least (`bf16` for a run in
     /// bf16 autocast whose records say f32); `None`: each record's own dtypes.
     pub precision: Option<String>,
+    /// Keep every measured record in [`Alignment::records`], aligned or not (for checking the
+    /// metrics against another tool's, such as msprobe's compare: memory grows with the dumps).
+    #[serde(default)]
+    pub every_record: bool,
 }
 
 impl Default for AlignOptions {
@@ -73,6 +77,7 @@ impl Default for AlignOptions {
             error_excess: 10.0,
             max_rows: 50,
             precision: None,
+            every_record: false,
         }
     }
 }
@@ -160,9 +165,11 @@ pub struct AlignMetrics {
     pub euc_dist: Option<f64>,
     /// `MaxAbsErr`.
     pub max_abs_err: Option<f64>,
-    /// `MaxRelativeErr`: max |a − b| / |b|, with machine epsilon added to both where b is 0.
+    /// `MaxRelativeErr`: max |a − b| / |b|, with machine epsilon added to both where b is 0,
+    /// in float32 for pairs of f32, f16, bf16 and fp8 tensors (as msprobe computes it).
     pub max_rel_err: Option<f64>,
-    /// `One Thousandth Err Ratio`: the share of elements with relative error < 0.001.
+    /// `One Thousandth Err Ratio`: the share of elements with relative error < 0.001 (the
+    /// ratios, `Cosine` and `EucDist` need 2 or more elements).
     pub one_thousandth: Option<f64>,
     /// `Five Thousandths Err Ratio`: below 0.005.
     pub five_thousandths: Option<f64>,
@@ -270,6 +277,10 @@ pub struct Alignment {
     pub culprit_index: Option<(usize, usize)>,
     /// Records one side lacks, evidence left out, bases used.
     pub notes: Vec<String>,
+    /// Every measured record in (rank, step, seq) order, when [`AlignOptions::every_record`]
+    /// asks for them (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<AlignedRecord>,
 }
 
 impl Alignment {
@@ -312,18 +323,79 @@ struct Measure {
     note: Option<String>,
 }
 
-/// Measures two tensors of equal element counts in one pass, in `f64`, as msprobe's compare
-/// does: non-finite elements at the same places on both sides are set to 0 first; at different
-/// places the pair is an error.
-fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
+/// msprobe's `format_value`: the number rounded to `decimals` decimal places, as Python's
+/// `float('{:.12f}'.format(v))` does (both round the exact binary value, ties to even).
+fn msprobe_round(v: f64, decimals: usize) -> f64 {
+    if v.is_finite() {
+        format!("{v:.decimals$}").parse().unwrap_or(v)
+    } else {
+        v
+    }
+}
+
+/// Whether msprobe computes a pair's relative errors in `float32`: its compare reads bf16 and
+/// fp8 tensors as float32, f16 as float16 and casts integers and booleans to float64, then
+/// works in `np.result_type(a, b, np.float32)` (msprobe/core/compare/utils.py,
+/// `get_relative_err`): float32 unless a side is float64 or not a float.
+fn relative_in_f32(a: DType, b: DType) -> bool {
+    let narrow = |d: DType| {
+        matches!(
+            d,
+            DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+        )
+    };
+    narrow(a) && narrow(b)
+}
+
+/// One element's relative error as msprobe's `get_relative_err` computes it: `|(a − b) / b|`
+/// in the pair's working precision, with that precision's machine epsilon added to both
+/// sides where `b` is 0.
+fn relative_error(x: f64, y: f64, in_f32: bool) -> f64 {
+    if in_f32 {
+        // Exact: the values are f32, f16, bf16 or fp8 ones.
+        let (mut n, mut b) = (x as f32, y as f32);
+        if b == 0.0 {
+            n += f32::EPSILON;
+            b += f32::EPSILON;
+        }
+        f64::from(((n - b) / b).abs())
+    } else {
+        let (mut n, mut b) = (x, y);
+        if b == 0.0 {
+            n += f64::EPSILON;
+            b += f64::EPSILON;
+        }
+        ((n - b) / b).abs()
+    }
+}
+
+/// Measures two tensors of equal element counts in one pass, in `f64`, with msprobe 26.2's
+/// definitions (its compare's columns; docs/align.md, "Checked against msprobe"):
+/// - NaN and infinities at the same places on both sides (an infinity of either sign) are set
+///   to 0 first; at different places the pair is an error without metrics;
+/// - `Cosine` and `EucDist` and the ratios need 2 or more elements (msprobe squeezes a tensor's
+///   dimensions of size 1, and a single value is a 0-d array it does not measure so);
+///   `MaxAbsErr`, `MaxRelativeErr`, `Cosine` and the ratios are rounded to 12 decimals, as
+///   msprobe's `format_value`, and a cosine above 0.9999 to 6, as its compare rounds it;
+/// - relative errors are computed in the working precision of [`relative_in_f32`] (float32
+///   for f32, f16, bf16 and fp8 pairs), and compared with 0.001 and 0.005 in it.
+fn measure_tensors(a: &Tensor, b: &Tensor) -> Measure {
+    let in_f32 = relative_in_f32(a.dtype(), b.dtype());
+    let (t1, t5) = if in_f32 {
+        (f64::from(1e-3f32), f64::from(5e-3f32))
+    } else {
+        (1e-3, 5e-3)
+    };
     /// Elements converted at a time: both sides' chunks stay in the L1 cache.
     const CHUNK: usize = 1024;
     let n = b.len().min(a.len());
     let mut mismatched = 0u64;
     let mut first_mismatch = None;
+    let mut opposite = 0u64;
+    let mut first_opposite = None;
     let (mut max_abs, mut sq, mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64, 0.0, 0.0);
     let (mut max_rel, mut in1, mut in5) = (0.0f64, 0u64, 0u64);
-    let (mut magnitude, mut sum) = (0.0f64, 0.0f64);
+    let (mut magnitude, mut sum, mut sum_sq) = (0.0f64, 0.0f64, 0.0f64);
     let (mut xs, mut ys) = ([0.0f64; CHUNK], [0.0f64; CHUNK]);
     let mut start = 0;
     while start < n {
@@ -336,11 +408,18 @@ fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
                 // The reference's scale counts every finite element, matched or not.
                 magnitude = magnitude.max(y.abs());
                 sum += y;
-                nb += y * y;
+                sum_sq += y * y;
             }
             let (x, y) = match (x.is_finite(), y.is_finite()) {
                 (true, true) => (x, y),
-                (false, false) if x.is_nan() == y.is_nan() && (x.is_nan() || x == y) => (0.0, 0.0),
+                (false, false) if x.is_nan() == y.is_nan() => {
+                    // msprobe matches the places of NaN and of infinities, not their signs.
+                    if x != y && !x.is_nan() {
+                        opposite += 1;
+                        first_opposite.get_or_insert((start + k, x, y));
+                    }
+                    (0.0, 0.0)
+                }
                 _ => {
                     mismatched += 1;
                     first_mismatch.get_or_insert((start + k, x, y));
@@ -352,11 +431,16 @@ fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
             sq += d * d;
             dot += x * y;
             na += x * x;
-            // msprobe: epsilon added to both sides where the bench is 0.
-            let rel = if y == 0.0 { d / eps } else { d / y.abs() };
-            max_rel = max_rel.max(rel);
-            in1 += u64::from(rel < 1e-3);
-            in5 += u64::from(rel < 5e-3);
+            nb += y * y;
+            let rel = relative_error(x, y, in_f32);
+            // np.max propagates a NaN.
+            max_rel = if rel.is_nan() || max_rel.is_nan() {
+                f64::NAN
+            } else {
+                max_rel.max(rel)
+            };
+            in1 += u64::from(rel < t1);
+            in5 += u64::from(rel < t5);
         }
         start += len;
     }
@@ -364,7 +448,7 @@ fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
     let variance = if n == 0 {
         0.0
     } else {
-        (nb / n as f64 - mean * mean).max(0.0)
+        (sum_sq / n as f64 - mean * mean).max(0.0)
     };
     let mut m = Measure {
         error: max_abs,
@@ -380,24 +464,52 @@ fn measure_tensors(a: &Tensor, b: &Tensor, eps: f64) -> Measure {
         ));
         return m;
     }
+    if let Some((k, x, y)) = first_opposite {
+        m.error = f64::INFINITY;
+        m.note = Some(format!(
+            "infinities of opposite signs: {opposite} elements, the first at flat index {k} \
+             (A {x}, B {y})"
+        ));
+    }
+    if n == 0 {
+        return m;
+    }
+    let vector = n >= 2;
     let norm_tiny = f64::EPSILON;
-    let cosine = if n < 2 || (na.sqrt() <= norm_tiny && nb.sqrt() <= norm_tiny) {
-        (n >= 2).then_some(1.0)
-    } else if na.sqrt() <= norm_tiny || nb.sqrt() <= norm_tiny {
+    let (norm_a, norm_b) = (na.sqrt(), nb.sqrt());
+    let cosine = if !vector || (norm_a <= norm_tiny) != (norm_b <= norm_tiny) {
         None
+    } else if norm_a <= norm_tiny {
+        Some(1.0)
     } else {
-        Some(dot / (na.sqrt() * nb.sqrt()))
+        let c = dot / (norm_a * norm_b);
+        let c = msprobe_round(c, 12);
+        (!c.is_nan()).then(|| if c > 0.9999 { msprobe_round(c, 6) } else { c })
     };
     m.metrics = AlignMetrics {
         cosine,
-        euc_dist: Some(sq.sqrt()),
-        max_abs_err: Some(max_abs),
-        max_rel_err: Some(max_rel),
-        one_thousandth: (n > 0).then(|| in1 as f64 / n as f64),
-        five_thousandths: (n > 0).then(|| in5 as f64 / n as f64),
+        euc_dist: vector.then(|| sq.sqrt()),
+        max_abs_err: Some(msprobe_round(max_abs, 12)),
+        max_rel_err: (!max_rel.is_nan()).then(|| msprobe_round(max_rel, 12)),
+        one_thousandth: vector.then(|| msprobe_round(in1 as f64 / n as f64, 12)),
+        five_thousandths: vector.then(|| msprobe_round(in5 as f64 / n as f64, 12)),
         stat_diffs: None,
     };
     m
+}
+
+/// msprobe's metrics of two equal tensors of `n` elements (what [`measure_tensors`] gives them).
+fn equal_metrics(n: u64) -> AlignMetrics {
+    let vector = n >= 2;
+    AlignMetrics {
+        cosine: vector.then_some(1.0),
+        euc_dist: vector.then_some(0.0),
+        max_abs_err: (n > 0).then_some(0.0),
+        max_rel_err: (n > 0).then_some(0.0),
+        one_thousandth: vector.then_some(1.0),
+        five_thousandths: vector.then_some(1.0),
+        stat_diffs: None,
+    }
 }
 
 /// The spread a relative error is measured against: the standard deviation, at least a
@@ -516,6 +628,7 @@ pub fn align_dumps(
         series: Vec::new(),
         culprit_index: None,
         notes: Vec::new(),
+        records: Vec::new(),
     };
     let mut only = [0u64; 2];
     let mut first_names: [Option<String>; 2] = [None, None];
@@ -639,12 +752,6 @@ fn align_step(
         };
         // Exact dtypes stay exact; floating ones get at least the run's precision.
         let u = if u > 0.0 { u.max(floor) } else { u };
-        // msprobe: the epsilon of the wider of f32 and the pair's type, added where b is 0.
-        let eps = if u > 0.0 && u < 2f64.powi(-30) {
-            f64::EPSILON
-        } else {
-            f64::from(f32::EPSILON)
-        };
         let mut from_tensors = false;
         let measure = if la.shape != lb.shape {
             Measure {
@@ -657,16 +764,22 @@ fn align_step(
                 ..Measure::default()
             }
         } else if !x.digest.is_none() && x.digest == y.digest && la.dtype == lb.dtype {
-            // Bitwise equal: nothing to measure (and no tensor to read).
+            // Bitwise equal: nothing to measure (and no tensor to read); the metrics are those
+            // of equal tensors.
+            let mut metrics = equal_metrics(lb.num_elements());
+            if let (Some(s), Some(t)) = (ba.stats(i), bb.stats(j)) {
+                metrics.stat_diffs = measure_stats(s, t, lb.num_elements()).metrics.stat_diffs;
+            }
             Measure {
                 magnitude: 0.0,
+                metrics,
                 ..Measure::default()
             }
         } else {
             match (sa.tensor(x)?, sb.tensor(y)?) {
                 (Some(ta), Some(tb)) => {
                     from_tensors = true;
-                    measure_tensors(&ta, &tb, eps)
+                    measure_tensors(&ta, &tb)
                 }
                 _ => match (ba.stats(i), bb.stats(j)) {
                     (Some(s), Some(t)) => {
@@ -705,6 +818,9 @@ fn align_step(
         );
         out.num_records += 1;
         out.counts[record.verdict as usize] += 1;
+        if options.every_record {
+            out.records.push(record.clone());
+        }
         series.push(if record.excess.is_finite() {
             record.excess as f32
         } else {
@@ -1106,5 +1222,144 @@ mod tests {
         assert_eq!(unit_roundoff("Float16"), Some(2f64.powi(-11)));
         assert_eq!(unit_roundoff("torch.int64"), Some(0.0));
         assert_eq!(unit_roundoff("quaternion"), None);
+    }
+}
+
+#[cfg(test)]
+mod msprobe_parity {
+    //! msprobe 26.2's own numbers for small pairs (its `ValidateTensor` then `compare_ops_apply`,
+    //! run on these arrays in target/venv-msprobe): `measure_tensors` must give them exactly.
+    use super::*;
+    use crate::value::tensor::TensorData;
+
+    fn f32s(v: &[f32]) -> Tensor {
+        Tensor::new(vec![v.len()], TensorData::F32(v.to_vec())).unwrap()
+    }
+
+    fn f64s(v: &[f64]) -> Tensor {
+        Tensor::new(vec![v.len()], TensorData::F64(v.to_vec())).unwrap()
+    }
+
+    /// (cosine, euc_dist, max_abs_err, max_rel_err, one_thousandth, five_thousandths).
+    type Six = [Option<f64>; 6];
+
+    fn six(m: &AlignMetrics) -> Six {
+        [
+            m.cosine,
+            m.euc_dist,
+            m.max_abs_err,
+            m.max_rel_err,
+            m.one_thousandth,
+            m.five_thousandths,
+        ]
+    }
+
+    fn assert_six(got: Six, want: Six) {
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            match (g, w) {
+                (Some(g), Some(w)) => assert!(
+                    (g - w).abs() <= 1e-15 * w.abs().max(1.0),
+                    "column {k}: {g} vs msprobe's {w} ({got:?})"
+                ),
+                _ => assert_eq!(*g, w, "column {k} ({got:?})"),
+            }
+        }
+    }
+
+    const A: [f64; 7] = [1.0, 3.003, 0.001, 0.0, -2.5, 1e-3, 7.0];
+    const B: [f64; 7] = [1.000_000_1, 3.0, 0.0, 0.0, -2.4999, 1.001e-3, 7.0];
+
+    #[test]
+    fn float32_relative_errors_and_rounding() {
+        let (a, b) = (A.map(|x| x as f32), B.map(|x| x as f32));
+        let m = measure_tensors(&f32s(&a), &f32s(&b));
+        assert!(m.note.is_none());
+        assert_six(
+            six(&m.metrics),
+            [
+                Some(1.0),
+                Some(0.003_163_875_231_757_658),
+                Some(0.003_000_020_981),
+                Some(8_388.608_398_437_5),
+                Some(0.714_285_714_286),
+                Some(0.857_142_857_143),
+            ],
+        );
+    }
+
+    #[test]
+    fn float64_relative_errors() {
+        let m = measure_tensors(&f64s(&A), &f64s(&B));
+        assert_six(
+            six(&m.metrics),
+            [
+                Some(1.0),
+                Some(0.003_163_858_563_526_619_8),
+                Some(0.003),
+                Some(4_503_599_627_370.496),
+                Some(0.714_285_714_286),
+                Some(0.857_142_857_143),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_single_value_has_no_cosine_distance_or_ratios() {
+        let m = measure_tensors(&f32s(&[2.0]), &f32s(&[1.0]));
+        assert_six(
+            six(&m.metrics),
+            [None, None, Some(1.0), Some(1.0), None, None],
+        );
+    }
+
+    #[test]
+    fn non_finite_values_at_the_same_places_are_zeroed() {
+        let a = [f32::INFINITY, f32::NAN, 1.0, 2.0];
+        let b = [f32::NEG_INFINITY, f32::NAN, 1.5, 2.0];
+        let m = measure_tensors(&f32s(&a), &f32s(&b));
+        assert_six(
+            six(&m.metrics),
+            [
+                Some(0.983_869_910_1),
+                Some(0.5),
+                Some(0.5),
+                Some(0.333_333_343_267),
+                Some(0.75),
+                Some(0.75),
+            ],
+        );
+        // Infinities of opposite signs: msprobe's metrics, and an error of ours.
+        assert!(m.note.unwrap().contains("opposite signs"));
+        let m = measure_tensors(&f32s(&[f32::INFINITY, 1.0]), &f32s(&[1.0, 1.0]));
+        assert_six(six(&m.metrics), [None; 6]);
+        assert!(m.note.unwrap().contains("different places"));
+    }
+
+    #[test]
+    fn zeros() {
+        let m = measure_tensors(&f32s(&[0.0, 0.0]), &f32s(&[0.0, 0.0]));
+        let want = [
+            Some(1.0),
+            Some(0.0),
+            Some(0.0),
+            Some(0.0),
+            Some(1.0),
+            Some(1.0),
+        ];
+        assert_six(six(&m.metrics), want);
+        assert_six(six(&equal_metrics(2)), want);
+        // A zero bench: no cosine (msprobe's `Nan`), epsilon added to both sides.
+        let m = measure_tensors(&f32s(&[1.0, 2.0]), &f32s(&[0.0, 0.0]));
+        assert_six(
+            six(&m.metrics),
+            [
+                None,
+                Some(2.236_067_977_499_79),
+                Some(2.0),
+                Some(16_777_215.0),
+                Some(0.0),
+                Some(0.0),
+            ],
+        );
     }
 }

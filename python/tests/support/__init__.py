@@ -247,6 +247,34 @@ def _fork():
         raise ImportError("os.fork is POSIX")
 
 
+def _msprobe():
+    """The Python interpreter that imports msprobe (mindstudio-probe): $DETCHECK_MSPROBE_PYTHON,
+    else target/venv-msprobe's (scripts/install-msprobe.sh), else this one."""
+    candidates = [os.environ.get("DETCHECK_MSPROBE_PYTHON"), ROOT / "target" / "venv-msprobe"]
+    for candidate in candidates:
+        if not candidate:
+            continue
+        python = Path(candidate)
+        if python.is_dir():
+            python = python / "bin" / "python"
+        if python.exists():
+            break
+    else:
+        python = Path(sys.executable)
+    found = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u; print(u.find_spec('msprobe') is not None)",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if found.stdout.strip() != "True":
+        raise ImportError(f"{python} cannot import msprobe")
+    return str(python)
+
+
 #: name -> (probe: returns what `requires` returns or raises ImportError, the variables that make
 #: it required, where it comes from).
 _NEEDS = {
@@ -285,6 +313,11 @@ _NEEDS = {
         "MindSpore 2.10 needs numpy<2)",
     ),
     "fork": (_fork, (), "a POSIX system"),
+    "msprobe": (
+        _msprobe,
+        ("DETCHECK_REQUIRE_MSPROBE",),
+        "scripts/install-msprobe.sh installs it into target/venv-msprobe",
+    ),
     "slurm": (
         _slurm,
         ("DETCHECK_REQUIRE_SLURM",),
@@ -305,8 +338,9 @@ def requires(name):
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
     ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
-    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``) or slurm
-    (``srun`` and a node that is up)."""
+    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
+    (``srun`` and a node that is up) or msprobe (returns the path of a Python interpreter that
+    imports it, which need not be this one)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")

@@ -1,0 +1,370 @@
+"""`detcheck compare --align` checked against msprobe 26.2 (mindstudio-probe, installed by
+scripts/install-msprobe.sh) on dumps that msprobe writes itself (docs/align.md, "Checked against
+msprobe").
+
+examples/programs/python/align/msprobe_two_devices.py is run as the reference ("device b") and
+as another device ("device a") with a planted bug: an approximate GELU kernel (errors ~1e-4 in
+float32) or a gross error (one block's up projection doubled), each dumped by msprobe's
+PrecisionDebugger at level mix in its tensor and statistics modes, and recorded by `detcheck run
+--mode full`. Then:
+- msprobe's own compare (`msprobe compare -tp A/dump.json -gp B/dump.json --xlsx`) and `detcheck
+  compare --align --every-record --format json` measure the same pairs: every metric msprobe
+  computed (Cosine, EucDist, MaxAbsErr, MaxRelativeErr, the One/Five Thousandth Err Ratios; in
+  statistics mode the Max/Min/Mean/L2norm diffs) equals detcheck's to 1e-6 relative (1e-12
+  absolute near 0), row by row, and where msprobe gives no number detcheck gives none;
+- verdicts: on the GELU pair msprobe passes the GELU module's forward rows (every row of it in
+  tensor mode) and first flags another module, while detcheck names the GELU as the first
+  culprit; on the gross pair both flag the up projection first;
+- msprobe's statistics and tensor dumps and detcheck's own traces of the same runs give detcheck
+  the same verdict and the same culprit module (but for the GELU pair's mix tensor dumps:
+  KNOWN_LIMIT below, an expected failure).
+
+Skips where no interpreter imports msprobe; fails instead where DETCHECK_REQUIRE_MSPROBE is set
+(.ci/run's msprobe section).
+"""
+
+import json
+import math
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from support import PROGRAMS, requires, run_detcheck
+
+MSPROBE_PYTHON = requires("msprobe")
+PROGRAM = PROGRAMS / "align" / "msprobe_two_devices.py"
+STEPS = ["--steps", "1"]
+
+#: The runs: the reference ("device b") and the other device with each planted bug.
+RUNS = {
+    "reference": ["--device-kind", "reference"],
+    "gelu": ["--device-kind", "other", "--bug", "approx_gelu"],
+    "gross": ["--device-kind", "other", "--bug", "gross_scale"],
+}
+#: The module of each planted bug (its place in the model).
+BUGGY_MODULE = {"gelu": "blocks.1.act", "gross": "blocks.1.up"}
+#: msprobe's dump tasks: statistics and tensor mode.
+TASKS = ["statistics", "tensor"]
+
+#: msprobe's tensor-mode columns and detcheck's metrics.
+TENSOR_COLUMNS = {
+    "Cosine": "cosine",
+    "EucDist": "euc_dist",
+    "MaxAbsErr": "max_abs_err",
+    "MaxRelativeErr": "max_rel_err",
+    "One Thousandth Err Ratio": "one_thousandth",
+    "Five Thousandths Err Ratio": "five_thousandths",
+}
+#: msprobe's statistics-mode columns and the index in detcheck's `stat_diffs`.
+STATS_COLUMNS = {"Max diff": 0, "Min diff": 1, "Mean diff": 2, "L2norm diff": 3}
+
+# Reads msprobe's result workbook with msprobe's own pandas (not in detcheck's environment).
+READ_XLSX = """
+import json, sys
+import pandas as pd
+frame = pd.read_excel(sys.argv[1], dtype=object)
+rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+        for r in frame.to_dict(orient="records")]
+print(json.dumps(rows))
+"""
+
+
+def msprobe_dump(folder, task, flags):
+    """Runs the program under msprobe's PrecisionDebugger (level mix, every step and rank)."""
+    config = folder.with_suffix(".json")
+    config.write_text(
+        json.dumps(
+            {
+                "task": task,
+                "dump_path": str(folder),
+                "rank": [],
+                "step": [],
+                "level": "mix",
+                task: {"scope": [], "list": [], "data_mode": ["all"]}
+                | ({"summary_mode": "statistics"} if task == "statistics" else {}),
+            }
+        )
+    )
+    done = subprocess.run(
+        [MSPROBE_PYTHON, str(PROGRAM), *STEPS, *flags, "--msprobe-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder
+
+
+def detcheck_trace(detcheck_bin, folder, flags):
+    """Records the program with `detcheck run --mode full` (no msprobe)."""
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        folder,
+        "--mode",
+        "full",
+        "--",
+        sys.executable,
+        PROGRAM,
+        *STEPS,
+        *flags,
+        code=0,
+        timeout=900,
+    )
+    return folder
+
+
+def step_folder(dump):
+    """msprobe's folder of step 0 (`step0/proc<PID>` for a process without a rank)."""
+    (folder,) = (dump / "step0").iterdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory, detcheck_bin):
+    """Every run dumped by msprobe in both tasks and recorded by detcheck, two at a time:
+    {(run, "statistics" | "tensor" | "trace"): folder}."""
+    root = tmp_path_factory.mktemp("msprobe")
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for run, flags in RUNS.items():
+            for task in TASKS:
+                jobs[run, task] = pool.submit(msprobe_dump, root / f"{run}-{task}", task, flags)
+            jobs[run, "trace"] = pool.submit(
+                detcheck_trace, detcheck_bin, root / f"{run}-trace", flags
+            )
+        return {key: job.result() for key, job in jobs.items()}
+
+
+def msprobe_compare(a, b, out):
+    """msprobe's compare of step 0 of two dumps (B the bench), its workbook's rows."""
+    done = subprocess.run(
+        [
+            str(Path(MSPROBE_PYTHON).parent / "msprobe"),
+            "compare",
+            "-tp",
+            str(step_folder(a) / "dump.json"),
+            "-gp",
+            str(step_folder(b) / "dump.json"),
+            "-o",
+            str(out),
+            "--xlsx",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (workbook,) = out.glob("*.xlsx")
+    read = subprocess.run(
+        [MSPROBE_PYTHON, "-c", READ_XLSX, str(workbook)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(read.stdout)
+
+
+def align(detcheck_bin, a, b):
+    """`detcheck compare --align --every-record --format json A B`: its alignment."""
+    run = run_detcheck(
+        detcheck_bin, "compare", "--align", "--every-record", "--format", "json", a, b
+    )
+    assert run.code in (0, 1), run.out
+    (line,) = run.lines
+    assert line["exit_code"] == run.code and line["aligned"] == (run.code == 0), line
+    return line["alignment"]
+
+
+@pytest.fixture(scope="module")
+def compared(dumps, detcheck_bin, tmp_path_factory):
+    """msprobe's compare and detcheck's alignment of each pair, each task:
+    {(pair, task): (msprobe's rows, detcheck's alignment)}."""
+    root = tmp_path_factory.mktemp("compare")
+    out = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for pair in BUGGY_MODULE:
+            for task in TASKS:
+                a, b = dumps[pair, task], dumps["reference", task]
+                rows = pool.submit(msprobe_compare, a, b, root / f"{pair}-{task}")
+                out[pair, task] = (rows, align(detcheck_bin, a, b))
+        return {key: (rows.result(), alignment) for key, (rows, alignment) in out.items()}
+
+
+def number(value):
+    """A cell of msprobe's workbook as a number; None for its words (`unsupported`, `N/A`)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if math.isnan(value) else float(value)
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        return None
+    return None if math.isnan(x) else x
+
+
+def parity(rows, alignment, task):
+    """Checks each metric of each row msprobe computed against detcheck's; returns (values
+    compared, the largest relative difference)."""
+    records = {(r["step"], r["name"]): r for r in alignment["records"]}
+    compared, worst = 0, 0.0
+    columns = TENSOR_COLUMNS if task == "tensor" else STATS_COLUMNS
+    for row in rows:
+        name = row["NPU Name"]
+        theirs = {column: number(row.get(column)) for column in columns}
+        if not str(row.get("NPU Dtype")).startswith("torch.") or all(
+            v is None for v in theirs.values()
+        ):
+            # A non-tensor argument (`<class 'int'>`: not a record of detcheck's), or nothing
+            # msprobe could compute.
+            continue
+        record = records.get((0, name))
+        assert record is not None, f"msprobe's row `{name}` has no record in detcheck's alignment"
+        metrics = record["metrics"]
+        for column, key in columns.items():
+            if task == "tensor":
+                ours = metrics[key]
+            else:
+                diffs = metrics["stat_diffs"]
+                ours = None if diffs is None else diffs[key]
+            if theirs[column] is None:
+                assert ours is None, (
+                    f"`{name}` {column}: msprobe gives {row[column]!r}, detcheck {ours}"
+                )
+                continue
+            assert ours is not None, f"`{name}` {column}: msprobe {theirs[column]}, detcheck none"
+            assert math.isclose(ours, theirs[column], rel_tol=1e-6, abs_tol=1e-12), (
+                f"`{name}` {column}: msprobe {theirs[column]!r}, detcheck {ours!r}"
+            )
+            compared += 1
+            if abs(theirs[column]) > 1e-12:
+                worst = max(worst, abs(ours - theirs[column]) / abs(theirs[column]))
+    return compared, worst
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("pair", list(BUGGY_MODULE))
+def test_metrics_equal_msprobes(compared, pair, task):
+    rows, alignment = compared[pair, task]
+    values, worst = parity(rows, alignment, task)
+    # Every tensor row was compared: 313 of the 334 rows are tensors, with 6 numbers each in
+    # tensor mode (fewer for single values) and 4 in statistics mode.
+    assert len(rows) > 300 and values >= 4 * 300, (len(rows), values)
+    print(f"{pair} {task}: {len(rows)} rows, {values} values, max relative difference {worst:.3g}")
+
+
+# --- Names: msprobe's records and detcheck's, as the module they belong to ------------------------
+
+_MODULE = re.compile(r"^Module\.(?P<path>.+)\.[A-Za-z_]\w*\.(forward|backward|parameters_grad)\.")
+_CALL = re.compile(r"^(?P<call>.+?\.\d+\.(forward|backward))\.")
+
+
+def module_of(name, construct):
+    """The module (`blocks.1.act`) of a record: msprobe's `Module.<path>.<Class>.forward.0...`,
+    an API call inside one (construct.json gives its parent), or detcheck's `fwd/<path>`,
+    `grad/<path>.<param>`."""
+    for prefix in ("fwd/",):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    for prefix in ("grad/", "param/"):
+        if name.startswith(prefix):
+            return name[len(prefix) :].rsplit(".", 1)[0]
+    m = _MODULE.match(name)
+    if m:
+        return m["path"]
+    call = _CALL.match(name)
+    if call:
+        parent = construct.get(call["call"]) or construct.get(
+            call["call"].replace(".backward", ".forward")
+        )
+        if parent:
+            return module_of(parent + ".", construct)
+    return name
+
+
+def construct_of(dump):
+    path = step_folder(dump) / "construct.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+#: msprobe's tensor dumps at level mix hold the API records inside the LayerNorms, among them
+#: the row means of the recentred, shifted residual stream (nearly constant: their spread is
+#: floored at a thousandth of their magnitude), whose rounding is a relative error 30x the
+#: stream's; with no data flow, detcheck's rule lets every later record inherit it, so the GELU's
+#: error is within its allowance (0.62x) and a LayerNorm's backward is named instead
+#: (docs/align.md, "Checked against msprobe": a limit of the rule). strict: a fix of the rule
+#: turns this into a failure, to be flipped into a plain case.
+KNOWN_LIMIT = pytest.mark.xfail(
+    strict=True,
+    reason="no data flow: the row means' rounding, inherited, hides the GELU in mix tensor dumps",
+)
+
+
+@pytest.mark.parametrize(
+    ("pair", "source"),
+    [
+        ("gelu", "statistics"),
+        pytest.param("gelu", "tensor", marks=KNOWN_LIMIT),
+        ("gross", "statistics"),
+        ("gross", "tensor"),
+    ],
+)
+def test_same_culprit_from_msprobe_dumps_and_traces(dumps, detcheck_bin, pair, source):
+    """detcheck's verdict and first culprit on msprobe's dump of a task are those on detcheck's
+    own traces of the same runs: not aligned, the culprit at step 0 in the buggy module."""
+    found = {}
+    for kind in (source, "trace"):
+        a, b = dumps[pair, kind], dumps["reference", kind]
+        alignment = align(detcheck_bin, a, b)
+        culprit = alignment["culprit"]
+        assert culprit is not None, (kind, alignment["notes"])
+        assert culprit["step"] == 0 and culprit["blame"] == "own", culprit
+        construct = construct_of(a) if kind != "trace" else {}
+        found[kind] = module_of(culprit["name"], construct), culprit["name"]
+    assert {m for m, _ in found.values()} == {BUGGY_MODULE[pair]}, found
+
+
+def verdicts(rows):
+    """msprobe's Result column (pass, warning, error) by row name."""
+    return {row["NPU Name"]: row["Result"] for row in rows}
+
+
+def test_gelu_passes_msprobe_and_is_detchecks_culprit(compared, dumps):
+    """The approximate GELU (errors ~2.5e-4 in float32, ~190 roundoffs at its magnitude):
+    msprobe passes every forward row of the GELU module in both tasks (and every row of it in
+    tensor mode), and the first row it flags is another module's; detcheck names the GELU as
+    the first culprit on msprobe's statistics dump (and on its own traces, above)."""
+    for task in TASKS:
+        rows, alignment = compared["gelu", task]
+        construct = construct_of(dumps["gelu", task])
+        results = verdicts(rows)
+        gelu = {n: v for n, v in results.items() if module_of(n, construct) == "blocks.1.act"}
+        forward = {n: v for n, v in gelu.items() if ".forward." in n}
+        assert len(forward) >= 2 and set(forward.values()) == {"pass"}, (task, gelu)
+        if task == "tensor":
+            assert set(gelu.values()) == {"pass"}, gelu
+        flagged = [n for n, v in results.items() if v != "pass"]
+        assert flagged and module_of(flagged[0], construct) != "blocks.1.act", (task, flagged)
+        if task == "statistics":
+            culprit = alignment["culprit"]
+            assert module_of(culprit["name"], construct) == "blocks.1.act", (task, culprit)
+            assert culprit["blame"] == "own" and culprit["verdict"] != "aligned", culprit
+
+
+def test_gross_error_flagged_by_both(compared, dumps):
+    """A gross error (one block's up projection doubled): msprobe's first row that is not a pass
+    is the up projection's, and detcheck's first culprit is the same module."""
+    for task in TASKS:
+        rows, alignment = compared["gross", task]
+        construct = construct_of(dumps["gross", task])
+        errors = [row["NPU Name"] for row in rows if row["Result"] == "error"]
+        assert errors, task
+        assert module_of(errors[0], construct) == "blocks.1.up", (task, errors)
+        culprit = alignment["culprit"]
+        assert module_of(culprit["name"], construct) == "blocks.1.up", (task, culprit)
+        assert culprit["verdict"] == "error", culprit
