@@ -16,6 +16,9 @@ one (``_APPLY``, one function per name; a test checks the two lists agree):
   2**32), ``torch.manual_seed`` (the CPU's and every CUDA device's generators).
 - ``torch.use_deterministic_algorithms(True)``, ``torch.backends.cudnn.deterministic = True``,
   ``torch.backends.cudnn.benchmark = False``.
+- ``torch._inductor.config.deterministic = True``: set on the config when it is imported
+  already; otherwise as ``TORCHINDUCTOR_DETERMINISTIC=1`` in ``os.environ``, which the config
+  reads when torch.compile first imports it (importing it here would cost seconds at start-up).
 
 Determinism: every value set is a function of ``seed``; nothing reads the clock or OS entropy.
 Limits: generators the program makes itself (``torch.Generator()``, ``np.random.default_rng()``)
@@ -100,6 +103,15 @@ def _cudnn(name: str, flag: bool) -> Callable[[int, str], tuple[bool, str]]:
     return _with_torch(apply)
 
 
+def _inductor(seed: int, value: str) -> tuple[bool, str]:
+    config: Any = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.deterministic = True
+    else:
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    return True, ""
+
+
 #: How to apply each setting of the hint table: ``(seed, value) -> (applied, note)``.
 _APPLY = {
     "PYTHONHASHSEED": _hash_seed,
@@ -112,6 +124,7 @@ _APPLY = {
     ),
     "torch.backends.cudnn.deterministic": _cudnn("deterministic", True),
     "torch.backends.cudnn.benchmark": _cudnn("benchmark", False),
+    "torch._inductor.config.deterministic": _inductor,
 }
 
 #: The seeds; with ``deterministic=False`` only these are applied.
