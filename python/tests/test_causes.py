@@ -114,8 +114,9 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
         # Its cache, larger than what a launch's private folder copies: linked, so changed.
         subprocess.run([sys.executable, script, "--make-cache"], cwd=tmp_path, check=True)
     # The drill-down (re-runs) only where the class rests on it: the hash seed's third run and
-    # the operator finding; the other classes rest on the recorded evidence alone.
-    drill = kind in ("hash_order", "value_from_outside")
+    # the operator finding (clock_jitter); the other classes rest on the recorded evidence alone
+    # (batch_noise: its `data/outside` records).
+    drill = kind == "hash_order" or name == "clock_jitter"
     flags = ("--format", "json") if drill else ("--format", "json", "--no-diagnosis")
     for _ in range(runs("DETCHECK_CAUSE_RUNS")):
         done = one_liner(
