@@ -6,7 +6,11 @@ unrecorded and against msprobe's dump (mindstudio-probe), step time side by side
 
 The model is an MLP (``--sizes``: Linear layers with ReLU between them), batch ``--batch`` (256),
 one fixed batch of random data, cross-entropy, SGD with momentum (or ``--optimizer adam``), on
-the CPU with one torch thread. Contenders (``--contenders``, comma-separated):
+the CPU with one torch thread. With ``--numpy-batch`` the batch is a numpy array that enters
+torch at every step, as a loop that reads its data with numpy does (``torch.from_numpy`` for
+the inputs, ``torch.as_tensor`` for the labels): what the zero-change recorder's digest of
+values entering torch costs (docs/causes.md, ``data/outside``). Contenders (``--contenders``,
+comma-separated):
 
 - ``off``: the model unrecorded; ``off2``: the same again, a control that shows the noise;
 - ``detcheck-stats`` / ``detcheck-md5``: ``detcheck.torch.watch(model, writer, optimizer)`` on a
@@ -224,11 +228,18 @@ def run_trial(args, folder):
     elif contender.startswith("msprobe-"):
         debugger = msprobe_debugger(contender, folder)
 
+    if args.numpy_batch:
+        x_numpy, y_numpy = x.numpy(), y.numpy()
+
     def step():
         if debugger is not None:
             debugger.start(model)
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        if args.numpy_batch:
+            xb, yb = torch.from_numpy(x_numpy), torch.as_tensor(y_numpy)
+        else:
+            xb, yb = x, y
+        loss_fn(model(xb), yb).backward()
         optimizer.step()
         if debugger is not None:
             debugger.stop()
@@ -310,6 +321,8 @@ def run_child(args, contender, check):
     ]
     if check:
         cmd.append("--check")
+    if args.numpy_batch:
+        cmd.append("--numpy-batch")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     launch = None
     if contender.startswith("auto-"):
@@ -389,6 +402,11 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     parser.add_argument(
+        "--numpy-batch",
+        action="store_true",
+        help="the batch enters torch from numpy at every step (torch.from_numpy, as_tensor)",
+    )
+    parser.add_argument(
         "--contenders",
         default=",".join(CONTENDERS),
         help=f"comma-separated, from {','.join(ALL_CONTENDERS)}",
@@ -416,7 +434,8 @@ def main():
     import torch
 
     print(
-        f"MLP {args.sizes.replace(',', '-')}, batch {args.batch}, {args.optimizer}, one thread; "
+        f"MLP {args.sizes.replace(',', '-')}, batch {args.batch}"
+        f"{' (from numpy each step)' if args.numpy_batch else ''}, {args.optimizer}, one thread; "
         f"torch {torch.__version__}; {args.rounds} rounds x {args.steps} timed steps "
         f"(+{args.warmup} warm-up) per trial; load average {os.getloadavg()[0]:.2f}",
         flush=True,

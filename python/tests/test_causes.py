@@ -29,6 +29,8 @@ PLANTED = {
     "init_before_seed": ("initial_parameters", None, "before the first step"),
     "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
     "clock_jitter": ("value_from_outside", "clock_jitter.py:18", "`aten.lift_fresh.default`"),
+    # outside any module: the line where the noisy batch enters torch (`data/outside`)
+    "batch_noise": ("value_from_outside", "batch_noise.py:22", "entered torch at this line"),
     "worker_augment": ("unseeded_generator", "worker_augment.py:16", "made without a seed"),
     "worker_reseed": ("data_values", None, "fetched the same samples"),
     "cache_in_place": ("file_left_behind", None, "changed a file of its working directory"),
@@ -112,8 +114,9 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
         # Its cache, larger than what a launch's private folder copies: linked, so changed.
         subprocess.run([sys.executable, script, "--make-cache"], cwd=tmp_path, check=True)
     # The drill-down (re-runs) only where the class rests on it: the hash seed's third run and
-    # the operator finding; the other classes rest on the recorded evidence alone.
-    drill = kind in ("hash_order", "value_from_outside")
+    # the operator finding (clock_jitter); the other classes rest on the recorded evidence alone
+    # (batch_noise: its `data/outside` records).
+    drill = kind == "hash_order" or name == "clock_jitter"
     flags = ("--format", "json") if drill else ("--format", "json", "--no-diagnosis")
     for _ in range(runs("DETCHECK_CAUSE_RUNS")):
         done = one_liner(
@@ -159,12 +162,17 @@ FIXED_BY = {
     "shuffle_samples": ["random.seed"],  # named by the cause, confirmed by two runs
     "set_order": ["PYTHONHASHSEED"],  # no evidence names a cause: the hash seed is tried first
     "clock_jitter": None,  # a clock read inside the model: no setting fixes it
+    "batch_noise": None,  # numpy noise from a Generator seeded with the clock: none reaches it
     "init_before_seed": ["torch.manual_seed"],  # detcheck's seed comes before the model
     "worker_augment": None,  # a numpy Generator the program made: no setting reaches it
     "worker_reseed": None,  # numpy reseeded from OS entropy in data-loader workers
     "arrival_order": None,  # the order messages arrive in: no setting orders them
     "loader_order": None,  # the loader's own generator, seeded with the pid: no setting reaches it
     "clock_seed": None,  # the program seeds torch from the clock after detcheck's seed
+    # Inductor's CPU kernel adds the tied embedding's gradient with atomics; with deterministic
+    # algorithms it lowers that `index_put` to ATen's kernel (Inductor's own `deterministic`
+    # config does not reach it); the operator cause tries this setting alone first.
+    "nanogpt_compiled": ["torch.use_deterministic_algorithms"],
 }
 
 
@@ -173,7 +181,9 @@ def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detchec
     fixed_by = FIXED_BY[script]
     flags = ("--format", "json", "--deterministic")
     code = 0 if fixed_by else 1
-    done = one_liner(detcheck_bin, script, flags=flags, code=code, ranks=RANKS.get(script, 1))
+    path, planted = script_of(script)
+    ranks = RANKS.get(script, 1)
+    done = one_liner(detcheck_bin, path, *planted, flags=flags, code=code, ranks=ranks)
     (line,) = done.scenarios.values()
     finding = line["deterministic"]
     if fixed_by is None:

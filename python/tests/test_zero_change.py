@@ -34,7 +34,7 @@ DDP = UNMODIFIED / "ddp_train.py"
 requires("torch")
 
 #: The evidence of causes the recorder adds in a launched rank (docs/causes.md).
-EVIDENCE = ("seed/", "rng/", "data/indices", "init/")
+EVIDENCE = ("seed/", "rng/", "data/indices", "data/outside", "init/")
 
 
 def launched(tmp_path, argv, rank="0", world="1", **extra):
@@ -173,6 +173,104 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
     assert all(r["replicated"] == r["name"].startswith(replicated) for r in records)
 
 
+#: A program that makes tensors from outside values every way it can: torch.tensor of lists and
+#: scalars with dtype, device and requires_grad, as_tensor, from_numpy (sharing memory), empty,
+#: large and complex values, inside torch.compile (eager and Inductor, whole graphs), in
+#: TorchScript and in data-loader workers. Each "# at" line is one that must be digested.
+ENTERING = """\
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+a = torch.tensor([[1, 2], [3, 4]])  # at
+assert a.dtype == torch.int64 and a.tolist() == [[1, 2], [3, 4]]
+b = torch.tensor(2.5, dtype=torch.float64, device="cpu", requires_grad=True)  # at
+assert b.requires_grad and b.dtype == torch.float64 and b.item() == 2.5
+c = torch.as_tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device="cpu")  # at
+array = np.ones(3)
+d = torch.from_numpy(array)  # at
+d[0] = 7.0
+assert array[0] == 7.0, "from_numpy still shares the array's memory"
+e = torch.tensor(data=[True, False], dtype=torch.bfloat16)  # at
+f = torch.tensor([1 + 2j, 3j])  # at
+g = torch.tensor([])  # at
+large = torch.from_numpy(np.arange(512 * 512, dtype=np.float64).reshape(512, 512).T)  # at
+assert large[3, 2] == 2 * 512 + 3
+m = torch.tensor([1.0, 2.0], device="meta")
+assert m.device.type == "meta"
+assert torch.as_tensor(a) is a, "a tensor stays itself (and is no outside value)"
+assert isinstance(a, torch.Tensor) and type(a) is torch.Tensor
+assert torch.from_numpy.__name__ == "from_numpy" and torch.tensor.__name__ == "tensor"
+
+
+def scale(x):
+    return x * torch.tensor(2.0) + torch.as_tensor(np.float32(1.0)) + torch.from_numpy(np.ones(3))
+
+
+for backend in ("eager", "inductor"):
+    compiled = torch.compile(scale, backend=backend, fullgraph=True)
+    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 4.0)), backend
+
+
+@torch.jit.script
+def scripted(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.tensor(1.0)
+
+
+assert torch.equal(scripted(torch.zeros(2)), torch.ones(2))
+
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.tensor([i, 2 * i], dtype=torch.float32)
+
+
+if __name__ == "__main__":
+    batches = list(DataLoader(Numbers(), batch_size=4, num_workers=2))
+    assert torch.equal(batches[1][0], torch.tensor([4.0, 8.0]))  # at
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):
+        x = torch.tensor(np.full((2, 3), step, dtype=np.float32))  # at
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print("ran to the end")
+"""
+
+
+def test_values_entering_torch_are_digested_at_the_programs_lines_and_nothing_breaks(tmp_path):
+    """`torch.tensor`, `torch.as_tensor` and `torch.from_numpy` called from the program's lines
+    leave `data/outside` records with those lines (docs/causes.md); what they return is
+    unchanged, compiled and scripted code still compiles (whole graphs), workers note nothing."""
+    program = tmp_path / "entering.py"
+    program.write_text(ENTERING)
+    done, trace = launched(tmp_path, [program])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ran to the end" in done.stdout, done.stdout + done.stderr
+    records = [r for r in decode(trace / "rank0.dctrace") if r["name"] == "data/outside"]
+    sites = environment(trace / "rank0.dctrace")
+    lines = [i + 1 for i, text in enumerate(ENTERING.splitlines()) if text.endswith("# at")]
+    where = {
+        (r["step"], sites[f"site:{r['step']}:data/outside:{k}"])
+        for r in records
+        for k in [sum(1 for o in records if o["step"] == r["step"] and o["seq"] < r["seq"])]
+    }
+    # Before the model's first forward, every line (the last one's step 0 too) in step 0; the
+    # loop's line again in step 1, with other values. Not the compiled, scripted or worker lines.
+    expected = {(0, f"entering.py:{n}") for n in lines} | {(1, f"entering.py:{lines[-1]}")}
+    assert where == expected, (where, expected)
+    # The loop's line is the last of step 0 and the only one of step 1: other values, other md5s.
+    step0, step1 = records[-2], records[-1]
+    assert (step0["step"], step1["step"]) == (0, 1), records
+    assert step0["md5"] != step1["md5"], "the values entering in step 0 and in step 1 differ"
+
+
 def test_torchruns_agent_records_nothing(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -279,6 +377,7 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
             warnings.simplefilter("always")
             done = detcheck.seed_all(7)
         first = (random.random(), float(numpy.random.rand()), float(torch.rand(1)))
+        import torch._inductor.config as inductor  # after seed_all: it reads the variable
         detcheck.seed_all(7, deterministic=False)
         again = (random.random(), float(numpy.random.rand()), float(torch.rand(1)))
         try:
@@ -293,6 +392,7 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
             "warnings": [str(w.message) for w in caught], "same": first == again,
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "cudnn": [torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark],
+            "inductor": inductor.deterministic,
             "refused": refused,
         }))
     """)
@@ -310,6 +410,7 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
     assert "torch.manual_seed(7)" in got["statements"]
     assert "PYTHONHASHSEED=0" in got["statements"], "a launch variable keeps its name"
     assert got["same"] and got["deterministic"] and got["cudnn"] == [True, False]
+    assert got["inductor"] is True, "Inductor's deterministic mode, through its variable"
     assert got["refused"]
 
 

@@ -7,16 +7,18 @@
 //! settings that should fix it (a seed for an unseeded or differently seeded generator,
 //! deterministic algorithms for an operator), and the seeds of the generators whose states
 //! differ at any step; the hash seed where no evidence names a cause and the launches' hash
-//! seeds differed (first when no generator differs either); the smallest candidates first.
-//! Runs with only those settings confirm it; when the cause names none, or they do not suffice, the settings are halved while
-//! a half still makes the runs identical. A subset is confirmed by one run that equals the check's run 1 with
+//! seeds differed (first when no generator differs either); for an operator, deterministic
+//! algorithms alone before the operator settings together; the smallest candidates first.
+//! Runs with only those settings confirm it; the set that does (or every setting, when the
+//! cause names none or they do not suffice) is halved while a half still makes the runs
+//! identical. A subset is confirmed by one run that equals the check's run 1 with
 //! every setting bit for bit (it reproduced a result that repeats), else by a second run with
 //! the subset: the usual finding costs three runs. When `repeat` does not hold with every
 //! setting, no run is made: none of them fixes it, and the report's cause says why.
 //!
 //! Main type: [`SettingsFinding`]. Determinism: every run is one of the check's (perturbations
-//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 3 * 2 + 2 * 2 * 4
-//! runs (without, three candidates, the halving of 14 settings); a program whose runs need two
+//! 1 and 2), so the finding is a function of the program. Limits: at most 2 + 4 * 2 + 4 * 2 * 2
+//! runs (without, four candidates, the halving of every setting); a program whose runs need two
 //! settings from different halves is answered with the smallest set tried that works; a
 //! nondeterminism so rare that one run with a subset matched the check's run would be missed.
 
@@ -83,9 +85,17 @@ fn named_by(class: CauseClass, generator: Option<&str>, framework: &str) -> Vec<
             "CUBLAS_WORKSPACE_CONFIG",
             "torch.backends.cudnn.deterministic",
             "torch.backends.cudnn.benchmark",
+            "torch._inductor.config.deterministic",
         ],
         _ => vec![],
     }
+}
+
+/// The one setting tried before a class's whole set: deterministic algorithms for an operator
+/// (the one setting that reaches the CPU's kernels and Inductor's lowering; the others are
+/// cuBLAS's, cuDNN's and Inductor's autotuning's).
+fn first_of(class: CauseClass) -> Option<&'static str> {
+    (class == CauseClass::NondeterministicOperator).then_some("torch.use_deterministic_algorithms")
 }
 
 fn statements(names: &[String], seed: u64) -> Vec<String> {
@@ -178,6 +188,7 @@ pub(crate) fn which_settings_fix(
         if hash && seeds.is_empty() {
             candidates.push(vec!["PYTHONHASHSEED"]);
         }
+        candidates.extend(first_of(cause.kind).map(|name| vec![name]));
         candidates.push(named_by(cause.kind, cause.generator.as_deref(), framework));
         if !seeds.is_empty() {
             candidates.push(seeds);
@@ -197,18 +208,17 @@ pub(crate) fn which_settings_fix(
             break;
         }
     }
-    if fixed_by == all {
-        // Halve while a half still makes the runs identical.
-        while fixed_by.len() > 1 {
-            let (first, second) = fixed_by.split_at(fixed_by.len() / 2);
-            let (first, second) = (first.to_vec(), second.to_vec());
-            if identical(Some(&first))?.0 {
-                fixed_by = first;
-            } else if identical(Some(&second))?.0 {
-                fixed_by = second;
-            } else {
-                break;
-            }
+    // Halve while a half still makes the runs identical (every setting, or a cause's set that
+    // did: the answer is the smallest part that still does).
+    while fixed_by.len() > 1 {
+        let (first, second) = fixed_by.split_at(fixed_by.len() / 2);
+        let (first, second) = (first.to_vec(), second.to_vec());
+        if identical(Some(&first))?.0 {
+            fixed_by = first;
+        } else if identical(Some(&second))?.0 {
+            fixed_by = second;
+        } else {
+            break;
         }
     }
     let statements = statements(&fixed_by, seed);
@@ -338,6 +348,43 @@ mod tests {
         // Two without, then numpy's seed alone (before the data-values class's three seeds),
         // confirmed by one run.
         assert_eq!(runs.borrow().len(), 3, "{:?}", runs.borrow());
+    }
+
+    #[test]
+    fn a_compiled_models_kernels_try_deterministic_algorithms_alone_first() {
+        // A compiled model's gradient differs, nothing traced does: an operator cause, which
+        // deterministic algorithms alone fix (Inductor's atomic adds on the CPU).
+        let trace = |value: f32| {
+            let mut r = Recorder::new(0, RecordLevel::Stats);
+            r.record(0, "grad/wte.weight", &Tensor::from_vec(vec![value]));
+            let mut rank = r.finish();
+            let mut environment = crate::record::Environment::new();
+            environment.set("site:compiled", "GPT");
+            rank.environment = Some(environment);
+            Trace { ranks: vec![rank] }
+        };
+        let runs = RefCell::new(Vec::new());
+        let program = |only: Option<&[String]>, k: usize| -> Result<Trace, RunError> {
+            runs.borrow_mut().push(only.map(<[String]>::to_vec));
+            let fixed =
+                only.is_some_and(|o| o.iter().any(|n| n == "torch.use_deterministic_algorithms"));
+            Ok(trace(if fixed { 1.0 } else { 1.0 + k as f32 }))
+        };
+        let with_all = compare_traces(&trace(1.0), &trace(1.0), TraceView::All);
+        let f = which_settings_fix(&with_all, 0, &trace(1.0), &program).unwrap();
+        assert_eq!(f.fixed_by, ["torch.use_deterministic_algorithms"], "{f:?}");
+        assert_eq!(f.cause_without, Some(CauseClass::NondeterministicOperator));
+        assert_eq!(runs.borrow().len(), 3, "{:?}", runs.borrow());
+        // A set that fixes it is halved to the part that does: cuDNN's setting of the five.
+        let runs = RefCell::new(Vec::new());
+        let program = |only: Option<&[String]>, k: usize| -> Result<Trace, RunError> {
+            runs.borrow_mut().push(only.map(<[String]>::to_vec));
+            let fixed =
+                only.is_some_and(|o| o.iter().any(|n| n == "torch.backends.cudnn.benchmark"));
+            Ok(trace(if fixed { 1.0 } else { 1.0 + k as f32 }))
+        };
+        let f = which_settings_fix(&with_all, 0, &trace(1.0), &program).unwrap();
+        assert_eq!(f.fixed_by, ["torch.backends.cudnn.benchmark"], "{f:?}");
     }
 
     #[test]

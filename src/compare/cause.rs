@@ -3,7 +3,7 @@
 //! evidence has one and the change that fixes it.
 //!
 //! The evidence is what the comparison already holds: the evidence records that differ
-//! (`seed/*`, `rng/*`, `data/indices`: [`super::is_evidence`]) with their lines (A's
+//! (`seed/*`, `rng/*`, `data/indices`, `data/outside`: [`super::is_evidence`]) with their lines (A's
 //! `site:` entries), the first divergence's name (`init/*`: the parameters before the first
 //! step; `in/(model).N`: the model's input), its element (re-runs that reproduce each run's
 //! values: a function of the launch) and operator finding, and the environment differences.
@@ -16,7 +16,7 @@
 //! by re-runs that reproduce each run's values with that run's hash seed, not by a run with one
 //! hash seed.
 
-use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding};
+use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD};
 use crate::record::environment::keys;
 use crate::run::WORKDIR_KEY;
 use serde::{Deserialize, Serialize};
@@ -235,6 +235,23 @@ fn unseeded_evidence(site: &str) -> String {
     format!("`{UNSEEDED_GENERATOR_KEY}`: `np.random.default_rng()` without a seed at {site}")
 }
 
+/// The first `data/outside` record that differs at or before the divergence, with its line:
+/// values that entered torch from the program's line (`torch.tensor`, `torch.as_tensor`,
+/// `torch.from_numpy`) and differed between the runs.
+fn outside_value<'c>(
+    c: &'c Comparison,
+    d: &Divergence,
+) -> Option<(&'c EvidenceDifference, &'c str)> {
+    evidence_of(c, d, OUTSIDE_RECORD).find_map(|e| site_of(c, e).map(|site| (e, site)))
+}
+
+fn outside_evidence(e: &EvidenceDifference, site: &str) -> String {
+    format!(
+        "`{OUTSIDE_RECORD}` differs at step {} rank {}: the values that entered torch at {site}",
+        e.step, e.rank
+    )
+}
+
 /// Whether `operator` (a traced call's name) is a collective or point-to-point communication:
 /// torch's c10d operators (`c10d.allreduce_.default`) and functional collectives.
 fn is_collective(operator: &str) -> bool {
@@ -364,6 +381,11 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             "`{}` differs at step {} rank {}: it was drawn from before that step",
             e.name, e.step, e.rank
         ));
+        // Where its values entered torch, when they did through a line of the program.
+        if let Some((outside, site)) = outside_value(c, d).filter(|_| !seeded) {
+            cause.site = Some(site.to_owned());
+            cause.evidence.push(outside_evidence(outside, site));
+        }
         return cause;
     }
     let changed_files = c.fact(WORKDIR_KEY).or_else(|| {
@@ -410,7 +432,11 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         None | Some(OperatorFinding::NoOperatorDiffers { .. })
             | Some(OperatorFinding::Unavailable { .. })
     );
-    if let Some(module) = compiled.filter(|_| nothing_traced_differs && !into_input) {
+    let outside = outside_value(c, d);
+    let nothing_entered_differs = outside.is_none();
+    if let Some(module) =
+        compiled.filter(|_| nothing_traced_differs && nothing_entered_differs && !into_input)
+    {
         return Cause::new(
             CauseClass::NondeterministicOperator,
             format!(
@@ -420,8 +446,11 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             ),
         )
         .fix(
-            "make Inductor deterministic: `torch._inductor.config.deterministic = True` \
-             (TORCHINDUCTOR_DETERMINISTIC=1), or `torch.use_deterministic_algorithms(True)`",
+            "call `torch.use_deterministic_algorithms(True)` before compiling: Inductor then \
+             lowers accumulating `index_put`/`scatter` (an embedding's gradient) to ATen's \
+             deterministic kernels instead of adding with atomics; on a GPU also set \
+             `torch._inductor.config.deterministic = True` (TORCHINDUCTOR_DETERMINISTIC=1: no \
+             kernel chosen by timing). `--deterministic` names the one that fixes it",
         );
     }
     if repeats_with_one_hash_seed == Some(true) {
@@ -448,6 +477,10 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             ),
         )
         .at(call.site.as_deref());
+        if let Some((e, site)) = outside {
+            cause.site.get_or_insert_with(|| site.to_owned());
+            cause.evidence.push(outside_evidence(e, site));
+        }
         if let Some(site) = unseeded {
             cause.evidence.push(unseeded_evidence(site));
         }
@@ -465,6 +498,25 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         .fix("give it a seed: `np.random.default_rng(0)`")
         .of("numpy");
         cause.evidence.push(unseeded_evidence(site));
+        if let Some((e, site)) = outside {
+            cause.evidence.push(outside_evidence(e, site));
+        }
+        return cause;
+    }
+    if let Some((e, site)) = outside {
+        let mut cause = Cause::new(
+            CauseClass::ValueFromOutside,
+            "values that entered torch at this line (`torch.tensor`, `torch.as_tensor` or \
+             `torch.from_numpy`) differed between the runs: they were computed outside torch \
+             (the clock, numpy, a file, the environment), and the first divergence follows them"
+                .to_owned(),
+        )
+        .at(Some(site))
+        .fix(
+            "compute them from constants or a seeded generator, not from the clock, the \
+             process or a file that changes between runs",
+        );
+        cause.evidence.push(outside_evidence(e, site));
         return cause;
     }
     if into_input {
@@ -708,6 +760,53 @@ mod tests {
         // The data loader fetched other samples: that is the cause, the Generator is not.
         evidence(&mut c, 0, 2, "data/indices", None);
         assert_eq!(kind(&c, None), CauseClass::DataOrder);
+    }
+
+    #[test]
+    fn a_value_that_entered_torch_from_the_program_is_named_with_its_line() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        assert_eq!(kind(&c, None), CauseClass::DataValues);
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("train.py:31"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::ValueFromOutside);
+        assert_eq!(cause.site.as_deref(), Some("train.py:31"));
+        assert!(cause.kind.needs_hash_probe());
+        // The hash seed's third run repeating run 1 says the values came from a hash order.
+        assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
+        // Values that entered after the divergence are no cause of it.
+        let mut c = diverged_at(0, 3, "fwd/fc");
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("train.py:31"));
+        assert_eq!(kind(&c, None), CauseClass::Unknown);
+        // Inside a compiled model, values that differed on the way in are the cause, not its
+        // kernels.
+        let mut c = diverged_at(1, 30, "grad/wte.weight");
+        c.sites
+            .insert((0, "site:compiled".to_owned()), "GPT".to_owned());
+        assert_eq!(kind(&c, None), CauseClass::NondeterministicOperator);
+        evidence(&mut c, 1, 2, OUTSIDE_RECORD, Some("train.py:31"));
+        assert_eq!(kind(&c, None), CauseClass::ValueFromOutside);
+    }
+
+    #[test]
+    fn an_unseeded_generator_is_named_at_the_line_its_values_entered_torch() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 3, "rng/numpy", None);
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("train.py:31"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.generator.as_deref(), Some("numpy"));
+        assert_eq!(cause.site.as_deref(), Some("train.py:31"));
+        assert!(cause.evidence.iter().any(|e| e.contains("at train.py:31")));
+        // A numpy Generator made without a seed outranks the line its values entered at.
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("train.py:31"));
+        c.sites.insert(
+            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
+            "train.py:12".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("train.py:12"));
     }
 
     #[test]

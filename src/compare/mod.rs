@@ -247,15 +247,23 @@ pub(crate) fn fill_f64(t: &Tensor, start: usize, out: &mut [f64]) -> usize {
 }
 
 /// Whether records named `name` are evidence of a divergence's cause, not results: generator
-/// states (`rng/<generator>`), states right after a seeding call (`seed/<generator>`) and the
-/// sample indices a data loader fetched (`data/indices`), which the Python recorder makes
+/// states (`rng/<generator>`), states right after a seeding call (`seed/<generator>`), the
+/// sample indices a data loader fetched (`data/indices`) and the digest of the values that
+/// entered torch at one of the program's lines (`data/outside`), which the Python recorder makes
 /// (python/detcheck/_evidence.py). The engine compares them but never counts them as
 /// divergences: an unseeded generator that the program's results do not depend on is no
 /// failure. Their differences are listed in [`Comparison::evidence`].
 #[must_use]
 pub fn is_evidence(name: &str) -> bool {
-    name.starts_with("rng/") || name.starts_with("seed/") || name == "data/indices"
+    name.starts_with("rng/")
+        || name.starts_with("seed/")
+        || name == "data/indices"
+        || name == OUTSIDE_RECORD
 }
+
+/// The record of the values that entered torch at one of the program's lines
+/// (python/detcheck/_evidence.py): a digest of them, its line in the `site:` entry.
+pub(crate) const OUTSIDE_RECORD: &str = "data/outside";
 
 /// The most differing evidence records a comparison keeps.
 const MAX_EVIDENCE: usize = 256;

@@ -426,6 +426,19 @@ pub const HINTS: &[Hint] = &[
     },
     Hint {
         subject: Subject::Startup,
+        stack: "torch",
+        name: "torch._inductor.config.deterministic",
+        value: "True",
+        why: "torch.compile's Inductor skips the on-device benchmarking whose choice of kernel \
+              changes numerics (autotuning, padding), so a compiled model picks the same kernels \
+              in every run (set as TORCHINDUCTOR_DETERMINISTIC=1 until Inductor's config is \
+              imported); Inductor's CPU kernels that add with atomics follow \
+              torch.use_deterministic_algorithms instead",
+        fix: "torch._inductor.config.deterministic = True",
+        reference: "PyTorch: torch/_inductor/config.py, `deterministic` (TORCHINDUCTOR_DETERMINISTIC)",
+    },
+    Hint {
+        subject: Subject::Startup,
         stack: "mindspore",
         name: "mindspore.set_seed",
         value: "SEED",
@@ -1003,6 +1016,7 @@ mod tests {
                 "torch.use_deterministic_algorithms",
                 "torch.backends.cudnn.deterministic",
                 "torch.backends.cudnn.benchmark",
+                "torch._inductor.config.deterministic",
                 "mindspore.set_seed",
                 "mindspore.manual_seed",
                 "mindspore.dataset.config.set_seed",

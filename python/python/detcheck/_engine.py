@@ -14,7 +14,8 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
   the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
   ``data/indices``, each with its line) at the step it happens in (before the recording starts:
-  at its first step).
+  at its first step); the ``data/outside`` digests of values that entered torch from the
+  program's lines since its last record come before its next record (``_outside_first``).
 
 The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
 ``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
@@ -28,6 +29,10 @@ from . import _evidence
 from ._contract import ROOT, FrontEnd
 
 __all__ = ["RECORDS", "Recording"]
+
+#: The values that entered torch since the last record (``_evidence.OUTSIDE``, emptied in
+#: place): a record's hook flushes them first when it is not empty.
+_OUTSIDE = _evidence.OUTSIDE
 
 #: The kinds of records a recording can make: forward outputs (``fwd/*``), gradients
 #: (``grad/*``) and parameters after each update (``param/*``).
@@ -128,6 +133,7 @@ class Recording:
             hook.remove()
         self._hooks = []
         if self._evidence_sink is not None:
+            self._outside_first()
             _evidence.detach(self._evidence_sink)
             self._evidence_sink = None
             # The facts of causes (an any-source receive, an unseeded numpy Generator), each
@@ -159,9 +165,17 @@ class Recording:
 
         return paused_hook
 
+    def _outside_first(self):
+        """The values that entered torch since the last record: their ``data/outside``
+        records, before the next record (``_evidence.flush_outside``)."""
+        if self._evidence_sink is not None:
+            _evidence.flush_outside()
+
     def model_forward_begins(self, module, args, kwargs):
         """The model's forward begins: the step's evidence at its first forward, then
         ``in/(model).N`` when inputs are recorded."""
+        if _OUTSIDE:
+            self._outside_first()
         if self._evidence_sink is not None and self._stamped != self._step:
             self._stamped = self._step
             for name, state in _evidence.step_starts():
@@ -199,6 +213,8 @@ class Recording:
         outputs = self._frontend.outputs
 
         def hook(module, inputs, output):
+            if _OUTSIDE:
+                self._outside_first()
             put, step = self.sink.put, self._step
             for name, tensor in outputs(label, output):
                 put(step, name, tensor, False, False)
@@ -206,6 +222,8 @@ class Recording:
         return hook
 
     def _record_loss(self, module, args, output):
+        if _OUTSIDE:
+            self._outside_first()
         loss = self._frontend.loss_of(output)
         if loss is not None:
             self._loss_step = self._step
@@ -221,6 +239,8 @@ class Recording:
     def _record_grads(self):
         if self.sink is None or "grad" not in self._records:
             return
+        if _OUTSIDE:
+            self._outside_first()
         gradient, step = self._frontend.gradient, self._step
         for label, param in self._grad_labels:
             grad = gradient(param)
@@ -243,6 +263,8 @@ class Recording:
         if self._ops is not None:
             self._ops.after_update()
         if self.sink is not None and "param" in self._records:
+            if _OUTSIDE:
+                self._outside_first()
             trainable, step = self._frontend.trainable, self._step
             for label, param in self._param_labels:
                 if trainable(param):

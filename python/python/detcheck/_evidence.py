@@ -9,22 +9,34 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   generator was drawn from since it was last looked at: an unseeded generator that nothing draws
   from is never recorded, so it is never named as a cause;
 - ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch_frontend``);
+- ``data/outside``: a digest of the values that entered torch at one line of the program
+  (``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy`` called from the program's own
+  files: the front end's wrappers call ``entered``), one record per line between two of the
+  engine's records (``flush_outside``, which the engine calls before its next record), so that a
+  value from numpy, a file or the clock that changes from run to run is named with its line;
 - facts, one value each, written to the trace's environment when the recording finishes
   (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy), and
   ``site:any_source`` (``_arrival``).
 
 Each record's caller, the innermost frame outside detcheck, the frameworks and the standard
-library (``file:line``, the path relative to the working directory), goes to the trace's
-environment as ``site:<step>:<name>:<k>`` (the k-th record of that name in the step). The
+library (``file:line``, the path relative to the working directory: ``site``), goes to the
+trace's environment as ``site:<step>:<name>:<k>`` (the k-th record of that name in the step);
+``program_caller`` is the stricter question of a wrapped library function: whether the innermost
+frame outside that library, detcheck and the standard library is the program's (not another
+installed package's). The
 comparison never counts these records as divergences (``src/compare``: evidence kinds); the cause
 of a divergence is decided from them (``src/check/cause.rs``).
 
 Main type: none; the module keeps one process-wide state: the generators, their last seen
-states, and the sink (the running ``Recording``) or the evidence waiting for one.
+states, the digests of the values that entered torch since the engine's last record
+(``OUTSIDE``), and the sink (the running ``Recording``) or the evidence waiting for one.
 
 Determinism: the records are functions of what the program runs; the states are compared as
-bytes. Limits: the global generators only (a ``torch.Generator`` or ``numpy.random.Generator``
+bytes; a line's digest is CRC-32 and Adler-32 of its values' dtypes, shapes and bytes (above
+64 KiB, of 1,024 evenly spaced elements: a change to a few elements of a large array can be
+missed; checksums, not md5, as the one cost on a hot path: evidence, never a result). Limits: the
+global generators only (a ``torch.Generator`` or ``numpy.random.Generator``
 object the program makes is seen through its seeding call's line only where it goes through a
 patched function); a hook here never raises into the program.
 """
@@ -35,6 +47,7 @@ import functools
 import os
 import sys
 import sysconfig
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +60,10 @@ __all__ = [
     "site",
     "fact",
     "facts",
+    "program_caller",
+    "entered",
+    "flush_outside",
+    "OUTSIDE",
 ]
 
 #: The record kinds this module and the front ends make (the comparison's evidence kinds).
@@ -62,17 +79,26 @@ _waiting: list[tuple[str, Any, str | None]] = []
 _sink: Callable[[str, Any, str | None], None] | None = None
 #: key -> value of the facts noted (the first value of each key is kept).
 _facts: dict[str, str] = {}
+#: The program's line -> the digest ``[CRC-32, Adler-32]`` of the values that entered torch
+#: there since the engine's last record (``entered``); emptied in place by ``flush_outside``.
+OUTSIDE: dict[tuple[str, int], list[int]] = {}
+#: The most lines whose values are digested between two records (the rest are not noted).
+_MAX_OUTSIDE_LINES = 64
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _skipped_prefixes() -> tuple[str, ...]:
+def _prefixes(*keys: str) -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    places = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(os.path.abspath(p) + os.sep for p in places if p) + (_PACKAGE + os.sep,)
+    places = {paths.get(k) for k in keys}
+    return tuple(sorted(os.path.abspath(p) + os.sep for p in places if p))
 
 
-_SKIPPED = _skipped_prefixes()
+#: The standard library's folders, and the installed packages'.
+_STDLIB = _prefixes("stdlib", "platstdlib")
+_PACKAGES = _prefixes("purelib", "platlib")
+_OURS = _PACKAGE + os.sep
+_SKIPPED = _STDLIB + _PACKAGES + (_OURS,)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -85,6 +111,12 @@ def _program_file(path: str) -> str | None:
     return None if full.startswith(_SKIPPED) else full
 
 
+def _shown(full: str, line: int) -> str:
+    cwd = os.getcwd() + os.sep
+    shown = full[len(cwd) :] if full.startswith(cwd) else full
+    return f"{shown}:{line}"
+
+
 def site(frame: Any = None) -> str | None:
     """The innermost caller outside detcheck, installed packages and the standard library, as
     ``file:line`` (relative to the working directory when it is inside it), or ``None``."""
@@ -92,11 +124,73 @@ def site(frame: Any = None) -> str | None:
     while frame is not None:
         full = _program_file(frame.f_code.co_filename)
         if full is not None:
-            cwd = os.getcwd() + os.sep
-            shown = full[len(cwd) :] if full.startswith(cwd) else full
-            return f"{shown}:{frame.f_lineno}"
+            return _shown(full, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _whose(path: str, through: str) -> tuple[str, str]:
+    """``"program"`` (the program's file), ``"other"`` (another installed package's, or code
+    torch.fx generated: a compiled graph calling the function) or ``"past"`` (a frame to look
+    past: detcheck's, the standard library's, one under ``through``, or one with no file), with
+    the path made absolute; cached: a wrapped function asks at every call."""
+    if path.startswith("<eval_with_key>"):
+        return "other", path
+    if path.startswith("<"):
+        return "past", path
+    full = os.path.abspath(path)
+    # Packages before the standard library: site-packages may lie inside its folder.
+    if full.startswith(through) or full.startswith(_OURS):
+        return "past", full
+    if full.startswith(_PACKAGES):
+        return "other", full
+    if full.startswith(_STDLIB):
+        return "past", full
+    return "program", full
+
+
+def program_caller(frame: Any, through: str) -> tuple[str, int] | None:
+    """The program's own frame that called a function of the package under the folder
+    ``through``, as (its file's absolute path, its line), when the innermost frame outside that
+    package, detcheck and the standard library is the program's; ``None`` when it is another
+    installed package's (a library's own use is not the program's) or a graph that torch.fx
+    generated (compiled code: its frames carry no line of the program)."""
+    while frame is not None:
+        whose, full = _whose(frame.f_code.co_filename, through)
+        if whose == "program":
+            return full, frame.f_lineno
+        if whose == "other":
+            return None
+        frame = frame.f_back
+    return None
+
+
+def entered(where: tuple[str, int], parts: Any) -> None:
+    """Values entered torch at the program's line ``where`` (``program_caller``'s): ``parts``
+    (byte buffers: their dtype, shape and values) go into that line's digest until the engine's
+    next record."""
+    digest = OUTSIDE.get(where)
+    if digest is None:
+        if len(OUTSIDE) >= _MAX_OUTSIDE_LINES:
+            return
+        digest = OUTSIDE[where] = [0, 1]
+    crc, adler = digest
+    for part in parts:
+        crc, adler = zlib.crc32(part, crc), zlib.adler32(part, adler)
+    digest[0], digest[1] = crc, adler
+
+
+def flush_outside() -> None:
+    """Notes one ``data/outside`` record per line where values entered torch since the last
+    flush (in the order the lines were first reached), with that line; the engine calls it
+    before each record it makes, so the record comes before the first one those values could
+    have changed."""
+    waiting = list(OUTSIDE.items())
+    OUTSIDE.clear()
+    for (full, line), (crc, adler) in waiting:
+        digest = crc.to_bytes(4, "little") + adler.to_bytes(4, "little")
+        note("data/outside", _array(digest), _shown(full, line))
 
 
 def note(name: str, array: Any, where: str | None) -> None:
@@ -142,6 +236,7 @@ def _forked() -> None:
     _generators.clear()
     _waiting.clear()
     _facts.clear()
+    OUTSIDE.clear()
 
 
 os.register_at_fork(after_in_child=_forked)

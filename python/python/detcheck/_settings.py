@@ -16,6 +16,9 @@ one (``_APPLY``, one function per name; a test checks the two lists agree):
   2**32), ``torch.manual_seed`` (the CPU's and every CUDA device's generators).
 - ``torch.use_deterministic_algorithms(True)``, ``torch.backends.cudnn.deterministic = True``,
   ``torch.backends.cudnn.benchmark = False``.
+- ``torch._inductor.config.deterministic = True``: set on the config when it is imported
+  already; otherwise as ``TORCHINDUCTOR_DETERMINISTIC=1`` in ``os.environ``, which the config
+  reads when torch.compile first imports it (importing it here would cost seconds at start-up).
 - ``HCCL_DETERMINISTIC=true``: set in ``os.environ``; HCCL reads it when a communicator is made.
 - MindSpore's (docs/mindspore.md): ``mindspore.set_seed``, ``mindspore.manual_seed``,
   ``mindspore.dataset.config.set_seed`` and ``set_num_parallel_workers(1)``, and
@@ -107,6 +110,15 @@ def _cudnn(name: str, flag: bool) -> Callable[[int, str], tuple[bool, str]]:
     return _with_torch(apply)
 
 
+def _inductor(seed: int, value: str) -> tuple[bool, str]:
+    config: Any = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.deterministic = True
+    else:
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    return True, ""
+
+
 def _hccl(seed: int, value: str) -> tuple[bool, str]:
     os.environ["HCCL_DETERMINISTIC"] = value
     return True, ""
@@ -155,6 +167,7 @@ _APPLY = {
     ),
     "torch.backends.cudnn.deterministic": _cudnn("deterministic", True),
     "torch.backends.cudnn.benchmark": _cudnn("benchmark", False),
+    "torch._inductor.config.deterministic": _inductor,
     "HCCL_DETERMINISTIC": _hccl,
     "mindspore.set_seed": _with_mindspore(lambda ms, seed: ms.set_seed(seed % 2**32)),
     "mindspore.manual_seed": _with_mindspore(lambda ms, seed: ms.manual_seed(seed % 2**32)),

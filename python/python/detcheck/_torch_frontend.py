@@ -2,13 +2,18 @@
 the engine (``detcheck._engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches
 the writer: plain tensors from the host (``_tensors.host``), tensor subclasses through their
 data (``_subclasses``), CUDA tensors through the device kernels when device digests are on
-(``_device_records``), and the operator tracer of a capture re-run (``_ops``).
+(``_device_records``), and the operator tracer of a capture re-run (``_ops``); and, in a rank
+detcheck launched, the evidence of causes torch gives (``install_evidence``): its generators,
+their seeding calls, the sample indices data loaders fetch, and the values that enter torch
+from the program's lines (``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy``).
 
 Determinism: records are made in the order the engine asks; a skipped record is noted once per
 name (``detcheck.skipped/<name>``), the same in every run of the same program.
 """
 
 import functools
+import os
+import sys
 
 import torch
 
@@ -235,9 +240,108 @@ def _cuda_state():
     return b""
 
 
+#: Up to this many bytes, a value entering torch is digested whole; above, from
+#: ``_SAMPLES`` evenly spaced elements (``_evidence``'s module doc).
+_WHOLE = 1 << 16
+_SAMPLES = 1024
+
+#: The torch functions through which a value from outside enters (functions only: wrapping a
+#: class would change ``isinstance``), and where each takes its data.
+_ENTRIES = {"tensor": "data", "as_tensor": "data", "from_numpy": None}
+
+
+def _array_parts(array):
+    """A numpy array's dtype and shape, then its bytes (above ``_WHOLE``: ``_SAMPLES`` evenly
+    spaced elements), for the digest; no torch operator runs."""
+    header = f"{array.dtype.str}{array.shape}".encode()
+    if array.nbytes > _WHOLE:
+        # A view of a contiguous array (a copy of another), then a copy of the elements taken.
+        array = array.reshape(-1)[:: -(-array.size // _SAMPLES)].copy()
+    elif not array.flags.c_contiguous:
+        array = array.copy()
+    return (header, array)
+
+
+def _parts(result, data, numpy):
+    """What the digest of one value entering torch takes: the numpy array it came from, or the
+    Python number, or the result's values (a list's, on the CPU); ``None``: nothing to digest (a
+    tensor made from a tensor: its values come from torch; a list sent to another device)."""
+    if isinstance(data, numpy.ndarray):
+        return None if data.dtype.hasobject else _array_parts(data)
+    if isinstance(data, torch.Tensor) or not isinstance(result, torch.Tensor):
+        return None
+    if isinstance(data, (bool, int, float, complex)):
+        return (f"{result.dtype}:{data!r}".encode(),)
+    if not result.is_cpu or result.layout != torch.strided:
+        return None
+    try:
+        array = result.numpy()
+    except (RuntimeError, TypeError):  # requires grad; a dtype numpy lacks (bfloat16)
+        flat = result.detach().reshape(-1)
+        array = flat.view(torch.uint8).numpy() if flat.is_contiguous() else None
+    return None if array is None else _array_parts(array)
+
+
+def _entering(original, data_argument, numpy):
+    """``original`` (``torch.tensor``, ...), wrapped to digest the values it takes in from the
+    program's own lines (``_evidence.entered``). It never changes the result, and does nothing
+    while torch compiles (Dynamo inlines the wrapper and sees only ``original``), under a
+    dispatch mode (fake tensors, the operator tracer) or in a process that is no rank (a
+    data-loader worker)."""
+    through = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    dispatch_modes = torch._C._len_torch_dispatch_stack
+
+    @functools.wraps(original)
+    def entering(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if not _evidence.installed() or dispatch_modes():
+            return result
+        try:
+            where = _evidence.program_caller(sys._getframe(1), through)
+            if where is not None:
+                data = args[0] if args else kwargs.get(data_argument) if data_argument else None
+                parts = _parts(result, data, numpy)
+                if parts is not None:
+                    _evidence.entered(where, parts)
+        except Exception:
+            pass  # evidence, never a failure of the program
+        return result
+
+    entering._detcheck_entering = True
+    return entering
+
+
+def _follow_values_entering():
+    """Wraps ``torch.tensor``, ``torch.as_tensor`` and ``torch.from_numpy`` (``_entering``);
+    wrapping twice does nothing."""
+    import numpy
+
+    for name, data_argument in _ENTRIES.items():
+        original = getattr(torch, name, None)
+        if original is None or getattr(original, "_detcheck_entering", False):
+            continue
+        wrapper = _entering(original, data_argument, numpy)
+        setattr(torch, name, wrapper)
+        _same_in_torchscript(original, wrapper)
+
+
+def _same_in_torchscript(original, wrapper):
+    """TorchScript resolves a function to its builtin operator by identity, in a table it
+    builds once (from ``dir(torch)``, so it finds ``wrapper`` when built later): where it was
+    built already, ``wrapper`` gets ``original``'s operator, or scripted code that calls it would
+    try to compile the wrapper."""
+    builtins = sys.modules.get("torch.jit._builtins")
+    table = getattr(builtins, "_builtin_table", None)
+    if isinstance(table, dict) and id(original) in table:
+        table[id(wrapper)] = table[id(original)]
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
-    and the sample indices data loaders fetch, for ``_evidence`` (a rank detcheck launched)."""
+    the sample indices data loaders fetch and the values that enter torch from the program's
+    lines, for ``_evidence`` (a rank detcheck launched)."""
     _evidence.add_generator("torch", lambda: torch.get_rng_state().numpy().tobytes())
     _evidence.add_generator("cuda", _cuda_state)
     for owner in (torch, torch.random):
@@ -245,6 +349,7 @@ def install_evidence():
         _evidence.track_seeding(owner, "seed", "torch")
     for name in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
         _evidence.track_seeding(torch.cuda, name, "cuda")
+    _follow_values_entering()
     import numpy
     from torch.utils.data import dataloader
 
