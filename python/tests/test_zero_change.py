@@ -159,6 +159,8 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
         "fwd/act",
         "fwd/fc2",
         "fwd/(model)",
+        # The scalar the script's backward() starts from: its model returns no loss.
+        "loss",
         "grad/fc1.weight",
         "grad/fc1.bias",
         "grad/fc2.weight",
