@@ -13,7 +13,8 @@ other device only (`--bug`):
 
 `--offset 1000` gives the activations a large common offset (a large bias of the first layer)
 that the next module subtracts again: ill-conditioned but correct, never a culprit.
-`--bug-block N` chooses the block of the bug (depth). The recorder records it unmodified:
+`--bug-block N` chooses the block of the bug (depth). `--device cuda` runs it on a GPU (the
+reference's CPU run against it is a real pair of devices), `--tf32` with TF32 matrix products. The recorder records it unmodified:
 `detcheck run --dump A --mode full -- python two_devices.py --device-kind other ...`.
 """
 
@@ -31,6 +32,8 @@ parser.add_argument("--autocast", action="store_true")
 parser.add_argument("--offset", type=float, default=0.0)
 parser.add_argument("--shift", type=float, default=30.0)
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--device", default="cpu", help="where to run: cpu, cuda (a real second device)")
+parser.add_argument("--tf32", action="store_true", help="on cuda: TF32 matrix products")
 args = parser.parse_args()
 other = args.device_kind == "other"
 
@@ -121,15 +124,20 @@ class Net(nn.Module):
         return self.head(self.final(h))
 
 
+torch.backends.cuda.matmul.allow_tf32 = args.tf32
+torch.backends.cudnn.allow_tf32 = args.tf32
 torch.manual_seed(0)
 model = Net()
 with torch.no_grad():
     model.embed.bias += args.offset
-optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+# Initialised and drawn on the CPU, then moved: both devices start from the same bits.
 data = torch.randn(args.steps, 64, 32) * 3.0
 target = torch.randn(args.steps, 64, 1)
+model, data, target = model.to(args.device), data.to(args.device), target.to(args.device)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+kind = "cuda" if args.device.startswith("cuda") else "cpu"
 for step in range(args.steps):
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast and other):
+    with torch.autocast(kind, dtype=torch.bfloat16, enabled=args.autocast and other):
         out = model(data[step])
     loss = F.mse_loss(out.float(), target[step])
     optimizer.zero_grad()
