@@ -157,7 +157,7 @@ enum Command {
         error_excess: f64,
         /// With --align: the precision the runs compute in, whose roundoff every floating
         /// record is allowed at least (bf16 for a bf16 autocast run whose records are f32);
-        /// default: each record's own dtypes (tf32 for CUDA matrix products in TF32).
+        /// default: each record's own dtypes (give tf32 for a CUDA run with TF32 products).
         #[arg(long, requires = "align", value_name = "DTYPE")]
         precision: Option<String>,
         /// With --align: also write an HTML page (the error of each record along the program
