@@ -10,22 +10,22 @@ optimizer hooks), or, in a loop that made no optimizer by its first backward, at
 next forward after a backward (the rhythm). ``DETCHECK_STOP_AFTER`` = N ends the process after
 the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
 SIGTERM. The recorder stands down when the program records itself (the native
-``_program_records`` channel); forked and multiprocessing children never record.
+``_program_records`` channel); forked and multiprocessing children never record. That life,
+the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
+torch's hooks and how they find the model and the steps.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program
 runs. Limits: eager modules (a compiled module's inner modules run no hooks), one model.
 """
 
-import os
-import signal
 import sys
 
 import torch
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
-from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
 from ._engine import Recording
+from ._lifecycle import LifecycleRecorder
 from ._tensors import Hook, compiled_part, leaves, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
@@ -39,24 +39,14 @@ def _has_parameters(module):
     return next(iter(module.parameters()), None) is not None
 
 
-class Recorder:
+class Recorder(LifecycleRecorder):
     """The zero-change recorder of one rank (module doc). ``recorded``: whether it opened its
     trace; ``finish(why)`` closes it."""
 
     def __init__(self, state):
-        self._state = state
-        #: ``waiting`` (no model yet), ``recording``, ``finished`` or ``stood down``.
-        self.status = "waiting"
-        self.recorded = False
-        self._depth = 0
-        self._steps = 0
-        self._writer = None
-        self._handle = None
+        super().__init__(state)
         self._forward_hooks = []
         self._step_hooks = []
-        self._stood_down_because = None
-        #: The writer's record count when the last step ended (more at exit: a step is open).
-        self._records_before_step = 0
         #: How steps end: ``undecided`` until the first update, then ``optimizer`` (a torch
         #: optimizer's step) or ``rhythm`` (a backward, then the model's next forward: a loop
         #: that updates its parameters by hand).
@@ -68,7 +58,7 @@ class Recorder:
         #: A callback at the end of the running backward is queued.
         self._callback_queued = False
 
-    def install(self):
+    def _install_hooks(self):
         self._forward_hooks = [
             _module.register_module_forward_pre_hook(Hook(self._pre_forward)),
             _module.register_module_forward_hook(Hook(self._post_forward), always_call=True),
@@ -77,13 +67,6 @@ class Recorder:
             _optimizer.register_optimizer_step_pre_hook(self._before_step),
             _optimizer.register_optimizer_step_post_hook(self._after_step),
         ]
-        _on_program_records(self.stand_down)
-        os.register_at_fork(after_in_child=self._forked)
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            try:
-                signal.signal(signal.SIGTERM, self._terminated)
-            except ValueError:  # not the main thread
-                pass
 
     def _remove_forward_hooks(self):
         for hook in self._forward_hooks:
@@ -103,36 +86,27 @@ class Recorder:
 
     def _start(self, root, args):
         self._remove_forward_hooks()
-        import multiprocessing
-
-        if multiprocessing.parent_process() is not None:
-            self.stand_down("a multiprocessing child is no rank")
-            return
-        if _program_records_itself():
-            self.stand_down("the program records itself")
-            return
         model, ddp = unwrap_model(root)
-        self._writer = TraceWriter._for_recorder()
+        self._writer = self._open_writer()
         if self._writer is None:
-            self.stand_down("not launched by detcheck")
             return
         describe_run(self._writer)
         compiled = compiled_part(root)
         if compiled is not None:
             # The cause of a divergence inside it cannot be traced (src/compare/cause.rs).
             self._writer.add_environment("site:compiled", compiled)
-        self._handle = Recording(
-            TORCH,
-            model,
-            self._writer,
-            replicated_records(ddp, self._writer.world_size),
-            self._steps,
-            updates=True,
-            inputs=True,
-            loss=True,
+        self._begin(
+            Recording(
+                TORCH,
+                model,
+                self._writer,
+                replicated_records(ddp, self._writer.world_size),
+                self._steps,
+                updates=True,
+                inputs=True,
+                loss=True,
+            )
         )
-        self.status = "recording"
-        self.recorded = True
         self._model_hooks = [
             model.register_forward_pre_hook(Hook(self._rhythm_before_forward), prepend=True),
             model.register_forward_hook(Hook(self._rhythm_after_forward)),
@@ -176,7 +150,7 @@ class Recorder:
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     tensor.register_hook(self._output_grad)
         except Exception as e:
-            _say_once(self, f"cannot follow the backward of the model: {e!r}")
+            self._say_once(f"cannot follow the backward of the model: {e!r}")
         return None
 
     def _output_grad(self, grad):
@@ -205,7 +179,7 @@ class Recorder:
             self._backward_seen = True
             self._handle.end_backward()
         except Exception as e:
-            _say_once(self, f"cannot record the gradients at the end of backward: {e!r}")
+            self._say_once(f"cannot record the gradients at the end of backward: {e!r}")
 
     def _rhythm_before_forward(self, module, args):
         """The model's next forward after a backward ends a step of a loop without an
@@ -215,36 +189,20 @@ class Recorder:
             return None
         try:
             self._backward_seen = False
-            self._handle.after_update()
-            self._records_before_step = self._writer.num_records
-            self._steps += 1
+            self._record_update()
         except Exception as e:
-            _say_once(self, f"cannot end the step at the model's forward: {e!r}")
+            self._say_once(f"cannot end the step at the model's forward: {e!r}")
             return None
-        stop_after = self._state.stop_after
-        if stop_after is not None and self._steps >= stop_after:
-            self._end_program()
+        self._count_step()
         return None
 
     def _after_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
         if self.status == "recording":
-            self._handle.after_update()
-            self._records_before_step = self._writer.num_records
-        self._steps += 1
-        stop_after = self._state.stop_after
-        if self.status == "recording" and stop_after is not None and self._steps >= stop_after:
-            self._end_program()
+            self._record_update()
+        self._count_step()
 
-    def _end_program(self):
-        """The N-th step is recorded: finish the trace, end the process with status 0."""
-        self.finish(None)
-        self._state.forget_rank_files()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
+    def _before_exit(self):
         dist = getattr(torch, "distributed", None)
         try:
             if dist is not None and dist.is_available() and dist.is_initialized():
@@ -252,62 +210,25 @@ class Recorder:
                 dist.destroy_process_group()
         except Exception:
             pass
-        os._exit(0)
 
-    def finish(self, why):
-        """Closes the trace (``why``: ``None`` after the last step, ``"exit"`` at interpreter
-        exit, ``"SIGTERM"``): a step still open is marked in the environment."""
-        self._remove_forward_hooks()
-        if self.status != "recording":
-            return
-        self.status = "finished"
-        handle, writer = self._handle, self._writer
-        self._remove_model_hooks()
-        handle.remove()
-        if why is not None and writer.num_records > self._records_before_step:
-            writer.add_environment(
-                "detcheck.recording", f"ended during step {handle.current_step} ({why})"
-            )
-        writer.close()
-
-    def stand_down(self, why):
-        """The program records itself (or this process is no rank): remove every hook, drop
-        the writer unfinished."""
-        if self.status == "stood down":
-            return
-        self._stood_down_because = why
-        previous, self.status = self.status, "stood down"
+    def _remove_hooks(self):
         self._remove_forward_hooks()
         for hook in self._step_hooks:
             hook.remove()
         self._step_hooks = []
         self._remove_model_hooks()
-        if previous == "recording":
-            self._handle.remove()
-            self._writer.abort()
-        self.recorded = False
 
-    def _forked(self):
-        # A forked child (a data-loader worker) holds a copy of the writer without its thread:
-        # it records nothing and never touches the writer (the parent's file is the trace).
-        self.status = "stood down"
-        self._stood_down_because = "a forked child is no rank"
-        self._writer = None
-        self._handle = None
+    def _remove_hooks_at_finish(self):
+        # The optimizer's step hooks stay (they count the steps, and record nothing more).
+        self._remove_forward_hooks()
+        self._remove_model_hooks()
+
+    def _forget_hooks(self):
         self._forward_hooks = []
         self._step_hooks = []
         self._model_hooks = []
-        self.recorded = False
 
-    def _terminated(self, signum, frame):
-        self.finish("SIGTERM")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def why_nothing(self):
-        """Why this rank recorded nothing, for the no-records note."""
-        if self._stood_down_because is not None:
-            return f"recorded nothing: {self._stood_down_because}"
+    def _nothing_ran(self):
         if self._steps:
             return (
                 f"torch was imported and {self._steps} optimizer step(s) ran, but no "
@@ -325,16 +246,6 @@ def _an_optimizer_exists():
     import gc
 
     return any(isinstance(o, torch.optim.Optimizer) for o in gc.get_objects())
-
-
-def _say_once(recorder, message):
-    if getattr(recorder, "_said", False):
-        return
-    recorder._said = True
-    try:
-        sys.stderr.write(f"detcheck: {message}\n")
-    except Exception:
-        pass
 
 
 def start(state):

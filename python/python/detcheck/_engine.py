@@ -19,16 +19,20 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
 
 The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
 ``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
-is and pauses it while it records.
+is and pauses it while it records. ``Handle`` is what each framework's ``watch`` returns, less
+its framework (``detcheck.torch.WatchHandle``, ``detcheck.mindspore.WatchHandle``): a
+``Recording`` and the hooks that drive it.
 
 Determinism: records are made in the order the program runs the hooked code; nothing here
 reads a clock or a hash order.
 """
 
-from . import _evidence
-from ._contract import ROOT, FrontEnd
+from typing import Literal, TypeVar
 
-__all__ = ["RECORDS", "Recording"]
+from . import _evidence
+from ._contract import ROOT, FrontEnd, Removable
+
+__all__ = ["RECORDS", "Recording", "Handle"]
 
 #: The values that entered torch since the last record (``_evidence.OUTSIDE``, emptied in
 #: place): a record's hook flushes them first when it is not empty.
@@ -275,3 +279,46 @@ class Recording:
         self._step += 1
         if self.sink is not None:
             self.sink.end_step()
+
+
+_H = TypeVar("_H", bound="Handle")
+
+
+class Handle:
+    """The hooks of one ``watch`` (module doc): the step counter, ``step(n)``, ``remove()``.
+
+    Also a context manager that removes the hooks when the block ends.
+    """
+
+    def __init__(self, recording: Recording, hooks: list[Removable]) -> None:
+        self._recording = recording
+        self._hooks = hooks
+
+    @property
+    def current_step(self) -> int:
+        """The step the next records belong to."""
+        return self._recording.current_step
+
+    @property
+    def replicated(self) -> bool:
+        """Whether ``grad/*`` and ``param/*`` are recorded as replicated."""
+        return self._recording.replicated
+
+    def step(self, n: int) -> None:
+        """The records that follow belong to step ``n``."""
+        self._recording.step_to(n)
+
+    def remove(self) -> None:
+        """Detaches every hook; nothing more is recorded (records still on a device are handed
+        to the writer). Removing twice does nothing."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        self._recording.remove()
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self.remove()
+        return False

@@ -26,20 +26,18 @@ a MindSpore script that never imports detcheck (docs/mindspore.md is the long fo
 
 The trace is finished at interpreter exit and on SIGTERM; the recorder stands down when the
 program records itself (the native ``_program_records`` channel); forked children never record.
-Nothing here raises into the program: a failure is one ``detcheck:`` line on stderr.
+That life, the same for torch's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module
+adds MindSpore's wrappers and how they find the model and the steps. Nothing here raises into
+the program: a failure is one ``detcheck:`` line on stderr.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program
 runs. Limits: one model; one framework per process (the first imported of torch and MindSpore).
 """
 
-import os
-import signal
-import sys
-
 from mindspore import nn
 
-from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
 from ._engine import Recording
+from ._lifecycle import LifecycleRecorder, say
 from ._mindspore_frontend import (
     MindSporeFrontEnd,
     describe_run,
@@ -55,31 +53,14 @@ __all__ = ["start", "Recorder"]
 _recorder = None
 
 
-def _say(message):
-    try:
-        sys.stderr.write(f"detcheck: {message}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
-
-
-class Recorder:
+class Recorder(LifecycleRecorder):
     """The zero-change recorder of one MindSpore rank (module doc). ``recorded``: whether it
     opened its trace; ``finish(why)`` closes it."""
 
     def __init__(self, state):
-        self._state = state
-        #: ``waiting`` (no model yet), ``recording``, ``finished`` or ``stood down``.
-        self.status = "waiting"
-        self.recorded = False
-        self._depth = 0
-        self._steps = 0
-        self._writer = None
-        self._handle = None
+        super().__init__(state)
         self._frontend = None
         self._model = None
-        self._stood_down_because = None
-        self._records_before_step = 0
         #: The classes' own ``__call__``s, while wrapped: ``{class: original}``.
         self._patched = {}
         #: Whether the loss cell is still looked for (the first step).
@@ -87,24 +68,16 @@ class Recorder:
         self._loss_hook = None
         #: An optimizer's call ended a step since the last ``Model.train`` step end.
         self._stepped_by_optimizer = False
-        self._said = False
         #: Why no step could be seen (graph mode), for the no-records note.
         self._graph_seen = False
 
     # --- installing and removing ----------------------------------------------------------
 
-    def install(self):
+    def _install_hooks(self):
         # The optimizer's first: its wrapper calls the cells' own ``__call__``, not theirs.
         self._wrap(nn.Optimizer, self._optimizer_call)
         self._wrap(nn.Cell, self._cell_call)
         self._wrap_model_train()
-        _on_program_records(self.stand_down)
-        os.register_at_fork(after_in_child=self._forked)
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            try:
-                signal.signal(signal.SIGTERM, self._terminated)
-            except ValueError:  # not the main thread
-                pass
 
     def _wrap(self, cls, wrapper):
         original = cls.__dict__.get("__call__")
@@ -147,7 +120,7 @@ class Recorder:
                     callbacks, args = args[0], args[1:]
                 kwargs["callbacks"] = recorder._with_step_callback(callbacks)
             except Exception as e:
-                _say(f"cannot follow Model.train's steps: {e!r}")
+                say(f"cannot follow Model.train's steps: {e!r}")
             return original(model, epoch, train_dataset, *args, **kwargs)
 
         train._detcheck_recorder = recorder
@@ -190,22 +163,8 @@ class Recorder:
                 return
             self._start(cell, is_graph_mode())
         except Exception as e:
-            _say(f"cannot record the model: {e!r}")
+            say(f"cannot record the model: {e!r}")
             self.stand_down(f"recording the model failed: {e!r}")
-
-    def _open_writer(self):
-        import multiprocessing
-
-        if multiprocessing.parent_process() is not None:
-            self.stand_down("a multiprocessing child is no rank")
-            return None
-        if _program_records_itself():
-            self.stand_down("the program records itself")
-            return None
-        writer = TraceWriter._for_recorder()
-        if writer is None:
-            self.stand_down("not launched by detcheck")
-        return writer
 
     def _start(self, root, graph, parameters=None):
         """Opens the trace and records ``root``'s model (``None``: only ``parameters``)."""
@@ -216,17 +175,17 @@ class Recorder:
         self._model = model
         describe_run(self._writer, graph)
         self._frontend = MindSporeFrontEnd(graph=graph, parameters=parameters)
-        self._handle = Recording(
-            self._frontend,
-            model,
-            self._writer,
-            self._writer.world_size == 1,
-            self._steps,
-            updates=True,
-            inputs=True,
+        self._begin(
+            Recording(
+                self._frontend,
+                model,
+                self._writer,
+                self._writer.world_size == 1,
+                self._steps,
+                updates=True,
+                inputs=True,
+            )
         )
-        self.status = "recording"
-        self.recorded = True
         if graph:
             self._graph_seen = True
             self._stop_seeking_loss()
@@ -248,7 +207,7 @@ class Recorder:
         try:
             self._loss_hook = cell.register_forward_hook(record_loss)
         except Exception as e:
-            _say(f"cannot record the loss: {e!r}")
+            say(f"cannot record the loss: {e!r}")
         self._stop_seeking_loss()
 
     def _stop_seeking_loss(self):
@@ -264,7 +223,7 @@ class Recorder:
                 params = [(p.name, p) for p in getattr(optimizer, "parameters", ())]
                 self._start(None, True, params)
             except Exception as e:
-                _say(f"cannot record the optimizer's parameters: {e!r}")
+                say(f"cannot record the optimizer's parameters: {e!r}")
         recording = self.status == "recording"
         if recording:
             try:
@@ -282,16 +241,12 @@ class Recorder:
             try:
                 if loss is not None:
                     self._handle.sink.put(self._handle.current_step, "loss", loss, False, False)
-                self._handle.after_update()
-                self._records_before_step = self._writer.num_records
+                self._record_update()
             except Exception as e:
                 self._say_once(f"cannot record the parameters: {e!r}")
-        self._steps += 1
         if self._seeking_loss:
             self._stop_seeking_loss()  # the first step is over: no loss cell was seen
-        stop_after = self._state.stop_after
-        if self.status == "recording" and stop_after is not None and self._steps >= stop_after:
-            self._end_program()
+        self._count_step()
 
     def _model_train_step_ends(self, run_context):
         """``Model.train``'s step end: a step of graph mode, where no optimizer call reached
@@ -315,17 +270,6 @@ class Recorder:
         self._step_ends(self.status == "recording", loss)
         self._stepped_by_optimizer = False
 
-    def _end_program(self):
-        """The N-th step is recorded: finish the trace, end the process with status 0."""
-        self.finish(None)
-        self._state.forget_rank_files()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(0)
-
     # --- the end ------------------------------------------------------------------------------
 
     def _remove_hooks(self):
@@ -343,57 +287,7 @@ class Recorder:
                 pass
             self._loss_hook = None
 
-    def finish(self, why):
-        """Closes the trace (``why``: ``None`` after the last step, ``"exit"`` at interpreter
-        exit, ``"SIGTERM"``): a step still open is marked in the environment."""
-        self._remove_hooks()
-        if self.status != "recording":
-            return
-        self.status = "finished"
-        handle, writer = self._handle, self._writer
-        handle.remove()
-        if why is not None and writer.num_records > self._records_before_step:
-            writer.add_environment(
-                "detcheck.recording", f"ended during step {handle.current_step} ({why})"
-            )
-        writer.close()
-
-    def stand_down(self, why):
-        """The program records itself (or this process is no rank): remove every hook, drop
-        the writer unfinished."""
-        if self.status == "stood down":
-            return
-        self._stood_down_because = why
-        previous, self.status = self.status, "stood down"
-        self._remove_hooks()
-        if previous == "recording":
-            self._handle.remove()
-            self._writer.abort()
-        self.recorded = False
-
-    def _forked(self):
-        # A forked child (a dataset worker) holds a copy of the writer without its thread: it
-        # records nothing and never touches the writer.
-        self.status = "stood down"
-        self._stood_down_because = "a forked child is no rank"
-        self._writer = None
-        self._handle = None
-        self.recorded = False
-
-    def _terminated(self, signum, frame):
-        self.finish("SIGTERM")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def _say_once(self, message):
-        if not self._said:
-            self._said = True
-            _say(message)
-
-    def why_nothing(self):
-        """Why this rank recorded nothing, for the no-records note."""
-        if self._stood_down_because is not None:
-            return f"recorded nothing: {self._stood_down_because}"
+    def _nothing_ran(self):
         if self._steps:
             return (
                 f"mindspore was imported and {self._steps} optimizer step(s) ran, but no "

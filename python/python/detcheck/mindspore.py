@@ -22,42 +22,24 @@ changes no value (``Tensor.asnumpy()`` copies). Graph mode: compiled cells run n
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any
 
 import mindspore as _ms
 from mindspore.train import Callback as _Callback
 
 from ._contract import Removable
 from ._detcheck import TraceWriter, _program_records
-from ._engine import RECORDS, Recording
+from ._engine import RECORDS, Handle, Recording
 from ._mindspore_frontend import MindSporeFrontEnd, describe_run, is_graph_mode, unwrap_cell
 
 __all__ = ["watch", "WatchHandle", "DetcheckCallback"]
 
 
-class WatchHandle:
+class WatchHandle(Handle):
     """The hooks of one ``watch``: the step counter, ``next_step()``, ``step(n)``, ``remove()``.
 
     Also a context manager that removes the hooks when the block ends.
     """
-
-    def __init__(self, recording: Recording, hooks: list[Removable]) -> None:
-        self._recording = recording
-        self._hooks = hooks
-
-    @property
-    def current_step(self) -> int:
-        """The step the next records belong to."""
-        return self._recording.current_step
-
-    @property
-    def replicated(self) -> bool:
-        """Whether ``grad/*`` and ``param/*`` are recorded as replicated."""
-        return self._recording.replicated
-
-    def step(self, n: int) -> None:
-        """The records that follow belong to step ``n``."""
-        self._recording.step_to(n)
 
     def next_step(self) -> None:
         """Ends the step (without an optimizer): advances the step."""
@@ -69,20 +51,6 @@ class WatchHandle:
         if sink is not None and loss is not None:
             at = self._recording.current_step if step is None else step
             sink.put(at, "loss", loss, False, False)
-
-    def remove(self) -> None:
-        """Detaches every hook; nothing more is recorded. Removing twice does nothing."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-        self._recording.remove()
-
-    def __enter__(self) -> WatchHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        self.remove()
-        return False
 
 
 class _OptimizerHook:

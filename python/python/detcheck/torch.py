@@ -23,13 +23,13 @@ torch 2.0 or later (optimizer step hooks).
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any
 
 import torch as _torch
 
 from ._contract import Removable
 from ._detcheck import TraceWriter, _program_records
-from ._engine import RECORDS, Recording
+from ._engine import RECORDS, Handle, Recording
 from ._tensors import Hook, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
@@ -111,48 +111,15 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     )
 
 
-class WatchHandle:
+class WatchHandle(Handle):
     """The hooks of one ``watch``: the step counter, ``next_step()``, ``step(n)``, ``remove()``.
 
     Also a context manager that removes the hooks when the block ends.
     """
 
-    def __init__(self, recording: Recording, hooks: list[Removable]) -> None:
-        self._recording = recording
-        self._hooks = hooks
-
-    @property
-    def current_step(self) -> int:
-        """The step the next records belong to."""
-        return self._recording.current_step
-
-    @property
-    def replicated(self) -> bool:
-        """Whether ``grad/*`` and ``param/*`` are recorded as replicated."""
-        return self._recording.replicated
-
-    def step(self, n: int) -> None:
-        """The records that follow belong to step ``n``."""
-        self._recording.step_to(n)
-
     def next_step(self) -> None:
         """Ends the step (without an optimizer): records ``grad/*``, then advances the step."""
         self._recording.next_step()
-
-    def remove(self) -> None:
-        """Detaches every hook; nothing more is recorded (records still on a device are handed
-        to the writer). Removing twice does nothing."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-        self._recording.remove()
-
-    def __enter__(self) -> WatchHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        self.remove()
-        return False
 
 
 def watch(
