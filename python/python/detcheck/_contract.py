@@ -28,6 +28,24 @@ __all__ = ["ROOT", "FrontEnd", "OperatorTrace", "Removable", "TensorSink"]
 ROOT = "(model)"
 
 
+def named_leaves(
+    name: str, value: Any, is_tensor: Callable[[Any], bool], depth: int = 0
+) -> Iterator[tuple[str, Any]]:
+    """``(name, tensor)`` of every tensor in a module's or cell's output, in order, the one
+    naming rule of both front ends: a tuple or list gives ``name.0``, ``name.1``...; a dict
+    ``name.<key>`` in its order; 8 levels deep at most."""
+    if is_tensor(value):
+        yield name, value
+    elif depth >= 8:
+        return
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from named_leaves(f"{name}.{i}", item, is_tensor, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from named_leaves(f"{name}.{key}", item, is_tensor, depth + 1)
+
+
 class Removable(Protocol):
     """A registered hook."""
 

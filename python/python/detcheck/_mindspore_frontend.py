@@ -31,7 +31,7 @@ import mindspore
 from mindspore import nn
 
 from . import _evidence
-from ._contract import ROOT
+from ._contract import ROOT, named_leaves
 
 __all__ = [
     "MindSporeFrontEnd",
@@ -81,20 +81,10 @@ def host(tensor):
     return tensor
 
 
-def outputs(name, value, depth=0):
-    """``(name, tensor)`` of every tensor in a cell's output, in order: a tuple or list gives
-    ``name.0``, ``name.1``...; a dict ``name.<key>``; 8 levels deep at most (the PyTorch
-    front end's rule)."""
-    if isinstance(value, mindspore.Tensor):
-        yield name, value
-    elif depth >= 8:
-        return
-    elif isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            yield from outputs(f"{name}.{i}", item, depth + 1)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from outputs(f"{name}.{key}", item, depth + 1)
+def outputs(name, value):
+    """``(name, tensor)`` of every tensor in a cell's output, in order: the PyTorch front
+    end's rule (``named_leaves``)."""
+    return named_leaves(name, value, lambda v: isinstance(v, mindspore.Tensor))
 
 
 #: The wrappers looked through to the model, by class name (so that none is imported), and the

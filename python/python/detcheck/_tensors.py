@@ -12,6 +12,7 @@ Determinism: pure functions of their arguments; ``leaves`` follows the output's 
 import torch
 
 from ._arrays import TORCH_RAW
+from ._contract import named_leaves
 from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
 
@@ -98,19 +99,13 @@ class Hook:
         return _inert
 
 
-def leaves(name, value, depth=0):
-    """``(name, tensor)`` of every tensor in a module's output, in order: a tuple or list gives
-    ``name.0``, ``name.1``...; a dict ``name.<key>`` in its order; 8 levels deep at most."""
-    if isinstance(value, torch.Tensor):
-        yield name, value
-    elif depth >= 8:
-        return
-    elif isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            yield from leaves(f"{name}.{i}", item, depth + 1)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from leaves(f"{name}.{key}", item, depth + 1)
+def _is_tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+def leaves(name, value):
+    """``(name, tensor)`` of every tensor in a module's output, in order (``named_leaves``)."""
+    return named_leaves(name, value, _is_tensor)
 
 
 def model_loss(output):
