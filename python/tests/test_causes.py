@@ -34,6 +34,8 @@ PLANTED = {
     "worker_augment": ("unseeded_generator", "worker_augment.py:16", "made without a seed"),
     "worker_reseed": ("data_values", None, "fetched the same samples"),
     "cache_in_place": ("file_left_behind", None, "changed a file of its working directory"),
+    # its snapshot at an absolute path outside the working directory (the test's folder)
+    "snapshot_at_path": ("file_left_behind", None, "outside the working directory"),
     "arrival_order": ("collective_order", "arrival_order.py:23", "in the order messages arrive"),
     # nanoGPT-style, compiled: Inductor's CPU kernel for the tied embedding's gradient adds
     # with atomics from 2 threads (eager, the corpus's scenario, repeats).
@@ -116,6 +118,9 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
     # The drill-down (re-runs) only where the class rests on it: the hash seed's third run and
     # the operator finding (clock_jitter); the other classes rest on the recorded evidence alone
     # (batch_noise: its `data/outside` records).
+    if name == "snapshot_at_path":
+        snapshot = tmp_path / "checkpoints" / "snapshot.pt"
+        planted = (*planted, "--snapshot", str(snapshot))
     drill = kind == "hash_order" or name == "clock_jitter"
     flags = ("--format", "json") if drill else ("--format", "json", "--no-diagnosis")
     for _ in range(runs("DETCHECK_CAUSE_RUNS")):
@@ -128,6 +133,8 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
         assert words in cause["summary"], cause
         if site is not None:
             assert cause["site"].endswith(site), cause
+        if name == "snapshot_at_path":
+            assert f"`{snapshot}`" in cause["summary"], cause
         # The hash seed is shown only where it is the cause.
         environment = line["checks"][0]["comparison"]["environment"]
         shown = any(e["key"] == "PYTHONHASHSEED" for e in environment)

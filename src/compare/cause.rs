@@ -219,6 +219,51 @@ pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) ->
     Some(cause)
 }
 
+/// The environment entry of the files a Python rank opened outside its launch's private folder
+/// (`detcheck._evidence`): `{"read": [...], "wrote": [...]}`, the paths it read before writing
+/// them and those it wrote, sorted, at most 32 of each.
+pub(crate) const FILES_KEY: &str = "detcheck.files";
+
+/// The paths of a `FILES_KEY` value read and written; empty for a value that is not one.
+fn files_opened(value: Option<&str>) -> (Vec<String>, Vec<String>) {
+    #[derive(serde::Deserialize, Default)]
+    struct Opened {
+        #[serde(default)]
+        read: Vec<String>,
+        #[serde(default)]
+        wrote: Vec<String>,
+    }
+    let opened: Opened = value
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    (opened.read, opened.wrote)
+}
+
+/// A file one side read that the other wrote, as (reader, path, writer) in words: run 2 read
+/// what run 1 wrote, or each run read what the run before it wrote (both sides read and wrote
+/// it alike: no environment difference, the fact is A's).
+fn file_from_earlier_run(c: &Comparison) -> Option<(&'static str, String, &'static str)> {
+    let differs = c.environment.iter().find(|e| e.key == FILES_KEY);
+    let (left, right) = match differs {
+        Some(e) => (e.left.as_deref(), e.right.as_deref()),
+        None => (c.fact(FILES_KEY), c.fact(FILES_KEY)),
+    };
+    let ((left_read, left_wrote), (right_read, right_wrote)) =
+        (files_opened(left), files_opened(right));
+    if let Some(path) = right_read.iter().find(|p| left_wrote.contains(p)) {
+        let (reader, writer) = if differs.is_some() {
+            ("run 2", "run 1")
+        } else {
+            ("each run", "the run before it")
+        };
+        return Some((reader, path.clone(), writer));
+    }
+    left_read
+        .iter()
+        .find(|p| right_wrote.contains(p))
+        .map(|path| ("run 1", path.clone(), "run 2"))
+}
+
 /// The fact a Python rank records at its first receive from any source (`detcheck._arrival`):
 /// the program's line.
 pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
@@ -286,6 +331,26 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         );
         cause.fix = hint.as_ref().map(|h| h.fix.to_string());
         cause.site.clone_from(&call.site);
+        return cause;
+    }
+    // A run read a file, outside the launch's private folder, that a run before it wrote: the
+    // runs did not start from the same files, whatever else differs because of it.
+    if let Some((reader, path, writer)) = file_from_earlier_run(c) {
+        let mut cause = Cause::new(
+            CauseClass::FileLeftBehind,
+            format!(
+                "{reader} read `{path}`, which {writer} wrote: a file at a path outside the \
+                 working directory is shared by the runs of a check (each run gets a private copy \
+                 of the working directory only), so the runs did not start from the same files"
+            ),
+        )
+        .fix(format!(
+            "write it under the working directory (a relative path), or to a new path each \
+             run; detcheck leaves `{path}` where the program wrote it"
+        ));
+        cause
+            .evidence
+            .push(format!("`{FILES_KEY}`: {reader} read `{path}`"));
         return cause;
     }
     let mindspore = c.fact(FRAMEWORK_KEY) == Some("mindspore");
@@ -817,6 +882,45 @@ mod tests {
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::NondeterministicOperator);
         assert!(cause.summary.contains("`GPT`") && cause.fix.unwrap().contains("Inductor"));
+    }
+
+    #[test]
+    fn a_file_outside_the_working_directory_that_run_1_wrote_and_run_2_read_is_named() {
+        let files = |json: &str| Some(json.to_owned());
+        let mut c = diverged_at(0, 3, "fwd/(model)");
+        // Run 1 found no snapshot and saved one; run 2 resumed from it.
+        c.environment.push(EnvDifference {
+            key: FILES_KEY.to_owned(),
+            left: files(r#"{"read":[],"wrote":["/tmp/ckpt/snapshot.pt"]}"#),
+            right: files(r#"{"read":["/tmp/ckpt/snapshot.pt"],"wrote":["/tmp/ckpt/snapshot.pt"]}"#),
+            ranks: vec![0],
+            hint: None,
+        });
+        // Even a seed that differs too is no cause next to it: the resumed run skipped its draws.
+        evidence(&mut c, 0, 0, "rng/torch", None);
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::FileLeftBehind);
+        assert!(
+            cause
+                .summary
+                .starts_with("run 2 read `/tmp/ckpt/snapshot.pt`, which run 1 wrote"),
+            "{cause:?}"
+        );
+        assert!(cause.fix.unwrap().contains("relative path"));
+        // Both runs read and wrote it alike (a file from an earlier check): the fact is A's.
+        let mut c = diverged_at(0, 3, "fwd/(model)");
+        c.sites.insert(
+            (0, FILES_KEY.to_owned()),
+            r#"{"read":["/data/cache.npy"],"wrote":["/data/cache.npy"]}"#.to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert!(cause.summary.starts_with("each run read `/data/cache.npy`"));
+        // A file both runs only read, or a value that is no such entry: not this cause.
+        for value in [r#"{"read":["/data/train.bin"],"wrote":[]}"#, "not json"] {
+            let mut c = diverged_at(0, 3, "fwd/(model)");
+            c.sites.insert((0, FILES_KEY.to_owned()), value.to_owned());
+            assert_ne!(kind(&c, None), CauseClass::FileLeftBehind, "{value}");
+        }
     }
 
     #[test]

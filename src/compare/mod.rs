@@ -453,8 +453,8 @@ pub struct Comparison {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<EvidenceDifference>,
     /// The program's lines, from A's environment snapshots: (rank, `site:<step>:<name>:<k>`)
-    /// -> `file:line` (python/detcheck/_evidence.py), its other `site:` facts, and
-    /// `detcheck.workdir` (kept though both runs agree on it). Never differences between the sides.
+    /// -> `file:line` (python/detcheck/_evidence.py), its other `site:` facts, `detcheck.workdir`
+    /// and `detcheck.files` (kept though both runs agree on them). Never differences between the sides.
     #[serde(skip)]
     pub sites: BTreeMap<(u32, String), String>,
 }
@@ -1017,10 +1017,9 @@ impl Engine<'_> {
             return;
         };
         // `detcheck.workdir` is a fact even when both runs changed the same file alike.
-        for (key, value) in ea
-            .iter()
-            .filter(|(k, _)| k.starts_with("site:") || *k == crate::run::WORKDIR_KEY)
-        {
+        for (key, value) in ea.iter().filter(|(k, _)| {
+            k.starts_with("site:") || *k == crate::run::WORKDIR_KEY || *k == cause::FILES_KEY
+        }) {
             self.sites.insert((rank, key.to_owned()), value.to_owned());
         }
         for d in ea

@@ -17,7 +17,8 @@
 //! through its link ([`Workdir::changed_originals`] names it, and the runner puts the names in
 //! every rank's environment snapshot, `detcheck.workdir`, where a failed check shows them as a
 //! difference between runs), anything written inside a linked folder, and files written by
-//! absolute path outside the working directory.
+//! absolute path outside the working directory (a Python rank notes those it opens,
+//! `detcheck.files`, and a failed check names one that a run read after another wrote it).
 //!
 //! Determinism: the walk is sorted, and what is copied depends only on the folder's contents.
 //! Limits: at most [`MAX_ENTRIES`] entries are mirrored one by one (the folders beyond are

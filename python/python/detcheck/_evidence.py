@@ -17,7 +17,16 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
 - facts, one value each, written to the trace's environment when the recording finishes
   (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy), and
-  ``site:any_source`` (``_arrival``).
+  ``site:any_source`` (``_arrival``);
+- ``detcheck.files``: the files outside the launch's private folder that the program opened
+  (``install_file_audit``: Python's ``open`` audit event, so ``open``, ``os.open``,
+  ``torch.load``, ``numpy.load`` and memory maps alike; ``torch.save``, which opens its file in
+  C++, through the torch front end's wrapper), as
+  ``{"read": [...], "wrote": [...]}``: those it read before writing them (that existed when
+  opened) and those it wrote, at most 32 of each, sorted. A run that read what an earlier run
+  wrote at an absolute path (a checkpoint folder, ``/tmp``) did not start from the same files;
+  the system's folders, installed packages, the frameworks' caches and fresh temporary names
+  are left out.
 
 Each record's caller, the innermost frame outside detcheck, the frameworks and the standard
 library (``file:line``, the path relative to the working directory: ``site``), goes to the
@@ -44,9 +53,11 @@ patched function); a hook here never raises into the program.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import sysconfig
+import tempfile
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +75,9 @@ __all__ = [
     "entered",
     "flush_outside",
     "OUTSIDE",
+    "install_file_audit",
+    "opened",
+    "FILES_KEY",
 ]
 
 #: The record kinds this module and the front ends make (the comparison's evidence kinds).
@@ -209,8 +223,99 @@ def fact(key: str, value: str) -> None:
 
 
 def facts() -> dict[str, str]:
-    """The facts noted so far, for the trace's environment."""
-    return dict(_facts)
+    """The facts noted so far, for the trace's environment (with ``FILES_KEY`` when the
+    program opened such files)."""
+    noted = dict(_facts)
+    if _files_read or _files_written:
+        opened = {"read": sorted(_files_read), "wrote": sorted(_files_written)}
+        noted[FILES_KEY] = json.dumps(opened, separators=(",", ":"))
+    return noted
+
+
+#: The environment entry of the files opened outside the launch's folder (src/compare/cause.rs).
+FILES_KEY = "detcheck.files"
+#: The most paths noted of each kind (the first ones opened).
+_MAX_FILES = 32
+#: Paths read before this process wrote them, and paths written (dicts: sets in opening order).
+_files_read: dict[str, None] = {}
+_files_written: dict[str, None] = {}
+#: Path prefixes not noted (``install_file_audit``), and whether the hook is installed.
+_not_noted: tuple[str, ...] = ()
+_audited = False
+#: ``os.open`` flags that write.
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+def install_file_audit() -> None:
+    """Notes the files the program opens outside the launch's private folder (module doc):
+    an audit hook (``sys.addaudithook``: it cannot be removed, so it is added once, and it
+    never raises)."""
+    global _not_noted, _audited
+    if _audited:
+        return
+    home = os.path.expanduser("~")
+    tmp = tempfile.gettempdir()
+    places = [
+        *(
+            os.sep + d + os.sep
+            for d in ("proc", "sys", "dev", "etc", "usr", "lib", "lib64", "run", "var")
+        ),
+        *(os.path.abspath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}),
+        *_SKIPPED,
+        # The frameworks' caches (Inductor's and Triton's kernels, downloads), and fresh names
+        # (tempfile's, multiprocessing's): no run reads another's through them by accident.
+        os.path.join(home, ".cache") + os.sep,
+        os.path.join(home, ".triton") + os.sep,
+        os.path.join(tmp, "torchinductor_"),
+        os.path.join(tmp, "triton"),
+        os.path.join(tmp, "tmp"),
+        os.path.join(tmp, "pymp-"),
+    ]
+    trace_dir = os.environ.get("DETCHECK_TRACE_DIR")
+    if trace_dir:
+        places.append(os.path.abspath(trace_dir) + os.sep)
+    cwd = os.getcwd()
+    launch = os.path.dirname(cwd)
+    if os.path.basename(cwd) == "cwd" and os.path.basename(launch).startswith("detcheck-"):
+        # The launch's own folder (src/run/process.rs): its private copy of the working
+        # directory, which no other run sees.
+        places.append(launch + os.sep)
+    _not_noted = tuple(sorted(set(places)))
+    sys.addaudithook(_audit)
+    _audited = True
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "open" or not _audited:
+        return
+    try:
+        path, mode, flags = args[:3]
+        if isinstance(mode, str):
+            opened(path, writes=any(c in mode for c in "wax+"))
+        else:
+            opened(path, writes=bool((flags or 0) & _WRITES))
+    except Exception:
+        pass  # evidence, never a failure of the program
+
+
+def opened(path: Any, writes: bool) -> None:
+    """Notes a file the program opened (the audit hook's ``open`` events, and the writers that
+    open their files in C++: ``torch.save``), unless it is in a place not noted."""
+    if not _audited or path is None or isinstance(path, int):
+        return  # not a rank detcheck launched, or a file descriptor
+    full = os.path.abspath(os.fsdecode(os.fspath(path)))
+    if full.startswith(_not_noted) or full.endswith((".py", ".pyc")):
+        return  # Python's imports read the program's modules
+    if writes:
+        if len(_files_written) < _MAX_FILES:
+            _files_written.setdefault(full, None)
+    elif (
+        full not in _files_written
+        and full not in _files_read
+        and len(_files_read) < _MAX_FILES
+        and os.path.isfile(full)
+    ):
+        _files_read[full] = None
 
 
 def attach(sink: Callable[[str, Any, str | None], None]) -> None:
@@ -237,6 +342,8 @@ def _forked() -> None:
     _waiting.clear()
     _facts.clear()
     OUTSIDE.clear()
+    _files_read.clear()
+    _files_written.clear()
 
 
 os.register_at_fork(after_in_child=_forked)

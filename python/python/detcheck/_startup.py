@@ -298,6 +298,7 @@ def _follow_generators(callbacks):
     from . import _evidence
 
     _evidence.install_python()
+    _evidence.install_file_audit()
     if "numpy" in sys.modules:
         _evidence.install_numpy(sys.modules["numpy"])
         return

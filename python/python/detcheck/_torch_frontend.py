@@ -338,6 +338,26 @@ def _same_in_torchscript(original, wrapper):
         table[id(wrapper)] = table[id(original)]
 
 
+def _note_saved_files():
+    """``torch.save`` to a path opens its file in C++, unseen by the audit hook of
+    ``_evidence.opened``: the path is noted here."""
+    save = torch.save
+    if getattr(save, "_detcheck_noted", False):
+        return
+
+    @functools.wraps(save)
+    def noted(obj, f, *args, **kwargs):
+        if isinstance(f, (str, bytes, os.PathLike)):
+            try:
+                _evidence.opened(f, writes=True)
+            except Exception:
+                pass  # evidence, never a failure of the program
+        return save(obj, f, *args, **kwargs)
+
+    noted._detcheck_noted = True
+    torch.save = noted
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
@@ -350,6 +370,7 @@ def install_evidence():
     for name in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
         _evidence.track_seeding(torch.cuda, name, "cuda")
     _follow_values_entering()
+    _note_saved_files()
     import numpy
     from torch.utils.data import dataloader
 
