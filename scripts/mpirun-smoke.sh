@@ -11,6 +11,8 @@
 #   DETCHECK_MPI=openmpi|mpich   the MPI stack (default openmpi). MPICH is built with
 #                                MPICC=mpicc.mpich into target/mpich and run with mpirun.mpich.
 #   DETCHECK_DEADLINE=SECONDS    the collective deadline (default 60)
+#   DETCHECK_SMOKE_PROFILE=release|dev   the build profile (default release; CI's MPICH job uses
+#                                the dev build its fault tests made, to save a second build)
 #
 # It builds `detcheck` with the `mpi` feature, applies the MPI settings of `detcheck env --stack mpi`
 # (a forced allreduce algorithm for Open MPI and MPICH, I_MPI_CBWR for Intel MPI), runs
@@ -54,9 +56,14 @@ for tool in "$mpicc" "$mpirun"; do
     }
 done
 
-echo "== building detcheck with MPI ($flavour) into $target"
-MPICC=$mpicc CARGO_TARGET_DIR=$target cargo build --release --quiet --features mpi
-bin=$target/release/detcheck
+profile=${DETCHECK_SMOKE_PROFILE:-release}
+case "$profile" in
+    release) build=(--release); bin=$target/release/detcheck ;;
+    dev) build=(); bin=$target/debug/detcheck ;;
+    *) echo "error: DETCHECK_SMOKE_PROFILE must be release or dev, got '$profile'" >&2; exit 2 ;;
+esac
+echo "== building detcheck with MPI ($flavour, $profile) into $target"
+MPICC=$mpicc CARGO_TARGET_DIR=$target cargo build "${build[@]}" --quiet --features mpi
 if missing=$(ldd "$bin" 2>/dev/null | grep "not found"); then
     echo "error: $bin cannot find its MPI library at run time:" >&2
     echo "$missing" >&2

@@ -875,8 +875,17 @@ fn the_readme_exit_code_table_is_the_one_detcheck_help_prints() {
 fn multirank(args: &[&str]) -> Outcome {
     let mut command = Command::new(env!("CARGO"));
     command.args(["test", "--quiet", "-p", "detcheck", "--test", "multirank"]);
-    if cfg!(feature = "mpi") {
-        command.args(["--features", "mpi"]);
+    // The same features, or cargo would rebuild the crate, and with it the `detcheck` binary
+    // that other tests of this run launch, without them.
+    let features: Vec<&str> = [
+        ("mpi", cfg!(feature = "mpi")),
+        ("nccl", cfg!(feature = "nccl")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    if !features.is_empty() {
+        command.args(["--features", &features.join(",")]);
     }
     if !cfg!(debug_assertions) {
         command.arg("--release");
