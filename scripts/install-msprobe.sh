@@ -6,6 +6,11 @@
 #
 #   bash scripts/install-msprobe.sh [VENV]       # default target/venv-msprobe
 #   VENV/bin/msprobe compare -tp A/step0/proc1/dump.json -gp B/step0/proc2/dump.json -o out
+#   bash scripts/install-msprobe.sh --mindspore [VENV]   # default target/venv-msprobe-ms
+#
+# --mindspore: msprobe for MindSpore programs (python/tests/test_msprobe_mindspore.py), on
+# target/venv-ms (scripts/install-python.sh --mindspore: MindSpore 2.10, numpy 1.26) instead of
+# target/venv, pinned by scripts/msprobe-ms-constraints.txt.
 #
 # Its own environment, not target/venv: msprobe pulls in pandas, matplotlib, tensorboard,
 # skl2onnx (scikit-learn, scipy, onnx) and protobuf, which the tests of detcheck's package do
@@ -21,19 +26,30 @@
 # registry, ~300 MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${1:-target/venv-msprobe}
-base=target/venv
-constraints=scripts/msprobe-constraints.txt
+framework=torch
+if [ "${1:-}" = --mindspore ]; then
+    framework=mindspore
+    shift
+fi
+if [ "$framework" = mindspore ]; then
+    venv=${1:-target/venv-msprobe-ms}
+    base=target/venv-ms
+    constraints=scripts/msprobe-ms-constraints.txt
+else
+    venv=${1:-target/venv-msprobe}
+    base=target/venv
+    constraints=scripts/msprobe-constraints.txt
+fi
 
-if ! "$base/bin/python" -c 'import torch, numpy, detcheck' 2>/dev/null; then
-    echo "== $base lacks torch or detcheck: bash scripts/install-python.sh --torch"
-    bash scripts/install-python.sh --torch "$base"
+if ! "$base/bin/python" -c "import $framework, numpy, detcheck" 2>/dev/null; then
+    echo "== $base lacks $framework or detcheck: bash scripts/install-python.sh --$framework"
+    bash scripts/install-python.sh "--$framework" "$base"
 fi
 if ! "$base/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     echo "install-msprobe.sh: $base is $("$base/bin/python" --version 2>&1); mindstudio-probe 26.2.0's wheel is for Python 3.11" >&2
     exit 1
 fi
-# The interpreter target/venv was made from (a venv's python is a link to it).
+# The interpreter the base venv was made from (a venv's python is a link to it).
 python=$("$base/bin/python" -c 'import sys; print(sys._base_executable)')
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' 2>/dev/null; then
@@ -50,16 +66,18 @@ echo "== pip install mindstudio-probe==26.2.0 (constraints: $constraints)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     -c "$constraints" "mindstudio-probe==26.2.0"
 
-# msprobe imports torch from target/venv, and its own modules from here.
-"$venv/bin/python" - "$own" "$shared" <<'EOF'
+# msprobe imports the framework from the base venv, and its own modules from here.
+"$venv/bin/python" - "$own" "$shared" "$framework" <<'EOF'
+import importlib
 import sys
 from importlib import metadata
 
 import msprobe
-import torch
 
-own, shared = sys.argv[1:]
+own, shared, name = sys.argv[1:]
+framework = importlib.import_module(name)
 assert msprobe.__file__.startswith(own), msprobe.__file__
-assert torch.__file__.startswith(shared), torch.__file__
-print("msprobe", metadata.version("mindstudio-probe"), "in", own, "with torch", torch.__version__, "of", shared)
+assert framework.__file__.startswith(shared), framework.__file__
+print("msprobe", metadata.version("mindstudio-probe"), "in", own, "with", name,
+      framework.__version__, "of", shared)
 EOF

@@ -247,10 +247,16 @@ def _fork():
         raise ImportError("os.fork is POSIX")
 
 
-def _msprobe():
-    """The Python interpreter that imports msprobe (mindstudio-probe): $DETCHECK_MSPROBE_PYTHON,
-    else target/venv-msprobe's (scripts/install-msprobe.sh), else this one."""
-    candidates = [os.environ.get("DETCHECK_MSPROBE_PYTHON"), ROOT / "target" / "venv-msprobe"]
+def _msprobe(framework="torch"):
+    """The Python interpreter that imports msprobe (mindstudio-probe) with ``framework``:
+    $DETCHECK_MSPROBE_PYTHON (torch) or $DETCHECK_MSPROBE_MS_PYTHON (mindspore), else
+    target/venv-msprobe's or target/venv-msprobe-ms's (scripts/install-msprobe.sh [--mindspore]),
+    else this one."""
+    variable, venv = {
+        "torch": ("DETCHECK_MSPROBE_PYTHON", "venv-msprobe"),
+        "mindspore": ("DETCHECK_MSPROBE_MS_PYTHON", "venv-msprobe-ms"),
+    }[framework]
+    candidates = [os.environ.get(variable), ROOT / "target" / venv]
     for candidate in candidates:
         if not candidate:
             continue
@@ -265,13 +271,14 @@ def _msprobe():
         [
             str(python),
             "-c",
-            "import importlib.util as u; print(u.find_spec('msprobe') is not None)",
+            "import importlib.util as u; "
+            f"print(all(u.find_spec(m) is not None for m in ('msprobe', {framework!r})))",
         ],
         capture_output=True,
         text=True,
     )
     if found.stdout.strip() != "True":
-        raise ImportError(f"{python} cannot import msprobe")
+        raise ImportError(f"{python} cannot import msprobe and {framework}")
     return str(python)
 
 
@@ -318,6 +325,11 @@ _NEEDS = {
         ("DETCHECK_REQUIRE_MSPROBE",),
         "scripts/install-msprobe.sh installs it into target/venv-msprobe",
     ),
+    "msprobe-mindspore": (
+        lambda: _msprobe("mindspore"),
+        ("DETCHECK_REQUIRE_MSPROBE",),
+        "scripts/install-msprobe.sh --mindspore installs it into target/venv-msprobe-ms",
+    ),
     "slurm": (
         _slurm,
         ("DETCHECK_REQUIRE_SLURM",),
@@ -339,8 +351,9 @@ def requires(name):
 
     ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
     lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
-    (``srun`` and a node that is up) or msprobe (returns the path of a Python interpreter that
-    imports it, which need not be this one)."""
+    (``srun`` and a node that is up), msprobe or msprobe-mindspore (returns the path of a
+    Python interpreter that imports msprobe with torch, or with MindSpore, which need not be
+    this one)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")
