@@ -22,7 +22,15 @@ Imports nothing: the contract holds for every framework.
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional, Protocol
 
-__all__ = ["ROOT", "FrontEnd", "OperatorTrace", "Removable", "TensorSink"]
+__all__ = [
+    "ROOT",
+    "FrontEnd",
+    "OperatorTrace",
+    "Removable",
+    "TensorSink",
+    "named_leaves",
+    "replicated_records",
+]
 
 #: The label of the model itself in record names (``fwd/(model)``, ``in/(model).0``).
 ROOT = "(model)"
@@ -44,6 +52,21 @@ def named_leaves(
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from named_leaves(f"{name}.{key}", item, is_tensor, depth + 1)
+
+
+def replicated_records(held_alike, world_size, world_of_one=True):
+    """The one rule for ``grad/*`` and ``param/*``: recorded as replicated (every rank must
+    hold the same bits) when the program's structure says its ranks hold them alike
+    (``held_alike``: a DistributedDataParallel model, a DTensor all of whose placements are
+    Replicate, a MindSpore program in data-parallel mode or with a ``DistributedGradReducer``).
+
+    ``world_of_one``: what a world of one rank gives, which trivially holds them alike. ``True``
+    for the zero-change recorder and a DTensor (so ``world_sizes`` compares a one-rank run with
+    no flag); ``watch`` passes ``False``, its documented rule since its first release (a one-rank
+    ``watch`` user says ``replicated=True``)."""
+    if world_size == 1:
+        return world_of_one
+    return bool(held_alike)
 
 
 class Removable(Protocol):
