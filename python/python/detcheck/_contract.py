@@ -13,6 +13,9 @@ run time):
   step getter (given to it) and ``pause``/``resume`` (the engine's own recording is no operator
   of the model).
 
+Two rules both front ends share, as plain functions: ``named_leaves`` (the names of an output's
+tensors) and ``replicated_records`` (when ``grad/*`` and ``param/*`` are replicated records).
+
 Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
 optimizer hooks, the zero-change recorder's global hooks, a framework callback).
 
