@@ -460,9 +460,7 @@ def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_
     assert "fails_on_rank1.py" in out, "the traceback is shown"
 
     bare = tmp_path / "bare-venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", bare], check=True, timeout=120
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", bare], check=True, timeout=120)
     out = check(
         detcheck_bin, *flags, "--", bare / "bin" / "python", failing, code=2, cwd=tmp_path
     ).out
@@ -475,7 +473,9 @@ def test_a_nondeterministic_operator_is_named_at_its_cell_and_primitive_every_ru
     `fwd/mix`, names the primitive `Custom(entropy_sum)` as nondeterministic from identical
     inputs, and the cause is a nondeterministic operator, not a seed; its twin passes."""
     for attempt in range(runs("DETCHECK_MS_OPERATOR_RUNS", default=3)):
-        (line,) = check(detcheck_bin, SCRIPTS / "control_entropy_sum.json", code=0).scenarios.values()
+        (line,) = check(
+            detcheck_bin, SCRIPTS / "control_entropy_sum.json", code=0
+        ).scenarios.values()
         first = caught_with_element(line)
         assert (first["step"], first["name"]) == (0, "fwd/mix"), (attempt, first)
         operator = first["operator"]
@@ -487,8 +487,8 @@ def test_a_nondeterministic_operator_is_named_at_its_cell_and_primitive_every_ru
         assert call["site"].endswith("entropy_sum.py:61"), call
         cause = first["cause"]
         assert cause["kind"] == "nondeterministic_operator", (attempt, cause)
-        assert "`Custom(entropy_sum)` gave different outputs from identical inputs" in cause[
-            "summary"
-        ], cause
+        assert (
+            "`Custom(entropy_sum)` gave different outputs from identical inputs" in cause["summary"]
+        ), cause
     (twin,) = check(detcheck_bin, SCRIPTS / "entropy_sum_fixed.json", code=0).scenarios.values()
     assert twin["status"] == "passed", twin

@@ -57,7 +57,7 @@ def named_leaves(
             yield from named_leaves(f"{name}.{key}", item, is_tensor, depth + 1)
 
 
-def replicated_records(held_alike, world_size, world_of_one=True):
+def replicated_records(held_alike: Any, world_size: int, world_of_one: bool = True) -> bool:
     """The one rule for ``grad/*`` and ``param/*``: recorded as replicated (every rank must
     hold the same bits) when the program's structure says its ranks hold them alike
     (``held_alike``: a DistributedDataParallel model, a DTensor all of whose placements are

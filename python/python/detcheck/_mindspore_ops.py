@@ -156,14 +156,11 @@ class PrimitiveTracer:
 
     def _traced(self, original, primitive, args, kwargs):
         inputs = list(_tensors((args, kwargs)))
-        if not inputs:
+        out = None
+        if not inputs:  # made from no tensor: traced when it makes one
             out = original(primitive, *args, **kwargs)
             if not any(True for _ in _tensors(out)):
                 return out  # no tensor in or out: a check, a shape, a type
-            inputs_recorded = False
-        else:
-            out = None
-            inputs_recorded = True
         i = self.index
         self.index += 1
         cell = self.stack[-1] if self.stack else self.label
@@ -171,16 +168,13 @@ class PrimitiveTracer:
         where = _evidence.site(sys._getframe(2))
         if where is not None:  # the program's line of this call (src/compare/operator.rs)
             self.writer.add_environment(f"site:op:{i}", where)
-        if inputs_recorded:
-            j = 0
+        if inputs:  # before the call: an in-place primitive (Assign) changes them
             for j, tensor in inputs:
                 name = operator_record_name(i, cell, operator, "in", j, self._source(tensor))
                 self._record(name, tensor)
-            j = len(inputs)
-            for value in _floats((args, kwargs)):
+            for j, value in enumerate(_floats((args, kwargs)), start=len(inputs)):
                 name = operator_record_name(i, cell, operator, "in", j, _SCALAR)
                 self._record(name, mindspore.Tensor(value, mindspore.float64))
-                j += 1
             out = original(primitive, *args, **kwargs)
         for j, tensor in _tensors(out):
             self._record(operator_record_name(i, cell, operator, "out", j), tensor)
@@ -354,7 +348,7 @@ class _ForwardWindow(_Window):
         tracer.record_inputs("in", (args, kwargs))
         tracer.stack = [tracer.label]
         self._hooks.append(cell.register_forward_hook(self._close_hook))
-        for label, sub in cell.cells_and_names():
+        for _, sub in cell.cells_and_names():
             if sub is cell or id(sub) not in self._labels:
                 continue
             self._hooks.append(sub.register_forward_pre_hook(self._push(self._labels[id(sub)])))
