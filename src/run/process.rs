@@ -52,7 +52,9 @@ use crate::file::{
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
 use crate::run::msrun::MsrunJob;
-use crate::run::rank_failure::{stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES};
+use crate::run::rank_failure::{
+    msrun_hint, stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES,
+};
 use crate::run::srun::{is_mpi_program, shared_launch_root, SrunStep, SrunWords};
 use crate::run::workdir::Workdir;
 use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
@@ -363,6 +365,13 @@ impl<'a> CommandLaunch<'a> {
                 .first()
                 .map_or_else(|| stderr_tail(stderr), |e| e.exception().to_owned());
             words.push_str(&wrong_path_hint(&text).unwrap_or_default());
+        }
+        if self.command.launcher == Launcher::Processes {
+            let text = errors
+                .0
+                .first()
+                .map_or_else(|| stderr_tail(stderr), |e| e.traceback().to_owned());
+            words.push_str(&msrun_hint(&text).unwrap_or_default());
         }
         words
     }
