@@ -436,7 +436,7 @@ def test_msrun_ranks_record_the_allreduced_gradients_and_parameters_as_replicate
 
 def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_path):
     """A rank that raises under msrun: exit 3 with that rank's traceback; a Python without
-    MindSpore: exit 2 naming --launcher."""
+    MindSpore: exit 2 naming the launcher (`params.launcher`, what `--launcher` sets)."""
     failing = tmp_path / "fails_on_rank1.py"
     failing.write_text(
         textwrap.dedent("""
@@ -464,7 +464,7 @@ def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_
     out = check(
         detcheck_bin, *flags, "--", bare / "bin" / "python", failing, code=2, cwd=tmp_path
     ).out
-    assert "--launcher" in out and "has no `mindspore` module" in out, out
+    assert "field `params.launcher`" in out and "has no `mindspore` module" in out, out
 
 
 def test_a_nondeterministic_operator_is_named_at_its_cell_and_primitive_every_run(detcheck_bin):

@@ -96,7 +96,7 @@ impl MsrunJob {
                 let mut paths = vec![shim_dir.to_path_buf()];
                 paths.extend(std::env::split_paths(&path));
                 let path = std::env::join_paths(paths)
-                    .map_or_else(|_| path.clone(), |p| p)
+                    .unwrap_or_else(|_| path.clone())
                     .to_string_lossy()
                     .into_owned();
                 let mut argv = vec![
