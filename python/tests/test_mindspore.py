@@ -435,8 +435,9 @@ def test_msrun_ranks_record_the_allreduced_gradients_and_parameters_as_replicate
 
 
 def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_path):
-    """A rank that raises under msrun: exit 3 with that rank's traceback; a Python without
-    MindSpore: exit 2 naming the launcher (`params.launcher`, what `--launcher` sets)."""
+    """A rank that raises under msrun: exit 3 with that rank's traceback; the same script under
+    the `processes` launcher: exit 3 with the hint to use msrun; a Python without MindSpore:
+    exit 2 naming the launcher (`params.launcher`, what `--launcher` sets)."""
     failing = tmp_path / "fails_on_rank1.py"
     failing.write_text(
         textwrap.dedent("""
@@ -458,6 +459,10 @@ def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_
     out = check(detcheck_bin, *flags, "--", sys.executable, failing, code=3, cwd=tmp_path).out
     assert "rank 1 raised RuntimeError: rank 1's data ran out, say" in out, out
     assert "fails_on_rank1.py" in out, "the traceback is shown"
+
+    # Without msrun, MindSpore's init() finds no cluster: the report says to use msrun.
+    out = check(detcheck_bin, "--ranks", "2", "--", sys.executable, failing, code=3).out
+    assert "without using 'mpirun'" in out and "--launcher msrun" in out, out
 
     bare = tmp_path / "bare-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", bare], check=True, timeout=120)
