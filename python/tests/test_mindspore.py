@@ -1,7 +1,12 @@
 """MindSpore: unmodified MindSpore scripts (examples/programs/python/mindspore, which never import
 detcheck) recorded by the start-up hook (`detcheck._startup`, `detcheck._mindspore_auto`),
 `--deterministic` and `detcheck.seed_all` for MindSpore, `detcheck.mindspore.watch` and its
-`Model.train` callback, and the failures a user meets (docs/mindspore.md).
+`Model.train` callback, a data-parallel script at 2 ranks under `--launcher msrun`, the operator
+drill-down to a MindSpore primitive (`detcheck._mindspore_ops`), and the failures a user meets
+(docs/mindspore.md).
+
+The nondeterministic-operator control runs `DETCHECK_MS_OPERATOR_RUNS` times (3 by default; the
+issue's bar is 20 of 20: `DETCHECK_MS_OPERATOR_RUNS=20`).
 
 Needs MindSpore (2.10, CPU), which needs numpy<2: it lives in a venv of its own,
 `bash scripts/install-python.sh --mindspore target/venv-ms`; run these tests with that venv's
@@ -15,13 +20,24 @@ import subprocess
 import sys
 import textwrap
 
-from support import PROGRAMS, caught_with_element, check, decode, digest_hex, environment, requires
+from support import (
+    PROGRAMS,
+    caught_with_element,
+    check,
+    decode,
+    digest_hex,
+    environment,
+    requires,
+    run_detcheck,
+    runs,
+)
 
 requires("mindspore")
 
 SCRIPTS = PROGRAMS / "mindspore"
 TRAIN = SCRIPTS / "train.py"
 MODEL_TRAIN = SCRIPTS / "model_train.py"
+TRAIN_DP = SCRIPTS / "train_dp.py"
 
 #: The records of one step of train.py's MLP, in order (PyTorch's names and order).
 MLP_STEP = [
@@ -373,3 +389,111 @@ def test_scripts_that_cannot_be_recorded_say_why(tmp_path, detcheck_bin):
     assert "no nn.Optimizer was called from Python" in (trace / "rank0.no-records.txt").read_text()
     run = check(detcheck_bin, "--", sys.executable, jitted, code=3)
     assert "no nn.Optimizer was called from Python" in run.out, run.out
+
+
+def test_a_data_parallel_script_under_msrun_passes_repeat_and_replicas_and_a_clock_seed_is_caught(
+    detcheck_bin,
+):
+    """train_dp.py (init(), DATA_PARALLEL, a sharded dataset, DistributedGradReducer, nn.Adam)
+    at 2 ranks under msrun on the CPU: `repeat` and `replicas` hold; its clock-seeded control is
+    caught at its first record, with its element and cause."""
+    scenarios = [SCRIPTS / "train_dp.json", SCRIPTS / "control_dp_clock_seed.json"]
+    run = check(detcheck_bin, *scenarios, code=0)
+    lines, out = run.scenarios, run.out
+    assert lines["train_dp"]["status"] == "passed", out
+    held = {c["check"]: c["holds"] for c in lines["train_dp"]["checks"]}
+    assert held == {"repeat": True, "replicas": True}, out
+    clock = caught_with_element(lines["control_dp_clock_seed"])
+    assert clock["step"] == 0 and clock["name"].startswith("init/"), clock
+    assert clock["cause"]["kind"] == "seeded_differently", clock["cause"]
+    assert "mindspore.set_seed(0)" in json.dumps(clock["cause"]), clock["cause"]
+
+
+def test_msrun_ranks_record_the_allreduced_gradients_and_parameters_as_replicated(
+    detcheck_bin, tmp_path
+):
+    """One msrun launch of train_dp.py (`run --dump`): each rank's trace has the one-rank
+    layout; `grad/*` (after DistributedGradReducer) and `param/*` are replicated records with the
+    same digests on both ranks; the loss and the inputs are each rank's own (its shard)."""
+    dump = tmp_path / "dump"
+    args = ("run", "--dump", dump, "--ranks", "2", "--launcher", "msrun", "--steps", "2")
+    run_detcheck(detcheck_bin, *args, "--", sys.executable, TRAIN_DP, cwd=tmp_path, code=0)
+    ranks = [model_records(dump / f"rank{r}.dctrace") for r in (0, 1)]
+    for records in ranks:
+        assert [r["name"] for r in records if r["step"] == 0] == MLP_STEP
+        assert {r["step"] for r in records} == {0, 1}
+    for a, b in zip(*ranks):
+        assert a["name"] == b["name"]
+        state = a["name"].startswith(("grad/", "param/"))
+        assert a["replicated"] == b["replicated"] == state, a
+        if state:
+            assert a["md5"] == b["md5"], a["name"]
+        elif a["name"] in ("in/(model).0", "loss"):
+            assert a["md5"] != b["md5"], f"{a['name']}: the ranks read other shards"
+    env = environment(dump / "rank1.dctrace")
+    assert env["launcher"] == "msrun", env
+
+
+def test_msrun_launch_failures_name_the_rank_and_the_launcher(detcheck_bin, tmp_path):
+    """A rank that raises under msrun: exit 3 with that rank's traceback; the same script under
+    the `processes` launcher: exit 3 with the hint to use msrun; a Python without MindSpore:
+    exit 2 naming the launcher (`params.launcher`, what `--launcher` sets)."""
+    failing = tmp_path / "fails_on_rank1.py"
+    failing.write_text(
+        textwrap.dedent("""
+        import mindspore as ms, numpy as np
+        from mindspore import nn
+        from mindspore.communication import init, get_rank
+        init()
+        net = nn.Dense(4, 2)
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)
+        for step in range(3):
+            loss, grads = grad_fn(ms.Tensor(np.ones((2, 4), np.float32)))
+            if step == 1 and get_rank() == 1:
+                raise RuntimeError("rank 1's data ran out, say")
+            opt(grads)
+    """)
+    )
+    flags = ("--ranks", "2", "--launcher", "msrun")
+    out = check(detcheck_bin, *flags, "--", sys.executable, failing, code=3, cwd=tmp_path).out
+    assert "rank 1 raised RuntimeError: rank 1's data ran out, say" in out, out
+    assert "fails_on_rank1.py" in out, "the traceback is shown"
+
+    # Without msrun, MindSpore's init() finds no cluster: the report says to use msrun.
+    out = check(detcheck_bin, "--ranks", "2", "--", sys.executable, failing, code=3).out
+    assert "without using 'mpirun'" in out and "--launcher msrun" in out, out
+
+    bare = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", bare], check=True, timeout=120)
+    out = check(
+        detcheck_bin, *flags, "--", bare / "bin" / "python", failing, code=2, cwd=tmp_path
+    ).out
+    assert "field `params.launcher`" in out and "has no `mindspore` module" in out, out
+
+
+def test_a_nondeterministic_operator_is_named_at_its_cell_and_primitive_every_run(detcheck_bin):
+    """entropy_sum.py: the cell `mix` calls a custom operator (`ops.Custom`) that sums in an
+    order drawn from OS entropy, under a fixed seed. Every run of the check catches it at
+    `fwd/mix`, names the primitive `Custom(entropy_sum)` as nondeterministic from identical
+    inputs, and the cause is a nondeterministic operator, not a seed; its twin passes."""
+    for attempt in range(runs("DETCHECK_MS_OPERATOR_RUNS", default=3)):
+        (line,) = check(
+            detcheck_bin, SCRIPTS / "control_entropy_sum.json", code=0
+        ).scenarios.values()
+        first = caught_with_element(line)
+        assert (first["step"], first["name"]) == (0, "fwd/mix"), (attempt, first)
+        operator = first["operator"]
+        assert operator["finding"] == "nondeterministic", (attempt, operator)
+        assert operator["window"] == "forward", operator
+        call = operator["call"]
+        assert call["operator"] == "Custom(entropy_sum)" and call["module"] == "mix", call
+        assert call["inputs"] == ["f32[16,64]"], call
+        assert call["site"].endswith("entropy_sum.py:61"), call
+        cause = first["cause"]
+        assert cause["kind"] == "nondeterministic_operator", (attempt, cause)
+        assert (
+            "`Custom(entropy_sum)` gave different outputs from identical inputs" in cause["summary"]
+        ), cause
+    (twin,) = check(detcheck_bin, SCRIPTS / "entropy_sum_fixed.json", code=0).scenarios.values()
+    assert twin["status"] == "passed", twin

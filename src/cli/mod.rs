@@ -254,7 +254,7 @@ struct ProgramFlags {
     )]
     seed: Option<u64>,
     /// With a program: how its ranks are started: processes (default; srun inside a Slurm
-    /// allocation), torchrun, mpirun, srun or none.
+    /// allocation), torchrun, msrun (MindSpore), mpirun, srun or none.
     #[arg(
         long,
         value_name = "LAUNCHER",

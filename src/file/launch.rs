@@ -9,12 +9,12 @@
 //! | --- | --- |
 //! | `DETCHECK_TRACE_DIR` | the folder of this launch's trace files (fresh for every launch) |
 //! | `DETCHECK_WORLD_SIZE` | the number of ranks |
-//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, the MPI launcher's rank, or with the `srun` launcher `SLURM_PROCID`: `crate::file::slurm`) |
+//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, the MPI launcher's rank, with the `srun` launcher `SLURM_PROCID` (`crate::file::slurm`), or with the `msrun` launcher a worker's `RANK_ID` (`MS_ROLE=MS_WORKER`; msrun's scheduler, `MS_ROLE=MS_SCHED`, is no rank)) |
 //! | `DETCHECK_SEED`, `DETCHECK_STEPS` | the scenario's seed and steps |
 //! | `DETCHECK_MODE` | `md5`, `stats` or `full`: what each record holds |
 //! | `DETCHECK_LAUNCH` | `K:T`: launch K of the check and its start time T (ms since the Unix epoch) |
 //! | `DETCHECK_RUN_ID` | 32 hex digits: the run id of this launch's trace files (`crate::file::RunId`) |
-//! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `srun`, `none`), for the environment snapshot; `srun`: the rank is read from `SLURM_PROCID` too |
+//! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `msrun`, `srun`, `none`), for the environment snapshot; `srun`: the rank is read from `SLURM_PROCID` too; `msrun`: from a worker's `RANK_ID` |
 //! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
@@ -223,6 +223,19 @@ const OTHER_RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", 
 /// `DETCHECK_LAUNCHER`'s value for the `srun` launcher, under which a rank is `SLURM_PROCID`.
 pub const SRUN_LAUNCHER: &str = "srun";
 
+/// `DETCHECK_LAUNCHER`'s value for the `msrun` launcher, under which a rank is a worker's
+/// `RANK_ID`.
+pub const MSRUN_LAUNCHER: &str = "msrun";
+
+/// What msrun sets for the role of the process it starts: `MS_WORKER` (a rank) or `MS_SCHED`
+/// (its scheduler, which runs the same script but is no rank).
+const MS_ROLE_VAR: &str = "MS_ROLE";
+/// The role of msrun's workers.
+const MS_WORKER: &str = "MS_WORKER";
+/// What msrun sets for a worker's rank (its node id, which MindSpore makes its rank when every
+/// worker runs on one node).
+const MS_RANK_VAR: &str = "RANK_ID";
+
 /// Under detcheck's `srun` launcher (`DETCHECK_LAUNCHER=srun`), the variables of this task's
 /// rank that a program reads: torch.distributed's from Slurm's
 /// ([`SlurmTask::rank_variables`]) and `DETCHECK_RANK`; empty elsewhere. The Python start-up
@@ -362,6 +375,23 @@ impl Launch {
                     .ok_or_else(|| bad_variable(name, &r.to_string(), "a rank of this world"))?;
                 rank = Some(r);
                 break;
+            }
+        }
+        if rank.is_none()
+            && var(LAUNCHER_VAR).as_deref() == Some(MSRUN_LAUNCHER)
+            && var(MS_ROLE_VAR).as_deref() == Some(MS_WORKER)
+        {
+            // Only a worker of detcheck's `msrun` launcher: msrun's scheduler runs the script
+            // too, with RANK_ID=0, and is no rank.
+            if let Some(r) = number(MS_RANK_VAR)? {
+                rank = Some(
+                    u32::try_from(r)
+                        .ok()
+                        .filter(|&r| r < world_size)
+                        .ok_or_else(|| {
+                            bad_variable(MS_RANK_VAR, &r.to_string(), "a rank of this world")
+                        })?,
+                );
             }
         }
         if rank.is_none() && var(LAUNCHER_VAR).as_deref() == Some(SRUN_LAUNCHER) {
@@ -528,6 +558,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("SLURM_PROCID"));
+        // RANK_ID is a rank only in a worker of detcheck's msrun launcher: msrun's scheduler
+        // runs the script with RANK_ID=0 too.
+        let mut msrun = base.to_vec();
+        msrun.extend([("DETCHECK_LAUNCHER", "msrun"), ("RANK_ID", "2")]);
+        assert_eq!(launch(&msrun).unwrap().unwrap().rank, None, "no role");
+        msrun.push(("MS_ROLE", "MS_SCHED"));
+        assert_eq!(launch(&msrun).unwrap().unwrap().rank, None, "the scheduler");
+        msrun[4] = ("MS_ROLE", "MS_WORKER");
+        assert_eq!(launch(&msrun).unwrap().unwrap().rank, Some(2));
+        assert_eq!(with(("RANK_ID", "2")).unwrap().unwrap().rank, None);
+        msrun[3] = ("RANK_ID", "4");
+        assert!(launch(&msrun).unwrap_err().to_string().contains("RANK_ID"));
         let err = with(("OMPI_COMM_WORLD_RANK", "4")).unwrap_err().to_string();
         assert_eq!(
             err,

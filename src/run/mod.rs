@@ -16,6 +16,7 @@ mod dump;
 pub(crate) mod gpu;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+mod msrun;
 mod process;
 mod rank_failure;
 mod srun;

@@ -1,7 +1,7 @@
 //! The runner of `command` scenarios: a user's program launched in fresh processes.
 //!
 //! [`ProcessRunner`] starts the program as its launcher says (`processes`: one child per rank;
-//! `mpirun`, `torchrun`, `srun`: one launcher process; `none`: one process for every rank), each launch
+//! `mpirun`, `torchrun`, `msrun`, `srun`: one launcher process; `none`: one process for every rank), each launch
 //! with a fresh trace folder and the launch environment of `crate::file::launch`, waits for
 //! every process with the scenario's timeout, and reads the trace files back into a [`Trace`],
 //! which the checks compare as they compare a built-in kind's.
@@ -27,6 +27,11 @@
 //! cancelled (`scancel`) when the launch is killed, and Slurm's reason for a failure is the
 //! error's.
 //!
+//! The `msrun` launcher (`crate::run::msrun`) runs MindSpore's launcher: its workers' ranks are
+//! their `RANK_ID`s, their output goes to msrun's logs in the launch folder (read for the words
+//! of a failure), and they are killed by their pid files, msrun starting each in a session of
+//! its own.
+//!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
 //! with the rank, the exit status and the rank's own traceback or stacks
@@ -46,7 +51,10 @@ use crate::file::{
 };
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
-use crate::run::rank_failure::{stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES};
+use crate::run::msrun::MsrunJob;
+use crate::run::rank_failure::{
+    msrun_hint, stuck_ranks, wrong_path_hint, RankErrors, TORCH_RANK_VARIABLES,
+};
 use crate::run::srun::{is_mpi_program, shared_launch_root, SrunStep, SrunWords};
 use crate::run::workdir::Workdir;
 use crate::run::{fresh_run_id, RunError, RunRequest, Runner};
@@ -128,6 +136,8 @@ struct Process {
     status: Option<ExitStatus>,
     /// The Slurm job or step of an `srun` launcher, cancelled with the process.
     srun: Option<SrunStep>,
+    /// The job of an `msrun` launcher, whose workers are killed with the process.
+    msrun: Option<MsrunJob>,
 }
 
 impl Process {
@@ -148,6 +158,10 @@ impl Process {
         }
         let _ = self.child.kill();
         self.status = self.child.wait().ok();
+        if let Some(job) = &self.msrun {
+            // msrun starts its workers in sessions of their own: not in its process group.
+            job.kill_workers();
+        }
     }
 
     fn who(&self) -> String {
@@ -336,11 +350,14 @@ impl<'a> CommandLaunch<'a> {
     /// tracebacks (the root cause first) where their start-up hook left them, else the tail of
     /// the failed process's stderr; and, at one rank, the hint for a script written for
     /// torchrun.
-    fn failure_words(&self, stderr: &Path) -> String {
+    fn failure_words(&self, stderr: &Path, msrun: Option<&MsrunJob>) -> String {
         let errors = RankErrors::read(&self.trace_dir, self.world_size as u32);
         let mut words = match errors.describe() {
             Some(words) => format!(": {words}"),
-            None => stderr_tail(stderr),
+            // msrun's workers write into its logs, not onto its stderr.
+            None => msrun
+                .and_then(MsrunJob::failed_worker_log)
+                .unwrap_or_else(|| stderr_tail(stderr)),
         };
         if self.runs_as_by_hand() {
             let text = errors
@@ -348,6 +365,13 @@ impl<'a> CommandLaunch<'a> {
                 .first()
                 .map_or_else(|| stderr_tail(stderr), |e| e.exception().to_owned());
             words.push_str(&wrong_path_hint(&text).unwrap_or_default());
+        }
+        if self.command.launcher == Launcher::Processes {
+            let text = errors
+                .0
+                .first()
+                .map_or_else(|| stderr_tail(stderr), |e| e.traceback().to_owned());
+            words.push_str(&msrun_hint(&text).unwrap_or_default());
         }
         words
     }
@@ -362,6 +386,21 @@ impl<'a> CommandLaunch<'a> {
         master_port: u16,
         launcher_env: &[(String, String)],
         srun: Option<SrunStep>,
+    ) -> Result<Process, RunError> {
+        self.process_of(argv, launch, rank, master_port, launcher_env, srun, None)
+    }
+
+    /// [`Self::process`], with the job of an `msrun` launcher.
+    #[allow(clippy::too_many_arguments)]
+    fn process_of(
+        &self,
+        argv: &[String],
+        launch: &Launch,
+        rank: Option<usize>,
+        master_port: u16,
+        launcher_env: &[(String, String)],
+        srun: Option<SrunStep>,
+        msrun: Option<MsrunJob>,
     ) -> Result<Process, RunError> {
         let values = self.values(rank);
         let mut cmd = Command::new(&argv[0]);
@@ -457,6 +496,10 @@ impl<'a> CommandLaunch<'a> {
                  cluster's login node or inside an allocation; on one machine, \
                  `bash scripts/slurm-local.sh start` installs and starts a one-node Slurm: \
                  docs/slurm.md)"
+            } else if self.command.launcher == Launcher::Msrun {
+                " (the `msrun` launcher runs `python SCRIPT` under that Python's MindSpore \
+                 (`python -m mindspore.parallel.cluster.run`), anything else under the `msrun` \
+                 on PATH: install MindSpore, `pip install mindspore`: docs/mindspore.md)"
             } else {
                 ""
             };
@@ -477,6 +520,7 @@ impl<'a> CommandLaunch<'a> {
             stderr: stderr_path,
             status: None,
             srun,
+            msrun,
         })
     }
 
@@ -583,6 +627,30 @@ impl<'a> CommandLaunch<'a> {
                     Some(step),
                 )?);
             }
+            Launcher::Msrun => {
+                let job = MsrunJob::new(&self.folder.0, &self.trace_dir, self.world_size);
+                let msrun = job
+                    .command(
+                        &self.argv(None),
+                        master_port,
+                        self.command.timeout.as_secs(),
+                        &self.folder.0.join("msrun-bin"),
+                        is_python,
+                    )
+                    .map_err(|e| self.failed(format!("cannot prepare the msrun launch: {e}")))?;
+                if let Some(python) = &msrun.python {
+                    self.check_mindspore(python)?;
+                }
+                processes.0.push(self.process_of(
+                    &msrun.argv,
+                    &launch,
+                    None,
+                    master_port,
+                    &msrun.env,
+                    None,
+                    Some(job),
+                )?);
+            }
             Launcher::Torchrun => {
                 let program = self.argv(None);
                 // `python train.py`: torchrun of that very Python (`python -m
@@ -612,6 +680,42 @@ impl<'a> CommandLaunch<'a> {
             }
         }
         Ok(processes)
+    }
+
+    /// Whether `python` can import MindSpore, which the `msrun` launcher runs it under: bad
+    /// input (exit 2, naming the launcher) when it cannot. Finds the module without importing
+    /// it.
+    fn check_mindspore(&self, python: &str) -> Result<(), RunError> {
+        let found = Command::new(python)
+            .args([
+                "-c",
+                "import importlib.util, sys; sys.exit(importlib.util.find_spec('mindspore') is None)",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env_remove(crate::file::launch::TRACE_DIR_VAR)
+            .status();
+        let cannot = |field: &str, message: String| RunError::CannotLaunch {
+            scenario: self.request.name.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        match found {
+            Ok(status) if status.success() => Ok(()),
+            Ok(_) => Err(cannot(
+                "params.launcher",
+                format!(
+                    "the `msrun` launcher runs MindSpore's msrun of the program's Python, and \
+                     `{python}` has no `mindspore` module: install MindSpore there (`pip \
+                     install mindspore`; docs/mindspore.md), or run a Python that has it"
+                ),
+            )),
+            Err(e) => Err(cannot(
+                "params.command[0]",
+                format!("cannot start `{python}`: {e}"),
+            )),
+        }
     }
 
     /// Why ranks left no trace, as far as the launch can tell: the notes of the Python
@@ -721,7 +825,7 @@ impl<'a> CommandLaunch<'a> {
                 return Err(self.failed(format!(
                     "{} exited with {status}{slurm}{}",
                     p.who(),
-                    self.failure_words(&p.stderr)
+                    self.failure_words(&p.stderr, p.msrun.as_ref())
                 )));
             }
             if !running {

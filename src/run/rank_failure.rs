@@ -13,7 +13,8 @@
 //!   in the program, a lock, a read).
 //!
 //! Also [`wrong_path_hint`]: the words for a one-rank launch whose program wanted the variables
-//! that only a multi-process launcher sets.
+//! that only a multi-process launcher sets; and [`msrun_hint`]: for a MindSpore program whose
+//! `init()` found no cluster (its ranks need `--launcher msrun`).
 //!
 //! Determinism: none of this touches a value; it reads files and the clock to bound a wait.
 //! Limits: Python ranks with the detcheck package only; a rank killed by a signal (SIGKILL, the
@@ -39,6 +40,11 @@ pub(crate) struct RankError {
 }
 
 impl RankError {
+    /// The traceback, as Python printed it.
+    pub(crate) fn traceback(&self) -> &str {
+        &self.traceback
+    }
+
     /// The exception's own line (`ValueError: ...`): the traceback's last non-empty line.
     pub(crate) fn exception(&self) -> &str {
         self.traceback
@@ -232,6 +238,22 @@ pub(crate) fn wrong_path_hint(text: &str) -> Option<String> {
     ))
 }
 
+/// What MindSpore 2.10 raises when `mindspore.communication.init()` runs in a process that no
+/// launcher of MindSpore's started (no `MS_ROLE`: neither msrun nor its mpirun mode).
+const MINDSPORE_NO_CLUSTER: &str = "call 'mindspore.communication.init()' without using 'mpirun'";
+
+/// The hint for a launch whose program's `mindspore.communication.init()` found no MindSpore
+/// cluster (`text`: a rank's traceback or stderr): its ranks need MindSpore's launcher, which
+/// starts the scheduler they join; `None` when `text` shows no such failure.
+pub(crate) fn msrun_hint(text: &str) -> Option<String> {
+    text.contains(MINDSPORE_NO_CLUSTER).then(|| {
+        "\n  hint: MindSpore's `init()` joins a cluster that its launcher starts (a scheduler, \
+         MS_ROLE, MS_SCHED_PORT, RANK_ID), which the `processes` launcher does not: check it with \
+         `--launcher msrun` (docs/mindspore.md)"
+            .to_owned()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +347,15 @@ mod tests {
             words.contains("rank 1 is in (innermost first, from its Python stacks):\n    File \"train.py\", line 7 in wait_for_peer"),
             "{words}"
         );
+    }
+
+    #[test]
+    fn a_mindspore_script_without_its_cluster_gets_the_msrun_hint() {
+        let text = "RuntimeError: Maybe you are trying to call 'mindspore.communication.init()' \
+                    without using 'mpirun', which will make MindSpore load several environment \
+                    variables";
+        assert!(msrun_hint(text).unwrap().contains("--launcher msrun"));
+        assert_eq!(msrun_hint("RuntimeError: something else"), None);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! A scenario file of kind `command` names an argument vector (`params.command`) and how to
 //! start it (`params.launcher`): `processes` (detcheck starts `world_size` processes and gives
-//! each its rank), `mpirun` (Open MPI or MPICH), `torchrun`, `srun` (a Slurm job step; extra
-//! options in `params.srun_args`), or `none` (one process writes every rank's trace file).
+//! each its rank), `mpirun` (Open MPI or MPICH), `torchrun`, `msrun` (MindSpore's launcher),
+//! `srun` (a Slurm job step; extra options in `params.srun_args`), or `none` (one process writes
+//! every rank's trace file).
 //! Without `params.launcher` it is `processes`, or `srun` inside a Slurm allocation
 //! (`SLURM_JOB_ID` set: `detcheck check` in an `sbatch` script or under `salloc`), which is the
 //! one place this layer reads the environment. Every launch gets a fresh `DETCHECK_TRACE_DIR`; the program writes one
@@ -40,6 +41,10 @@ pub enum Launcher {
     Mpirun,
     /// `torchrun --nproc-per-node world_size` on this host.
     Torchrun,
+    /// MindSpore's `msrun --worker_num world_size --local_worker_num world_size` on this host:
+    /// a scheduler process and `world_size` workers, each worker's rank its `RANK_ID`
+    /// (`crate::file::launch`); the workers' logs are read on failure (`crate::run::msrun`).
+    Msrun,
     /// `srun -n world_size` (a Slurm job step, or a job of one step outside an allocation);
     /// each task reads its rank from `SLURM_PROCID` (`crate::file::slurm`). The default inside
     /// an allocation.
@@ -56,6 +61,7 @@ impl Launcher {
             Launcher::Processes => "processes",
             Launcher::Mpirun => "mpirun",
             Launcher::Torchrun => "torchrun",
+            Launcher::Msrun => "msrun",
             Launcher::Srun => "srun",
             Launcher::None => "none",
         }

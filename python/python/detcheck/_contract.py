@@ -13,6 +13,9 @@ run time):
   step getter (given to it) and ``pause``/``resume`` (the engine's own recording is no operator
   of the model).
 
+Two rules both front ends share, as plain functions: ``named_leaves`` (the names of an output's
+tensors) and ``replicated_records`` (when ``grad/*`` and ``param/*`` are replicated records).
+
 Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
 optimizer hooks, the zero-change recorder's global hooks, a framework callback).
 
@@ -22,7 +25,15 @@ Imports nothing: the contract holds for every framework.
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional, Protocol
 
-__all__ = ["ROOT", "FrontEnd", "OperatorTrace", "Removable", "TensorSink"]
+__all__ = [
+    "ROOT",
+    "FrontEnd",
+    "OperatorTrace",
+    "Removable",
+    "TensorSink",
+    "named_leaves",
+    "replicated_records",
+]
 
 #: The label of the model itself in record names (``fwd/(model)``, ``in/(model).0``).
 ROOT = "(model)"
@@ -44,6 +55,21 @@ def named_leaves(
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from named_leaves(f"{name}.{key}", item, is_tensor, depth + 1)
+
+
+def replicated_records(held_alike: Any, world_size: int, world_of_one: bool = True) -> bool:
+    """The one rule for ``grad/*`` and ``param/*``: recorded as replicated (every rank must
+    hold the same bits) when the program's structure says its ranks hold them alike
+    (``held_alike``: a DistributedDataParallel model, a DTensor all of whose placements are
+    Replicate, a MindSpore program in data-parallel mode or with a ``DistributedGradReducer``).
+
+    ``world_of_one``: what a world of one rank gives, which trivially holds them alike. ``True``
+    for the zero-change recorder and a DTensor (so ``world_sizes`` compares a one-rank run with
+    no flag); ``watch`` passes ``False``, its documented rule since its first release (a one-rank
+    ``watch`` user says ``replicated=True``)."""
+    if world_size == 1:
+        return world_of_one
+    return bool(held_alike)
 
 
 class Removable(Protocol):

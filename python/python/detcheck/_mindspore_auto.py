@@ -24,6 +24,13 @@ a MindSpore script that never imports detcheck (docs/mindspore.md is the long fo
   compiled whole (``@ms.jit`` around the optimizer's call) records nothing: the rank's note says
   so (docs/mindspore.md).
 
+- **Ranks** (``--launcher msrun``): ``grad/*`` and ``param/*`` are replicated records when the
+  ranks hold them alike (``_contract.replicated_records``): MindSpore's data-parallel mode, or a
+  ``nn.DistributedGradReducer`` called before the first step's optimizer (the gradients it is
+  given are then the allreduce's); the loss, inputs and forward outputs are each rank's own.
+  After the ``DETCHECK_STOP_AFTER``-th step the rank leaves as at its end (``_before_exit``):
+  msrun's scheduler waits for every worker to say goodbye.
+
 The trace is finished at interpreter exit and on SIGTERM; the recorder stands down when the
 program records itself (the native ``_program_records`` channel); forked children never record.
 That life, the same for torch's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module
@@ -34,14 +41,20 @@ Determinism: the records are the engine's; what is recorded depends only on what
 runs. Limits: one model; one framework per process (the first imported of torch and MindSpore).
 """
 
+import atexit
+import os
+
 from mindspore import nn
 
+from ._contract import replicated_records
 from ._engine import Recording
 from ._lifecycle import LifecycleRecorder, say
 from ._mindspore_frontend import (
     MindSporeFrontEnd,
+    data_parallel,
     describe_run,
     has_trainable_parameters,
+    is_grad_reducer,
     is_graph_mode,
     is_loss_cell,
     unwrap_cell,
@@ -70,6 +83,8 @@ class Recorder(LifecycleRecorder):
         self._stepped_by_optimizer = False
         #: Why no step could be seen (graph mode), for the no-records note.
         self._graph_seen = False
+        #: A ``DistributedGradReducer`` ran in the first step (data parallel).
+        self._reducer_seen = False
 
     # --- installing and removing ----------------------------------------------------------
 
@@ -151,6 +166,8 @@ class Recorder(LifecycleRecorder):
         try:
             if depth == 0 and self.status == "waiting":
                 self._maybe_start(cell)
+            elif depth == 0 and is_grad_reducer(cell):
+                self._reducer_seen = True
             elif self._seeking_loss and self.status == "recording" and is_loss_cell(cell):
                 self._hook_loss(cell)
             return original(cell, *args, **kwargs)
@@ -180,7 +197,7 @@ class Recorder(LifecycleRecorder):
                 self._frontend,
                 model,
                 self._writer,
-                self._writer.world_size == 1,
+                replicated_records(data_parallel(), self._writer.world_size),
                 self._steps,
                 updates=True,
                 inputs=True,
@@ -225,6 +242,10 @@ class Recorder(LifecycleRecorder):
             except Exception as e:
                 say(f"cannot record the optimizer's parameters: {e!r}")
         recording = self.status == "recording"
+        if recording and self._reducer_seen and not self._handle.replicated:
+            # The gradients come out of an allreduce: every rank holds them, and the
+            # parameters they update, alike from this step on.
+            self._handle.replicated = True
         if recording:
             try:
                 self._frontend.gradients_given(optimizer, args[0] if args else ())
@@ -271,6 +292,18 @@ class Recorder(LifecycleRecorder):
         self._stepped_by_optimizer = False
 
     # --- the end ------------------------------------------------------------------------------
+
+    def _before_exit(self):
+        # A worker of a MindSpore cluster (msrun's, `MS_ROLE=MS_WORKER`) must leave it as at
+        # its end: MindSpore's exit function unregisters it from the scheduler, which otherwise
+        # waits for it, declares it timed out and fails the job. So the process's exit functions
+        # run now, as at a normal exit, before the recorder's `os._exit(0)`.
+        if os.environ.get("MS_ROLE") != "MS_WORKER":
+            return
+        try:
+            atexit._run_exitfuncs()
+        except Exception as e:
+            say(f"leaving MindSpore's cluster: {e!r}")
 
     def _remove_hooks(self):
         self._unwrap(nn.Cell)

@@ -14,7 +14,13 @@ then looks ``p`` up among them. Other parts:
 - ``is_loss_cell``: a loss (``nn.LossBase``), whose output is the ``loss`` record;
 - ``describe_run``: MindSpore's version, its execution mode, and the framework fact
   (``site:framework``) the report reads to name MindSpore's settings (src/check/settings.rs);
-- ``install_evidence``: ``seed/mindspore`` at each ``mindspore.set_seed`` (docs/causes.md).
+- ``install_evidence``: ``seed/mindspore`` at each ``mindspore.set_seed`` (docs/causes.md);
+- ``data_parallel``, ``is_grad_reducer``: whether the ranks hold their parameters alike (the
+  data-parallel mode, a ``DistributedGradReducer``), so ``grad/*`` and ``param/*`` are recorded
+  as replicated (``_contract.replicated_records``).
+
+``operator_trace``: in a capture re-run, the primitives of the captured record's cell
+(``detcheck._mindspore_ops``), for the operator drill-down.
 
 Graph mode (``GRAPH_MODE``, or a ``@jit`` step): the compiled graph runs no Python hooks, so the
 front end made with ``graph=True`` registers none; what reaches Python (the optimizer's call
@@ -36,6 +42,8 @@ from ._contract import ROOT, named_leaves
 __all__ = [
     "MindSporeFrontEnd",
     "MindSporeSink",
+    "data_parallel",
+    "is_grad_reducer",
     "describe_run",
     "install_evidence",
     "is_graph_mode",
@@ -119,6 +127,23 @@ def unwrap_cell(cell):
 def is_loss_cell(cell):
     """Whether ``cell`` is a loss (``nn.LossBase``): its output is the step's ``loss``."""
     return isinstance(cell, nn.LossBase)
+
+
+def is_grad_reducer(cell):
+    """Whether ``cell`` is a ``nn.DistributedGradReducer``: the allreduce of a data-parallel
+    program's gradients, after which every rank holds the same gradients."""
+    reducer = getattr(nn, "DistributedGradReducer", None)
+    return reducer is not None and isinstance(cell, reducer)
+
+
+def data_parallel():
+    """Whether MindSpore runs data parallel (``set_auto_parallel_context(parallel_mode=
+    DATA_PARALLEL)``): every rank holds the same parameters and, after the allreduce, the same
+    gradients."""
+    try:
+        return mindspore.get_auto_parallel_context("parallel_mode") == "data_parallel"
+    except Exception:
+        return False
 
 
 def has_trainable_parameters(cell):
@@ -226,7 +251,15 @@ class MindSporeFrontEnd:
         return MindSporeSink(writer)
 
     def operator_trace(self, current_step, model, writer, updates):
-        return None  # no operator drill-down for MindSpore yet (docs/mindspore.md)
+        if self.graph:
+            return None  # a compiled graph runs no primitive call in Python
+        from ._detcheck import capture_request
+
+        if capture_request() is None:
+            return None
+        from . import _mindspore_ops  # wraps the primitives: only for a capture re-run
+
+        return _mindspore_ops.plan(current_step, model, writer, updates, host)
 
 
 def _never_raises(hook):

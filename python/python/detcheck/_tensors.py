@@ -12,7 +12,7 @@ Determinism: pure functions of their arguments; ``leaves`` follows the output's 
 import torch
 
 from ._arrays import TORCH_RAW
-from ._contract import named_leaves
+from ._contract import named_leaves, replicated_records
 from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
 
@@ -163,18 +163,3 @@ def compiled_part(root):
         if getattr(module, "_compiled_call_impl", None) is not None:
             return type(module).__name__
     return None
-
-
-def replicated_records(held_alike, world_size, world_of_one=True):
-    """The one rule for ``grad/*`` and ``param/*``: recorded as replicated (every rank must
-    hold the same bits) when the program's structure says its ranks hold them alike
-    (``held_alike``: a DistributedDataParallel model, a DTensor all of whose placements are
-    Replicate).
-
-    ``world_of_one``: what a world of one rank gives, which trivially holds them alike. ``True``
-    for the zero-change recorder and a DTensor (so ``world_sizes`` compares a one-rank run with
-    no flag); ``watch`` passes ``False``, its documented rule since its first release (a one-rank
-    ``watch`` user says ``replicated=True``)."""
-    if world_size == 1:
-        return world_of_one
-    return bool(held_alike)

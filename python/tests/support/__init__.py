@@ -180,10 +180,10 @@ def caught_with_element(line):
     return first
 
 
-def runs(variable="DETCHECK_CONTROL_RUNS"):
-    """How many times to run a control: ``$variable``, 1 by default (.ci/run and
+def runs(variable="DETCHECK_CONTROL_RUNS", default=1):
+    """How many times to run a control: ``$variable``, ``default`` (1) when unset (.ci/run and
     scripts/diagnosis-controls.sh ask for more)."""
-    return int(os.environ.get(variable, "1"))
+    return int(os.environ.get(variable, str(default)))
 
 
 # --- Python programs in fresh interpreters -------------------------------------------------------
