@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -293,10 +294,66 @@ def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_pa
     # Only `model`'s own forwards were recorded: 4 modules' outputs each time it ran (3 in the
     # comparisons, 1 under jit.trace's comparison, 1 compiled); the copies record nothing.
     assert (writer.num_records - before) % 4 == 0 and writer.num_records - before >= 16
+    # The recorded model itself, scripted and traced: TorchScript compiles a module's forward
+    # hooks, and never sees detcheck's; the tracer's warnings about what it reads are not shown.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, x)
+    scripted = torch.jit.script(model)
+    for other in (traced, scripted):
+        assert torch.equal(other(x), model(x))
+    assert scripted.code.count("hook") == 0, scripted.code
+    during = writer.num_records
+    scripted(x)  # a scripted module is a copy: it records nothing
+    assert writer.num_records == during
+    model(x)  # the model goes on recording, its hooks back in place
+    assert writer.num_records == during + 4
     handle.remove()
     writer.close()
     names = {r["name"] for r in decode(tmp_path / "trace" / "rank0.dctrace")}
     assert names == {"fwd/0", "fwd/1", "fwd/2", "fwd/(model)"}, names
+
+
+def test_a_model_recorded_without_a_change_can_be_scripted_and_traced(detcheck_bin, tmp_path):
+    # Scripting and tracing mid-training, as an export step does: `script` is imported before
+    # detcheck's hooks exist, and scripted where it would be without detcheck.
+    script = write(
+        tmp_path,
+        "export.py",
+        """\
+        import torch
+        from torch.jit import script
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        for step in range(4):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            if step == 1:
+                for exported in (script(model), torch.jit.trace(model, x)):
+                    assert torch.equal(exported(x), model(x))
+                    torch.jit.save(exported, "exported.pt")
+                    assert torch.equal(torch.jit.load("exported.pt")(x), model(x))
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    assert run.scenarios["export"]["status"] == "passed", run.out
+    assert run.scenarios["export"]["counts"]["records_compared"] > 0, run.out
 
 
 def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_note(tmp_path):

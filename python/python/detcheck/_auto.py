@@ -26,7 +26,14 @@ from torch.optim import optimizer as _optimizer
 
 from ._engine import Recording
 from ._lifecycle import LifecycleRecorder
-from ._tensors import Hook, compiled_part, leaves, replicated_records, unwrap_model
+from ._tensors import (
+    Hook,
+    compiled_part,
+    keep_hooks_out_of_torchscript,
+    leaves,
+    replicated_records,
+    unwrap_model,
+)
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
 __all__ = ["start", "Recorder"]
@@ -117,7 +124,7 @@ class Recorder(LifecycleRecorder):
             # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
-            self._handle.paused(self._handle.model_forward_begins)(root, args, kwargs)
+            self._handle.first_call_began(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
@@ -251,6 +258,8 @@ def _an_optimizer_exists():
 def start(state):
     """Starts the recorder of this rank (``_startup`` calls it once torch is imported)."""
     global _recorder
+    # Before the program's `from torch.jit import script`: its hooks stay out of TorchScript.
+    keep_hooks_out_of_torchscript()
     _recorder = Recorder(state)
     _recorder.install()
     return _recorder

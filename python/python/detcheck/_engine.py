@@ -187,6 +187,15 @@ class Recording:
         if self._inputs:
             self.record_inputs(module, args, kwargs)
 
+    def first_call_began(self, module, args, kwargs):
+        """The model's call during which the recording began (zero-change recording starts in
+        the model's first forward pre-hook): its pre-hooks were collected before this
+        recording's were added, so they run here: ``model_forward_begins``, then the operator
+        trace's (a window on the model itself, in step 0, opens in this call)."""
+        self.paused(self.model_forward_begins)(module, args, kwargs)
+        if self._ops is not None:
+            self._ops.call_began(module, args, kwargs)
+
     def _record_initial_parameters(self):
         # When the recording starts, before any forward: inside one, a sharded model's
         # parameters are gathered views that the wrapper frees again (FSDP1).

@@ -61,22 +61,30 @@ class TorchSink:
         with one note in the trace's environment (``detcheck.skipped/<name>``); a sharded tensor
         is noted once (``detcheck.tensor/<name>``)."""
         try:
-            if type(tensor) not in PLAIN or not dense_with_values(tensor):
-                found = _subclasses.plain(tensor)
-                if found.note is not None:
-                    self.note("detcheck.tensor/", name, found.note)
-                if found.replicated is not None and state:
-                    replicated = replicated_records(
-                        found.replicated, getattr(self._writer, "world_size", 1)
-                    )
-                tensor = found.tensor
-            self._put_plain(step, name, tensor, replicated)
+            with _subclasses.outside_transforms(tensor):
+                self._put(step, name, tensor, replicated, state)
         except _subclasses.Unrecordable as e:
             self.note("detcheck.skipped/", name, str(e))
         except ImportError:
             raise  # device_digests=True without Triton: the caller's request cannot be met
         except Exception as e:
             self.note("detcheck.skipped/", name, f"recording it failed: {type(e).__name__}: {e}")
+
+    def _put(self, step, name, tensor, replicated, state):
+        if (
+            type(tensor) not in PLAIN
+            or not dense_with_values(tensor)
+            or _subclasses.transformed(tensor)
+        ):
+            found = _subclasses.plain(tensor)
+            if found.note is not None:
+                self.note("detcheck.tensor/", name, found.note)
+            if found.replicated is not None and state:
+                replicated = replicated_records(
+                    found.replicated, getattr(self._writer, "world_size", 1)
+                )
+            tensor = found.tensor
+        self._put_plain(step, name, tensor, replicated)
 
     def note(self, prefix, name, text):
         """One environment entry per record name (what ``put`` skipped or how it recorded it)."""
