@@ -1,8 +1,9 @@
 """Real scripts as their authors write them (issue 35): the corpus of examples/programs/python/
-corpus (nanoGPT-style, DDP with snapshots, FSDP2, tensor parallel, a word-language-model-style
-loop without torch.optim) and what a user does with a recorded model; the launch rule at one
-rank; failures that read like the rank's own under torchrun; tensor subclasses that must never
-break the program.
+corpus (nanoGPT-style, DDP with snapshots, FSDP2, FSDP1, tensor parallel, a word-language-model-
+style loop without torch.optim, a torch.func loop) and what a user does with a recorded model
+(save, copy, pickle, script, trace, compile); the operator drill-down inside sharded modules; a
+closure optimizer's steps; the launch rule at one rank; failures that read like the rank's own
+under torchrun; tensor subclasses that must never break the program.
 
 Needs torch (CI installs it; DETCHECK_REQUIRE_TORCH makes a missing torch fail, not skip).
 """
@@ -16,7 +17,16 @@ import warnings
 from pathlib import Path
 
 import pytest
-from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
+from support import (
+    PROGRAMS,
+    caught_with_element,
+    check,
+    decode,
+    environment,
+    requires,
+    run_detcheck,
+    runs,
+)
 
 CORPUS = PROGRAMS / "corpus"
 
@@ -52,11 +62,11 @@ def corpus_by_script():
     return groups
 
 
-def test_the_corpus_holds_six_scripts_with_a_control_each():
+def test_the_corpus_holds_seven_scripts_with_a_control_each():
     groups = corpus_by_script()
     names = {p.stem for paths in groups.values() for p in paths}
     controls = {n for n in names if n.startswith("control_")}
-    assert len(controls) == 7 and len(names) == 14 and len(groups) == 6, groups
+    assert len(controls) == 11 and len(names) == 20 and len(groups) == 7, groups
     assert controls == set(CONTROL_CAUSES), controls
     for script, paths in groups.items():
         assert any(p.stem.startswith("control_") for p in paths), script
@@ -96,6 +106,37 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path, s
     assert all(n == times for n in caught.values()), caught
 
 
+#: The controls planted inside a sharded module's forward (noise from a generator seeded from
+#: OS entropy), and the module whose forward the drill-down must go into.
+INSIDE_SHARDED = {
+    # fully_shard per block: DTensor parameters, FSDP's all-gather and its freeing of the
+    # unsharded parameters around the block's forward
+    "control_fsdp2_noisy_block": ("layers.1", "fsdp2_train"),
+    # ColwiseParallel/RowwiseParallel: DTensor weights and activations, the all-reduce
+    "control_tensor_parallel_noise": ("(model)", "tp_train"),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(INSIDE_SHARDED))
+def test_the_drill_down_names_the_operator_inside_a_sharded_module(
+    detcheck_bin, tmp_path, scenario
+):
+    module, script = INSIDE_SHARDED[scenario]
+    run = check(detcheck_bin, CORPUS / f"{scenario}.json", cwd=tmp_path, timeout=900, code=0)
+    first = caught_with_element(run.scenarios[scenario])
+    assert first["name"] == f"fwd/{module}", first["name"]
+    operator = first["operator"]
+    assert operator["finding"] == "nondeterministic", operator
+    assert operator["window"] == "forward", operator
+    call = operator["call"]
+    assert call["operator"] == "aten.randn.generator", operator
+    assert call["module"] == module, operator
+    assert f"{script}.py:" in call["site"], operator
+    # The operators before it, the sharded ones among them, were traced and agreed.
+    assert call["index"] > 0, operator
+    assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
+
+
 def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_path):
     # word_lm.py updates its parameters by hand and saves its whole model with torch.save.
     dump = tmp_path / "dump"
@@ -120,6 +161,103 @@ def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_
         assert names.index(grads[0]) < names.index(params[0]), names
         assert any(n.startswith("fwd/") for n in names), names
     assert not (tmp_path / "model.pt").exists()
+
+
+def test_a_torch_func_loop_is_recorded_step_by_step(detcheck_bin, tmp_path):
+    # func_train.py: functional_call + grad_and_value on a dict of parameters, a hand-written
+    # update that makes a new dict every step, evaluation forwards every 5 steps.
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / "func_train.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    records = decode(dump / "rank0.dctrace")
+    steps = sorted({r["step"] for r in records})
+    assert steps == [0, 1, 2], steps  # --steps 3 stopped the program (20 steps by default)
+    params = ["fc1.weight", "fc1.bias", "norm.weight", "norm.bias", "fc2.weight", "fc2.bias"]
+    for step in steps:
+        names = [r["name"] for r in records if r["step"] == step]
+        # The module's forwards (functional_call runs them), the scalar grad_and_value
+        # differentiates, then the parameters the next forward is called with: the update's.
+        expected = ["in/(model).0", "fwd/fc1", "fwd/norm", "fwd/fc2", "fwd/(model)", "loss"]
+        expected += [f"param/{p}" for p in params]
+        assert [n for n in names if not n.startswith(("seed/", "init/"))] == expected, names
+    # The parameters are the dict's, not the module's own (which never change): each step's
+    # differ from the step before.
+    by_name = {(r["step"], r["name"]): r["md5"] for r in records}
+    for p in params:
+        assert by_name[(0, f"param/{p}")] != by_name[(0, f"init/{p}")], p
+        assert by_name[(1, f"param/{p}")] != by_name[(0, f"param/{p}")], p
+
+
+def test_a_closure_optimizer_counts_one_step_per_step_call(detcheck_bin, tmp_path):
+    # LBFGS evaluates its closure (forward and backward) several times inside one step().
+    script = write(
+        tmp_path,
+        "lbfgs.py",
+        """\
+        import torch
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        )
+        opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+        x = torch.linspace(-1, 1, 32).reshape(8, 4)
+        y = x.sum(dim=1, keepdim=True).sin()
+        for step in range(6):
+            def closure():
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+        """,
+    )
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    records = decode(dump / "rank0.dctrace")
+    assert sorted({r["step"] for r in records}) == [0, 1, 2]
+    for step in (0, 1, 2):
+        names = [r["name"] for r in records if r["step"] == step]
+        # Several closure evaluations: several forwards; the gradients of the first, once.
+        assert names.count("fwd/(model)") > 1, names
+        assert names.count("grad/0.weight") == 1 and names.count("param/0.weight") == 1, names
+        assert names.index("grad/0.weight") < names.index("param/0.weight"), names
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    assert run.scenarios["lbfgs"]["status"] == "passed", run.out
 
 
 def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):

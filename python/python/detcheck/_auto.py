@@ -130,6 +130,10 @@ class Recorder(LifecycleRecorder):
         self._optimizer_steps()
         if self.status == "recording":
             return before_optimizer_step(self._handle, optimizer, args, kwargs)
+        if self.status == "waiting":
+            # A step before the model's first forward: with a closure (LBFGS), the recording
+            # begins inside it, and the gradients it computes are the first step's.
+            return before_optimizer_step(_Begins(self), optimizer, args, kwargs)
         return None
 
     def _optimizer_steps(self):
@@ -245,6 +249,21 @@ class Recorder(LifecycleRecorder):
             "torch was imported, but no torch.nn.Module with parameters ran forward and no "
             "optimizer stepped: nothing to record"
         )
+
+
+class _Begins:
+    """The recording of a step whose closure runs the model's first forward (the recording
+    begins inside it), for ``before_optimizer_step``: the gradients are recorded when the
+    closure first returns, if the recording began by then."""
+
+    def __init__(self, recorder):
+        self._recorder = recorder
+        self.pending_update = False
+
+    def end_backward(self):
+        self.pending_update = False
+        if self._recorder.status == "recording":
+            self._recorder._handle.end_backward()
 
 
 def _an_optimizer_exists():

@@ -76,6 +76,7 @@ class Recording:
         self._ops = None
         #: An update whose closure has not returned yet: the gradients are still to be recorded.
         self.pending_update = False
+        self._model = model
         params = list(frontend.parameters(model))
         self._grad_labels = [("grad/" + name, p) for name, p in params]
         self._param_labels = [("param/" + name, p) for name, p in params]
@@ -279,7 +280,12 @@ class Recording:
             if _OUTSIDE:
                 self._outside_first()
             trainable, step = self._frontend.trainable, self._step
+            # Looked up again by name: a parameter the model is called with now may be another
+            # tensor than when the recording began (`torch.func.functional_call` swaps in the
+            # program's own dict of parameters for each call, and the update makes a new one).
+            now = dict(self._frontend.parameters(self._model))
             for label, param in self._param_labels:
+                param = now.get(label[len("param/") :], param)
                 if trainable(param):
                     self.sink.put(step, label, param, self.replicated, True)
         self._advance()

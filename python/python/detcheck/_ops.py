@@ -86,10 +86,14 @@ Sharded models (FSDP1, FSDP2's ``fully_shard``, tensor parallel): the windows ar
 the operators a ``DTensor`` runs are traced as the program calls them (``aten.addmm.default`` on
 ``DTensor`` arguments: a dispatch mode sees an operator before the subclass does), recorded
 through their local shards; the local operators and collectives the ``DTensor`` runs for it
-are not traced (the mode is off while it handles one). FSDP's own hooks run inside a window of
-a sharded module (its all-gather, its copy-out into the unsharded parameters); FSDP frees its
-unsharded parameters by resizing their storage afterwards, which the trace does not hinder: it
-copies what it records (``_apart``) and keeps no tensor alive (weak references only).
+are not traced (the mode is off while it handles one). FSDP's own operators, which run inside
+a window of a sharded module (its all-gather, its copies in and out of its buffers, the views of
+its flat parameters: ``_fsdp_own``), are passed through, neither recorded nor numbered: they read
+memory FSDP allocated by resizing a storage, before the collective wrote it. The model's
+operators record the gathered parameters as their inputs (with no source: no traced operator
+made them). FSDP frees its unsharded parameters by resizing their storage after the forward,
+which the trace does not hinder: it copies what it records (``_apart``) and keeps no tensor
+alive (weak references only).
 
 Limits: eager operators only (a compiled region is one opaque call, or none); one window per
 process. The backward window's module is the parameter's owner, not the module whose backward
@@ -143,6 +147,39 @@ _COLLECTIVES = frozenset(
 
 #: The collective operators whose output is complete when they return (they wait).
 _WAITS = frozenset(["wait_tensor"])
+
+
+#: The files of torch that only pass an operator on: the code that called it is above them.
+_PASSING = (
+    "/torch/_tensor.py",
+    "/torch/functional.py",
+    "/torch/_ops.py",
+    "/torch/overrides.py",
+    "/torch/utils/_python_dispatch.py",
+    "/torch/utils/_contextlib.py",
+    "/torch/_dynamo/eval_frame.py",
+)
+
+#: FSDP's own code (FSDP1 and FSDP2's ``fully_shard``).
+_FSDP = "/torch/distributed/fsdp/"
+
+
+def _fsdp_own(frame):
+    """Whether the operator called from ``frame`` is FSDP's own bookkeeping (its all-gather,
+    the copies in and out of its buffers, the views of its flat parameters): the innermost
+    calling frame outside ``_PASSING`` is in FSDP's code. Its operands include memory FSDP
+    allocates by resizing a storage, which no operator writes (FSDP1 splits its padded
+    unsharded flat parameter into the all-gather's outputs before the all-gather fills it), so
+    their bits mean nothing until the collective has run; the operators the model runs on the
+    gathered parameters record them as their inputs."""
+    for _ in range(8):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if not name.endswith(_PASSING):
+            return _FSDP in name
+        frame = frame.f_back
+    return False
 
 
 def _in_flight(func):
@@ -202,7 +239,7 @@ class OpTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.recording or self.paused:
+        if not self.recording or self.paused or _fsdp_own(sys._getframe(1)):
             return func(*args, **kwargs)
         i = self.index
         self.index += 1
