@@ -149,7 +149,8 @@ _COLLECTIVES = frozenset(
 _WAITS = frozenset(["wait_tensor"])
 
 
-#: The files of torch that only pass an operator on: the code that called it is above them.
+#: The files of torch that only pass an operator on: the code that called it is above them
+#: (``TorchDispatchMode``'s handler runs under Dynamo's ``disable``: its frames come first).
 _PASSING = (
     "/torch/_tensor.py",
     "/torch/functional.py",
@@ -158,6 +159,7 @@ _PASSING = (
     "/torch/utils/_python_dispatch.py",
     "/torch/utils/_contextlib.py",
     "/torch/_dynamo/eval_frame.py",
+    "/torch/_compile.py",
 )
 
 #: FSDP's own code (FSDP1 and FSDP2's ``fully_shard``).
