@@ -6,10 +6,11 @@
 # recording: clock reseed, set order, the Trainer's clock-seeded dropout), through
 # python/tests/test_zero_change.py; and the controls of the corpus of real-style scripts
 # (examples/programs/python/corpus), through python/tests/test_real_scripts.py, with the
-# drill-down of the controls planted inside a sharded module (FSDP2, tensor parallel); and the planted
-# bugs of every cause class (examples/programs/python/causes, docs/causes.md), each diagnosed
-# with its class and line, through python/tests/test_causes.py. .ci/run runs the torch ones 3
-# times; this runs them all at the count given (`--causes-only`: just the planted bugs).
+# drill-down of the controls planted inside a sharded module (FSDP2, FSDP1, tensor parallel);
+# and the planted bugs of every cause class (examples/programs/python/causes, docs/causes.md),
+# each diagnosed with its class and line, through python/tests/test_causes.py. .ci/run runs the
+# torch ones 3 times; this runs them all at the count given (`--causes-only`: just the planted
+# bugs).
 #
 #   bash scripts/diagnosis-controls.sh [RUNS] [--causes-only]
 #
