@@ -6,12 +6,14 @@ detcheck (python/README.md, "Zero-change recording", is the long form).
 whose forward runs at the top level (looked through its wrappers: ``_tensors.unwrap_model``);
 from then on an ``_engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
 ``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global
-optimizer hooks), or, in a loop that made no optimizer by its first backward, at the model's
-next forward after a backward (the rhythm). ``DETCHECK_STOP_AFTER`` = N ends the process after
-the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
-SIGTERM. The recorder stands down when the program records itself (the native
-``_program_records`` channel); forked and multiprocessing children never record. That life,
-the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
+optimizer hooks; a step whose closure runs the model's first forward, LBFGS's, records that
+closure's gradients: ``_Begins``), or, in a loop that made no optimizer by its first backward,
+at the model's next forward after a backward (the rhythm; ``torch.func`` loops too: their
+``functional_call`` runs the model's forward, ``grad`` its backward). ``DETCHECK_STOP_AFTER`` =
+N ends the process after the N-th step (``os._exit`` after a barrier). The trace is finished at
+interpreter exit and on SIGTERM. The recorder stands down when the program records itself (the
+native ``_program_records`` channel); forked and multiprocessing children never record. That
+life, the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
 torch's hooks and how they find the model and the steps.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program

@@ -9,7 +9,9 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
 - ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
   arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
 - ``grad/<param>`` when the caller says the backward is over (``end_backward``), and
-  ``param/<param>`` when it says the update is done (``after_update``), which ends the step;
+  ``param/<param>`` when it says the update is done (``after_update``), which ends the step
+  (each parameter looked up again by name then: ``torch.func.functional_call`` calls the model
+  with the program's own tensors, a new dict of them after each update);
 - in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
   the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
@@ -18,10 +20,12 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   program's lines since its last record come before its next record (``_outside_first``).
 
 The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
-``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
-is and pauses it while it records. ``Handle`` is what each framework's ``watch`` returns, less
-its framework (``detcheck.torch.WatchHandle``, ``detcheck.mindspore.WatchHandle``): a
-``Recording`` and the hooks that drive it.
+``step_to(n)``; ``first_call_began`` when the recording began inside a call of the model (the
+zero-change recorder), whose pre-hooks ran before the recording's existed. With an operator
+trace (a capture re-run), the engine tells it where the step is and pauses it while it records.
+``Handle`` is what each framework's ``watch`` returns, less its framework
+(``detcheck.torch.WatchHandle``, ``detcheck.mindspore.WatchHandle``): a ``Recording`` and the
+hooks that drive it.
 
 Determinism: records are made in the order the program runs the hooked code; nothing here
 reads a clock or a hash order.
