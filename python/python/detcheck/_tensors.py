@@ -11,6 +11,7 @@ Determinism: pure functions of their arguments; ``leaves`` follows the output's 
 """
 
 import functools
+import inspect
 import sys
 import warnings
 
@@ -149,8 +150,17 @@ def _script_without_hooks(script):
     cannot compile. The scripted module records nothing (as a copy); the module goes on
     recording."""
 
+    # TorchScript resolves the names of a scripted class in its caller's frame, `_frames_up`
+    # frames above its own: this wrapper is one more.
+    try:
+        frames = "_frames_up" in inspect.signature(script).parameters
+    except (TypeError, ValueError):
+        frames = False
+
     @functools.wraps(script)
     def scripted(obj, *args, **kwargs):
+        if frames and len(args) < 2:
+            kwargs["_frames_up"] = kwargs.get("_frames_up", 0) + 1
         if not isinstance(obj, torch.nn.Module):
             return script(obj, *args, **kwargs)
         put_back = _set_hooks_aside(obj)
