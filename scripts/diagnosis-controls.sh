@@ -5,10 +5,12 @@
 # python/tests/test_diagnosis.py; and the controls of the unmodified scripts (zero-change
 # recording: clock reseed, set order, the Trainer's clock-seeded dropout), through
 # python/tests/test_zero_change.py; and the controls of the corpus of real-style scripts
-# (examples/programs/python/corpus), through python/tests/test_real_scripts.py; and the planted
-# bugs of every cause class (examples/programs/python/causes, docs/causes.md), each diagnosed
-# with its class and line, through python/tests/test_causes.py. .ci/run runs the torch ones 3
-# times; this runs them all at the count given (`--causes-only`: just the planted bugs).
+# (examples/programs/python/corpus), through python/tests/test_real_scripts.py, with the
+# drill-down of the controls planted inside a sharded module (FSDP2, FSDP1, tensor parallel);
+# and the planted bugs of every cause class (examples/programs/python/causes, docs/causes.md),
+# each diagnosed with its class and line, through python/tests/test_causes.py. .ci/run runs the
+# torch ones 3 times; this runs them all at the count given (`--causes-only`: just the planted
+# bugs).
 #
 #   bash scripts/diagnosis-controls.sh [RUNS] [--causes-only]
 #
@@ -28,4 +30,5 @@ DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_REQUIRE_M
     target/venv/bin/pytest python/tests/test_diagnosis.py python/tests/test_zero_change.py -q -rs \
     -k "not zero_change or controls or dropout"
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CORPUS_CONTROL_RUNS="$runs" \
-    target/venv/bin/pytest python/tests/test_real_scripts.py -q -rs -s -k corpus_passes
+    target/venv/bin/pytest python/tests/test_real_scripts.py -q -rs -s \
+    -k "corpus_passes or inside_a_sharded_module"

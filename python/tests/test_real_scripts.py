@@ -1,8 +1,9 @@
 """Real scripts as their authors write them (issue 35): the corpus of examples/programs/python/
-corpus (nanoGPT-style, DDP with snapshots, FSDP2, tensor parallel, a word-language-model-style
-loop without torch.optim) and what a user does with a recorded model; the launch rule at one
-rank; failures that read like the rank's own under torchrun; tensor subclasses that must never
-break the program.
+corpus (nanoGPT-style, DDP with snapshots, FSDP2, FSDP1, tensor parallel, a word-language-model-
+style loop without torch.optim, a torch.func loop) and what a user does with a recorded model
+(save, copy, pickle, script, trace, compile); the operator drill-down inside sharded modules; a
+closure optimizer's steps; the launch rule at one rank; failures that read like the rank's own
+under torchrun; tensor subclasses that must never break the program.
 
 Needs torch (CI installs it; DETCHECK_REQUIRE_TORCH makes a missing torch fail, not skip).
 """
@@ -12,10 +13,20 @@ import json
 import os
 import pickle
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
-from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
+from support import (
+    PROGRAMS,
+    caught_with_element,
+    check,
+    decode,
+    environment,
+    requires,
+    run_detcheck,
+    runs,
+)
 
 CORPUS = PROGRAMS / "corpus"
 
@@ -38,6 +49,13 @@ CONTROL_CAUSES = {
     "control_nanogpt_numpy_batches": ("unseeded_generator", "nanogpt_train"),
     "control_tensor_parallel_clock": ("seeded_differently", "tp_train"),
     "control_word_lm_unseeded": ("initial_parameters", None),
+    "control_func_train_clock": ("seeded_differently", "func_train"),
+    # Noise from a generator seeded from OS entropy inside a sharded module's forward: without
+    # the drill-down (--no-diagnosis) no evidence names it; with it, the operator does
+    # (test_the_drill_down_names_the_operator_inside_a_sharded_module).
+    "control_fsdp1_noise": ("unknown", None),
+    "control_fsdp2_noisy_block": ("unknown", None),
+    "control_tensor_parallel_noise": ("unknown", None),
 }
 
 
@@ -51,11 +69,11 @@ def corpus_by_script():
     return groups
 
 
-def test_the_corpus_holds_six_scripts_with_a_control_each():
+def test_the_corpus_holds_seven_scripts_with_a_control_each():
     groups = corpus_by_script()
     names = {p.stem for paths in groups.values() for p in paths}
     controls = {n for n in names if n.startswith("control_")}
-    assert len(controls) == 7 and len(names) == 14 and len(groups) == 6, groups
+    assert len(controls) == 11 and len(names) == 19 and len(groups) == 7, groups
     assert controls == set(CONTROL_CAUSES), controls
     for script, paths in groups.items():
         assert any(p.stem.startswith("control_") for p in paths), script
@@ -95,6 +113,42 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path, s
     assert all(n == times for n in caught.values()), caught
 
 
+#: The controls planted inside a sharded module's forward (noise from a generator seeded from
+#: OS entropy), and the module whose forward the drill-down must go into.
+INSIDE_SHARDED = {
+    # fully_shard per block: DTensor parameters, FSDP's all-gather and its freeing of the
+    # unsharded parameters around the block's forward
+    "control_fsdp2_noisy_block": ("layers.1", "fsdp2_train"),
+    # ColwiseParallel/RowwiseParallel: DTensor weights and activations, the all-reduce
+    "control_tensor_parallel_noise": ("(model)", "tp_train"),
+    # FSDP1 units inside the window: FSDP's own operators split its padded flat parameters,
+    # memory it allocated by resizing a storage, before the all-gather fills them
+    "control_fsdp1_noise": ("(model)", "fsdp1_train"),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(INSIDE_SHARDED))
+def test_the_drill_down_names_the_operator_inside_a_sharded_module(
+    detcheck_bin, tmp_path, scenario
+):
+    module, script = INSIDE_SHARDED[scenario]
+    # Named every time: DETCHECK_CORPUS_CONTROL_RUNS in all (scripts/diagnosis-controls.sh).
+    for _ in range(runs("DETCHECK_CORPUS_CONTROL_RUNS")):
+        run = check(detcheck_bin, CORPUS / f"{scenario}.json", cwd=tmp_path, timeout=900, code=0)
+        first = caught_with_element(run.scenarios[scenario])
+        assert first["name"] == f"fwd/{module}", first["name"]
+        operator = first["operator"]
+        assert operator["finding"] == "nondeterministic", operator
+        assert operator["window"] == "forward", operator
+        call = operator["call"]
+        assert call["operator"] == "aten.randn.generator", operator
+        assert call["module"] == module, operator
+        assert f"{script}.py:" in call["site"], operator
+        # The operators before it, the sharded ones among them, were traced and agreed.
+        assert call["index"] > 0, operator
+        assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
+
+
 def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_path):
     # word_lm.py updates its parameters by hand and saves its whole model with torch.save.
     dump = tmp_path / "dump"
@@ -119,6 +173,103 @@ def test_a_loop_without_an_optimizer_is_recorded_step_by_step(detcheck_bin, tmp_
         assert names.index(grads[0]) < names.index(params[0]), names
         assert any(n.startswith("fwd/") for n in names), names
     assert not (tmp_path / "model.pt").exists()
+
+
+def test_a_torch_func_loop_is_recorded_step_by_step(detcheck_bin, tmp_path):
+    # func_train.py: functional_call + grad_and_value on a dict of parameters, a hand-written
+    # update that makes a new dict every step, evaluation forwards every 5 steps.
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / "func_train.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    records = decode(dump / "rank0.dctrace")
+    steps = sorted({r["step"] for r in records})
+    assert steps == [0, 1, 2], steps  # --steps 3 stopped the program (20 steps by default)
+    params = ["fc1.weight", "fc1.bias", "norm.weight", "norm.bias", "fc2.weight", "fc2.bias"]
+    for step in steps:
+        names = [r["name"] for r in records if r["step"] == step]
+        # The module's forwards (functional_call runs them), the scalar grad_and_value
+        # differentiates, then the parameters the next forward is called with: the update's.
+        expected = ["in/(model).0", "fwd/fc1", "fwd/norm", "fwd/fc2", "fwd/(model)", "loss"]
+        expected += [f"param/{p}" for p in params]
+        assert [n for n in names if not n.startswith(("seed/", "init/"))] == expected, names
+    # The parameters are the dict's, not the module's own (which never change): each step's
+    # differ from the step before.
+    by_name = {(r["step"], r["name"]): r["md5"] for r in records}
+    for p in params:
+        assert by_name[(0, f"param/{p}")] != by_name[(0, f"init/{p}")], p
+        assert by_name[(1, f"param/{p}")] != by_name[(0, f"param/{p}")], p
+
+
+def test_a_closure_optimizer_counts_one_step_per_step_call(detcheck_bin, tmp_path):
+    # LBFGS evaluates its closure (forward and backward) several times inside one step().
+    script = write(
+        tmp_path,
+        "lbfgs.py",
+        """\
+        import torch
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        )
+        opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+        x = torch.linspace(-1, 1, 32).reshape(8, 4)
+        y = x.sum(dim=1, keepdim=True).sin()
+        for step in range(6):
+            def closure():
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+        """,
+    )
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    records = decode(dump / "rank0.dctrace")
+    assert sorted({r["step"] for r in records}) == [0, 1, 2]
+    for step in (0, 1, 2):
+        names = [r["name"] for r in records if r["step"] == step]
+        # Several closure evaluations: several forwards; the gradients of the first, once.
+        assert names.count("fwd/(model)") > 1, names
+        assert names.count("grad/0.weight") == 1 and names.count("param/0.weight") == 1, names
+        assert names.index("grad/0.weight") < names.index("param/0.weight"), names
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    assert run.scenarios["lbfgs"]["status"] == "passed", run.out
 
 
 def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):
@@ -293,10 +444,66 @@ def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_pa
     # Only `model`'s own forwards were recorded: 4 modules' outputs each time it ran (3 in the
     # comparisons, 1 under jit.trace's comparison, 1 compiled); the copies record nothing.
     assert (writer.num_records - before) % 4 == 0 and writer.num_records - before >= 16
+    # The recorded model itself, scripted and traced: TorchScript compiles a module's forward
+    # hooks, and never sees detcheck's; the tracer's warnings about what it reads are not shown.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, x)
+    scripted = torch.jit.script(model)
+    for other in (traced, scripted):
+        assert torch.equal(other(x), model(x))
+    assert scripted.code.count("hook") == 0, scripted.code
+    during = writer.num_records
+    scripted(x)  # a scripted module is a copy: it records nothing
+    assert writer.num_records == during
+    model(x)  # the model goes on recording, its hooks back in place
+    assert writer.num_records == during + 4
     handle.remove()
     writer.close()
     names = {r["name"] for r in decode(tmp_path / "trace" / "rank0.dctrace")}
     assert names == {"fwd/0", "fwd/1", "fwd/2", "fwd/(model)"}, names
+
+
+def test_a_model_recorded_without_a_change_can_be_scripted_and_traced(detcheck_bin, tmp_path):
+    # Scripting and tracing mid-training, as an export step does: `script` is imported before
+    # detcheck's hooks exist, and scripted where it would be without detcheck.
+    script = write(
+        tmp_path,
+        "export.py",
+        """\
+        import torch
+        from torch.jit import script
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        for step in range(4):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            if step == 1:
+                for exported in (script(model), torch.jit.trace(model, x)):
+                    assert torch.equal(exported(x), model(x))
+                    torch.jit.save(exported, "exported.pt")
+                    assert torch.equal(torch.jit.load("exported.pt")(x), model(x))
+        """,
+    )
+    run = check(
+        detcheck_bin,
+        "--ranks",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        "python3",
+        script,
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    assert run.scenarios["export"]["status"] == "passed", run.out
+    assert run.scenarios["export"]["counts"]["records_compared"] > 0, run.out
 
 
 def test_tensor_subclasses_are_recorded_through_their_data_or_skipped_with_a_note(tmp_path):

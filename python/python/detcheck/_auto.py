@@ -6,12 +6,14 @@ detcheck (python/README.md, "Zero-change recording", is the long form).
 whose forward runs at the top level (looked through its wrappers: ``_tensors.unwrap_model``);
 from then on an ``_engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
 ``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global
-optimizer hooks), or, in a loop that made no optimizer by its first backward, at the model's
-next forward after a backward (the rhythm). ``DETCHECK_STOP_AFTER`` = N ends the process after
-the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
-SIGTERM. The recorder stands down when the program records itself (the native
-``_program_records`` channel); forked and multiprocessing children never record. That life,
-the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
+optimizer hooks; a step whose closure runs the model's first forward, LBFGS's, records that
+closure's gradients: ``_Begins``), or, in a loop that made no optimizer by its first backward,
+at the model's next forward after a backward (the rhythm; ``torch.func`` loops too: their
+``functional_call`` runs the model's forward, ``grad`` its backward). ``DETCHECK_STOP_AFTER`` =
+N ends the process after the N-th step (``os._exit`` after a barrier). The trace is finished at
+interpreter exit and on SIGTERM. The recorder stands down when the program records itself (the
+native ``_program_records`` channel); forked and multiprocessing children never record. That
+life, the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
 torch's hooks and how they find the model and the steps.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program
@@ -26,7 +28,14 @@ from torch.optim import optimizer as _optimizer
 
 from ._engine import Recording
 from ._lifecycle import LifecycleRecorder
-from ._tensors import Hook, compiled_part, leaves, replicated_records, unwrap_model
+from ._tensors import (
+    Hook,
+    compiled_part,
+    keep_hooks_out_of_torchscript,
+    leaves,
+    replicated_records,
+    unwrap_model,
+)
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
 __all__ = ["start", "Recorder"]
@@ -117,12 +126,16 @@ class Recorder(LifecycleRecorder):
             # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
-            self._handle.paused(self._handle.model_forward_begins)(root, args, kwargs)
+            self._handle.first_call_began(root, args, kwargs)
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
         if self.status == "recording":
             return before_optimizer_step(self._handle, optimizer, args, kwargs)
+        if self.status == "waiting":
+            # A step before the model's first forward: with a closure (LBFGS), the recording
+            # begins inside it, and the gradients it computes are the first step's.
+            return before_optimizer_step(_Begins(self), optimizer, args, kwargs)
         return None
 
     def _optimizer_steps(self):
@@ -240,6 +253,21 @@ class Recorder(LifecycleRecorder):
         )
 
 
+class _Begins:
+    """The recording of a step whose closure runs the model's first forward (the recording
+    begins inside it), for ``before_optimizer_step``: the gradients are recorded when the
+    closure first returns, if the recording began by then."""
+
+    def __init__(self, recorder):
+        self._recorder = recorder
+        self.pending_update = False
+
+    def end_backward(self):
+        self.pending_update = False
+        if self._recorder.status == "recording":
+            self._recorder._handle.end_backward()
+
+
 def _an_optimizer_exists():
     """Whether the program made a ``torch.optim.Optimizer`` (asked once, at the end of the
     first backward through the model, before any optimizer stepped)."""
@@ -251,6 +279,8 @@ def _an_optimizer_exists():
 def start(state):
     """Starts the recorder of this rank (``_startup`` calls it once torch is imported)."""
     global _recorder
+    # Before the program's `from torch.jit import script`: its hooks stay out of TorchScript.
+    keep_hooks_out_of_torchscript()
     _recorder = Recorder(state)
     _recorder.install()
     return _recorder

@@ -104,6 +104,10 @@ class OperatorTrace(Protocol):
     def after_update(self) -> None:
         """The optimizer's update is done."""
 
+    def call_began(self, module: Any, args: Any, kwargs: Any) -> None:
+        """The model's call during which the recording began is under way: the trace's
+        pre-hooks on the model were added after that call collected its pre-hooks."""
+
     def pause(self) -> None:
         """The engine records: operators run now are not the model's."""
 

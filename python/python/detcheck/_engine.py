@@ -9,7 +9,9 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
 - ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
   arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
 - ``grad/<param>`` when the caller says the backward is over (``end_backward``), and
-  ``param/<param>`` when it says the update is done (``after_update``), which ends the step;
+  ``param/<param>`` when it says the update is done (``after_update``), which ends the step
+  (each parameter looked up again by name then: ``torch.func.functional_call`` calls the model
+  with the program's own tensors, a new dict of them after each update);
 - in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
   the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
@@ -18,10 +20,12 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   program's lines since its last record come before its next record (``_outside_first``).
 
 The caller drives the steps: ``end_backward``, ``after_update``, ``next_step`` (no optimizer),
-``step_to(n)``. With an operator trace (a capture re-run), the engine tells it where the step
-is and pauses it while it records. ``Handle`` is what each framework's ``watch`` returns, less
-its framework (``detcheck.torch.WatchHandle``, ``detcheck.mindspore.WatchHandle``): a
-``Recording`` and the hooks that drive it.
+``step_to(n)``; ``first_call_began`` when the recording began inside a call of the model (the
+zero-change recorder), whose pre-hooks ran before the recording's existed. With an operator
+trace (a capture re-run), the engine tells it where the step is and pauses it while it records.
+``Handle`` is what each framework's ``watch`` returns, less its framework
+(``detcheck.torch.WatchHandle``, ``detcheck.mindspore.WatchHandle``): a ``Recording`` and the
+hooks that drive it.
 
 Determinism: records are made in the order the program runs the hooked code; nothing here
 reads a clock or a hash order.
@@ -76,6 +80,7 @@ class Recording:
         self._ops = None
         #: An update whose closure has not returned yet: the gradients are still to be recorded.
         self.pending_update = False
+        self._model = model
         params = list(frontend.parameters(model))
         self._grad_labels = [("grad/" + name, p) for name, p in params]
         self._param_labels = [("param/" + name, p) for name, p in params]
@@ -187,6 +192,15 @@ class Recording:
         if self._inputs:
             self.record_inputs(module, args, kwargs)
 
+    def first_call_began(self, module, args, kwargs):
+        """The model's call during which the recording began (zero-change recording starts in
+        the model's first forward pre-hook): its pre-hooks were collected before this
+        recording's were added, so they run here: ``model_forward_begins``, then the operator
+        trace's (a window on the model itself, in step 0, opens in this call)."""
+        self.paused(self.model_forward_begins)(module, args, kwargs)
+        if self._ops is not None:
+            self._ops.call_began(module, args, kwargs)
+
     def _record_initial_parameters(self):
         # When the recording starts, before any forward: inside one, a sharded model's
         # parameters are gathered views that the wrapper frees again (FSDP1).
@@ -270,7 +284,12 @@ class Recording:
             if _OUTSIDE:
                 self._outside_first()
             trainable, step = self._frontend.trainable, self._step
+            # Looked up again by name: a parameter the model is called with now may be another
+            # tensor than when the recording began (`torch.func.functional_call` swaps in the
+            # program's own dict of parameters for each call, and the update makes a new one).
+            now = dict(self._frontend.parameters(self._model))
             for label, param in self._param_labels:
+                param = now.get(label[len("param/") :], param)
                 if trainable(param):
                     self.sink.put(step, label, param, self.replicated, True)
         self._advance()

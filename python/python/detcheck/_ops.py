@@ -40,15 +40,24 @@ Contract (detcheck's Rust side parses these names):
   changes a layout or an operator, which the trace shows anyway.
   ``SOURCE`` says where that very tensor object came from, when it came from this window:
   ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
-  ``grad_out{m}`` (window input ``m``). Tensors the writer cannot record (unsupported dtypes,
-  sparse or meta tensors, tensor subclasses) are skipped, their ``j`` kept; so are the outputs of
-  operators that allocate without writing (``empty``, ``empty_like``, ``new_empty``...: their
-  bits are whatever the memory held), and such a tensor as an input until an operator has
-  written it (``bernoulli_`` returns it as its output).
+  ``grad_out{m}`` (window input ``m``). A tensor subclass is recorded as ``watch`` records it
+  (``_subclasses.plain``): a ``DTensor`` (FSDP2's parameters, tensor parallel's weights and
+  activations) as this rank's local shard, an ``AsyncCollectiveTensor`` as the tensor it waits
+  for. Tensors the writer cannot record (unsupported dtypes, sparse or meta tensors, wrapper
+  subclasses of other libraries) are skipped, their ``j`` kept; so are the outputs of operators
+  that allocate without writing (``empty``, ``empty_like``, ``new_empty``...: their bits are
+  whatever the memory held), and such a tensor as an input until an operator has written it
+  (``bernoulli_`` returns it as its output); and the outputs of collectives (the ``c10d`` and
+  functional-collective operators but ``wait_tensor``: FSDP's all-gathers and reduce-scatters,
+  DTensor's redistributions), which may still be running when the call returns: their values
+  are recorded where the program uses them, after it waited (the next operator's input, with
+  its source ``op{k}.out{m}``, or ``wait_tensor``'s output).
 - Windows (step ``S`` and occurrence ``k`` of the request):
 
   * ``fwd/...``: the ``k``-th forward call (0-based, counted in step ``S``) of the module: opens
-    in its forward pre-hook, closes in its forward hook.
+    in its forward pre-hook, closes in its forward hook. The model's call during which a
+    zero-change recording begins ran its pre-hooks before ours existed: the engine calls
+    ``call_began`` in it, which opens the window (or, for ``grad/...``, enters the mode) there.
   * ``grad/<p>``: the backward through the module owning ``p`` (the longest module label that
     prefixes ``p``'s name and a dot; the model itself otherwise), in step ``S``. The dispatch
     mode is entered, not recording, in the model's forward pre-hook at its first forward of step
@@ -73,6 +82,19 @@ result is returned as is), so the trace is a function of the operators the progr
 runs of a deterministic program write identical traces, and the first record that differs is the
 first operator that computed something else.
 
+Sharded models (FSDP1, FSDP2's ``fully_shard``, tensor parallel): the windows are the same;
+the operators a ``DTensor`` runs are traced as the program calls them (``aten.addmm.default`` on
+``DTensor`` arguments: a dispatch mode sees an operator before the subclass does), recorded
+through their local shards; the local operators and collectives the ``DTensor`` runs for it
+are not traced (the mode is off while it handles one). FSDP's own operators, which run inside
+a window of a sharded module (its all-gather, its copies in and out of its buffers, the views of
+its flat parameters: ``_fsdp_own``), are passed through, neither recorded nor numbered: they read
+memory FSDP allocated by resizing a storage, before the collective wrote it. The model's
+operators record the gathered parameters as their inputs (with no source: no traced operator
+made them). FSDP frees its unsharded parameters by resizing their storage after the forward,
+which the trace does not hinder: it copies what it records (``_apart``) and keeps no tensor
+alive (weak references only).
+
 Limits: eager operators only (a compiled region is one opaque call, or none); one window per
 process. The backward window's module is the parameter's owner, not the module whose backward
 first differs; it covers the first backward through the owner in step ``S`` and ends at ``p``'s
@@ -91,10 +113,12 @@ import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils._pytree import tree_flatten
 
-from . import _evidence
+from . import _evidence, _subclasses
 from ._contract import ROOT
 from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
+from ._tensors import PLAIN as _PLAIN
 from ._tensors import Hook as _Hook
+from ._tensors import dense_with_values as _dense_with_values
 from ._tensors import host as _host
 
 #: Operators that allocate without writing (``empty_like`` before dropout's ``bernoulli_``):
@@ -112,6 +136,62 @@ _ALLOCATIONS = frozenset(
     ]
 )
 
+#: The namespaces of the collective operators (``torch.distributed``'s ``c10d`` ops, the
+#: functional collectives of DTensor and FSDP2): a collective may still be running when its call
+#: returns (``async_op``, gloo's and NCCL's own threads), so its outputs' bits are whatever they
+#: are at that moment. They are recorded where the program uses them, after it waited: as the
+#: input of the next operator, or as ``wait_tensor``'s output.
+_COLLECTIVES = frozenset(
+    ["c10d", "_c10d_functional", "_c10d_functional_autograd", "c10d_functional"]
+)
+
+#: The collective operators whose output is complete when they return (they wait).
+_WAITS = frozenset(["wait_tensor"])
+
+
+#: The files of torch that only pass an operator on: the code that called it is above them
+#: (``TorchDispatchMode``'s handler runs under Dynamo's ``disable``: its frames come first).
+_PASSING = (
+    "/torch/_tensor.py",
+    "/torch/functional.py",
+    "/torch/_ops.py",
+    "/torch/overrides.py",
+    "/torch/utils/_python_dispatch.py",
+    "/torch/utils/_contextlib.py",
+    "/torch/_dynamo/eval_frame.py",
+    "/torch/_compile.py",
+)
+
+#: FSDP's own code (FSDP1 and FSDP2's ``fully_shard``).
+_FSDP = "/torch/distributed/fsdp/"
+
+
+def _fsdp_own(frame):
+    """Whether the operator called from ``frame`` is FSDP's own bookkeeping (its all-gather,
+    the copies in and out of its buffers, the views of its flat parameters): the innermost
+    calling frame outside ``_PASSING`` is in FSDP's code. Its operands include memory FSDP
+    allocates by resizing a storage, which no operator writes (FSDP1 splits its padded
+    unsharded flat parameter into the all-gather's outputs before the all-gather fills it), so
+    their bits mean nothing until the collective has run; the operators the model runs on the
+    gathered parameters record them as their inputs."""
+    for _ in range(8):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if not name.endswith(_PASSING):
+            return _FSDP in name
+        frame = frame.f_back
+    return False
+
+
+def _in_flight(func):
+    """Whether ``func`` is a collective whose outputs may still be written after it returns."""
+    namespace = getattr(func, "namespace", None)
+    if namespace not in _COLLECTIVES:
+        return False
+    return str(getattr(func, "overloadpacket", "")).rsplit(".", 1)[-1] not in _WAITS
+
+
 #: A Python float's source (``operator_record_name``'s grammar lives in Rust).
 _SCALAR = ("scalar", None, None)
 
@@ -120,6 +200,16 @@ OPTIMIZER = "(optimizer)"
 
 #: Whether this process opened its window (at most one per process).
 _opened = False
+
+
+def _apart(tensor):
+    """What the writer is handed for a traced tensor: a copy of a CPU tensor's values, never a
+    numpy view of its memory (``_host``'s way for ``watch``): torch refuses for good to resize a
+    storage numpy has viewed, and FSDP frees its unsharded parameters by resizing their storage
+    to 0 after the forward ("Trying to resize storage that is not resizable")."""
+    if tensor.is_cpu:
+        tensor = tensor.detach().clone()
+    return _host(tensor)
 
 
 def _tensors(value):
@@ -151,7 +241,7 @@ class OpTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.recording or self.paused:
+        if not self.recording or self.paused or _fsdp_own(sys._getframe(1)):
             return func(*args, **kwargs)
         i = self.index
         self.index += 1
@@ -176,8 +266,9 @@ class OpTracer(TorchDispatchMode):
                 j += 1
         out = func(*args, **kwargs)
         allocation = str(getattr(func, "overloadpacket", "")) in _ALLOCATIONS
+        in_flight = _in_flight(func)
         for j, tensor in _tensors(out):
-            if not allocation:
+            if not (allocation or in_flight):
                 self._record(operator_record_name(i, module, operator, "out", j), tensor)
             self._remember(tensor, ("op", i, j), uninitialized=allocation)
         return out
@@ -194,12 +285,20 @@ class OpTracer(TorchDispatchMode):
             self.paused -= 1
 
     def _record(self, name, tensor):
-        if tensor.device.type == "meta" or tensor.layout is not _torch.strided:
-            return
         try:
-            self.writer.record(self.step, name, _host(tensor))
-        except (TypeError, ValueError, NotImplementedError):
-            pass  # not recordable (a dtype, a subclass): the same on both sides
+            with _subclasses.outside_transforms(tensor):
+                if (
+                    type(tensor) not in _PLAIN
+                    or not _dense_with_values(tensor)
+                    or _subclasses.transformed(tensor)
+                ):
+                    # A DTensor (FSDP2, tensor parallel): its local shard; an
+                    # AsyncCollectiveTensor: the tensor it waits for (the operator waits
+                    # anyway); a torch.func level: the tensor under it.
+                    tensor = _subclasses.plain(tensor).tensor
+                self.writer.record(self.step, name, _apart(tensor))
+        except Exception:
+            pass  # not recordable (a dtype, a meta or sparse tensor): the same on both sides
 
     def _source(self, tensor):
         """Where ``tensor`` came from in this window (``None``: elsewhere), and whether it is
@@ -247,21 +346,6 @@ def _owner(labels, param_name):
     return best or ROOT
 
 
-def _is_fsdp(module):
-    """Whether FSDP manages ``module``: FSDP2's ``fully_shard`` (its classes are named
-    ``FSDP<Class>``) or FSDP1's ``FullyShardedDataParallel``."""
-    return any(
-        c.__name__ in ("FSDPModule", "FullyShardedDataParallel") for c in type(module).__mro__
-    )
-
-
-def _say_unsupported(writer, why):
-    try:
-        writer.add_environment("detcheck.operator-trace", why)
-    except Exception:
-        pass
-
-
 def plan(current_step, model, writer, updates):
     """The operator trace (``detcheck._contract.OperatorTrace``) the recording engine must
     take for the process's capture request, or ``None`` (no request, another rank's, or a name
@@ -274,12 +358,6 @@ def plan(current_step, model, writer, updates):
     if getattr(writer, "rank", None) != rank:
         return None
     modules = {(label or ROOT): module for label, module in model.named_modules()}
-    if any(_is_fsdp(module) for module in modules.values()):
-        # FSDP frees its all-gathered parameters by resizing their storage, which fails on a
-        # storage the trace still reads ("Trying to resize storage that is not resizable"):
-        # no operator trace inside a sharded model, rather than a broken program.
-        _say_unsupported(writer, "the operator trace is not taken inside an FSDP model")
-        return None
     params = dict(model.named_parameters())
     if name.startswith("fwd/"):
         wanted = name[len("fwd/") :]
@@ -353,6 +431,10 @@ class _Window:
             hook.remove()
         self._hooks = []
 
+    def call_began(self, module, args, kwargs):
+        """The model's call during which the recording began is under way (its pre-hooks,
+        ours among them, were collected before ours were added)."""
+
     def step_ends(self):
         """Called when a step ends, before ``watch`` records the gradients."""
 
@@ -406,6 +488,10 @@ class _ForwardWindow(_Window):
         tracer.recording = True
         return None
 
+    def call_began(self, module, args, kwargs):
+        if module is self._module:
+            self._pre_hook(module, args, kwargs)
+
     def _push(self, label):
         stack = self.tracer.stack
 
@@ -436,8 +522,8 @@ class _BackwardWindow(_Window):
         self._module = modules[label]
         self._param = param
         self._opened = False
-        root = modules[ROOT]
-        self._hooks.append(root.register_forward_pre_hook(_Hook(self._enter_hook)))
+        self._root = modules[ROOT]
+        self._hooks.append(self._root.register_forward_pre_hook(_Hook(self._enter_hook)))
 
     def _enter_hook(self, module, args):
         if self._entered or self._done or not self._now():
@@ -449,6 +535,10 @@ class _BackwardWindow(_Window):
                 self._param.register_post_accumulate_grad_hook(_Hook(self._grad_hook))
             )
         return None
+
+    def call_began(self, module, args, kwargs):
+        if module is self._root:
+            self._enter_hook(module, args)
 
     def _output_hook(self, module, args, output):
         if self._opened or not self._entered or not self._now():

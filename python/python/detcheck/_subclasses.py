@@ -16,15 +16,26 @@ when there are no values to record. The rules:
   replicated;
 - an ``AsyncCollectiveTensor`` (a functional collective's result, tensor parallel's module
   outputs): the tensor it waits for;
+- a tensor of ``torch.func``'s transforms (``grad``, ``vjp``, ``vmap``: a module's output in a
+  forward that ``functional_call`` runs under ``grad_and_value``): the tensor under all its
+  levels (under ``vmap``, with the batch dimension), noted with the count of levels. It is read
+  with the transforms off (``outside_transforms``): under them even a plain tensor's
+  ``detach()`` is lifted into a level and has no storage;
 - a quantized tensor: its integers (``int_repr()``), noted with its scheme;
 - a meta tensor, a ``FakeTensor``, a nested or sparse tensor, and a wrapper subclass of
   another library (no storage of its own): ``Unrecordable``;
 - any other subclass (a plain Python subclass of ``torch.Tensor``): its data as a plain tensor
   (``as_subclass``), noted with its class.
 
+``transformed(tensor)`` says whether a tensor is one of ``torch.func``'s, and
+``outside_transforms(tensor)`` is the context a recorder reads ``tensor`` in: the transforms
+off while one runs or for a tensor of ``torch.func``'s, nothing otherwise.
+
 Determinism: a function of the tensor alone. Limits: a DTensor's records are its local shards;
 the global tensor is not gathered (that would add collectives to the program).
 """
+
+import contextlib
 
 import torch
 
@@ -77,8 +88,43 @@ def _dtensor(tensor):
     return Plain(inner, note, replicated)
 
 
+#: ``torch._C._functorch`` (``torch.func``'s transforms), where this torch has it.
+_FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
+def transformed(tensor):
+    """Whether ``tensor`` is wrapped by a ``torch.func`` transform (a ``grad`` or ``vmap``
+    level)."""
+    return _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(tensor)
+
+
+def outside_transforms(tensor):
+    """The context to read ``tensor`` in (module doc): the transforms off while a transform
+    runs (a tensor of the recorder's own, made under it, is lifted too) or for ``tensor`` of
+    theirs."""
+    if _FUNCTORCH is not None and (
+        _FUNCTORCH.peek_interpreter_stack() is not None or transformed(tensor)
+    ):
+        return torch._C._DisableFuncTorch()
+    return contextlib.nullcontext()
+
+
+def _unwrapped(tensor):
+    """The tensor under all of ``tensor``'s transform levels (called with them off)."""
+    levels = 0
+    while transformed(tensor) and levels < 64:
+        tensor = _FUNCTORCH.get_unwrapped(tensor)
+        levels += 1
+    note = (
+        f"a tensor of torch.func's transforms: recorded as the tensor under its {levels} level(s)"
+    )
+    return Plain(plain(tensor).tensor if type(tensor) not in PLAIN_TYPES else tensor, note)
+
+
 def plain(tensor):
     """The plain tensor to record for ``tensor`` (module doc); raises ``Unrecordable``."""
+    if transformed(tensor):
+        return _unwrapped(tensor)
     cls = type(tensor)
     if _is_dtensor(tensor):
         return _dtensor(tensor)

@@ -4,10 +4,16 @@ the recorder. Imports torch and nothing of detcheck's but the native module and
 
 Main names: ``host`` (what the writer is handed for a tensor), ``leaves`` (the tensors of a
 module's output, named), ``unwrap_model`` and ``replicated_records`` (the one rule for wrappers
-and for replicated records), ``Hook`` (a hook that pickles to nothing).
+and for replicated records), ``Hook`` (a hook that pickles to nothing and that TorchScript
+never sees: ``keep_hooks_out_of_torchscript``).
 
 Determinism: pure functions of their arguments; ``leaves`` follows the output's own order.
 """
+
+import functools
+import inspect
+import sys
+import warnings
 
 import torch
 
@@ -21,6 +27,7 @@ __all__ = [
     "compiled_part",
     "dense_with_values",
     "host",
+    "keep_hooks_out_of_torchscript",
     "leaves",
     "model_loss",
     "replicated_records",
@@ -82,21 +89,103 @@ class Hook:
     """A hook detcheck attaches to a user's module, optimizer or tensor. It pickles, and
     deep-copies, to ``_inert``: ``torch.save(model)``, ``copy.deepcopy(model)`` and pickling
     for multiprocessing work while the model is recorded, and the copy records nothing. It
-    runs outside compiled graphs (``_outside_compiled_graphs``)."""
+    runs outside compiled graphs (``_outside_compiled_graphs``), TorchScript never sees it
+    (``keep_hooks_out_of_torchscript``), and under ``torch.jit.trace`` it runs without the
+    tracer's warnings about what it reads."""
 
     __slots__ = ("_fn",)
 
     def __init__(self, fn):
         self._fn = _outside_compiled_graphs(fn)
+        keep_hooks_out_of_torchscript()
 
     def __call__(self, *args, **kwargs):
-        return self._fn(*args, **kwargs)
+        if torch._C._get_tracing_state() is None:
+            return self._fn(*args, **kwargs)
+        # Under torch.jit.trace: what the recorder reads is no part of the traced graph, and
+        # the tracer's warnings about it (a tensor turned into numpy) are not the program's.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return self._fn(*args, **kwargs)
 
     def __reduce__(self):
         return (_inert_hook, ())
 
     def __deepcopy__(self, memo):
         return _inert
+
+
+#: The module hook dictionaries ``torch.jit.script`` compiles (each hook must be TorchScript).
+_SCRIPTED_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+
+
+def _set_hooks_aside(model):
+    """Takes detcheck's hooks (``Hook``) out of the forward-hook dictionaries of ``model`` and
+    its submodules; returns the function that puts them back, in their order."""
+    saved = []
+    for module in model.modules():
+        for attr in _SCRIPTED_HOOKS:
+            hooks = getattr(module, attr, None)
+            if not hooks or not any(isinstance(h, Hook) for h in hooks.values()):
+                continue
+            items = list(hooks.items())
+            for key, hook in items:
+                if isinstance(hook, Hook):
+                    del hooks[key]
+            saved.append((hooks, items))
+
+    def put_back():
+        for hooks, items in saved:
+            added = [(k, h) for k, h in hooks.items() if all(k != key for key, _ in items)]
+            hooks.clear()
+            hooks.update(items)
+            hooks.update(added)
+
+    return put_back
+
+
+def _script_without_hooks(script):
+    """``torch.jit.script``, scripting a module with detcheck's hooks set aside: TorchScript
+    compiles every forward hook of a module it scripts, and a recorder's hook is Python it
+    cannot compile. The scripted module records nothing (as a copy); the module goes on
+    recording."""
+
+    # TorchScript resolves the names of a scripted class in its caller's frame, `_frames_up`
+    # frames above its own: this wrapper is one more.
+    try:
+        frames = "_frames_up" in inspect.signature(script).parameters
+    except (TypeError, ValueError):
+        frames = False
+
+    @functools.wraps(script)
+    def scripted(obj, *args, **kwargs):
+        if frames and len(args) < 2:
+            kwargs["_frames_up"] = kwargs.get("_frames_up", 0) + 1
+        if not isinstance(obj, torch.nn.Module):
+            return script(obj, *args, **kwargs)
+        put_back = _set_hooks_aside(obj)
+        try:
+            return script(obj, *args, **kwargs)
+        finally:
+            put_back()
+
+    scripted._detcheck_scripts = True
+    return scripted
+
+
+def keep_hooks_out_of_torchscript():
+    """Replaces ``torch.jit.script`` with ``_script_without_hooks`` (once; ``torch.jit`` and
+    ``torch.jit._script`` both name it): a recorded model can be scripted wherever it could
+    without detcheck."""
+    jit = getattr(torch, "jit", None)
+    script = getattr(jit, "script", None)
+    if script is None or getattr(script, "_detcheck_scripts", False):
+        return
+    wrapper = _script_without_hooks(script)
+    jit.script = wrapper
+    inner = sys.modules.get("torch.jit._script")
+    if inner is not None and getattr(inner, "script", None) is script:
+        inner.script = wrapper
 
 
 def _is_tensor(value):

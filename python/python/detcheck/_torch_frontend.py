@@ -61,22 +61,30 @@ class TorchSink:
         with one note in the trace's environment (``detcheck.skipped/<name>``); a sharded tensor
         is noted once (``detcheck.tensor/<name>``)."""
         try:
-            if type(tensor) not in PLAIN or not dense_with_values(tensor):
-                found = _subclasses.plain(tensor)
-                if found.note is not None:
-                    self.note("detcheck.tensor/", name, found.note)
-                if found.replicated is not None and state:
-                    replicated = replicated_records(
-                        found.replicated, getattr(self._writer, "world_size", 1)
-                    )
-                tensor = found.tensor
-            self._put_plain(step, name, tensor, replicated)
+            with _subclasses.outside_transforms(tensor):
+                self._put(step, name, tensor, replicated, state)
         except _subclasses.Unrecordable as e:
             self.note("detcheck.skipped/", name, str(e))
         except ImportError:
             raise  # device_digests=True without Triton: the caller's request cannot be met
         except Exception as e:
             self.note("detcheck.skipped/", name, f"recording it failed: {type(e).__name__}: {e}")
+
+    def _put(self, step, name, tensor, replicated, state):
+        if (
+            type(tensor) not in PLAIN
+            or not dense_with_values(tensor)
+            or _subclasses.transformed(tensor)
+        ):
+            found = _subclasses.plain(tensor)
+            if found.note is not None:
+                self.note("detcheck.tensor/", name, found.note)
+            if found.replicated is not None and state:
+                replicated = replicated_records(
+                    found.replicated, getattr(self._writer, "world_size", 1)
+                )
+            tensor = found.tensor
+        self._put_plain(step, name, tensor, replicated)
 
     def note(self, prefix, name, text):
         """One environment entry per record name (what ``put`` skipped or how it recorded it)."""
@@ -412,11 +420,15 @@ def install_evidence():
 
 
 class BackwardHook:
-    """Calls ``hook(tensor)`` before each ``tensor.backward()`` of the process, until removed:
-    the loss of a script that computes it outside its model (``F.mse_loss(model(x), y)``).
+    """Calls ``hook(tensor)`` before each backward pass the program starts, until removed: the
+    loss of a script that computes it outside its model (``F.mse_loss(model(x), y)``).
     ``torch.Tensor.backward`` is replaced by a function that calls the original (subclasses,
-    ``__torch_function__`` and keyword arguments pass through), never while a graph is being
-    compiled (``Hook``). Removing restores the original when nothing replaced it since."""
+    ``__torch_function__`` and keyword arguments pass through), and so is
+    ``torch.autograd.grad`` for a single output (``torch.func``'s ``grad``, ``grad_and_value``
+    and ``vjp`` compute through it: the scalar a functional training loop differentiates), never
+    while a graph is being compiled (``Hook``). TorchScript resolves ``torch.autograd.grad`` to
+    its builtin operator by identity: the replacement is registered as the same builtin.
+    Removing restores each original when nothing replaced it since."""
 
     def __init__(self, hook):
         original = torch.Tensor.backward
@@ -429,7 +441,30 @@ class BackwardHook:
 
         self._original, self._patched = original, backward
         torch.Tensor.backward = backward
+        grad = torch.autograd.grad
+
+        @functools.wraps(grad)
+        def grad_of(outputs, *args, **kwargs):
+            single = outputs
+            if isinstance(outputs, (tuple, list)) and len(outputs) == 1:
+                single = outputs[0]
+            if isinstance(single, torch.Tensor):
+                hook(single)
+            return grad(outputs, *args, **kwargs)
+
+        self._grad, self._grad_patched = grad, grad_of
+        torch.autograd.grad = grad_of
+        _register_builtin = getattr(
+            sys.modules.get("torch.jit._builtins"), "_register_builtin", None
+        )
+        if _register_builtin is not None:
+            try:
+                _register_builtin(grad_of, "aten::grad")
+            except Exception:
+                pass
 
     def remove(self):
         if torch.Tensor.backward is self._patched:
             torch.Tensor.backward = self._original
+        if torch.autograd.grad is self._grad_patched:
+            torch.autograd.grad = self._grad

@@ -19,6 +19,8 @@ Every rank prints one final line with its last loss and the sum of its local sha
 Planted-bug flag:
 
     --reseed_from_clock   seed torch from the clock before the model is built
+    --activation_noise    the classifier adds noise to its logits from a generator that seeds
+                          itself from OS entropy (inside the wrapped model's forward)
 """
 
 import argparse
@@ -38,17 +40,25 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 class Classifier(nn.Module):
-    def __init__(self, features=32, hidden=128, classes=8):
+    def __init__(self, features=32, hidden=128, classes=8, noise_std=0.0):
         super().__init__()
         self.fc1 = nn.Linear(features, hidden)
         self.fc2 = nn.Linear(hidden, hidden)
         self.head = nn.Linear(hidden, classes)
         self.dropout = nn.Dropout(0.1)
+        self.noise_std = noise_std
+        self.noise = torch.Generator()
+        if noise_std:
+            self.noise.seed()  # PLANTED BUG: a seed from OS entropy, another in every run
 
     def forward(self, x):
         x = self.dropout(F.relu(self.fc1(x)))
         x = F.relu(self.fc2(x))
-        return self.head(x)
+        logits = self.head(x)
+        if self.noise_std and self.training:  # label-smoothing-like logit noise
+            noise = torch.randn(logits.shape, generator=self.noise).to(logits.device)
+            logits = logits + self.noise_std * noise
+        return logits
 
 
 def main():
@@ -59,6 +69,7 @@ def main():
     parser.add_argument("--use_orig_params", action="store_true")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--reseed_from_clock", action="store_true")
+    parser.add_argument("--activation_noise", action="store_true")
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -80,7 +91,7 @@ def main():
 
     if args.reseed_from_clock:
         torch.manual_seed(time.time_ns() % 2**63)
-    model = Classifier()
+    model = Classifier(noise_std=0.01 if args.activation_noise else 0.0)
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=2000)
     model = FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
                  device_id=device, use_orig_params=args.use_orig_params)

@@ -21,6 +21,8 @@ local parameter shards at full precision.
 Planted-bug flag:
 
     --reseed_from_clock   seed torch from the clock before the model is built
+    --noisy_block N       block N adds activation noise from a generator that seeds
+                          itself from OS entropy (inside a sharded block's forward)
 """
 
 import argparse
@@ -40,8 +42,12 @@ except ImportError:  # torch < 2.6
 
 
 class Block(nn.Module):
-    def __init__(self, dim, n_heads):
+    def __init__(self, dim, n_heads, noise_std=0.0):
         super().__init__()
+        self.noise_std = noise_std
+        self.noise = torch.Generator()
+        if noise_std:
+            self.noise.seed()  # PLANTED BUG: a seed from OS entropy, another in every run
         self.norm1 = nn.LayerNorm(dim)
         self.attn = nn.MultiheadAttention(dim, n_heads, batch_first=True)
         self.norm2 = nn.LayerNorm(dim)
@@ -50,15 +56,20 @@ class Block(nn.Module):
     def forward(self, x, mask):
         h = self.norm1(x)
         x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
-        return x + self.mlp(self.norm2(x))
+        x = x + self.mlp(self.norm2(x))
+        if self.noise_std and self.training:  # activation noise as a regulariser
+            x = x + self.noise_std * torch.randn(x.shape, generator=self.noise).to(x.device)
+        return x
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab, dim, n_layers, n_heads, seq_len):
+    def __init__(self, vocab, dim, n_layers, n_heads, seq_len, noisy_block=None):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
-        self.layers = nn.ModuleList([Block(dim, n_heads) for _ in range(n_layers)])
+        self.layers = nn.ModuleList(
+            [Block(dim, n_heads, 0.01 if i == noisy_block else 0.0) for i in range(n_layers)]
+        )
         self.norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, vocab)
 
@@ -93,6 +104,7 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--reseed_from_clock", action="store_true", help="planted bug")
+    parser.add_argument("--noisy_block", type=int, default=None, help="planted bug")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -111,7 +123,9 @@ def main():
         torch.manual_seed(time.time_ns() % 2**63)  # PLANTED BUG
     else:
         torch.manual_seed(args.seed)
-    model = TinyTransformer(args.vocab, args.dim, args.layers, args.heads, args.seq_len).to(device)
+    model = TinyTransformer(
+        args.vocab, args.dim, args.layers, args.heads, args.seq_len, args.noisy_block
+    ).to(device)
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)

@@ -19,6 +19,8 @@ weight shards at full precision.
 Planted-bug flag:
 
     --reseed_from_clock   seed torch from the clock before the model is built
+    --activation_noise    the MLP adds noise to its output from a generator that seeds
+                          itself from OS entropy (inside the parallelized model's forward)
 """
 
 import argparse
@@ -34,14 +36,21 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 
 class ToyMLP(nn.Module):
-    def __init__(self, dim, hidden):
+    def __init__(self, dim, hidden, noise_std=0.0):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.relu = nn.ReLU()
         self.fc2 = nn.Linear(hidden, dim)
+        self.noise_std = noise_std
+        self.noise = torch.Generator()
+        if noise_std:
+            self.noise.seed()  # PLANTED BUG: a seed from OS entropy, another in every run
 
     def forward(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
+        out = self.fc2(self.relu(self.fc1(x)))
+        if self.noise_std and self.training:  # output noise as a regulariser
+            out = out + self.noise_std * torch.randn(out.shape, generator=self.noise).to(out.device)
+        return out
 
 
 def main():
@@ -55,6 +64,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--reseed_from_clock", action="store_true", help="planted bug")
+    parser.add_argument("--activation_noise", action="store_true", help="planted bug")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -72,7 +82,7 @@ def main():
         torch.manual_seed(time.time_ns() % 2**63)  # PLANTED BUG
     else:
         torch.manual_seed(args.seed)
-    model = ToyMLP(args.dim, args.hidden).to(device)
+    model = ToyMLP(args.dim, args.hidden, 0.01 if args.activation_noise else 0.0).to(device)
     model = parallelize_module(model, tp_mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
 
     if args.optimizer == "adamw":
