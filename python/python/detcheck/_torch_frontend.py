@@ -61,6 +61,7 @@ class TorchSink:
         with one note in the trace's environment (``detcheck.skipped/<name>``); a sharded tensor
         is noted once (``detcheck.tensor/<name>``)."""
         try:
+            placement = None
             if type(tensor) not in PLAIN or not dense_with_values(tensor):
                 found = _subclasses.plain(tensor)
                 if found.note is not None:
@@ -70,6 +71,13 @@ class TorchSink:
                         found.replicated, getattr(self._writer, "world_size", 1)
                     )
                 tensor = found.tensor
+                if hasattr(self._writer, "record_sharded"):
+                    placement = found.placement  # a shard, never replicated (at world size 1 too)
+            if placement is not None:
+                # A shard: its placement and position digest go with it (`world_sizes`), on the
+                # writer's thread; through the host, as the position digest has no GPU kernel.
+                self._writer.record_sharded(step, name, host(tensor), *placement)
+                return
             self._put_plain(step, name, tensor, replicated)
         except _subclasses.Unrecordable as e:
             self.note("detcheck.skipped/", name, str(e))
