@@ -45,6 +45,7 @@ pub use operator::{
     find_operator, operator_record_name, traced_window, window_record_name, InputSource,
     OperatorCall, OperatorFinding, Port,
 };
+pub(crate) use shards::{is_sharded, put_together};
 
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};

@@ -19,11 +19,9 @@
 //! occurrence), so the result is a function of the two traces. The `replicas` check never reads
 //! this: one rank's shard is never compared with another's.
 
-use crate::compare::{
-    Comparison, Difference, Divergence, ElementFinding, NoElementDetail, RecordSummary,
-};
+use crate::compare::{Comparison, Difference, Divergence, RecordSummary};
 use crate::record::{Record, Trace};
-use crate::value::position::{Placement, PositionDigest};
+use crate::value::position::{Placement, PositionDigest, Shard};
 use crate::value::tensor::{DType, Tensor, TensorView};
 use std::collections::BTreeMap;
 
@@ -229,20 +227,8 @@ pub(crate) fn compare_sharded(left: &Trace, right: &Trace, cmp: &mut Comparison,
                 } else {
                     None
                 };
-                match difference {
-                    Some(d) => {
-                        let mut row = divergence(&x, d, Some(x.summary()), Some(y.summary()));
-                        // A check's re-run captures one rank's record, not a global tensor.
-                        row.element =
-                            Some(ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-                                reason: "a sharded record's global tensor is put together from \
-                                     every rank's shards, and a re-run captures one rank's \
-                                     record"
-                                    .into(),
-                            }));
-                        rows.push(row);
-                    }
-                    None => {}
+                if let Some(d) = difference {
+                    rows.push(divergence(&x, d, Some(x.summary()), Some(y.summary())));
                 }
             }
             (Some(Err(why)), _) | (_, Some(Err(why))) => {
@@ -306,6 +292,55 @@ pub(crate) fn compare_sharded(left: &Trace, right: &Trace, cmp: &mut Comparison,
     }
 }
 
+/// Whether the record of `d` (its rank, step and seq) in `trace` is a shard.
+pub(crate) fn is_sharded(trace: &Trace, d: &Divergence) -> bool {
+    trace.ranks.get(d.rank as usize).is_some_and(|r| {
+        r.records
+            .iter()
+            .any(|x| x.step == d.step && x.seq == d.seq && x.shard.is_some())
+    })
+}
+
+/// The global tensor put together from captured shards (each rank's data and the shard its
+/// re-run recorded), and its position digest as the check's summary shows it
+/// (`position HEX`), computed from the captured data: equal to the check's when the re-runs
+/// reproduced it.
+///
+/// # Errors
+/// Why the shards do not make one tensor.
+pub(crate) fn put_together(parts: &[(Tensor, Shard)]) -> Result<(Tensor, String), String> {
+    let Some((first, shard)) = parts.first() else {
+        return Err("no shard was captured".into());
+    };
+    let global = shard.placement.global_shape.clone();
+    let mut digests: BTreeMap<&Placement, PositionDigest> = BTreeMap::new();
+    for (tensor, shard) in parts {
+        let digest = tensor
+            .with_view(|v| PositionDigest::of_shard(v, &shard.placement))
+            .map_err(|e| e.to_string())?;
+        digests.insert(&shard.placement, digest);
+    }
+    let digest = digests
+        .values()
+        .fold(PositionDigest::ZERO, |acc, d| acc.add(*d));
+    let owned: Vec<(Vec<u8>, Vec<usize>, &Placement)> = parts
+        .iter()
+        .map(|(t, s)| {
+            let bytes = t.with_view(|v| v.bytes().to_vec());
+            (bytes, t.shape().to_vec(), &s.placement)
+        })
+        .collect();
+    let dtype = first.dtype();
+    let mut list = Vec::with_capacity(owned.len());
+    for (bytes, shape, placement) in &owned {
+        let view = TensorView::new(dtype, shape, bytes).map_err(|e| e.to_string())?;
+        list.push((view, *placement));
+    }
+    let tensor = assemble(dtype, &global, &list)
+        .ok_or("the captured shards do not tile the global tensor")?;
+    Ok((tensor, format!("position {digest}")))
+}
+
 /// Rank 0's `k`-th record `name` of `step`, if it has one.
 fn rank_zero_record<'t>(trace: &'t Trace, step: u64, name: &str, k: u32) -> Option<&'t Record> {
     trace
@@ -319,10 +354,7 @@ fn rank_zero_record<'t>(trace: &'t Trace, step: u64, name: &str, k: u32) -> Opti
 
 /// The global tensor of `dtype` and `global` shape put together from shards (each a view of
 /// its data and its placement); `None` when they do not fit or leave a gap (check them with
-/// [`combine`] first). Duplicated shards are written twice, to the same place. Used by the
-/// tests only so far: a check's re-run captures one rank's record, and `detcheck compare` pairs
-/// dumps rank by rank (issue 35: naming the global element is what is left).
-#[cfg(test)]
+/// [`combine`] first). Duplicated shards are written twice, to the same place.
 pub(crate) fn assemble(
     dtype: DType,
     global: &[u64],
