@@ -15,7 +15,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import PROGRAMS, check, decode, environment, requires, run_detcheck, runs
+from support import (
+    PROGRAMS,
+    caught_with_element,
+    check,
+    dctrace,
+    decode,
+    environment,
+    requires,
+    run_detcheck,
+    runs,
+)
 
 CORPUS = PROGRAMS / "corpus"
 
@@ -447,3 +457,62 @@ def test_sharded_records_are_local_shards_and_only_replicate_placements_are_repl
         records = decode(dump / f"rank{rank}.dctrace")
         assert {r["name"] for r in records if r["replicated"]} == replicated, rank
         assert any(r["name"].startswith("grad/") for r in records)
+
+
+def test_fsdp2_shards_are_put_together_and_compared_across_world_sizes(detcheck_bin, tmp_path):
+    # Every rank on the same full batch: world sizes 1 and 2 are bitwise equal as global
+    # tensors (fsdp2_world_sizes, in the corpus test too). The planted control adds 1e-3 to the
+    # first element of rank 1's shard of `out.weight` (vocab 64 x dim 32, Shard(0): rank 1 holds
+    # rows 32..64), and world_sizes names that record and its global element.
+    control = CORPUS / "control_fsdp2_perturbed_shard.json"
+    run = check(detcheck_bin, "--no-diagnosis", control, cwd=tmp_path, timeout=900)
+    line = run.scenarios["control_fsdp2_perturbed_shard"]
+    first = caught_with_element(line)
+    assert first["name"].endswith("out.weight"), first
+    found = first["element"].get("found") or first["element"]["found_in_reruns"]
+    assert (found["index"], found["flat_index"]) == ([32, 0], 32 * 32), found
+
+
+def test_a_sharded_record_carries_its_placement_in_the_trace(detcheck_bin, tmp_path):
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / "fsdp2_world_sizes.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    text = dctrace(dump / "rank1.dctrace")
+    # out.weight [64, 32] on 2 ranks: rank 1 holds rows 32..64.
+    assert "shard: global [64, 32] offset [32, 0] extent [32, 32] position " in text, text
+
+
+def test_tensor_parallel_across_world_sizes_reports_differing_records(detcheck_bin, tmp_path):
+    # RowwiseParallel sums two partial products where one rank's matmul sums them in one
+    # order: the global tensors are not bitwise equal across world sizes, and the check says
+    # which records differ (a failure with a divergence, not an error).
+    run = check(
+        detcheck_bin,
+        "--no-diagnosis",
+        "--launcher",
+        "torchrun",
+        "--ranks",
+        "2",
+        "--steps",
+        "2",
+        "--checks",
+        "world_sizes",
+        "--world-sizes",
+        "1,2",
+        "--",
+        "python3",
+        CORPUS / "tp_train.py",
+        cwd=tmp_path,
+        timeout=900,
+    )
+    (line,) = run.scenarios.values()
+    assert line["status"] == "failed", run.out
+    assert line["first_divergence"]["name"], line

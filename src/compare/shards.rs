@@ -8,9 +8,9 @@
 //! dtype and global shape, and must tile the global shape exactly (pairwise disjoint boxes whose
 //! sizes add up to it). The group's digest is the sum of its shards' position digests
 //! (`value/position.rs`), equal to the digest of the whole tensor whatever the world size; two
-//! runs' groups are compared by dtype, global shape and that digest. [`assemble`] puts the
-//! shards' data together into the global tensor where the data is at hand (full-mode dumps),
-//! so the first differing element can be named by its global index.
+//! runs' groups are compared by dtype, global shape and that digest. [`put_together`] puts
+//! captured shards together into the global tensor (a check's re-runs capture each rank's
+//! shard: `check/element.rs`), so the first differing element is named by its global index.
 //!
 //! A group that cannot be put together (a shard missing, overlapping boxes, ranks that disagree
 //! on the global shape), or a sharded record whose other side is a whole record without a

@@ -22,8 +22,12 @@ With ``--same_batch`` every rank trains on the same full batch, so the
 global tensors (parameters, gradients, AdamW state) are bitwise the same at
 every world size: on gloo, FSDP2 divides each rank's gradient by 2 before the
 reduce-scatter at world size 2 (its pre-divide factor; no post-divide), and
-g/2 + g/2 = g exactly (powers of two, no rounding). The ``world_sizes`` check
-puts the shards of every rank together and compares them with world size 1.
+g/2 + g/2 = g exactly (powers of two, no rounding). The intra-op threads must
+be pinned too (``OMP_NUM_THREADS=1``, as the scenario does): torchrun sets it to 1
+only for more than one process, and with two threads at world size 1 LayerNorm's
+backward sums its weight gradient in another split (measured: step 0's
+``norm1.weight`` gradient differs). The ``world_sizes`` check puts the shards of
+every rank together and compares them with world size 1.
 
 Planted-bug flags:
 
