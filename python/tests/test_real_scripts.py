@@ -465,7 +465,7 @@ def test_fsdp2_shards_are_put_together_and_compared_across_world_sizes(detcheck_
     # first element of rank 1's shard of `out.weight` (vocab 64 x dim 32, Shard(0): rank 1 holds
     # rows 32..64), and world_sizes names that record and its global element.
     control = CORPUS / "control_fsdp2_perturbed_shard.json"
-    run = check(detcheck_bin, "--no-diagnosis", control, cwd=tmp_path, timeout=900)
+    run = check(detcheck_bin, control, cwd=tmp_path, timeout=900)  # diagnosis names the element
     line = run.scenarios["control_fsdp2_perturbed_shard"]
     first = caught_with_element(line)
     assert first["name"].endswith("out.weight"), first
