@@ -15,7 +15,7 @@
 //! where `i` is the element's global row-major index, `w_0, w_1, ...` the element's canonical
 //! little-endian bytes read as 64-bit words (one word, zero-extended, for elements of up to 8
 //! bytes; two for `c128`), `mix` the murmur3 64-bit finalizer and `seed` the lane's constant
-//! ([`SEEDS`]). Sums commute, so the digest of a tensor is the wrapping sum of its shards'
+//! (`SEEDS`). Sums commute, so the digest of a tensor is the wrapping sum of its shards'
 //! digests, whatever the world size and in whatever order the shards are added; an element
 //! moved to another index, or changed, changes the terms (a difference goes unnoticed with
 //! probability about 2^-128, or 2^-64 against changes built to cancel one lane). Duplicated
