@@ -1,4 +1,4 @@
-//! `cargo bench --bench detcheck [md5|md5_many|stats|allreduce|record|reprosum|columns|train|strict]...`: the figures in
+//! `cargo bench --bench detcheck [md5|md5_many|stats|position|allreduce|record|reprosum|columns|train|strict]...`: the figures in
 //! docs/benchmarks.md. `allreduce_repro` (only when named) is the quick check for work on the
 //! reproducible kernels: `reproducible` against `arrival_order` alone, 1–64 MiB.
 //! `allreduce_ranks` (only when named) is an allreduce's cost against 8 to 1024 thread ranks at
@@ -14,7 +14,9 @@ use cpu::process_cpu_secs;
 use detcheck::comm::{launch_threads, Communicator, LaunchConfig};
 use detcheck::record::RecordLevel;
 use detcheck::run::run_once;
-use detcheck::value::{md5_of_many, Md5Digest, ReductionMode, Stats};
+use detcheck::value::{
+    md5_of_many, DType, Md5Digest, PositionDigest, ReductionMode, Stats, TensorView,
+};
 use detcheck::{CheckOptions, KindRegistry, ReduceOp, ScenarioSpec, Tensor};
 use md5::{Digest as _, Md5};
 use std::hint::black_box;
@@ -908,6 +910,49 @@ fn bench_strict() {
     println!();
 }
 
+/// The position digest of a shard (`PositionDigest::of_view`, the `world_sizes` check's digest
+/// of sharded records) against the tree digest of the same bytes: f32 and bf16 tensors of
+/// 64 MiB and 1 MiB; contenders alternate, median of the per-repetition ratios.
+fn bench_position() {
+    let reps = 9;
+    println!("## The position digest vs the tree digest (median of {reps}, min-max)\n");
+    println!("| tensor | tree digest MiB/s | position digest MiB/s | position / tree time (median, min-max) | position ns/byte |\n| --- | ---: | ---: | ---: | ---: |");
+    for (label, dtype, bytes_len) in [
+        ("64 MiB f32", DType::F32, 64usize << 20),
+        ("1 MiB f32", DType::F32, 1 << 20),
+        ("64 MiB bf16", DType::BF16, 64 << 20),
+    ] {
+        let values = random_f32(bytes_len / 4, 3);
+        let bytes: &[u8] = bytemuck::cast_slice(&values);
+        let shape = [bytes_len / dtype.size_of()];
+        let view = TensorView::new(dtype, &shape, bytes).expect("view");
+        let (mut tree, mut position, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t = time(|| {
+                black_box(Md5Digest::of_view(black_box(view)));
+            });
+            let p = time(|| {
+                black_box(PositionDigest::of_view(black_box(view)));
+            });
+            tree.push(t);
+            position.push(p);
+            ratios.push(p / t);
+        }
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        let p = median(position);
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.2}x ({lo:.2}-{hi:.2}) | {:.3} |",
+            mib_per_s(bytes_len, median(tree)),
+            mib_per_s(bytes_len, p),
+            median(ratios),
+            p * 1e9 / bytes_len as f64,
+        );
+    }
+    println!();
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; any other argument selects groups by name.
     let selected: Vec<String> = std::env::args()
@@ -923,6 +968,9 @@ fn main() {
     }
     if wants("md5") || selected.iter().any(|s| s == "md5_many") {
         bench_md5_many();
+    }
+    if wants("position") {
+        bench_position();
     }
     if wants("allreduce") {
         bench_allreduce();

@@ -86,6 +86,7 @@ fn write_trace(dir: &Path, mode: DumpMode, bytes: u64, flip: bool) -> (u64, u64,
                         pos_inf: 0,
                         neg_inf: 0,
                     },
+                    shard: None,
                 };
                 w.write_record(&record, None).expect("write");
                 total_records += 1;

@@ -66,6 +66,13 @@ def entries(b, pos, end, reclen, names, layouts):
             print(line)
             records += 1
             pos += reclen
+        elif tag == ord("P"):  # a shard's placement and position digest, after its record
+            reserved, ndim, reserved4 = struct.unpack_from("<BHI", b, pos + 1)
+            check(reserved == 0 and reserved4 == 0 and pos + 24 + 24 * ndim <= end, pos, "shard entry")
+            dims = struct.unpack_from(f"<{3 * ndim}Q", b, pos + 24)
+            glob, offset, extent = dims[:ndim], dims[ndim:2 * ndim], dims[2 * ndim:]
+            print(f"shard: global {list(glob)} offset {list(offset)} extent {list(extent)} position {b[pos + 8:pos + 24].hex()}")
+            pos += 24 + 24 * ndim
         else:
             raise ValueError(f"unknown tag {tag:#x} at byte {pos}")
     return records

@@ -35,7 +35,7 @@ use detcheck::file::{
     RecorderPlan, TraceWriter as RustWriter, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
-use detcheck::value::{tree_digest, DType, Stats, TensorView, Totals, ViewError};
+use detcheck::value::{tree_digest, DType, Placement, Stats, TensorView, Totals, ViewError};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -301,6 +301,7 @@ impl PyTraceWriter {
         name: &str,
         array: &Bound<'_, PyAny>,
         replicated: bool,
+        placement: Option<Placement>,
     ) -> PyResult<()> {
         let py = array.py();
         self.open(name)?;
@@ -329,6 +330,14 @@ impl PyTraceWriter {
         let shape = buffer.shape();
         let view =
             TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
+        if let Some(p) = &placement {
+            p.check(&shape).map_err(|source| {
+                dump_error(DumpError::Placement {
+                    name: name.to_owned(),
+                    source,
+                })
+            })?;
+        }
         self.next_seq(step, name)?; // out of order: refused before the copy
         let bytes = view.bytes();
         let inner = self.open(name)?;
@@ -342,7 +351,7 @@ impl PyTraceWriter {
             data.extend_from_slice(bytes);
         }
         let record = (dtype, shape.clone(), replicated);
-        self.submit_record(step, name, record, data, JobDigest::Compute)?;
+        self.submit_record(step, name, record, data, JobDigest::Compute, placement)?;
         Ok(())
     }
 
@@ -371,6 +380,7 @@ impl PyTraceWriter {
         (dtype, shape, replicated): (DType, Vec<usize>, bool),
         data: Vec<u8>,
         digest: JobDigest,
+        placement: Option<Placement>,
     ) -> PyResult<u64> {
         let seq = self.next_seq(step, name)?;
         let token = self.num_records;
@@ -384,6 +394,7 @@ impl PyTraceWriter {
                 shape,
                 data,
                 digest,
+                placement,
             })
             .map_err(failure_error)?;
         self.last = Some((step, seq));
@@ -528,7 +539,7 @@ impl PyTraceWriter {
     /// Records `array` as `name` at `step`: its md5, and its statistics unless the mode is md5
     /// (and the whole tensor in full mode).
     fn record(&mut self, step: u64, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.record_any(step, name, array, false)
+        self.record_any(step, name, array, false, None)
     }
 
     /// Records an array that every rank must hold with identical bits (the `replicas` check
@@ -539,7 +550,30 @@ impl PyTraceWriter {
         name: &str,
         array: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        self.record_any(step, name, array, true)
+        self.record_any(step, name, array, true, None)
+    }
+
+    /// Records `array` as this rank's shard of a larger tensor (a DTensor's local shard,
+    /// FSDP's flat parameter): its record, and the shard's placement (`global_shape`, and per
+    /// dimension the `offset` of its first element and the `extent` it holds, which may be
+    /// smaller than the array: FSDP1's padding) with the position digest of its elements,
+    /// computed on the writer's thread. The `world_sizes` check adds up the shards of every
+    /// rank to compare the global tensor. Never replicated.
+    fn record_sharded(
+        &mut self,
+        step: u64,
+        name: &str,
+        array: &Bound<'_, PyAny>,
+        global_shape: Vec<u64>,
+        offset: Vec<u64>,
+        extent: Vec<u64>,
+    ) -> PyResult<()> {
+        let placement = Placement {
+            global_shape,
+            offset,
+            extent,
+        };
+        self.record_any(step, name, array, false, Some(placement))
     }
 
     /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU by
@@ -564,7 +598,14 @@ impl PyTraceWriter {
         let digest = digest_bytes(name, digest)?;
         let stats = stats_of_totals(dtype, len, totals);
         let given = JobDigest::Given(digest, stats);
-        self.submit_record(step, name, (dtype, shape, replicated), Vec::new(), given)?;
+        self.submit_record(
+            step,
+            name,
+            (dtype, shape, replicated),
+            Vec::new(),
+            given,
+            None,
+        )?;
         Ok(())
     }
 
@@ -584,7 +625,7 @@ impl PyTraceWriter {
         let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)?;
         let record = (dtype, shape, replicated);
-        let token = self.submit_record(step, name, record, Vec::new(), JobDigest::Later)?;
+        let token = self.submit_record(step, name, record, Vec::new(), JobDigest::Later, None)?;
         self.unfilled.insert(token, (name.to_owned(), dtype, len));
         Ok(token)
     }

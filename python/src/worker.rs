@@ -24,7 +24,9 @@
 
 use detcheck::file::{DumpError, DumpMode, TraceWriter as RustWriter};
 use detcheck::record::Record;
-use detcheck::value::{tree_digest, DType, Md5Digest, Stats, TensorView, TreeLanes};
+use detcheck::value::{
+    tree_digest, DType, Md5Digest, Placement, PositionDigest, Shard, Stats, TensorView, TreeLanes,
+};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -57,6 +59,9 @@ pub(crate) struct Job {
     /// The array's canonical bytes, copied (empty for a digested record).
     pub(crate) data: Vec<u8>,
     pub(crate) digest: JobDigest,
+    /// A shard's placement (checked against `shape` by `record`): the thread computes its
+    /// position digest from `data`.
+    pub(crate) placement: Option<Placement>,
 }
 
 /// Where a record's digest and statistics come from.
@@ -381,6 +386,7 @@ struct Slot {
     job: Job,
     stats: Stats,
     md5: Option<[u8; 16]>,
+    shard: Option<Shard>,
 }
 
 /// The thread's records and lanes.
@@ -521,17 +527,35 @@ impl Thread {
                 JobDigest::Later => Some((None, Stats::default())),
             };
             if let Some((md5, stats)) = given {
-                st.queue.push_back(Slot { job, stats, md5 });
+                st.queue.push_back(Slot {
+                    job,
+                    stats,
+                    md5,
+                    shard: None,
+                });
                 continue;
             }
-            let stats = match TensorView::new(job.dtype, &job.shape, &job.data) {
+            let view = TensorView::new(job.dtype, &job.shape, &job.data);
+            let stats = match view {
                 Ok(view) if self.mode.has_stats() => Stats::of_view(view),
                 _ => Stats::default(), // checked by `record` already
             };
+            // Beside the tree digest, off the program's thread (placement checked by `record`).
+            let shard =
+                match (&job.placement, view) {
+                    (Some(placement), Ok(view)) => PositionDigest::of_shard(view, placement)
+                        .ok()
+                        .map(|digest| Shard {
+                            placement: placement.clone(),
+                            digest,
+                        }),
+                    _ => None,
+                };
             let mut slot = Slot {
                 job,
                 stats,
                 md5: None,
+                shard,
             };
             match st.lanes.as_mut() {
                 Some(lanes) => lanes.push(std::mem::take(&mut slot.job.data), id),
@@ -543,7 +567,12 @@ impl Thread {
 
     /// Writes a record (unless an earlier one failed); gives its buffer back.
     fn write(&self, writer: &mut RustWriter, slot: Slot, failed: &mut Option<Failure>) -> Vec<u8> {
-        let Slot { job, stats, md5 } = slot;
+        let Slot {
+            job,
+            stats,
+            md5,
+            shard,
+        } = slot;
         if failed.is_none() {
             let record = Record {
                 rank: self.rank,
@@ -555,6 +584,7 @@ impl Thread {
                 shape: job.shape,
                 md5: Md5Digest(md5.expect("hashed")),
                 stats,
+                shard,
             };
             // The bytes go with every record: full mode writes them, and a capture a re-run
             // asks for (`DETCHECK_CAPTURE`) keeps the matching record's; otherwise the writer

@@ -21,6 +21,7 @@ from support import (
     PROGRAMS,
     caught_with_element,
     check,
+    dctrace,
     decode,
     environment,
     requires,
@@ -44,6 +45,8 @@ CONTROL_CAUSES = {
     "control_ddp_snapshot_clock": ("seeded_differently", "ddp_snapshot"),
     "control_fsdp1_clock": ("seeded_differently", "fsdp1_train"),
     "control_fsdp2_clock": ("seeded_differently", "fsdp2_train"),
+    # a world_sizes divergence: no cause is decided (causes are a repeat divergence's)
+    "control_fsdp2_perturbed_shard": (None, None),
     "control_nanogpt_clock_seed": ("seeded_differently", "nanogpt_train"),
     # numpy's global generator, named at the line its indices enter torch (`data/outside`)
     "control_nanogpt_numpy_batches": ("unseeded_generator", "nanogpt_train"),
@@ -73,7 +76,7 @@ def test_the_corpus_holds_seven_scripts_with_a_control_each():
     groups = corpus_by_script()
     names = {p.stem for paths in groups.values() for p in paths}
     controls = {n for n in names if n.startswith("control_")}
-    assert len(controls) == 11 and len(names) == 19 and len(groups) == 7, groups
+    assert len(controls) == 12 and len(names) == 21 and len(groups) == 7, groups
     assert controls == set(CONTROL_CAUSES), controls
     for script, paths in groups.items():
         assert any(p.stem.startswith("control_") for p in paths), script
@@ -96,6 +99,8 @@ def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path, s
     controls = sorted(p for p in paths if p.stem.startswith("control_"))
     for name in (p.stem for p in controls):
         kind, site = CONTROL_CAUSES[name]
+        if kind is None:
+            continue
         cause = scenarios[name]["first_divergence"]["cause"]
         assert cause["kind"] == kind, (name, cause)
         if site is not None:  # the seeding call's (or the values') line in the script
@@ -650,3 +655,62 @@ def test_sharded_records_are_local_shards_and_only_replicate_placements_are_repl
         records = decode(dump / f"rank{rank}.dctrace")
         assert {r["name"] for r in records if r["replicated"]} == replicated, rank
         assert any(r["name"].startswith("grad/") for r in records)
+
+
+def test_fsdp2_shards_are_put_together_and_compared_across_world_sizes(detcheck_bin, tmp_path):
+    # Every rank on the same full batch: world sizes 1 and 2 are bitwise equal as global
+    # tensors (fsdp2_world_sizes, in the corpus test too). The planted control adds 1e-3 to the
+    # first element of rank 1's shard of `out.weight` (vocab 64 x dim 32, Shard(0): rank 1 holds
+    # rows 32..64), and world_sizes names that record and its global element.
+    control = CORPUS / "control_fsdp2_perturbed_shard.json"
+    run = check(detcheck_bin, control, cwd=tmp_path, timeout=900)  # diagnosis names the element
+    line = run.scenarios["control_fsdp2_perturbed_shard"]
+    first = caught_with_element(line)
+    assert first["name"].endswith("out.weight"), first
+    found = first["element"].get("found") or first["element"]["found_in_reruns"]
+    assert (found["index"], found["flat_index"]) == ([32, 0], 32 * 32), found
+
+
+def test_a_sharded_record_carries_its_placement_in_the_trace(detcheck_bin, tmp_path):
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        CORPUS / "fsdp2_world_sizes.json",
+        cwd=tmp_path,
+        timeout=900,
+        code=0,
+    )
+    text = dctrace(dump / "rank1.dctrace")
+    # out.weight [64, 32] on 2 ranks: rank 1 holds rows 32..64.
+    assert "shard: global [64, 32] offset [32, 0] extent [32, 32] position " in text, text
+
+
+def test_tensor_parallel_across_world_sizes_reports_differing_records(detcheck_bin, tmp_path):
+    # RowwiseParallel sums two partial products where one rank's matmul sums them in one
+    # order: the global tensors are not bitwise equal across world sizes, and the check says
+    # which records differ (a failure with a divergence, not an error).
+    run = check(
+        detcheck_bin,
+        "--no-diagnosis",
+        "--launcher",
+        "torchrun",
+        "--ranks",
+        "2",
+        "--steps",
+        "2",
+        "--checks",
+        "world_sizes",
+        "--world-sizes",
+        "1,2",
+        "--",
+        "python3",
+        CORPUS / "tp_train.py",
+        cwd=tmp_path,
+        timeout=900,
+    )
+    (line,) = run.scenarios.values()
+    assert line["status"] == "failed", run.out
+    assert line["first_divergence"]["name"], line

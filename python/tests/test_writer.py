@@ -414,3 +414,48 @@ def test_environment_entries_are_written_and_compared(tmp_path, detcheck_bin):
     assert "environment: detcheck.version=" in out, out
     out = run_detcheck(detcheck_bin, "compare", tmp_path / "a", tmp_path / "b", code=0).out
     assert "environment differs (A -> B):\n  torch.version: 2.5.1 -> 2.6.0 (rank 0)" in out, out
+
+
+M64 = 2**64 - 1
+
+
+def _mix(x):
+    x ^= x >> 33
+    x = x * 0xFF51AFD7ED558CCD & M64
+    x ^= x >> 33
+    x = x * 0xC4CEB9FE1A85EC53 & M64
+    return x ^ (x >> 33)
+
+
+def position_digest(elements, first):
+    """docs/trace-format.md's position digest of 4-byte elements at global indices from
+    ``first`` (lanes as little-endian bytes, in hex)."""
+    lanes = []
+    for seed in (0x243F6A8885A308D3, 0x13198A2E03707344):
+        total = 0
+        for j, e in enumerate(elements):
+            total += _mix(int.from_bytes(e, "little") ^ _mix((first + j) ^ seed))
+        lanes.append((total & M64).to_bytes(8, "little"))
+    return (lanes[0] + lanes[1]).hex()
+
+
+def test_a_shard_is_written_with_its_placement_and_position_digest(tmp_path):
+    # Rows 2..4 of a global f32[4, 3]: the digest is of global indices 6..12, and the two
+    # shards' digests add up to the whole tensor's.
+    whole = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with detcheck.TraceWriter(tmp_path, 1, 2, "md5") as w:
+        w.record_sharded(0, "w", whole[2:], [4, 3], [2, 0], [2, 3])
+        with pytest.raises(detcheck.DetcheckError, match="runs past the global size 4"):
+            w.record_sharded(0, "bad", whole[2:], [4, 3], [3, 0], [2, 3])
+    text = dctrace(tmp_path / "rank1.dctrace")
+    elements = [whole.tobytes()[4 * i : 4 * i + 4] for i in range(12)]
+    expected = position_digest(elements[6:], 6)
+    assert f"shard: global [4, 3] offset [2, 0] extent [2, 3] position {expected}" in text, text
+    assert [r["name"] for r in decode(tmp_path / "rank1.dctrace")] == ["w"]
+    # The two halves' digests add up, lane by lane, to the whole tensor's.
+    halves = [bytes.fromhex(position_digest(elements[:6], 0)), bytes.fromhex(expected)]
+    summed = b"".join(
+        (sum(int.from_bytes(h[k : k + 8], "little") for h in halves) & M64).to_bytes(8, "little")
+        for k in (0, 8)
+    )
+    assert summed.hex() == position_digest(elements, 0)

@@ -11,6 +11,7 @@
 //! Determinism: a re-run is the same request as the run it repeats (same spec, perturbation and
 //! plan), with a capture added; what it captures is a function of the program.
 
+use crate::compare::put_together;
 use crate::compare::{
     find_operator, traced_window, Divergence, ElementFinding, NoElementDetail, OperatorFinding,
     RecordSummary,
@@ -168,25 +169,109 @@ pub(crate) fn find(
     });
     let element = match (&a.tensor, &b.tensor) {
         (Err(reason), _) | (_, Err(reason)) => unavailable(reason.clone()),
-        (Ok(ta), Ok(tb)) => match ElementFinding::between(ta, tb) {
-            // Both re-runs reproduced their sides: the element of the checked runs.
-            Some(ElementFinding::Found(e)) if a.reproduced && b.reproduced => {
-                ElementFinding::Found(e)
-            }
-            // They did not, but still differ from each other: the divergence changes from
-            // launch to launch, and the re-runs show one instance of it.
-            Some(ElementFinding::Found(e)) => ElementFinding::FoundInReruns(e),
-            Some(other) => other,
-            None => ElementFinding::Unavailable(NoElementDetail::NotReproduced {
-                side: if a.reproduced {
-                    right.label.to_owned()
-                } else {
-                    left.label.to_owned()
-                },
-            }),
-        },
+        (Ok(ta), Ok(tb)) => judge(ta, tb, (a.reproduced, b.reproduced), (left, right)),
     };
     (element, operator)
+}
+
+/// The element of two captured tensors, trusted as the checked runs' when both re-runs
+/// reproduced their sides' digests (`reproduced`).
+fn judge(
+    ta: &Tensor,
+    tb: &Tensor,
+    (a, b): (bool, bool),
+    (left, right): (&Side<'_>, &Side<'_>),
+) -> ElementFinding {
+    match ElementFinding::between(ta, tb) {
+        // Both re-runs reproduced their sides: the element of the checked runs.
+        Some(ElementFinding::Found(e)) if a && b => ElementFinding::Found(e),
+        // They did not, but still differ from each other: the divergence changes from
+        // launch to launch, and the re-runs show one instance of it.
+        Some(ElementFinding::Found(e)) => ElementFinding::FoundInReruns(e),
+        Some(other) => other,
+        None => ElementFinding::Unavailable(NoElementDetail::NotReproduced {
+            side: if a {
+                right.label.to_owned()
+            } else {
+                left.label.to_owned()
+            },
+        }),
+    }
+}
+
+/// The first differing element of a sharded record's global tensors (`world_sizes`): each
+/// side is run again once per rank (`sides`, one per rank of its world), capturing that rank's
+/// shard, and the shards are put together by the placements the re-runs recorded
+/// (`compare::shards`). Trusted when each side's captured shards add up to the position digest
+/// the check recorded.
+pub(crate) fn find_sharded(
+    d: &Divergence,
+    left_trace: &Trace,
+    left: &[Side<'_>],
+    right: &[Side<'_>],
+) -> ElementFinding {
+    let k = occurrence(left_trace, d.rank, d);
+    let global = |sides: &[Side<'_>]| -> Result<(Tensor, String), String> {
+        let mut parts = Vec::with_capacity(sides.len());
+        for side in sides {
+            let folder = CaptureFolder::new();
+            let capture = Capture {
+                rank: side.rank,
+                step: d.step,
+                name: d.name.clone(),
+                occurrence: k,
+            };
+            let trace = (side.rerun)(&capture, &folder.0)
+                .map_err(|e| format!("the re-run of {} failed: {e}", side.label))?;
+            let tensor = read_capture(&folder.0, side.rank)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "the re-run of {} wrote no capture of rank {}'s shard",
+                        side.label, side.rank
+                    )
+                })?;
+            let shard = trace
+                .ranks
+                .get(side.rank as usize)
+                .and_then(|r| {
+                    r.records
+                        .iter()
+                        .filter(|x| x.step == d.step && x.name == d.name)
+                        .nth(k as usize)
+                })
+                .and_then(|x| x.shard.clone())
+                .ok_or_else(|| {
+                    format!(
+                        "the re-run of {} recorded no shard of rank {}",
+                        side.label, side.rank
+                    )
+                })?;
+            parts.push((tensor, shard));
+        }
+        put_together(&parts)
+    };
+    let (Some(l), Some(r)) = (left.first(), right.first()) else {
+        return ElementFinding::Unavailable(NoElementDetail::NotCaptured {
+            reason: "no rank to re-run".into(),
+        });
+    };
+    let recorded =
+        |summary: &Option<RecordSummary>| summary.as_ref().and_then(|s| s.digest.clone());
+    match (global(left), global(right)) {
+        (Err(reason), _) | (_, Err(reason)) => {
+            ElementFinding::Unavailable(NoElementDetail::NotCaptured { reason })
+        }
+        (Ok((ta, da)), Ok((tb, db))) => judge(
+            &ta,
+            &tb,
+            (
+                recorded(&d.left) == Some(da),
+                recorded(&d.right) == Some(db),
+            ),
+            (l, r),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -35,8 +35,8 @@ pub use settings::SettingsFinding;
 
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{
-    compare_traces, decide_cause, CauseClass, Comparison, Difference, Divergence, DivergenceMap,
-    ElementFinding, NoElementDetail, RecordSummary, TraceView,
+    compare_traces, decide_cause, is_sharded, CauseClass, Comparison, Difference, Divergence,
+    DivergenceMap, ElementFinding, NoElementDetail, RecordSummary, TraceView,
 };
 use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
@@ -709,6 +709,34 @@ impl<'a> Runs<'a> {
         let (left_label, right_label) = outcome.side_labels();
         let (runner, scenario) = (self.runner, self.scenario);
         let plain = RunPlan::default;
+        let resized = |size: usize| {
+            let mut resized = scenario.clone();
+            resized.spec.world_size = size;
+            resized
+        };
+        if outcome.kind == CheckKind::WorldSizes {
+            if let Some((a, b, base)) = pair.filter(|(_, _, base)| is_sharded(base, &d)) {
+                // A global tensor: every rank of each side is run again for its shard.
+                let sides = |size: usize, label| -> Vec<element::Side<'a>> {
+                    (0..size as u32)
+                        .map(|r| self.owned_side(resized(size), 1, plain(), r, label))
+                        .collect()
+                };
+                let finding = element::find_sharded(
+                    &d,
+                    base,
+                    &sides(*a, left_label),
+                    &sides(*b, right_label),
+                );
+                let c = &mut outcome.comparison;
+                for row in c.rows.iter_mut().chain(c.first.as_mut()) {
+                    if (row.step, row.seq, row.rank) == (d.step, d.seq, d.rank) {
+                        row.element = Some(finding.clone());
+                    }
+                }
+                return;
+            }
+        }
         let sides = match outcome.kind {
             CheckKind::Repeat => Some((
                 self.side(runner, scenario, 1, plain(), d.rank, left_label),
@@ -779,11 +807,6 @@ impl<'a> Runs<'a> {
                 ))
             }),
             CheckKind::WorldSizes => pair.map(|(a, b, base)| {
-                let resized = |size: usize| {
-                    let mut resized = scenario.clone();
-                    resized.spec.world_size = size;
-                    resized
-                };
                 (
                     self.owned_side(resized(*a), 1, plain(), 0, left_label),
                     self.owned_side(resized(*b), 1, plain(), 0, right_label),

@@ -612,6 +612,7 @@ mod tests {
                 mean: Some(ExactF64(0.5)),
                 ..Stats::default()
             },
+            shard: None,
         };
         let trace = Trace {
             ranks: vec![RankTrace {

@@ -33,6 +33,7 @@ pub mod curves;
 mod element;
 mod map;
 mod operator;
+mod shards;
 #[cfg(test)]
 mod tests;
 
@@ -44,6 +45,7 @@ pub use operator::{
     find_operator, operator_record_name, traced_window, window_record_name, InputSource,
     OperatorCall, OperatorFinding, Port,
 };
+pub(crate) use shards::{is_sharded, put_together};
 
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource};
@@ -557,8 +559,9 @@ pub(crate) enum TraceView {
     /// Within one run, every rank's replicated records against rank 0's; rank 0 itself is the
     /// reference and is not compared (`replicas`).
     Replicas,
-    /// Rank 0's replicated records only, so runs of different world sizes compare
-    /// (`world_sizes`).
+    /// Rank 0's replicated records, so runs of different world sizes compare, and the global
+    /// tensors of sharded records, put together from every rank's shards (`world_sizes`,
+    /// `shards.rs`).
     RankZeroReplicated,
 }
 
@@ -599,10 +602,13 @@ pub(crate) fn compare_traces(left: &Trace, right: &Trace, view: TraceView) -> Co
             0,
         ),
     };
-    match compare_ranks(&a, &b, &options, first_rank) {
-        Ok(comparison) => comparison,
-        Err(_) => unreachable!("an in-memory side never fails to read"),
+    let Ok(mut comparison) = compare_ranks(&a, &b, &options, first_rank) else {
+        unreachable!("an in-memory side never fails to read")
+    };
+    if view == TraceView::RankZeroReplicated {
+        shards::compare_sharded(left, right, &mut comparison, options.max_rows);
     }
+    comparison
 }
 
 /// An in-memory trace as a comparison side: every record, or (for the `replicas` check) the

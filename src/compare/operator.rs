@@ -525,6 +525,7 @@ mod tests {
                     shape: vec![4, 8],
                     md5: Md5Digest([byte; 16]),
                     stats: Stats::default(),
+                    shard: None,
                 })
                 .collect(),
             environment: None,

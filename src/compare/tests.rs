@@ -1064,3 +1064,108 @@ fn records_digested_elsewhere_are_the_records_of_their_tensors() {
         "{err}"
     );
 }
+
+/// Rank `rank` of `world` writes rows of the global f32[4, 3] tensor `w` (element i = i + step,
+/// or `changed` at rank 1's first element) as its shard, and a replicated `loss`.
+fn sharded_dump(world: u32, changed: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for rank in 0..world {
+        let mut w = TraceWriter::create(dir.path(), rank, world, DumpMode::Stats).unwrap();
+        let rows = 4 / world as usize;
+        for step in 0..2u64 {
+            let first = rank as usize * rows;
+            let values: Vec<f32> = (first * 3..(first + rows) * 3)
+                .map(|i| {
+                    if changed && rank == 1 && i == first * 3 {
+                        -1.0
+                    } else {
+                        (i as u64 + step) as f32
+                    }
+                })
+                .collect();
+            let shard = Tensor::new(vec![rows, 3], crate::value::TensorData::F32(values)).unwrap();
+            let placement = crate::value::Placement {
+                global_shape: vec![4, 3],
+                offset: vec![first as u64, 0],
+                extent: vec![rows as u64, 3],
+            };
+            w.record_sharded(step, "w", &shard, &placement).unwrap();
+            w.record_replicated(step, "loss", &Tensor::scalar(0.5f32))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+    dir
+}
+
+#[test]
+fn sharded_records_read_back_and_compare_across_world_sizes() {
+    let (one, two) = (sharded_dump(1, false), sharded_dump(2, false));
+    let (a, b) = (
+        crate::file::load_trace(one.path(), 1).unwrap(),
+        crate::file::load_trace(two.path(), 2).unwrap(),
+    );
+    let shard = b.ranks[1].records[0].shard.clone().unwrap();
+    assert_eq!(
+        (shard.placement.offset, shard.placement.extent),
+        (vec![2, 0], vec![2, 3])
+    );
+    assert!(b.ranks[1].records[1].shard.is_none());
+    let same = compare_traces(&a, &b, TraceView::RankZeroReplicated);
+    // loss at 2 steps, the global `w` at 2 steps.
+    assert_eq!((same.num_compared, same.num_differing), (4, 0), "{same:?}");
+    let changed = crate::file::load_trace(sharded_dump(2, true).path(), 2).unwrap();
+    let differ = compare_traces(&a, &changed, TraceView::RankZeroReplicated);
+    assert_eq!(differ.num_differing, 2);
+    let first = differ.first.unwrap();
+    assert_eq!((first.step, first.name.as_str()), (0, "w"));
+    assert_eq!(first.difference, Difference::Digest);
+    // `replicas` never compares one rank's shard with another's.
+    assert!(compare_traces(&b, &b, TraceView::Replicas).is_identical());
+    // Repeat compares the local shards' tree digests as any record's.
+    assert!(compare_traces(&b, &b, TraceView::All).is_identical());
+}
+
+#[test]
+fn a_shard_entry_that_does_not_fit_is_rejected_naming_the_byte() {
+    let dir = sharded_dump(2, false);
+    let path = trace_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(2)
+        .position(|w| w == [format::TAG_SHARD, 0])
+        .unwrap();
+    // The offset of dimension 0 (after the tag, digest and the global shape): 3 + 2 rows > 4.
+    let offset_at = at + format::SHARD_LEN + 16;
+    bytes[offset_at..offset_at + 8].copy_from_slice(&3u64.to_le_bytes());
+    let block = format::HEADER_LEN;
+    let len = u32::from_le_bytes(bytes[block + 4..block + 8].try_into().unwrap()) as usize;
+    let payload = block + format::SECTION_LEN;
+    let crc = format::crc32(&[&bytes[block..block + 12], &bytes[payload..payload + len]]);
+    bytes[block + 12..block + 16].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let e = crate::file::load_trace(dir.path(), 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("corrupt trace at byte {at}"))
+            && e.contains("offset 3 + extent 2 runs past the global size 4"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_writer_refuses_a_placement_that_does_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TraceWriter::create(dir.path(), 0, 2, DumpMode::Md5).unwrap();
+    let placement = crate::value::Placement {
+        global_shape: vec![4],
+        offset: vec![2],
+        extent: vec![3],
+    };
+    let e = w
+        .record_sharded(0, "w", &Tensor::from_vec(vec![1.0f32; 3]), &placement)
+        .unwrap_err();
+    assert!(matches!(e, DumpError::Placement { .. }), "{e}");
+    assert_eq!(w.num_records(), 0);
+}

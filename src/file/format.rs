@@ -24,6 +24,7 @@ use crate::file::{DumpMode, RunId};
 use crate::record::Environment;
 use crate::value::digest::{ExactF64, Md5Digest, Stats};
 use crate::value::md5tree::DigestKind;
+use crate::value::position::{Placement, PositionDigest, Shard};
 use crate::value::tensor::DType;
 
 /// The first 8 bytes of every trace file.
@@ -66,6 +67,11 @@ pub(crate) const TAG_END: u8 = b'E';
 pub(crate) const TAG_BLOCK: u8 = b'B';
 pub(crate) const TAG_ENVIRONMENT: u8 = b'V';
 pub(crate) const TAG_TENSOR_FILES: u8 = b'T';
+/// A sharded record's placement and position digest, right after its record (added within
+/// version 3: an older reader rejects the tag, never misreads it).
+pub(crate) const TAG_SHARD: u8 = b'P';
+/// Bytes of a shard entry before its dimensions (then 24 bytes per dimension).
+pub(crate) const SHARD_LEN: usize = 24;
 
 /// Record flag: the tensor is replicated on every rank.
 pub(crate) const FLAG_REPLICATED: u8 = 1;
@@ -710,6 +716,50 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, e: &Entry, stats: Option<&Stats>)
 
 /// Decodes the common part of a record (its first 40 bytes, from its tag), whose file's header
 /// says its digests are of `kind`.
+/// Appends the `P` entry of a shard: tag, reserved, ndim, reserved, the position digest, then
+/// the global shape, the offsets and the extents (u64 each).
+pub(crate) fn encode_shard(out: &mut Vec<u8>, shard: &Shard) {
+    let p = &shard.placement;
+    out.push(TAG_SHARD);
+    out.push(0);
+    out.extend_from_slice(&(p.global_shape.len() as u16).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&shard.digest.to_bytes());
+    for dims in [&p.global_shape, &p.offset, &p.extent] {
+        for &d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+    }
+}
+
+/// The dimensions of the `P` entry at `b` (its first [`SHARD_LEN`] bytes), or why its reserved
+/// bytes are damaged.
+pub(crate) fn shard_ndim(b: &[u8]) -> Result<usize, String> {
+    if b[1] != 0 || b[4..8] != [0; 4] {
+        return Err("a shard entry's reserved bytes are not 0".into());
+    }
+    Ok(usize::from(u16_at(b, 2)))
+}
+
+/// Decodes a whole `P` entry of `ndim` dimensions (not yet checked against its record).
+pub(crate) fn decode_shard(b: &[u8], ndim: usize) -> Shard {
+    let mut digest = [0u8; 16];
+    digest.copy_from_slice(&b[8..24]);
+    let dims = |k: usize| -> Vec<u64> {
+        (0..ndim)
+            .map(|i| u64_at(b, SHARD_LEN + 8 * (k * ndim + i)))
+            .collect()
+    };
+    Shard {
+        placement: Placement {
+            global_shape: dims(0),
+            offset: dims(1),
+            extent: dims(2),
+        },
+        digest: PositionDigest::from_bytes(digest),
+    }
+}
+
 #[inline]
 pub(crate) fn decode_record(b: &[u8], kind: DigestKind) -> Entry {
     let mut md5 = [0u8; 16];

@@ -192,6 +192,14 @@ pub enum DumpError {
         /// The record's name.
         name: String,
     },
+    /// A sharded record's placement does not fit its tensor.
+    #[error("cannot record `{name}` as a shard: {source}")]
+    Placement {
+        /// The record's name.
+        name: String,
+        /// What does not fit.
+        source: crate::value::PlacementError,
+    },
     /// A full-mode tensor file that the rank's trace lists is missing, has another size, or
     /// another md5 than the trace records.
     #[error("{}: {detail}", path.display())]

@@ -263,6 +263,8 @@ pub(crate) struct TraceReader {
     num_records: u64,
     last: Option<(u64, u32)>,
     peeked: Option<(Entry, Option<Stats>)>,
+    /// The last entry read was a record of this block (a shard entry `P` may follow it).
+    after_record: bool,
     record_len: usize,
     /// Version 2: the snapshot and the listed tensor files.
     environment: Option<Environment>,
@@ -387,6 +389,7 @@ impl TraceReader {
             num_records: 0,
             last: None,
             peeked: None,
+            after_record: false,
             environment,
             tensor_files,
         })
@@ -509,6 +512,7 @@ impl TraceReader {
         self.block_at = at;
         self.block_left = len;
         self.block_records = 0;
+        self.after_record = false;
         self.block_count = section.count;
         self.num_blocks += 1;
         Ok(true)
@@ -525,7 +529,12 @@ impl TraceReader {
                 continue;
             }
             self.fill(1)?;
-            match self.buf[self.pos] {
+            let tag = self.buf[self.pos];
+            let after_record = std::mem::replace(&mut self.after_record, false);
+            match tag {
+                format::TAG_SHARD if self.version >= format::VERSION => {
+                    self.take_shard(batch, after_record)?;
+                }
                 format::TAG_RECORD => {
                     self.check_fits(self.record_len)?;
                     self.fill(self.record_len)?;
@@ -602,6 +611,40 @@ impl TraceReader {
         self.last = Some((e.step, e.seq));
         self.num_records += 1;
         batch.push(e, stats);
+        self.after_record = true;
+        Ok(())
+    }
+
+    /// Decodes and checks the shard entry `P` at `buf[pos..]` and gives it to the batch's last
+    /// record, which it must directly follow (`after_record`).
+    fn take_shard(&mut self, batch: &mut Batch, after_record: bool) -> Result<(), DumpError> {
+        let record = batch.entries.last().filter(|_| after_record).copied();
+        let Some(record) = record else {
+            return Err(self.corrupt(
+                "a shard entry (tag 0x50) must directly follow the record it describes".into(),
+            ));
+        };
+        self.check_fits(format::SHARD_LEN)?;
+        self.fill(format::SHARD_LEN)?;
+        let ndim = format::shard_ndim(&self.buf[self.pos..]).map_err(|e| self.corrupt(e))?;
+        let len = format::SHARD_LEN + 24 * ndim;
+        self.check_fits(len)?;
+        self.fill(len)?;
+        let shard = format::decode_shard(&self.buf[self.pos..], ndim);
+        let local: Vec<usize> = self.layouts[record.layout as usize]
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+            .collect();
+        if let Err(e) = shard.placement.check(&local) {
+            return Err(self.corrupt(format!(
+                "the shard entry of record step {} seq {} does not fit its record: {e}",
+                record.step, record.seq
+            )));
+        }
+        self.pos += len;
+        self.block_left -= len as u64;
+        batch.set_shard(shard);
         Ok(())
     }
 
@@ -968,6 +1011,7 @@ pub(crate) fn load_trace(dir: &Path, world_size: u32) -> Result<Trace, DumpError
                     shape,
                     md5: Md5Digest(entry.digest.bytes),
                     stats: batch.stats(i).copied().unwrap_or_default(),
+                    shard: batch.shard(i).cloned(),
                 });
             }
         }

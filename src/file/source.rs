@@ -9,6 +9,7 @@ use crate::file::format::Entry;
 use crate::file::DumpError;
 use crate::record::Environment;
 use crate::value::digest::Stats;
+use crate::value::position::Shard;
 use crate::value::tensor::{DType, Tensor};
 
 /// A record's dtype and shape, as its source names them.
@@ -46,12 +47,30 @@ pub(crate) struct Batch {
     pub(crate) entries: Vec<Entry>,
     /// Empty when the source holds no statistics, else one per entry.
     stats: Vec<Stats>,
+    /// The placements of sharded entries: (index in `entries`, shard), in index order.
+    shards: Vec<(usize, Shard)>,
 }
 
 impl Batch {
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.stats.clear();
+        self.shards.clear();
+    }
+
+    /// Gives the last entry its shard (a `P` entry after its record).
+    pub(crate) fn set_shard(&mut self, shard: Shard) {
+        if let Some(last) = self.entries.len().checked_sub(1) {
+            self.shards.push((last, shard));
+        }
+    }
+
+    /// The shard of entry `i`, when it is a sharded record.
+    pub(crate) fn shard(&self, i: usize) -> Option<&Shard> {
+        self.shards
+            .binary_search_by_key(&i, |(j, _)| *j)
+            .ok()
+            .map(|k| &self.shards[k].1)
     }
 
     /// Adds an entry; a source gives statistics for all its entries or for none.
@@ -62,9 +81,17 @@ impl Batch {
         }
     }
 
-    /// Removes the last entry (and its statistics).
+    /// Removes the last entry (and its statistics; it must have no shard yet: a shard entry
+    /// follows its record).
     pub(crate) fn pop(&mut self) -> Option<(Entry, Option<Stats>)> {
         let e = self.entries.pop()?;
+        if self
+            .shards
+            .last()
+            .is_some_and(|(i, _)| *i == self.entries.len())
+        {
+            self.shards.pop();
+        }
         let s = if self.stats.len() > self.entries.len() {
             self.stats.pop()
         } else {

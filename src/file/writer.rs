@@ -21,6 +21,7 @@ use crate::record::environment::keys;
 use crate::record::Trace;
 use crate::record::{Environment, Record};
 use crate::value::digest::{Md5Digest, Stats};
+use crate::value::position::{Placement, PositionDigest, Shard};
 use crate::value::tensor::{DType, Tensor, TensorView};
 use std::collections::HashMap;
 use std::fs::File;
@@ -361,6 +362,58 @@ impl TraceWriter {
         self.record_any(step, name, view, true)
     }
 
+    /// Records `tensor` as this rank's shard of a larger tensor (FSDP, tensor parallel): the
+    /// record of [`TraceWriter::record`], followed by the shard's placement and the position
+    /// digest of its elements (`value/position.rs`), which the `world_sizes` check adds up over
+    /// the ranks to compare the global tensor across world sizes. Never replicated.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record`]; [`DumpError::Placement`] when `placement` does not fit the
+    /// tensor's shape.
+    pub fn record_sharded(
+        &mut self,
+        step: u64,
+        name: &str,
+        tensor: &Tensor,
+        placement: &Placement,
+    ) -> Result<(), DumpError> {
+        tensor.with_view(|view| self.record_sharded_view(step, name, view, placement))
+    }
+
+    /// [`TraceWriter::record_sharded`] for a view, read in place.
+    ///
+    /// # Errors
+    /// As [`TraceWriter::record_sharded`].
+    pub fn record_sharded_view(
+        &mut self,
+        step: u64,
+        name: &str,
+        view: TensorView<'_>,
+        placement: &Placement,
+    ) -> Result<(), DumpError> {
+        let digest =
+            PositionDigest::of_shard(view, placement).map_err(|source| DumpError::Placement {
+                name: name.to_owned(),
+                source,
+            })?;
+        let seq = match self.last {
+            Some((last_step, last_seq)) if last_step == step => last_seq + 1,
+            _ => 0,
+        };
+        let mut record = Record::of_view(
+            (self.rank, step, seq),
+            name,
+            false,
+            view,
+            self.mode.has_stats(),
+        );
+        record.shard = Some(Shard {
+            placement: placement.clone(),
+            digest,
+        });
+        self.write_record_view(&record, Some(view))
+    }
+
     /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU for
     /// instance ([`Digested`]): no bytes are read or written. `stats` are written in stats mode
     /// (empty when `None`).
@@ -393,6 +446,7 @@ impl TraceWriter {
             } else {
                 Stats::default()
             },
+            shard: None,
         };
         self.write_record_view(&record, None)
     }
@@ -464,6 +518,21 @@ impl TraceWriter {
         record: &Record,
         view: Option<TensorView<'_>>,
     ) -> Result<(), DumpError> {
+        if let Some(shard) = &record.shard {
+            shard
+                .placement
+                .check(&record.shape)
+                .map_err(|source| DumpError::Placement {
+                    name: record.name.clone(),
+                    source,
+                })?;
+            if self.version < format::VERSION {
+                return Err(DumpError::Placement {
+                    name: record.name.clone(),
+                    source: crate::value::PlacementError::Unsupported,
+                });
+            }
+        }
         if let Some(last) = self.last {
             if (record.step, record.seq) <= last {
                 return Err(DumpError::OutOfOrder {
@@ -519,6 +588,10 @@ impl TraceWriter {
         };
         let stats = self.mode.has_stats().then_some(&record.stats);
         format::encode_record(&mut self.scratch, &entry, stats);
+        if let Some(shard) = &record.shard {
+            // Right after its record, in the same block (checked before anything was written).
+            format::encode_shard(&mut self.scratch, shard);
+        }
         self.num_records += 1;
         self.block_records += 1;
         self.last = Some((record.step, record.seq));

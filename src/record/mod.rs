@@ -35,6 +35,7 @@ pub use overflow::{first_overflow, Overflow, OverflowKind, FP16_MAX};
 
 use crate::value::digest::{Md5Digest, Stats};
 use crate::value::md5tree::{tree_digest_of_many, DigestKind};
+use crate::value::position::Shard;
 use crate::value::tensor::{DType, Tensor, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -74,6 +75,11 @@ pub struct Record {
     pub md5: Md5Digest,
     /// Summary statistics (empty at [`RecordLevel::Digest`]).
     pub stats: Stats,
+    /// For a shard of a larger tensor (a DTensor's local shard, FSDP's flat parameter): where it
+    /// lies and the position digest of its elements (`value/position.rs`); `None` for a whole
+    /// tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 impl Record {
@@ -101,6 +107,7 @@ impl Record {
             } else {
                 Stats::default()
             },
+            shard: None,
         }
     }
 
@@ -368,6 +375,7 @@ impl Recorder {
                 shape: p.shape.clone(),
                 md5,
                 stats: p.stats,
+                shard: None,
             };
             self.keep(record, view);
         }

@@ -13,6 +13,7 @@
 pub(crate) mod digest;
 pub(crate) mod md5tree;
 pub(crate) mod md5x;
+pub(crate) mod position;
 pub(crate) mod reduce;
 pub(crate) mod reprosum;
 pub(crate) mod scatter;
@@ -25,6 +26,7 @@ pub use digest::{ExactF64, Md5Digest, Stats, Totals};
 pub use half::{bf16, f16};
 pub use md5tree::{tree_digest, tree_digest_of_many, DigestKind, TreeLanes, CHUNK_BYTES};
 pub use md5x::{md5_of_many, Md5Lanes};
+pub use position::{Placement, PlacementError, PositionDigest, Shard};
 pub use reduce::{selected_kernel, ReduceOp, ReductionMode};
 pub use reprosum::{
     reproducible_sum_columns_f32, reproducible_sum_f32, reproducible_sum_f64, ColumnsError,

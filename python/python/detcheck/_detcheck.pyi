@@ -22,6 +22,15 @@ class TraceWriter:
     def _for_recorder() -> TraceWriter | None: ...
     def record(self, step: int, name: str, array: Any) -> None: ...
     def record_replicated(self, step: int, name: str, array: Any) -> None: ...
+    def record_sharded(
+        self,
+        step: int,
+        name: str,
+        array: Any,
+        global_shape: list[int],
+        offset: list[int],
+        extent: list[int],
+    ) -> None: ...
     def record_digested(
         self,
         step: int,

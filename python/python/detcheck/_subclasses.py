@@ -2,18 +2,25 @@
 raises inside the program's forward, backward or step.
 
 ``plain(tensor)`` returns a ``Plain``: the plain tensor whose bytes are recorded, a note on what
-it is (``None`` for a plain tensor), and whether its values are the same on every rank of its
-mesh (``None``: the recorder's own rule decides). It raises ``Unrecordable`` with the reason
-when there are no values to record. The rules:
+it is (``None`` for a plain tensor), whether its values are the same on every rank of its
+mesh (``None``: the recorder's own rule decides), and for a shard of a larger tensor its
+placement: ``(global_shape, offset, extent)``, the global shape and, per dimension, the global
+index of the shard's first element and how many elements of the global tensor it holds (the
+``world_sizes`` check adds up the shards of every rank to compare the global tensor). It
+raises ``Unrecordable`` with the reason when there are no values to record. The rules:
 
 - a plain, dense ``torch.Tensor`` or ``nn.Parameter``: itself (``watch`` hands those to the
   writer without asking);
 - a ``DTensor`` (FSDP2's parameters, gradients and optimizer state; tensor parallel): this
   rank's local shard (``to_local()``), noted with its placements, mesh, coordinate and global
   shape; replicated only when every placement is ``Replicate`` (a ``Shard`` is this rank's
-  part, a ``Partial`` a partial sum: neither may be compared across ranks);
+  part, a ``Partial`` a partial sum: neither may be compared across ranks); its placement from
+  torch's own ``compute_local_shape_and_global_offset`` when its placements are ``Shard`` and
+  ``Replicate`` (a ``Partial`` holds no part of the global tensor: no placement, and the note
+  says it is not compared across world sizes);
 - FSDP1's ``FlatParameter``: this rank's shard, noted with the unsharded size; never
-  replicated;
+  replicated; its placement in the 1-D index space of the unpadded flat parameter (the shard
+  starts at rank x shard size; its padding past the unpadded size is left out of the extent);
 - an ``AsyncCollectiveTensor`` (a functional collective's result, tensor parallel's module
   outputs): the tensor it waits for;
 - a tensor of ``torch.func``'s transforms (``grad``, ``vjp``, ``vmap``: a module's output in a
@@ -32,7 +39,9 @@ when there are no values to record. The rules:
 off while one runs or for a tensor of ``torch.func``'s, nothing otherwise.
 
 Determinism: a function of the tensor alone. Limits: a DTensor's records are its local shards;
-the global tensor is not gathered (that would add collectives to the program).
+the global tensor is not gathered (that would add collectives to the program): its placement
+lets a comparison put the shards together. A flat parameter's offset assumes FSDP1 shards over
+the whole world (``FULL_SHARD``, ``SHARD_GRAD_OP``); a hybrid strategy's is not known.
 """
 
 import contextlib
@@ -52,12 +61,13 @@ class Plain:
     it, or ``None``), ``replicated`` (``True``/``False`` where the tensor's type decides, else
     ``None``)."""
 
-    __slots__ = ("tensor", "note", "replicated")
+    __slots__ = ("tensor", "note", "replicated", "placement")
 
-    def __init__(self, tensor, note=None, replicated=None):
+    def __init__(self, tensor, note=None, replicated=None, placement=None):
         self.tensor = tensor
         self.note = note
         self.replicated = replicated
+        self.placement = placement
 
 
 def _is_dtensor(tensor):
@@ -67,9 +77,42 @@ def _is_dtensor(tensor):
     )
 
 
+def _dtensor_placement(tensor, placements, local):
+    """``(global_shape, offset, extent)`` of a DTensor's local shard, or the reason there is
+    none (a string)."""
+    kinds = [type(p).__name__ for p in placements]
+    if any(k not in ("Shard", "Replicate", "_StridedShard") for k in kinds):
+        return (
+            "its placements include a Partial (a partial sum, no part of the global tensor): "
+            "not compared across world sizes"
+        )
+    if all(k == "Replicate" for k in kinds):
+        return None
+    try:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    except ImportError as e:  # a torch without it: recorded as the local shard only
+        return f"no placement: {e}"
+    try:
+        shape, offset = compute_local_shape_and_global_offset(
+            tensor.shape, tensor.device_mesh, placements
+        )
+    except Exception as e:
+        return f"no placement: {type(e).__name__}: {e}"
+    shape = [int(d) for d in shape]
+    if list(local.shape) != shape:
+        return (
+            f"no placement: torch computes the local shape {shape}, "
+            f"the shard is {list(local.shape)}"
+        )
+    return ([int(d) for d in tensor.shape], [int(o) for o in offset], shape)
+
+
 def _dtensor(tensor):
     placements = tuple(tensor.placements)
     local = tensor.to_local()
+    placement = _dtensor_placement(tensor, placements, local)
+    why = placement if isinstance(placement, str) else None
+    placement = None if isinstance(placement, str) else placement
 
     def note():  # made once per record name (the recorder asks only for a new name)
         mesh = tensor.device_mesh
@@ -77,15 +120,38 @@ def _dtensor(tensor):
             coordinate = mesh.get_coordinate()
         except Exception:
             coordinate = None
-        return (
+        text = (
             f"DTensor {list(map(str, placements))} on mesh {tuple(mesh.shape)} at "
             f"{coordinate}: global shape {list(tensor.shape)}, recorded as the local shard "
             f"{list(local.shape)}"
         )
+        if placement is not None:
+            text += f" at offset {placement[1]}"
+        return text + (f"; {why}" if why else "")
 
     replicated = all(type(p).__name__ == "Replicate" for p in placements)
     inner = local if type(local) is torch.Tensor else plain(local).tensor
-    return Plain(inner, note, replicated)
+    return Plain(inner, note, replicated, placement)
+
+
+def _flat_parameter_placement(tensor):
+    """``(global_shape, offset, extent)`` of FSDP1's flat parameter shard, or ``None``."""
+    full = getattr(tensor, "_unpadded_unsharded_size", None)
+    if full is None or tensor.dim() != 1:
+        return None
+    total = 1
+    for d in full:
+        total *= int(d)
+    shard = tensor.numel()
+    if shard == total:
+        return ([total], [0], [total])
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    start = dist.get_rank() * shard  # FSDP1 (FULL_SHARD over the world): rank r's chunk
+    extent = max(0, min(shard, total - start))
+    return ([total], [min(start, total)], [extent])
 
 
 #: ``torch._C._functorch`` (``torch.func``'s transforms), where this torch has it.
@@ -134,7 +200,11 @@ def plain(tensor):
         full = getattr(tensor, "_unpadded_unsharded_size", None)
         of = f" of the {list(full)} unsharded flat parameter" if full is not None else ""
         note = f"FSDP flat parameter: this rank's shard, {tensor.numel()} elements{of}"
-        return Plain(tensor.as_subclass(torch.Tensor), note, replicated=False)
+        try:
+            placement = _flat_parameter_placement(tensor)
+        except Exception:
+            placement = None
+        return Plain(tensor.as_subclass(torch.Tensor), note, False, placement)
     if cls.__name__ == "AsyncCollectiveTensor" and hasattr(tensor, "wait"):
         # A collective's result still in flight (tensor parallel's outputs): waited for, as
         # the program's next use of it would.

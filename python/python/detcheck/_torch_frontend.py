@@ -84,6 +84,12 @@ class TorchSink:
                     found.replicated, getattr(self._writer, "world_size", 1)
                 )
             tensor = found.tensor
+            if found.placement is not None and hasattr(self._writer, "record_sharded"):
+                # A shard (never replicated, at world size 1 too): its placement and position
+                # digest go with it (`world_sizes`), on the writer's thread; through the host,
+                # as the position digest has no GPU kernel.
+                self._writer.record_sharded(step, name, host(tensor), *found.placement)
+                return
         self._put_plain(step, name, tensor, replicated)
 
     def note(self, prefix, name, text):

@@ -18,11 +18,24 @@ Run by hand:
 Every rank prints one final line with its last local loss and the sum of its
 local parameter shards at full precision.
 
-Planted-bug flag:
+With ``--same_batch`` every rank trains on the same full batch, so the
+global tensors (parameters, gradients, AdamW state) are bitwise the same at
+every world size: on gloo, FSDP2 divides each rank's gradient by 2 before the
+reduce-scatter at world size 2 (its pre-divide factor; no post-divide), and
+g/2 + g/2 = g exactly (powers of two, no rounding). The intra-op threads must
+be pinned too (``OMP_NUM_THREADS=1``, as the scenario does): torchrun sets it to 1
+only for more than one process, and with two threads at world size 1 LayerNorm's
+backward sums its weight gradient in another split (measured: step 0's
+``norm1.weight`` gradient differs). The ``world_sizes`` check puts the shards of
+every rank together and compares them with world size 1.
+
+Planted-bug flags:
 
     --reseed_from_clock   seed torch from the clock before the model is built
     --noisy_block N       block N adds activation noise from a generator that seeds
                           itself from OS entropy (inside a sharded block's forward)
+    --perturb_shard       at world size > 1, the last rank adds 1e-3 to the first
+                          element of its shard of the output layer's weight
 """
 
 import argparse
@@ -103,8 +116,10 @@ def main():
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--same_batch", action="store_true", help="every rank: the full batch")
     parser.add_argument("--reseed_from_clock", action="store_true", help="planted bug")
     parser.add_argument("--noisy_block", type=int, default=None, help="planted bug")
+    parser.add_argument("--perturb_shard", action="store_true", help="planted bug")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -129,13 +144,23 @@ def main():
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    if args.perturb_shard and world_size > 1 and rank == world_size - 1:
+        with torch.no_grad():
+            model.out.weight.to_local().view(-1)[0] += 1e-3  # PLANTED BUG
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
-    n_total = args.steps * args.batch_size * world_size
-    inputs, targets = make_data(n_total, args.seq_len, args.vocab, seed=1234)
-    # each rank takes a disjoint slice of every global batch
-    inputs = inputs.view(args.steps, world_size, args.batch_size, -1)[:, rank]
-    targets = targets.view(args.steps, world_size, args.batch_size, -1)[:, rank]
+    if args.same_batch:
+        # every rank trains on the same full batch: the same global math at any world size
+        n_total = args.steps * args.batch_size
+        inputs, targets = make_data(n_total, args.seq_len, args.vocab, seed=1234)
+        inputs = inputs.view(args.steps, args.batch_size, -1)
+        targets = targets.view(args.steps, args.batch_size, -1)
+    else:
+        n_total = args.steps * args.batch_size * world_size
+        inputs, targets = make_data(n_total, args.seq_len, args.vocab, seed=1234)
+        # each rank takes a disjoint slice of every global batch
+        inputs = inputs.view(args.steps, world_size, args.batch_size, -1)[:, rank]
+        targets = targets.view(args.steps, world_size, args.batch_size, -1)[:, rank]
 
     model.train()
     loss = None
