@@ -58,6 +58,9 @@ impl Combined {
     }
 }
 
+/// A shard's box in the global tensor: its offset and extent per dimension.
+type ShardBox<'a> = (&'a [u64], &'a [u64]);
+
 /// Puts the shards of one group together: `Err` says why they cannot be.
 pub(crate) fn combine(members: &[&Record]) -> Result<Combined, String> {
     let Some(first) = members.first() else {
@@ -65,7 +68,8 @@ pub(crate) fn combine(members: &[&Record]) -> Result<Combined, String> {
     };
     let first_shard = first.shard.as_ref().ok_or("a record without a shard")?;
     let global = first_shard.placement.global_shape.clone();
-    let mut boxes: BTreeMap<(&[u64], &[u64]), (u32, PositionDigest)> = BTreeMap::new();
+    // (offset, extent) -> the lowest rank holding that box, and its digest.
+    let mut boxes: BTreeMap<ShardBox<'_>, (u32, PositionDigest)> = BTreeMap::new();
     let mut disagreeing: Option<(u32, u32)> = None;
     for r in members {
         let shard = r.shard.as_ref().ok_or("a record without a shard")?;
@@ -136,7 +140,7 @@ pub(crate) fn combine(members: &[&Record]) -> Result<Combined, String> {
     }
     let digest = boxes
         .values()
-        .fold(PositionDigest::ZERO, |acc, (_, d)| acc.add(*d));
+        .fold(PositionDigest::ZERO, |acc, (_, d)| acc + *d);
     let lowest = members
         .iter()
         .min_by_key(|r| r.rank)
@@ -322,7 +326,7 @@ pub(crate) fn put_together(parts: &[(Tensor, Shard)]) -> Result<(Tensor, String)
     }
     let digest = digests
         .values()
-        .fold(PositionDigest::ZERO, |acc, d| acc.add(*d));
+        .fold(PositionDigest::ZERO, |acc, d| acc + *d);
     let owned: Vec<(Vec<u8>, Vec<usize>, &Placement)> = parts
         .iter()
         .map(|(t, s)| {

@@ -48,18 +48,21 @@ fn mix(mut x: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct PositionDigest(pub [u64; 2]);
 
-impl PositionDigest {
-    /// The digest of no elements (the sum's zero).
-    pub const ZERO: PositionDigest = PositionDigest([0, 0]);
+/// The digest of the elements of both (disjoint) sets: each lane's wrapping sum.
+impl std::ops::Add for PositionDigest {
+    type Output = PositionDigest;
 
-    /// The digest of the elements of both (disjoint) sets: each lane's wrapping sum.
-    #[must_use]
-    pub fn add(self, other: PositionDigest) -> PositionDigest {
+    fn add(self, other: PositionDigest) -> PositionDigest {
         PositionDigest([
             self.0[0].wrapping_add(other.0[0]),
             self.0[1].wrapping_add(other.0[1]),
         ])
     }
+}
+
+impl PositionDigest {
+    /// The digest of no elements (the sum's zero).
+    pub const ZERO: PositionDigest = PositionDigest([0, 0]);
 
     /// Its 16 bytes as the trace format stores them: lane 0 then lane 1, little-endian.
     #[must_use]
@@ -314,7 +317,7 @@ impl Placement {
             });
         }
         self.global_elements().ok_or(PlacementError::Overflow)?;
-        for dim in 0..n {
+        for (dim, &held) in local.iter().enumerate() {
             let (offset, extent, global) =
                 (self.offset[dim], self.extent[dim], self.global_shape[dim]);
             if offset.checked_add(extent).is_none_or(|end| end > global) {
@@ -325,7 +328,7 @@ impl Placement {
                     global,
                 });
             }
-            if extent > local[dim] as u64 {
+            if extent > held as u64 {
                 return Err(PlacementError::Larger {
                     dim,
                     extent,
@@ -463,7 +466,7 @@ mod tests {
                 offset: vec![r as u64 * 2, c as u64 * 3],
                 extent: vec![2, 3],
             };
-            sum = sum.add(shard(&part, &p));
+            sum = sum + shard(&part, &p);
         }
         assert_eq!(sum, full);
         // The whole tensor as one shard of itself.
@@ -487,7 +490,7 @@ mod tests {
             extent: vec![2],
             ..pa.clone()
         };
-        assert_eq!(shard(&a, &pa).add(shard(&b, &pb)), full);
+        assert_eq!(shard(&a, &pa) + shard(&b, &pb), full);
     }
 
     #[test]
