@@ -44,7 +44,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// A 128-bit digest of elements by global position: see the module doc. Shards add up
-/// ([`PositionDigest::add`]) to the digest of the whole tensor.
+/// (`+`) to the digest of the whole tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct PositionDigest(pub [u64; 2]);
 
