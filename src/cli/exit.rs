@@ -64,7 +64,8 @@ pub(crate) const TABLE: [(Exit, &str); 5] = [
          file); wrong MPI usage (started by `mpirun` without the `mpi` feature, an `mpirun` of \
          another MPI than the one linked, no scenario small enough for the job, `run` under an \
          `mpirun` of several processes); a `command` \
-         scenario whose program or launcher cannot be started (the message names the field)",
+         scenario whose program or launcher cannot be started (the message names the field; \
+         the `msrun` launcher: no `msrun` on PATH, or a program's Python without MindSpore)",
     ),
     (
         Exit::RunFailed,
