@@ -9,7 +9,7 @@
 # drill-down of the controls planted inside a sharded module (FSDP2, FSDP1, tensor parallel);
 # and the planted bugs of every cause class (examples/programs/python/causes, docs/causes.md),
 # each diagnosed with its class and line, through python/tests/test_causes.py. .ci/run runs the
-# torch ones 3 times; this runs them all at the count given (`--causes-only`: just the planted
+# torch ones twice; this runs them all at the count given (`--causes-only`: just the planted
 # bugs).
 #
 #   bash scripts/diagnosis-controls.sh [RUNS] [--causes-only]
