@@ -11,6 +11,10 @@ import sys
 import pytest
 from support import PROGRAMS, requires, run_detcheck
 
+# Its module-scoped dumps are made once: every test of the module on one pytest-xdist worker
+# (CI runs `--dist loadgroup`), not once per worker.
+pytestmark = pytest.mark.xdist_group("align")
+
 requires("torch")
 
 SCRIPT = PROGRAMS / "align" / "two_devices.py"

@@ -11,6 +11,10 @@ required where DETCHECK_REQUIRE_TORCH is set (scripts/install-python.sh --torch 
 import pytest
 from support import decode, requires, run_detcheck
 
+# Its module-scoped dumps are made once: every test of the module on one pytest-xdist worker
+# (CI runs `--dist loadgroup`), not once per worker.
+pytestmark = pytest.mark.xdist_group("device_records")
+
 requires("torch")
 import torch  # noqa: E402
 
