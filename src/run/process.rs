@@ -377,22 +377,9 @@ impl<'a> CommandLaunch<'a> {
     }
 
     /// A process of this launch: `argv` with the launch environment (and, with the
-    /// `processes` launcher, its rank's).
-    fn process(
-        &self,
-        argv: &[String],
-        launch: &Launch,
-        rank: Option<usize>,
-        master_port: u16,
-        launcher_env: &[(String, String)],
-        srun: Option<SrunStep>,
-    ) -> Result<Process, RunError> {
-        self.process_of(argv, launch, rank, master_port, launcher_env, srun, None)
-    }
-
-    /// [`Self::process`], with the job of an `msrun` launcher.
+    /// `processes` launcher, its rank's; with the `msrun` launcher, its job's).
     #[allow(clippy::too_many_arguments)]
-    fn process_of(
+    fn process(
         &self,
         argv: &[String],
         launch: &Launch,
@@ -572,14 +559,21 @@ impl<'a> CommandLaunch<'a> {
                         master_port,
                         &[],
                         None,
+                        None,
                     )?);
                 }
             }
             Launcher::None => {
                 let argv = self.argv(None);
-                processes
-                    .0
-                    .push(self.process(&argv, &launch, None, master_port, &[], None)?);
+                processes.0.push(self.process(
+                    &argv,
+                    &launch,
+                    None,
+                    master_port,
+                    &[],
+                    None,
+                    None,
+                )?);
             }
             Launcher::Mpirun => {
                 let mpirun =
@@ -608,9 +602,15 @@ impl<'a> CommandLaunch<'a> {
                         ))
                     })
                     .collect();
-                processes
-                    .0
-                    .push(self.process(&argv, &launch, None, master_port, &pinned, None)?);
+                processes.0.push(self.process(
+                    &argv,
+                    &launch,
+                    None,
+                    master_port,
+                    &pinned,
+                    None,
+                    None,
+                )?);
             }
             Launcher::Srun => {
                 let step = SrunStep::new();
@@ -625,6 +625,7 @@ impl<'a> CommandLaunch<'a> {
                     master_port,
                     &[],
                     Some(step),
+                    None,
                 )?);
             }
             Launcher::Msrun => {
@@ -641,7 +642,7 @@ impl<'a> CommandLaunch<'a> {
                 if let Some(python) = &msrun.python {
                     self.check_mindspore(python)?;
                 }
-                processes.0.push(self.process_of(
+                processes.0.push(self.process(
                     &msrun.argv,
                     &launch,
                     None,
@@ -674,9 +675,15 @@ impl<'a> CommandLaunch<'a> {
                     format!("--master-port={master_port}"),
                 ]);
                 argv.extend(script);
-                processes
-                    .0
-                    .push(self.process(&argv, &launch, None, master_port, &[], None)?);
+                processes.0.push(self.process(
+                    &argv,
+                    &launch,
+                    None,
+                    master_port,
+                    &[],
+                    None,
+                    None,
+                )?);
             }
         }
         Ok(processes)
