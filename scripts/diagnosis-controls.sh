@@ -22,7 +22,7 @@ runs=${1:-20}
 causes_only=${2:-}
 cargo build --release --quiet --bin detcheck
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CAUSE_RUNS="$runs" \
-    DETCHECK_TWIN_RUNS="$runs" \
+    DETCHECK_COMPILED_CAUSE_RUNS="$runs" DETCHECK_TWIN_RUNS="$runs" \
     target/venv/bin/pytest python/tests/test_causes.py -q -rs -n 2 -k "planted or thread_counts"
 [ "$causes_only" = --causes-only ] && exit 0
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_REQUIRE_MPI4PY=1 \

@@ -41,7 +41,7 @@
 //! where it acts. Replay of a module on the reference's inputs is not done here.
 
 use super::{fill_f64, is_evidence, pair_by_occurrence};
-use crate::file::source::{Batch, Layout, RankSource};
+use crate::file::source::{Batch, Layout, RankSource, TensorReads};
 use crate::file::{open_dump, DumpError};
 use crate::value::digest::Stats;
 use crate::value::tensor::{DType, Tensor};
@@ -636,6 +636,9 @@ pub fn align_dumps(
     for rank in 0..wa {
         let mut sa = a.open_rank(rank)?;
         let mut sb = b.open_rank(rank)?;
+        // Every record's tensor is measured where the dumps hold them: each file read once.
+        sa.will_read(TensorReads::Every);
+        sb.will_read(TensorReads::Every);
         let (mut ba, mut bb) = (Batch::default(), Batch::default());
         let mut walk = RankWalk::default();
         let mut step_a = sa.next_step(&mut ba)?;
@@ -1222,6 +1225,40 @@ mod tests {
         assert_eq!(unit_roundoff("Float16"), Some(2f64.powi(-11)));
         assert_eq!(unit_roundoff("torch.int64"), Some(0.0));
         assert_eq!(unit_roundoff("quaternion"), None);
+    }
+
+    /// `compare --align` reads each full-mode step file once and checks every tensor it reads
+    /// against its record's digest instead of the file's md5: a changed byte anywhere in a
+    /// tensor file is still an error naming the file, never "aligned".
+    #[test]
+    fn every_changed_byte_of_a_tensor_file_is_an_error_of_align() {
+        let a = dump(&network(true, Bug::None), DumpMode::Full);
+        let b = dump(&network(true, Bug::None), DumpMode::Full);
+        assert!(align(&a, &b).is_aligned());
+        let file = crate::file::tensor_path(a.path(), 0, 0);
+        let good = std::fs::read(&file).unwrap();
+        let name = file.file_name().unwrap().to_str().unwrap().to_owned();
+        let mut missed = Vec::new();
+        for at in 0..good.len() {
+            for mask in [0x01u8, 0x10, 0x80] {
+                let mut bad = good.clone();
+                bad[at] ^= mask;
+                std::fs::write(&file, &bad).unwrap();
+                match align_dumps(a.path(), b.path(), &AlignOptions::default()) {
+                    Err(e) if e.to_string().contains(&name) => {}
+                    other => missed.push((at, mask, other.map(|al| al.is_aligned()))),
+                }
+            }
+        }
+        std::fs::write(&file, &good).unwrap();
+        assert!(
+            missed.is_empty(),
+            "{} of {}: {:?}",
+            missed.len(),
+            good.len() * 3,
+            &missed[..missed.len().min(8)]
+        );
+        assert!(align(&a, &b).is_aligned());
     }
 }
 

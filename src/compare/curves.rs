@@ -12,6 +12,7 @@
 //! Limits: one scalar per step (the first occurrence when a step records the name twice); a NaN is
 //! never close to anything (numpy's default).
 
+use crate::file::source::TensorReads;
 use crate::file::{open_dump, Batch, DumpError};
 use crate::picture::{axis_label, Anchor, Figure, BLACK, GREY, LIGHT_GREY, PALETTE};
 use crate::record::Trace;
@@ -121,6 +122,7 @@ pub fn curve_of_trace(trace: &Trace, name: &str, label: &str) -> Option<Curve> {
 fn from_dump(path: &Path, name: &str) -> Result<Vec<(u64, f64)>, CurveError> {
     let dump = open_dump(path)?;
     let mut rank0 = dump.open_rank(0)?;
+    rank0.will_read(TensorReads::None); // the values are the trace's statistics
     let mut batch = Batch::default();
     let mut points = Vec::new();
     while let Some(step) = rank0.next_step(&mut batch)? {

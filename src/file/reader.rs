@@ -10,17 +10,20 @@
 //! byte offset. In a full dump of version 2, every tensor file the trace lists must exist with
 //! its size, and its md5 is checked when the source reaches its step (whether or not a tensor of
 //! it is asked for, so a damaged tensor file of an identical step is an error, never
-//! "identical"), and again when a tensor of it is read.
+//! "identical"), and again when a tensor of it is read. A reader that reads every tensor
+//! (`compare --align`, [`TensorReads::Every`]) has each file loaded once instead, and checked
+//! tensor by tensor against the records' digests (SIMD lanes, not one md5 stream); one that
+//! reads none (loss curves) has the files left alone.
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
 use crate::file::format::{self, Entry, Footer, FooterError, Header, HeaderError, TensorFile};
 use crate::file::msprobe::MsprobeDump;
-use crate::file::source::{Batch, Layout, RankSource};
+use crate::file::source::{Batch, Layout, RankSource, TensorReads};
 use crate::file::tensorfile;
 use crate::file::{tensor_key, tensor_path, trace_path, DumpError, DumpMode};
 use crate::record::{Environment, RankTrace, Record, Trace};
 use crate::value::digest::{Md5Digest, Stats};
-use crate::value::md5tree::DigestKind;
+use crate::value::md5tree::{tree_digest_of_many, DigestKind};
 use crate::value::tensor::{DType, Tensor};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
@@ -773,6 +776,12 @@ struct TensorFiles {
     dir: PathBuf,
     rank: u32,
     loaded: Option<(u64, Vec<u8>)>,
+    /// What the reader will read ([`RankSource::will_read`]). With [`TensorReads::Every`] each
+    /// step's file is loaded when the source reaches the step, rather than hashed there and
+    /// read again for its tensors, and its md5 is not computed: it must hold exactly its
+    /// step's tensors, each with its record's digest (4 KiB chunks side by side in SIMD lanes,
+    /// several times faster than one md5 stream), and its listed length.
+    reads: TensorReads,
     /// Version 2: the files the trace lists, with their sizes and md5s (checked when opened and
     /// when read); `None` for version 1, whose missing files only mean no metrics.
     listed: Option<Vec<TensorFile>>,
@@ -818,6 +827,7 @@ impl TensorFiles {
             dir: dir.to_owned(),
             rank,
             loaded: None,
+            reads: TensorReads::Some,
             listed,
             trace,
         })
@@ -884,7 +894,13 @@ impl TensorFiles {
             Err(e) => return Err(self.read_error(path, e)),
         };
         if let Some(file) = listed {
-            self.check_listed(&path, file, Md5Digest::of_bytes(&bytes), bytes.len() as u64)?;
+            // Reading every tensor, each is checked against its record (`check_tensors`).
+            let md5 = if self.reads == TensorReads::Every {
+                file.md5
+            } else {
+                Md5Digest::of_bytes(&bytes)
+            };
+            self.check_listed(&path, file, md5, bytes.len() as u64)?;
         }
         Ok(Some(bytes))
     }
@@ -906,13 +922,43 @@ impl TensorFiles {
         self.check_listed(&path, file, md5, len)
     }
 
-    fn tensor(&mut self, step: u64, key: &str) -> Result<Option<Tensor>, DumpError> {
-        let path = tensor_path(&self.dir, self.rank, step);
+    /// Reads and checks `step`'s file into memory unless it is there already; `false` when
+    /// the step has no file.
+    fn load_step(&mut self, step: u64) -> Result<bool, DumpError> {
         if self.loaded.as_ref().is_none_or(|(s, _)| *s != step) {
             let Some(bytes) = self.read_step(step)? else {
-                return Ok(None);
+                return Ok(false);
             };
             self.loaded = Some((step, bytes));
+        }
+        Ok(true)
+    }
+
+    /// On reaching `step` (its records `entries`): its file checked (hashed in chunks),
+    /// loaded and its tensors checked, or left alone, as the reader will read its tensors
+    /// ([`TensorReads`]).
+    fn reach_step(
+        &mut self,
+        step: u64,
+        entries: &[Entry],
+        names: &[String],
+    ) -> Result<(), DumpError> {
+        match self.reads {
+            TensorReads::Some => self.check_step(step),
+            TensorReads::Every => {
+                if self.load_step(step)? {
+                    self.check_tensors(step, entries, names)?;
+                }
+                Ok(())
+            }
+            TensorReads::None => Ok(()),
+        }
+    }
+
+    fn tensor(&mut self, step: u64, key: &str) -> Result<Option<Tensor>, DumpError> {
+        let path = tensor_path(&self.dir, self.rank, step);
+        if !self.load_step(step)? {
+            return Ok(None);
         }
         let bytes = &self.loaded.as_ref().expect("loaded").1;
         let bad = |detail: String| DumpError::Safetensors {
@@ -921,6 +967,60 @@ impl TensorFiles {
         };
         let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
         tensorfile::decode(&file, key).map_err(bad)
+    }
+
+    /// With [`TensorReads::Every`], on loading a listed step file: it must hold exactly the
+    /// tensors of the step's records (`entries`), each with its record's digest (computed side
+    /// by side in SIMD lanes: the file's md5, one stream, is not computed then).
+    fn check_tensors(
+        &self,
+        step: u64,
+        entries: &[Entry],
+        names: &[String],
+    ) -> Result<(), DumpError> {
+        let (Ok(Some(_)), Some((_, bytes))) = (self.listed_file(step), &self.loaded) else {
+            return Ok(());
+        };
+        let path = tensor_path(&self.dir, self.rank, step);
+        let corrupt = |detail: String| DumpError::ListedFile {
+            path: path.clone(),
+            detail: format!("corrupt: {detail}, as {} records", self.trace.display()),
+        };
+        let file =
+            safetensors::SafeTensors::deserialize(bytes).map_err(|e| DumpError::Safetensors {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+        if file.len() != entries.len() {
+            return Err(corrupt(format!(
+                "it holds {} tensors, not the step's {}",
+                file.len(),
+                entries.len()
+            )));
+        }
+        let mut data = Vec::with_capacity(entries.len());
+        for e in entries {
+            let key = tensor_key(e.seq, &names[e.name as usize]);
+            match file.tensor(&key) {
+                Ok(view) => data.push(view.data()),
+                Err(_) => return Err(corrupt(format!("it holds no tensor `{key}`"))),
+            }
+        }
+        let tree = tree_digest_of_many(&data);
+        for ((e, bytes), tree) in entries.iter().zip(&data).zip(tree) {
+            let found = match e.digest.kind {
+                DigestKind::Md5Tree4k => tree,
+                DigestKind::Md5 => Md5Digest::of_bytes(bytes),
+            };
+            if e.digest.len == 16 && found.0 != e.digest.bytes {
+                let key = tensor_key(e.seq, &names[e.name as usize]);
+                return Err(corrupt(format!(
+                    "its tensor `{key}` has the digest {found}, not {}",
+                    e.digest.hex()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -933,8 +1033,8 @@ struct TraceSource {
 impl RankSource for TraceSource {
     fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError> {
         let step = self.reader.next_step(out)?;
-        if let (Some(step), Some(files)) = (step, &self.tensors) {
-            files.check_step(step)?;
+        if let (Some(step), Some(files)) = (step, &mut self.tensors) {
+            files.reach_step(step, &out.entries, self.reader.names())?;
         }
         Ok(step)
     }
@@ -953,6 +1053,11 @@ impl RankSource for TraceSource {
         };
         let key = tensor_key(entry.seq, &self.reader.names()[entry.name as usize]);
         files.tensor(entry.step, &key)
+    }
+    fn will_read(&mut self, reads: TensorReads) {
+        if let Some(files) = self.tensors.as_mut() {
+            files.reads = reads;
+        }
     }
 }
 

@@ -107,6 +107,19 @@ impl Batch {
 }
 
 /// One rank of a dump, read step by step in step order.
+/// Which tensors a reader of a [`RankSource`] reads ([`RankSource::will_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TensorReads {
+    /// Those of the rows it reports (`compare`): each step's file is checked (hashed in
+    /// chunks, not kept) when the step is reached, and read again for a tensor.
+    Some,
+    /// Every one (`compare --align`): each step's file is loaded when the step is reached,
+    /// read once (memory: one step's file).
+    Every,
+    /// None (loss curves read statistics): the files are not opened.
+    None,
+}
+
 pub(crate) trait RankSource {
     /// Reads the records of the next step into `out` (cleared first); `None` at the end.
     fn next_step(&mut self, out: &mut Batch) -> Result<Option<u64>, DumpError>;
@@ -116,6 +129,9 @@ pub(crate) trait RankSource {
     fn layouts(&self) -> &[Layout];
     /// The full tensor of an entry, where the dump holds one.
     fn tensor(&mut self, entry: &Entry) -> Result<Option<Tensor>, DumpError>;
+    /// Says which of its tensors the caller will read ([`TensorReads`]; `Some` unless told),
+    /// so that a source with tensor files reads and checks each file once, or not at all.
+    fn will_read(&mut self, _reads: TensorReads) {}
     /// The environment snapshot the rank was recorded under, where the source holds one.
     fn environment(&self) -> Option<&Environment> {
         None
