@@ -35,17 +35,23 @@
 //! Determinism: a pure function of the two dumps, walked in (rank, step, seq) order; metrics are
 //! sums in element order in `f64`.
 //!
-//! Limits: the inherited error is the largest of *all* earlier records on the rank, not of the
-//! record's own inputs (the dumps hold no data flow), so a culprit whose error is smaller than
-//! an unrelated earlier one is counted as inheriting; a culprit is found surely in the first step
-//! where it acts. Replay of a module on the reference's inputs is not done here.
+//! Data flow: an output of an msprobe call whose inputs were recorded (`....forward.input.*`,
+//! then `....forward.output.*`) inherits from those inputs alone ([`CallInputs`]).
+//!
+//! Limits: elsewhere (detcheck's traces, a module call with parameter records) the inherited
+//! error is the largest of *all* earlier records on the rank, not of the record's own inputs
+//! (the dumps do not say which they are), so a culprit whose error is smaller than an unrelated
+//! earlier one is counted as inheriting; a culprit is found surely in the first step where it
+//! acts. Replay of a module on the reference's inputs is not done here.
 
 use super::{fill_f64, is_evidence, pair_by_occurrence};
+use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource, TensorReads};
 use crate::file::{open_dump, DumpError};
 use crate::value::digest::Stats;
 use crate::value::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -587,6 +593,52 @@ struct RankWalk {
     tainted: bool,
     /// Whether the chain of the rank's first culprit is still being collected.
     chain_open: bool,
+    /// The inputs of the call judged last, in msprobe tensor dumps ([`CallInputs`]).
+    call: Option<CallInputs>,
+}
+
+/// The input records of one call of an msprobe dump (`Functional.gelu.0.forward.input.*`): the
+/// allowance of the call's outputs (`....output.*`), which follow them, comes from these alone,
+/// the data flow the dump holds, not from every earlier record of the rank; whether an output
+/// beyond it inherits an earlier culprit's error is still judged on every earlier record (a
+/// module's output holds the errors of the APIs inside it). A call with parameter records is
+/// left to the rank's rule: they come after its outputs.
+#[derive(Debug, Clone, Default)]
+struct CallInputs {
+    /// The call's name (`Functional.gelu.0.forward`).
+    call: String,
+    /// The largest `E/s` of its aligned inputs.
+    clean: f64,
+}
+
+/// Whether `name` is an input or an output record of an msprobe call (an API's,
+/// `Functional.gelu.0.forward.input.0`, or a module's, `Module.fc.Linear.forward.0.output.0`),
+/// and the call's name.
+fn call_part(name: &str) -> Option<(&str, bool)> {
+    let (at, input) = match (name.rfind(".input."), name.rfind(".output.")) {
+        (Some(i), None) => (i, true),
+        (None, Some(o)) => (o, false),
+        _ => return None,
+    };
+    let call = &name[..at];
+    let pass = call.trim_end_matches(|c: char| c.is_ascii_digit());
+    let pass = pass
+        .strip_suffix('.')
+        .filter(|_| pass.len() < call.len())
+        .unwrap_or(call);
+    (pass.ends_with(".forward") || pass.ends_with(".backward")).then_some((call, input))
+}
+
+/// The calls of a step that have parameter records (`Module.fc.Linear.forward.0.parameters.*`,
+/// after the call's outputs): their outputs cannot be judged on their inputs alone.
+fn calls_with_parameters(entries: &[Entry], names: &[String]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter_map(|e| {
+            let name = &names[e.name as usize];
+            name.rfind(".parameters.").map(|at| name[..at].to_owned())
+        })
+        .collect()
 }
 
 /// Aligns two dump folders (detcheck traces or msprobe dumps) rank by rank, streaming: memory
@@ -725,6 +777,7 @@ fn align_step(
         pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
     };
     let floor = out.precision;
+    let parameters = calls_with_parameters(&ba.entries, sa.names());
     let mut series = Vec::with_capacity(pairs.len());
     for (i, j) in pairs {
         let (i, j) = match (i, j) {
@@ -743,6 +796,7 @@ fn align_step(
         if is_evidence(&name) {
             continue;
         }
+        let with_parameters = call_part(&name).is_some_and(|(call, _)| parameters.contains(call));
         let (la, lb): (Layout, Layout) = (
             sa.layouts()[x.layout as usize].clone(),
             sb.layouts()[y.layout as usize].clone(),
@@ -815,7 +869,7 @@ fn align_step(
             &lb,
             u,
             measure,
-            from_tensors,
+            (from_tensors, with_parameters),
             options,
             walk,
         );
@@ -887,7 +941,7 @@ fn judge(
     lb: &Layout,
     u: f64,
     m: Measure,
-    from_tensors: bool,
+    (from_tensors, with_parameters): (bool, bool),
     options: &AlignOptions,
     walk: &mut RankWalk,
 ) -> AlignedRecord {
@@ -907,7 +961,13 @@ fn judge(
         let inherited = options.growth * rho * m.spread;
         rounding.max(if inherited.is_nan() { 0.0 } else { inherited })
     };
-    let allowance = allowance_of(walk.clean);
+    // An output of an API call whose inputs were measured from tensors inherits from them.
+    let part = call_part(&name);
+    let inputs = match (part, &walk.call) {
+        (Some((call, false)), Some(c)) if c.call == call && !with_parameters => Some(c),
+        _ => None,
+    };
+    let allowance = allowance_of(inputs.map_or(walk.clean, |c| c.clean));
     let excess = if m.error == 0.0 {
         0.0
     } else if allowance > 0.0 {
@@ -928,11 +988,25 @@ fn judge(
     } else {
         Verdict::Error
     };
+    // Blame looks at every earlier record: a module's output inherits the error of an API
+    // inside it (recorded before it, and no input of its call).
     let blame = match verdict {
         Verdict::Aligned => Blame::None,
         _ if walk.tainted && m.error <= allowance_of(walk.all) => Blame::Inherited,
         _ => Blame::Own,
     };
+    if let Some((call, true)) = part {
+        if walk.call.as_ref().is_none_or(|c| c.call != call) {
+            walk.call = Some(CallInputs {
+                call: call.to_owned(),
+                ..CallInputs::default()
+            });
+        }
+        let c = walk.call.as_mut().expect("set above");
+        if verdict == Verdict::Aligned {
+            c.clean = c.clean.max(relative);
+        }
+    }
     if verdict == Verdict::Aligned {
         walk.clean = walk.clean.max(relative);
     } else {
@@ -1225,6 +1299,70 @@ mod tests {
         assert_eq!(unit_roundoff("Float16"), Some(2f64.powi(-11)));
         assert_eq!(unit_roundoff("torch.int64"), Some(0.0));
         assert_eq!(unit_roundoff("quaternion"), None);
+    }
+
+    /// An output judged against its own call's inputs where the names say which they are (an
+    /// msprobe dump's), and against every earlier record where they do not: after a record
+    /// aligned by its rounding at magnitude 1000 (a relative error of 5e-4 of its floored
+    /// spread), an error of 1e-4 is inherited, unless the call's recorded inputs are exact.
+    #[test]
+    fn an_output_inherits_from_its_own_calls_inputs_where_the_dump_names_them() {
+        let ramp: Vec<f32> = (0..64).map(|i| i as f32 * 0.1).collect();
+        let mut bumped = ramp.clone();
+        bumped[7] += 1e-4;
+        let pairs = |names: [&str; 3]| {
+            let a = dump(
+                &[
+                    (names[0], vec![1000.0005; 8]),
+                    (names[1], ramp.clone()),
+                    (names[2], bumped.clone()),
+                ],
+                DumpMode::Full,
+            );
+            let b = dump(
+                &[
+                    (names[0], vec![1000.0; 8]),
+                    (names[1], ramp.clone()),
+                    (names[2], ramp.clone()),
+                ],
+                DumpMode::Full,
+            );
+            align(&a, &b)
+        };
+        let msprobe = pairs([
+            "Tensor.mean.0.forward.output.0",
+            "Functional.act.0.forward.input.0",
+            "Functional.act.0.forward.output.0",
+        ]);
+        let culprit = msprobe.culprit.as_ref().expect("a culprit");
+        assert_eq!(culprit.name, "Functional.act.0.forward.output.0");
+        assert_eq!(culprit.blame, Blame::Own);
+        let traces = pairs(["fwd/mean", "fwd/act_in", "fwd/act"]);
+        assert!(traces.is_aligned(), "{:#?}", traces.rows);
+    }
+
+    #[test]
+    fn msprobe_calls_are_told_by_their_inputs_and_outputs() {
+        let api = "Functional.gelu.0.forward";
+        assert_eq!(call_part(&format!("{api}.input.0")), Some((api, true)));
+        assert_eq!(call_part(&format!("{api}.input.w")), Some((api, true)));
+        assert_eq!(call_part(&format!("{api}.output.0")), Some((api, false)));
+        let module = "Module.blocks.1.act.Gelu.forward.0";
+        assert_eq!(
+            call_part(&format!("{module}.output.0")),
+            Some((module, false))
+        );
+        let back = "Module.fc.Linear.backward.12";
+        assert_eq!(call_part(&format!("{back}.input.0")), Some((back, true)));
+        for name in [
+            "fwd/blocks.1.act",
+            "Module.fc.Linear.forward.0.parameters.weight",
+            "Module.fc.Linear.parameters_grad.0.weight",
+            "Functional.gelu.0.output.0",
+            "Functional.in.0.forward.output.0.input.1",
+        ] {
+            assert_eq!(call_part(name), None, "{name}");
+        }
     }
 
     /// `compare --align` reads each full-mode step file once and checks every tensor it reads
