@@ -36,7 +36,7 @@
 //! sums in element order in `f64`.
 //!
 //! Data flow: an output of an msprobe call whose inputs were recorded (`....forward.input.*`,
-//! then `....forward.output.*`) inherits from those inputs alone ([`CallInputs`]).
+//! then `....forward.output.*`) is allowed the errors of those inputs alone (`CallInputs`).
 //!
 //! Limits: elsewhere (detcheck's traces, a module call with parameter records) the inherited
 //! error is the largest of *all* earlier records on the rank, not of the record's own inputs
