@@ -593,7 +593,7 @@ struct RankWalk {
     tainted: bool,
     /// Whether the chain of the rank's first culprit is still being collected.
     chain_open: bool,
-    /// The inputs of the call judged last, in msprobe tensor dumps ([`CallInputs`]).
+    /// The inputs of the call judged last, in msprobe dumps ([`CallInputs`]).
     call: Option<CallInputs>,
 }
 
@@ -961,7 +961,7 @@ fn judge(
         let inherited = options.growth * rho * m.spread;
         rounding.max(if inherited.is_nan() { 0.0 } else { inherited })
     };
-    // An output of an API call whose inputs were measured from tensors inherits from them.
+    // An output of a call whose inputs were recorded is allowed their errors alone.
     let part = call_part(&name);
     let inputs = match (part, &walk.call) {
         (Some((call, false)), Some(c)) if c.call == call && !with_parameters => Some(c),
