@@ -5,6 +5,7 @@ update uses and the parameters it made, and the writer closed at the end. Each p
 fresh interpreter (accelerate's and Lightning's state is process-wide). Skipped without the
 frameworks unless DETCHECK_REQUIRE_FRAMEWORKS is set (CI sets it)."""
 
+import pytest
 from support import PROGRAMS, check, decode, requires, run_python
 
 
@@ -121,28 +122,39 @@ def test_lightning_callback_records_one_step_per_update(tmp_path):
 FRAMEWORKS = PROGRAMS / "frameworks"
 
 
-def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(detcheck_bin):
+#: Each framework's example and its control, checked as one command per framework (two
+#: workers share them: a check of the Trainer's takes minutes).
+FRAMEWORK_PAIRS = {
+    "transformers": ("gpt2_trainer", "control_gpt2_clock_dropout"),
+    "lightning": ("lightning_module", "control_lightning_clock_dropout"),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PAIRS))
+def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(
+    detcheck_bin, framework
+):
     """The tiny GPT-2 under `Trainer` and the Lightning module: repeat, replicas and world_sizes
-    [1, 2] hold; their clock-seeded dropout controls are caught, down to the dropout's operator."""
-    requires("transformers")
-    requires("lightning")
-    scenarios = check(detcheck_bin, FRAMEWORKS, code=0).scenarios
-    assert sorted(scenarios) == [
-        "control_gpt2_clock_dropout",
-        "control_lightning_clock_dropout",
-        "gpt2_trainer",
-        "lightning_module",
-    ]
-    for clean in ("gpt2_trainer", "lightning_module"):
-        checks = {c["check"]: c for c in scenarios[clean]["checks"]}
-        assert sorted(checks) == ["repeat", "replicas", "world_sizes"]
-        assert all(c["holds"] for c in checks.values()), clean
-        assert checks["world_sizes"]["comparison"]["num_compared"] > 0, "gradients compared"
-    first = scenarios["control_gpt2_clock_dropout"]["first_divergence"]
-    assert first["name"] == "fwd/transformer.drop", first["name"]
-    operator = first["operator"]
-    assert operator["finding"] == "nondeterministic", operator
-    assert operator["call"]["operator"] == "aten.bernoulli_.float", operator
-    assert operator["hint"]["about"] == "bernoulli", operator
-    caught = scenarios["control_lightning_clock_dropout"]
+    [1, 2] hold; their clock-seeded dropout controls are caught, the Trainer's down to the
+    dropout's operator."""
+    requires(framework)
+    clean, control = FRAMEWORK_PAIRS[framework]
+    assert sorted(p.stem for p in FRAMEWORKS.glob("*.json")) == sorted(
+        n for pair in FRAMEWORK_PAIRS.values() for n in pair
+    )
+    paths = [FRAMEWORKS / f"{name}.json" for name in (clean, control)]
+    scenarios = check(detcheck_bin, *paths, code=0).scenarios
+    assert sorted(scenarios) == sorted([clean, control])
+    checks = {c["check"]: c for c in scenarios[clean]["checks"]}
+    assert sorted(checks) == ["repeat", "replicas", "world_sizes"]
+    assert all(c["holds"] for c in checks.values()), clean
+    assert checks["world_sizes"]["comparison"]["num_compared"] > 0, "gradients compared"
+    caught = scenarios[control]
     assert caught["verdict"] == "ok (caught)", caught
+    if framework == "transformers":
+        first = caught["first_divergence"]
+        assert first["name"] == "fwd/transformer.drop", first["name"]
+        operator = first["operator"]
+        assert operator["finding"] == "nondeterministic", operator
+        assert operator["call"]["operator"] == "aten.bernoulli_.float", operator
+        assert operator["hint"]["about"] == "bernoulli", operator
