@@ -376,6 +376,18 @@ impl<'a> CommandLaunch<'a> {
         words
     }
 
+    /// A process of this launch with nothing of a launcher's own (no variables, no `srun`
+    /// step, no `msrun` job): [`Self::process`].
+    fn plain_process(
+        &self,
+        argv: &[String],
+        launch: &Launch,
+        rank: Option<usize>,
+        master_port: u16,
+    ) -> Result<Process, RunError> {
+        self.process(argv, launch, rank, master_port, &[], None, None)
+    }
+
     /// A process of this launch: `argv` with the launch environment (and, with the
     /// `processes` launcher, its rank's; with the `msrun` launcher, its job's).
     #[allow(clippy::too_many_arguments)]
@@ -552,28 +564,19 @@ impl<'a> CommandLaunch<'a> {
                         ..launch.clone()
                     };
                     let argv = self.argv(Some(rank));
-                    processes.0.push(self.process(
+                    processes.0.push(self.plain_process(
                         &argv,
                         &launch,
                         Some(rank),
                         master_port,
-                        &[],
-                        None,
-                        None,
                     )?);
                 }
             }
             Launcher::None => {
                 let argv = self.argv(None);
-                processes.0.push(self.process(
-                    &argv,
-                    &launch,
-                    None,
-                    master_port,
-                    &[],
-                    None,
-                    None,
-                )?);
+                processes
+                    .0
+                    .push(self.plain_process(&argv, &launch, None, master_port)?);
             }
             Launcher::Mpirun => {
                 let mpirun =
@@ -675,15 +678,9 @@ impl<'a> CommandLaunch<'a> {
                     format!("--master-port={master_port}"),
                 ]);
                 argv.extend(script);
-                processes.0.push(self.process(
-                    &argv,
-                    &launch,
-                    None,
-                    master_port,
-                    &[],
-                    None,
-                    None,
-                )?);
+                processes
+                    .0
+                    .push(self.plain_process(&argv, &launch, None, master_port)?);
             }
         }
         Ok(processes)
