@@ -22,7 +22,13 @@ item "CUDA (TF32 on) against the CPU at TF32's rounding: aligned" 0 \
     detcheck compare --align --precision tf32 "$work/cuda_tf32" "$work/cpu"
 item "CUDA with an approximate GELU: not aligned" 1 \
     detcheck compare --align "$work/cuda_gelu" "$work/cpu"
-detcheck compare --align "$work/cuda_gelu" "$work/cpu" | grep -q "first culprit: step 0 rank 0 \`fwd/blocks.0.act\`" \
-    && echo "PASS the culprit is fwd/blocks.0.act" || { echo "FAIL the culprit is not fwd/blocks.0.act"; failed=1; }
+# The report is read whole before grep: `compare | grep -q` under pipefail fails by itself, as
+# compare exits 1 (not aligned) or dies of SIGPIPE when grep stops reading.
+report=$(detcheck compare --align "$work/cuda_gelu" "$work/cpu")
+if grep -q "first culprit: step 0 rank 0 \`fwd/blocks.0.act\`" <<<"$report"; then
+    echo "PASS the culprit is fwd/blocks.0.act"
+else
+    echo "FAIL the culprit is not fwd/blocks.0.act"; echo "$report" | head -12; failed=1
+fi
 detcheck compare --align "$work/cuda_tf32" "$work/cpu" | head -8
 exit $failed

@@ -132,10 +132,9 @@ def test_kernels_compile_for_h100():
             options = {"num_warps": num_warps, "enable_fp_fusion": False}
             return triton.compile(source, target=h100, options=options)
 
-        # One variant (about 7 s: 128 unrolled MD5 steps); i64 and i32 sizes both appear.
+        # One variant (about 7 s: 128 unrolled MD5 steps).
         build(dv._md5_chunks_kernel,
-              {"src_ptr": "*u8", "dst_ptr": "*u8", "n_bytes": "i64", "n_chunks": "i32",
-               "CHUNKS": "constexpr"},
+              {"table_ptr": "*i64", "n_programs": "i32", "CHUNKS": "constexpr"},
               {"CHUNKS": dv.DIGEST_CHUNKS_PER_PROGRAM}, dv._DIGEST_NUM_WARPS)
         for element in ("fp32", "bf16", "i64", "u8"):  # float, its widening, signed, unsigned
             build(dv._stats_partials_kernel,
@@ -186,6 +185,35 @@ def test_digest_three_levels():
     # bytes of digests make two chunks, whose 32 bytes make the digest.
     t = random_tensor(torch.uint8, (1 << 20) + 37, seed=7)
     assert device_digest(t.to(DEVICE)) == expected_digest(reference_bytes(t))
+
+
+def test_one_batch_digests_every_tensor_as_alone():
+    # tree_digests_into hashes every level of every tree in one launch a level: trees of one,
+    # two and three levels side by side (one leaves the batch after level 0, another after
+    # level 1), an empty tensor, a misaligned view, two programs of one buffer, mixed dtypes.
+    sizes = [(1 << 20) + 37, 0, 1, 56, 4096, 4097, 64 * 4096 + 3, 12345]
+    tensors = [random_tensor(torch.uint8, n, seed=20 + n).to(DEVICE) for n in sizes]
+    tensors.append(random_tensor(torch.int8, 300, seed=9).to(DEVICE)[1:])
+    tensors.append(random_tensor(torch.complex64, 700, seed=4).to(DEVICE).conj())
+    tensors.append(random_tensor(torch.bfloat16, 3, seed=2).to(DEVICE))
+    outs = torch.full((len(tensors) + 1, 16), 0xAB, dtype=torch.uint8, device=DEVICE)
+    if DEVICE == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        _device.tree_digests_into(tensors, list(outs[:-1]))
+    finally:
+        if DEVICE == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+    got = outs.cpu()
+    for i, t in enumerate(tensors):
+        want = expected_digest(reference_bytes(t.resolve_conj()))
+        assert bytes(got[i].tolist()) == want, (i, t.shape, t.dtype)
+    assert (got[-1] == 0xAB).all()  # nothing written past the outs
+    _device.tree_digests_into([], [])  # nothing to do
+    with pytest.raises(ValueError, match="2 tensors but 1 outs"):
+        _device.tree_digests_into(tensors[:2], list(outs[:1]))
+    with pytest.raises(ValueError, match="16 adjacent bytes"):
+        _device.tree_digests_into(tensors[:1], [outs.view(-1)[0:32:2]])
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: str(d).replace("torch.", ""))

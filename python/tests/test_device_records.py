@@ -134,9 +134,15 @@ def test_device_digests_are_the_host_paths_record_by_record(stats_traces):
             assert d[field] == pytest.approx(h[field], rel=1e-9, abs=1e-12), (h["name"], field)
 
 
-def test_md5_mode_digests_on_the_device_too(tmp_path):
+@pytest.mark.parametrize("batch_bytes", ["step", "record"])
+def test_md5_mode_digests_on_the_device_too(tmp_path, monkeypatch, batch_bytes):
     # One step: its digests are handed over when the writer closes (the stats traces above
-    # also hand step 0's over when step 1 ends).
+    # also hand step 0's over when step 1 ends). Batches of a step (all its snapshots digested
+    # when it ends) and of a record (a batch full at once: digested as it is recorded).
+    from detcheck import _device_records
+
+    if batch_bytes == "record":
+        monkeypatch.setattr(_device_records, "_BATCH_BYTES", 1)
     host = train(tmp_path / "host", device_digests=False, mode="md5", steps=1)
     device = train(tmp_path / "device", device_digests=True, mode="md5", steps=1)
     assert [key(r) for r in device] == [key(r) for r in host]

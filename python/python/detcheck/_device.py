@@ -57,6 +57,7 @@ Limits
 import contextlib
 import math
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -207,21 +208,30 @@ def _padded_words(chunk_ptr, chunk_len, block_pos, is_final_block, mask):
     )
 
 
-@triton.jit(do_not_specialize=["n_bytes", "n_chunks"])
-def _md5_chunks_kernel(src_ptr, dst_ptr, n_bytes, n_chunks, CHUNKS: tl.constexpr):
-    """dst[16 i : 16 i + 16] = md5(src[4096 i : min(4096 (i + 1), n_bytes)]) for every chunk i
-    < n_chunks (one chunk of length 0 when n_bytes is 0).
+@triton.jit(do_not_specialize=["n_programs"])
+def _md5_chunks_kernel(table_ptr, n_programs, CHUNKS: tl.constexpr):
+    """Hashes up to CHUNKS consecutive 4096-byte chunks of one buffer. Program ``pid`` reads its
+    row of ``table`` (int64, three columns of ``n_programs``: ``src``, ``n_bytes``, ``dst``, the
+    first two and the last addresses): ``dst[16 i : 16 i + 16] = md5(src[4096 i : min(4096
+    (i + 1), n_bytes)])`` for every chunk ``i < min(CHUNKS, ceil(n_bytes / 4096))``, and one
+    chunk of length 0 when ``n_bytes`` is 0.
 
-    Lanes are chunks: this program hashes chunks [CHUNKS * pid, CHUNKS * (pid + 1)) side by
-    side, each lane walking its chunk's 64-byte blocks in order. ``src_ptr`` must be 4-byte
-    aligned (full blocks are read as uint32 words); ``dst_ptr`` need not be (bytes are stored
-    one by one, 16 per chunk, which is nothing next to the 4096 read)."""
-    chunk = tl.program_id(0).to(tl.int64) * CHUNKS + tl.arange(0, CHUNKS)
-    is_chunk = chunk < n_chunks
-    chunk_start = chunk * _CHUNK
+    One launch hashes many buffers (every record of a batch, one level of their trees): what
+    costs is the launch and a chunk's 65 dependent block steps, not the bytes, so a record
+    alone would pay both for its 16 bytes of digest. Lanes are chunks, each walking its chunk's
+    64-byte blocks in order. ``src`` must be 4-byte aligned (full blocks are read as uint32
+    words); ``dst`` need not be (bytes are stored one by one, 16 per chunk, which is nothing
+    next to the 4096 read)."""
+    pid = tl.program_id(0)
+    src_addr = tl.load(table_ptr + pid)
+    n_bytes = tl.load(table_ptr + n_programs + pid)
+    dst_addr = tl.load(table_ptr + 2 * n_programs + pid)
+    lane = tl.arange(0, CHUNKS).to(tl.int64)
+    chunk_start = lane * _CHUNK
+    is_chunk = (chunk_start < n_bytes) | (lane == 0)
     # Bytes in each lane's chunk (0 for lanes past the end, whose stores are masked off).
     chunk_len = tl.minimum(tl.maximum(n_bytes - chunk_start, 0), _CHUNK).to(tl.int32)
-    chunk_ptr = src_ptr + chunk_start
+    chunk_ptr = src_addr.to(tl.pointer_type(tl.uint8)) + chunk_start
 
     a = tl.full([CHUNKS], 0x67452301, tl.uint32)
     b = tl.full([CHUNKS], 0xEFCDAB89, tl.uint32)
@@ -233,8 +243,7 @@ def _md5_chunks_kernel(src_ptr, dst_ptr, n_bytes, n_chunks, CHUNKS: tl.constexpr
     # their blocks are done. The loop runs as long as the program's longest lane, its first
     # (computed as a scalar: no cross-lane reduction).
     full_blocks = chunk_len // 64
-    first_chunk_start = tl.program_id(0).to(tl.int64) * (CHUNKS * _CHUNK)
-    most_full_blocks = tl.minimum(tl.maximum(n_bytes - first_chunk_start, 0), _CHUNK) // 64
+    most_full_blocks = tl.minimum(tl.maximum(n_bytes, 0), _CHUNK) // 64
     for block in range(0, most_full_blocks):
         in_block = block < full_blocks
         words = _aligned_words((chunk_ptr + block * 64).to(tl.pointer_type(tl.uint32)), in_block)
@@ -258,7 +267,7 @@ def _md5_chunks_kernel(src_ptr, dst_ptr, n_bytes, n_chunks, CHUNKS: tl.constexpr
         d = tl.where(in_block, tl.add(d, dd, sanitize_overflow=False), d)
 
     # The digest is a, b, c, d, each little-endian.
-    digest_ptr = dst_ptr + chunk * 16
+    digest_ptr = dst_addr.to(tl.pointer_type(tl.uint8)) + lane * 16
     for k in tl.static_range(4):
         shift = 8 * k
         tl.store(digest_ptr + k, ((a >> shift) & 0xFF).to(tl.uint8), mask=is_chunk)
@@ -416,17 +425,84 @@ def _on(device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _chunk_count(n_bytes):
-    return max(1, -(-n_bytes // CHUNK_BYTES))
+#: Bytes of a buffer hashed by one program of the digest kernel.
+_PROGRAM_BYTES = CHUNK_BYTES * DIGEST_CHUNKS_PER_PROGRAM
 
 
-def _hash_chunks(src, n_bytes, dst):
-    n_chunks = _chunk_count(n_bytes)
-    grid = (triton.cdiv(n_chunks, DIGEST_CHUNKS_PER_PROGRAM),)
-    _md5_chunks_kernel[grid](
-        src, dst, n_bytes, n_chunks, CHUNKS=DIGEST_CHUNKS_PER_PROGRAM,
-        num_warps=_DIGEST_NUM_WARPS,
-    )  # fmt: skip
+def _digest_levels(addresses, sizes, finals, scratch):
+    """The digest kernel's table for every level of the trees of buffers at ``addresses`` (int64
+    arrays, bytes) of ``sizes`` whose digests go to ``finals``: a list of ``(src, n_bytes, dst)``
+    arrays, one row per program, a level per entry. A buffer of at most 4096 bytes is hashed into
+    its final place; a longer one into ``scratch(n)`` (a new device buffer of n bytes, returned
+    by address), whose chunk digests are the buffer of the next level."""
+    levels = []
+    while addresses.size:
+        chunks = np.maximum(1, -(-sizes // CHUNK_BYTES))
+        final = sizes <= CHUNK_BYTES
+        programs = -(-chunks // DIGEST_CHUNKS_PER_PROGRAM)
+        owner = np.repeat(np.arange(addresses.size), programs)
+        index = np.arange(owner.size) - (np.cumsum(programs) - programs)[owner]
+        # The digests of the longer buffers' chunks, one after another in one scratch buffer.
+        inner_chunks = np.where(final, 0, chunks)
+        total = int(inner_chunks.sum())
+        base = np.cumsum(inner_chunks) - inner_chunks
+        if total:
+            base = base * 16 + scratch(16 * total)
+        dst = np.where(
+            final[owner], finals[owner], base[owner] + index * (16 * DIGEST_CHUNKS_PER_PROGRAM)
+        )
+        levels.append(
+            (addresses[owner] + index * _PROGRAM_BYTES, sizes[owner] - index * _PROGRAM_BYTES, dst)
+        )
+        inner = ~final
+        addresses, sizes, finals = base[inner], 16 * chunks[inner], finals[inner]
+    return levels
+
+
+def tree_digests_into(tensors, outs) -> None:
+    """Write the tree digest of each tensor of ``tensors`` into the ``out`` beside it (uint8, 16
+    contiguous elements, on the tensors' device, which must be one device). One launch per
+    level of the deepest tree, whatever the number of tensors (a 4 KiB record has one level, a
+    1 GiB record four): the launches and each chunk's chain of block steps are paid once for
+    the batch, not once a record. No host synchronisation: the table of addresses goes to the
+    device through pinned memory, on the current stream."""
+    datas = [canonical_bytes(t) for t in tensors]
+    if len(datas) != len(outs):
+        raise ValueError(f"tree_digests_into: {len(datas)} tensors but {len(outs)} outs")
+    if not datas:
+        return
+    device = datas[0].device
+    for data, out in zip(datas, outs):
+        if data.device != device:
+            raise ValueError(f"tree_digests_into: tensors on {device} and on {data.device}")
+        _check_out(out, torch.uint8, 16, data, "tree_digests_into")
+        if not out.is_contiguous():
+            raise ValueError("tree_digests_into needs each `out` to be 16 adjacent bytes")
+    scratch = []
+
+    def allocate(n_bytes):
+        scratch.append(torch.empty(n_bytes, dtype=torch.uint8, device=device))
+        return scratch[-1].data_ptr()
+
+    with _on(device):
+        levels = _digest_levels(
+            np.array([d.data_ptr() for d in datas], dtype=np.int64),
+            np.array([d.numel() for d in datas], dtype=np.int64),
+            np.array([o.data_ptr() for o in outs], dtype=np.int64),
+            allocate,
+        )
+        table = torch.from_numpy(np.concatenate([np.concatenate(level) for level in levels]))
+        if device.type == "cuda":
+            table = table.pin_memory().to(device, non_blocking=True)
+        offset = 0
+        for src, _, _ in levels:
+            _md5_chunks_kernel[(src.size,)](
+                table[offset:], src.size, CHUNKS=DIGEST_CHUNKS_PER_PROGRAM,
+                num_warps=_DIGEST_NUM_WARPS,
+            )  # fmt: skip
+            offset += 3 * src.size
+    # `datas`, `scratch` and `table` go back to the allocator now: on the stream the kernels
+    # were queued on, so no later work reuses them before the kernels are done.
 
 
 def tree_digest_into(t: torch.Tensor, out: torch.Tensor) -> None:
@@ -438,13 +514,7 @@ def tree_digest_into(t: torch.Tensor, out: torch.Tensor) -> None:
     # The final level writes straight into `out` (byte stores: any address will do) unless its
     # 16 bytes are not adjacent.
     final = out if out.is_contiguous() else torch.empty(16, dtype=torch.uint8, device=out.device)
-    n_bytes = data.numel()
-    with _on(data.device):
-        while n_bytes > CHUNK_BYTES:
-            digests = torch.empty(16 * _chunk_count(n_bytes), dtype=torch.uint8, device=data.device)
-            _hash_chunks(data, n_bytes, digests)
-            data, n_bytes = digests, digests.numel()
-        _hash_chunks(data, n_bytes, final)
+    tree_digests_into([data], [final])
     if final is not out:
         out.copy_(final.view(out.shape))
 

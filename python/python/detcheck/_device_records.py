@@ -4,14 +4,20 @@
 of a tensor that Triton can run on (a CUDA tensor; a CPU tensor under ``TRITON_INTERPRET=1``)
 costs no host copy and no synchronisation. On a GPU, the hook takes a snapshot of the tensor on
 its own stream (a device copy, at memory bandwidth: nothing later on that stream can change the
-snapshot, in place or not), and ``detcheck._device`` computes the snapshot's tree digest (and, in
-stats mode, its statistics' totals) on a digest stream of detcheck's that waits for the copy,
-into a slot of a device buffer; the snapshot's memory goes back to PyTorch's allocator once the
-digest stream is done with it (``record_stream``). Why a second stream: md5 is a chain of
-64-byte blocks, so a chunk's digest takes 65 dependent block steps in one GPU thread (tens of
+snapshot, in place or not). Snapshots are digested in batches: when the step ends, or sooner
+once a batch holds ``_BATCH_BYTES`` of snapshots, ``detcheck._device`` computes the batch's tree
+digests (one launch a level of the deepest tree, ``tree_digests_into``; in stats mode also each
+snapshot's statistics' totals) on a digest stream of detcheck's that waits for the copies, into
+slots of a device buffer; a snapshot's memory goes back to PyTorch's allocator once the digest
+stream is done with it (``record_stream``). Why a second stream: md5 is a chain of 64-byte
+blocks, so a chunk's digest takes 65 dependent block steps in one GPU thread (tens of
 microseconds) however many threads run; on the program's stream every record would hold the
-step that long, on the digest stream it overlaps the program's kernels. On the CPU (Triton's
-interpreter, for tests) there are no streams: the kernels run in place, in order. When the step
+step that long, on the digest stream it overlaps the program's kernels. Why batches: digested
+one by one, a GPT-2 step's ~450 records queued ~1,000 such launches on the digest stream, 80 ms
+of chains behind a 36 ms step (3.1x, measured on an H200); batched, a step pays a few chains
+(docs/benchmarks.md). On the CPU (Triton's
+interpreter, for tests) the same snapshots and batches are digested in place, in order, with no
+streams. When the step
 ends (``end_step``) one copy per device takes the step's slots to pinned host memory on the
 digest stream, behind an event; the records are filled one step late, when the next step ends
 (or at ``drain``), after that event, so the host never waits for the step it has just launched.
@@ -34,8 +40,10 @@ path.
 Limits: the snapshot is taken on the stream current when the hook runs; work that another
 stream does on the tensor without waiting (a program's own side streams) is the program's race,
 as it would be for any reader. A snapshot costs the tensor's size in device memory until the
-digest stream has read it, and twice its size in memory traffic. Slots are double-buffered, so
-one step's buffers are read while the next step writes the other set.
+digest stream has read it, and twice its size in memory traffic: a batch holds at most
+``_BATCH_BYTES`` of snapshots (a larger record is a batch of its own) beside those the digest
+stream is still reading. Slots are double-buffered, so one step's buffers are read while the
+next step writes the other set.
 """
 
 import torch
@@ -44,6 +52,20 @@ from . import _arrays
 
 #: Slots per device buffer block (grown block by block as a step records more).
 _BLOCK = 256
+#: Bytes of snapshots a batch holds before it is digested (device memory held for them).
+_BATCH_BYTES = 256 << 20
+
+
+class _Batch:
+    """One device's snapshots not yet digested: the snapshots, their slots' digest and totals
+    rows, their bytes, and the streams they were copied on (by handle)."""
+
+    def __init__(self):
+        self.snapshots = []
+        self.digests = []
+        self.totals = []
+        self.bytes = 0
+        self.streams = {}
 
 
 class _Slots:
@@ -101,6 +123,8 @@ class DeviceRecords:
         self._slots = {}
         #: The digest stream of each CUDA device.
         self._streams = {}
+        #: Each CUDA device's snapshots waiting to be digested.
+        self._batches = {}
         self._parity = 0
         #: The previous step's records and their host copies, waiting for their events.
         self._in_flight = None
@@ -134,25 +158,47 @@ class DeviceRecords:
         slots = self._slots_of(tensor.device)
         digest, totals = slots.take()
         self._queue.append((token, slots, slots.used - 1))
-        if tensor.device.type == "cpu":
-            self._digest(tensor, digest, totals)
-            return
         snapshot = tensor.clone(memory_format=torch.contiguous_format)
-        stream = self._stream_of(tensor.device)
-        stream.wait_stream(torch.cuda.current_stream(tensor.device))
-        with torch.cuda.stream(stream):
-            self._digest(snapshot, digest, totals)
-        snapshot.record_stream(stream)
+        batch = self._batches.get(tensor.device)
+        if batch is None:
+            batch = self._batches[tensor.device] = _Batch()
+        batch.snapshots.append(snapshot)
+        batch.digests.append(digest)
+        batch.totals.append(totals)
+        batch.bytes += snapshot.numel() * snapshot.element_size()
+        if tensor.device.type == "cuda":
+            stream = torch.cuda.current_stream(tensor.device)
+            batch.streams.setdefault(stream.cuda_stream, stream)
+        if batch.bytes >= _BATCH_BYTES:
+            self._digest_batch(tensor.device)
 
-    def _digest(self, tensor, digest, totals):
-        self._device.tree_digest_into(tensor, digest)
+    def _digest_batch(self, device):
+        """Queues the digests of ``device``'s batch on its digest stream, behind the copies (on
+        the CPU, Triton's interpreter: computes them)."""
+        batch = self._batches.pop(device)
+        if device.type == "cpu":
+            self._digest(batch)
+            return
+        stream = self._stream_of(device)
+        for program_stream in batch.streams.values():
+            stream.wait_stream(program_stream)
+        with torch.cuda.stream(stream):
+            self._digest(batch)
+        for snapshot in batch.snapshots:
+            snapshot.record_stream(stream)
+
+    def _digest(self, batch):
+        self._device.tree_digests_into(batch.snapshots, batch.digests)
         if self._stats:
-            self._device.stats_totals_into(tensor, totals)
+            for snapshot, totals in zip(batch.snapshots, batch.totals):
+                self._device.stats_totals_into(snapshot, totals)
 
     def end_step(self):
         """The step's records are all given: starts their copies to the host, and fills the
         previous step's places in the writer (their copies are done by now)."""
         self._finish_in_flight()
+        for device in list(self._batches):
+            self._digest_batch(device)
         if not self._queue:
             return
         copies = {}
