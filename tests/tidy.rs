@@ -345,7 +345,7 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 28] = [
+const PYTHON_LAYERS: [&str; 29] = [
     "_contract",
     "_arrays",
     "_settings",
@@ -371,6 +371,7 @@ const PYTHON_LAYERS: [&str; 28] = [
     "_startup",
     "hf",
     "lightning",
+    "replay",
     "pytest_plugin",
     "__main__",
     "__init__",

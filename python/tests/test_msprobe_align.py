@@ -72,8 +72,8 @@ print(json.dumps(rows))
 """
 
 
-def msprobe_dump(folder, task, flags):
-    """Runs the program under msprobe's PrecisionDebugger (level mix, every step and rank)."""
+def msprobe_dump(folder, task, flags, program=PROGRAM, level="mix", steps=STEPS):
+    """Runs the program under msprobe's PrecisionDebugger (every step and rank)."""
     config = folder.with_suffix(".json")
     config.write_text(
         json.dumps(
@@ -82,14 +82,14 @@ def msprobe_dump(folder, task, flags):
                 "dump_path": str(folder),
                 "rank": [],
                 "step": [],
-                "level": "mix",
+                "level": level,
                 task: {"scope": [], "list": [], "data_mode": ["all"]}
                 | ({"summary_mode": "statistics"} if task == "statistics" else {}),
             }
         )
     )
     done = subprocess.run(
-        [MSPROBE_PYTHON, str(PROGRAM), *STEPS, *flags, "--msprobe-config", str(config)],
+        [MSPROBE_PYTHON, str(program), *steps, *flags, "--msprobe-config", str(config)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -360,3 +360,68 @@ def test_gross_error_flagged_by_both(compared, dumps):
         culprit = alignment["culprit"]
         assert module_of(culprit["name"], construct) == "blocks.1.up", (task, culprit)
         assert culprit["verdict"] == "error", culprit
+
+
+# `python -m detcheck.replay`: A's calls run again on B's recorded inputs (docs/align.md,
+# "Replay"). msprobe_replay.py's "device a" calls GELU with approximate="tanh".
+REPLAY_PROGRAM = PROGRAMS / "align" / "msprobe_replay.py"
+
+
+@pytest.fixture(scope="module")
+def replay_dumps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("replay")
+    runs = {"reference": [], "tanh": ["--approximate", "tanh"]}
+    return {
+        run: msprobe_dump(root / run, "tensor", flags, REPLAY_PROGRAM, "L1", [])
+        for run, flags in runs.items()
+    }
+
+
+def replay(detcheck_bin, *args):
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-m", "detcheck.replay", "--format", "json", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ | {"DETCHECK_BIN": str(detcheck_bin)},
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    return done.returncode, lines, done.stderr
+
+
+def test_replay_names_the_call_whose_error_is_its_own(replay_dumps, detcheck_bin, tmp_path):
+    code, (line,), log = replay(
+        detcheck_bin, replay_dumps["tanh"], replay_dumps["reference"], "--out", tmp_path / "r"
+    )
+    assert code == 1 and "replayed 5 calls" in log, log
+    alignment = line["alignment"]
+    assert alignment["culprit"]["name"] == "Functional.gelu.0.forward.output.0", alignment
+    assert alignment["culprit"]["blame"] == "own" and alignment["culprit"]["excess"] > 16
+    # Replayed on B's inputs, the calls after the GELU give B's outputs: nothing inherits, the
+    # one error is the GELU's (compare --align A B, whose inputs differ, blames them as
+    # inherited).
+    assert alignment["counts"] == [12, 0, 1], alignment["counts"]
+    kept = sorted(p.name for p in (tmp_path / "r" / "step0" / "rank0").iterdir())
+    assert kept == ["dump.json", "dump_tensor_data"], kept
+    direct = align(detcheck_bin, replay_dumps["tanh"], replay_dumps["reference"])
+    assert direct["counts"][2] > 1, direct["counts"]  # the errors its successors inherit
+
+
+def test_replay_of_the_reference_on_itself_is_aligned(replay_dumps, detcheck_bin):
+    code, (line,), log = replay(detcheck_bin, replay_dumps["reference"], replay_dumps["reference"])
+    assert code == 0 and line["aligned"], log
+
+
+def test_replay_says_what_it_cannot_replay(dumps, replay_dumps, detcheck_bin, tmp_path):
+    # msprobe's statistics mode holds no tensors to call again with; a folder that is no dump.
+    code, lines, log = replay(
+        detcheck_bin, dumps["gelu", "statistics"], dumps["reference", "statistics"]
+    )
+    assert code == 2 and lines == [] and "task `statistics`" in log, log
+    code, lines, log = replay(detcheck_bin, tmp_path, replay_dumps["reference"])
+    assert code == 2 and "no step<N>/rank<M>/dump.json" in log, log
+    # Module calls are listed as not replayed, with why (the mix-level dumps of the GELU pair).
+    code, lines, log = replay(detcheck_bin, dumps["gelu", "tensor"], dumps["reference", "tensor"])
+    assert code == 0 and "replayed 37 calls" in log and "not replayed: 19 module calls" in log, log
