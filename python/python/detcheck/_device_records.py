@@ -15,11 +15,10 @@ microseconds) however many threads run; on the program's stream every record wou
 step that long, on the digest stream it overlaps the program's kernels. Why batches: digested
 one by one, a GPT-2 step's ~450 records queued ~1,000 such launches on the digest stream, 80 ms
 of chains behind a 36 ms step (3.1x, measured on an H200); batched, a step pays a few chains
-(docs/benchmarks.md). On the CPU (Triton's
-interpreter, for tests) the same snapshots and batches are digested in place, in order, with no
-streams. When the step
-ends (``end_step``) one copy per device takes the step's slots to pinned host memory on the
-digest stream, behind an event; the records are filled one step late, when the next step ends
+(docs/benchmarks.md). On the CPU (Triton's interpreter, for tests) the same snapshots and
+batches are digested in place, in order, with no streams. When the step ends (``end_step``) one
+copy per device takes the step's slots to pinned host memory on the digest stream, behind an
+event; the records are filled one step late, when the next step ends
 (or at ``drain``), after that event, so the host never waits for the step it has just launched.
 
 Order: each device record holds its place in the writer at once (``TraceWriter._record_later``
@@ -123,7 +122,7 @@ class DeviceRecords:
         self._slots = {}
         #: The digest stream of each CUDA device.
         self._streams = {}
-        #: Each CUDA device's snapshots waiting to be digested.
+        #: Each device's snapshots waiting to be digested.
         self._batches = {}
         self._parity = 0
         #: The previous step's records and their host copies, waiting for their events.
