@@ -16,8 +16,9 @@ PrecisionDebugger at level mix in its tensor and statistics modes, and recorded 
   tensor mode) and first flags another module, while detcheck names the GELU as the first
   culprit; on the gross pair both flag the up projection first;
 - msprobe's statistics and tensor dumps and detcheck's own traces of the same runs give detcheck
-  the same verdict and the same culprit module (but for the GELU pair's mix tensor dumps:
-  KNOWN_LIMIT below, an expected failure).
+  the same verdict and the same culprit module;
+- `python -m detcheck.replay` on msprobe_replay.py's dumps (level L1): the GELU called with
+  another argument is the one call whose replay on the reference's inputs is not aligned.
 
 Skips where no interpreter imports msprobe; fails instead where DETCHECK_REQUIRE_MSPROBE is set
 (.ci/run's msprobe section).
@@ -25,6 +26,7 @@ Skips where no interpreter imports msprobe; fails instead where DETCHECK_REQUIRE
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -378,8 +380,6 @@ def replay_dumps(tmp_path_factory):
 
 
 def replay(detcheck_bin, *args):
-    import os
-
     done = subprocess.run(
         [sys.executable, "-m", "detcheck.replay", "--format", "json", *map(str, args)],
         capture_output=True,
