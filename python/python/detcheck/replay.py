@@ -163,7 +163,7 @@ def statistics(t) -> dict[str, Any]:
     import torch
 
     entry = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
-    if t.numel() and (t.is_floating_point() or not t.is_complex()):
+    if t.numel() and not t.is_complex():
         f = t.detach().double()
         entry |= {
             "Max": f.max().item(),
@@ -174,11 +174,11 @@ def statistics(t) -> dict[str, Any]:
     return entry
 
 
-def replay_call(a_call, b_call, b_folder, device):
+def replay_call(name, a_call, b_call, b_folder, device):
     """The call run again with B's tensors and A's other arguments: its tensor outputs."""
     import torch
 
-    function = resolve(a_call["name"])
+    function = resolve(name)
     a_args, b_args = a_call.get("input_args", []), b_call.get("input_args", [])
     if len(a_args) != len(b_args):
         raise NotReplayable("the runs pass it different arguments")
@@ -225,7 +225,7 @@ def replay(a_root: Path, b_root: Path, out: Path, device: str) -> tuple[int, lis
             if not name.endswith(".forward"):
                 continue  # a backward, or a module's parameters' gradients
             try:
-                outputs = replay_call({"name": name, **a_call}, b_call, b_folder, device)
+                outputs = replay_call(name, a_call, b_call, b_folder, device)
             except NotReplayable as why:
                 skipped.append(f"{step}/{rank} {name}: {why}")
                 continue
