@@ -30,9 +30,10 @@ mod buffer;
 mod worker;
 
 use buffer::Buffer;
+use detcheck::file::capture::read_window_inputs;
 use detcheck::file::{
-    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, Launch, RankFiles,
-    RecorderPlan, TraceWriter as RustWriter, ERROR_FILE_MAGIC,
+    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, InsideRequest, Launch,
+    RankFiles, RecorderPlan, TraceWriter as RustWriter, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
 use detcheck::value::{tree_digest, DType, Placement, Stats, TensorView, Totals, ViewError};
@@ -178,12 +179,13 @@ fn operator_record_name(
     ))
 }
 
-/// `window/in{index}` or `window/grad_out{index}` (`kind`), the operator trace's window inputs.
+/// `window/in{index}`, `window/grad_out{index}` or `window/out{index}` (`kind`): the operator
+/// trace's window inputs, and its outputs (`detcheck run --inside`).
 #[pyfunction]
 fn window_record_name(kind: &str, index: u32) -> PyResult<String> {
     detcheck::compare::window_record_name(kind, index).ok_or_else(|| {
         PyValueError::new_err(format!(
-            "window_record_name: kind {kind:?} is neither 'in' nor 'grad_out'"
+            "window_record_name: kind {kind:?} is none of 'in', 'grad_out' and 'out'"
         ))
     })
 }
@@ -938,6 +940,35 @@ fn capture_request() -> PyResult<Option<CaptureRequest>> {
     }))
 }
 
+/// What `detcheck run --inside` asks of the operator trace (`DETCHECK_CAPTURE_OPS`, read by
+/// `detcheck::file::InsideRequest::from_env`): `None` for the check's drill-down (statistics
+/// only), else `(replay_from,)`: the folder whose window inputs replace the module's (`None`:
+/// its own inputs).
+#[pyfunction]
+fn inside_request() -> Option<(Option<PathBuf>,)> {
+    InsideRequest::from_env().map(|inside| (inside.replay_from,))
+}
+
+/// One replayed input as Python sees it: `(j, dtype, shape, bytes)`.
+type ReplayInput = (u32, &'static str, Vec<usize>, Vec<u8>);
+
+/// The window inputs of step `step` of another run's `--inside` trace in `folder`
+/// (`detcheck::file::capture::read_window_inputs`), by `j`: `(j, dtype, shape, bytes)`, the
+/// dtype as `supported_dtypes` names it, the bytes little-endian; a `DetcheckError` naming the
+/// file when they cannot be read.
+#[pyfunction]
+fn replay_inputs(folder: PathBuf, step: u64) -> PyResult<Vec<ReplayInput>> {
+    let inputs = read_window_inputs(&folder, step)
+        .map_err(|e| DetcheckError::new_err(e.to_string()))?;
+    Ok(inputs
+        .into_iter()
+        .map(|(j, tensor)| {
+            let bytes = tensor.with_view(|v| v.bytes().to_vec());
+            (j, python_dtype_name(tensor.dtype()), tensor.shape().to_vec(), bytes)
+        })
+        .collect())
+}
+
 /// The tree digest of `data`'s bytes (any object with a buffer: `bytes`, a numpy array): the
 /// digest every record carries (`detcheck::value::tree_digest`; plain md5 up to 4 KiB), which
 /// `detcheck/_device.py` computes on a GPU.
@@ -967,6 +998,8 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(tensor_digest, m)?)?;
     m.add_function(wrap_pyfunction!(capture_request, m)?)?;
+    m.add_function(wrap_pyfunction!(inside_request, m)?)?;
+    m.add_function(wrap_pyfunction!(replay_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(supported_dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(operator_record_name, m)?)?;
     m.add_function(wrap_pyfunction!(window_record_name, m)?)?;

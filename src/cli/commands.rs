@@ -17,12 +17,14 @@ use detcheck::compare::curves::{
 use detcheck::compare::{
     compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, RecordSummary,
 };
-use detcheck::file::{write_atomically, DumpMode};
-use detcheck::run::dump_scenario;
+use detcheck::file::capture::read_window_inputs;
+use detcheck::file::{write_atomically, Capture, DumpMode, InsideRequest};
+use detcheck::run::{dump_inside, dump_scenario};
 use detcheck::scenario::limits::MAX_WORKERS;
-use detcheck::scenario::RunPlan;
+use detcheck::scenario::{Program, RunPlan};
 use detcheck::value::{ExactF64, Stats};
 use detcheck::{check::ScenarioReport, CheckOptions, LoadedScenario};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -113,6 +115,75 @@ pub(crate) fn run(
     if let Some(to) = &plan.checkpoint_to {
         outln!(o, "checkpoint of step {end} in {}", to.display());
     }
+    Ok(Exit::Ok)
+}
+
+/// `detcheck run --dump DIR --inside RECORD [--replay REF] -- PROGRAM`.
+pub(crate) fn run_inside(
+    scenario: LoadedScenario,
+    dir: &Path,
+    capture: &Capture,
+    inside: &InsideRequest,
+    perturb: Option<usize>,
+    options: &CheckOptions,
+    plan: &RunPlan,
+) -> Result<Exit, CliError> {
+    let refuse = |flag: &str| {
+        CliError::Invalid(format!(
+            "{flag}: not with --inside (it traces one module of one plain run)"
+        ))
+    };
+    if !matches!(scenario.program, Program::Command(_)) {
+        return Err(CliError::Invalid(
+            "--inside: traces the operators of a Python program recorded by detcheck's start-up \
+             hook or `detcheck.torch.watch`; give it after `--`"
+                .to_owned(),
+        ));
+    }
+    if perturb.is_some() {
+        return Err(refuse("--perturb"));
+    }
+    if plan.checkpoint_to.is_some() || plan.resume_from.is_some() {
+        return Err(refuse("--checkpoint/--resume"));
+    }
+    if !capture.name.starts_with("fwd/") {
+        return Err(CliError::Invalid(format!(
+            "--inside {}: give a forward record of a module, `fwd/<module>` (the operators of \
+             a backward or an optimizer step are traced by `check`'s drill-down)",
+            capture.name
+        )));
+    }
+    if let Some(from) = &inside.replay_from {
+        // Read now, so that a wrong folder is said before the program runs.
+        read_window_inputs(from, capture.step)
+            .map_err(|e| CliError::Invalid(format!("--replay {}: {e}", from.display())))?;
+    }
+    let trace = dump_inside(&scenario, dir, capture, inside, options, plan)?;
+    let records = trace.ranks.first().map_or(&[][..], |r| &r.records[..]);
+    let calls: BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| r.name.strip_prefix("op/")?.split('/').next())
+        .collect();
+    let mut o = Out(String::new());
+    outln!(
+        o,
+        "wrote {}: the operators inside `{}` (step {}, rank {}, call {} of it): {} operator \
+         calls, {} records, full mode{}",
+        dir.display(),
+        capture.name,
+        capture.step,
+        capture.rank,
+        capture.occurrence,
+        calls.len(),
+        records.len(),
+        inside
+            .replay_from
+            .as_ref()
+            .map_or_else(String::new, |from| format!(
+                "; the module ran on the inputs of {}",
+                from.display()
+            ))
+    );
     Ok(Exit::Ok)
 }
 
@@ -550,6 +621,29 @@ pub(crate) fn align(
     Ok(exit)
 }
 
+/// The commands that look inside a culprit module (`run --inside`, `--replay`): which of its
+/// operators makes the error, with the module run on the reference's own inputs.
+fn print_inside_commands(o: &mut Out, c: &AlignedRecord) {
+    let mut at = format!("--inside {} --inside-step {}", c.name, c.step);
+    if c.rank > 0 {
+        let _ = write!(at, " --inside-rank {}", c.rank);
+    }
+    if c.occurrence > 0 {
+        let _ = write!(at, " --inside-occurrence {}", c.occurrence);
+    }
+    outln!(
+        o,
+        "  inside it: which operator, with the module run on B's own inputs (docs/align.md, \
+         \"Inside the culprit\"):"
+    );
+    outln!(o, "    detcheck run --dump B-IN {at} -- <B's program>");
+    outln!(
+        o,
+        "    detcheck run --dump A-IN {at} --replay B-IN -- <A's program>"
+    );
+    outln!(o, "    detcheck compare --align A-IN B-IN");
+}
+
 /// A number of a metric column: `-` when it does not apply.
 fn metric(x: Option<f64>, precision: usize) -> String {
     x.map_or_else(|| "-".to_owned(), |v| format!("{v:.precision$e}"))
@@ -629,6 +723,9 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
                 c.allowance
             ),
         }
+        if let Some(call) = &al.culprit_call {
+            outln!(o, "  operator: {call}");
+        }
         if al.chain_len > 0 {
             let shown = al.chain.len().min(6);
             let more = al.chain_len - shown as u64;
@@ -644,6 +741,9 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
                 al.chain[..shown].join(", ")
             );
         }
+        if c.name.starts_with("fwd/") && al.left.starts_with("detcheck") {
+            print_inside_commands(o, c);
+        }
         let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
         if !others.is_empty() {
             outln!(o, "other records whose error is their own:");
@@ -651,6 +751,9 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
                 outln!(o, "  {r}");
             }
         }
+    }
+    if let Some(part) = &al.operators_part {
+        outln!(o, "operators: {part}");
     }
     for note in &al.notes {
         outln!(o, "note: {note}");
@@ -694,7 +797,7 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
             r.rank,
             clip(&r.name, width),
             r.verdict.to_string(),
-            blame,
+            blame.to_string(),
             if r.excess.is_finite() {
                 format!("{:.1}x", r.excess)
             } else {

@@ -30,7 +30,7 @@ mod report;
 use clap::{Parser, Subcommand};
 use detcheck::comm::pin_settings_for;
 use detcheck::compare::curves::Tolerance;
-use detcheck::file::DumpMode;
+use detcheck::file::{Capture, DumpMode, InsideRequest};
 use detcheck::scenario::{CheckKind, Program, RunPlan, ScenarioError};
 use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
 use exit::{CliError, Exit};
@@ -118,6 +118,25 @@ enum Command {
         /// Resume from the newest checkpoint every rank has in this folder.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
+        /// With a program: dump, instead of its records, the operators inside the module of
+        /// this record (`fwd/<module>`, as `compare --align` names a culprit): the module's
+        /// inputs, every operator's inputs and outputs, and its outputs, in full
+        /// (docs/align.md, "Inside the culprit").
+        #[arg(long, value_name = "RECORD")]
+        inside: Option<String>,
+        /// The step of the `--inside` record (default 0).
+        #[arg(long, value_name = "STEP", requires = "inside")]
+        inside_step: Option<u64>,
+        /// The rank of the `--inside` record (default 0).
+        #[arg(long, value_name = "RANK", requires = "inside")]
+        inside_rank: Option<u32>,
+        /// Which call of the module in that step (default 0: the first).
+        #[arg(long, value_name = "K", requires = "inside")]
+        inside_occurrence: Option<u32>,
+        /// With `--inside`: run the module on the inputs held by another run's `--inside` dump
+        /// (the reference's), so that each difference inside it is this run's own.
+        #[arg(long, value_name = "DIR", requires = "inside")]
+        replay: Option<PathBuf>,
         #[command(flatten)]
         program: ProgramFlags,
     },
@@ -438,6 +457,11 @@ where
             stop_at,
             checkpoint,
             resume,
+            inside,
+            inside_step,
+            inside_rank,
+            inside_occurrence,
+            replay,
             program,
         } => {
             let options = CheckOptions {
@@ -472,6 +496,21 @@ where
                 resume_from: resume,
                 ..RunPlan::default()
             };
+            if let Some(name) = inside {
+                let capture = Capture {
+                    rank: inside_rank.unwrap_or(0),
+                    step: inside_step.unwrap_or(0),
+                    name,
+                    occurrence: inside_occurrence.unwrap_or(0),
+                };
+                let inside = InsideRequest {
+                    replay_from: replay,
+                };
+                return exit::report(commands::run_inside(
+                    scenario, &dump, &capture, &inside, perturb, &options, &plan,
+                ))
+                .code();
+            }
             exit::report(commands::run(
                 scenario, &dump, mode, perturb, &options, &plan,
             ))

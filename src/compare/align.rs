@@ -44,10 +44,12 @@
 //! earlier one is counted as inheriting; a culprit is found surely in the first step where it
 //! acts. Replay of a module on the reference's inputs is not done here.
 
+use super::operator::operator_call;
 use super::{fill_f64, is_evidence, pair_by_occurrence};
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource, TensorReads};
 use crate::file::{open_dump, DumpError};
+use crate::record::Environment;
 use crate::value::digest::Stats;
 use crate::value::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -194,6 +196,9 @@ pub struct AlignedRecord {
     pub seq: u32,
     /// Its name.
     pub name: String,
+    /// Which record of that name in its step (0: the first).
+    #[serde(default)]
+    pub occurrence: u32,
     /// A's dtype and shape (`f32[8,16]`).
     pub left: String,
     /// B's.
@@ -287,6 +292,112 @@ pub struct Alignment {
     /// asks for them (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<AlignedRecord>,
+    /// Where two operator traces of one module (`detcheck run --inside`) first run different
+    /// operators, if they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators_part: Option<OperatorsPart>,
+    /// The first culprit's operator call, when it is a record of an operator trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub culprit_call: Option<OperatorCallText>,
+}
+
+/// One operator call of an operator trace as each side made it: what the tensors do not show
+/// (a `gelu` with `approximate='tanh'`), and the program's line that made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorCallText {
+    /// The call's index in the window.
+    pub index: u32,
+    /// The operator.
+    pub operator: String,
+    /// The module whose forward ran it.
+    pub module: String,
+    /// A's call with its arguments (`site:call:{i}` of `run --inside` traces), and B's.
+    pub calls: [Option<String>; 2],
+    /// Where each program made it (`site:op:{i}`: the program's `file:line`).
+    pub sites: [Option<String>; 2],
+}
+
+impl OperatorCallText {
+    /// The call `index` of `operator` in `module`, as the two environments tell it.
+    fn of(
+        index: u32,
+        operator: &str,
+        module: &str,
+        environments: [Option<&Environment>; 2],
+    ) -> Self {
+        let get =
+            |key: String| environments.map(|e| e.and_then(|e| e.get(&key)).map(str::to_owned));
+        OperatorCallText {
+            index,
+            operator: operator.to_owned(),
+            module: module.to_owned(),
+            calls: get(format!("site:call:{index}")),
+            sites: get(format!("site:op:{index}")),
+        }
+    }
+}
+
+impl OperatorCallText {
+    /// Side `i`'s call (`aten.mul.Tensor(float32[64, 64], ...)`, else the operator) and its
+    /// line.
+    fn side(&self, i: usize) -> String {
+        let call = self.calls[i].as_deref().unwrap_or(&self.operator);
+        match &self.sites[i] {
+            Some(site) => format!("`{call}` at {site}"),
+            None => format!("`{call}`"),
+        }
+    }
+}
+
+impl fmt::Display for OperatorCallText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` (call {} in `{}`)",
+            self.operator, self.index, self.module
+        )?;
+        if self.calls[0] != self.calls[1] || self.sites[0] != self.sites[1] {
+            write!(f, ": A calls {}, B {}", self.side(0), self.side(1))
+        } else {
+            write!(f, ": {}", self.side(0))
+        }
+    }
+}
+
+/// The first call at which two operator traces of one module run different operators: the
+/// module's implementation differs between the runs, so its operators are compared up to that
+/// call and its outputs (`window/out{j}`) as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorsPart {
+    /// The rank.
+    pub rank: u32,
+    /// The step.
+    pub step: u64,
+    /// The call's index in the window.
+    pub call: u32,
+    /// The module whose forward ran the call (on the side that has it).
+    pub module: String,
+    /// A's operator at that call (`(none)` past A's last call).
+    pub left: String,
+    /// B's.
+    pub right: String,
+    /// Operator records of both sides from that call on, not compared.
+    pub skipped: u64,
+    /// A's call and B's there, with their arguments and lines where the traces hold them.
+    pub at: OperatorCallText,
+}
+
+impl fmt::Display for OperatorsPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the operators part at call {} in `{}` (step {} rank {}): A runs `{}`, B `{}`: \
+             the module is computed another way in A; its {} operator records from there on \
+             are not compared, its outputs are",
+            self.call, self.module, self.step, self.rank, self.left, self.right, self.skipped
+        )?;
+        write!(f, " (A {}, B {})", self.at.side(0), self.at.side(1))
+    }
 }
 
 impl Alignment {
@@ -593,6 +704,9 @@ struct RankWalk {
     tainted: bool,
     /// Whether the chain of the rank's first culprit is still being collected.
     chain_open: bool,
+    /// The window inputs of an operator trace (`window/in{j}`) measured, and how many were
+    /// bitwise equal: all of them when A ran the module on B's inputs (`run --replay`).
+    window_inputs: [u64; 2],
     /// The inputs of the call judged last, in msprobe dumps ([`CallInputs`]).
     call: Option<CallInputs>,
 }
@@ -612,9 +726,13 @@ struct CallInputs {
 }
 
 /// Whether `name` is an input or an output record of an msprobe call (an API's,
-/// `Functional.gelu.0.forward.input.0`, or a module's, `Module.fc.Linear.forward.0.output.0`),
-/// and the call's name.
+/// `Functional.gelu.0.forward.input.0`, or a module's, `Module.fc.Linear.forward.0.output.0`)
+/// or of an operator trace's call (`op/0003/blocks.0.act/aten.gelu.default/in0<in0`), and the
+/// call's name.
 fn call_part(name: &str) -> Option<(&str, bool)> {
+    if let Some(record) = operator_call(name) {
+        return Some((record.call, record.input));
+    }
     let (at, input) = match (name.rfind(".input."), name.rfind(".output.")) {
         (Some(i), None) => (i, true),
         (None, Some(o)) => (o, false),
@@ -681,8 +799,11 @@ pub fn align_dumps(
         culprit_index: None,
         notes: Vec::new(),
         records: Vec::new(),
+        operators_part: None,
+        culprit_call: None,
     };
     let mut only = [0u64; 2];
+    let mut replayed = false;
     let mut first_names: [Option<String>; 2] = [None, None];
     let mut stats_basis = 0u64;
     for rank in 0..wa {
@@ -723,6 +844,27 @@ pub fn align_dumps(
                     step_b = sb.next_step(&mut bb)?;
                 }
             }
+        }
+        if let Some(c) = out.culprit.as_ref().filter(|c| c.rank == rank) {
+            if out.culprit_call.is_none() {
+                out.culprit_call = operator_call(&c.name).map(|r| {
+                    OperatorCallText::of(
+                        r.index,
+                        r.operator,
+                        r.module,
+                        [sa.environment(), sb.environment()],
+                    )
+                });
+            }
+        }
+        let [inputs, equal] = walk.window_inputs;
+        if inputs > 0 && inputs == equal && !replayed {
+            replayed = true;
+            out.notes.push(
+                "the module ran on the same inputs on both sides (every `window/in` record is \
+                 bitwise equal: `run --replay`): each difference inside it is A's own"
+                    .to_owned(),
+            );
         }
     }
     if out.num_records == 0 {
@@ -776,24 +918,47 @@ fn align_step(
         }
         pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
     };
+    let parted = if out.operators_part.is_none() {
+        operators_part(rank, step, (ba, sa.names()), (bb, sb.names())).map(|mut part| {
+            part.at = OperatorCallText::of(
+                part.call,
+                &part.left,
+                &part.module,
+                [sa.environment(), sb.environment()],
+            );
+            part
+        })
+    } else {
+        None
+    };
     let floor = out.precision;
     let parameters = calls_with_parameters(&ba.entries, sa.names());
     let mut series = Vec::with_capacity(pairs.len());
+    // An operator record at or after the call where the traces part is counted in `skipped`.
+    let after_part = |name: &str| {
+        parted
+            .as_ref()
+            .is_some_and(|p| operator_call(name).is_some_and(|r| r.index >= p.call))
+    };
     for (i, j) in pairs {
         let (i, j) = match (i, j) {
             (Some(i), Some(j)) => (i, j),
-            (Some(_), None) => {
-                only[0] += 1;
+            (Some(i), None) => {
+                only[0] += u64::from(!after_part(&sa.names()[ba.entries[i].name as usize]));
                 continue;
             }
-            _ => {
-                only[1] += 1;
+            (_, j) => {
+                let j = j.unwrap_or_default();
+                only[1] += u64::from(!after_part(&sb.names()[bb.entries[j].name as usize]));
                 continue;
             }
         };
         let (x, y) = (&ba.entries[i], &bb.entries[j]);
         let name = sa.names()[x.name as usize].clone();
         if is_evidence(&name) {
+            continue;
+        }
+        if after_part(&name) {
             continue;
         }
         let with_parameters = call_part(&name).is_some_and(|(call, _)| parameters.contains(call));
@@ -860,7 +1025,11 @@ fn align_step(
                 },
             }
         };
-        let record = judge(
+        if name.starts_with("window/in") {
+            walk.window_inputs[0] += 1;
+            walk.window_inputs[1] += u64::from(measure.error == 0.0 && measure.note.is_none());
+        }
+        let mut record = judge(
             rank,
             step,
             x.seq,
@@ -899,6 +1068,8 @@ fn align_step(
                     .as_ref()
                     .is_none_or(|c| (step, record.seq, rank) < (c.step, c.seq, c.rank));
                 if earlier {
+                    let occurrence = ba.entries[..i].iter().filter(|e| e.name == x.name).count();
+                    record.occurrence = u32::try_from(occurrence).unwrap_or(u32::MAX);
                     out.culprit_index = Some((out.series.len(), series.len() - 1));
                     out.culprit = Some(record.clone());
                     out.chain.clear();
@@ -927,7 +1098,71 @@ fn align_step(
         rank,
         excess: series,
     });
+    if parted.is_some() {
+        out.operators_part = parted;
+    }
     Ok(())
+}
+
+/// Where the operator traces of one step (`op/{i}/...` records, `detcheck run --inside`) first
+/// run different operators: the first call, in call order, whose index or operator differs
+/// between the sides, or that one side lacks; `None` when the records are no operator trace or
+/// the calls agree.
+fn operators_part(
+    rank: u32,
+    step: u64,
+    (ba, na): (&Batch, &[String]),
+    (bb, nb): (&Batch, &[String]),
+) -> Option<OperatorsPart> {
+    let calls = |batch: &Batch, names: &[String]| {
+        let mut calls: Vec<(u32, String, String)> = Vec::new();
+        for e in &batch.entries {
+            if let Some(r) = operator_call(&names[e.name as usize]) {
+                if calls.last().is_none_or(|c| c.0 != r.index) {
+                    calls.push((r.index, r.operator.to_owned(), r.module.to_owned()));
+                }
+            }
+        }
+        calls
+    };
+    let (ca, cb) = (calls(ba, na), calls(bb, nb));
+    let k = (0..ca.len().max(cb.len())).find(|&k| match (ca.get(k), cb.get(k)) {
+        (Some(x), Some(y)) => (x.0, &x.1) != (y.0, &y.1),
+        _ => true,
+    })?;
+    let call = match (ca.get(k), cb.get(k)) {
+        (Some(x), Some(y)) => x.0.min(y.0),
+        (x, y) => x.or(y).map_or(0, |c| c.0),
+    };
+    let at = |calls: &[(u32, String, String)]| calls.get(k).filter(|c| c.0 == call).cloned();
+    let (a, b) = (at(&ca), at(&cb));
+    let module = a
+        .as_ref()
+        .or(b.as_ref())
+        .map_or_else(String::new, |c| c.2.clone());
+    let operator =
+        |c: Option<(u32, String, String)>| c.map_or_else(|| "(none)".to_owned(), |c| c.1);
+    let skipped = [(ba, na), (bb, nb)]
+        .iter()
+        .map(|(batch, names)| {
+            batch
+                .entries
+                .iter()
+                .filter(|e| operator_call(&names[e.name as usize]).is_some_and(|r| r.index >= call))
+                .count() as u64
+        })
+        .sum();
+    let (left, right) = (operator(a), operator(b));
+    Some(OperatorsPart {
+        rank,
+        step,
+        call,
+        at: OperatorCallText::of(call, &left, &module, [None, None]),
+        module,
+        left,
+        right,
+        skipped,
+    })
 }
 
 /// The verdict and blame of one measured pair, and the walk moved past it.
@@ -1018,6 +1253,7 @@ fn judge(
         rank,
         seq,
         name,
+        occurrence: 0,
         left: la.describe(),
         right: lb.describe(),
         from_tensors,
@@ -1339,6 +1575,101 @@ mod tests {
         assert_eq!(culprit.blame, Blame::Own);
         let traces = pairs(["fwd/mean", "fwd/act_in", "fwd/act"]);
         assert!(traces.is_aligned(), "{:#?}", traces.rows);
+        // An operator trace (`run --inside`) names each call's inputs and outputs too.
+        let operators = pairs([
+            "op/0000/m/aten.mean.dim/out0",
+            "op/0001/m/aten.gelu.default/in0",
+            "op/0001/m/aten.gelu.default/out0",
+        ]);
+        let culprit = operators.culprit.as_ref().expect("a culprit");
+        assert_eq!(culprit.name, "op/0001/m/aten.gelu.default/out0");
+        assert_eq!(culprit.blame, Blame::Own);
+        let call = operators.culprit_call.as_ref().expect("the culprit's call");
+        assert_eq!(
+            (call.index, call.operator.as_str()),
+            (1, "aten.gelu.default")
+        );
+    }
+
+    /// Two operator traces of one module computed two ways (`run --inside`, `--replay`): the
+    /// calls are compared up to where they part, never a call of one side with an unrelated
+    /// call of the same name and number on the other; the module's outputs are compared, and
+    /// the report says where the operators part, with each side's call and line.
+    #[test]
+    fn operator_traces_are_compared_up_to_where_their_operators_part() {
+        let x = values(64, 1);
+        let mean = x.iter().sum::<f32>() / 64.0;
+        let y: Vec<f32> = x.iter().map(|v| v - mean).collect();
+        let mut y_bad = y.clone();
+        y_bad[3] += 1e-3;
+        let side = |second: &str, added: Vec<f32>, out: Vec<f32>, line: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Full).unwrap();
+            let records = [
+                ("window/in0".to_owned(), x.clone()),
+                ("op/0000/m/aten.mean.dim/in0<in0".to_owned(), x.clone()),
+                ("op/0000/m/aten.mean.dim/out0".to_owned(), vec![mean]),
+                (format!("op/0001/m/{second}/in0<in0"), x.clone()),
+                (format!("op/0001/m/{second}/out0"), x.clone()),
+                ("op/0002/m/aten.add.Tensor/out0".to_owned(), added),
+                ("window/out0".to_owned(), out),
+            ];
+            for (name, v) in records {
+                w.record(0, &name, &Tensor::from_vec(v)).unwrap();
+            }
+            w.set_environment("site:op:1", line).unwrap();
+            w.set_environment("site:call:1", &format!("{second}(float32[64])"))
+                .unwrap();
+            w.finish().unwrap();
+            dir
+        };
+        let a = side("aten.mul.Tensor", vec![7.0; 64], y_bad, "train.py:64");
+        let b = side("aten.sub.Tensor", vec![-7.0; 64], y, "train.py:66");
+        let al = align(&a, &b);
+        let part = al.operators_part.as_ref().expect("the operators part");
+        assert_eq!(
+            (part.call, part.left.as_str(), part.right.as_str()),
+            (1, "aten.mul.Tensor", "aten.sub.Tensor")
+        );
+        assert_eq!(part.skipped, 6, "calls 1 and 2 of both sides");
+        let shown = part.to_string();
+        assert!(
+            shown.contains("`aten.mul.Tensor(float32[64])` at train.py:64"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("`aten.sub.Tensor(float32[64])` at train.py:66"),
+            "{shown}"
+        );
+        // window/in0, call 0's input and output, window/out0: the adds are never paired.
+        assert_eq!(al.num_records, 4);
+        let culprit = al.culprit.as_ref().expect("a culprit");
+        assert_eq!(
+            (culprit.name.as_str(), culprit.blame),
+            ("window/out0", Blame::Own)
+        );
+        assert!(
+            al.notes
+                .iter()
+                .any(|n| n.contains("same inputs on both sides")),
+            "{:?}",
+            al.notes
+        );
+        assert!(
+            !al.notes.iter().any(|n| n.contains("only in")),
+            "{:?}",
+            al.notes
+        );
+        // The same calls on both sides: nothing parts.
+        let c = side(
+            "aten.sub.Tensor",
+            vec![-7.0; 64],
+            values(64, 1),
+            "train.py:66",
+        );
+        let same = align(&c, &b);
+        assert_eq!(same.operators_part, None);
+        assert_eq!(same.num_records, 7);
     }
 
     #[test]

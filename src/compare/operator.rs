@@ -21,6 +21,7 @@
 //! | name | what |
 //! | --- | --- |
 //! | `window/in{j}`, `window/grad_out{j}` | the module's tensor inputs (forward), or the gradients of its outputs (backward) |
+//! | `window/out{j}` | the module's tensor outputs (forward; only in the full traces of `detcheck run --inside`) |
 //! | `op/{i}/{module}/{operator}/in{j}` | input `j` of the `i`-th operator call, taken before the call |
 //! | `op/{i}/{module}/{operator}/in{j}<op{k}.out{m}` | ... which is output `m` of call `k` (`<in{m}`, `<grad_out{m}`: a window input) |
 //! | `op/{i}/{module}/{operator}/out{j}` | output `j` of the call |
@@ -314,11 +315,50 @@ pub fn operator_record_name(call: u32, module: &str, operator: &str, port: &Port
     format!("op/{call:04}/{module}/{operator}/{port}")
 }
 
-/// The name of a window's input record: `window/in{index}` (a forward window's input) or
-/// `window/grad_out{index}` (a backward window's output gradient); `None` for another kind.
+/// The name of a window's record: `window/in{index}` (a forward window's input),
+/// `window/grad_out{index}` (a backward window's output gradient) or `window/out{index}` (a
+/// forward window's output, traced by `detcheck run --inside`); `None` for another kind.
 #[must_use]
 pub fn window_record_name(kind: &str, index: u32) -> Option<String> {
-    matches!(kind, "in" | "grad_out").then(|| format!("window/{kind}{index}"))
+    matches!(kind, "in" | "grad_out" | "out").then(|| format!("window/{kind}{index}"))
+}
+
+/// A record of an operator call, read from its name
+/// (`op/0003/blocks.0.act/aten.gelu.default/out0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OperatorRecord<'a> {
+    /// The call's part of the name (`op/0003/blocks.0.act/aten.gelu.default`).
+    pub(crate) call: &'a str,
+    /// The call's index in the window.
+    pub(crate) index: u32,
+    /// The module whose forward ran it.
+    pub(crate) module: &'a str,
+    /// The operator (`aten.gelu.default`).
+    pub(crate) operator: &'a str,
+    /// Whether the record is one of the call's inputs (else an output).
+    pub(crate) input: bool,
+}
+
+/// An operator call's record, by its name; `None` for another name. Precision alignment
+/// (`super::align`) reads the data flow of an operator trace by it: a call's outputs follow its
+/// inputs, as in msprobe's dumps.
+pub(crate) fn operator_call(name: &str) -> Option<OperatorRecord<'_>> {
+    let Some(Entry::Port {
+        index,
+        module,
+        operator,
+        port,
+    }) = parse(name)
+    else {
+        return None;
+    };
+    Some(OperatorRecord {
+        call: &name[..name.rfind('/')?],
+        index,
+        module,
+        operator,
+        input: matches!(port, Port::Input { .. }),
+    })
 }
 
 /// The entry a record's name describes (`None`: not a name of the tracer's).
@@ -720,7 +760,24 @@ mod tests {
             Some("window/grad_out2")
         );
         assert_eq!(parse("window/in0"), Some(Entry::Window));
-        assert_eq!(window_record_name("out", 0), None);
+        assert_eq!(window_record_name("out", 0).as_deref(), Some("window/out0"));
+        assert_eq!(window_record_name("grad", 0), None);
+        assert_eq!(
+            operator_call("op/0012/a/b.c/myns.op.default/in3<op10.out2"),
+            Some(OperatorRecord {
+                call: "op/0012/a/b.c/myns.op.default",
+                index: 12,
+                module: "a/b.c",
+                operator: "myns.op.default",
+                input: true
+            })
+        );
+        assert_eq!(
+            operator_call("op/0001/m/aten.gelu.default/out0").map(|r| (r.call, r.input)),
+            Some(("op/0001/m/aten.gelu.default", false))
+        );
+        assert_eq!(operator_call("window/out0"), None);
+        assert_eq!(operator_call("fwd/blocks.0.act"), None);
     }
 
     #[test]

@@ -67,6 +67,90 @@ impl Capture {
     }
 }
 
+/// `DETCHECK_CAPTURE_OPS`: `full` asks the operator trace of a capture for every tensor (full
+/// mode) and for the window's outputs (`detcheck run --inside`); unset, it holds statistics.
+pub const CAPTURE_OPS_VAR: &str = "DETCHECK_CAPTURE_OPS";
+/// `DETCHECK_REPLAY_INPUTS`: a folder holding another run's full operator trace of the same
+/// window (`detcheck run --inside`): its window inputs replace this run's (`run --replay`).
+pub const REPLAY_INPUTS_VAR: &str = "DETCHECK_REPLAY_INPUTS";
+
+/// What `detcheck run --inside` asks of a capture's operator trace beyond the check's
+/// drill-down: every tensor and the window's outputs, and, with `replay_from`, the module run on
+/// the inputs another run's trace holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct InsideRequest {
+    /// The folder of the other run's `--inside` trace whose window inputs this run uses.
+    pub replay_from: Option<PathBuf>,
+}
+
+impl InsideRequest {
+    /// The launch variables that ask a program for it.
+    #[must_use]
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![(CAPTURE_OPS_VAR, "full".to_owned())];
+        if let Some(from) = &self.replay_from {
+            vars.push((REPLAY_INPUTS_VAR, from.display().to_string()));
+        }
+        vars
+    }
+
+    /// The request a launched program is given, if any.
+    #[must_use]
+    pub fn from_env() -> Option<InsideRequest> {
+        (std::env::var(CAPTURE_OPS_VAR).ok()? == "full").then(|| InsideRequest {
+            replay_from: std::env::var_os(REPLAY_INPUTS_VAR).map(PathBuf::from),
+        })
+    }
+}
+
+/// The window inputs (`window/in{j}`, by `j`) of step `step` of the operator trace in `dir`,
+/// written by `detcheck run --inside` in full mode: what `run --replay` feeds the module.
+///
+/// # Errors
+/// [`DumpError`] naming the folder or file when `dir` holds no finished trace of rank 0, the
+/// step's tensor file is missing or unreadable, or it holds no window input.
+pub fn read_window_inputs(dir: &Path, step: u64) -> Result<Vec<(u32, Tensor)>, DumpError> {
+    if !crate::file::trace_path(dir, 0).is_file() {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: "holds no operator trace (`detcheck run --dump DIR --inside NAME` writes \
+                     one)"
+                .to_owned(),
+        });
+    }
+    let path = dir.join("rank0").join(format!("step{step}.safetensors"));
+    let bytes = crate::file::read_input(&path).map_err(|e| DumpError::io("read", &path, e))?;
+    let file =
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| DumpError::Safetensors {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+    let mut inputs = Vec::new();
+    for key in file.names() {
+        let Some(j) = key
+            .split_once(':')
+            .and_then(|(_, name)| name.strip_prefix("window/in"))
+            .and_then(|j| j.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let tensor = tensorfile::decode(&file, key).map_err(|detail| DumpError::Safetensors {
+            path: path.clone(),
+            detail,
+        })?;
+        inputs.extend(tensor.map(|t| (j, t)));
+    }
+    if inputs.is_empty() {
+        return Err(DumpError::Safetensors {
+            path,
+            detail: "holds no window input (`window/in{j}`): not a forward window's trace"
+                .to_owned(),
+        });
+    }
+    inputs.sort_by_key(|(j, _)| *j);
+    Ok(inputs)
+}
+
 /// Finds a capture's record among a rank's records as they are recorded.
 #[derive(Debug, Clone)]
 pub(crate) struct CaptureMatcher {
@@ -186,6 +270,34 @@ mod tests {
         let t = read_capture(dir.path(), 1).unwrap().unwrap();
         assert_eq!(t, Tensor::from_vec(vec![3.0f32, -3.0]));
         assert_eq!(read_capture(dir.path(), 0).unwrap(), None);
+    }
+
+    #[test]
+    fn window_inputs_are_read_by_index_from_a_finished_trace_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = read_window_inputs(dir.path(), 0).unwrap_err().to_string();
+        assert!(err.contains("holds no operator trace"), "{err}");
+        let mut w = crate::file::TraceWriter::create(dir.path(), 0, 1, crate::file::DumpMode::Full)
+            .unwrap();
+        for (name, v) in [
+            ("window/in1", 2.0f32),
+            ("op/0000/m/aten.neg.default/out0", 3.0),
+        ] {
+            w.record(0, name, &Tensor::from_vec(vec![v])).unwrap();
+        }
+        w.record(0, "window/in0", &Tensor::from_vec(vec![1.0f64, 5.0]))
+            .unwrap();
+        w.finish().unwrap();
+        let inputs = read_window_inputs(dir.path(), 0).unwrap();
+        assert_eq!(
+            inputs,
+            vec![
+                (0, Tensor::from_vec(vec![1.0f64, 5.0])),
+                (1, Tensor::from_vec(vec![2.0f32]))
+            ]
+        );
+        let err = read_window_inputs(dir.path(), 1).unwrap_err().to_string();
+        assert!(err.contains("step1.safetensors"), "{err}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod capture;
 pub(crate) mod format;
 pub mod launch;
 pub mod slurm;
-pub use capture::Capture;
+pub use capture::{Capture, InsideRequest};
 pub use launch::{
     all_settings, no_records_note, setting_names, settings_mask, srun_rank_variables, Launch,
     RankFiles, RecorderPlan, ERROR_FILE_MAGIC,

@@ -15,7 +15,9 @@
 //! `mpirun` of several processes, each of which would be a whole run into the same folder.
 
 use crate::comm::LaunchError;
-use crate::file::{trace_path, DumpError, DumpMode, FolderLock};
+use crate::file::{
+    load_trace, trace_path, Capture, DumpError, DumpMode, FolderLock, InsideRequest,
+};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, ThreadRunner};
 use crate::scenario::{Device, LoadedScenario, Program, RunPlan};
@@ -105,6 +107,94 @@ pub fn dump_scenario(
             source,
         }
     })
+}
+
+/// Runs a program (a `command` scenario) once and writes into `dir`, as its dump, the operator
+/// trace of one record's module (`detcheck run --dump DIR --inside NAME`): the window's inputs,
+/// every operator's inputs and outputs, and the window's outputs, every tensor kept (full
+/// mode), as the check's operator drill-down traces them (`detcheck/_ops.py`); with
+/// `inside.replay_from`, the module runs on the inputs that trace holds (`--replay`). The
+/// trace is a world of one rank (the captured rank's). The program's own records go to a
+/// scratch folder inside `dir`, removed afterwards; the trace's tensor files are moved into
+/// `dir` before its trace file, so an interrupted move leaves no file that reads as a dump.
+///
+/// # Errors
+/// As [`dump_scenario`]; [`DumpRunError::Dump`] when the run wrote no trace of the window (the
+/// record is not one of a module of the program's model, or did not occur at that step), or
+/// when the module could not run on the replayed inputs (the message says why). The trace
+/// written is returned.
+pub fn dump_inside(
+    scenario: &LoadedScenario,
+    dir: &Path,
+    capture: &Capture,
+    inside: &InsideRequest,
+    options: &CheckOptions,
+    plan: &RunPlan,
+) -> Result<Trace, DumpRunError> {
+    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
+    let _dump_lock = FolderLock::claim(dir, "dump")?;
+    if let Some(found) = dump_files(dir)? {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: format!(
+                "already holds a dump (`{found}`); choose a new folder or remove it first"
+            ),
+        }
+        .into());
+    }
+    let scratch = ScratchFolder(dir.join(".inside-run"));
+    let _ = std::fs::remove_dir_all(&scratch.0); // a killed run's, under this lock
+    let (records, captured) = (scratch.0.join("records"), scratch.0.join("capture"));
+    for folder in [&records, &captured] {
+        std::fs::create_dir_all(folder).map_err(|e| DumpError::io("create folder", folder, e))?;
+    }
+    let request = RunRequest::new(scenario, options, None, 1, plan)
+        .with_dump(&records, DumpMode::Md5)
+        .with_capture(capture, &captured)
+        .with_inside(inside);
+    runner_for(scenario, &ThreadRunner)
+        .and_then(|runner| runner.run(scenario, &request))
+        .map_err(DumpRunError::Program)?;
+    let ops = captured.join("ops");
+    let trace = load_trace(&ops, 1).map_err(|e| match e {
+        DumpError::Folder { .. } | DumpError::Io { .. } if !trace_path(&ops, 0).exists() => {
+            DumpError::Folder {
+                path: dir.to_owned(),
+                detail: format!(
+                    "the program ran no window of `{}` at step {} on rank {} (occurrence {}): \
+                     give a record of `detcheck.torch.watch`'s forward, `fwd/<module>`, as \
+                     `compare` names it, at a step the program runs",
+                    capture.name, capture.step, capture.rank, capture.occurrence
+                ),
+            }
+        }
+        e => e,
+    })?;
+    let environment = trace.ranks.first().and_then(|r| r.environment.as_ref());
+    if let Some(why) = environment.and_then(|e| e.get("site:replay:error")) {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: format!("--replay: the module could not run on the replayed inputs: {why}"),
+        }
+        .into());
+    }
+    let tensors = ops.join("rank0");
+    if tensors.is_dir() {
+        let to = dir.join("rank0");
+        std::fs::rename(&tensors, &to).map_err(|e| DumpError::io("move", &to, e))?;
+    }
+    let to = trace_path(dir, 0);
+    std::fs::rename(trace_path(&ops, 0), &to).map_err(|e| DumpError::io("move", &to, e))?;
+    Ok(trace)
+}
+
+/// A folder removed when dropped.
+struct ScratchFolder(std::path::PathBuf);
+
+impl Drop for ScratchFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The first file of a dump that `dir` holds (a trace file `rank{R}.dctrace` or a full-mode

@@ -22,7 +22,7 @@ mod rank_failure;
 mod srun;
 mod workdir;
 
-pub use dump::{dump_scenario, DumpRunError};
+pub use dump::{dump_inside, dump_scenario, DumpRunError};
 
 /// The environment key a process launch sets on every rank when the program changed a file of
 /// the user's working directory in place (`workdir.rs`); the comparison keeps it as a fact even
@@ -33,7 +33,7 @@ use crate::comm::{
     launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm,
 };
 use crate::file::capture::CaptureMatcher;
-use crate::file::{Capture, DumpError, DumpMode, RunId, TraceWriter};
+use crate::file::{Capture, DumpError, DumpMode, InsideRequest, RunId, TraceWriter};
 use crate::record::environment::keys;
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
 use crate::scenario::{
@@ -202,6 +202,8 @@ pub(crate) struct RunRequest {
     /// The record whose tensor the run keeps, and the folder it goes to (a re-run for the
     /// first differing element).
     pub(crate) capture: Option<(Capture, PathBuf)>,
+    /// What `detcheck run --inside` asks of the capture's operator trace (a launched program's).
+    pub(crate) inside: Option<InsideRequest>,
 }
 
 impl RunRequest {
@@ -224,6 +226,7 @@ impl RunRequest {
             plan: plan.clone(),
             dump: None,
             capture: None,
+            inside: None,
         }
     }
 
@@ -246,6 +249,13 @@ impl RunRequest {
     /// The same request, also keeping the tensor of `capture`'s record in `dir`.
     pub(crate) fn with_capture(mut self, capture: &Capture, dir: &Path) -> Self {
         self.capture = Some((capture.clone(), dir.to_owned()));
+        self
+    }
+
+    /// The same request, its capture's operator trace in full with the window's outputs, and
+    /// run on the window inputs of `inside.replay_from` (`detcheck run --inside`).
+    pub(crate) fn with_inside(mut self, inside: &InsideRequest) -> Self {
+        self.inside = Some(inside.clone());
         self
     }
 

@@ -46,8 +46,8 @@
 //! for one dump (`run::fresh_run_id`).
 
 use crate::file::{
-    all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode, Launch,
-    RecorderPlan,
+    all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode,
+    InsideRequest, Launch, RecorderPlan,
 };
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
@@ -418,6 +418,14 @@ impl<'a> CommandLaunch<'a> {
         }
         if let Some((capture, dir)) = &self.request.capture {
             for (name, value) in capture.to_env(&absolute(dir)) {
+                cmd.env(name, value);
+            }
+        }
+        if let Some(inside) = &self.request.inside {
+            let inside = InsideRequest {
+                replay_from: inside.replay_from.as_deref().map(absolute),
+            };
+            for (name, value) in inside.to_env() {
                 cmd.env(name, value);
             }
         }

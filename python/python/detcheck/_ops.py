@@ -111,11 +111,18 @@ import weakref
 
 import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _evidence, _subclasses
 from ._contract import ROOT
-from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
+from ._detcheck import (
+    TraceWriter,
+    capture_request,
+    inside_request,
+    operator_record_name,
+    replay_inputs,
+    window_record_name,
+)
 from ._tensors import PLAIN as _PLAIN
 from ._tensors import Hook as _Hook
 from ._tensors import dense_with_values as _dense_with_values
@@ -236,6 +243,8 @@ class OpTracer(TorchDispatchMode):
         self.paused = 0
         #: The next operator's number.
         self.index = 0
+        #: Whether each call is written out with its non-tensor arguments (``site:call:{i}``).
+        self.calls = False
         #: ``id(tensor)`` -> ``(weakref or tensor, source)``: where a window tensor came from.
         self._sources = {}
 
@@ -250,6 +259,8 @@ class OpTracer(TorchDispatchMode):
         if where is not None:  # the program's line of this call (src/compare/operator.rs)
             self.writer.add_environment(f"site:op:{i}", where)
         operator = str(func)
+        if self.calls:  # its other arguments, which the tensors do not show (`run --inside`)
+            self.writer.add_environment(f"site:call:{i}", _call_text(operator, args, kwargs))
         leaves, _ = tree_flatten((args, kwargs))
         j = 0
         for leaf in leaves:
@@ -364,7 +375,13 @@ def plan(current_step, model, writer, updates):
         fits = [label for label in modules if wanted == label or wanted.startswith(label + ".")]
         if fits:
             return _ForwardWindow(
-                current_step, folder, step, occurrence, modules, max(fits, key=len)
+                current_step,
+                folder,
+                step,
+                occurrence,
+                modules,
+                max(fits, key=len),
+                inside_request(),
             )
     elif name.startswith("grad/") and name[len("grad/") :] in params:
         param_name = name[len("grad/") :]
@@ -375,11 +392,88 @@ def plan(current_step, model, writer, updates):
     return None
 
 
+#: The longest call text kept (``site:call:{i}``).
+_CALL_TEXT = 400
+
+
+def _call_text(operator, args, kwargs):
+    """``aten.gelu.default(f32[64,256], approximate='tanh')``: an operator call with its
+    tensors as dtype and shape and its other arguments as Python shows them."""
+
+    def show(value):
+        if isinstance(value, _torch.Tensor):
+            return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(show(v) for v in value) + "]"
+        return repr(value)
+
+    parts = [show(a) for a in args] + [f"{k}={show(v)}" for k, v in kwargs.items()]
+    text = f"{operator}({', '.join(parts)})"
+    return text if len(text) <= _CALL_TEXT else text[: _CALL_TEXT - 3] + "..."
+
+
+class _Replaced(_torch.autograd.Function):
+    """The reference's values in place of the program's tensor, with its gradient passed
+    through to the program's: the replayed module's output has B's inputs' exact bits, and the
+    program's backward still reaches the layers before the module."""
+
+    @staticmethod
+    def forward(ctx, mine, theirs):
+        return theirs.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _replayed(folder, step, call, writer):
+    """``call`` (``(args, kwargs)`` of the window's module) with its tensor leaves replaced by
+    the window inputs of the ``--inside`` trace in ``folder`` at ``step`` (leaf ``j`` by
+    ``window/in{j}``, cast to the leaf's dtype and device); ``None``, with the reason in the
+    trace's environment (``site:replay:error``, which ``detcheck run`` reports), when they do not
+    fit: a count, a shape or a file that differs."""
+    try:
+        theirs = {j: (dtype, shape, data) for j, dtype, shape, data in replay_inputs(folder, step)}
+        leaves, spec = tree_flatten(call)
+        tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, _torch.Tensor)]
+        extra = sorted(set(theirs) - set(range(len(tensors))))
+        if extra:
+            raise ValueError(
+                f"the reference's module has tensor input {extra[0]}, this run's has "
+                f"{len(tensors)} tensor inputs"
+            )
+        for j, at in enumerate(tensors):
+            if j not in theirs:
+                continue  # the reference could not record it: this run's own is kept
+            dtype, shape, data = theirs[j]
+            mine = leaves[at]
+            if tuple(shape) != tuple(mine.shape):
+                raise ValueError(
+                    f"input {j} is {list(mine.shape)} here and {list(shape)} in the reference"
+                )
+            value = (
+                _torch.frombuffer(bytearray(data), dtype=getattr(_torch, dtype)).reshape(shape)
+                if data
+                else _torch.empty(shape, dtype=getattr(_torch, dtype))
+            )
+            value = value.to(device=mine.device, dtype=mine.dtype)
+            leaves[at] = _Replaced.apply(mine, value) if mine.requires_grad else value
+        args, kwargs = tree_unflatten(leaves, spec)
+        writer.add_environment("site:replay:inputs", str(folder))
+        return args, kwargs
+    except Exception as error:  # never the program's failure: detcheck run reports it
+        writer.add_environment("site:replay:error", f"{type(error).__name__}: {error}")
+        return None
+
+
 class _Window:
     """One window of a recording: its tracer, its hooks, its file; the engine's
     ``OperatorTrace``. The engine calls ``step_ends()`` before it records the gradients,
     ``before_update()`` after, ``after_update()`` before it records the parameters,
     ``pause()``/``resume()`` around its own recording, and ``remove()``."""
+
+    #: ``detcheck run --inside``: every tensor kept (full mode), not statistics.
+    _full = False
 
     def __init__(self, current_step, folder, step, label):
         self._current_step = current_step
@@ -406,7 +500,9 @@ class _Window:
             self._done = True  # the hooks go when the step ends
             return False
         _opened = True
-        self.tracer.writer = TraceWriter(self._folder / "ops", 0, 1, mode="stats")
+        mode = "full" if self._full else "stats"
+        self.tracer.writer = TraceWriter(self._folder / "ops", 0, 1, mode=mode)
+        self.tracer.calls = self._full
         return True
 
     def _enter(self):
@@ -453,10 +549,15 @@ class _Window:
 
 
 class _ForwardWindow(_Window):
-    """``fwd/<label>...``: the ``occurrence``-th forward call of the module in step ``S``."""
+    """``fwd/<label>...``: the ``occurrence``-th forward call of the module in step ``S``.
+    With ``inside`` (``detcheck run --inside``: ``inside_request()``), the trace is full and
+    ends with the window's outputs (``window/out{j}``), and, with a folder to replay from, the
+    module runs on that trace's window inputs (``_replayed``)."""
 
-    def __init__(self, current_step, folder, step, occurrence, modules, label):
+    def __init__(self, current_step, folder, step, occurrence, modules, label, inside=None):
         super().__init__(current_step, folder, step, label)
+        self._full = inside is not None
+        self._replay_from = inside[0] if inside is not None else None
         self._occurrence = occurrence
         self._calls = 0
         self._module = modules[label]
@@ -473,6 +574,11 @@ class _ForwardWindow(_Window):
         if call != self._occurrence or not self._open_file():
             return None
         tracer = self.tracer
+        replaced = None
+        if self._replay_from is not None:
+            replaced = _replayed(self._replay_from, self._step, (args, kwargs), tracer.writer)
+            if replaced is not None:
+                args, kwargs = replaced
         tracer.record_inputs("in", (args, kwargs))
         tracer.stack = [tracer.label]
         self._hooks.append(module.register_forward_hook(_Hook(self._close_hook)))
@@ -486,7 +592,7 @@ class _ForwardWindow(_Window):
             self._hooks.append(sub.register_forward_hook(_Hook(self._pop)))
         self._enter()
         tracer.recording = True
-        return None
+        return replaced
 
     def call_began(self, module, args, kwargs):
         if module is self._module:
@@ -505,6 +611,9 @@ class _ForwardWindow(_Window):
             self.tracer.stack.pop()
 
     def _close_hook(self, module, args, output):
+        if self._full:
+            self.tracer.recording = False
+            self.tracer.record_inputs("out", output)
         self._finish()
 
     def step_ends(self):
