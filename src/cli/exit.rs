@@ -56,7 +56,9 @@ pub(crate) const TABLE: [(Exit, &str); 5] = [
          estimate); a dump that is missing, truncated, corrupt, of \
          another format version, or mixes files of two dumps (the message names the file); `compare --align` \
          of dumps with different rank counts or no record in common; a \
-         `run --dump` folder that already holds a dump; a `run --dump` or `--checkpoint` folder \
+         `run --dump` folder that already holds a dump; a `run --inside` record the program \
+         never ran, or a `--replay` folder whose inputs the module cannot take (the message \
+         says which); a `run --dump` or `--checkpoint` folder \
          that another run holds, or that a killed run left locked (the message names the folder \
          and the holder); an input file that is a FIFO, a device or a folder (the message names \
          the file); a `run --resume` checkpoint that is \

@@ -36,13 +36,21 @@
 //! sums in element order in `f64`.
 //!
 //! Data flow: an output of an msprobe call whose inputs were recorded (`....forward.input.*`,
-//! then `....forward.output.*`) is allowed the errors of those inputs alone (`CallInputs`).
+//! then `....forward.output.*`), or of an operator call of an operator trace
+//! (`op/{i}/{module}/{operator}/in{j}`, then `.../out{j}`: `detcheck run --inside`), is allowed
+//! the errors of those inputs alone (`CallInputs`). An operator trace's window inputs
+//! (`window/in{j}`) are where it starts: any error is allowed them (it was made before the
+//! module), and the operators after them inherit it. Two operator traces whose operators part
+//! (the module computed another way) are compared up to that call, and their outputs whole
+//! ([`OperatorsPart`]); the culprit's call is named with each side's arguments and line
+//! ([`OperatorCallText`]).
 //!
 //! Limits: elsewhere (detcheck's traces, a module call with parameter records) the inherited
 //! error is the largest of *all* earlier records on the rank, not of the record's own inputs
 //! (the dumps do not say which they are), so a culprit whose error is smaller than an unrelated
 //! earlier one is counted as inheriting; a culprit is found surely in the first step where it
-//! acts. Replay of a module on the reference's inputs is not done here.
+//! acts. Replay of a module on the reference's inputs is a re-run of the program
+//! (`crate::run::dump_inside`), whose traces this module then reads.
 
 use super::operator::operator_call;
 use super::{fill_f64, is_evidence, pair_by_occurrence};
@@ -1202,7 +1210,15 @@ fn judge(
         (Some((call, false)), Some(c)) if c.call == call && !with_parameters => Some(c),
         _ => None,
     };
-    let allowance = allowance_of(inputs.map_or(walk.clean, |c| c.clean));
+    // A window input of an operator trace (`run --inside`) is where the trace starts: its
+    // error was made before the module, so any is allowed, and it is what the module's own
+    // operators inherit.
+    let given = name.starts_with("window/in") || name.starts_with("window/grad_out");
+    let allowance = if given {
+        f64::INFINITY
+    } else {
+        allowance_of(inputs.map_or(walk.clean, |c| c.clean))
+    };
     let excess = if m.error == 0.0 {
         0.0
     } else if allowance > 0.0 {
@@ -1589,6 +1605,35 @@ mod tests {
             (call.index, call.operator.as_str()),
             (1, "aten.gelu.default")
         );
+    }
+
+    /// A module's inputs are where its operator trace starts: their error, made before it, is
+    /// no culprit, and the operators that pass it on inherit it; one that adds its own is
+    /// still named.
+    #[test]
+    fn a_window_input_that_differs_is_what_the_module_inherits() {
+        let x = values(64, 3);
+        let x_a: Vec<f32> = x.iter().map(|v| v * (1.0 + 1e-5)).collect();
+        let trace = |input: &[f32], out: Vec<f32>| {
+            let name = "op/0000/m/aten.mul.Tensor";
+            let records = [
+                ("window/in0".to_owned(), input.to_vec()),
+                (format!("{name}/in0<in0"), input.to_vec()),
+                (format!("{name}/out0"), out),
+            ];
+            let records: Vec<(&str, Vec<f32>)> =
+                records.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+            dump(&records, DumpMode::Full)
+        };
+        let double = |v: &[f32]| v.iter().map(|x| 2.0 * x).collect::<Vec<f32>>();
+        let b = trace(&x, double(&x));
+        let al = align(&trace(&x_a, double(&x_a)), &b);
+        assert!(al.is_aligned(), "{:#?}", al.rows);
+        let mut wrong = double(&x_a);
+        wrong[5] += 0.05;
+        let al = align(&trace(&x_a, wrong), &b);
+        let culprit = al.culprit.expect("a culprit");
+        assert_eq!(culprit.name, "op/0000/m/aten.mul.Tensor/out0");
     }
 
     /// Two operator traces of one module computed two ways (`run --inside`, `--replay`): the
