@@ -3,7 +3,9 @@
 # (docs/align.md): the two-device test program's CPU run is the reference; its CUDA run with
 # TF32 off must be aligned with it, and with TF32 on too (TF32's rounding is a dtype's rounding
 # for `compare --align --precision tf32`, never a culprit); an approximate GELU on CUDA is the
-# first culprit. Prints one line per item, exits non-zero when one fails.
+# first culprit; inside the culprit (`run --inside`, `--replay`), the CUDA module run on the
+# CPU's inputs names the approximate GELU with its argument, and TF32's matrix product. Prints
+# one line per item, exits non-zero when one fails.
 #
 #   here:  (cd python && maturin build --release -o ../target/wheels)   # the abi3 wheel
 #   there: bash scripts/gpu-align.sh target/wheels/detcheck-*.whl
@@ -31,4 +33,29 @@ else
     echo "FAIL the culprit is not fwd/blocks.0.act"; echo "$report" | head -12; failed=1
 fi
 detcheck compare --align "$work/cuda_tf32" "$work/cpu" | head -8
+# Inside the culprit across the two devices (docs/align.md, "Inside the culprit"): the CUDA
+# module run on the CPU's own inputs (`--replay`), its operators judged one by one.
+inside() { local dir=$1 record=$2; shift 2; detcheck run --dump "$work/$dir" --inside "$record" "$@" >/dev/null; }
+inside in_cpu_act fwd/blocks.0.act -- python3 "$script" || failed=1
+inside in_cuda_act fwd/blocks.0.act --replay "$work/in_cpu_act" -- python3 "$script" --device cuda || failed=1
+inside in_gelu_act fwd/blocks.0.act --replay "$work/in_cpu_act" -- \
+    python3 "$script" --device cuda --device-kind other --bug approx_gelu --bug-block 0 || failed=1
+inside in_cpu_embed fwd/embed -- python3 "$script" || failed=1
+inside in_tf32_embed fwd/embed --replay "$work/in_cpu_embed" -- python3 "$script" --device cuda --tf32 || failed=1
+item "inside: CUDA's GELU on the CPU's inputs: aligned" 0 \
+    detcheck compare --align "$work/in_cuda_act" "$work/in_cpu_act"
+report=$(detcheck compare --align "$work/in_gelu_act" "$work/in_cpu_act")
+if grep -q "A calls \`aten.gelu.default(float32\[64, 256\], approximate='tanh')\`" <<<"$report"; then
+    echo "PASS inside: the approximate GELU is named with its argument"
+else
+    echo "FAIL inside: the approximate GELU is not named"; echo "$report" | head -12; failed=1
+fi
+item "inside: TF32's product on the CPU's inputs at TF32's rounding: aligned" 0 \
+    detcheck compare --align --precision tf32 "$work/in_tf32_embed" "$work/in_cpu_embed"
+report=$(detcheck compare --align "$work/in_tf32_embed" "$work/in_cpu_embed")
+if grep -q "^  operator: \`aten\.\(addmm\|mm\|matmul\)" <<<"$report"; then
+    echo "PASS inside: at float32's rounding TF32's matrix product is the operator named"
+else
+    echo "FAIL inside: TF32's matrix product is not the operator named"; echo "$report" | head -12; failed=1
+fi
 exit $failed

@@ -84,6 +84,23 @@ def test_a_correct_module_replayed_is_aligned(detcheck_bin, tmp_path):
     assert al["operators_part"] is not None and al["culprit"] is None, al
 
 
+def test_a_compiled_attention_replayed_is_aligned_with_eager(detcheck_bin, tmp_path):
+    """A script nobody here wrote for this (the corpus's nanoGPT-style trainer), as its author
+    runs it, against itself with `--compile=True`: at step 1 the attention's parameters carry
+    the first update's rounding (inputs from outside the window, allowed), and on eager's
+    inputs every operator inside it is aligned."""
+    script = PROGRAMS / "corpus" / "nanogpt_train.py"
+    b, a = tmp_path / "b", tmp_path / "a"
+    record = ("fwd/transformer.h.0.attn", "--inside-step", "1")
+    for folder, flags, args in ((b, (), ()), (a, ("--replay", b), ("--compile=True",))):
+        program = ("--", sys.executable, script, *args)
+        run_detcheck(
+            detcheck_bin, "run", "--dump", folder, "--inside", *record, *flags, *program, code=0
+        )
+    al = align(detcheck_bin, a, b, code=0)["alignment"]
+    assert al["num_records"] > 80 and any("same inputs" in n for n in al["notes"]), al
+
+
 def test_the_commands_compare_prints_find_the_operator(detcheck_bin, tmp_path):
     """`compare --align` of two whole runs prints the three commands that look inside its
     culprit; run as printed (the programs filled in), they name the operator."""

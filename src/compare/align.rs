@@ -1210,10 +1210,14 @@ fn judge(
         (Some((call, false)), Some(c)) if c.call == call && !with_parameters => Some(c),
         _ => None,
     };
-    // A window input of an operator trace (`run --inside`) is where the trace starts: its
-    // error was made before the module, so any is allowed, and it is what the module's own
-    // operators inherit.
-    let given = name.starts_with("window/in") || name.starts_with("window/grad_out");
+    // A window input of an operator trace (`run --inside`) is where the trace starts, and so
+    // is an operator's input from outside the window (a parameter, a buffer): its error was
+    // made before the module, so any is allowed, and it is what the module's own operators
+    // inherit. (A Python float among an operator's arguments is judged: a constant that
+    // differs, an `eps`, is the module's own.)
+    let given = name.starts_with("window/in")
+        || name.starts_with("window/grad_out")
+        || operator_call(&name).is_some_and(|r| r.from_outside);
     let allowance = if given {
         f64::INFINITY
     } else {
@@ -1607,9 +1611,9 @@ mod tests {
         );
     }
 
-    /// A module's inputs are where its operator trace starts: their error, made before it, is
-    /// no culprit, and the operators that pass it on inherit it; one that adds its own is
-    /// still named.
+    /// A module's inputs, and its operators' inputs from outside the window (parameters), are
+    /// where its operator trace starts: their error, made before it, is no culprit, and the
+    /// operators that pass it on inherit it; one that adds its own is still named.
     #[test]
     fn a_window_input_that_differs_is_what_the_module_inherits() {
         let x = values(64, 3);
@@ -1619,6 +1623,8 @@ mod tests {
             let records = [
                 ("window/in0".to_owned(), input.to_vec()),
                 (format!("{name}/in0<in0"), input.to_vec()),
+                // A parameter: made before the window, as the input was.
+                (format!("{name}/in1"), input.to_vec()),
                 (format!("{name}/out0"), out),
             ];
             let records: Vec<(&str, Vec<f32>)> =

@@ -337,6 +337,9 @@ pub(crate) struct OperatorRecord<'a> {
     pub(crate) operator: &'a str,
     /// Whether the record is one of the call's inputs (else an output).
     pub(crate) input: bool,
+    /// Whether it is an input that no traced operator or window input made (a parameter, a
+    /// buffer, a tensor made before the window): a value from outside the window.
+    pub(crate) from_outside: bool,
 }
 
 /// An operator call's record, by its name; `None` for another name. Precision alignment
@@ -358,6 +361,13 @@ pub(crate) fn operator_call(name: &str) -> Option<OperatorRecord<'_>> {
         module,
         operator,
         input: matches!(port, Port::Input { .. }),
+        from_outside: matches!(
+            port,
+            Port::Input {
+                source: InputSource::Untraced,
+                ..
+            }
+        ),
     })
 }
 
@@ -769,7 +779,8 @@ mod tests {
                 index: 12,
                 module: "a/b.c",
                 operator: "myns.op.default",
-                input: true
+                input: true,
+                from_outside: false
             })
         );
         assert_eq!(
