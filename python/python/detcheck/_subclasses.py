@@ -85,6 +85,14 @@ _PLACEMENTS: dict = {}
 _MAX_PLACEMENTS = 4096
 
 
+#: What ``_dtensor`` reads of a DTensor's placements (theirs, its shard's placement or why
+#: none, whether replicated), by the spec object itself (``id``; the spec kept beside it, so
+#: the id stays its) and the local shape: FSDP2 gives a parameter, and the gradients made for
+#: it, one spec object for the whole run, and comparing specs for equality (``_PLACEMENTS``'s
+#: lookup) costs more than the lookup saves.
+_DTENSORS: dict = {}
+
+
 def _dtensor_placement(tensor, placements, local):
     """``(global_shape, offset, extent)`` of a DTensor's local shard, or the reason there is
     none (a string); remembered by its spec (``_PLACEMENTS``)."""
@@ -130,11 +138,23 @@ def _compute_dtensor_placement(tensor, placements, local):
 
 
 def _dtensor(tensor):
-    placements = tuple(tensor.placements)
-    local = tensor.to_local()
-    placement = _dtensor_placement(tensor, placements, local)
-    why = placement if isinstance(placement, str) else None
-    placement = None if isinstance(placement, str) else placement
+    # The local shard itself (what ``to_local()`` returns without autograd, under no_grad):
+    # ``to_local()`` with autograd on runs an autograd function, a third of a record's time.
+    local = getattr(tensor, "_local_tensor", None)
+    if not isinstance(local, torch.Tensor):
+        local = tensor.to_local()
+    spec = getattr(tensor, "_spec", None)
+    known = _DTENSORS.get(id(spec))
+    if known is not None and known[0] is spec and known[1] == local.shape:
+        placements, placement, why, replicated = known[2]
+    else:
+        placements = tuple(tensor.placements)
+        placement = _dtensor_placement(tensor, placements, local)
+        why = placement if isinstance(placement, str) else None
+        placement = None if isinstance(placement, str) else placement
+        replicated = all(type(p).__name__ == "Replicate" for p in placements)
+        if spec is not None and len(_DTENSORS) < _MAX_PLACEMENTS:
+            _DTENSORS[id(spec)] = (spec, local.shape, (placements, placement, why, replicated))
 
     def note():  # made once per record name (the recorder asks only for a new name)
         mesh = tensor.device_mesh
@@ -151,7 +171,6 @@ def _dtensor(tensor):
             text += f" at offset {placement[1]}"
         return text + (f"; {why}" if why else "")
 
-    replicated = all(type(p).__name__ == "Replicate" for p in placements)
     inner = local if type(local) is torch.Tensor else plain(local).tensor
     return Plain(inner, note, replicated, placement)
 
