@@ -1627,8 +1627,10 @@ mod tests {
                 (format!("{name}/in1"), input.to_vec()),
                 (format!("{name}/out0"), out),
             ];
-            let records: Vec<(&str, Vec<f32>)> =
-                records.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+            let records: Vec<(&str, Vec<f32>)> = records
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.clone()))
+                .collect();
             dump(&records, DumpMode::Full)
         };
         let double = |v: &[f32]| v.iter().map(|x| 2.0 * x).collect::<Vec<f32>>();

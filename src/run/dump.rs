@@ -64,19 +64,7 @@ pub fn dump_scenario(
     perturb_as_run: Option<usize>,
     plan: &RunPlan,
 ) -> Result<Trace, DumpRunError> {
-    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
-    // Claimed before anything is read or written: from here on no other run writes here, so
-    // what the check below finds stays true, and the files of the ranks are this run's.
-    let _dump_lock = FolderLock::claim(dir, "dump")?;
-    if let Some(found) = dump_files(dir)? {
-        return Err(DumpError::Folder {
-            path: dir.to_owned(),
-            detail: format!(
-                "already holds a dump (`{found}`); choose a new folder or remove it first"
-            ),
-        }
-        .into());
-    }
+    let _dump_lock = claim_dump_folder(dir)?;
     let _checkpoint_lock = match &plan.checkpoint_to {
         Some(to) => claim_checkpoint_folder(to, dir)?,
         None => None,
@@ -131,17 +119,7 @@ pub fn dump_inside(
     options: &CheckOptions,
     plan: &RunPlan,
 ) -> Result<Trace, DumpRunError> {
-    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
-    let _dump_lock = FolderLock::claim(dir, "dump")?;
-    if let Some(found) = dump_files(dir)? {
-        return Err(DumpError::Folder {
-            path: dir.to_owned(),
-            detail: format!(
-                "already holds a dump (`{found}`); choose a new folder or remove it first"
-            ),
-        }
-        .into());
-    }
+    let _dump_lock = claim_dump_folder(dir)?;
     let scratch = ScratchFolder(dir.join(".inside-run"));
     let _ = std::fs::remove_dir_all(&scratch.0); // a killed run's, under this lock
     let (records, captured) = (scratch.0.join("records"), scratch.0.join("capture"));
@@ -195,6 +173,23 @@ impl Drop for ScratchFolder {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Creates `dir` and claims it for one run's dump: refused when it holds a dump already. The
+/// lock is taken before anything is read or written: from then on no other run writes there,
+/// so what the check finds stays true, and the files of the ranks are this run's.
+fn claim_dump_folder(dir: &Path) -> Result<FolderLock, DumpError> {
+    std::fs::create_dir_all(dir).map_err(|e| DumpError::io("create folder", dir, e))?;
+    let lock = FolderLock::claim(dir, "dump")?;
+    if let Some(found) = dump_files(dir)? {
+        return Err(DumpError::Folder {
+            path: dir.to_owned(),
+            detail: format!(
+                "already holds a dump (`{found}`); choose a new folder or remove it first"
+            ),
+        });
+    }
+    Ok(lock)
 }
 
 /// The first file of a dump that `dir` holds (a trace file `rank{R}.dctrace` or a full-mode
