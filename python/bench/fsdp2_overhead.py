@@ -20,7 +20,9 @@ Every trial is a fresh torchrun; rank 0 times ``--steps`` steps after ``--warmup
 stops (the recorder's writer flushes nothing inside the span: its background thread hashes on
 the idle core, as in the DDP figure). Rounds run every contender once, rotated; a contender's
 ratio is its step time over ``off``'s in the same round, and over the mean of ``off`` and
-``off2`` (the baseline sampled twice a round), reported as the median and min-max.
+``off2`` (the baseline sampled twice a round), reported as the median and min-max; and the
+CPU time of rank 0's program thread a step (``time.thread_time``), over the same mean: the
+cost the program itself pays, the writer's hashing being on another thread.
 """
 
 import argparse
@@ -91,13 +93,18 @@ def child(args):
     for _ in range(args.warmup):
         step()
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for _ in range(args.steps):
         step()
+    cpu = time.thread_time() - cpu
     dist.barrier()
     elapsed = time.perf_counter() - start
     if dist.get_rank() == 0:
-        print(json.dumps({"ms_per_step": elapsed / args.steps * 1e3}), flush=True)
+        report = {
+            "ms_per_step": elapsed / args.steps * 1e3,
+            "cpu_ms_per_step": cpu / args.steps * 1e3,
+        }
+        print(json.dumps(report), flush=True)
     dist.destroy_process_group()
 
 
@@ -145,7 +152,8 @@ def trial(args, contender):
         if len(traces) != args.ranks:
             raise SystemExit(f"{contender}: expected {args.ranks} traces, found {traces}")
     folder.cleanup()
-    return json.loads(lines[-1])["ms_per_step"]
+    report = json.loads(lines[-1])
+    return report["ms_per_step"], report["cpu_ms_per_step"]
 
 
 def main():
@@ -158,12 +166,27 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
-    rounds = []
+    rounds, cpus = [], []
     for r in range(args.rounds):
         order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
-        times = {c: trial(args, c) for c in order}
+        measured = {c: trial(args, c) for c in order}
+        times = {c: wall for c, (wall, _) in measured.items()}
         rounds.append(times)
-        print(f"round {r}: " + ", ".join(f"{c} {times[c]:.1f} ms" for c in CONTENDERS), flush=True)
+        cpus.append({c: cpu for c, (_, cpu) in measured.items()})
+        print(
+            f"round {r}: "
+            + ", ".join(f"{c} {times[c]:.1f} ms ({cpus[-1][c]:.1f} ms CPU)" for c in CONTENDERS),
+            flush=True,
+        )
+    for c in CONTENDERS:
+        # The program's own thread's CPU time a step: what recording costs the program where
+        # a core is free for the writer, less moved by other processes than the wall time.
+        ratios = [t[c] / ((t["off"] + t["off2"]) / 2) for t in cpus]
+        print(
+            f"{c:>9}: program thread {statistics.median(t[c] for t in cpus):6.1f} ms CPU/step, "
+            f"{statistics.median(ratios):.3f}x the mean of off and off2 "
+            f"({min(ratios):.3f}-{max(ratios):.3f})"
+        )
     for c in CONTENDERS:
         ratios = [t[c] / t["off"] for t in rounds]
         # Against both unrecorded trials of the round: the baseline sampled twice.

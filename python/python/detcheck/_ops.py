@@ -19,6 +19,13 @@ Contract (detcheck's Rust side parses these names):
 - The file: ``TraceWriter(DIR/ops, 0, 1, mode="stats")`` (a world of one rank, rank 0, whatever
   the program's rank), created when the window opens and closed when it closes; every record is
   at the requested step. At most one window per process.
+- ``detcheck run --inside`` (``inside_request()``: ``DETCHECK_CAPTURE_OPS=full``), forward
+  windows only: the file is in ``mode="full"``, each call's text is in its environment
+  (``site:call:{i}``: ``_call_text``), and the window's outputs close it (``window/out{j}``,
+  tensor ``j`` of ``tree_flatten(output)``). With a folder to replay from
+  (``DETCHECK_REPLAY_INPUTS``, another ``--inside`` trace), the module's tensor inputs are that
+  trace's ``window/in{j}`` (``_replayed``), or, when they do not fit, its own, with why in
+  ``site:replay:error``.
 - Records, in order. First the window's inputs: ``window/in{j}`` (forward window: tensor ``j`` of
   ``tree_flatten((args, kwargs))`` of the module call) or ``window/grad_out{j}`` (backward window:
   the gradient of tensor ``j`` of ``tree_flatten(output)`` of the module call, those that have
@@ -286,7 +293,7 @@ class OpTracer(TorchDispatchMode):
 
     def record_inputs(self, kind, value):
         """Records the window's inputs, ``window/{kind}{j}`` for the tensor leaves of ``value``,
-        and remembers them as sources."""
+        and remembers them as sources (``kind`` ``"out"``: its outputs, ``run --inside``)."""
         self.paused += 1
         try:
             for j, tensor in _tensors(value):
