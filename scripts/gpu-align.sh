@@ -24,14 +24,20 @@ item "CUDA (TF32 on) against the CPU at TF32's rounding: aligned" 0 \
     detcheck compare --align --precision tf32 "$work/cuda_tf32" "$work/cpu"
 item "CUDA with an approximate GELU: not aligned" 1 \
     detcheck compare --align "$work/cuda_gelu" "$work/cpu"
-# The report is read whole before grep: `compare | grep -q` under pipefail fails by itself, as
+# `says WHAT PATTERN A B [FLAGS]`: compare --align's report of A against B holds PATTERN. The
+# report is read whole before grep: `compare | grep -q` under pipefail fails by itself, as
 # compare exits 1 (not aligned) or dies of SIGPIPE when grep stops reading.
-report=$(detcheck compare --align "$work/cuda_gelu" "$work/cpu")
-if grep -q "first culprit: step 0 rank 0 \`fwd/blocks.0.act\`" <<<"$report"; then
-    echo "PASS the culprit is fwd/blocks.0.act"
-else
-    echo "FAIL the culprit is not fwd/blocks.0.act"; echo "$report" | head -12; failed=1
-fi
+says() {
+    local what=$1 pattern=$2 a=$3 b=$4 report; shift 4
+    report=$(detcheck compare --align "$@" "$a" "$b")
+    if grep -q "$pattern" <<<"$report"; then
+        echo "PASS $what"
+    else
+        echo "FAIL $what"; echo "$report" | head -12; failed=1
+    fi
+}
+says "the culprit is fwd/blocks.0.act" "first culprit: step 0 rank 0 \`fwd/blocks.0.act\`" \
+    "$work/cuda_gelu" "$work/cpu"
 detcheck compare --align "$work/cuda_tf32" "$work/cpu" | head -8
 # Inside the culprit across the two devices (docs/align.md, "Inside the culprit"): the CUDA
 # module run on the CPU's own inputs (`--replay`), its operators judged one by one.
@@ -44,18 +50,11 @@ inside in_cpu_embed fwd/embed -- python3 "$script" || failed=1
 inside in_tf32_embed fwd/embed --replay "$work/in_cpu_embed" -- python3 "$script" --device cuda --tf32 || failed=1
 item "inside: CUDA's GELU on the CPU's inputs: aligned" 0 \
     detcheck compare --align "$work/in_cuda_act" "$work/in_cpu_act"
-report=$(detcheck compare --align "$work/in_gelu_act" "$work/in_cpu_act")
-if grep -q "A calls \`aten.gelu.default(float32\[64, 256\], approximate='tanh')\`" <<<"$report"; then
-    echo "PASS inside: the approximate GELU is named with its argument"
-else
-    echo "FAIL inside: the approximate GELU is not named"; echo "$report" | head -12; failed=1
-fi
+says "inside: the approximate GELU is named with its argument" \
+    "A calls \`aten.gelu.default(float32\[64, 256\], approximate='tanh')\`" \
+    "$work/in_gelu_act" "$work/in_cpu_act"
 item "inside: TF32's product on the CPU's inputs at TF32's rounding: aligned" 0 \
     detcheck compare --align --precision tf32 "$work/in_tf32_embed" "$work/in_cpu_embed"
-report=$(detcheck compare --align "$work/in_tf32_embed" "$work/in_cpu_embed")
-if grep -q "^  operator: \`aten\.\(addmm\|mm\|matmul\)" <<<"$report"; then
-    echo "PASS inside: at float32's rounding TF32's matrix product is the operator named"
-else
-    echo "FAIL inside: TF32's matrix product is not the operator named"; echo "$report" | head -12; failed=1
-fi
+says "inside: at float32's rounding TF32's matrix product is the operator named" \
+    "^  operator: \`aten\.\(addmm\|mm\|matmul\)" "$work/in_tf32_embed" "$work/in_cpu_embed"
 exit $failed

@@ -1585,25 +1585,32 @@ mod tests {
             );
             align(&a, &b)
         };
-        let msprobe = pairs([
-            "Tensor.mean.0.forward.output.0",
-            "Functional.act.0.forward.input.0",
-            "Functional.act.0.forward.output.0",
-        ]);
-        let culprit = msprobe.culprit.as_ref().expect("a culprit");
-        assert_eq!(culprit.name, "Functional.act.0.forward.output.0");
-        assert_eq!(culprit.blame, Blame::Own);
+        // msprobe's call records, and an operator trace's (`run --inside`), name each call's
+        // inputs and outputs.
+        let named = [
+            [
+                "Tensor.mean.0.forward.output.0",
+                "Functional.act.0.forward.input.0",
+                "Functional.act.0.forward.output.0",
+            ],
+            [
+                "op/0000/m/aten.mean.dim/out0",
+                "op/0001/m/aten.gelu.default/in0",
+                "op/0001/m/aten.gelu.default/out0",
+            ],
+        ];
+        let [msprobe, operators] = named.map(|names| {
+            let al = pairs(names);
+            let culprit = al.culprit.as_ref().expect("a culprit");
+            assert_eq!(
+                (culprit.name.as_str(), culprit.blame),
+                (names[2], Blame::Own)
+            );
+            al
+        });
+        assert_eq!(msprobe.culprit_call, None);
         let traces = pairs(["fwd/mean", "fwd/act_in", "fwd/act"]);
         assert!(traces.is_aligned(), "{:#?}", traces.rows);
-        // An operator trace (`run --inside`) names each call's inputs and outputs too.
-        let operators = pairs([
-            "op/0000/m/aten.mean.dim/out0",
-            "op/0001/m/aten.gelu.default/in0",
-            "op/0001/m/aten.gelu.default/out0",
-        ]);
-        let culprit = operators.culprit.as_ref().expect("a culprit");
-        assert_eq!(culprit.name, "op/0001/m/aten.gelu.default/out0");
-        assert_eq!(culprit.blame, Blame::Own);
         let call = operators.culprit_call.as_ref().expect("the culprit's call");
         assert_eq!(
             (call.index, call.operator.as_str()),
