@@ -958,13 +958,18 @@ type ReplayInput = (u32, &'static str, Vec<usize>, Vec<u8>);
 /// file when they cannot be read.
 #[pyfunction]
 fn replay_inputs(folder: PathBuf, step: u64) -> PyResult<Vec<ReplayInput>> {
-    let inputs = read_window_inputs(&folder, step)
-        .map_err(|e| DetcheckError::new_err(e.to_string()))?;
+    let inputs =
+        read_window_inputs(&folder, step).map_err(|e| DetcheckError::new_err(e.to_string()))?;
     Ok(inputs
         .into_iter()
         .map(|(j, tensor)| {
             let bytes = tensor.with_view(|v| v.bytes().to_vec());
-            (j, python_dtype_name(tensor.dtype()), tensor.shape().to_vec(), bytes)
+            (
+                j,
+                python_dtype_name(tensor.dtype()),
+                tensor.shape().to_vec(),
+                bytes,
+            )
         })
         .collect())
 }
