@@ -622,8 +622,9 @@ pub(crate) fn align(
 }
 
 /// The commands that look inside a culprit module (`run --inside`, `--replay`): which of its
-/// operators makes the error, with the module run on the reference's own inputs.
-fn print_inside_commands(o: &mut Out, c: &AlignedRecord) {
+/// operators makes the error, with the module run on the reference's own inputs; each side's
+/// program as its dump recorded it (`-- <A's program>` where it did not).
+fn print_inside_commands(o: &mut Out, c: &AlignedRecord, programs: &[Option<String>; 2]) {
     let mut at = format!("--inside {} --inside-step {}", c.name, c.step);
     if c.rank > 0 {
         let _ = write!(at, " --inside-rank {}", c.rank);
@@ -636,11 +637,12 @@ fn print_inside_commands(o: &mut Out, c: &AlignedRecord) {
         "  inside it: which operator, with the module run on B's own inputs (docs/align.md, \
          \"Inside the culprit\"):"
     );
-    outln!(o, "    detcheck run --dump B-IN {at} -- <B's program>");
-    outln!(
-        o,
-        "    detcheck run --dump A-IN {at} --replay B-IN -- <A's program>"
-    );
+    let [a, b] = [("A", &programs[0]), ("B", &programs[1])].map(|(side, p)| {
+        p.clone()
+            .unwrap_or_else(|| format!("-- <{side}'s program>"))
+    });
+    outln!(o, "    detcheck run --dump B-IN {at} {b}");
+    outln!(o, "    detcheck run --dump A-IN {at} --replay B-IN {a}");
     outln!(o, "    detcheck compare --align A-IN B-IN");
 }
 
@@ -742,7 +744,7 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
             );
         }
         if c.name.starts_with("fwd/") && al.left.starts_with("detcheck") {
-            print_inside_commands(o, c);
+            print_inside_commands(o, c, &al.programs);
         }
         let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
         if !others.is_empty() {

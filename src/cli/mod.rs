@@ -30,6 +30,7 @@ mod report;
 use clap::{Parser, Subcommand};
 use detcheck::comm::pin_settings_for;
 use detcheck::compare::curves::Tolerance;
+use detcheck::file::launch::shell_quote;
 use detcheck::file::{Capture, DumpMode, InsideRequest};
 use detcheck::scenario::{CheckKind, Program, RunPlan, ScenarioError};
 use detcheck::{discover_scenarios, CheckOptions, KindRegistry, LoadedScenario, Session};
@@ -702,18 +703,6 @@ fn program_without_separator(paths: &[PathBuf], errors: Vec<ScenarioError>) -> C
         words[0],
         words.join(" ")
     ))
-}
-
-/// `value` quoted for a POSIX shell when it has characters the shell would read.
-fn shell_quote(value: &str) -> String {
-    if value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "_-.:/=,".contains(c))
-    {
-        value.to_owned()
-    } else {
-        format!("'{}'", value.replace('\'', "'\\''"))
-    }
 }
 
 /// Loads every scenario named on the command line; any bad one is reported and stops the run.

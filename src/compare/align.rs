@@ -57,6 +57,7 @@ use super::{fill_f64, is_evidence, pair_by_occurrence};
 use crate::file::format::Entry;
 use crate::file::source::{Batch, Layout, RankSource, TensorReads};
 use crate::file::{open_dump, DumpError};
+use crate::record::environment::keys;
 use crate::record::Environment;
 use crate::value::digest::Stats;
 use crate::value::tensor::{DType, Tensor};
@@ -307,6 +308,10 @@ pub struct Alignment {
     /// The first culprit's operator call, when it is a record of an operator trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub culprit_call: Option<OperatorCallText>,
+    /// Each side's program as `detcheck run` takes it, where its dump says (`site:program`):
+    /// what the commands that look inside a culprit run.
+    #[serde(default)]
+    pub programs: [Option<String>; 2],
 }
 
 /// One operator call of an operator trace as each side made it: what the tensors do not show
@@ -809,6 +814,7 @@ pub fn align_dumps(
         records: Vec::new(),
         operators_part: None,
         culprit_call: None,
+        programs: [None, None],
     };
     let mut only = [0u64; 2];
     let mut replayed = false;
@@ -864,6 +870,10 @@ pub fn align_dumps(
                     )
                 });
             }
+        }
+        if rank == 0 {
+            out.programs = [sa.environment(), sb.environment()]
+                .map(|e| e.and_then(|e| e.get(keys::PROGRAM)).map(str::to_owned));
         }
         let [inputs, equal] = walk.window_inputs;
         if inputs > 0 && inputs == equal && !replayed {

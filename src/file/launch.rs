@@ -17,6 +17,7 @@
 //! | `DETCHECK_LAUNCHER` | the scenario's launcher (`processes`, `mpirun`, `torchrun`, `msrun`, `srun`, `none`), for the environment snapshot; `srun`: the rank is read from `SLURM_PROCID` too; `msrun`: from a worker's `RANK_ID` |
 //! | `DETCHECK_FINGERPRINT` | the scenario's fingerprint, for the environment snapshot |
 //! | `DETCHECK_MPI_LIBRARY` | the MPI library the `mpirun` launcher reports (`mpirun --version`'s first line) |
+//! | `DETCHECK_PROGRAM` | the program as `detcheck run` takes it (`--ranks 2 --launcher torchrun -- python3 train.py`, shell-quoted), for the environment snapshot (`site:program`): what `compare --align` prints in the commands that look inside a culprit |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
 //!
@@ -58,6 +59,23 @@ pub const LAUNCHER_VAR: &str = "DETCHECK_LAUNCHER";
 pub const FINGERPRINT_VAR: &str = "DETCHECK_FINGERPRINT";
 /// `DETCHECK_MPI_LIBRARY`.
 pub const MPI_LIBRARY_VAR: &str = "DETCHECK_MPI_LIBRARY";
+/// `DETCHECK_PROGRAM`.
+pub const PROGRAM_VAR: &str = "DETCHECK_PROGRAM";
+
+/// `value` quoted for a POSIX shell when it has characters the shell would read: how a command
+/// detcheck prints or records (`DETCHECK_PROGRAM`) can be pasted back.
+#[must_use]
+pub fn shell_quote(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:/=,".contains(c))
+    {
+        value.to_owned()
+    } else {
+        format!("'{}'", value.replace('\'', "'\\''"))
+    }
+}
 
 /// `DETCHECK_STOP_AFTER`.
 pub const STOP_AFTER_VAR: &str = "DETCHECK_STOP_AFTER";
@@ -299,6 +317,8 @@ pub struct Launch {
     pub fingerprint: Option<String>,
     /// The MPI library the launcher reports, for the environment snapshot.
     pub mpi_library: Option<String>,
+    /// The program as `detcheck run` takes it, for the environment snapshot.
+    pub program: Option<String>,
 }
 
 impl Launch {
@@ -326,6 +346,7 @@ impl Launch {
             (LAUNCHER_VAR, &self.launcher),
             (FINGERPRINT_VAR, &self.fingerprint),
             (MPI_LIBRARY_VAR, &self.mpi_library),
+            (PROGRAM_VAR, &self.program),
         ] {
             if let Some(value) = value {
                 vars.push((name, value.clone()));
@@ -447,6 +468,7 @@ impl Launch {
             launcher: var(LAUNCHER_VAR),
             fingerprint: var(FINGERPRINT_VAR),
             mpi_library: var(MPI_LIBRARY_VAR),
+            program: var(PROGRAM_VAR),
         }))
     }
 
@@ -530,6 +552,7 @@ mod tests {
             launcher: Some("processes".into()),
             fingerprint: Some("5d6e".into()),
             mpi_library: Some("mpirun (Open MPI) 4.1.4".into()),
+            program: Some("--ranks 4 -- python3 'my train.py'".into()),
         };
         let vars = sent.to_env();
         let owned: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -682,6 +705,7 @@ mod tests {
             launcher: None,
             fingerprint: None,
             mpi_library: None,
+            program: None,
         }
     }
 

@@ -157,6 +157,7 @@ impl TraceWriter {
             (keys::LAUNCHER, &launch.launcher),
             (keys::FINGERPRINT, &launch.fingerprint),
             (keys::MPI_LIBRARY, &launch.mpi_library),
+            (keys::PROGRAM, &launch.program),
         ] {
             if let Some(value) = value {
                 self.environment.lock().set(key, value.as_str());

@@ -39,6 +39,9 @@ pub mod keys {
     pub const MPI_LIBRARY: &str = "mpi.library";
     /// The scenario's fingerprint (md5 of its kind, reduction and params), when known.
     pub const FINGERPRINT: &str = "scenario.fingerprint";
+    /// A launched program as `detcheck run` takes it (`--ranks 2 -- python3 train.py`): a fact
+    /// of the run, never compared (`site:`).
+    pub const PROGRAM: &str = "site:program";
 }
 
 /// The longest key or value, in bytes (a trace stores both lengths as 16-bit numbers).

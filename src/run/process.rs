@@ -45,6 +45,7 @@
 //! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass
 //! for one dump (`run::fresh_run_id`).
 
+use crate::file::launch::shell_quote;
 use crate::file::{
     all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode,
     InsideRequest, Launch, RecorderPlan,
@@ -287,6 +288,34 @@ impl<'a> CommandLaunch<'a> {
             }
         }
         argv
+    }
+
+    /// The program as `detcheck run` takes it, shell-quoted: its flags and its command (the
+    /// environment's `site:program`, which `compare --align` prints in its commands).
+    fn as_run_takes_it(&self) -> String {
+        let spec = &self.request.spec;
+        let mut words = vec![
+            format!("--ranks {}", self.world_size),
+            format!("--steps {}", spec.steps),
+            format!("--seed {}", spec.seed),
+            format!("--launcher {}", self.command.launcher.name()),
+        ];
+        if !self.command.srun_args.is_empty() {
+            let options = self.command.srun_args.join(" ");
+            words.push(format!("--srun-args {}", shell_quote(&options)));
+        }
+        if self.command.deterministic {
+            words.push("--deterministic".to_owned());
+        }
+        words.push("--".to_owned());
+        let values = self.values(None);
+        words.extend(
+            self.command
+                .command
+                .iter()
+                .map(|a| shell_quote(&substitute(a, &values))),
+        );
+        words.join(" ")
     }
 
     /// `PYTHONHASHSEED` of this launch: a different value for each run of a check.
@@ -558,6 +587,7 @@ impl<'a> CommandLaunch<'a> {
             launcher: Some(self.command.launcher.name().to_owned()),
             fingerprint: Some(fingerprint),
             mpi_library: None,
+            program: Some(self.as_run_takes_it()),
         };
 
         let mut processes = Processes(Vec::new());
