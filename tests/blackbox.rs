@@ -31,6 +31,7 @@
 //! Limits: a case checks the exit code and the names in the message, not the whole text; the
 //! lock races depend on timing (each outcome allowed is one the README allows).
 
+use detcheck::file::launch::shell_quote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -1475,20 +1476,7 @@ fn copy(from: &Path, to: &Path) {
 
 /// The shell line that reproduces an invocation in a saved case's folder.
 fn command_line(args: &[String]) -> String {
-    let quoted: Vec<String> = args
-        .iter()
-        .map(|arg| {
-            if !arg.is_empty()
-                && arg
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=".contains(c))
-            {
-                arg.clone()
-            } else {
-                format!("'{}'", arg.replace('\'', "'\\''"))
-            }
-        })
-        .collect();
+    let quoted: Vec<String> = args.iter().map(|arg| shell_quote(arg)).collect();
     format!("detcheck {}", quoted.join(" "))
 }
 
