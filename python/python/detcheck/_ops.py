@@ -404,15 +404,19 @@ _CALL_TEXT = 400
 
 
 def _call_text(operator, args, kwargs):
-    """``aten.gelu.default(f32[64,256], approximate='tanh')``: an operator call with its
-    tensors as dtype and shape and its other arguments as Python shows them."""
+    """``aten.gelu.default(float32[64, 256], approximate='tanh')``: an operator call with its
+    tensors as dtype and shape and its other arguments as Python shows them (an argument whose
+    ``repr`` raises, by its type's name: the tracer never fails the program)."""
 
     def show(value):
         if isinstance(value, _torch.Tensor):
             return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
         if isinstance(value, (list, tuple)):
             return "[" + ", ".join(show(v) for v in value) + "]"
-        return repr(value)
+        try:
+            return repr(value)
+        except Exception:
+            return f"<{type(value).__name__}>"
 
     parts = [show(a) for a in args] + [f"{k}={show(v)}" for k, v in kwargs.items()]
     text = f"{operator}({', '.join(parts)})"
