@@ -937,15 +937,13 @@ fn align_step(
         pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
     };
     let parted = if out.operators_part.is_none() {
-        operators_part(rank, step, (ba, sa.names()), (bb, sb.names())).map(|mut part| {
-            part.at = OperatorCallText::of(
-                part.call,
-                &part.left,
-                &part.module,
-                [sa.environment(), sb.environment()],
-            );
-            part
-        })
+        operators_part(
+            rank,
+            step,
+            (ba, sa.names()),
+            (bb, sb.names()),
+            [sa.environment(), sb.environment()],
+        )
     } else {
         None
     };
@@ -1131,6 +1129,7 @@ fn operators_part(
     step: u64,
     (ba, na): (&Batch, &[String]),
     (bb, nb): (&Batch, &[String]),
+    environments: [Option<&Environment>; 2],
 ) -> Option<OperatorsPart> {
     let calls = |batch: &Batch, names: &[String]| {
         let mut calls: Vec<(u32, String, String)> = Vec::new();
@@ -1175,7 +1174,7 @@ fn operators_part(
         rank,
         step,
         call,
-        at: OperatorCallText::of(call, &left, &module, [None, None]),
+        at: OperatorCallText::of(call, &left, &module, environments),
         module,
         left,
         right,
