@@ -1,9 +1,19 @@
-//! The buffer protocol (PEP 3118), read in place: the one module of the package with `unsafe`.
+//! Memory read in place: the buffer protocol (PEP 3118), and a torch tensor's memory lent to the
+//! writer's thread. The one module of the package with `unsafe`.
 //!
 //! [`Buffer::c_contiguous`] asks an object (a numpy array, a `memoryview`, `bytes`) for a
 //! read-only, C-contiguous view of its memory with its struct format and shape, and holds it
 //! until dropped, so the memory stays alive and cannot be resized (the exporter refuses while a
 //! view is out). [`Buffer::bytes`] borrows that memory as `&[u8]` without copying it.
+//!
+//! [`Lent::of_snapshot`] holds a torch copy-on-write snapshot (`torch._lazy_clone`, made by
+//! `detcheck._tensors.lendable`) and the address of its memory (`const_data_ptr`, which does not
+//! materialize it): the writer's thread reads those bytes with no copy, while the program goes
+//! on. Torch never writes memory that a copy-on-write tensor shares: a write through the
+//! program's tensor first gives that tensor memory of its own (a copy then, on the program's
+//! thread), and nobody but detcheck holds the snapshot. What bypasses torch (a pointer or numpy
+//! view taken of the tensor before the snapshot) is outside that promise: which is why only
+//! fresh results of autograd's operators are lent (`lendable`'s rule).
 //!
 //! Why by hand: PyO3 exposes `PyObject_GetBuffer` under the stable ABI only for Python 3.11 and
 //! later (where it joined the limited API), and this package is one abi3 wheel for 3.9 and later.
@@ -149,5 +159,64 @@ impl Drop for Buffer<'_> {
         // SAFETY: the view was filled in by a successful `PyObject_GetBuffer` and is released
         // once; the thread is attached (a `Buffer` never leaves its 'py scope).
         unsafe { PyBuffer_Release(&mut *self.raw) }
+    }
+}
+
+/// A torch copy-on-write snapshot's memory, lent to the writer's thread (module doc): `len`
+/// bytes at `address`, alive and unchanged while `owner` lives.
+pub(crate) struct Lent {
+    owner: Py<PyAny>,
+    address: *const u8,
+    len: usize,
+}
+
+// SAFETY: the memory is only read, from any thread, while `owner` keeps it alive (module doc);
+// `owner` itself is `Send` and `Sync`.
+unsafe impl Send for Lent {}
+// SAFETY: as for `Send`: shared reads of immutable memory.
+unsafe impl Sync for Lent {}
+
+impl Lent {
+    /// The memory of `snapshot`, a contiguous torch tensor made by `torch._lazy_clone` that no
+    /// one else holds, of `len` bytes (the record's dtype and shape, checked against the
+    /// tensor's own `nbytes`).
+    pub(crate) fn of_snapshot(snapshot: &Bound<'_, PyAny>, len: usize) -> PyResult<Self> {
+        let contiguous: bool = snapshot.call_method0("is_contiguous")?.extract()?;
+        let nbytes: usize = snapshot.getattr("nbytes")?.extract()?;
+        if !contiguous || nbytes != len {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "a lent tensor must be contiguous and of {len} bytes, not {nbytes} \
+                 (contiguous: {contiguous})"
+            )));
+        }
+        // The read-only pointer: `data_ptr()` would materialize a copy-on-write tensor.
+        let address: usize = snapshot.call_method0("const_data_ptr")?.extract()?;
+        if address == 0 && len > 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "a lent tensor has no memory",
+            ));
+        }
+        Ok(Lent {
+            owner: snapshot.clone().unbind(),
+            address: std::ptr::with_exposed_provenance(address),
+            len,
+        })
+    }
+
+    /// The lent bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `address` is the snapshot's `const_data_ptr`, `len` its `nbytes` and the
+        // tensor contiguous (checked by `of_snapshot`); the memory lives and does not change
+        // while `owner` lives (module doc), which `&self` outlives. Bytes have no alignment or
+        // validity requirement.
+        unsafe { std::slice::from_raw_parts(self.address, self.len) }
+    }
+
+    /// The snapshot, given back to be dropped where the GIL is held.
+    pub(crate) fn into_owner(self) -> Py<PyAny> {
+        self.owner
     }
 }

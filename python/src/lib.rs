@@ -29,7 +29,7 @@
 mod buffer;
 mod worker;
 
-use buffer::Buffer;
+use buffer::{Buffer, Lent};
 use detcheck::file::capture::read_window_inputs;
 use detcheck::file::{
     setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, InsideRequest, Launch,
@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use worker::{Background, Failure, Job, JobDigest};
+use worker::{Background, Failure, Job, JobDigest, RecordBytes};
 
 pyo3::create_exception!(
     detcheck,
@@ -353,6 +353,7 @@ impl PyTraceWriter {
             data.extend_from_slice(bytes);
         }
         let record = (dtype, shape.clone(), replicated);
+        let data = RecordBytes::Copied(data);
         self.submit_record(step, name, record, data, JobDigest::Compute, placement)?;
         Ok(())
     }
@@ -380,7 +381,7 @@ impl PyTraceWriter {
         step: u64,
         name: &str,
         (dtype, shape, replicated): (DType, Vec<usize>, bool),
-        data: Vec<u8>,
+        data: RecordBytes,
         digest: JobDigest,
         placement: Option<Placement>,
     ) -> PyResult<u64> {
@@ -578,6 +579,34 @@ impl PyTraceWriter {
         self.record_any(step, name, array, false, Some(placement))
     }
 
+    /// Records a torch tensor's copy-on-write snapshot (`detcheck._tensors.lendable`: made by
+    /// `torch._lazy_clone`, contiguous, on the CPU, held by no one else) of `dtype` (as
+    /// `record` names it) and `shape`, as `record` would record the tensor, but without a
+    /// copy: the writer's thread reads the snapshot's memory in place and lets it go when it
+    /// is written. Private: the promise that the memory does not change is torch's for such a
+    /// snapshot only (`buffer::Lent`).
+    fn _record_lent(
+        &mut self,
+        step: u64,
+        name: &str,
+        snapshot: &Bound<'_, PyAny>,
+        dtype: &str,
+        shape: Vec<usize>,
+    ) -> PyResult<()> {
+        let dtype = known_dtype(name, dtype)?;
+        let len = checked_len(name, dtype, &shape)? * dtype.size_of();
+        let lent = Lent::of_snapshot(snapshot, len)?;
+        TensorView::new(dtype, &shape, lent.bytes()).map_err(|e| view_error(name, e))?;
+        let inner = self.open(name)?;
+        if inner.must_wait(len) {
+            snapshot.py().detach(|| inner.wait_room(len));
+        }
+        let record = (dtype, shape, false);
+        let data = RecordBytes::Lent(lent);
+        self.submit_record(step, name, record, data, JobDigest::Compute, None)?;
+        Ok(())
+    }
+
     /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU by
     /// `detcheck/_device.py`: `dtype` as `record` names it (`float32`, `bfloat16` ...), the
     /// 16-byte tree digest of its canonical bytes, and `totals` = (max, min, sum, sum of squares
@@ -604,7 +633,7 @@ impl PyTraceWriter {
             step,
             name,
             (dtype, shape, replicated),
-            Vec::new(),
+            RecordBytes::default(),
             given,
             None,
         )?;
@@ -627,7 +656,7 @@ impl PyTraceWriter {
         let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)?;
         let record = (dtype, shape, replicated);
-        let token = self.submit_record(step, name, record, Vec::new(), JobDigest::Later, None)?;
+        let token = self.submit_record(step, name, record, RecordBytes::default(), JobDigest::Later, None)?;
         self.unfilled.insert(token, (name.to_owned(), dtype, len));
         Ok(token)
     }

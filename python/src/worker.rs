@@ -22,6 +22,7 @@
 //! Determinism: the records, their order, sequence numbers, md5s and statistics are those the
 //! writer would produce called in place (`TraceWriter::record_view`), so the files are the same.
 
+use crate::buffer::Lent;
 use detcheck::file::{DumpError, DumpMode, TraceWriter as RustWriter};
 use detcheck::record::Record;
 use detcheck::value::{
@@ -56,12 +57,42 @@ pub(crate) struct Job {
     pub(crate) replicated: bool,
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
-    /// The array's canonical bytes, copied (empty for a digested record).
-    pub(crate) data: Vec<u8>,
+    /// The array's canonical bytes, copied or lent (empty for a digested record).
+    pub(crate) data: RecordBytes,
     pub(crate) digest: JobDigest,
     /// A shard's placement (checked against `shape` by `record`): the thread computes its
     /// position digest from `data`.
     pub(crate) placement: Option<Placement>,
+}
+
+/// A record's canonical bytes on their way to the thread, and back.
+pub(crate) enum RecordBytes {
+    /// Copied into a buffer of the writer's, which comes back to be reused.
+    Copied(Vec<u8>),
+    /// Read in place: a torch tensor's copy-on-write snapshot (`buffer::Lent`), which comes
+    /// back to be dropped on the program's side (no copy at all).
+    Lent(Lent),
+}
+
+impl Default for RecordBytes {
+    fn default() -> Self {
+        RecordBytes::Copied(Vec::new())
+    }
+}
+
+impl AsRef<[u8]> for RecordBytes {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            RecordBytes::Copied(data) => data,
+            RecordBytes::Lent(lent) => lent.bytes(),
+        }
+    }
+}
+
+impl RecordBytes {
+    fn len(&self) -> usize {
+        self.as_ref().len()
+    }
 }
 
 /// Where a record's digest and statistics come from.
@@ -123,7 +154,7 @@ pub(crate) struct Background {
     tx: Option<Sender<Msg>>,
     /// Buffers the thread is done with (in a `Mutex` only to make the writer `Sync`, as PyO3
     /// asks; it is reached through `&mut self`, never locked).
-    returned: Mutex<Receiver<Vec<u8>>>,
+    returned: Mutex<Receiver<RecordBytes>>,
     thread: Option<JoinHandle<Result<(), Failure>>>,
     abort: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Failure>>>,
@@ -192,9 +223,14 @@ impl Background {
         self.failure.lock().ok().and_then(|f| f.clone())
     }
 
-    /// Takes back the buffers the thread is done with.
-    fn reclaim(&mut self, data: Vec<u8>) {
+    /// Takes back the buffers the thread is done with; a lent snapshot is let go (where the
+    /// GIL is released, PyO3 drops it the next time a thread holds it).
+    fn reclaim(&mut self, data: RecordBytes) {
         self.in_flight -= data.len();
+        let data = match data {
+            RecordBytes::Copied(data) => data,
+            RecordBytes::Lent(lent) => return drop(lent.into_owner()),
+        };
         let capacity = data.capacity();
         if capacity >= REUSE_BYTES && self.pool_bytes + capacity <= LIMIT {
             self.pool_bytes += capacity;
@@ -202,7 +238,7 @@ impl Background {
         }
     }
 
-    fn returned(&mut self) -> &Receiver<Vec<u8>> {
+    fn returned(&mut self) -> &Receiver<RecordBytes> {
         match self.returned.get_mut() {
             Ok(rx) => rx,
             Err(poisoned) => poisoned.into_inner(),
@@ -373,7 +409,7 @@ impl Drop for Background {
 /// The lanes the thread hashes in: as many as the CPU's vectors hold (16 with AVX-512, 8 with
 /// AVX2, 4 without), capped by `DETCHECK_MD5_LANES` (`8`, or `0`: md-5 one buffer after the
 /// other), for tests and comparisons.
-fn lanes_from_env() -> Option<TreeLanes<Vec<u8>, u64>> {
+fn lanes_from_env() -> Option<TreeLanes<RecordBytes, u64>> {
     let cap = std::env::var("DETCHECK_MD5_LANES")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -391,7 +427,7 @@ struct Slot {
 
 /// The thread's records and lanes.
 struct State {
-    lanes: Option<TreeLanes<Vec<u8>, u64>>,
+    lanes: Option<TreeLanes<RecordBytes, u64>>,
     /// The records not yet written, in order; `first` is the id of the front one.
     queue: VecDeque<Slot>,
     first: u64,
@@ -409,7 +445,7 @@ struct Thread {
     rank: u32,
     mode: DumpMode,
     rx: Receiver<Msg>,
-    back: Sender<Vec<u8>>,
+    back: Sender<RecordBytes>,
     abort: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Failure>>>,
 }
@@ -535,7 +571,7 @@ impl Thread {
                 });
                 continue;
             }
-            let view = TensorView::new(job.dtype, &job.shape, &job.data);
+            let view = TensorView::new(job.dtype, &job.shape, job.data.as_ref());
             let stats = match view {
                 Ok(view) if self.mode.has_stats() => Stats::of_view(view),
                 _ => Stats::default(), // checked by `record` already
@@ -559,14 +595,19 @@ impl Thread {
             };
             match st.lanes.as_mut() {
                 Some(lanes) => lanes.push(std::mem::take(&mut slot.job.data), id),
-                None => slot.md5 = Some(tree_digest(&slot.job.data).0),
+                None => slot.md5 = Some(tree_digest(slot.job.data.as_ref()).0),
             }
             st.queue.push_back(slot);
         }
     }
 
     /// Writes a record (unless an earlier one failed); gives its buffer back.
-    fn write(&self, writer: &mut RustWriter, slot: Slot, failed: &mut Option<Failure>) -> Vec<u8> {
+    fn write(
+        &self,
+        writer: &mut RustWriter,
+        slot: Slot,
+        failed: &mut Option<Failure>,
+    ) -> RecordBytes {
         let Slot {
             job,
             stats,
@@ -590,7 +631,9 @@ impl Thread {
             // asks for (`DETCHECK_CAPTURE`) keeps the matching record's; otherwise the writer
             // only looks at them when it matches a capture.
             let view = match job.digest {
-                JobDigest::Compute => TensorView::new(record.dtype, &record.shape, &job.data).ok(),
+                JobDigest::Compute => {
+                    TensorView::new(record.dtype, &record.shape, job.data.as_ref()).ok()
+                }
                 JobDigest::Given(..) | JobDigest::Later => None,
             };
             if let Err(e) = writer.write_record_view(&record, view) {

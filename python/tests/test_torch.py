@@ -254,3 +254,76 @@ def test_watch_without_a_writer_records_nothing():
     assert handle.current_step == 1  # only next_step counts: no hooks on the optimizer
     handle.remove()
     assert hooks(model, opt) == before
+
+
+def _is_cow(tensor):
+    return torch._C._is_cow_tensor(tensor)
+
+
+@pytest.mark.parametrize("mode", ["md5", "stats"])
+def test_a_module_output_is_lent_and_may_change_at_once(tmp_path, mode):
+    # A fresh result of autograd's operators is recorded with no copy: a copy-on-write
+    # snapshot the writer's thread reads (detcheck._tensors.lendable). The program may write
+    # into it as soon as `put` returns, and may drop it, and the record is still of the values
+    # it had; writes through the tensor still reach its views. 80 MiB in all: beyond what the
+    # writer holds in flight (64 MiB), so `put` waits for room too.
+    from detcheck._torch_frontend import TorchSink
+
+    if getattr(torch, "_lazy_clone", None) is None:
+        pytest.skip("this torch has no copy-on-write clone: every record is copied")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 1024, generator=gen, requires_grad=True)
+    want, kept = [], []
+    with detcheck.TraceWriter(tmp_path, 0, 1, mode) as w:
+        sink = TorchSink(w, None)
+        for i in range(80):
+            out = x * (i + 1)
+            want.append((md5(out), float(out.detach().max()), float(out.detach().min())))
+            sink.put(0, f"fwd/{i}", out)
+            assert _is_cow(out), "a module's output is lent, not copied"
+            view = out[:3]
+            with torch.no_grad():
+                out.mul_(-1)  # the program's next write: it gets memory of its own
+            assert torch.equal(view, out[:3]), "a write still reaches the tensor's views"
+            if i % 2:
+                kept.append(out)  # half are kept alive, half dropped at once
+    records = decode(tmp_path / "rank0.dctrace")
+    assert len(records) == 80
+    for r, (digest, hi, lo) in zip(records, want):
+        assert r["md5"] == digest, r
+        if mode == "stats":
+            assert (r["max"], r["min"]) == (hi, lo), r
+
+
+def test_what_is_not_lent_is_copied(tmp_path):
+    # Parameters, gradients, views, small tensors and tensors on numpy's memory are copied
+    # (no copy-on-write is made of them: a pointer taken of them earlier, a numpy view, must
+    # keep seeing their writes), and recorded as they were.
+    from detcheck._torch_frontend import TorchSink
+
+    import numpy as np
+
+    layer = torch.nn.Linear(512, 512)
+    layer(torch.randn(4, 512)).sum().backward()
+    big = torch.randn(256, 1024, requires_grad=True) * 2
+    from_numpy = torch.from_numpy(np.ones((256, 1024), np.float32))
+    cases = {
+        "param": layer.weight,
+        "grad": layer.weight.grad,
+        "view": big[:128],
+        "small": big[:1] * 1,
+        "numpy": from_numpy,
+        "no_grad": big.detach() * 1,
+    }
+    alias = layer.weight.detach().numpy()  # a numpy view of a parameter, taken before
+    want = {n: md5(t) for n, t in cases.items()}
+    with detcheck.TraceWriter(tmp_path, 0, 1) as w:
+        sink = TorchSink(w, None)
+        for name, t in cases.items():
+            sink.put(0, name, t)
+            assert not _is_cow(t), f"{name} must be copied, not lent"
+            with torch.no_grad():
+                t.add_(1)
+    assert alias[0, 0] == float(layer.weight.detach()[0, 0]), "the numpy view still sees the parameter"
+    got = {r["name"]: r["md5"] for r in decode(tmp_path / "rank0.dctrace")}
+    assert got == want

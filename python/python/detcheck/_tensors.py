@@ -2,7 +2,8 @@
 the recorder. Imports torch and nothing of detcheck's but the native module and
 ``_subclasses``; every other torch module of the package builds on it.
 
-Main names: ``host`` (what the writer is handed for a tensor), ``leaves`` (the tensors of a
+Main names: ``host`` (what the writer is handed for a tensor), ``lendable`` (a tensor the
+writer may read in place, with no copy), ``leaves`` (the tensors of a
 module's output, named), ``unwrap_model`` and ``replicated_records`` (the one rule for wrappers
 and for replicated records), ``Hook`` (a hook that pickles to nothing and that TorchScript
 never sees: ``keep_hooks_out_of_torchscript``).
@@ -29,6 +30,7 @@ __all__ = [
     "host",
     "keep_hooks_out_of_torchscript",
     "leaves",
+    "lendable",
     "model_loss",
     "replicated_records",
     "unwrap_model",
@@ -57,6 +59,49 @@ def host(tensor):
         except (RuntimeError, TypeError):  # a tensor numpy cannot view (a conjugate view)
             pass
     return tensor
+
+
+#: torch's copy-on-write clone (private, torch 2.2 and later) and the read-only pointer that does
+#: not materialize it, where this torch has both.
+_LAZY_CLONE = getattr(torch, "_lazy_clone", None) if hasattr(torch.Tensor, "const_data_ptr") else None
+
+#: Below this, a copy costs less than lending (the snapshot and its bookkeeping).
+LEND_BYTES = 64 << 10
+
+#: The dtype names the writer knows, by torch dtype.
+_DTYPE_NAMES = {getattr(torch, n): n for n in supported_dtypes() if hasattr(torch, n)}
+
+
+def lendable(tensor):
+    """``(snapshot, dtype name)``: a copy-on-write snapshot of ``tensor`` that the writer's
+    thread reads in place (``TraceWriter._record_lent``), so the program pays no copy; or
+    ``None``, and the tensor is copied (``host``).
+
+    The rule: a fresh result of autograd's operators (``grad_fn`` set, not a view) of at least
+    ``LEND_BYTES``, dense, contiguous, on the CPU, in memory torch allocated (numpy's or shared
+    memory cannot be cloned lazily). A module's output in training is such a tensor; a
+    parameter, a gradient, a buffer or a batch from numpy is not. Why only these: torch keeps
+    the snapshot's memory unchanged (a later write to the tensor first gives it memory of its
+    own), but a pointer or numpy view taken of the tensor before the snapshot would not follow
+    that move; an operator's fresh result has none. Determinism: the bytes read are those a
+    copy would hold, so the record is the same."""
+    if (
+        _LAZY_CLONE is None
+        or tensor.grad_fn is None
+        or tensor._base is not None
+        or not tensor.is_cpu
+        or tensor.nbytes < LEND_BYTES
+        or tensor.layout is not torch.strided
+        or not tensor.is_contiguous()
+    ):
+        return None
+    dtype = _DTYPE_NAMES.get(tensor.dtype)
+    if dtype is None:
+        return None
+    try:
+        return _LAZY_CLONE(tensor.detach()), dtype
+    except RuntimeError:  # memory torch does not own: copied instead
+        return None
 
 
 def dense_with_values(tensor):

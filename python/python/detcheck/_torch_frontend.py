@@ -24,6 +24,7 @@ from ._tensors import (
     dense_with_values,
     host,
     leaves,
+    lendable,
     model_loss,
     replicated_records,
 )
@@ -48,6 +49,8 @@ class TorchSink:
         #: The ``DeviceRecords`` once a tensor went to the device kernels.
         self._device = None
         self._noted = set()
+        #: The writer's in-place path for lent tensors (``lendable``), where it has one.
+        self._record_lent = getattr(writer, "_record_lent", None)
         if device_digests and not hasattr(writer, "record_digested"):
             raise TypeError(
                 "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
@@ -89,6 +92,14 @@ class TorchSink:
                 # digest go with it (`world_sizes`), on the writer's thread; through the host,
                 # as the position digest has no GPU kernel.
                 self._writer.record_sharded(step, name, host(tensor), *found.placement)
+                return
+            self._put_plain(step, name, tensor, replicated)
+            return
+        if self._record_lent is not None and not replicated and self._device is None:
+            # A module's output on the CPU (``lendable``'s rule): read in place, no copy.
+            lent = lendable(tensor) if self._device_digests is not True else None
+            if lent is not None:
+                self._record_lent(step, name, lent[0], lent[1], tuple(tensor.shape))
                 return
         self._put_plain(step, name, tensor, replicated)
 
