@@ -10,6 +10,8 @@
 //! bytes (with the GIL released from 256 KiB up) and hands them, in batches, to the writer's own
 //! thread (`worker`), which computes the statistics and the md5 (several arrays at once in SIMD lanes,
 //! the library's `detcheck::value::Md5Lanes`) and writes the records in order, while the program goes on.
+//! `_record_lent` takes a torch copy-on-write snapshot instead, read in place by that thread
+//! with no copy at all (`buffer::Lent`).
 //!
 //! Determinism: a record's md5 and statistics are those of the Rust writer for the same dtype,
 //! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array), and the records,

@@ -7,11 +7,15 @@
 //! `detcheck::value::TreeLanes`: the more chunks, the fuller the lanes) and writes the records in
 //! the order they were given, with the sequence numbers
 //! given to them. So the program's own thread pays for a copy (memcpy speed) rather than for md5
-//! (one core's ~600 MB/s), and the array may change as soon as `record` returns. Batches also
+//! (one core's ~600 MB/s), and the array may change as soon as `record` returns. A torch
+//! tensor's copy-on-write snapshot (`TraceWriter._record_lent`, [`RecordBytes::Lent`]) costs the
+//! program not even the copy: the thread reads it in place and gives it back to be dropped (a
+//! module's output, whose next write, if any, gives the program's tensor memory of its own).
+//! Batches also
 //! spare the program a wake-up of the thread per record (about 15 us, as much as the copy of a
 //! 256 KiB array).
 //!
-//! Memory: at most [`LIMIT`] bytes of copies are in flight (one larger array alone); `record`
+//! Memory: at most [`LIMIT`] bytes of copies and lent snapshots are in flight (one larger array alone); `record`
 //! waits, with the GIL released, for the thread to catch up beyond that. Buffers come back to
 //! the Python side and are reused, so a training loop does not fault in fresh pages every step.
 //!

@@ -41,6 +41,9 @@ class TraceWriter:
         totals: tuple[float, float, float, float, int, int, int] | None = None,
         replicated: bool = False,
     ) -> None: ...
+    def _record_lent(
+        self, step: int, name: str, snapshot: Any, dtype: str, shape: tuple[int, ...]
+    ) -> None: ...
     def _record_later(
         self, step: int, name: str, dtype: str, shape: list[int], replicated: bool = False
     ) -> int: ...
