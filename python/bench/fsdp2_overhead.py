@@ -23,6 +23,12 @@ ratio is its step time over ``off``'s in the same round, and over the mean of ``
 ``off2`` (the baseline sampled twice a round), reported as the median and min-max; and the
 CPU time of rank 0's program thread a step (``time.thread_time``), over the same mean: the
 cost the program itself pays, the writer's hashing being on another thread.
+
+``--lend-ab`` measures, inside one recorded process, what lending a module's output to the
+writer saves (``detcheck._tensors.lendable``: a copy-on-write snapshot read in place instead of
+a copy): the steps alternate in blocks of 4 between lending and copying every record, and rank
+0 prints each arm's median program-thread CPU time a step and their ratio. One process, so the
+machine's drift between trials does not enter the ratio.
 """
 
 import argparse
@@ -92,6 +98,8 @@ def child(args):
 
     for _ in range(args.warmup):
         step()
+    if args.lend_ab:
+        return lend_ab(args, step, dist)
     dist.barrier()
     start, cpu = time.perf_counter(), time.thread_time()
     for _ in range(args.steps):
@@ -108,7 +116,36 @@ def child(args):
     dist.destroy_process_group()
 
 
-def trial(args, contender):
+def lend_ab(args, step, dist):
+    """The steps alternate, 4 at a time, between lending module outputs and copying them."""
+    import detcheck._tensors as tensors
+
+    lend = tensors._LAZY_CLONE
+    if lend is None:
+        raise SystemExit("this torch has no copy-on-write clone: nothing is lent")
+    import resource
+
+    arms = {"lend": [], "copy": []}
+    faults = {"lend": [], "copy": []}
+    for block in range(max(2, args.steps // 4)):
+        arm = "lend" if block % 2 == 0 else "copy"
+        tensors._LAZY_CLONE = lend if arm == "lend" else None
+        for _ in range(4):
+            # Minor page faults of the program's thread: memory torch could not reuse.
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            cpu = time.thread_time()
+            step()
+            arms[arm].append(time.thread_time() - cpu)
+            faults[arm].append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+    tensors._LAZY_CLONE = lend
+    if dist.get_rank() == 0:
+        report = {arm: statistics.median(t) * 1e3 for arm, t in arms.items()}
+        report.update({f"{arm}_faults": statistics.median(f) for arm, f in faults.items()})
+        print(json.dumps(report), flush=True)
+    dist.destroy_process_group()
+
+
+def trial(args, contender, extra=()):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for name in list(env):
         if name.startswith("DETCHECK_"):
@@ -136,6 +173,7 @@ def trial(args, contender):
             str(args.steps),
             "--warmup",
             str(args.warmup),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -153,6 +191,8 @@ def trial(args, contender):
             raise SystemExit(f"{contender}: expected {args.ranks} traces, found {traces}")
     folder.cleanup()
     report = json.loads(lines[-1])
+    if extra:
+        return report
     return report["ms_per_step"], report["cpu_ms_per_step"]
 
 
@@ -163,9 +203,21 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--lend-ab", action="store_true")
     args = parser.parse_args()
     if args.child:
         return child(args)
+    if args.lend_ab:
+        for r in range(args.rounds):
+            found = trial(args, "auto-md5", ["--lend-ab"])
+            print(
+                f"round {r}: lend {found['lend']:.1f} ms, copy {found['copy']:.1f} ms a step "
+                f"(program thread CPU, medians): copy/lend {found['copy'] / found['lend']:.3f}x; "
+                f"minor page faults a step: lend {found['lend_faults']:.0f}, "
+                f"copy {found['copy_faults']:.0f}",
+                flush=True,
+            )
+        return 0
     rounds, cpus = [], []
     for r in range(args.rounds):
         order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]

@@ -306,10 +306,13 @@ impl Background {
             self.unfilled += 1;
         }
         let len = job.data.len();
+        // A lent record goes at once: its memory is the program's, which torch frees (and
+        // reuses) when the program drops the tensor, unless the snapshot still holds it.
+        let lent = matches!(job.data, RecordBytes::Lent(_));
         self.in_flight += len;
         self.batch_bytes += len;
         self.batch.push(job);
-        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_RECORDS {
+        if lent || self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_RECORDS {
             self.send_batch()?;
         }
         Ok(())
