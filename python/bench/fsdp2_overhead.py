@@ -19,8 +19,10 @@ Every trial is a fresh torchrun; rank 0 times ``--steps`` steps after ``--warmup
 ``perf_counter`` around the loop, with ``torch.distributed.barrier()`` before the clock starts and
 stops (the recorder's writer flushes nothing inside the span: its background thread hashes on
 the idle core, as in the DDP figure). Rounds run every contender once, rotated; a contender's
-ratio is its step time over ``off``'s in the same round, and over the mean of ``off`` and
-``off2`` (the baseline sampled twice a round), reported as the median and min-max; and the
+ratio is its step time (the mean over the timed steps; ``--median-step``: the median step, which
+a step stalled by another machine's load does not move) over ``off``'s in the same round, and
+over the mean of ``off`` and ``off2`` (the baseline sampled twice a round), reported as the
+median and min-max; and the
 CPU time of rank 0's program thread a step (``time.thread_time``), over the same mean: the
 cost the program itself pays, the writer's hashing being on another thread.
 
@@ -102,8 +104,12 @@ def child(args):
         return lend_ab(args, step, dist)
     dist.barrier()
     start, cpu = time.perf_counter(), time.thread_time()
+    walls, cpus = [], []
     for _ in range(args.steps):
+        began, began_cpu = time.perf_counter(), time.thread_time()
         step()
+        walls.append(time.perf_counter() - began)
+        cpus.append(time.thread_time() - began_cpu)
     cpu = time.thread_time() - cpu
     dist.barrier()
     elapsed = time.perf_counter() - start
@@ -111,6 +117,9 @@ def child(args):
         report = {
             "ms_per_step": elapsed / args.steps * 1e3,
             "cpu_ms_per_step": cpu / args.steps * 1e3,
+            # The median step: a step the machine stalled (another VM) does not move it.
+            "median_ms": statistics.median(walls) * 1e3,
+            "median_cpu_ms": statistics.median(cpus) * 1e3,
         }
         print(json.dumps(report), flush=True)
     dist.destroy_process_group()
@@ -193,6 +202,8 @@ def trial(args, contender, extra=()):
     report = json.loads(lines[-1])
     if extra:
         return report
+    if args.median_step:
+        return report["median_ms"], report["median_cpu_ms"]
     return report["ms_per_step"], report["cpu_ms_per_step"]
 
 
@@ -204,6 +215,11 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--lend-ab", action="store_true")
+    parser.add_argument(
+        "--median-step",
+        action="store_true",
+        help="a trial's time is its median step, not its mean (robust to a stalled step)",
+    )
     args = parser.parse_args()
     if args.child:
         return child(args)

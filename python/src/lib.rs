@@ -658,7 +658,14 @@ impl PyTraceWriter {
         let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)?;
         let record = (dtype, shape, replicated);
-        let token = self.submit_record(step, name, record, RecordBytes::default(), JobDigest::Later, None)?;
+        let token = self.submit_record(
+            step,
+            name,
+            record,
+            RecordBytes::default(),
+            JobDigest::Later,
+            None,
+        )?;
         self.unfilled.insert(token, (name.to_owned(), dtype, len));
         Ok(token)
     }

@@ -299,9 +299,8 @@ def test_what_is_not_lent_is_copied(tmp_path):
     # Parameters, gradients, views, small tensors and tensors on numpy's memory are copied
     # (no copy-on-write is made of them: a pointer taken of them earlier, a numpy view, must
     # keep seeing their writes), and recorded as they were.
-    from detcheck._torch_frontend import TorchSink
-
     import numpy as np
+    from detcheck._torch_frontend import TorchSink
 
     layer = torch.nn.Linear(512, 512)
     layer(torch.randn(4, 512)).sum().backward()
@@ -324,6 +323,8 @@ def test_what_is_not_lent_is_copied(tmp_path):
             assert not _is_cow(t), f"{name} must be copied, not lent"
             with torch.no_grad():
                 t.add_(1)
-    assert alias[0, 0] == float(layer.weight.detach()[0, 0]), "the numpy view still sees the parameter"
+    assert alias[0, 0] == float(layer.weight.detach()[0, 0]), (
+        "the numpy view still sees the parameter"
+    )
     got = {r["name"]: r["md5"] for r in decode(tmp_path / "rank0.dctrace")}
     assert got == want

@@ -63,7 +63,9 @@ def host(tensor):
 
 #: torch's copy-on-write clone (private, torch 2.2 and later) and the read-only pointer that does
 #: not materialize it, where this torch has both.
-_LAZY_CLONE = getattr(torch, "_lazy_clone", None) if hasattr(torch.Tensor, "const_data_ptr") else None
+_LAZY_CLONE = (
+    getattr(torch, "_lazy_clone", None) if hasattr(torch.Tensor, "const_data_ptr") else None
+)
 
 #: Below this, a copy costs less than lending (the snapshot and its bookkeeping).
 LEND_BYTES = 64 << 10
