@@ -328,3 +328,24 @@ def test_what_is_not_lent_is_copied(tmp_path):
     )
     got = {r["name"]: r["md5"] for r in decode(tmp_path / "rank0.dctrace")}
     assert got == want
+
+
+def test_an_aborted_writer_lets_its_lent_tensors_go(tmp_path):
+    # Lent snapshots still in flight when the writer aborts (an exception in its `with`) are
+    # let go with it: no file is left, and the program's tensors are still its own.
+    from detcheck._torch_frontend import TorchSink
+
+    x = torch.randn(512, 512, requires_grad=True)
+    outs = []
+    with pytest.raises(ValueError):
+        with detcheck.TraceWriter(tmp_path, 0, 1) as w:
+            sink = TorchSink(w, None)
+            for i in range(8):
+                outs.append(x * i)
+                sink.put(0, f"fwd/{i}", outs[-1])
+            raise ValueError("the program failed")
+    assert not list(tmp_path.iterdir())
+    with torch.no_grad():
+        for i, out in enumerate(outs):
+            out.add_(1)
+            assert torch.equal(out, x.detach() * i + 1)
