@@ -349,3 +349,57 @@ def test_an_aborted_writer_lets_its_lent_tensors_go(tmp_path):
         for i, out in enumerate(outs):
             out.add_(1)
             assert torch.equal(out, x.detach() * i + 1)
+
+
+def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
+    # A CNN whose outputs are written in place right after they are recorded (ReLU(inplace)
+    # after BatchNorm, an in-place residual): lent and copied, the traces are the same bytes'
+    # records, and the training is the same as unrecorded.
+    import detcheck._tensors as tensors
+
+    if tensors._LAZY_CLONE is None:
+        pytest.skip("this torch has no copy-on-write clone: every record is copied")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 32, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(32)
+            self.relu = torch.nn.ReLU(inplace=True)
+            self.conv2 = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.head = torch.nn.Linear(32 * 16 * 16, 10)
+
+        def forward(self, x):
+            y = self.relu(self.bn(self.conv(x)))
+            z = self.conv2(y)
+            z += y
+            return self.head(z.relu_().flatten(1))
+
+    def train(dir, lend):
+        monkeypatch.setattr(tensors, "_LAZY_CLONE", tensors._LAZY_CLONE if lend else None)
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        writer = detcheck.TraceWriter(dir, 0, 1, "stats") if dir else None
+        handle = detcheck.torch.watch(model, writer, optimizer=opt) if dir else None
+        for step in range(3):
+            gen = torch.Generator().manual_seed(step)
+            loss = model(torch.randn(16, 3, 16, 16, generator=gen)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if dir:
+            handle.remove()
+            writer.close()
+        return [p.detach().clone() for p in model.parameters()]
+
+    real = tensors._LAZY_CLONE
+    lent = train(tmp_path / "lent", True)
+    monkeypatch.setattr(tensors, "_LAZY_CLONE", real)
+    copied = train(tmp_path / "copied", False)
+    unrecorded = train(None, True)
+    records = decode(tmp_path / "lent" / "rank0.dctrace")
+    assert records == decode(tmp_path / "copied" / "rank0.dctrace")
+    assert len(records) == 3 * (6 + 8 + 8)  # a step: 6 outputs, 8 gradients, 8 parameters
+    assert all(torch.equal(a, b) for a, b in zip(lent, unrecorded))
+    assert all(torch.equal(a, b) for a, b in zip(copied, unrecorded))
