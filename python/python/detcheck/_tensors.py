@@ -85,8 +85,9 @@ def lendable(tensor):
     parameter, a gradient, a buffer or a batch from numpy is not. Why only these: torch keeps
     the snapshot's memory unchanged (a later write to the tensor first gives it memory of its
     own), but a pointer or numpy view taken of the tensor before the snapshot would not follow
-    that move; an operator's fresh result has none. Determinism: the bytes read are those a
-    copy would hold, so the record is the same."""
+    that move; an operator's fresh result has none unless the module's own forward took one and
+    keeps it past the step (unsupported while recorded). Determinism: the bytes read are those
+    a copy would hold, so the record is the same."""
     if (
         _LAZY_CLONE is None
         or tensor.grad_fn is None
