@@ -163,15 +163,16 @@ impl Drop for Buffer<'_> {
 }
 
 /// A torch copy-on-write snapshot's memory, lent to the writer's thread (module doc): `len`
-/// bytes at `address`, alive and unchanged while `owner` lives.
+/// bytes at `address`, alive and unchanged while `_owner` lives.
 pub(crate) struct Lent {
-    owner: Py<PyAny>,
+    /// Held only to keep the memory alive; dropped with the `Lent`.
+    _owner: Py<PyAny>,
     address: *const u8,
     len: usize,
 }
 
-// SAFETY: the memory is only read, from any thread, while `owner` keeps it alive (module doc);
-// `owner` itself is `Send` and `Sync`.
+// SAFETY: the memory is only read, from any thread, while `_owner` keeps it alive (module doc);
+// `_owner` itself is `Send` and `Sync`.
 unsafe impl Send for Lent {}
 // SAFETY: as for `Send`: shared reads of immutable memory.
 unsafe impl Sync for Lent {}
@@ -197,7 +198,7 @@ impl Lent {
             ));
         }
         Ok(Lent {
-            owner: snapshot.clone().unbind(),
+            _owner: snapshot.clone().unbind(),
             address: std::ptr::with_exposed_provenance(address),
             len,
         })
@@ -210,13 +211,8 @@ impl Lent {
         }
         // SAFETY: `address` is the snapshot's `const_data_ptr`, `len` its `nbytes` and the
         // tensor contiguous (checked by `of_snapshot`); the memory lives and does not change
-        // while `owner` lives (module doc), which `&self` outlives. Bytes have no alignment or
+        // while `_owner` lives (module doc), which `&self` outlives. Bytes have no alignment or
         // validity requirement.
         unsafe { std::slice::from_raw_parts(self.address, self.len) }
-    }
-
-    /// The snapshot, given back to be dropped where the GIL is held.
-    pub(crate) fn into_owner(self) -> Py<PyAny> {
-        self.owner
     }
 }

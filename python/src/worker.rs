@@ -11,12 +11,11 @@
 //! tensor's copy-on-write snapshot (`TraceWriter._record_lent`, [`RecordBytes::Lent`]) costs the
 //! program not even the copy: the thread reads it in place and gives it back to be dropped (a
 //! module's output, whose next write, if any, gives the program's tensor memory of its own).
-//! Batches also
-//! spare the program a wake-up of the thread per record (about 15 us, as much as the copy of a
-//! 256 KiB array).
+//! Batches also spare the program a wake-up of the thread per record (about 15 us, as much as
+//! the copy of a 256 KiB array); a lent record goes at once, as its memory is the program's.
 //!
-//! Memory: at most [`LIMIT`] bytes of copies and lent snapshots are in flight (one larger array alone); `record`
-//! waits, with the GIL released, for the thread to catch up beyond that. Buffers come back to
+//! Memory: at most [`LIMIT`] bytes of copies and lent snapshots are in flight (one larger array
+//! alone); `record` waits, with the GIL released, for the thread to catch up beyond that. Buffers come back to
 //! the Python side and are reused, so a training loop does not fault in fresh pages every step.
 //!
 //! Errors: the checks that `record` can make are made there and raised at once. A failure of the
@@ -233,7 +232,7 @@ impl Background {
         self.in_flight -= data.len();
         let data = match data {
             RecordBytes::Copied(data) => data,
-            RecordBytes::Lent(lent) => return drop(lent.into_owner()),
+            RecordBytes::Lent(_) => return, // dropped here: the snapshot is let go
         };
         let capacity = data.capacity();
         if capacity >= REUSE_BYTES && self.pool_bytes + capacity <= LIMIT {

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from ._arrays import TORCH_RAW
+from ._arrays import TORCH_RAW, torch_dtype_name
 from ._contract import named_leaves, replicated_records
 from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
@@ -70,9 +70,6 @@ _LAZY_CLONE = (
 #: Below this, a copy costs less than lending (the snapshot and its bookkeeping).
 LEND_BYTES = 64 << 10
 
-#: The dtype names the writer knows, by torch dtype.
-_DTYPE_NAMES = {getattr(torch, n): n for n in supported_dtypes() if hasattr(torch, n)}
-
 
 def lendable(tensor):
     """``(snapshot, dtype name)``: a copy-on-write snapshot of ``tensor`` that the writer's
@@ -98,11 +95,10 @@ def lendable(tensor):
         or not tensor.is_contiguous()
     ):
         return None
-    dtype = _DTYPE_NAMES.get(tensor.dtype)
-    if dtype is None:
-        return None
     try:
-        return _LAZY_CLONE(tensor.detach()), dtype
+        return _LAZY_CLONE(tensor.detach()), torch_dtype_name(tensor.dtype)
+    except TypeError:  # a dtype detcheck does not record: `host` says so
+        return None
     except RuntimeError:  # memory torch does not own: copied instead
         return None
 

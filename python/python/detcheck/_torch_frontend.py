@@ -95,9 +95,14 @@ class TorchSink:
                 return
             self._put_plain(step, name, tensor, replicated)
             return
-        if self._record_lent is not None and not replicated and self._device is None:
+        if (
+            self._record_lent is not None
+            and not replicated
+            and self._device is None
+            and self._device_digests is not True
+        ):
             # A module's output on the CPU (``lendable``'s rule): read in place, no copy.
-            lent = lendable(tensor) if self._device_digests is not True else None
+            lent = lendable(tensor)
             if lent is not None:
                 self._record_lent(step, name, lent[0], lent[1], tuple(tensor.shape))
                 return
