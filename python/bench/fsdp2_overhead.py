@@ -31,9 +31,20 @@ writer saves (``detcheck._tensors.lendable``: a copy-on-write snapshot read in p
 a copy): the steps alternate in blocks of 4 between lending and copying every record, and rank
 0 prints each arm's median program-thread CPU time a step and their ratio. One process, so the
 machine's drift between trials does not enter the ratio.
+
+``--record-ab [--trials 3] [--rounds 15]`` measures the recording's cost the same way, inside
+each of ``--trials`` recorded processes: blocks of 6 steps alternate between recording and
+every hook of detcheck's set aside (the model's module hooks, the optimizer's step hooks, the
+``Tensor.backward`` replacement: the step runs no line of detcheck, and the recorder does not
+count it), ``--rounds`` pairs of blocks a process; the writer is flushed between blocks and a
+block's first step is not timed. It prints the ratio of each pair's median steps (recorded over
+aside), pooled, with a bootstrap interval of the median (seeded draws). What stays in the
+process while the hooks are aside: detcheck's import, its audit hook (about 95 events a step,
+none of them ``open``) and the writer's idle thread.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -102,6 +113,8 @@ def child(args):
         step()
     if args.lend_ab:
         return lend_ab(args, step, dist)
+    if args.record_ab:
+        return record_ab(args, step, dist)
     dist.barrier()
     start, cpu = time.perf_counter(), time.thread_time()
     walls, cpus = [], []
@@ -152,6 +165,82 @@ def lend_ab(args, step, dist):
         report.update({f"{arm}_faults": statistics.median(f) for arm, f in faults.items()})
         print(json.dumps(report), flush=True)
     dist.destroy_process_group()
+
+
+class _HooksAside:
+    """Every hook of detcheck's zero-change recorder out of the program's way, and back: the
+    model's module hooks (``_tensors._set_hooks_aside``), the optimizer's global step hooks and
+    the ``Tensor.backward`` replacement (``_torch_frontend.BackwardHook``). While aside, a step
+    runs no line of detcheck (the recorder does not see the step: its count stays)."""
+
+    def __init__(self):
+        import detcheck._auto as auto
+
+        self.recorder = auto._recorder
+        if self.recorder is None or self.recorder.status != "recording":
+            raise SystemExit("--record-ab: the zero-change recorder is not recording")
+        self.model = self.recorder._handle._model
+
+    def __enter__(self):
+        import torch
+        from detcheck._tensors import _set_hooks_aside
+
+        self.put_back = _set_hooks_aside(self.model)
+        for hook in self.recorder._step_hooks:
+            hook.remove()
+        self.backward = torch.Tensor.backward
+        torch.Tensor.backward = self.backward.__wrapped__
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        from torch.optim import optimizer
+
+        torch.Tensor.backward = self.backward
+        self.recorder._step_hooks = [
+            optimizer.register_optimizer_step_pre_hook(self.recorder._before_step),
+            optimizer.register_optimizer_step_post_hook(self.recorder._after_step),
+        ]
+        self.put_back()
+
+
+def record_ab(args, step, dist):
+    """Inside one recorded process, blocks of ``AB_BLOCK`` steps alternate between recording
+    and every hook of detcheck's set aside (``_HooksAside``); between blocks the writer is
+    flushed (its hashing of one block does not reach into the next) and a block's first step,
+    the change-over, is not timed. Prints each block pair's ratio."""
+    import time as _time
+
+    aside = _HooksAside()
+    writer = aside.recorder._writer
+    walls = {"on": [], "off": []}
+    cpus = {"on": [], "off": []}
+    counted = {"on": 0, "off": 0}
+    for block in range(2 * args.rounds):
+        arm = "on" if block % 2 == 0 else "off"
+        before = aside.recorder._steps
+        context = aside if arm == "off" else contextlib.nullcontext()
+        with context:
+            block_walls, block_cpus = [], []
+            for i in range(AB_BLOCK):
+                began, began_cpu = _time.perf_counter(), _time.thread_time()
+                step()
+                if i > 0:
+                    block_walls.append(_time.perf_counter() - began)
+                    block_cpus.append(_time.thread_time() - began_cpu)
+        counted[arm] += aside.recorder._steps - before
+        writer.flush()
+        walls[arm].append(statistics.median(block_walls))
+        cpus[arm].append(statistics.median(block_cpus))
+    if counted != {"on": args.rounds * AB_BLOCK, "off": 0}:
+        raise SystemExit(f"--record-ab: the recorder saw {counted} steps")
+    if dist.get_rank() == 0:
+        print(json.dumps({"walls": walls, "cpus": cpus}), flush=True)
+    dist.destroy_process_group()
+
+
+#: Steps in a block of ``--record-ab`` (the first is the change-over, not timed).
+AB_BLOCK = 6
 
 
 def trial(args, contender, extra=()):
@@ -207,6 +296,41 @@ def trial(args, contender, extra=()):
     return report["ms_per_step"], report["cpu_ms_per_step"]
 
 
+def record_ab_main(args):
+    """``--record-ab``: ``--trials`` recorded processes, each alternating ``--rounds`` block
+    pairs; the ratio of each pair (recorded over hooks aside, the blocks' median steps), pooled
+    over the trials, with a bootstrap interval of the median."""
+    import random
+
+    walls, cpus = [], []
+    for t in range(args.trials):
+        found = trial(args, "auto-md5", ["--record-ab", "--rounds", str(args.rounds)])
+        pairs = list(zip(found["walls"]["on"], found["walls"]["off"]))
+        cpu_pairs = list(zip(found["cpus"]["on"], found["cpus"]["off"]))
+        walls += [on / off for on, off in pairs]
+        cpus += [on / off for on, off in cpu_pairs]
+        off = statistics.median(o for _, o in pairs) * 1e3
+        print(
+            f"trial {t}: hooks aside {off:.1f} ms a step; recorded / aside, median of "
+            f"{len(pairs)} block pairs: wall {statistics.median(on / o for on, o in pairs):.3f}x, "
+            f"program-thread CPU {statistics.median(on / o for on, o in cpu_pairs):.3f}x",
+            flush=True,
+        )
+    # The bootstrap's draws are seeded: the same ratios give the same interval.
+    draw = random.Random(0)
+    for label, ratios in (("wall", walls), ("program-thread CPU", cpus)):
+        medians = sorted(
+            statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(2000)
+        )
+        print(
+            f"{label}: recorded / hooks aside {statistics.median(ratios):.3f}x over "
+            f"{len(ratios)} block pairs (95% bootstrap interval of the median "
+            f"{medians[50]:.3f}-{medians[1949]:.3f}; {sum(r <= 1.05 for r in ratios)} pairs "
+            f"at or below 1.05x)"
+        )
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -214,7 +338,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--lend-ab", action="store_true")
+    parser.add_argument("--record-ab", action="store_true")
     parser.add_argument(
         "--median-step",
         action="store_true",
@@ -223,6 +349,8 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
+    if args.record_ab:
+        return record_ab_main(args)
     if args.lend_ab:
         for r in range(args.rounds):
             found = trial(args, "auto-md5", ["--lend-ab"])

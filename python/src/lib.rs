@@ -1033,6 +1033,13 @@ fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
     py.detach(|| detcheck::cli::run(argv))
 }
 
+/// Counts a fork in the child (`os.register_at_fork`): a trace writer made before it belongs to
+/// the parent (`worker::note_fork`).
+#[pyfunction]
+fn _after_fork_in_child() {
+    worker::note_fork();
+}
+
 /// The native part of the `detcheck` package (re-exported by `detcheck/__init__.py`).
 #[pymodule]
 #[pyo3(name = "_detcheck")]
@@ -1055,6 +1062,12 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_program_records, m)?)?;
     m.add_function(wrap_pyfunction!(_program_records_itself, m)?)?;
     m.add_function(wrap_pyfunction!(_on_program_records, m)?)?;
+    // Where Python forks (POSIX): the count `worker::Background` reads at every record.
+    if let Ok(register) = m.py().import("os")?.getattr("register_at_fork") {
+        let at_fork = pyo3::types::PyDict::new(m.py());
+        at_fork.set_item("after_in_child", wrap_pyfunction!(_after_fork_in_child, m)?)?;
+        register.call((), Some(&at_fork))?;
+    }
     m.add("DetcheckError", m.py().get_type::<DetcheckError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

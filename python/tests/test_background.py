@@ -116,3 +116,21 @@ def test_a_writer_cannot_be_used_across_fork(tmp_path):
     w.record(0, "c", np.ones(3))
     w.close()
     assert [r["name"] for r in decode(w.path)] == ["a", "c"]
+
+
+def test_a_writer_idle_past_its_polling_still_takes_records(tmp_path):
+    # The thread looks for records on its own for a while, then sleeps on the queue: a record
+    # after a pause longer than that (POLL_FOR, 100 ms) wakes it, and nothing is lost.
+    import time
+
+    with detcheck.TraceWriter(tmp_path, 0, 1, "md5") as w:
+        w.record(0, "before", np.arange(10.0))
+        w.flush()
+        time.sleep(0.3)
+        w.record(0, "after", np.arange(20.0))
+        w.flush()
+        time.sleep(0.3)
+        w.record(1, "last", np.arange(5.0))
+    records = decode(w.path)
+    assert [r["name"] for r in records] == ["before", "after", "last"]
+    assert records[1]["md5"] == digest_hex(np.arange(20.0).tobytes())
