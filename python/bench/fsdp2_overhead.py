@@ -167,6 +167,10 @@ def lend_ab(args, step, dist):
     dist.destroy_process_group()
 
 
+#: Steps in a block of ``--record-ab`` (the first is the change-over, not timed).
+AB_BLOCK = 6
+
+
 class _HooksAside:
     """Every hook of detcheck's zero-change recorder out of the program's way, and back: the
     model's module hooks (``_tensors._set_hooks_aside``), the optimizer's global step hooks and
@@ -209,8 +213,6 @@ def record_ab(args, step, dist):
     and every hook of detcheck's set aside (``_HooksAside``); between blocks the writer is
     flushed (its hashing of one block does not reach into the next) and a block's first step,
     the change-over, is not timed. Prints each block pair's ratio."""
-    import time as _time
-
     aside = _HooksAside()
     writer = aside.recorder._writer
     walls = {"on": [], "off": []}
@@ -223,11 +225,11 @@ def record_ab(args, step, dist):
         with context:
             block_walls, block_cpus = [], []
             for i in range(AB_BLOCK):
-                began, began_cpu = _time.perf_counter(), _time.thread_time()
+                began, began_cpu = time.perf_counter(), time.thread_time()
                 step()
                 if i > 0:
-                    block_walls.append(_time.perf_counter() - began)
-                    block_cpus.append(_time.thread_time() - began_cpu)
+                    block_walls.append(time.perf_counter() - began)
+                    block_cpus.append(time.thread_time() - began_cpu)
         counted[arm] += aside.recorder._steps - before
         writer.flush()
         walls[arm].append(statistics.median(block_walls))
@@ -237,10 +239,6 @@ def record_ab(args, step, dist):
     if dist.get_rank() == 0:
         print(json.dumps({"walls": walls, "cpus": cpus}), flush=True)
     dist.destroy_process_group()
-
-
-#: Steps in a block of ``--record-ab`` (the first is the change-over, not timed).
-AB_BLOCK = 6
 
 
 def trial(args, contender, extra=()):
@@ -300,7 +298,7 @@ def record_ab_main(args):
     """``--record-ab``: ``--trials`` recorded processes, each alternating ``--rounds`` block
     pairs; the ratio of each pair (recorded over hooks aside, the blocks' median steps), pooled
     over the trials, with a bootstrap interval of the median."""
-    import random
+    from overhead import median_interval  # this folder's: the script's own is on sys.path
 
     walls, cpus = [], []
     for t in range(args.trials):
@@ -316,17 +314,12 @@ def record_ab_main(args):
             f"program-thread CPU {statistics.median(on / o for on, o in cpu_pairs):.3f}x",
             flush=True,
         )
-    # The bootstrap's draws are seeded: the same ratios give the same interval.
-    draw = random.Random(0)
     for label, ratios in (("wall", walls), ("program-thread CPU", cpus)):
-        medians = sorted(
-            statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(2000)
-        )
+        low, high = median_interval(ratios)
         print(
             f"{label}: recorded / hooks aside {statistics.median(ratios):.3f}x over "
             f"{len(ratios)} block pairs (95% bootstrap interval of the median "
-            f"{medians[50]:.3f}-{medians[1949]:.3f}; {sum(r <= 1.05 for r in ratios)} pairs "
-            f"at or below 1.05x)"
+            f"{low:.3f}-{high:.3f}; {sum(r <= 1.05 for r in ratios)} pairs at or below 1.05x)"
         )
     return 0
 

@@ -379,13 +379,20 @@ def wait_for_quiet(max_wait, threshold=0.15):
             return False
 
 
-def median_ci(values, reps=2000, seed=0):
-    """Half the width of a 95% bootstrap interval of the median of ``values``."""
+def median_interval(values, reps=2000, seed=0):
+    """A 95% bootstrap interval ``(low, high)`` of the median of ``values`` (seeded draws: the
+    same values give the same interval)."""
     import random
 
     rng = random.Random(seed)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(reps))
-    return (meds[int(0.975 * reps)] - meds[int(0.025 * reps)]) / 2
+    return meds[int(0.025 * reps)], meds[int(0.975 * reps)]
+
+
+def median_ci(values):
+    """Half the width of ``median_interval``."""
+    low, high = median_interval(values)
+    return (high - low) / 2
 
 
 def quantiles(values):

@@ -293,7 +293,7 @@ impl PyTraceWriter {
                 "cannot record `{name}`: the trace writer of rank {rank} is closed"
             ))
         })?;
-        match inner.failure() {
+        match inner.failure(false) {
             Some(f) => Err(failure_error(f)),
             None => Ok(inner),
         }

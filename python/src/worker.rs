@@ -17,8 +17,9 @@
 //! memory is the program's (and still in the cache).
 //!
 //! Memory: at most [`LIMIT`] bytes of copies and lent snapshots are in flight (one larger array
-//! alone); `record` waits, with the GIL released, for the thread to catch up beyond that. Buffers come back to
-//! the Python side and are reused, so a training loop does not fault in fresh pages every step.
+//! alone); `record` waits, with the GIL released, for the thread to catch up beyond that.
+//! Buffers come back to the Python side and are reused, so a training loop does not fault in
+//! fresh pages every step.
 //!
 //! Errors: the checks that `record` can make are made there and raised at once. A failure of the
 //! thread (writing the file) is raised by the next `record`, `flush` or `close`; the file is then
@@ -250,13 +251,9 @@ impl Background {
             || (ask_kernel && std::process::id() != self.pid)
     }
 
-    /// The thread's failure, if it had one; in a forked child, that the thread is not there.
-    pub(crate) fn failure(&self) -> Option<Failure> {
-        self.failure_asking(false)
-    }
-
-    /// `failure`, asking the kernel too whether this is a forked child (`forked`).
-    fn failure_asking(&self, ask_kernel: bool) -> Option<Failure> {
+    /// The thread's failure, if it had one; in a forked child (`forked`, asking the kernel
+    /// too when `ask_kernel`), that the thread is not there.
+    pub(crate) fn failure(&self, ask_kernel: bool) -> Option<Failure> {
         if self.forked(ask_kernel) {
             return Some(Failure::other(&format!(
                 "this trace writer belongs to process {} (a writer cannot be used across fork)",
@@ -390,7 +387,7 @@ impl Background {
 
     /// Waits until every record handed over is written (call it with the GIL released).
     pub(crate) fn flush(&mut self) -> Result<(), Failure> {
-        if let Some(f) = self.failure_asking(true) {
+        if let Some(f) = self.failure(true) {
             return Err(f);
         }
         self.send_batch()?;
@@ -400,7 +397,7 @@ impl Background {
             return Err(self.gone());
         }
         self.reclaim_ready();
-        match self.failure() {
+        match self.failure(false) {
             Some(f) => Err(f),
             None => Ok(()),
         }
@@ -408,7 +405,7 @@ impl Background {
 
     /// Why the thread stopped taking records: its failure, or a panic.
     fn gone(&mut self) -> Failure {
-        if let Some(f) = self.failure() {
+        if let Some(f) = self.failure(false) {
             return f;
         }
         match self.join() {
@@ -422,7 +419,7 @@ impl Background {
         if self.forked(true) {
             // A forked child: the thread is the parent's; there is nothing here to wait for.
             std::mem::forget(self.thread.take());
-            return Err(self.failure_asking(true).expect("another process"));
+            return Err(self.failure(true).expect("another process"));
         }
         match self.thread.take() {
             Some(thread) => thread
