@@ -26,10 +26,11 @@ median and min-max; and the
 CPU time of rank 0's program thread a step (``time.thread_time``), over the same mean: the
 cost the program itself pays, the writer's hashing being on another thread.
 
-``--lend-ab`` measures, inside one recorded process, what lending a module's output to the
-writer saves (``detcheck._tensors.lendable``: a copy-on-write snapshot read in place instead of
-a copy): the steps alternate in blocks of 4 between lending and copying every record, and rank
-0 prints each arm's median program-thread CPU time a step and their ratio. One process, so the
+``--lend-ab`` measures, inside one recorded process, what lending records to the writer saves
+(``detcheck._tensors.lendable``: a copy-on-write snapshot read in place instead of a copy): the
+steps alternate in blocks of 4 between lending and copying every record (``--state-only``: the
+gradient and parameter shards alone, module outputs lent in both arms), and rank 0 prints each
+arm's median program-thread CPU time a step and their ratio. One process, so the
 machine's drift between trials does not enter the ratio.
 
 ``--record-ab [--trials 3] [--rounds 15]`` measures the recording's cost the same way, inside
@@ -139,10 +140,13 @@ def child(args):
 
 
 def lend_ab(args, step, dist):
-    """The steps alternate, 4 at a time, between lending module outputs and copying them."""
+    """The steps alternate, 4 at a time, between lending and copying: module outputs and the
+    step's gradients and parameters (``lendable``'s two rules), or with ``--state-only`` the
+    gradients and parameters alone (module outputs lent in both arms)."""
     import detcheck._tensors as tensors
 
-    lend = tensors._LAZY_CLONE
+    switch = "_USE_COUNT" if args.state_only else "_LAZY_CLONE"
+    lend = getattr(tensors, switch)
     if lend is None:
         raise SystemExit("this torch has no copy-on-write clone: nothing is lent")
     import resource
@@ -151,7 +155,7 @@ def lend_ab(args, step, dist):
     faults = {"lend": [], "copy": []}
     for block in range(max(2, args.steps // 4)):
         arm = "lend" if block % 2 == 0 else "copy"
-        tensors._LAZY_CLONE = lend if arm == "lend" else None
+        setattr(tensors, switch, lend if arm == "lend" else None)
         for _ in range(4):
             # Minor page faults of the program's thread: memory torch could not reuse.
             before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
@@ -159,7 +163,7 @@ def lend_ab(args, step, dist):
             step()
             arms[arm].append(time.thread_time() - cpu)
             faults[arm].append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
-    tensors._LAZY_CLONE = lend
+    setattr(tensors, switch, lend)
     if dist.get_rank() == 0:
         report = {arm: statistics.median(t) * 1e3 for arm, t in arms.items()}
         report.update({f"{arm}_faults": statistics.median(f) for arm, f in faults.items()})
@@ -333,6 +337,11 @@ def main():
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--lend-ab", action="store_true")
+    parser.add_argument(
+        "--state-only",
+        action="store_true",
+        help="--lend-ab: toggle only the lending of gradients and parameters",
+    )
     parser.add_argument("--record-ab", action="store_true")
     parser.add_argument(
         "--median-step",
@@ -346,7 +355,8 @@ def main():
         return record_ab_main(args)
     if args.lend_ab:
         for r in range(args.rounds):
-            found = trial(args, "auto-md5", ["--lend-ab"])
+            extra = ["--state-only"] if args.state_only else []
+            found = trial(args, "auto-md5", ["--lend-ab", *extra])
             print(
                 f"round {r}: lend {found['lend']:.1f} ms, copy {found['copy']:.1f} ms a step "
                 f"(program thread CPU, medians): copy/lend {found['copy'] / found['lend']:.3f}x; "

@@ -13,7 +13,8 @@
 //! program's tensor first gives that tensor memory of its own (a copy then, on the program's
 //! thread), and nobody but detcheck holds the snapshot. What bypasses torch (a pointer or numpy
 //! view taken of the tensor before the snapshot) is outside that promise: which is why only
-//! fresh results of autograd's operators are lent (`lendable`'s rule).
+//! fresh results of autograd's operators, and gradients and parameters whose storage no one
+//! holds but the tensors the recorder sees, are lent (`lendable`'s two rules).
 //!
 //! Why by hand: PyO3 exposes `PyObject_GetBuffer` under the stable ABI only for Python 3.11 and
 //! later (where it joined the limited API), and this package is one abi3 wheel for 3.9 and later.

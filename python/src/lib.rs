@@ -583,10 +583,13 @@ impl PyTraceWriter {
 
     /// Records a torch tensor's copy-on-write snapshot (`detcheck._tensors.lendable`: made by
     /// `torch._lazy_clone`, contiguous, on the CPU, held by no one else) of `dtype` (as
-    /// `record` names it) and `shape`, as `record` would record the tensor, but without a
-    /// copy: the writer's thread reads the snapshot's memory in place and lets it go when it
-    /// is written. Private: the promise that the memory does not change is torch's for such a
-    /// snapshot only (`buffer::Lent`).
+    /// `record` names it) and `shape`, as `record` would record the tensor (as
+    /// `record_replicated` with `replicated`, as `record_sharded` with `placement`, its
+    /// `(global_shape, offset, extent)`), but without a copy: the writer's thread reads the
+    /// snapshot's memory in place and lets it go when it is written. Private: the promise that
+    /// the memory does not change is torch's for such a snapshot only (`buffer::Lent`).
+    #[pyo3(signature = (step, name, snapshot, dtype, shape, replicated = false, placement = None))]
+    #[allow(clippy::too_many_arguments)]
     fn _record_lent(
         &mut self,
         step: u64,
@@ -594,18 +597,38 @@ impl PyTraceWriter {
         snapshot: &Bound<'_, PyAny>,
         dtype: &str,
         shape: Vec<usize>,
+        replicated: bool,
+        placement: Option<(Vec<u64>, Vec<u64>, Vec<u64>)>,
     ) -> PyResult<()> {
         let dtype = known_dtype(name, dtype)?;
         let len = checked_len(name, dtype, &shape)? * dtype.size_of();
         let lent = Lent::of_snapshot(snapshot, len)?;
         TensorView::new(dtype, &shape, lent.bytes()).map_err(|e| view_error(name, e))?;
+        let placement = placement.map(|(global_shape, offset, extent)| Placement {
+            global_shape,
+            offset,
+            extent,
+        });
+        if let Some(p) = &placement {
+            if replicated {
+                return Err(PyValueError::new_err(format!(
+                    "cannot record `{name}`: a shard (a placement) is never replicated"
+                )));
+            }
+            p.check(&shape).map_err(|source| {
+                dump_error(DumpError::Placement {
+                    name: name.to_owned(),
+                    source,
+                })
+            })?;
+        }
         let inner = self.open(name)?;
         if inner.must_wait(len) {
             snapshot.py().detach(|| inner.wait_room(len));
         }
-        let record = (dtype, shape, false);
+        let record = (dtype, shape, replicated);
         let data = RecordBytes::Lent(lent);
-        self.submit_record(step, name, record, data, JobDigest::Compute, None)?;
+        self.submit_record(step, name, record, data, JobDigest::Compute, placement)?;
         Ok(())
     }
 

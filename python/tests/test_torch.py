@@ -295,9 +295,11 @@ def test_a_module_output_is_lent_and_may_change_at_once(tmp_path, mode):
 
 
 def test_what_is_not_lent_is_copied(tmp_path):
-    # Parameters, gradients, views, small tensors and tensors on numpy's memory are copied
-    # (no copy-on-write is made of them: a pointer taken of them earlier, a numpy view, must
-    # keep seeing their writes), and recorded as they were.
+    # Handed over one at a time (`put`, a module output's rule), parameters, gradients, views,
+    # small tensors and tensors on numpy's memory are copied (no copy-on-write is made of them:
+    # a pointer taken of them earlier, a numpy view, must keep seeing their writes), and
+    # recorded as they were. (A step's gradients and parameters, handed over together, have
+    # a rule of their own: the test below.)
     import numpy as np
     from detcheck._torch_frontend import TorchSink
 
@@ -329,6 +331,159 @@ def test_what_is_not_lent_is_copied(tmp_path):
     assert got == want
 
 
+def test_a_steps_gradients_and_parameters_are_lent_unless_something_else_holds_them(
+    tmp_path, monkeypatch
+):
+    # A step's gradients and parameters are lent (no copy) when every reference to their
+    # memory is a tensor the recorder sees (detcheck._tensors.lendable's second rule), and
+    # copied when a numpy array or a DLPack alias of it exists: those would stop following the
+    # tensor if torch gave it memory of its own. Lent or copied, the records and the training
+    # are the same as unrecorded.
+    import detcheck._tensors as tensors
+    import numpy as np
+
+    assert tensors._USE_COUNT is not None, "CI's torch counts a storage's references"
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(256, 256)
+            self.b = torch.nn.Linear(256, 256)  # a numpy view of its weight is kept
+            self.c = torch.nn.Linear(256, 256)  # a DLPack alias of its weight is kept
+            self.d = torch.nn.Linear(256, 256)
+
+        def forward(self, x):
+            return self.d(self.c(self.b(self.a(x).relu()).relu()).relu())
+
+    def train(dir, lend_state):
+        monkeypatch.setattr(tensors, "_USE_COUNT", tensors._USE_COUNT if lend_state else None)
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        viewed = model.b.weight.detach().numpy()
+        aliased = np.from_dlpack(model.c.weight.detach())
+        writer = detcheck.TraceWriter(dir, 0, 1, "stats") if dir else None
+        handle = detcheck.torch.watch(model, writer, optimizer=opt) if dir else None
+
+        def seen():
+            # The numpy view and the DLPack alias still see the parameter's every write.
+            assert np.array_equal(viewed, model.b.weight.detach().numpy())
+            assert np.array_equal(aliased, model.c.weight.detach().numpy())
+            # Lent when recorded (after the update; the gradients before it): copy-on-write
+            # until the next write, which the snapshot's release leaves a plain write.
+            return {
+                name: (_is_cow(p), _is_cow(p.grad))
+                for name, p in model.named_parameters()
+                if name.endswith("weight")
+            }
+
+        lent = _train(model, opt, (16, 256), seen)
+        if dir:
+            handle.remove()
+            writer.close()
+        return [p.detach().clone() for p in model.parameters()], lent
+
+    real = tensors._USE_COUNT
+    params, lent = train(tmp_path / "lent", True)
+    if_lent = {"a.weight": (True, True), "b.weight": (False, True)}
+    if_lent.update({"c.weight": (False, True), "d.weight": (True, True)})
+    assert lent == [if_lent] * 3
+    monkeypatch.setattr(tensors, "_USE_COUNT", real)
+    copied, never = train(tmp_path / "copied", False)
+    assert never == [{n: (False, False) for n in if_lent}] * 3
+    unrecorded, _ = train(None, True)
+    records = decode(tmp_path / "lent" / "rank0.dctrace")
+    assert records == decode(tmp_path / "copied" / "rank0.dctrace")
+    assert len(records) == 3 * (5 + 8 + 8)  # a step: 5 outputs, 8 gradients, 8 parameters
+    assert all(torch.equal(a, b) for a, b in zip(params, unrecorded))
+    assert all(torch.equal(a, b) for a, b in zip(copied, unrecorded))
+
+
+def test_views_of_one_buffer_are_lent_only_with_all_their_siblings(tmp_path):
+    # Gradients that are views of one flat buffer (FSDP2's reduce-scatter output, a bucket)
+    # hold it together: lent when all of them are recorded together (their small ones too, so
+    # that none is read through numpy, which would copy the whole buffer), copied when one of
+    # them is not among the tensors seen: it is a holder the recorder cannot account for.
+    from detcheck._torch_frontend import TorchSink
+
+    flat = torch.randn(3 * 256 * 256 + 16)
+    weights = [flat[i * 65536 : (i + 1) * 65536].view(256, 256) for i in range(3)]
+    bias = flat[3 * 65536 :]
+    want = [md5(t) for t in (*weights, bias)]
+    with detcheck.TraceWriter(tmp_path / "all", 0, 1) as w:
+        sink = TorchSink(w, None)
+        items = [(f"grad/w{i}", t) for i, t in enumerate(weights)] + [("grad/bias", bias)]
+        sink.put_state(0, items, False)
+        assert _is_cow(flat), "every view of the buffer is recorded: the buffer is lent"
+    with torch.no_grad():
+        flat.add_(1)  # the program's next write reaches every view
+    assert torch.equal(bias, flat[3 * 65536 :])
+    got = [r["md5"] for r in decode(tmp_path / "all" / "rank0.dctrace")]
+    assert got == want
+
+    flat2 = torch.randn(2 * 65536)
+    first, second = flat2[:65536], flat2[65536:]
+    with detcheck.TraceWriter(tmp_path / "some", 0, 1) as w:
+        TorchSink(w, None).put_state(0, [("grad/first", first)], False)
+        assert not _is_cow(flat2), "a view not recorded with it holds the buffer: copied"
+    assert second.numel() == 65536
+
+
+def test_fsdp2_gradient_and_parameter_shards_are_lent(tmp_path, monkeypatch):
+    # FSDP2's shards (DTensor parameters whose local tensors FSDP2 holds twice more, gradients
+    # that are views of one reduce-scatter buffer): lent, counted with FSDP2's own holders
+    # (detcheck._subclasses.shard_holders); the records and the training are those of a copy.
+    import detcheck._tensors as tensors
+    import torch.distributed as dist
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+
+    def train(dir, lend_state):
+        monkeypatch.setattr(tensors, "_USE_COUNT", real if lend_state else None)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 128)
+        )
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        writer = detcheck.TraceWriter(dir, 0, 1, "md5")
+        handle = detcheck.torch.watch(model, writer, optimizer=opt)
+        lent = _train(
+            model,
+            opt,
+            (8, 128),
+            lambda: [
+                (_is_cow(p.to_local()), _is_cow(p.grad.to_local())) for p in model.parameters()
+            ],
+        )
+        handle.remove()
+        writer.close()
+        return [p.full_tensor().clone() for p in model.parameters()], lent
+
+    real = tensors._USE_COUNT
+    assert real is not None, "CI's torch counts a storage's references"
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        params, lent = train(tmp_path / "lent", True)
+        copied, never = train(tmp_path / "copied", False)
+    finally:
+        dist.destroy_process_group()
+    # Weights (128 KiB) lent; biases too small to lend on their own storage, but a bias's
+    # gradient shares the weight's reduce-scatter buffer, lent already: lent with it.
+    assert lent == [[(True, True), (False, True), (True, True), (False, True)]] * 3
+    assert never == [[(False, False)] * 4] * 3
+    records = decode(tmp_path / "lent" / "rank0.dctrace")
+    assert records == decode(tmp_path / "copied" / "rank0.dctrace")
+    assert {r["name"] for r in records} >= {"grad/0.weight", "param/2.bias"}
+    assert all(torch.equal(a, b) for a, b in zip(params, copied))
+
+
 def test_an_aborted_writer_lets_its_lent_tensors_go(tmp_path):
     # Lent snapshots still in flight when the writer aborts (an exception in its `with`) are
     # let go with it: no file is left, and the program's tensors are still its own.
@@ -348,6 +503,20 @@ def test_an_aborted_writer_lets_its_lent_tensors_go(tmp_path):
         for i, out in enumerate(outs):
             out.add_(1)
             assert torch.equal(out, x.detach() * i + 1)
+
+
+def _train(model, opt, shape, seen=lambda: None, steps=3):
+    """``steps`` updates of ``model`` on seeded batches of ``shape`` (the same in every run),
+    minimizing their outputs' mean square; ``seen()`` after each update, its answers returned."""
+    answers = []
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(step)
+        loss = model(torch.randn(*shape, generator=gen)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        answers.append(seen())
+    return answers
 
 
 def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
@@ -380,12 +549,7 @@ def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         writer = detcheck.TraceWriter(dir, 0, 1, "stats") if dir else None
         handle = detcheck.torch.watch(model, writer, optimizer=opt) if dir else None
-        for step in range(3):
-            gen = torch.Generator().manual_seed(step)
-            loss = model(torch.randn(16, 3, 16, 16, generator=gen)).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        _train(model, opt, (16, 3, 16, 16))
         if dir:
             handle.remove()
             writer.close()

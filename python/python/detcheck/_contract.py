@@ -85,6 +85,11 @@ class TensorSink(Protocol):
         """Records ``tensor`` as ``name`` at ``step``; ``state``: a gradient or parameter (its
         placements may decide ``replicated``). Never raises into the program."""
 
+    def put_state(self, step: int, items: list[tuple[str, Any]], replicated: bool) -> None:
+        """Records one step's gradients or parameters, ``(name, tensor)`` in order, as ``put``
+        with ``state``: given together, so that a front end may look at all of them before it
+        records one (the torch front end lends a tensor whose memory only they hold)."""
+
     def end_step(self) -> None:
         """The step is over (records held on a device may be handed over)."""
 
@@ -149,8 +154,8 @@ class FrontEnd(Protocol):
     def loss_of(self, output: Any) -> Optional[Any]:
         """The loss a model's output carries, or ``None``."""
 
-    def sink(self, writer: Any, device_digests: Optional[bool]) -> TensorSink:
-        """The sink of one engine's records."""
+    def sink(self, writer: Any, device_digests: Optional[bool], model: Any) -> TensorSink:
+        """The sink of one engine's records of ``model``."""
 
     def operator_trace(
         self, current_step: Callable[[], int], model: Any, writer: Any, updates: bool

@@ -42,7 +42,14 @@ class TraceWriter:
         replicated: bool = False,
     ) -> None: ...
     def _record_lent(
-        self, step: int, name: str, snapshot: Any, dtype: str, shape: tuple[int, ...]
+        self,
+        step: int,
+        name: str,
+        snapshot: Any,
+        dtype: str,
+        shape: tuple[int, ...],
+        replicated: bool = False,
+        placement: tuple[list[int], list[int], list[int]] | None = None,
     ) -> None: ...
     def _record_later(
         self, step: int, name: str, dtype: str, shape: list[int], replicated: bool = False

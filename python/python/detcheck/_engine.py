@@ -95,7 +95,7 @@ class Recording:
         if writer is None:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
-        self.sink = frontend.sink(writer, device_digests)
+        self.sink = frontend.sink(writer, device_digests, model)
         if _evidence.installed():
             self._evidence_sink = self.paused(self._evidence)
             _evidence.attach(self._evidence_sink)
@@ -204,11 +204,13 @@ class Recording:
     def _record_initial_parameters(self):
         # When the recording starts, before any forward: inside one, a sharded model's
         # parameters are gathered views that the wrapper frees again (FSDP1).
-        trainable, step = self._frontend.trainable, self._step
-        for label, param in self._param_labels:
-            if trainable(param):
-                name = "init/" + label[len("param/") :]
-                self.sink.put(step, name, param, self.replicated, True)
+        trainable = self._frontend.trainable
+        initial = [
+            ("init/" + label[len("param/") :], param)
+            for label, param in self._param_labels
+            if trainable(param)
+        ]
+        self.sink.put_state(self._step, initial, self.replicated)
 
     def _evidence(self, name, array, where):
         """One record of evidence at the current step, its line as ``site:<step>:<name>:<k>``."""
@@ -259,11 +261,10 @@ class Recording:
             return
         if _OUTSIDE:
             self._outside_first()
-        gradient, step = self._frontend.gradient, self._step
-        for label, param in self._grad_labels:
-            grad = gradient(param)
-            if grad is not None:
-                self.sink.put(step, label, grad, self.replicated, True)
+        gradient = self._frontend.gradient
+        grads = [(label, gradient(param)) for label, param in self._grad_labels]
+        grads = [(label, grad) for label, grad in grads if grad is not None]
+        self.sink.put_state(self._step, grads, self.replicated)
 
     def end_backward(self):
         """The step's forward and backward are over, its update is next: records ``grad/*``."""
@@ -283,15 +284,17 @@ class Recording:
         if self.sink is not None and "param" in self._records:
             if _OUTSIDE:
                 self._outside_first()
-            trainable, step = self._frontend.trainable, self._step
+            trainable = self._frontend.trainable
             # Looked up again by name: a parameter the model is called with now may be another
             # tensor than when the recording began (`torch.func.functional_call` swaps in the
             # program's own dict of parameters for each call, and the update makes a new one).
             now = dict(self._frontend.parameters(self._model))
-            for label, param in self._param_labels:
-                param = now.get(label[len("param/") :], param)
-                if trainable(param):
-                    self.sink.put(step, label, param, self.replicated, True)
+            params = [
+                (label, now.get(label[len("param/") :], param))
+                for label, param in self._param_labels
+            ]
+            params = [(label, param) for label, param in params if trainable(param)]
+            self.sink.put_state(self._step, params, self.replicated)
         self._advance()
 
     def _advance(self):

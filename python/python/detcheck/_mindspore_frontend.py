@@ -180,6 +180,10 @@ class MindSporeSink:
                 except Exception:
                     pass
 
+    def put_state(self, step, items, replicated):
+        for name, tensor in items:
+            self.put(step, name, tensor, replicated, True)
+
     def end_step(self):
         pass
 
@@ -247,7 +251,7 @@ class MindSporeFrontEnd:
     def loss_of(self, output):
         return None  # the loss is a loss cell's output (the recorders record it)
 
-    def sink(self, writer, device_digests):
+    def sink(self, writer, device_digests, model):
         return MindSporeSink(writer)
 
     def operator_trace(self, current_step, model, writer, updates):

@@ -34,6 +34,9 @@ raises ``Unrecordable`` with the reason when there are no values to record. The 
 - any other subclass (a plain Python subclass of ``torch.Tensor``): its data as a plain tensor
   (``as_subclass``), noted with its class.
 
+``shard_holders(model)`` finds the tensors FSDP2 keeps on its shards' memory besides the
+parameters (``_tensors.lendable``'s holders of a parameter's storage).
+
 ``transformed(tensor)`` says whether a tensor is one of ``torch.func``'s, and
 ``outside_transforms(tensor)`` is the context a recorder reads ``tensor`` in: the transforms
 off while one runs or for a tensor of ``torch.func``'s, nothing otherwise.
@@ -197,6 +200,33 @@ def _flat_parameter_placement(tensor):
 
 #: ``torch._C._functorch`` (``torch.func``'s transforms), where this torch has it.
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
+def shard_holders(model):
+    """A function giving the tensors FSDP2 keeps on its shards' memory besides the parameters
+    (each ``FSDPParam``'s padded 1-D ``_sharded_param_data``, whose base is the padded shard
+    the parameter's local tensor is a view of), or ``None`` where no module of ``model`` is
+    FSDP2's (``fully_shard``). Its modules are found once; the tensors are read at each call,
+    as FSDP2 may replace them (its lazy initialization, ``load_state_dict``)."""
+    params = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        try:
+            groups = getattr(get_state(), "_fsdp_param_groups", ())
+        except Exception:  # not an FSDP2 module after all, or one without a state yet
+            continue
+        for group in groups:
+            params.extend(getattr(group, "fsdp_params", ()))
+    if not params:
+        return None
+
+    def holders():
+        found = (getattr(param, "_sharded_param_data", None) for param in params)
+        return [t for t in found if type(t) is torch.Tensor]
+
+    return holders
 
 
 def transformed(tensor):

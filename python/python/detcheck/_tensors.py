@@ -3,7 +3,8 @@ the recorder. Imports torch and nothing of detcheck's but the native module and
 ``_subclasses``; every other torch module of the package builds on it.
 
 Main names: ``host`` (what the writer is handed for a tensor), ``lendable`` (a tensor the
-writer may read in place, with no copy), ``leaves`` (the tensors of a
+writer may read in place, with no copy) and ``visible_holders`` (its rule for a step's
+gradients and parameters), ``leaves`` (the tensors of a
 module's output, named), ``unwrap_model`` and ``replicated_records`` (the one rule for wrappers
 and for replicated records), ``Hook`` (a hook that pickles to nothing and that TorchScript
 never sees: ``keep_hooks_out_of_torchscript``).
@@ -34,6 +35,7 @@ __all__ = [
     "model_loss",
     "replicated_records",
     "unwrap_model",
+    "visible_holders",
 ]
 
 #: The tensor types handed to the writer without looking further.
@@ -70,31 +72,90 @@ _LAZY_CLONE = (
 #: Below this, a copy costs less than lending (the snapshot and its bookkeeping).
 LEND_BYTES = 64 << 10
 
+#: The number of references to a storage (torch's private ``_storage_Use_Count``, given the
+#: storage's address), where this torch has it: every tensor on the storage holds one, and so
+#: does whatever keeps a raw view of its memory (a numpy array's or DLPack's alias of it).
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
 
-def lendable(tensor):
+
+#: Whether a tensor's storage is copy-on-write (a snapshot of it was lent).
+_IS_COW = getattr(torch._C, "_is_cow_tensor", lambda tensor: False)
+
+
+def visible_holders(tensors):
+    """``{storage address: n}``: for the storage of each of ``tensors``, how many distinct
+    tensors among them and their bases (``_base``) hold it. The second rule of ``lendable``:
+    a step's gradients and parameters, seen together (``TorchSink.put_state``), with what
+    FSDP2 keeps of its shards (``_subclasses.shard_holders``). Left out: tensors with no
+    storage of their own, and (the time it takes to ask) small tensors that are no view,
+    which ``lendable`` never lends on their own. A tensor left out can only make a count
+    smaller than its storage's references: the tensors on that storage are then copied,
+    never lent wrongly."""
+    seen = {}
+    for tensor in tensors:
+        if tensor._base is None and tensor.nbytes < LEND_BYTES:
+            continue
+        for holder in (tensor, tensor._base):
+            if holder is None:
+                continue
+            try:
+                key = holder.untyped_storage()._cdata
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue  # a wrapper subclass or a meta tensor: no storage to share
+            seen.setdefault(key, {})[id(holder)] = holder
+    return {key: len(held) for key, held in seen.items()}
+
+
+def lendable(tensor, holders=None):
     """``(snapshot, dtype name)``: a copy-on-write snapshot of ``tensor`` that the writer's
     thread reads in place (``TraceWriter._record_lent``), so the program pays no copy; or
     ``None``, and the tensor is copied (``host``).
 
-    The rule: a fresh result of autograd's operators (``grad_fn`` set, not a view) of at least
-    ``LEND_BYTES``, dense, contiguous, on the CPU, in memory torch allocated (numpy's or shared
-    memory cannot be cloned lazily). A module's output in training is such a tensor; a
-    parameter, a gradient, a buffer or a batch from numpy is not. Why only these: torch keeps
-    the snapshot's memory unchanged (a later write to the tensor first gives it memory of its
-    own), but a pointer or numpy view taken of the tensor before the snapshot would not follow
-    that move; an operator's fresh result has none unless the module's own forward took one and
-    keeps it past the step (unsupported while recorded). Determinism: the bytes read are those
-    a copy would hold, so the record is the same."""
+    Why a rule at all: torch keeps the snapshot's memory unchanged (a later write through any
+    tensor on the same storage first gives that storage memory of its own, and every tensor on
+    it follows), but a raw view of the memory taken before the snapshot (a numpy array of the
+    tensor, a DLPack capsule) would not follow that move: it would stop seeing the program's
+    writes. So a tensor is lent only where no such view can exist. Always: dense, contiguous,
+    on the CPU, in memory torch allocated (numpy's or shared memory cannot be cloned lazily),
+    and at least ``LEND_BYTES`` (or a gradient or parameter on a storage lent already). Then
+    one of two rules:
+
+    - ``holders`` ``None`` (a module's output): a fresh result of autograd's operators
+      (``grad_fn`` set, not a view), which nothing has viewed unless the module's own forward
+      did and keeps that view past the step (unsupported while recorded);
+    - ``holders`` given (a gradient or parameter: ``visible_holders`` of the step's): every
+      reference to its storage is one of the tensors counted there, so none is a raw view (a
+      numpy array or DLPack alias adds a reference that no tensor seen accounts for, and then
+      the tensor is copied). A view taken after the snapshot is harmless: ``numpy()`` first
+      gives the tensor memory of its own.
+
+    What bypasses both is a pointer kept as a number (``data_ptr()`` handed to C) or a DLPack
+    capsule of the tensor itself (``to_dlpack(t)``, which holds no reference of its own),
+    later written through: unsupported while recorded. Determinism: the bytes read are those a
+    copy would hold, so the record is the same."""
     if (
         _LAZY_CLONE is None
-        or tensor.grad_fn is None
-        or tensor._base is not None
         or not tensor.is_cpu
-        or tensor.nbytes < LEND_BYTES
         or tensor.layout is not torch.strided
         or not tensor.is_contiguous()
     ):
         return None
+    if tensor.nbytes < LEND_BYTES and (holders is None or not _IS_COW(tensor)):
+        # Small: copied. Unless (a step's gradient or parameter) its storage is lent already,
+        # a sibling's in the same flat buffer (FSDP2's gradients): copying it through numpy
+        # would first give the whole storage memory of its own, a copy of all of it.
+        return None
+    if holders is None:
+        if tensor.grad_fn is None or tensor._base is not None:
+            return None
+    elif _USE_COUNT is None:
+        return None
+    else:
+        # Held while it asks: the storage's Python object is one reference more (`+ 1`).
+        storage = tensor.untyped_storage()
+        seen = holders.get(storage._cdata)
+        if seen is None or _USE_COUNT(storage._cdata) != seen + 1:
+            return None
     try:
         return _LAZY_CLONE(tensor.detach()), torch_dtype_name(tensor.dtype)
     except TypeError:  # a dtype detcheck does not record: `host` says so

@@ -1,11 +1,13 @@
-"""The PyTorch front end of the recorder contract (``detcheck._contract``): ``TORCH``, what
-the engine (``detcheck._engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches
-the writer: plain tensors from the host (``_tensors.host``), tensor subclasses through their
-data (``_subclasses``), CUDA tensors through the device kernels when device digests are on
-(``_device_records``), and the operator tracer of a capture re-run (``_ops``); and, in a rank
-detcheck launched, the evidence of causes torch gives (``install_evidence``): its generators,
-their seeding calls, the sample indices data loaders fetch, and the values that enter torch
-from the program's lines (``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy``).
+"""The PyTorch front end of the recorder contract (``detcheck._contract``): ``TORCH``, what the
+engine (``detcheck._engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches the
+writer: plain tensors from the host (``_tensors.host``), or lent to it with no copy where
+``_tensors.lendable`` allows (a module's output; a step's gradients and parameters, seen
+together by ``put_state``), tensor subclasses through their data (``_subclasses``), CUDA
+tensors through the device kernels when device digests are on (``_device_records``), and the
+operator tracer of a capture re-run (``_ops``); and, in a rank detcheck launched, the evidence
+of causes torch gives (``install_evidence``): its generators, their seeding calls, the sample
+indices data loaders fetch, and the values that enter torch from the program's lines
+(``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy``).
 
 Determinism: records are made in the order the engine asks; a skipped record is noted once per
 name (``detcheck.skipped/<name>``), the same in every run of the same program.
@@ -27,6 +29,7 @@ from ._tensors import (
     lendable,
     model_loss,
     replicated_records,
+    visible_holders,
 )
 
 __all__ = [
@@ -40,9 +43,10 @@ __all__ = [
 
 class TorchSink:
     """The ``TensorSink`` of one engine: the writer, device records once a tensor goes to the
-    device kernels, and the names already noted in the environment."""
+    device kernels, and the names already noted in the environment. ``model``: the recorded
+    model, where FSDP2's own holders of its shards' memory are found (``put_state``)."""
 
-    def __init__(self, writer, device_digests):
+    def __init__(self, writer, device_digests, model=None):
         self._writer = writer
         #: ``True``, ``False`` or ``None`` (on for CUDA tensors where Triton runs).
         self._device_digests = device_digests
@@ -51,6 +55,9 @@ class TorchSink:
         self._noted = set()
         #: The writer's in-place path for lent tensors (``lendable``), where it has one.
         self._record_lent = getattr(writer, "_record_lent", None)
+        self._model = model
+        #: ``_subclasses.shard_holders`` of the model, once asked (``False`` before).
+        self._shard_holders = False
         if device_digests and not hasattr(writer, "record_digested"):
             raise TypeError(
                 "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
@@ -63,17 +70,61 @@ class TorchSink:
         the program: a tensor with no values to record, or a failure to record one, is skipped
         with one note in the trace's environment (``detcheck.skipped/<name>``); a sharded tensor
         is noted once (``detcheck.tensor/<name>``)."""
+        self._guarded(name, tensor, self._put, step, name, tensor, replicated, state)
+
+    def _put(self, step, name, tensor, replicated, state):
+        self._record(step, name, self._resolve(name, tensor, replicated, state), None)
+
+    def put_state(self, step, items, replicated):
+        """Records one step's gradients or parameters (``(name, tensor)`` pairs, in their
+        order) as ``put`` with ``state`` does, after looking at all of them: a tensor whose
+        storage no one holds but them, their bases and FSDP2 (``_tensors.visible_holders``) is
+        lent to the writer rather than copied (``lendable``'s second rule)."""
+        resolved = [
+            (
+                name,
+                tensor,
+                self._guarded(name, tensor, self._resolve, name, tensor, replicated, True),
+            )
+            for name, tensor in items
+        ]
+        holders = None
+        if self._lends():
+            seen = [found[0] for _, _, found in resolved if found is not None]
+            try:
+                holders = visible_holders(seen + self._framework_holders())
+            except Exception:
+                holders = {}  # none lent: each is copied
+        for name, tensor, found in resolved:
+            if found is not None:
+                self._guarded(name, tensor, self._record, step, name, found, holders)
+
+    def _framework_holders(self):
+        """The tensors FSDP2 keeps on its shards' memory (``_subclasses.shard_holders``), or
+        none."""
+        if self._shard_holders is False:
+            model = self._model
+            self._shard_holders = None if model is None else _subclasses.shard_holders(model)
+        return [] if self._shard_holders is None else self._shard_holders()
+
+    def _guarded(self, name, tensor, fn, *args):
+        """``fn(*args)`` with ``tensor`` read outside torch.func's transforms; ``None`` and a
+        note instead of an exception (``put``'s promise)."""
         try:
             with _subclasses.outside_transforms(tensor):
-                self._put(step, name, tensor, replicated, state)
+                return fn(*args)
         except _subclasses.Unrecordable as e:
             self.note("detcheck.skipped/", name, str(e))
         except ImportError:
             raise  # device_digests=True without Triton: the caller's request cannot be met
         except Exception as e:
             self.note("detcheck.skipped/", name, f"recording it failed: {type(e).__name__}: {e}")
+        return None
 
-    def _put(self, step, name, tensor, replicated, state):
+    def _resolve(self, name, tensor, replicated, state):
+        """``(tensor, replicated, placement)``: the plain tensor to record for ``tensor``
+        (``_subclasses.plain``, noted once where it is not the tensor itself), whether it is
+        replicated, and its placement where it is a shard."""
         if (
             type(tensor) not in PLAIN
             or not dense_with_values(tensor)
@@ -86,26 +137,37 @@ class TorchSink:
                 replicated = replicated_records(
                     found.replicated, getattr(self._writer, "world_size", 1)
                 )
-            tensor = found.tensor
             if found.placement is not None and hasattr(self._writer, "record_sharded"):
-                # A shard (never replicated, at world size 1 too): its placement and position
-                # digest go with it (`world_sizes`), on the writer's thread; through the host,
-                # as the position digest has no GPU kernel.
-                self._writer.record_sharded(step, name, host(tensor), *found.placement)
-                return
-            self._put_plain(step, name, tensor, replicated)
-            return
-        if (
+                # A shard: never replicated, at world size 1 too.
+                return found.tensor, False, found.placement
+            return found.tensor, replicated, None
+        return tensor, replicated, None
+
+    def _lends(self):
+        """Whether records may be lent to the writer (``lendable``): its in-place path, and
+        no device kernels in the way."""
+        return (
             self._record_lent is not None
-            and not replicated
             and self._device is None
             and self._device_digests is not True
-        ):
-            # A module's output on the CPU (``lendable``'s rule): read in place, no copy.
-            lent = lendable(tensor)
+        )
+
+    def _record(self, step, name, found, holders):
+        """Records a resolved tensor (``_resolve``): lent where ``lendable`` allows (a module's
+        output; with ``holders``, ``put_state``'s rule), else copied."""
+        tensor, replicated, placement = found
+        if self._lends():
+            lent = lendable(tensor, holders)
             if lent is not None:
-                self._record_lent(step, name, lent[0], lent[1], tuple(tensor.shape))
+                # No copy: the writer's thread reads a copy-on-write snapshot in place.
+                shape = tuple(tensor.shape)
+                self._record_lent(step, name, lent[0], lent[1], shape, replicated, placement)
                 return
+        if placement is not None:
+            # Its placement and position digest go with it (`world_sizes`), on the writer's
+            # thread; through the host, as the position digest has no GPU kernel.
+            self._writer.record_sharded(step, name, host(tensor), *placement)
+            return
         self._put_plain(step, name, tensor, replicated)
 
     def note(self, prefix, name, text):
@@ -188,8 +250,8 @@ class _TorchFrontEnd:
         loss = model_loss(output)
         return None if loss is None else loss.detach()
 
-    def sink(self, writer, device_digests):
-        return TorchSink(writer, device_digests)
+    def sink(self, writer, device_digests, model):
+        return TorchSink(writer, device_digests, model)
 
     def operator_trace(self, current_step, model, writer, updates):
         from ._detcheck import capture_request
