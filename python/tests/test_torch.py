@@ -399,6 +399,24 @@ def test_a_steps_gradients_and_parameters_are_lent_unless_something_else_holds_t
     assert all(torch.equal(a, b) for a, b in zip(copied, unrecorded))
 
 
+def test_parameters_in_shared_memory_stay_shared_while_recorded(tmp_path):
+    # Hogwild training: the parameters live in shared memory that other processes update. A
+    # snapshot would move a parameter to memory of its own at its next write, out of their
+    # reach: torch refuses to snapshot shared memory, and detcheck copies those.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    model.share_memory()
+    where = [p.data_ptr() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with detcheck.TraceWriter(tmp_path, 0, 1) as w:
+        handle = detcheck.torch.watch(model, w, optimizer=opt)
+        _train(model, opt, (8, 256))
+        handle.remove()
+    assert all(p.is_shared() and not _is_cow(p) for p in model.parameters())
+    assert [p.data_ptr() for p in model.parameters()] == where
+    assert len(decode(tmp_path / "rank0.dctrace")) == 3 * (4 + 4 + 4)
+
+
 def test_views_of_one_buffer_are_lent_only_with_all_their_siblings(tmp_path):
     # Gradients that are views of one flat buffer (FSDP2's reduce-scatter output, a bucket)
     # hold it together: lent when all of them are recorded together (their small ones too, so
