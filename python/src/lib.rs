@@ -219,6 +219,20 @@ fn failure_error(f: Failure) -> PyErr {
     }
 }
 
+/// A shard's placement checked against the shape recorded (`record_sharded`, `_record_lent`):
+/// a placement that does not fit is the record's error, naming it.
+fn check_placement(name: &str, placement: Option<&Placement>, shape: &[usize]) -> PyResult<()> {
+    match placement {
+        Some(p) => p.check(shape).map_err(|source| {
+            dump_error(DumpError::Placement {
+                name: name.to_owned(),
+                source,
+            })
+        }),
+        None => Ok(()),
+    }
+}
+
 fn view_error(name: &str, e: ViewError) -> PyErr {
     PyValueError::new_err(format!("cannot record `{name}`: {e}"))
 }
@@ -334,14 +348,7 @@ impl PyTraceWriter {
         let shape = buffer.shape();
         let view =
             TensorView::new(dtype, &shape, buffer.bytes()).map_err(|e| view_error(name, e))?;
-        if let Some(p) = &placement {
-            p.check(&shape).map_err(|source| {
-                dump_error(DumpError::Placement {
-                    name: name.to_owned(),
-                    source,
-                })
-            })?;
-        }
+        check_placement(name, placement.as_ref(), &shape)?;
         self.next_seq(step, name)?; // out of order: refused before the copy
         let bytes = view.bytes();
         let inner = self.open(name)?;
@@ -609,19 +616,12 @@ impl PyTraceWriter {
             offset,
             extent,
         });
-        if let Some(p) = &placement {
-            if replicated {
-                return Err(PyValueError::new_err(format!(
-                    "cannot record `{name}`: a shard (a placement) is never replicated"
-                )));
-            }
-            p.check(&shape).map_err(|source| {
-                dump_error(DumpError::Placement {
-                    name: name.to_owned(),
-                    source,
-                })
-            })?;
+        if replicated && placement.is_some() {
+            return Err(PyValueError::new_err(format!(
+                "cannot record `{name}`: a shard (a placement) is never replicated"
+            )));
         }
+        check_placement(name, placement.as_ref(), &shape)?;
         let inner = self.open(name)?;
         if inner.must_wait(len) {
             snapshot.py().detach(|| inner.wait_room(len));
