@@ -461,6 +461,19 @@ fn a_program_is_checked_from_flags_without_a_scenario_file() {
         one.stdout
     );
 
+    // An errored row has the same checks column as a passing one (issue 53: it listed
+    // `repeat+replicas` at one rank).
+    let errored = detcheck(&["check", "--no-progress", "--", "false"], dir.path(), &[]);
+    assert_eq!(errored.code, 3, "{}{}", errored.stdout, errored.stderr);
+    assert!(
+        errored
+            .stdout
+            .contains("1      3  none           repeat (replicas n/a)")
+            && errored.stdout.contains("ERROR"),
+        "{}",
+        errored.stdout
+    );
+
     let both = detcheck(&["check", "saved.json", "--", program], dir.path(), &[]);
     assert_eq!(both.code, 2, "{}", both.stderr);
     assert!(both.stderr.contains("not both"), "{}", both.stderr);

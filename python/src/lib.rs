@@ -942,12 +942,16 @@ fn first_send_delay() -> PyResult<f64> {
 }
 
 /// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
-/// `(stop_after or None, the names of the deterministic settings to apply)` (none: an empty
-/// list).
+/// `(stop_after or None, the names of the deterministic settings to apply (none: an empty
+/// list), whether the run records its end state only)`.
 #[pyfunction]
-fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>)> {
+fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>, bool)> {
     let plan = RecorderPlan::from_env().map_err(dump_error)?;
-    Ok((plan.stop_after, setting_names(plan.deterministic)))
+    Ok((
+        plan.stop_after,
+        setting_names(plan.deterministic),
+        plan.end_state_only,
+    ))
 }
 
 /// `deterministic_settings()`'s rows: `(kind, name, value, statement, why, reference)`.

@@ -205,6 +205,10 @@ def test_deterministic_names_the_setting_that_fixes_it_or_says_none_does(detchec
     else:
         assert finding["fixes"] and finding["fixed_by"] == fixed_by, finding
         assert "--deterministic: `" in line["detail"], line["detail"]
+    # A PyTorch program's report lists PyTorch's settings, not MindSpore's or HCCL's (issue 53).
+    listed = line["detail"].split("launched with the deterministic settings", 1)[1]
+    assert "torch.use_deterministic_algorithms" in listed, listed
+    assert "mindspore" not in listed and "HCCL_DETERMINISTIC" not in listed, listed
 
 
 #: The README's example of a failed program check, between these lines, is this test's output.

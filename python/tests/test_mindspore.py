@@ -125,6 +125,10 @@ def test_deterministic_passes_the_no_seed_control_and_names_set_seed_as_the_fix(
     assert "mindspore.set_seed(0)" in finding["statements"], finding
     assert "`mindspore.set_seed` alone makes the runs identical" in finding["summary"], finding
     assert "--deterministic: `" in line["detail"], line["detail"]
+    # A MindSpore program's report lists MindSpore's settings, not PyTorch's (issue 53).
+    listed = line["detail"].split("launched with the deterministic settings", 1)[1]
+    assert "mindspore.set_deterministic" in listed, listed
+    assert "torch." not in listed and "CUBLAS_WORKSPACE_CONFIG" not in listed, listed
 
 
 def test_the_records_are_pytorchs_names_in_pytorchs_order_with_the_programs_values(tmp_path):

@@ -138,9 +138,14 @@ def train(
 
 
 def assert_unhooked(model):
-    """Only watch's own hooks are left: a forward hook on every module."""
+    """Only watch's own hooks are left: a forward hook on every module, held by detcheck
+    (``MODULE_HOOKS``), none in the modules themselves."""
+    from detcheck._tensors import MODULE_HOOKS
+
     for _, module in model.named_modules():
-        assert len(module._forward_hooks) == 1 and not module._forward_pre_hooks
+        assert not module._forward_hooks and not module._forward_pre_hooks
+        assert len(MODULE_HOOKS._post[id(module)][1]) == 1
+        assert id(module) not in MODULE_HOOKS._pre
     for _, param in model.named_parameters():
         assert not param._post_accumulate_grad_hooks
 

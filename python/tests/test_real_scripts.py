@@ -33,6 +33,19 @@ CORPUS = PROGRAMS / "corpus"
 
 requires("torch")
 
+import torch  # noqa: E402  (after `requires`: the module is skipped without torch)
+
+
+class Tiny(torch.nn.Module):
+    """A model class of the test's own, for torch.load's allowlist."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
 
 def write(tmp_path, name, text):
     path = tmp_path / name
@@ -421,6 +434,40 @@ def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_pa
         f'    File "{script}", line 8 in <module>'
     ) in error, out
     assert "in barrier" in error, out
+
+
+def test_a_recorded_model_saves_the_bytes_of_a_plain_one_and_loads_with_weights_only(tmp_path):
+    """Issue 53: nothing of detcheck's stays in a user's module. `torch.save(model)` of a
+    recorded model writes the bytes a plain one writes, and `torch.load` with weights_only
+    (torch's default) loads it with only the program's own classes allowed
+    (pytorch/examples' word_language_model did, and failed on detcheck's hook)."""
+    import detcheck
+    import detcheck.torch as dt
+
+    def saved(record):
+        torch.manual_seed(0)
+        model = Tiny()
+        handle = None
+        if record:
+            writer = detcheck.TraceWriter(str(tmp_path / "trace"), 0, 1, "md5")
+            handle = dt.watch(model, writer)
+        model(torch.ones(3, 4))
+        # The archive inside a saved file is named after the file: one name for both.
+        (tmp_path / str(record)).mkdir()
+        path = tmp_path / str(record) / "model.pt"
+        torch.save(model, path)
+        state = tmp_path / str(record) / "state.pt"
+        torch.save(model.state_dict(), state)
+        if handle is not None:
+            assert not model._forward_hooks and not model.fc._forward_hooks
+            with torch.serialization.safe_globals([Tiny, torch.nn.Linear]):
+                loaded = torch.load(path)
+            assert torch.equal(loaded(torch.ones(1, 4)), model(torch.ones(1, 4)))
+            handle.remove()
+            writer.close()
+        return path.read_bytes(), state.read_bytes()
+
+    assert saved(True) == saved(False)
 
 
 def test_a_recorded_model_can_be_saved_copied_pickled_traced_and_compiled(tmp_path):

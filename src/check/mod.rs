@@ -52,6 +52,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// What the two sides of a check's comparison are, left then right.
+fn kind_sides(kind: CheckKind) -> (&'static str, &'static str) {
+    match kind {
+        CheckKind::Repeat => ("run 1", "run 2"),
+        CheckKind::Replicas => ("rank 0", "this rank"),
+        CheckKind::Backends => ("mpi", "threads"),
+        CheckKind::WorldSizes => ("smallest", "larger"),
+        CheckKind::Workers => ("first", "other"),
+        CheckKind::Restart => ("continuous", "resumed"),
+        CheckKind::Variants => ("first", "variant"),
+        CheckKind::Buckets => ("first", "other"),
+        CheckKind::Devices => ("gpu", "cpu"),
+    }
+}
+
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
@@ -62,8 +77,13 @@ pub struct CheckOutcome {
     pub expectation: Expectation,
     /// What it found: the one comparison its verdict and its divergence map come from.
     pub comparison: Comparison,
-    /// Why the check was not run, when it was not (`backends` on thread ranks only).
-    pub skipped: Option<&'static str>,
+    /// Why the check is n/a, when it is: it could not run here (`backends` on thread ranks,
+    /// `devices` without a GPU), or it ran and compared nothing (no record in common, no
+    /// replicated record). A check that compared nothing is never a pass.
+    pub skipped: Option<String>,
+    /// `true` when the check ran and compared nothing ([`CheckOutcome::skipped`] says why):
+    /// an n/a found in the program, not in this machine, and shown with the report.
+    pub empty: bool,
     /// What the check compared, when its labels need it (`world_sizes`: the two sizes).
     pub note: Option<String>,
     /// The loss curves of the two runs its comparison compared ([`CURVE_NAME`] on rank 0, left
@@ -80,17 +100,7 @@ impl CheckOutcome {
     /// for `repeat`; `rank 0` and `this rank` for `replicas`).
     #[must_use]
     pub fn side_labels(&self) -> (&'static str, &'static str) {
-        match self.kind {
-            CheckKind::Repeat => ("run 1", "run 2"),
-            CheckKind::Replicas => ("rank 0", "this rank"),
-            CheckKind::Backends => ("mpi", "threads"),
-            CheckKind::WorldSizes => ("smallest", "larger"),
-            CheckKind::Workers => ("first", "other"),
-            CheckKind::Restart => ("continuous", "resumed"),
-            CheckKind::Variants => ("first", "variant"),
-            CheckKind::Buckets => ("first", "other"),
-            CheckKind::Devices => ("gpu", "cpu"),
-        }
+        kind_sides(self.kind)
     }
 
     /// The ranks of a divergence's left and right records: the divergence's own rank on both
@@ -131,16 +141,27 @@ pub struct ScenarioReport {
     pub outcomes: Vec<CheckOutcome>,
     /// The first NaN, Inf or fp16 saturation in the first run, if any.
     pub overflow: Option<Overflow>,
+    /// The frameworks the program imported (`torch`, `mindspore`), as its first run's
+    /// environment snapshot shows them (empty for a rank program or when none shows).
+    pub frameworks: Vec<String>,
     /// For a program launched with `--deterministic`: which of the settings make its runs
     /// identical (`settings.rs`).
     pub deterministic: Option<SettingsFinding>,
 }
 
 impl ScenarioReport {
-    /// `true` when every check holds.
+    /// `true` when every check holds and at least one of them compared something: a scenario
+    /// whose every check is n/a ([`ScenarioReport::compared_nothing`]) has not passed.
     #[must_use]
     pub fn passed(&self) -> bool {
-        self.outcomes.iter().all(CheckOutcome::holds)
+        self.outcomes.iter().all(CheckOutcome::holds) && !self.compared_nothing()
+    }
+
+    /// `true` when every check is n/a (none could run, or each compared nothing): the
+    /// scenario's verdict is `n/a`, not `ok`.
+    #[must_use]
+    pub fn compared_nothing(&self) -> bool {
+        self.outcomes.iter().all(|o| o.skipped.is_some())
     }
 
     /// Record pairs compared over all checks.
@@ -173,6 +194,13 @@ impl ScenarioReport {
     #[must_use]
     pub fn explain_failures(&self) -> String {
         let mut out = String::new();
+        if self.compared_nothing() {
+            out.push_str("every check is n/a: nothing was compared, so nothing is verified\n");
+            for o in &self.outcomes {
+                let why = o.skipped.as_deref().unwrap_or_default();
+                let _ = writeln!(out, "  {}: n/a: {why}", o.kind);
+            }
+        }
         for outcome in self.outcomes.iter().filter(|o| !o.holds()) {
             let c = &outcome.comparison;
             match (&c.first, outcome.expectation) {
@@ -877,6 +905,138 @@ fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
 pub const ONE_RANK_HAS_NO_REPLICAS: &str =
     "not applicable at one rank (replicas compares every rank with rank 0)";
 
+/// `repeat`'s unperturbed runs (a launched program run twice more, reading nothing during its
+/// steps, under runs 1's and 2's launch perturbations): their end states are compared with
+/// run 1's records of the same names and with each other. When both agree, the check keeps
+/// its verdict and counts them; when either differs while the recorded runs agreed, the
+/// check fails with the differing end state and the cause [`CauseClass::Timing`]. An end
+/// state with no record (no update happened) compares nothing and changes nothing.
+fn check_unperturbed(repeat: &mut CheckOutcome, first: &Trace, quiet1: &Trace, quiet2: &Trace) {
+    let recorded = end_state_of(first, quiet1);
+    let against_recorded = compare_traces(&recorded, quiet1, TraceView::All);
+    let between = compare_traces(quiet1, quiet2, TraceView::All);
+    let num_compared = against_recorded.num_compared + between.num_compared;
+    if num_compared == 0 {
+        return;
+    }
+    let (found, what) = if !against_recorded.is_identical() {
+        (against_recorded, "run 1 recorded vs run 1 unperturbed")
+    } else if !between.is_identical() {
+        (between, "unperturbed runs 1 and 2")
+    } else {
+        repeat.comparison.num_compared += num_compared;
+        let note = format!("and {num_compared} end-state records of 2 unperturbed runs");
+        repeat.note = Some(match repeat.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+        return;
+    };
+    let mut comparison = found;
+    if let Some(first) = comparison.first.as_mut() {
+        let mut cause = crate::compare::Cause::new(
+            CauseClass::Timing,
+            format!(
+                "the recorded runs agree, but runs that read nothing during their steps end with \
+                 other values ({what}: `{}` at step {} rank {}): the result depends on timing, \
+                 which recording's reads and synchronisation change",
+                first.name, first.step, first.rank
+            ),
+        );
+        cause.evidence.push(format!(
+            "{} of {} end-state records differ ({what})",
+            comparison.num_differing, comparison.num_compared
+        ));
+        cause.fix = Some(
+            "find the race: threads or streams that share a value, an operator that runs \
+             asynchronously, a data loader's workers; run with --deterministic"
+                .to_owned(),
+        );
+        first.cause = Some(cause);
+    }
+    comparison.num_compared += repeat.comparison.num_compared;
+    repeat.note = Some(format!("{what}: the end states differ"));
+    repeat.curves = None;
+    repeat.comparison = comparison;
+}
+
+/// The records of `trace` that `end` also holds (the same rank, step and name): a recorded
+/// run's end state, as an unperturbed run records it.
+fn end_state_of(trace: &Trace, end: &Trace) -> Trace {
+    let mut out = trace.clone();
+    for (rank, of_end) in out.ranks.iter_mut().zip(&end.ranks) {
+        let wanted: std::collections::BTreeSet<(u64, &str)> = of_end
+            .records
+            .iter()
+            .map(|r| (r.step, r.name.as_str()))
+            .collect();
+        rank.records
+            .retain(|r| wanted.contains(&(r.step, r.name.as_str())));
+    }
+    out.ranks.truncate(end.ranks.len());
+    out
+}
+
+/// Why a check that ran compared nothing, in words: the program recorded nothing; for
+/// `replicas`, no record is replicated, and whether the ranks then train different models (a
+/// same-named parameter of rank r differs from rank 0's, which no data-parallel wrapper would
+/// allow); otherwise the runs had no record in common.
+fn nothing_compared(kind: CheckKind, first: &Trace) -> String {
+    if first.ranks.iter().all(|r| r.records.is_empty()) {
+        return "compared nothing: the program recorded no record (detcheck's recorder saw no \
+                model, tensor or training step)"
+            .to_owned();
+    }
+    if kind != CheckKind::Replicas {
+        let (left, right) = kind_sides(kind);
+        return format!(
+            "compared nothing: the two sides ({left} and {right}) have no record in common"
+        );
+    }
+    match different_models(first) {
+        Some((rank, step, name)) => format!(
+            "the ranks train different models: rank {rank}'s `{name}` differs from rank 0's at \
+             step {step}, and nothing wraps the model for data parallelism (DDP, FSDP, DeepSpeed \
+             ZeRO, a replicated DTensor), so no record is replicated and none was compared"
+        ),
+        None => "compared nothing: no record is replicated (nothing wraps the model for data \
+                 parallelism: DDP, FSDP, DeepSpeed ZeRO, a replicated DTensor), so the ranks \
+                 hold nothing that must be equal"
+            .to_owned(),
+    }
+}
+
+/// The first (step, seq) record among a rank's initial parameters and parameters (`init/*`,
+/// `param/*`) whose digest differs from rank 0's record of the same step and name, over ranks
+/// 1.., as (rank, step, name): ranks that hold the same-named model but not the same values.
+fn different_models(trace: &Trace) -> Option<(u32, u64, String)> {
+    let is_parameter = |name: &str| name.starts_with("init/") || name.starts_with("param/");
+    let zero = trace.ranks.first()?;
+    let of_zero: std::collections::BTreeMap<(u64, &str), &crate::value::digest::Md5Digest> = zero
+        .records
+        .iter()
+        .filter(|r| is_parameter(&r.name))
+        .map(|r| ((r.step, r.name.as_str()), &r.md5))
+        .collect();
+    trace
+        .ranks
+        .iter()
+        .skip(1)
+        .filter_map(|rank| {
+            rank.records
+                .iter()
+                .filter(|r| is_parameter(&r.name))
+                .find(|r| {
+                    of_zero
+                        .get(&(r.step, r.name.as_str()))
+                        .is_some_and(|md5| **md5 != r.md5)
+                })
+                .map(|r| (r.step, r.seq, rank.rank, r.name.clone()))
+        })
+        .min()
+        .map(|(step, _, rank, name)| (rank, step, name))
+}
+
 /// Why `devices` is skipped: this process has no GPU it can use.
 const NO_GPU: &str = "needs a GPU: build with --features nccl, on a machine with a CUDA driver, \
                       NVRTC and a device (`detcheck check` of a `device: \"gpu\"` scenario names \
@@ -1074,12 +1234,25 @@ pub(crate) fn run_checks_on(
                 kind,
                 expectation: spec.expect,
                 comparison,
-                skipped,
+                skipped: skipped.map(str::to_owned),
+                empty: false,
                 note,
                 curves,
             }
         })
         .collect::<Vec<CheckOutcome>>();
+    // A check that compared nothing is n/a with its reason, never a pass (a negative control
+    // that compared nothing stays a failure: it caught nothing).
+    for o in &mut outcomes {
+        if o.skipped.is_none()
+            && o.expectation == Expectation::Identical
+            && o.comparison.num_compared == 0
+            && o.comparison.is_identical()
+        {
+            o.skipped = Some(nothing_compared(o.kind, &first));
+            o.empty = true;
+        }
+    }
     if options.element_detail {
         let runs = Runs {
             runner,
@@ -1149,14 +1322,48 @@ pub(crate) fn run_checks_on(
         }
         _ => None,
     };
+    if let Some(repeat) = outcomes.iter_mut().find(|o| o.kind == CheckKind::Repeat) {
+        let wanted = options.unperturbed
+            && matches!(scenario.program, Program::Command(_))
+            && spec.expect == Expectation::Identical
+            && repeat.holds()
+            && repeat.skipped.is_none();
+        if wanted {
+            let unperturbed = |k: usize| {
+                let p = Some(perturbation(spec.seed, k, options));
+                let plan = RunPlan::default();
+                let request = RunRequest::new(scenario, options, p, k, &plan).unperturbed();
+                runner.run(scenario, &request)
+            };
+            check_unperturbed(repeat, &first, &unperturbed(1)?, &unperturbed(2)?);
+        }
+    }
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         world_size: spec.world_size,
         steps: spec.steps,
         outcomes,
         overflow: first_overflow(&first),
+        frameworks: frameworks_of(&first),
         deterministic,
     })
+}
+
+/// The frameworks a run's environment snapshot shows (`torch.version`, `mindspore.version`
+/// on any rank), in that order.
+fn frameworks_of(trace: &Trace) -> Vec<String> {
+    ["torch", "mindspore"]
+        .into_iter()
+        .filter(|f| {
+            let key = format!("{f}.version");
+            trace.ranks.iter().any(|r| {
+                r.environment
+                    .as_ref()
+                    .is_some_and(|e| e.get(&key).is_some())
+            })
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]
@@ -1239,6 +1446,86 @@ mod tests {
             first(&s),
             (CheckKind::Replicas, 0, 1, "init/fc1.weight".into())
         );
+    }
+
+    /// A check that compared nothing is n/a with its reason, never a pass; a scenario whose
+    /// every check is n/a has not passed (issue 53: `replicas` passed with 0 compared on a
+    /// program whose ranks train different models).
+    #[test]
+    fn a_check_that_compared_nothing_is_not_applicable_never_a_pass() {
+        let loader = |checks: &str| {
+            let text = format!(
+                r#"{{"kind": "dataloader", "world_size": 2, "steps": 2, "seed": 3,
+                    "reduction": "ring", "deterministic_comm": true, "expect": "identical",
+                    "checks": {checks}, "params": {{"dataset_size": 32, "batch_size": 4}}}}"#
+            );
+            let spec = serde_json::from_str(&text).unwrap();
+            KindRegistry::builtin()
+                .build(spec, std::path::Path::new("loader.json"))
+                .unwrap()
+        };
+        // The loader's records are per rank: nothing is replicated.
+        let report = run_checks(
+            &loader(r#"["repeat", "replicas"]"#),
+            &CheckOptions::default(),
+        )
+        .unwrap();
+        assert!(report.passed(), "{}", report.explain_failures());
+        let replicas = &report.outcomes[1];
+        assert_eq!(replicas.comparison.num_compared, 0);
+        assert!(replicas.empty);
+        let why = replicas.skipped.as_deref().unwrap();
+        assert!(why.contains("no record is replicated"), "{why}");
+        assert!(!report.compared_nothing() && report.outcomes[0].skipped.is_none());
+        // Its only check compared nothing: not a pass.
+        let report = run_checks(&loader(r#"["replicas"]"#), &CheckOptions::default()).unwrap();
+        assert!(report.compared_nothing() && !report.passed());
+        assert!(
+            report.explain_failures().contains("every check is n/a"),
+            "{}",
+            report.explain_failures()
+        );
+    }
+
+    /// Ranks that hold a same-named parameter with other values, and no replicated record,
+    /// train different models: the reason names the rank, the step and the record.
+    #[test]
+    fn ranks_with_different_same_named_parameters_train_different_models() {
+        use crate::record::{RecordLevel, Recorder};
+        let trace = |values: [f32; 2]| Trace {
+            ranks: (0..2u32)
+                .map(|rank| {
+                    let mut r = Recorder::new(rank, RecordLevel::Stats);
+                    r.record(0, "data/x", &crate::Tensor::from_vec(vec![rank as f32]));
+                    r.record(
+                        0,
+                        "init/fc.weight",
+                        &crate::Tensor::from_vec(vec![values[0]]),
+                    );
+                    r.record(
+                        1,
+                        "param/fc.weight",
+                        &crate::Tensor::from_vec(vec![values[1] * rank as f32]),
+                    );
+                    r.finish()
+                })
+                .collect(),
+        };
+        let why = nothing_compared(CheckKind::Replicas, &trace([1.0, 2.0]));
+        assert!(
+            why.contains(
+                "the ranks train different models: rank 1's `param/fc.weight` differs \
+                          from rank 0's at step 1"
+            ),
+            "{why}"
+        );
+        // Same parameters on both ranks (only their data differs): no replicated record.
+        let why = nothing_compared(CheckKind::Replicas, &trace([1.0, 0.0]));
+        assert!(why.contains("no record is replicated"), "{why}");
+        let empty = Trace {
+            ranks: vec![Recorder::new(0, RecordLevel::Stats).finish()],
+        };
+        assert!(nothing_compared(CheckKind::Repeat, &empty).contains("recorded no record"));
     }
 
     #[test]
@@ -1377,7 +1664,7 @@ mod tests {
             }
             Err(reason) => {
                 println!("no GPU ({reason}): `devices` is skipped");
-                assert_eq!(outcome.skipped, Some(NO_GPU));
+                assert_eq!(outcome.skipped.as_deref(), Some(NO_GPU));
                 assert!(outcome.holds());
             }
         }

@@ -44,8 +44,8 @@ pub(crate) const TABLE: [(Exit, &str); 5] = [
     ),
     (
         Exit::CheckFailed,
-        "a check failed: a divergence where none was expected, or a negative control not caught; \
-         `compare`: the dumps differ; `compare --align`: a record \
+        "a check failed: a divergence where none was expected, or a negative control not caught, \
+         or nothing was compared (every check of a scenario n/a: verdict `n/a`); `compare`: the dumps differ; `compare --align`: a record \
          beyond its allowance; `curves`: a step beyond tolerance or missing on one side",
     ),
     (

@@ -378,10 +378,14 @@ fn element_html(divergence: &Value, labels: (&str, &str)) -> String {
                 escape(labels.1),
                 escape(&text("right")),
                 escape(&text("right_bits")),
-                match f.get("ulps").and_then(Value::as_u64) {
-                    Some(1) => ", 1 ulp apart".to_owned(),
-                    Some(u) => format!(", {u} ulps apart"),
-                    None => String::new(),
+                match (
+                    f.get("ulps").and_then(Value::as_u64),
+                    f.get("int_difference").and_then(Value::as_u64),
+                ) {
+                    (_, Some(d)) => format!(", {d} apart"),
+                    (Some(1), None) => ", 1 ulp apart".to_owned(),
+                    (Some(u), None) => format!(", {u} ulps apart"),
+                    (None, None) => String::new(),
                 },
                 escape(&text("num_differing")),
                 escape(&text("num_elements")),

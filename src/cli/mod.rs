@@ -87,6 +87,11 @@ enum Command {
         /// operator (faster when only the verdict matters).
         #[arg(long)]
         no_diagnosis: bool,
+        /// Skip `repeat`'s two unperturbed runs of a program (runs that read nothing during
+        /// their steps, compared by their end states): faster, but a divergence that recording
+        /// hides (one that depends on timing) goes unseen.
+        #[arg(long)]
+        no_unperturbed: bool,
         #[command(flatten)]
         program: ProgramFlags,
     },
@@ -401,11 +406,13 @@ where
             format,
             junit,
             no_diagnosis,
+            no_unperturbed,
             program,
         } => {
             let options = CheckOptions {
                 deadline: Duration::from_secs(deadline),
                 element_detail: !no_diagnosis,
+                unperturbed: !no_unperturbed,
                 ..CheckOptions::default()
             };
             let session = match Session::from_env() {
@@ -843,7 +850,14 @@ fn check(
             files: Vec::new(),
         };
         let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
-        let listed = join_checks(scenario.checks.iter());
+        // The checks column, the same form for every row: the checks that ran, then those
+        // n/a. A row without a report knows one n/a beforehand: `replicas` at one rank.
+        let listed = checks_column(
+            scenario
+                .checks
+                .iter()
+                .map(|&k| (k, k == CheckKind::Replicas && spec.world_size < 2)),
+        );
         let scenario_row = |checks: &str, records: &str, verdict: &str, first: &str| {
             row([
                 &scenario.name,
@@ -869,16 +883,12 @@ fn check(
                     .unwrap_or_else(|| "-".to_owned());
                 let records = report.num_compared().to_string();
                 // Checks that could not apply are listed as such, never as passes.
-                let mut ran = join_checks(
+                let ran = checks_column(
                     report
                         .outcomes
                         .iter()
-                        .filter(|o| o.skipped.is_none())
-                        .map(|o| &o.kind),
+                        .map(|o| (o.kind, o.skipped.is_some())),
                 );
-                for o in report.outcomes.iter().filter(|o| o.skipped.is_some()) {
-                    ran.push_str(&format!(" ({} n/a)", o.kind));
-                }
                 rows.push(scenario_row(&ran, &records, verdict, &first));
                 let written = commands::write_reports(scenario, report, reports.report_dir);
                 if !report.passed() {
@@ -895,6 +905,15 @@ fn check(
                         detail.push_str(line);
                         detail.push('\n');
                     }
+                    result.detail = Some(detail);
+                } else if report.outcomes.iter().any(|o| o.empty) {
+                    // A check that ran and compared nothing says why, on a passing scenario too.
+                    let mut detail = format!("{}:\n", scenario.name);
+                    for o in report.outcomes.iter().filter(|o| o.empty) {
+                        let why = o.skipped.as_deref().unwrap_or_default();
+                        detail.push_str(&format!("  {}: n/a: {why}\n", o.kind));
+                    }
+                    detail.extend(written.lines.iter().map(|l| format!("{l}\n")));
                     result.detail = Some(detail);
                 } else if report.overflow.is_some() {
                     result.detail = Some(format!(
@@ -916,12 +935,15 @@ fn check(
                     .detail
                     .take()
                     .unwrap_or_else(|| format!("{}:\n", scenario.name));
+                let mut frameworks: &[String] = &[];
                 if let Outcome::Ran(ran) = &result.outcome {
                     if let Some(finding) = &ran.deterministic {
                         detail.push_str(&format!("  --deterministic: {}\n", finding.summary));
                     }
+                    frameworks = &ran.frameworks;
                 }
-                detail.push_str(&report::deterministic_settings(spec.seed));
+                // The settings of the frameworks the program imported (all when unknown).
+                detail.push_str(&report::deterministic_settings(spec.seed, frameworks));
                 result.detail = Some(detail);
             }
         }
@@ -984,11 +1006,19 @@ fn write_junit(path: &Path, results: &[ScenarioResult<'_>]) -> Result<(), CliErr
     Ok(())
 }
 
-fn join_checks<'a>(checks: impl Iterator<Item = &'a CheckKind>) -> String {
-    checks
-        .map(ToString::to_string)
+/// The checks column of a row: the checks that ran joined by `+`, then each n/a one as
+/// ` (replicas n/a)`, from (check, n/a) pairs.
+fn checks_column(checks: impl Iterator<Item = (CheckKind, bool)>) -> String {
+    let (na, ran): (Vec<_>, Vec<_>) = checks.partition(|&(_, na)| na);
+    let mut text = ran
+        .iter()
+        .map(|(k, _)| k.to_string())
         .collect::<Vec<_>>()
-        .join("+")
+        .join("+");
+    for (k, _) in na {
+        text.push_str(&format!(" ({k} n/a)"));
+    }
+    text
 }
 
 fn show_paths(paths: &[PathBuf]) -> String {

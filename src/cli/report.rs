@@ -83,6 +83,7 @@ impl ScenarioResult<'_> {
     /// The verdict column of the table.
     pub(crate) fn verdict(&self) -> &'static str {
         match &self.outcome {
+            Outcome::Ran(report) if report.compared_nothing() => "n/a",
             Outcome::Ran(report) => match (report.passed(), self.scenario.spec.expect) {
                 (true, Expectation::Identical) => "ok",
                 (true, Expectation::Diverges) => "ok (caught)",
@@ -116,11 +117,11 @@ impl ScenarioResult<'_> {
 
 /// The settings a `params.deterministic` launch applied (`hints::deterministic()`), one per
 /// line under a heading, with what each changes: the report says what was tried.
-pub(crate) fn deterministic_settings(seed: u64) -> String {
+pub(crate) fn deterministic_settings(seed: u64, frameworks: &[String]) -> String {
     let mut text = String::from(
         "  launched with the deterministic settings (--deterministic, params.deterministic):\n",
     );
-    for hint in detcheck::record::hints::deterministic() {
+    for hint in detcheck::record::hints::deterministic_for(frameworks) {
         let applied = hint.statement(Some(seed));
         text.push_str(&format!("    {applied}: {}\n", hint.why));
     }
@@ -170,7 +171,7 @@ struct ScenarioLine<'a> {
     status: &'static str,
     verdict: &'static str,
     exit_code: u8,
-    skip_reason: Option<&'static str>,
+    skip_reason: Option<&'a str>,
     error: Option<&'a str>,
     counts: Counts,
     first_divergence: Option<FirstDivergence<'a>>,
@@ -221,7 +222,7 @@ struct CheckJson<'a> {
     holds: bool,
     /// What the comparison found (`None` when skipped).
     found: Option<Expectation>,
-    skip_reason: Option<&'static str>,
+    skip_reason: Option<&'a str>,
     note: Option<&'a str>,
     /// What the comparison's left and right sides are.
     sides: [&'static str; 2],
@@ -270,7 +271,7 @@ fn check_json(outcome: &CheckOutcome) -> CheckJson<'_> {
                 Expectation::Diverges
             }
         }),
-        skip_reason: outcome.skipped,
+        skip_reason: outcome.skipped.as_deref(),
         note: outcome.note.as_deref(),
         sides: [left, right],
         comparison,
@@ -467,8 +468,8 @@ fn system_out(result: &ScenarioResult<'_>) -> String {
         Outcome::Ran(report) => {
             for o in &report.outcomes {
                 let c = &o.comparison;
-                let found = match o.skipped {
-                    Some(why) => format!("skipped: {why}"),
+                let found = match &o.skipped {
+                    Some(why) => format!("n/a: {why}"),
                     None => format!(
                         "{} ({} of {} compared records differ)",
                         if o.holds() { "holds" } else { "does NOT hold" },

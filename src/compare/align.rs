@@ -424,21 +424,19 @@ impl Alignment {
 /// The unit roundoff of a dtype as a dump names it (`f32`, `torch.bfloat16`, `Float16`): 0 for
 /// integers and booleans (exact), `None` for a name detcheck does not know.
 pub fn unit_roundoff(dtype: &str) -> Option<f64> {
-    let d = dtype.to_ascii_lowercase();
-    let d = d.rsplit('.').next().unwrap_or(&d);
-    let u = match d {
-        "f64" | "float64" | "double" => 2f64.powi(-53),
-        "f32" | "float32" | "float" => 2f64.powi(-24),
-        "tf32" => 2f64.powi(-11),
-        "f16" | "float16" | "half" => 2f64.powi(-11),
-        "bf16" | "bfloat16" => 2f64.powi(-8),
-        "f8e4m3fn" | "float8_e4m3fn" | "float8_e4m3fnuz" => 2f64.powi(-4),
-        "f8e5m2" | "float8_e5m2" | "float8_e5m2fnuz" => 2f64.powi(-3),
-        "c64" | "complex64" => 2f64.powi(-24),
-        "c128" | "complex128" => 2f64.powi(-53),
-        "bool" | "u8" | "uint8" | "i8" | "int8" | "i16" | "int16" | "u16" | "uint16" | "i32"
-        | "int32" | "int" | "i64" | "int64" | "long" => 0.0,
-        _ => return None,
+    if dtype.eq_ignore_ascii_case("tf32") {
+        return Some(2f64.powi(-11));
+    }
+    let u = match DType::from_dump_name(dtype)? {
+        DType::F64 | DType::C128 => 2f64.powi(-53),
+        DType::F32 | DType::C64 => 2f64.powi(-24),
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F8E4M3 => 2f64.powi(-4),
+        DType::F8E5M2 => 2f64.powi(-3),
+        DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::U16 | DType::I32 | DType::I64 => {
+            0.0
+        }
     };
     Some(u)
 }

@@ -51,6 +51,10 @@ pub enum CauseClass {
     FileLeftBehind,
     /// A difference in the environment (a variable, a library version).
     Environment,
+    /// Runs that read nothing during their steps differ where the recorded runs agree: the
+    /// divergence disappears when recorded, so it depends on timing (a race that recording's
+    /// reads and synchronisation hide).
+    Timing,
     /// No evidence names the cause.
     Unknown,
 }
@@ -81,6 +85,7 @@ impl fmt::Display for CauseClass {
             CauseClass::ValueFromOutside => "a value from outside torch",
             CauseClass::FileLeftBehind => "a file an earlier run left",
             CauseClass::Environment => "an environment difference",
+            CauseClass::Timing => "timing: the divergence disappears when recorded",
             CauseClass::Unknown => "unknown",
         })
     }
@@ -108,7 +113,7 @@ pub struct Cause {
 }
 
 impl Cause {
-    fn new(class: CauseClass, summary: String) -> Self {
+    pub(crate) fn new(class: CauseClass, summary: String) -> Self {
         Cause {
             kind: class,
             summary,

@@ -69,9 +69,12 @@ pub struct ElementDetail {
     pub left_bits: String,
     /// The right value's bits.
     pub right_bits: String,
-    /// The distance in units in the last place (floats; `None` when a value is NaN; complex:
-    /// the larger of the parts'), or the absolute difference (integers).
+    /// The distance in units in the last place (floats; `None` when a value is NaN, and for
+    /// integers, which have no ulps; complex: the larger of the parts').
     pub ulps: Option<u64>,
+    /// |a − b| of two integer elements (`None` for floats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int_difference: Option<u64>,
     /// How many elements differ.
     pub num_differing: u64,
     /// How many elements there are.
@@ -228,8 +231,8 @@ fn element(data: &TensorData, i: usize) -> Element {
     }
 }
 
-/// The distance in ULPs of two elements of one dtype (`None` when either is NaN), or the
-/// absolute difference of two integers.
+/// The distance in ULPs of two floating-point elements of one dtype (`None` when either is
+/// NaN), or the absolute difference of two integers.
 fn ulps(x: &Element, y: &Element) -> Option<u64> {
     let float_ulps = |a: u128, b: u128, width: u32| {
         let (a, b) = (a as u64, b as u64);
@@ -303,7 +306,8 @@ impl ElementDetail {
             index: multi_index(i, left.shape()),
             left_bits: x.hex(),
             right_bits: y.hex(),
-            ulps: ulps(&x, &y),
+            ulps: (x.kind != Kind::Int).then(|| ulps(&x, &y)).flatten(),
+            int_difference: (x.kind == Kind::Int).then(|| ulps(&x, &y)).flatten(),
             left: x.text,
             right: y.text,
             num_differing: differing,
@@ -318,10 +322,11 @@ impl ElementDetail {
     /// differ, max |a - b| 1.2e-7, max rel 8e-8`.
     #[must_use]
     pub fn describe(&self, left: &str, right: &str) -> String {
-        let ulps = match self.ulps {
-            Some(1) => ", 1 ulp apart".to_owned(),
-            Some(u) => format!(", {u} ulps apart"),
-            None => ", NaN (no ulp distance)".to_owned(),
+        let ulps = match (self.ulps, self.int_difference) {
+            (_, Some(d)) => format!(", {d} apart"),
+            (Some(1), None) => ", 1 ulp apart".to_owned(),
+            (Some(u), None) => format!(", {u} ulps apart"),
+            (None, None) => ", NaN (no ulp distance)".to_owned(),
         };
         let index: Vec<String> = self.index.iter().map(ToString::to_string).collect();
         format!(
@@ -423,7 +428,12 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!((ints.flat_index, ints.ulps), (1, Some(9)));
+        // Integers (token ids, sample indices) have no ulps: their difference.
+        assert_eq!(
+            (ints.flat_index, ints.ulps, ints.int_difference),
+            (1, None, Some(9))
+        );
+        assert!(ints.describe("a", "b").contains(", 9 apart;"), "{ints:?}");
         assert_eq!(
             ElementDetail::between(
                 &Tensor::from_vec(vec![1.0f32]),
@@ -497,7 +507,7 @@ mod tests {
                 d.left.as_str(),
                 d.left_bits.as_str(),
                 d.right_bits.as_str(),
-                d.ulps
+                d.int_difference
             ),
             ("-1", "0xff", "0x03", Some(4))
         );
@@ -507,7 +517,10 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!((d.left_bits.as_str(), d.ulps), ("0x8000", Some(65535)));
+        assert_eq!(
+            (d.left_bits.as_str(), d.int_difference),
+            ("0x8000", Some(65535))
+        );
         let d = ElementDetail::between(
             &Tensor::from_vec(vec![65535u16]),
             &Tensor::from_vec(vec![1u16]),
@@ -515,7 +528,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(
-            (d.left.as_str(), d.left_bits.as_str(), d.ulps),
+            (d.left.as_str(), d.left_bits.as_str(), d.int_difference),
             ("65535", "0xffff", Some(65534))
         );
     }

@@ -1129,7 +1129,9 @@ impl Engine<'_> {
             {
                 return;
             }
-            if let Some(kind) = batch.stats(i).and_then(classify) {
+            let dtype = src.layouts()[e.layout as usize].dtype();
+            let kind = batch.stats(i).zip(dtype).and_then(|(s, d)| classify(s, d));
+            if let Some(kind) = kind {
                 *best = Some(Overflow {
                     step: e.step,
                     rank,

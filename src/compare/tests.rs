@@ -485,7 +485,12 @@ fn overflows_are_found_in_each_dump() {
     let mut w = TraceWriter::create(dir.path(), 0, 1, DumpMode::Stats).unwrap();
     w.record(0, "ok", &Tensor::scalar(1.0f32)).unwrap();
     w.record(1, "ok", &Tensor::scalar(1.0f32)).unwrap();
-    w.record(1, "sat", &Tensor::from_vec(vec![65504.0f32, 1.0]))
+    // 65504 is fp16's limit, not f32's: only f32::MAX saturates an f32 record.
+    w.record(1, "big", &Tensor::from_vec(vec![65504.0f32, 1.0]))
+        .unwrap();
+    w.record(1, "idx", &Tensor::from_vec(vec![1_281_166i64]))
+        .unwrap();
+    w.record(1, "sat", &Tensor::from_vec(vec![f32::MAX, 1.0]))
         .unwrap();
     w.record(2, "nan", &Tensor::scalar(f32::NAN)).unwrap();
     w.finish().unwrap();

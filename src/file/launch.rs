@@ -20,8 +20,9 @@
 //! | `DETCHECK_PROGRAM` | the program as `detcheck run` takes it (`--ranks 2 --launcher torchrun -- python3 train.py`, shell-quoted), for the environment snapshot (`site:program`): what `compare --align` prints in the commands that look inside a culprit |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
+//! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update (unset: every record of every step) |
 //!
-//! The last two are read by the Python package's start-up hook ([`RecorderPlan`]), which records
+//! The last three are read by the Python package's start-up hook ([`RecorderPlan`]), which records
 //! a program that opens no writer of its own (python/README.md, "Zero-change recording").
 //!
 //! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
@@ -81,6 +82,8 @@ pub fn shell_quote(value: &str) -> String {
 pub const STOP_AFTER_VAR: &str = "DETCHECK_STOP_AFTER";
 /// `DETCHECK_DETERMINISTIC`.
 pub const DETERMINISTIC_VAR: &str = "DETCHECK_DETERMINISTIC";
+/// `DETCHECK_RECORD`.
+pub const RECORD_VAR: &str = "DETCHECK_RECORD";
 
 /// What the zero-change recorder of the Python package is asked to do besides recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +93,9 @@ pub struct RecorderPlan {
     /// The deterministic settings to apply (`crate::record::hints::deterministic`): bit `i` is
     /// its `i`-th setting; 0: none, [`all_settings`]: every one.
     pub deterministic: u32,
+    /// An unperturbed run: nothing is read during the steps, the end state is recorded once
+    /// after the last one (`DETCHECK_RECORD=end`).
+    pub end_state_only: bool,
 }
 
 /// The mask of every deterministic setting ([`RecorderPlan::deterministic`]).
@@ -135,6 +141,9 @@ impl RecorderPlan {
                 setting_names(self.deterministic).join(","),
             ));
         }
+        if self.end_state_only {
+            vars.push((RECORD_VAR, "end".to_owned()));
+        }
         vars
     }
 
@@ -168,9 +177,15 @@ impl RecorderPlan {
                 )
             })?,
         };
+        let end_state_only = match var(RECORD_VAR).as_deref().map(str::trim) {
+            None | Some("" | "all") => false,
+            Some("end") => true,
+            Some(v) => return Err(bad_variable(RECORD_VAR, v, "`end` or `all`")),
+        };
         Ok(RecorderPlan {
             stop_after,
             deterministic,
+            end_state_only,
         })
     }
 }
@@ -644,6 +659,7 @@ mod tests {
         let plan = RecorderPlan {
             stop_after: Some(5),
             deterministic: all_settings(),
+            end_state_only: true,
         };
         let vars = plan.to_env();
         let read = |extra: &[(&str, &str)]| {
@@ -675,11 +691,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`DETCHECK_DETERMINISTIC`"), "{err}");
+        let err = RecorderPlan::from_vars(|n| (n == RECORD_VAR).then(|| "some".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`DETCHECK_RECORD`: `some`"), "{err}");
         // A subset of the settings, by name, round-trips.
         let some = settings_mask(["random.seed", "PYTHONHASHSEED"]).unwrap();
         let subset = RecorderPlan {
             stop_after: None,
             deterministic: some,
+            end_state_only: false,
         };
         let vars = subset.to_env();
         assert_eq!(

@@ -33,6 +33,11 @@ impl Layout {
         Some(self.num_elements().saturating_mul(dtype.size_of() as u64))
     }
 
+    /// The dtype, under any name a dump gives it ([`DType::from_dump_name`]).
+    pub(crate) fn dtype(&self) -> Option<DType> {
+        DType::from_dump_name(&self.dtype)
+    }
+
     /// The product of the shape, saturating: a shape read from a file may overflow 64 bits.
     pub(crate) fn num_elements(&self) -> u64 {
         self.shape

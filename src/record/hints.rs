@@ -141,6 +141,21 @@ pub fn deterministic() -> impl Iterator<Item = &'static Hint> {
     })
 }
 
+/// [`deterministic()`]'s settings that apply to a program of `frameworks` (`torch`,
+/// `mindspore`): Python's, and each framework's own with its device stack's (torch: CUDA's;
+/// MindSpore: HCCL's). Every setting when `frameworks` is empty (the program's are unknown).
+pub fn deterministic_for<'a>(frameworks: &'a [String]) -> impl Iterator<Item = &'static Hint> + 'a {
+    deterministic().filter(move |h| {
+        frameworks.is_empty()
+            || h.stack == "python"
+            || frameworks.iter().any(|f| match f.as_str() {
+                "torch" => matches!(h.stack, "torch" | "cuda"),
+                "mindspore" => matches!(h.stack, "mindspore" | "hccl"),
+                _ => false,
+            })
+    })
+}
+
 /// The launch variables among [`deterministic()`]'s settings.
 const DETERMINISTIC_VARIABLES: [&str; 3] = [
     "HCCL_DETERMINISTIC",
@@ -1038,5 +1053,19 @@ mod tests {
         assert!(glob("*mm", "bmm"));
         assert!(!glob("*mm", "mmx"));
         assert!(glob("x*y*z", "x1y2z"));
+    }
+
+    /// Issue 53: `--deterministic` listed MindSpore's and HCCL's settings for a PyTorch script.
+    #[test]
+    fn deterministic_settings_follow_the_programs_frameworks() {
+        let stacks = |frameworks: &[&str]| -> Vec<&str> {
+            let frameworks: Vec<String> = frameworks.iter().map(|f| (*f).to_owned()).collect();
+            let mut s: Vec<&str> = deterministic_for(&frameworks).map(|h| h.stack).collect();
+            s.dedup();
+            s
+        };
+        assert_eq!(stacks(&["torch"]), ["cuda", "python", "torch"]);
+        assert_eq!(stacks(&["mindspore"]), ["hccl", "python", "mindspore"]);
+        assert_eq!(stacks(&[]).len(), 5, "unknown: every stack");
     }
 }

@@ -1,17 +1,20 @@
-//! Overflow reports: the first place a NaN, an infinity or fp16 saturation appears.
+//! Overflow reports: the first place a NaN, an infinity or saturation appears.
 //!
 //! [`first_overflow`] scans a trace's statistics in the order of a divergence (earliest step, then
-//! record, then rank) and returns the first record whose tensor holds a NaN, a ±Inf, or a value of
-//! magnitude 65504 or more: the largest fp16 value, which a device in saturation mode writes
-//! instead of Inf (msprobe's overflow check looks for the same thing). It needs statistics: a
-//! record without them (md5 mode) is never reported.
+//! record, then rank) and returns the first floating-point record whose tensor holds a NaN, a
+//! ±Inf, or a value at its dtype's largest finite magnitude ([`DType::finite_max`]: 65504 for
+//! fp16, which a device in saturation mode writes instead of Inf, as msprobe's overflow check
+//! looks for). Integer and boolean records (sample indices, token ids, masks) never overflow
+//! and are never reported. It needs statistics: a record without them (md5 mode) is never
+//! reported.
 //!
-//! Determinism: a pure function of the statistics.
-//! Limits: saturation is judged on max/min of any float dtype, so an f32 tensor that legitimately
-//! holds values beyond 65504 is reported too (it would overflow in fp16).
+//! Determinism: a pure function of the statistics and dtypes.
+//! Limits: saturation is judged on each record's own dtype: an f32 tensor that holds values
+//! beyond 65504 is not reported, though it would overflow if cast to fp16.
 
 use crate::record::Trace;
 use crate::value::digest::{ExactF64, Stats};
+use crate::value::tensor::DType;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -32,8 +35,10 @@ pub enum OverflowKind {
         /// How many.
         count: u64,
     },
-    /// A finite value of magnitude ≥ 65504 (fp16 saturation).
+    /// A finite value at the dtype's largest finite magnitude (saturation: 65504 for fp16).
     Saturated {
+        /// The dtype's limit.
+        limit: ExactF64,
         /// The largest magnitude (exact bits, so reports compare with `Eq`).
         max_abs: ExactF64,
     },
@@ -52,9 +57,11 @@ impl fmt::Display for OverflowKind {
         match *self {
             OverflowKind::Nan { count } => counted(f, "NaN", count),
             OverflowKind::Inf { count } => counted(f, "Inf", count),
-            OverflowKind::Saturated { max_abs } => {
-                write!(f, "max |x| = {:e} reaches the fp16 limit 65504", max_abs.0)
-            }
+            OverflowKind::Saturated { max_abs, limit } => write!(
+                f,
+                "max |x| = {:e} reaches its dtype's largest finite value {:e}",
+                max_abs.0, limit.0
+            ),
         }
     }
 }
@@ -84,8 +91,10 @@ impl fmt::Display for Overflow {
     }
 }
 
-/// What overflowed in a tensor with these statistics, if anything (NaN first, then Inf).
-pub(crate) fn classify(s: &Stats) -> Option<OverflowKind> {
+/// What overflowed in a tensor of `dtype` with these statistics, if anything (NaN first, then
+/// Inf, then saturation at the dtype's limit); never for an integer or boolean dtype.
+pub(crate) fn classify(s: &Stats, dtype: DType) -> Option<OverflowKind> {
+    let limit = dtype.finite_max()?;
     let value = |x: Option<ExactF64>| x.map(|v| v.0);
     let all = [value(s.max), value(s.min), value(s.mean), value(s.norm)];
     if s.nan > 0 || all.iter().flatten().any(|x| x.is_nan()) {
@@ -102,8 +111,9 @@ pub(crate) fn classify(s: &Stats) -> Option<OverflowKind> {
         .flatten()
         .map(|x| x.abs())
         .fold(0.0, f64::max);
-    (max_abs >= FP16_MAX).then_some(OverflowKind::Saturated {
+    (max_abs >= limit).then_some(OverflowKind::Saturated {
         max_abs: ExactF64(max_abs),
+        limit: ExactF64(limit),
     })
 }
 
@@ -119,7 +129,7 @@ pub fn first_overflow(trace: &Trace) -> Option<Overflow> {
             {
                 break;
             }
-            if let Some(kind) = classify(&r.stats) {
+            if let Some(kind) = classify(&r.stats, r.dtype) {
                 best = Some(Overflow {
                     step: r.step,
                     rank: r.rank,
@@ -142,7 +152,7 @@ mod tests {
 
     #[test]
     fn nan_inf_and_saturation_are_classified() {
-        let of = |v: Vec<f32>| classify(&Stats::of_tensor(&Tensor::from_vec(v)));
+        let of = |v: Vec<f32>| classify(&Stats::of_tensor(&Tensor::from_vec(v)), DType::F16);
         assert_eq!(of(vec![1.0, 2.0]), None);
         assert_eq!(
             of(vec![1.0, f32::NAN]),
@@ -155,11 +165,33 @@ mod tests {
         assert_eq!(
             of(vec![-65504.0, 1.0]),
             Some(OverflowKind::Saturated {
-                max_abs: ExactF64(65504.0)
+                max_abs: ExactF64(65504.0),
+                limit: ExactF64(FP16_MAX),
             })
         );
         assert_eq!(of(vec![65503.0]), None);
-        assert_eq!(classify(&Stats::default()), None, "md5-only records");
+        assert_eq!(
+            classify(&Stats::default(), DType::F16),
+            None,
+            "md5-only records"
+        );
+    }
+
+    /// Issue 53: imagenet's integer sample indices were reported to reach "the fp16 limit".
+    /// Integers never overflow; a float is judged at its own dtype's limit.
+    #[test]
+    fn integers_never_overflow_and_each_float_has_its_own_limit() {
+        let stats = |v: Vec<f64>| Stats::of_tensor(&Tensor::from_vec(v));
+        let big = stats(vec![1_281_166.0, 3.0]);
+        assert_eq!(classify(&big, DType::I64), None);
+        assert_eq!(classify(&big, DType::F32), None);
+        assert!(matches!(
+            classify(&big, DType::F16),
+            Some(OverflowKind::Saturated { .. })
+        ));
+        let max32 = stats(vec![f64::from(f32::MAX)]);
+        assert!(classify(&max32, DType::F32).is_some());
+        assert_eq!(classify(&stats(vec![f64::NAN]), DType::I32), None);
     }
 
     #[test]

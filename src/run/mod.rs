@@ -58,6 +58,10 @@ pub struct CheckOptions {
     /// again, each capturing only that record (one more run per side, only when a check finds
     /// a divergence).
     pub element_detail: bool,
+    /// With `repeat` on a launched program whose two recorded runs agree: two more runs that
+    /// read nothing during their steps (`DETCHECK_RECORD=end`), their end states compared
+    /// with each other and with run 1's (a race that recording hides).
+    pub unperturbed: bool,
 }
 
 impl Default for CheckOptions {
@@ -67,6 +71,7 @@ impl Default for CheckOptions {
             record_level: RecordLevel::Stats,
             max_delay: Duration::from_micros(100),
             element_detail: true,
+            unperturbed: true,
         }
     }
 }
@@ -204,6 +209,10 @@ pub(crate) struct RunRequest {
     pub(crate) capture: Option<(Capture, PathBuf)>,
     /// What `detcheck run --inside` asks of the capture's operator trace (a launched program's).
     pub(crate) inside: Option<InsideRequest>,
+    /// An unperturbed run of a launched program: its recorder reads nothing during the steps
+    /// and records the end state once (`DETCHECK_RECORD=end`); a rank program ignores it.
+    #[serde(default)]
+    pub(crate) unperturbed: bool,
 }
 
 impl RunRequest {
@@ -227,7 +236,14 @@ impl RunRequest {
             dump: None,
             capture: None,
             inside: None,
+            unperturbed: false,
         }
+    }
+
+    /// The same request as an unperturbed run ([`RunRequest::unperturbed`]).
+    pub(crate) fn unperturbed(mut self) -> Self {
+        self.unperturbed = true;
+        self
     }
 
     /// The same request with every rank also writing its trace file into `dir` in `mode`

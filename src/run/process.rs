@@ -488,6 +488,7 @@ impl<'a> CommandLaunch<'a> {
                 .stop_after_steps
                 .then_some(self.request.spec.steps),
             deterministic: self.deterministic_settings(),
+            end_state_only: self.request.unperturbed,
         };
         for (name, value) in plan.to_env() {
             cmd.env(name, value);

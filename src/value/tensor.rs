@@ -119,6 +119,54 @@ impl DType {
         }
     }
 
+    /// The dtype a dump names as `name`: detcheck's names (`f32`), torch's (`torch.bfloat16`,
+    /// `float`, `long`), MindSpore's and msprobe's (`Float16`, `Int64`); case and a module
+    /// prefix are ignored. `None` for a name detcheck does not know.
+    #[must_use]
+    pub fn from_dump_name(name: &str) -> Option<DType> {
+        let lower = name.to_ascii_lowercase();
+        let d = lower.rsplit('.').next().unwrap_or(&lower);
+        Some(match d {
+            "f64" | "float64" | "double" => DType::F64,
+            "f32" | "float32" | "float" => DType::F32,
+            "f16" | "float16" | "half" => DType::F16,
+            "bf16" | "bfloat16" => DType::BF16,
+            "f8e4m3fn" | "float8_e4m3fn" | "float8_e4m3fnuz" => DType::F8E4M3,
+            "f8e5m2" | "float8_e5m2" | "float8_e5m2fnuz" => DType::F8E5M2,
+            "c64" | "complex64" => DType::C64,
+            "c128" | "complex128" => DType::C128,
+            "bool" => DType::Bool,
+            "u8" | "uint8" => DType::U8,
+            "i8" | "int8" => DType::I8,
+            "i16" | "int16" => DType::I16,
+            "u16" | "uint16" => DType::U16,
+            "i32" | "int32" | "int" => DType::I32,
+            "i64" | "int64" | "long" => DType::I64,
+            _ => return None,
+        })
+    }
+
+    /// The largest finite magnitude of a floating-point dtype (a complex dtype: of its parts),
+    /// or `None` for an integer or boolean dtype, whose values never overflow to NaN or Inf.
+    #[must_use]
+    pub fn finite_max(self) -> Option<f64> {
+        match self {
+            DType::F16 => Some(65504.0),
+            DType::BF16 => Some(f64::from(f32::from_bits(0x7f7f_0000))),
+            DType::F32 | DType::C64 => Some(f64::from(f32::MAX)),
+            DType::F64 | DType::C128 => Some(f64::MAX),
+            DType::F8E4M3 => Some(448.0),
+            DType::F8E5M2 => Some(57344.0),
+            DType::I64
+            | DType::U8
+            | DType::I32
+            | DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::U16 => None,
+        }
+    }
+
     /// `true` for `c64` and `c128`.
     #[must_use]
     pub fn is_complex(self) -> bool {

@@ -29,6 +29,7 @@ from torch.optim import optimizer as _optimizer
 from ._engine import Recording
 from ._lifecycle import LifecycleRecorder
 from ._tensors import (
+    MODULE_HOOKS,
     Hook,
     compiled_part,
     keep_hooks_out_of_torchscript,
@@ -112,13 +113,12 @@ class Recorder(LifecycleRecorder):
                 replicated_records(ddp, self._writer.world_size),
                 self._steps,
                 updates=True,
-                inputs=True,
-                loss=True,
+                **self._recording_kinds(inputs=True, loss=True),
             )
         )
         self._model_hooks = [
-            model.register_forward_pre_hook(Hook(self._rhythm_before_forward), prepend=True),
-            model.register_forward_hook(Hook(self._rhythm_after_forward)),
+            MODULE_HOOKS.before(model, self._rhythm_before_forward, first=True),
+            MODULE_HOOKS.after(model, self._rhythm_after_forward),
         ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its evidence

@@ -12,6 +12,8 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   ``param/<param>`` when it says the update is done (``after_update``), which ends the step
   (each parameter looked up again by name then: ``torch.func.functional_call`` calls the model
   with the program's own tensors, a new dict of them after each update);
+- in an unperturbed run (``DETCHECK_RECORD=end``), none of the above: the recording is made
+  with no record kind, and ``record_end_state`` records ``param/*`` once after the last step;
 - in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
   the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
@@ -75,6 +77,7 @@ class Recording:
         self._writer = writer
         self.replicated = bool(replicated)
         self._step = int(start)
+        self._start = int(start)
         self._hooks = []
         #: The operator trace of a capture request, or ``None``.
         self._ops = None
@@ -281,21 +284,33 @@ class Recording:
             self.end_backward()
         if self._ops is not None:
             self._ops.after_update()
-        if self.sink is not None and "param" in self._records:
-            if _OUTSIDE:
-                self._outside_first()
-            trainable = self._frontend.trainable
-            # Looked up again by name: a parameter the model is called with now may be another
-            # tensor than when the recording began (`torch.func.functional_call` swaps in the
-            # program's own dict of parameters for each call, and the update makes a new one).
-            now = dict(self._frontend.parameters(self._model))
-            params = [
-                (label, now.get(label[len("param/") :], param))
-                for label, param in self._param_labels
-            ]
-            params = [(label, param) for label, param in params if trainable(param)]
-            self.sink.put_state(self._step, params, self.replicated)
+        if "param" in self._records:
+            self._record_params(self._step)
         self._advance()
+
+    def _record_params(self, step):
+        """``param/*`` at ``step``: the trainable parameters as they are now."""
+        if self.sink is None:
+            return
+        if _OUTSIDE:
+            self._outside_first()
+        trainable = self._frontend.trainable
+        # Looked up again by name: a parameter the model is called with now may be another
+        # tensor than when the recording began (`torch.func.functional_call` swaps in the
+        # program's own dict of parameters for each call, and the update makes a new one).
+        now = dict(self._frontend.parameters(self._model))
+        params = [
+            (label, now.get(label[len("param/") :], param)) for label, param in self._param_labels
+        ]
+        params = [(label, param) for label, param in params if trainable(param)]
+        self.sink.put_state(step, params, self.replicated)
+
+    def record_end_state(self):
+        """The end state of an unperturbed run (``DETCHECK_RECORD=end``: nothing was read
+        during the steps): ``param/*`` once, at the step of the last update, as a recorded
+        run's last ``param/*`` records are named; nothing when no update happened."""
+        if self._step > self._start:
+            self._record_params(self._step - 1)
 
     def _advance(self):
         self._step += 1

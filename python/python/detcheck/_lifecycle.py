@@ -106,6 +106,14 @@ class LifecycleRecorder:
             self.stand_down("not launched by detcheck")
         return writer
 
+    def _recording_kinds(self, **kinds):
+        """The keyword arguments of the ``Recording`` this recorder makes: ``kinds`` (``inputs``,
+        ``loss``), or in an unperturbed run (``DETCHECK_RECORD=end``) no record at all during
+        the steps: ``finish`` records the end state."""
+        if self._state.end_state_only:
+            return {"records": (), "inputs": False, "loss": False}
+        return kinds
+
     def _begin(self, handle):
         """The model's ``Recording`` records from now on."""
         self._handle = handle
@@ -148,6 +156,11 @@ class LifecycleRecorder:
             return
         self.status = "finished"
         handle, writer = self._handle, self._writer
+        if self._state.end_state_only:
+            try:
+                handle.record_end_state()
+            except Exception as e:
+                say(f"cannot record the end state: {e!r}")
         handle.remove()
         if why is not None and writer.num_records > self._records_before_step:
             writer.add_environment(

@@ -200,7 +200,7 @@ class Recorder(LifecycleRecorder):
                 replicated_records(data_parallel(), self._writer.world_size),
                 self._steps,
                 updates=True,
-                inputs=True,
+                **self._recording_kinds(inputs=True),
             )
         )
         if graph:
@@ -211,6 +211,10 @@ class Recorder(LifecycleRecorder):
         """Records the output of the loss cell ``cell`` as ``loss``, from this call on."""
         self._seeking_loss = False
         handle = self._handle
+
+        if self._state.end_state_only:
+            self._stop_seeking_loss()  # an unperturbed run reads nothing during its steps
+            return
 
         def record_loss(loss_cell, args, output):
             try:
@@ -260,7 +264,7 @@ class Recorder(LifecycleRecorder):
         self._stepped_by_optimizer = True
         if recording and self.status == "recording":
             try:
-                if loss is not None:
+                if loss is not None and not self._state.end_state_only:
                     self._handle.sink.put(self._handle.current_step, "loss", loss, False, False)
                 self._record_update()
             except Exception as e:

@@ -53,7 +53,7 @@ _activated = False
 
 
 class _State:
-    def __init__(self, rank, world_size, seed, files, stop_after, deterministic):
+    def __init__(self, rank, world_size, seed, files, stop_after, deterministic, end_state_only):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
@@ -63,6 +63,9 @@ class _State:
         self.note = self.files.get("note")
         self.stop_after = stop_after
         self.deterministic = deterministic
+        #: An unperturbed run (``DETCHECK_RECORD=end``): nothing read during the steps, the
+        #: end state recorded once after the last.
+        self.end_state_only = end_state_only
         #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
         #: (``detcheck._mindspore_auto.Recorder``) is imported.
         self.recorder = None
@@ -264,8 +267,9 @@ def activate():
         if claimed is not None and claimed != str(os.getpid()):
             return  # a process the rank's process started
         os.environ[PID_VAR] = str(os.getpid())
-        stop_after, deterministic = recorder_plan()  # the names of the settings to apply
-        _state = _State(rank, world_size, seed, files, stop_after, deterministic)
+        # The names of the settings to apply; whether the run reads only its end state.
+        stop_after, deterministic, end_state_only = recorder_plan()
+        _state = _State(rank, world_size, seed, files, stop_after, deterministic, end_state_only)
         try:
             _keep_failures_readable()
         except Exception as e:
@@ -288,7 +292,10 @@ def activate():
 
 
 def _evidence_wanted():
-    """Whether to gather the evidence of causes (docs/causes.md): unless DETCHECK_EVIDENCE=0."""
+    """Whether to gather the evidence of causes (docs/causes.md): unless DETCHECK_EVIDENCE=0,
+    or in an unperturbed run, which reads nothing during its steps."""
+    if _state is not None and _state.end_state_only:
+        return False
     return os.environ.get("DETCHECK_EVIDENCE", "1") != "0"
 
 

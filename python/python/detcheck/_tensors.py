@@ -25,7 +25,9 @@ from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
 
 __all__ = [
+    "MODULE_HOOKS",
     "Hook",
+    "ModuleHooks",
     "compiled_part",
     "dense_with_values",
     "host",
@@ -218,6 +220,124 @@ class Hook:
 
     def __deepcopy__(self, memo):
         return _inert
+
+
+class _Removable:
+    """One hook of ``ModuleHooks``: ``remove()`` takes it out (twice does nothing)."""
+
+    __slots__ = ("_remove",)
+
+    def __init__(self, remove):
+        self._remove = remove
+
+    def remove(self):
+        remove, self._remove = self._remove, None
+        if remove is not None:
+            remove()
+
+
+def _caller_kwargs():
+    """The keyword arguments of the ``Module.__call__`` that is calling a global forward
+    pre-hook (torch gives such a hook only the positional ones): the ``kwargs`` of torch's
+    ``_call_impl`` closure, a few frames up; ``{}`` where it is not found."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            break
+        code = frame.f_code
+        if code.co_name in ("inner", "_call_impl") and code.co_filename.endswith("module.py"):
+            kwargs = frame.f_locals.get("kwargs")
+            return kwargs if isinstance(kwargs, dict) else {}
+        frame = frame.f_back
+    return {}
+
+
+class ModuleHooks:
+    """detcheck's forward hooks on chosen modules, held by detcheck and never by the modules:
+    one global forward pre-hook and one global forward hook of torch's
+    (``register_module_forward_pre_hook``, ``register_module_forward_hook``), registered while
+    any hook is wanted, look the called module up by identity and call its hooks in the order
+    they were added (``first``: before the others). Nothing of detcheck's is stored in a
+    user's module, so ``torch.save(model)``, ``pickle``, ``copy.deepcopy`` and
+    ``torch.jit.script`` see the module exactly as without detcheck, and ``torch.load`` with
+    ``weights_only`` and the program's own allowlist loads what it saved.
+
+    Torch calls global hooks before a module's own: detcheck's pre-hooks see the inputs as the
+    caller passed them, its forward hooks the module's own output (a program's forward hook
+    may replace it after). detcheck's hooks only read: what they return is ignored.
+
+    Determinism: hooks run in the order added, per module; modules are looked up by ``id``,
+    each kept alive by its entry until its last hook is removed (so an ``id`` is never
+    reused while looked up)."""
+
+    def __init__(self):
+        self._pre = {}  # id(module) -> (module, {key: (fn, with_kwargs)})
+        self._post = {}  # id(module) -> (module, {key: fn})
+        self._handles = None
+        self._next = 0
+
+    def before(self, module, fn, with_kwargs=False, first=False):
+        """``fn(module, args)`` (``with_kwargs``: ``fn(module, args, kwargs)``) before each
+        forward call of ``module``."""
+        return self._add(self._pre, module, (fn, with_kwargs), first)
+
+    def after(self, module, fn, first=False):
+        """``fn(module, args, output)`` after each forward call of ``module``."""
+        return self._add(self._post, module, fn, first)
+
+    def _add(self, table, module, value, first):
+        key = self._next
+        self._next += 1
+        _, hooks = table.setdefault(id(module), (module, {}))
+        hooks[key] = value
+        if first:
+            for other in [k for k in hooks if k != key]:
+                hooks[other] = hooks.pop(other)
+        if self._handles is None:
+            nn = torch.nn.modules.module
+            self._handles = (
+                nn.register_module_forward_pre_hook(Hook(self._dispatch_before)),
+                nn.register_module_forward_hook(Hook(self._dispatch_after)),
+            )
+
+        def remove():
+            entry = table.get(id(module))
+            if entry is not None:
+                entry[1].pop(key, None)
+                if not entry[1]:
+                    del table[id(module)]
+            if not self._pre and not self._post and self._handles is not None:
+                for handle in self._handles:
+                    handle.remove()
+                self._handles = None
+
+        return _Removable(remove)
+
+    def _dispatch_before(self, module, args):
+        entry = self._pre.get(id(module))
+        if entry is None or entry[0] is not module:
+            return None
+        kwargs = None
+        for fn, with_kwargs in list(entry[1].values()):
+            if with_kwargs:
+                if kwargs is None:
+                    kwargs = _caller_kwargs()
+                fn(module, args, kwargs)
+            else:
+                fn(module, args)
+        return None
+
+    def _dispatch_after(self, module, args, output):
+        entry = self._post.get(id(module))
+        if entry is None or entry[0] is not module:
+            return None
+        for fn in list(entry[1].values()):
+            fn(module, args, output)
+        return None
+
+
+#: The process's one ``ModuleHooks``.
+MODULE_HOOKS = ModuleHooks()
 
 
 #: The module hook dictionaries ``torch.jit.script`` compiles (each hook must be TorchScript).

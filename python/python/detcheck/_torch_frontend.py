@@ -21,6 +21,7 @@ import torch
 
 from . import _evidence, _subclasses
 from ._tensors import (
+    MODULE_HOOKS,
     PLAIN,
     Hook,
     dense_with_values,
@@ -227,13 +228,13 @@ class _TorchFrontEnd:
         return model.named_parameters()
 
     def on_forward(self, module, hook):
-        return module.register_forward_hook(Hook(hook))
+        return MODULE_HOOKS.after(module, hook)
 
     def on_backward(self, hook):
         return BackwardHook(hook)
 
     def on_forward_inputs(self, module, hook):
-        return module.register_forward_pre_hook(Hook(hook), with_kwargs=True)
+        return MODULE_HOOKS.before(module, hook, with_kwargs=True)
 
     def outputs(self, name, value):
         if isinstance(value, torch.Tensor):  # the common case, without the generator
