@@ -3,7 +3,7 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [--torch] [--frameworks] [--mindspore] [VENV]   # default target/venv
+#   bash scripts/install-python.sh [--torch] [--frameworks] [--deepspeed] [--mindspore] [VENV]   # default target/venv
 #   target/venv/bin/pytest python/tests                                               # then
 #
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
@@ -16,6 +16,12 @@
 # with the real optimizer wrappers (accelerate's, a Trainer callback's, Lightning's) run where
 # they are installed, and cannot skip when DETCHECK_REQUIRE_FRAMEWORKS is set. .ci/run does not
 # pass it.
+#
+# --deepspeed (implies --torch) also installs deepspeed==0.19.8 (its source distribution, no op
+# built ahead: DS_BUILD_OPS=0; on the CPU, DS_ACCELERATOR=cpu, its first run compiles its shared
+# memory op with ninja, about 90 s, cached in ~/.cache/torch_extensions). .ci/run installs it
+# after the other Python tests, for python/tests/test_verdicts.py's ZeRO job: installed, it
+# changes what accelerate and transformers find.
 #
 # --mindspore installs MindSpore instead of PyTorch (mindspore==2.10.0 from the Python registry,
 # its CPU build, about 1 GB, under a minute) with numpy 1.26.4: MindSpore 2.10 is built against
@@ -32,12 +38,14 @@ root=$(pwd)
 torch=0
 frameworks=0
 mindspore=0
+deepspeed=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --torch) torch=1 ;;
         --frameworks) torch=1 frameworks=1 ;;
+        --deepspeed) torch=1 deepspeed=1 ;;
         --mindspore) mindspore=1 ;;
-        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --mindspore)" >&2; exit 2 ;;
+        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --deepspeed, --mindspore)" >&2; exit 2 ;;
         *) break ;;
     esac
     shift
@@ -103,6 +111,12 @@ if [ "$frameworks" = 1 ]; then
     echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6"
+fi
+
+if [ "$deepspeed" = 1 ]; then
+    echo "== pip install deepspeed==0.19.8 (DS_BUILD_OPS=0: its ops are compiled when first used)"
+    DS_BUILD_OPS=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --no-build-isolation "torch==2.15.0" "deepspeed==0.19.8" "ninja==1.13.2"
 fi
 
 echo "== pip install ./python (maturin, release build)"

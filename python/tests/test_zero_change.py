@@ -171,7 +171,7 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
         "param/fc2.bias",
     ]
     # One rank: nothing to tell apart, so gradients and parameters are replicated records.
-    replicated = ("grad/", "param/", "init/")
+    replicated = ("grad/", "param/", "init/", "end/")
     assert all(r["replicated"] == r["name"].startswith(replicated) for r in records)
 
 

@@ -905,34 +905,55 @@ fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
 pub const ONE_RANK_HAS_NO_REPLICAS: &str =
     "not applicable at one rank (replicas compares every rank with rank 0)";
 
-/// `repeat`'s unperturbed runs (a launched program run twice more, reading nothing during its
-/// steps, under runs 1's and 2's launch perturbations): their end states are compared with
-/// run 1's records of the same names and with each other. When both agree, the check keeps
-/// its verdict and counts them; when either differs while the recorded runs agreed, the
-/// check fails with the differing end state and the cause [`CauseClass::Timing`]. An end
-/// state with no record (no update happened) compares nothing and changes nothing.
-fn check_unperturbed(repeat: &mut CheckOutcome, first: &Trace, quiet1: &Trace, quiet2: &Trace) {
-    let recorded = end_state_of(first, quiet1);
-    let against_recorded = compare_traces(&recorded, quiet1, TraceView::All);
-    let between = compare_traces(quiet1, quiet2, TraceView::All);
-    let num_compared = against_recorded.num_compared + between.num_compared;
-    if num_compared == 0 {
-        return;
+/// What `repeat`'s unperturbed runs found: a launched program run again, reading nothing
+/// during its steps (`DETCHECK_RECORD=end`), under run 1's and then run 2's launch
+/// perturbation; their end states compared with run 1's records of the same names and with
+/// each other.
+struct EndStates {
+    /// The comparison: of both pairs, summed, when they agree; else of the pair that differs.
+    comparison: Comparison,
+    /// Which pair differs (`None` when both agree).
+    differing: Option<&'static str>,
+}
+
+/// Runs the unperturbed runs (`quiet(k)`: run k, unperturbed) and compares their end states:
+/// the first with run 1's records, then (when they agree) the second with the first. `None`
+/// when the first end state holds no record (no update happened): nothing to compare.
+fn compare_end_states(
+    first: &Trace,
+    quiet: impl Fn(usize) -> Result<Trace, RunError>,
+) -> Result<Option<EndStates>, RunError> {
+    let quiet1 = quiet(1)?;
+    let against_recorded = compare_traces(&end_state_of(first, &quiet1), &quiet1, TraceView::All);
+    if against_recorded.num_compared == 0 {
+        return Ok(None);
     }
-    let (found, what) = if !against_recorded.is_identical() {
-        (against_recorded, "run 1 recorded vs run 1 unperturbed")
-    } else if !between.is_identical() {
-        (between, "unperturbed runs 1 and 2")
-    } else {
-        repeat.comparison.num_compared += num_compared;
-        let note = format!("and {num_compared} end-state records of 2 unperturbed runs");
-        repeat.note = Some(match repeat.note.take() {
-            Some(n) => format!("{n}; {note}"),
-            None => note,
-        });
-        return;
-    };
-    let mut comparison = found;
+    if !against_recorded.is_identical() {
+        return Ok(Some(EndStates {
+            comparison: against_recorded,
+            differing: Some("run 1 recorded vs run 1 unperturbed"),
+        }));
+    }
+    let between = compare_traces(&quiet1, &quiet(2)?, TraceView::All);
+    if !between.is_identical() {
+        return Ok(Some(EndStates {
+            comparison: between,
+            differing: Some("unperturbed runs 1 and 2"),
+        }));
+    }
+    let mut comparison = against_recorded;
+    comparison.num_compared += between.num_compared;
+    Ok(Some(EndStates {
+        comparison,
+        differing: None,
+    }))
+}
+
+/// `repeat` failed by its unperturbed runs while its two recorded runs agree: the end states'
+/// divergence becomes the check's, with the cause [`CauseClass::Timing`].
+fn hidden_by_recording(repeat: &mut CheckOutcome, end: EndStates) {
+    let what = end.differing.unwrap_or("the unperturbed runs");
+    let mut comparison = end.comparison;
     if let Some(first) = comparison.first.as_mut() {
         let mut cause = crate::compare::Cause::new(
             CauseClass::Timing,
@@ -944,8 +965,8 @@ fn check_unperturbed(repeat: &mut CheckOutcome, first: &Trace, quiet1: &Trace, q
             ),
         );
         cause.evidence.push(format!(
-            "{} of {} end-state records differ ({what})",
-            comparison.num_differing, comparison.num_compared
+            "{} of {} end-state records differ ({what}); the two recorded runs' {} records agree",
+            comparison.num_differing, comparison.num_compared, repeat.comparison.num_compared
         ));
         cause.fix = Some(
             "find the race: threads or streams that share a value, an operator that runs \
@@ -960,18 +981,27 @@ fn check_unperturbed(repeat: &mut CheckOutcome, first: &Trace, quiet1: &Trace, q
     repeat.comparison = comparison;
 }
 
-/// The records of `trace` that `end` also holds (the same rank, step and name): a recorded
-/// run's end state, as an unperturbed run records it.
+/// The records of `trace` named as `end`'s (an unperturbed run's end state: `end/*`, once a
+/// run), each moved to the step `end` holds it at: a recorded run writes its end state at the
+/// last update's step, or at the next when that step already holds records (a program run to
+/// its end that evaluates after its last update), an unperturbed run always at the last
+/// update's.
 fn end_state_of(trace: &Trace, end: &Trace) -> Trace {
     let mut out = trace.clone();
     for (rank, of_end) in out.ranks.iter_mut().zip(&end.ranks) {
-        let wanted: std::collections::BTreeSet<(u64, &str)> = of_end
+        let steps: std::collections::BTreeMap<&str, u64> = of_end
             .records
             .iter()
-            .map(|r| (r.step, r.name.as_str()))
+            .map(|r| (r.name.as_str(), r.step))
             .collect();
-        rank.records
-            .retain(|r| wanted.contains(&(r.step, r.name.as_str())));
+        rank.records.retain_mut(|r| match steps.get(r.name.as_str()) {
+            Some(&step) => {
+                r.step = step;
+                true
+            }
+            None => false,
+        });
+        rank.records.sort_by_key(|r| (r.step, r.seq));
     }
     out.ranks.truncate(end.ranks.len());
     out
@@ -1322,20 +1352,31 @@ pub(crate) fn run_checks_on(
         }
         _ => None,
     };
-    if let Some(repeat) = outcomes.iter_mut().find(|o| o.kind == CheckKind::Repeat) {
-        let wanted = options.unperturbed
-            && matches!(scenario.program, Program::Command(_))
-            && spec.expect == Expectation::Identical
-            && repeat.holds()
-            && repeat.skipped.is_none();
-        if wanted {
-            let unperturbed = |k: usize| {
-                let p = Some(perturbation(spec.seed, k, options));
-                let plan = RunPlan::default();
-                let request = RunRequest::new(scenario, options, p, k, &plan).unperturbed();
-                runner.run(scenario, &request)
-            };
-            check_unperturbed(repeat, &first, &unperturbed(1)?, &unperturbed(2)?);
+    // A launched program whose two recorded runs agree is run twice more unperturbed (nothing
+    // read during its steps): the program as it runs without detcheck.
+    let unperturbed = options.unperturbed
+        && matches!(scenario.program, Program::Command(_))
+        && spec.expect == Expectation::Identical;
+    if let Some(repeat) = outcomes
+        .iter_mut()
+        .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
+        .filter(|_| unperturbed)
+    {
+        let quiet = |k: usize| {
+            let p = Some(perturbation(spec.seed, k, options));
+            let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
+            runner.run(scenario, &request.unperturbed())
+        };
+        match compare_end_states(&first, quiet)? {
+            Some(end) if end.differing.is_some() => hidden_by_recording(repeat, end),
+            Some(end) => {
+                let n = end.comparison.num_compared;
+                repeat.comparison.num_compared += n;
+                repeat.note = Some(format!(
+                    "and the end states of 2 unperturbed runs ({n} records)"
+                ));
+            }
+            None => {}
         }
     }
     Ok(ScenarioReport {

@@ -105,6 +105,8 @@ class Recorder(LifecycleRecorder):
         if compiled is not None:
             # The cause of a divergence inside it cannot be traced (src/compare/cause.rs).
             self._writer.add_environment("site:compiled", compiled)
+            # TorchDynamo runs eagerly around global module hooks: the hooks go on the modules.
+            MODULE_HOOKS.on_modules = True
         self._begin(
             Recording(
                 TORCH,

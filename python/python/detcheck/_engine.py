@@ -12,8 +12,9 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   ``param/<param>`` when it says the update is done (``after_update``), which ends the step
   (each parameter looked up again by name then: ``torch.func.functional_call`` calls the model
   with the program's own tensors, a new dict of them after each update);
-- in an unperturbed run (``DETCHECK_RECORD=end``), none of the above: the recording is made
-  with no record kind, and ``record_end_state`` records ``param/*`` once after the last step;
+- ``end/<param>`` when a zero-change recording ends (``record_end_state``: after the last step,
+  or at exit); in an unperturbed run (``DETCHECK_RECORD=end``) nothing else: the recording
+  is made with no record kind;
 - in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
   the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
@@ -288,8 +289,8 @@ class Recording:
             self._record_params(self._step)
         self._advance()
 
-    def _record_params(self, step):
-        """``param/*`` at ``step``: the trainable parameters as they are now."""
+    def _record_params(self, step, prefix="param/"):
+        """``param/*`` (``prefix``) at ``step``: the trainable parameters as they are now."""
         if self.sink is None:
             return
         if _OUTSIDE:
@@ -302,15 +303,22 @@ class Recording:
         params = [
             (label, now.get(label[len("param/") :], param)) for label, param in self._param_labels
         ]
-        params = [(label, param) for label, param in params if trainable(param)]
+        params = [
+            (prefix + label[len("param/") :], param)
+            for label, param in params
+            if trainable(param)
+        ]
         self.sink.put_state(step, params, self.replicated)
 
-    def record_end_state(self):
-        """The end state of an unperturbed run (``DETCHECK_RECORD=end``: nothing was read
-        during the steps): ``param/*`` once, at the step of the last update, as a recorded
-        run's last ``param/*`` records are named; nothing when no update happened."""
+    def record_end_state(self, step_open):
+        """The end state, when the recording ends (after the last step, or at exit):
+        ``end/<param>``, the trainable parameters as they are then, at the last update's step
+        (``step_open``: at the current step, which holds records already: a step's records are
+        written in order). Every zero-change recording ends with it, so a recorded run's end
+        state and an unperturbed run's (``DETCHECK_RECORD=end``, which reads nothing else) are
+        read at the same moment of the program; nothing when no update happened."""
         if self._step > self._start:
-            self._record_params(self._step - 1)
+            self._record_params(self._step if step_open else self._step - 1, "end/")
 
     def _advance(self):
         self._step += 1

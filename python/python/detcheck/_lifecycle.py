@@ -156,13 +156,15 @@ class LifecycleRecorder:
             return
         self.status = "finished"
         handle, writer = self._handle, self._writer
-        if self._state.end_state_only:
-            try:
-                handle.record_end_state()
-            except Exception as e:
-                say(f"cannot record the end state: {e!r}")
+        # Whether a step is still open: records since the last step ended (the end state
+        # below is no step's).
+        open_step = writer.num_records > self._records_before_step
+        try:
+            handle.record_end_state(open_step)  # an unperturbed run's one read
+        except Exception as e:
+            say(f"cannot record the end state: {e!r}")
         handle.remove()
-        if why is not None and writer.num_records > self._records_before_step:
+        if why is not None and open_step:
             writer.add_environment(
                 "detcheck.recording", f"ended during step {handle.current_step} ({why})"
             )

@@ -252,6 +252,20 @@ def _caller_kwargs():
     return {}
 
 
+def _dropping_kwargs(fn, with_kwargs):
+    """A pre-hook taking ``(module, args, kwargs)`` that calls ``fn`` with or without them,
+    and returns nothing (detcheck's hooks only read)."""
+
+    def hook(module, args, kwargs):
+        if with_kwargs:
+            fn(module, args, kwargs)
+        else:
+            fn(module, args)
+        return None
+
+    return hook
+
+
 class ModuleHooks:
     """detcheck's forward hooks on chosen modules, held by detcheck and never by the modules:
     one global forward pre-hook and one global forward hook of torch's
@@ -275,14 +289,24 @@ class ModuleHooks:
         self._post = {}  # id(module) -> (module, {key: fn})
         self._handles = None
         self._next = 0
+        #: Hooks go on the modules themselves (``Hook``s, which pickle to nothing): for a
+        #: ``torch.compile``d model, which TorchDynamo would run eagerly around global hooks,
+        #: changing the program it compiles.
+        self.on_modules = False
 
     def before(self, module, fn, with_kwargs=False, first=False):
         """``fn(module, args)`` (``with_kwargs``: ``fn(module, args, kwargs)``) before each
         forward call of ``module``."""
+        if self.on_modules:
+            return module.register_forward_pre_hook(
+                Hook(_dropping_kwargs(fn, with_kwargs)), with_kwargs=True, prepend=first
+            )
         return self._add(self._pre, module, (fn, with_kwargs), first)
 
     def after(self, module, fn, first=False):
         """``fn(module, args, output)`` after each forward call of ``module``."""
+        if self.on_modules:
+            return module.register_forward_hook(Hook(fn), prepend=first)
         return self._add(self._post, module, fn, first)
 
     def _add(self, table, module, value, first):
@@ -439,20 +463,37 @@ _WRAPPERS = (
     ("module", "DataParallel"),
     ("module", "FullyShardedDataParallel"),
     ("_orig_mod", "OptimizedModule"),
+    ("module", "DeepSpeedEngine"),
 )
+
+
+def _holds_alike(wrapper, cls):
+    """Whether the wrapper ``wrapper`` (of class name ``cls``) keeps its ranks' parameters and
+    gradients alike: DistributedDataParallel (its gradients are allreduced); DeepSpeed's engine
+    at ZeRO stage 0, 1 or 2 (every rank holds every parameter, updated alike; at stage 2 the
+    gradients are partitioned away from ``.grad``, so none is recorded); not at stage 3, whose
+    parameters are partitioned."""
+    if cls == "DistributedDataParallel":
+        return True
+    if cls == "DeepSpeedEngine":
+        try:
+            return int(wrapper.zero_optimization_stage()) < 3
+        except Exception:
+            return False
+    return False
 
 
 def unwrap_model(model):
     """The model inside ``model``'s wrappers (DistributedDataParallel, DataParallel, FSDP1's
-    FullyShardedDataParallel, ``torch.compile``'s OptimizedModule; 8 deep at most), so that
-    records are named after the model's own modules at every world size; and whether one of
-    them was DistributedDataParallel (its gradients are allreduced: replicated)."""
+    FullyShardedDataParallel, ``torch.compile``'s OptimizedModule, DeepSpeed's engine; 8 deep
+    at most), so that records are named after the model's own modules at every world size; and
+    whether one of them keeps the ranks' parameters alike (``_holds_alike``: replicated)."""
     ddp = False
     for _ in range(8):
         for attr, cls in _WRAPPERS:
             inner = getattr(model, attr, None) if type(model).__name__ == cls else None
             if isinstance(inner, torch.nn.Module):
-                ddp = ddp or cls == "DistributedDataParallel"
+                ddp = ddp or _holds_alike(model, cls)
                 model = inner
                 break
         else:

@@ -284,8 +284,19 @@ def _msprobe(framework="torch"):
 
 #: name -> (probe: returns what `requires` returns or raises ImportError, the variables that make
 #: it required, where it comes from).
+def _deepspeed():
+    # Not imported here (its import starts its accelerator): found, for the programs it runs.
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ImportError("No module named 'deepspeed'")
+
+
 _NEEDS = {
     "torch": (_module("torch"), _TORCH, "scripts/install-python.sh --torch installs it"),
+    "deepspeed": (
+        _deepspeed,
+        ("DETCHECK_REQUIRE_DEEPSPEED",),
+        "scripts/install-python.sh --deepspeed installs it",
+    ),
     "triton": (
         _module("triton"),
         _TORCH,
@@ -349,7 +360,7 @@ def requires(name):
     with mpirun, gloo, fork) when it is there. When it is missing, skips the test (or the whole
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
-    ``name``: torch, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
+    ``name``: torch, deepspeed, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
     lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
     (``srun`` and a node that is up), msprobe or msprobe-mindspore (returns the path of a
     Python interpreter that imports msprobe with torch, or with MindSpore, which need not be

@@ -1,0 +1,116 @@
+"""No false verdict (issue 53): a pass is earned. A check that compared nothing is n/a with its
+reason, never a pass (`ranks_apart.py`: two ranks that train different models); what is checked
+is the program as it runs without detcheck (`observed.py`: a result that recording changes,
+caught by `repeat`'s unperturbed runs with the cause "timing"); nothing of detcheck's stays in
+what a program saves (pytorch/examples' word_language_model, vendored unmodified, saves its
+whole model with `torch.save` and loads it back with `weights_only` and its own allowlist).
+Needs torch (CI installs it)."""
+
+import hashlib
+import random
+import subprocess
+import sys
+
+from support import PROGRAMS, ROOT, check, requires, run_detcheck
+
+requires("torch")
+
+VERDICTS = PROGRAMS / "verdicts"
+WORD_LM = ROOT / "examples" / "zoo" / "pytorch-examples" / "word_language_model"
+
+
+def test_a_result_that_recording_changes_fails_repeat_with_the_cause_timing(detcheck_bin):
+    script = VERDICTS / "observed.py"
+    (line,) = check(detcheck_bin, "--", sys.executable, script, code=1).scenarios.values()
+    assert line["verdict"] == "FAIL", line
+    first = line["first_divergence"]
+    assert first["check"] == "repeat" and first["name"].startswith("end/"), first
+    assert first["cause"]["kind"] == "timing", first["cause"]
+    assert "run 1 recorded vs run 1 unperturbed" in first["cause"]["summary"], first["cause"]
+    # Without the unperturbed runs, the two recorded runs agree: the verdict recording gave.
+    (line,) = check(
+        detcheck_bin, "--no-unperturbed", "--", sys.executable, script, code=0
+    ).scenarios.values()
+    assert line["verdict"] == "ok", line
+
+
+def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detcheck_bin):
+    script = VERDICTS / "ranks_apart.py"
+    args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
+    (line,) = check(detcheck_bin, *args, code=0).scenarios.values()
+    repeat, replicas = line["checks"]
+    assert repeat["status"] == "passed" and repeat["comparison"]["num_compared"] > 0, repeat
+    # The end states of two unperturbed runs were compared too, and counted.
+    assert "and the end states of 2 unperturbed runs" in repeat["note"], repeat
+    assert replicas["status"] == "skipped", replicas
+    assert replicas["comparison"]["num_compared"] == 0, replicas
+    assert replicas["skip_reason"].startswith(
+        "the ranks train different models: rank 1's `init/weight` differs from rank 0's"
+    ), replicas
+    assert "replicas: n/a: the ranks train different models" in line["detail"], line
+
+
+def word_lm_data(folder):
+    """A small corpus in wikitext-2's layout (train, valid, test), made here: nothing is
+    downloaded (the upstream train.txt is not vendored)."""
+    words = [f"w{i}" for i in range(200)]
+    draw = random.Random(0)
+    folder.mkdir()
+    for name, lines in (("train", 300), ("valid", 40), ("test", 40)):
+        text = "\n".join(" ".join(draw.choice(words) for _ in range(12)) for _ in range(lines))
+        (folder / f"{name}.txt").write_text(text + "\n")
+    return folder
+
+
+def test_word_language_model_saves_a_plain_runs_bytes_and_loads_them_under_detcheck(
+    detcheck_bin, tmp_path
+):
+    data = word_lm_data(tmp_path / "data")
+    argv = [sys.executable, WORD_LM / "main.py", "--data", data, "--epochs", "1"]
+    argv += ["--emsize", "16", "--nhid", "16", "--batch_size", "8", "--bptt", "10"]
+
+    def saved(path):
+        return hashlib.md5(path.read_bytes()).hexdigest()
+
+    plain = tmp_path / "plain.pt"
+    subprocess.run([*map(str, argv), "--save", str(plain)], check=True, cwd=tmp_path)
+    recorded = tmp_path / "recorded.pt"
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        "--run-to-end",
+        "--",
+        *argv,
+        "--save",
+        recorded,
+        cwd=tmp_path,
+        code=0,
+    )
+    assert saved(recorded) == saved(plain)
+    # The whole check, run to the end (the model saved, loaded with weights_only and its
+    # allowlist, evaluated): it passes, every run writing the same file.
+    checked = tmp_path / "checked.pt"
+    args = ("--run-to-end", "--", *argv, "--save", checked)
+    (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=0).scenarios.values()
+    assert line["verdict"] == "ok", line
+    assert line["checks"][0]["comparison"]["num_compared"] > 0, line
+    assert saved(checked) == saved(plain)
+
+
+def test_a_deepspeed_zero2_job_compares_its_replicated_parameters(detcheck_bin):
+    """DeepSpeed's engine is a data-parallel wrapper: at ZeRO stage 2 its parameters are
+    replicated, so `replicas` compares them (issue 53: it compared 0 records and passed), and
+    the parameters' records are named after the model's own modules. .ci/run installs
+    DeepSpeed (scripts/install-python.sh --deepspeed) for this test alone."""
+    requires("deepspeed")
+    script = VERDICTS / "zero2.py"
+    args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
+    done = check(detcheck_bin, *args, env={"DS_ACCELERATOR": "cpu"}, code=0)
+    (line,) = done.scenarios.values()
+    repeat, replicas = line["checks"]
+    assert repeat["status"] == "passed", repeat
+    assert replicas["status"] == "passed", replicas
+    assert replicas["comparison"]["num_compared"] > 0, replicas

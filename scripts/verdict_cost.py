@@ -1,0 +1,74 @@
+"""What a passing `detcheck check` of a program costs against one plain run of it (issue 53:
+<= 3x with `repeat`'s unperturbed runs), measured side by side: pairs of (plain run, check),
+interleaved, wall time of the whole processes; prints each pair's ratio, the median and the
+range. docs/benchmarks.md keeps the figures.
+
+    target/venv/bin/python scripts/verdict_cost.py [--pairs N] [--no-unperturbed]
+
+The program is pytorch/examples' word_language_model (examples/zoo), run to its end (one
+epoch on a small corpus made here, its model saved and loaded back), as the check runs it
+with --run-to-end.
+"""
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORD_LM = ROOT / "examples" / "zoo" / "pytorch-examples" / "word_language_model" / "main.py"
+
+
+def corpus(folder):
+    words = [f"w{i}" for i in range(200)]
+    draw = random.Random(0)
+    folder.mkdir()
+    for name, lines in (("train", 600), ("valid", 40), ("test", 40)):
+        text = "\n".join(" ".join(draw.choice(words) for _ in range(12)) for _ in range(lines))
+        (folder / f"{name}.txt").write_text(text + "\n")
+    return folder
+
+
+def timed(argv, cwd):
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, argv))} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return took
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--no-unperturbed", action="store_true")
+    args = parser.parse_args()
+    detcheck = ROOT / "target" / "release" / "detcheck"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data = corpus(tmp / "data")
+        program = [sys.executable, WORD_LM, "--data", data, "--epochs", "1", "--emsize", "32"]
+        program += ["--nhid", "32", "--batch_size", "8", "--bptt", "10", "--save", tmp / "m.pt"]
+        check = [detcheck, "check", "--no-progress", "--run-to-end"]
+        if args.no_unperturbed:
+            check.append("--no-unperturbed")
+        check += ["--", *program]
+        timed(program, tmp)  # warm-up: the page cache, the first import of torch
+        ratios = []
+        for i in range(args.pairs):
+            plain = timed(program, tmp)
+            checked = timed(check, tmp)
+            ratios.append(checked / plain)
+            print(f"pair {i}: plain {plain:.2f} s, check {checked:.2f} s, {checked / plain:.2f}x")
+        print(
+            f"median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}x-"
+            f"{max(ratios):.2f}x over {len(ratios)} pairs"
+        )
+
+
+if __name__ == "__main__":
+    main()
