@@ -994,13 +994,14 @@ fn end_state_of(trace: &Trace, end: &Trace) -> Trace {
             .iter()
             .map(|r| (r.name.as_str(), r.step))
             .collect();
-        rank.records.retain_mut(|r| match steps.get(r.name.as_str()) {
-            Some(&step) => {
-                r.step = step;
-                true
-            }
-            None => false,
-        });
+        rank.records
+            .retain_mut(|r| match steps.get(r.name.as_str()) {
+                Some(&step) => {
+                    r.step = step;
+                    true
+                }
+                None => false,
+            });
         rank.records.sort_by_key(|r| (r.step, r.seq));
     }
     out.ranks.truncate(end.ranks.len());

@@ -827,7 +827,7 @@ fn check(
             Outcome::Skipped(reason)
         } else {
             match session.run_checks(scenario, options) {
-                Ok(report) => Outcome::Ran(report),
+                Ok(report) => Outcome::Ran(Box::new(report)),
                 Err(e) => {
                     let e = CliError::from(e);
                     Outcome::Errored {
@@ -838,7 +838,7 @@ fn check(
             }
         };
         let ran = match &outcome {
-            Outcome::Ran(report) => Some(report),
+            Outcome::Ran(report) => Some(&**report),
             _ => None,
         };
         let mut result = ScenarioResult {

@@ -35,7 +35,7 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// What became of one scenario.
 pub(crate) enum Outcome {
     /// Its checks ran: the report says whether they hold.
-    Ran(ScenarioReport),
+    Ran(Box<ScenarioReport>),
     /// A run failed (or could not start): the message and the exit it counts as.
     Errored { message: String, exit: Exit },
     /// `"ignored": true` and no `--include-ignored`.

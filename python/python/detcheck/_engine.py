@@ -304,9 +304,7 @@ class Recording:
             (label, now.get(label[len("param/") :], param)) for label, param in self._param_labels
         ]
         params = [
-            (prefix + label[len("param/") :], param)
-            for label, param in params
-            if trainable(param)
+            (prefix + label[len("param/") :], param) for label, param in params if trainable(param)
         ]
         self.sink.put_state(step, params, self.replicated)
 

@@ -360,8 +360,8 @@ def requires(name):
     with mpirun, gloo, fork) when it is there. When it is missing, skips the test (or the whole
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
-    ``name``: torch, deepspeed, triton, gloo (torch.distributed's), transformers, accelerate, lightning,
-    lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
+    ``name``: torch, deepspeed, triton, gloo (torch.distributed's), transformers, accelerate,
+    lightning, lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
     (``srun`` and a node that is up), msprobe or msprobe-mindspore (returns the path of a
     Python interpreter that imports msprobe with torch, or with MindSpore, which need not be
     this one)."""
