@@ -923,7 +923,10 @@ fn compare_end_states(
     first: &Trace,
     quiet: impl Fn(usize) -> Result<Trace, RunError>,
 ) -> Result<Option<EndStates>, RunError> {
+    // Their end-state records alone (a run records nothing else unless a program of its own
+    // wrote some).
     let quiet1 = quiet(1)?;
+    let quiet1 = end_state_of(&quiet1, &quiet1);
     let against_recorded = compare_traces(&end_state_of(first, &quiet1), &quiet1, TraceView::All);
     if against_recorded.num_compared == 0 {
         return Ok(None);
@@ -934,7 +937,8 @@ fn compare_end_states(
             differing: Some("run 1 recorded vs run 1 unperturbed"),
         }));
     }
-    let between = compare_traces(&quiet1, &quiet(2)?, TraceView::All);
+    let quiet2 = quiet(2)?;
+    let between = compare_traces(&quiet1, &end_state_of(&quiet2, &quiet2), TraceView::All);
     if !between.is_identical() {
         return Ok(Some(EndStates {
             comparison: between,
@@ -981,8 +985,20 @@ fn hidden_by_recording(repeat: &mut CheckOutcome, end: EndStates) {
     repeat.comparison = comparison;
 }
 
-/// The records of `trace` named as `end`'s (an unperturbed run's end state: `end/*`, once a
-/// run), each moved to the step `end` holds it at: a recorded run writes its end state at the
+/// The prefix of the end state's records (`end/<param>`): what the zero-change recorder writes
+/// when a recording ends, and all an unperturbed run writes.
+const END_STATE: &str = "end/";
+
+/// Whether a run holds an end state (its recorder is detcheck's zero-change recorder, which
+/// follows `DETCHECK_RECORD`; a program that records itself does not).
+fn has_end_state(trace: &Trace) -> bool {
+    trace
+        .ranks
+        .iter()
+        .any(|r| r.records.iter().any(|x| x.name.starts_with(END_STATE)))
+}
+
+/// The end-state records of `trace` named as `end`'s (`end/*`, once a run), each moved to the step `end` holds it at: a recorded run writes its end state at the
 /// last update's step, or at the next when that step already holds records (a program run to
 /// its end that evaluates after its last update), an unperturbed run always at the last
 /// update's.
@@ -992,6 +1008,7 @@ fn end_state_of(trace: &Trace, end: &Trace) -> Trace {
         let steps: std::collections::BTreeMap<&str, u64> = of_end
             .records
             .iter()
+            .filter(|r| r.name.starts_with(END_STATE))
             .map(|r| (r.name.as_str(), r.step))
             .collect();
         rank.records
@@ -1357,7 +1374,8 @@ pub(crate) fn run_checks_on(
     // read during its steps): the program as it runs without detcheck.
     let unperturbed = options.unperturbed
         && matches!(scenario.program, Program::Command(_))
-        && spec.expect == Expectation::Identical;
+        && spec.expect == Expectation::Identical
+        && has_end_state(&first);
     if let Some(repeat) = outcomes
         .iter_mut()
         .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
@@ -1527,6 +1545,47 @@ mod tests {
             "{}",
             report.explain_failures()
         );
+    }
+
+    /// The end states of unperturbed runs are paired with run 1's by name, whatever step
+    /// each wrote them at; a difference names its pair; a run with no end state (a program
+    /// that records itself) has none to compare.
+    #[test]
+    fn end_states_pair_by_name_and_a_difference_names_its_pair() {
+        use crate::record::{RecordLevel, Recorder};
+        let run = |end_step: u64, value: f32, with_steps: bool| {
+            let mut r = Recorder::new(0, RecordLevel::Stats);
+            if with_steps {
+                r.record(0, "loss", &crate::Tensor::from_vec(vec![1.0f32]));
+                r.record(1, "loss", &crate::Tensor::from_vec(vec![2.0f32]));
+            }
+            r.record(end_step, "end/w", &crate::Tensor::from_vec(vec![value]));
+            Trace {
+                ranks: vec![r.finish()],
+            }
+        };
+        // Run 1 evaluated after its last update: its end state is at step 2, the quiet runs' at 1.
+        let first = run(2, 5.0, true);
+        assert!(has_end_state(&first));
+        let agree = compare_end_states(&first, |_| Ok(run(1, 5.0, false)))
+            .unwrap()
+            .unwrap();
+        assert_eq!((agree.differing, agree.comparison.num_compared), (None, 2));
+        let apart = compare_end_states(&first, |_| Ok(run(1, 6.0, false)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(apart.differing, Some("run 1 recorded vs run 1 unperturbed"));
+        let second = compare_end_states(&first, |k| {
+            Ok(run(1, if k == 1 { 5.0 } else { 7.0 }, false))
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(second.differing, Some("unperturbed runs 1 and 2"));
+        let mut itself = Recorder::new(0, RecordLevel::Stats);
+        itself.record(0, "loss", &crate::Tensor::from_vec(vec![1.0f32]));
+        assert!(!has_end_state(&Trace {
+            ranks: vec![itself.finish()]
+        }));
     }
 
     /// Ranks that hold a same-named parameter with other values, and no replicated record,
