@@ -11,7 +11,6 @@ with --run-to-end.
 """
 
 import argparse
-import random
 import statistics
 import subprocess
 import sys
@@ -20,17 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORD_LM = ROOT / "examples" / "zoo" / "pytorch-examples" / "word_language_model" / "main.py"
-
-
-def corpus(folder):
-    words = [f"w{i}" for i in range(200)]
-    draw = random.Random(0)
-    folder.mkdir()
-    for name, lines in (("train", 600), ("valid", 40), ("test", 40)):
-        text = "\n".join(" ".join(draw.choice(words) for _ in range(12)) for _ in range(lines))
-        (folder / f"{name}.txt").write_text(text + "\n")
-    return folder
+WORD_LM = (
+    ROOT / "examples" / "zoo" / "pytorch-examples" / "word_language_model" / "main.py"
+)
 
 
 def timed(argv, cwd):
@@ -38,7 +29,9 @@ def timed(argv, cwd):
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     took = time.perf_counter() - start
     if done.returncode != 0:
-        sys.exit(f"{' '.join(map(str, argv))} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        sys.exit(
+            f"{' '.join(map(str, argv))} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
     return took
 
 
@@ -50,9 +43,37 @@ def main():
     detcheck = ROOT / "target" / "release" / "detcheck"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data = corpus(tmp / "data")
-        program = [sys.executable, WORD_LM, "--data", data, "--epochs", "1", "--emsize", "32"]
-        program += ["--nhid", "32", "--batch_size", "8", "--bptt", "10", "--save", tmp / "m.pt"]
+        data = tmp / "data"
+        subprocess.run(
+            [
+                sys.executable,
+                ROOT / "examples" / "zoo" / "word_lm_data.py",
+                data,
+                "--train-lines",
+                "600",
+            ],
+            check=True,
+        )
+        program = [
+            sys.executable,
+            WORD_LM,
+            "--data",
+            data,
+            "--epochs",
+            "1",
+            "--emsize",
+            "32",
+        ]
+        program += [
+            "--nhid",
+            "32",
+            "--batch_size",
+            "8",
+            "--bptt",
+            "10",
+            "--save",
+            tmp / "m.pt",
+        ]
         check = [detcheck, "check", "--no-progress", "--run-to-end"]
         if args.no_unperturbed:
             check.append("--no-unperturbed")
@@ -63,7 +84,9 @@ def main():
             plain = timed(program, tmp)
             checked = timed(check, tmp)
             ratios.append(checked / plain)
-            print(f"pair {i}: plain {plain:.2f} s, check {checked:.2f} s, {checked / plain:.2f}x")
+            print(
+                f"pair {i}: plain {plain:.2f} s, check {checked:.2f} s, {checked / plain:.2f}x"
+            )
         print(
             f"median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}x-"
             f"{max(ratios):.2f}x over {len(ratios)} pairs"

@@ -3,11 +3,11 @@ reason, never a pass (`ranks_apart.py`: two ranks that train different models); 
 is the program as it runs without detcheck (`observed.py`: a result that recording changes,
 caught by `repeat`'s unperturbed runs with the cause "timing"); nothing of detcheck's stays in
 what a program saves (pytorch/examples' word_language_model, vendored unmodified, saves its
-whole model with `torch.save` and loads it back with `weights_only` and its own allowlist).
+whole model with `torch.save` and loads it back with `weights_only` and its own allowlist; its
+data from examples/zoo/word_lm_data.py).
 Needs torch (CI installs it)."""
 
 import hashlib
-import random
 import subprocess
 import sys
 
@@ -50,22 +50,13 @@ def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detch
     assert "replicas: n/a: the ranks train different models" in line["detail"], line
 
 
-def word_lm_data(folder):
-    """A small corpus in wikitext-2's layout (train, valid, test), made here: nothing is
-    downloaded (the upstream train.txt is not vendored)."""
-    words = [f"w{i}" for i in range(200)]
-    draw = random.Random(0)
-    folder.mkdir()
-    for name, lines in (("train", 300), ("valid", 40), ("test", 40)):
-        text = "\n".join(" ".join(draw.choice(words) for _ in range(12)) for _ in range(lines))
-        (folder / f"{name}.txt").write_text(text + "\n")
-    return folder
-
-
 def test_word_language_model_saves_a_plain_runs_bytes_and_loads_them_under_detcheck(
     detcheck_bin, tmp_path
 ):
-    data = word_lm_data(tmp_path / "data")
+    data = tmp_path / "data"
+    subprocess.run(
+        [sys.executable, ROOT / "examples" / "zoo" / "word_lm_data.py", data], check=True
+    )
     argv = [sys.executable, WORD_LM / "main.py", "--data", data, "--epochs", "1"]
     argv += ["--emsize", "16", "--nhid", "16", "--batch_size", "8", "--bptt", "10"]
 
