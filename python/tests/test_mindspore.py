@@ -89,8 +89,9 @@ def launched(tmp_path, argv, **extra):
 
 
 def model_records(path):
-    """The records of a trace without the evidence of causes."""
-    return [r for r in decode(path) if not r["name"].startswith(EVIDENCE)]
+    """The records of a trace without the evidence of causes and the end state (`end/*`, which
+    every zero-change recording ends with: docs/checks.md)."""
+    return [r for r in decode(path) if not r["name"].startswith((*EVIDENCE, "end/"))]
 
 
 def test_an_unmodified_script_passes_and_its_controls_are_caught_with_their_element(
@@ -146,6 +147,12 @@ def test_the_records_are_pytorchs_names_in_pytorchs_order_with_the_programs_valu
         assert names == MLP_STEP, (step, names)
     init = [r["name"] for r in decode(trace / "rank0.dctrace") if r["name"].startswith("init/")]
     assert init == [n.replace("param/", "init/") for n in MLP_STEP if n.startswith("param/")]
+    # The end state: the parameters after the last step, at its step, as its `param/*` are.
+    last = {r["name"]: r["md5"] for r in records if r["step"] == 2}
+    end = [r for r in decode(trace / "rank0.dctrace") if r["name"].startswith("end/")]
+    assert [r["step"] for r in end] == [2] * len(end) and end, end
+    for r in end:
+        assert r["md5"] == last["param/" + r["name"][len("end/") :]], r["name"]
     env = environment(trace / "rank0.dctrace")
     assert env["mindspore.mode"] == "pynative" and env["mindspore.version"].startswith("2.")
     assert env["site:framework"] == "mindspore"
