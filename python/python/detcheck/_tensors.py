@@ -187,9 +187,27 @@ def _outside_compiled_graphs(fn):
     """``fn`` as TorchDynamo leaves it: run eagerly, never traced into a compiled graph. A hook
     on a ``torch.compile``d module runs inside the code Dynamo traces, and Dynamo may fail on
     what a recorder does (host copies, numpy arrays of generator states) instead of breaking
-    the graph; the program must never fail because it is recorded."""
+    the graph; the program must never fail because it is recorded.
+
+    ``torch.compiler.disable`` imports Dynamo (about a second, in every recorded program): it
+    is applied when the hook is first called after the program imported Dynamo itself (by
+    compiling); until then nothing can be tracing, and ``fn`` runs as it is."""
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
-    return fn if disable is None else disable(fn)
+    if disable is None:
+        return fn
+    if "torch._dynamo" in sys.modules:
+        return disable(fn)
+    disabled = []
+
+    @functools.wraps(fn)
+    def eager(*args, **kwargs):
+        if "torch._dynamo" not in sys.modules:
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(disable(fn))
+        return disabled[0](*args, **kwargs)
+
+    return eager
 
 
 class Hook:
