@@ -30,6 +30,7 @@ __all__ = [
     "FrontEnd",
     "OperatorTrace",
     "Removable",
+    "RemovedOnce",
     "TensorSink",
     "named_leaves",
     "replicated_records",
@@ -76,6 +77,25 @@ class Removable(Protocol):
     """A registered hook."""
 
     def remove(self) -> None: ...
+
+
+class RemovedOnce:
+    """A ``Removable`` that calls ``remove`` (a framework handle's, or detcheck's own) the
+    first time it is removed, and never raises: a hook of detcheck's never fails the program.
+    ``None``: nothing to remove."""
+
+    __slots__ = ("_remove",)
+
+    def __init__(self, remove: Optional[Callable[[], Any]] = None) -> None:
+        self._remove = remove
+
+    def remove(self) -> None:
+        remove, self._remove = self._remove, None
+        if remove is not None:
+            try:
+                remove()
+            except Exception:
+                pass
 
 
 class TensorSink(Protocol):

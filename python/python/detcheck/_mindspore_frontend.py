@@ -37,7 +37,7 @@ import mindspore
 from mindspore import nn
 
 from . import _evidence
-from ._contract import ROOT, named_leaves
+from ._contract import ROOT, RemovedOnce, named_leaves
 
 __all__ = [
     "MindSporeFrontEnd",
@@ -52,21 +52,6 @@ __all__ = [
     "outputs",
     "unwrap_cell",
 ]
-
-
-class _Removable:
-    """A hook that can be removed once (what ``register_forward_hook`` returns, or nothing)."""
-
-    def __init__(self, handle=None):
-        self._handle = handle
-
-    def remove(self):
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            try:
-                handle.remove()
-            except Exception:
-                pass
 
 
 def is_graph_mode():
@@ -225,17 +210,18 @@ class MindSporeFrontEnd:
 
     def on_forward(self, module, hook):
         if self.graph or module is None:
-            return _Removable()
-        return _Removable(module.register_forward_hook(_never_raises(hook)))
+            return RemovedOnce()
+        return RemovedOnce(module.register_forward_hook(_never_raises(hook)).remove)
 
     def on_backward(self, hook):
         # MindSpore has no `Tensor.backward`: its loss is the loss cell's output.
-        return _Removable()
+        return RemovedOnce()
 
     def on_forward_inputs(self, module, hook):
         if self.graph or module is None:
-            return _Removable()
-        return _Removable(module.register_forward_pre_hook(_never_raises(hook), with_kwargs=True))
+            return RemovedOnce()
+        handle = module.register_forward_pre_hook(_never_raises(hook), with_kwargs=True)
+        return RemovedOnce(handle.remove)
 
     def outputs(self, name, value):
         if isinstance(value, mindspore.Tensor):

@@ -20,7 +20,7 @@ import warnings
 import torch
 
 from ._arrays import TORCH_RAW, torch_dtype_name
-from ._contract import named_leaves, replicated_records
+from ._contract import RemovedOnce, named_leaves, replicated_records
 from ._detcheck import supported_dtypes
 from ._subclasses import PLAIN_TYPES
 
@@ -240,20 +240,6 @@ class Hook:
         return _inert
 
 
-class _Removable:
-    """One hook of ``ModuleHooks``: ``remove()`` takes it out (twice does nothing)."""
-
-    __slots__ = ("_remove",)
-
-    def __init__(self, remove):
-        self._remove = remove
-
-    def remove(self):
-        remove, self._remove = self._remove, None
-        if remove is not None:
-            remove()
-
-
 def _caller_kwargs():
     """The keyword arguments of the ``Module.__call__`` that is calling a global forward
     pre-hook (torch gives such a hook only the positional ones): the ``kwargs`` of torch's
@@ -353,7 +339,7 @@ class ModuleHooks:
                     handle.remove()
                 self._handles = None
 
-        return _Removable(remove)
+        return RemovedOnce(remove)
 
     def _dispatch_before(self, module, args):
         entry = self._pre.get(id(module))
