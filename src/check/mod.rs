@@ -1556,10 +1556,22 @@ mod tests {
         let run = |end_step: u64, value: f32, with_steps: bool| {
             let mut r = Recorder::new(0, RecordLevel::Stats);
             if with_steps {
-                r.record(0, "loss", &crate::Tensor::from_vec(vec![1.0f32]));
-                r.record(1, "loss", &crate::Tensor::from_vec(vec![2.0f32]));
+                r.record(
+                    0,
+                    "loss",
+                    &crate::value::tensor::Tensor::from_vec(vec![1.0f32]),
+                );
+                r.record(
+                    1,
+                    "loss",
+                    &crate::value::tensor::Tensor::from_vec(vec![2.0f32]),
+                );
             }
-            r.record(end_step, "end/w", &crate::Tensor::from_vec(vec![value]));
+            r.record(
+                end_step,
+                "end/w",
+                &crate::value::tensor::Tensor::from_vec(vec![value]),
+            );
             Trace {
                 ranks: vec![r.finish()],
             }
@@ -1582,7 +1594,11 @@ mod tests {
         .unwrap();
         assert_eq!(second.differing, Some("unperturbed runs 1 and 2"));
         let mut itself = Recorder::new(0, RecordLevel::Stats);
-        itself.record(0, "loss", &crate::Tensor::from_vec(vec![1.0f32]));
+        itself.record(
+            0,
+            "loss",
+            &crate::value::tensor::Tensor::from_vec(vec![1.0f32]),
+        );
         assert!(!has_end_state(&Trace {
             ranks: vec![itself.finish()]
         }));
@@ -1597,16 +1613,20 @@ mod tests {
             ranks: (0..2u32)
                 .map(|rank| {
                     let mut r = Recorder::new(rank, RecordLevel::Stats);
-                    r.record(0, "data/x", &crate::Tensor::from_vec(vec![rank as f32]));
+                    r.record(
+                        0,
+                        "data/x",
+                        &crate::value::tensor::Tensor::from_vec(vec![rank as f32]),
+                    );
                     r.record(
                         0,
                         "init/fc.weight",
-                        &crate::Tensor::from_vec(vec![values[0]]),
+                        &crate::value::tensor::Tensor::from_vec(vec![values[0]]),
                     );
                     r.record(
                         1,
                         "param/fc.weight",
-                        &crate::Tensor::from_vec(vec![values[1] * rank as f32]),
+                        &crate::value::tensor::Tensor::from_vec(vec![values[1] * rank as f32]),
                     );
                     r.finish()
                 })
