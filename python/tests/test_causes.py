@@ -249,3 +249,18 @@ def test_the_readme_shows_a_real_report(detcheck_bin):
         readme.write_text(text[:begin] + done.stdout + text[end:])
         return
     assert volatile_masked(text[begin:end]) == volatile_masked(done.stdout), done.stdout
+
+
+def test_a_compiled_models_operator_finding_agrees_with_its_cause(detcheck_bin):
+    """Issue 53: the compiled nanoGPT's cause named the `torch.compile`d model, then its
+    operator line said "the value changed outside the traced operators": the re-runs' operator
+    traces hold no `site:compiled`, the check's run does. Both now say it is compiled."""
+    path, planted = script_of("nanogpt_compiled")
+    done = one_liner(detcheck_bin, path, *planted, code=1)
+    (line,) = done.scenarios.values()
+    first = line["first_divergence"]
+    assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
+    operator = first["operator"]
+    if operator.get("finding") == "no_operator_differs":
+        assert operator["compiled"] == "GPT", operator
+    assert "outside the traced operators" not in line["detail"], line["detail"]

@@ -108,6 +108,17 @@ fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
     }
 }
 
+/// The `torch.compile`d part of a run's model, as its recorder noted it (`site:compiled`, on
+/// any rank).
+fn compiled_part(trace: &Trace) -> Option<String> {
+    trace.ranks.iter().find_map(|r| {
+        r.environment
+            .as_ref()?
+            .get("site:compiled")
+            .map(str::to_owned)
+    })
+}
+
 /// The operator trace a re-run's tracer wrote into its capture folder (a world of one rank in
 /// `ops/`: see `crate::compare::find_operator`); `None` when it wrote none (a program that
 /// does not use `detcheck.torch.watch`).
@@ -155,7 +166,15 @@ pub(crate) fn find(
     let b = rerun(right, &capture(right), &right_digest);
     let operator = window.and_then(|window| match (&a.operators, &b.operators) {
         (Ok(Some(left_ops)), Ok(Some(right_ops))) => {
-            Some(find_operator(left_ops, right_ops, window))
+            let mut finding = find_operator(left_ops, right_ops, window);
+            // A re-run's operator trace holds no `site:compiled` of its own: the check's run
+            // says whether the model is compiled, so the finding never contradicts the cause.
+            if let OperatorFinding::NoOperatorDiffers { compiled, .. } = &mut finding {
+                if compiled.is_none() {
+                    *compiled = compiled_part(left_trace);
+                }
+            }
+            Some(finding)
         }
         (Ok(None), Ok(None)) => None,
         (Err(reason), _) | (_, Err(reason)) => Some(OperatorFinding::Unavailable {
