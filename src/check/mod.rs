@@ -114,6 +114,13 @@ impl CheckOutcome {
         }
     }
 
+    /// `  replicas: n/a: why` (with its newline) when the check is n/a, for reports.
+    #[must_use]
+    pub fn not_applicable_line(&self) -> Option<String> {
+        let why = self.skipped.as_deref()?;
+        Some(format!("  {}: n/a: {why}\n", self.kind))
+    }
+
     /// `true` when the finding matches the expectation, or the check was skipped.
     #[must_use]
     pub fn holds(&self) -> bool {
@@ -197,8 +204,7 @@ impl ScenarioReport {
         if self.compared_nothing() {
             out.push_str("every check is n/a: nothing was compared, so nothing is verified\n");
             for o in &self.outcomes {
-                let why = o.skipped.as_deref().unwrap_or_default();
-                let _ = writeln!(out, "  {}: n/a: {why}", o.kind);
+                out.push_str(&o.not_applicable_line().unwrap_or_default());
             }
         }
         for outcome in self.outcomes.iter().filter(|o| !o.holds()) {
@@ -953,11 +959,10 @@ fn compare_end_states(
     }))
 }
 
-/// `repeat` failed by its unperturbed runs while its two recorded runs agree: the end states'
-/// divergence becomes the check's, with the cause [`CauseClass::Timing`].
-fn hidden_by_recording(repeat: &mut CheckOutcome, end: EndStates) {
-    let what = end.differing.unwrap_or("the unperturbed runs");
-    let mut comparison = end.comparison;
+/// `repeat` failed by its unperturbed runs (`what`: the pair that differs) while its two
+/// recorded runs agree: the end states' divergence becomes the check's, with the cause
+/// [`CauseClass::Timing`].
+fn hidden_by_recording(repeat: &mut CheckOutcome, mut comparison: Comparison, what: &str) {
     if let Some(first) = comparison.first.as_mut() {
         let mut cause = crate::compare::Cause::new(
             CauseClass::Timing,
@@ -1387,7 +1392,10 @@ pub(crate) fn run_checks_on(
             runner.run(scenario, &request.unperturbed())
         };
         match compare_end_states(&first, quiet)? {
-            Some(end) if end.differing.is_some() => hidden_by_recording(repeat, end),
+            Some(EndStates {
+                comparison,
+                differing: Some(what),
+            }) => hidden_by_recording(repeat, comparison, what),
             Some(end) => {
                 let n = end.comparison.num_compared;
                 repeat.comparison.num_compared += n;

@@ -910,8 +910,7 @@ fn check(
                     // A check that ran and compared nothing says why, on a passing scenario too.
                     let mut detail = format!("{}:\n", scenario.name);
                     for o in report.outcomes.iter().filter(|o| o.empty) {
-                        let why = o.skipped.as_deref().unwrap_or_default();
-                        detail.push_str(&format!("  {}: n/a: {why}\n", o.kind));
+                        detail.push_str(&o.not_applicable_line().unwrap_or_default());
                     }
                     detail.extend(written.lines.iter().map(|l| format!("{l}\n")));
                     result.detail = Some(detail);
