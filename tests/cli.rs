@@ -223,6 +223,40 @@ fn limits_exit_2_naming_the_field_never_abort_or_panic() {
     assert_contains("stderr", &out.stderr, &["--deadline", "not in 1..=604800"]);
 }
 
+/// A 1024-rank run that MemAvailable admits but the address-space limit cannot hold: before,
+/// a rank's allocation failed and the process aborted ("memory allocation of 4000000 bytes
+/// failed", SIGABRT); now the limit counts as memory available and the run is refused before
+/// any rank starts, naming the field.
+#[test]
+fn a_run_beyond_the_address_space_limit_exits_2_naming_the_field_never_aborts() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario(
+        dir.path(),
+        "seed",
+        r#", "params": {"elements": 500000}"#,
+        &[("\"world_size\": 3", "\"world_size\": 1024")],
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 8000000 && exec {} check --no-progress case.json",
+            env!("CARGO_BIN_EXE_detcheck")
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_contains(
+        "stderr",
+        &stderr,
+        &[
+            "case.json: field `params.elements`: the run would hold about",
+            "(the address-space limit, ulimit -v)",
+        ],
+    );
+}
+
 #[test]
 fn failing_ranks_exit_3_naming_the_rank_and_collective() {
     let fault = |kind: &str| {

@@ -580,6 +580,11 @@ pub(crate) struct MpiComm<'c> {
     inbox: RefCell<Inbox>,
     next_call: Cell<u64>,
     next_round: Cell<u64>,
+    /// The collective this rank last left because peers never arrived, in words: `finish`
+    /// names it when those peers never finish either, so the abort says where they stalled
+    /// whichever rank's message the launcher forwards (MPICH's Hydra often forwards only the
+    /// aborting rank's).
+    timed_out: RefCell<Option<String>>,
 }
 
 impl std::fmt::Debug for MpiComm<'_> {
@@ -610,6 +615,7 @@ impl<'c> MpiComm<'c> {
             inbox: RefCell::new(Inbox::new(size)),
             next_call: Cell::new(0),
             next_round: Cell::new(0),
+            timed_out: RefCell::new(None),
         }
     }
 
@@ -838,6 +844,7 @@ impl<'c> MpiComm<'c> {
                     missing: missing.clone(),
                 };
                 if pending.is_empty() {
+                    *self.timed_out.borrow_mut() = Some(timeout.to_string());
                     return Err(timeout);
                 }
                 abort_job(
@@ -889,10 +896,14 @@ impl<'c> MpiComm<'c> {
                     break;
                 }
                 if Instant::now() >= deadline {
+                    let before = match self.timed_out.borrow().as_deref() {
+                        Some(timeout) => format!("{timeout}; then "),
+                        None => String::new(),
+                    };
                     abort_job(
                         &self.context,
                         &format!(
-                            "rank {} finished, but rank(s) {not_done:?} did not finish within {:?}",
+                            "{before}rank {} finished, but rank(s) {not_done:?} did not finish within {:?}",
                             self.rank, self.deadline
                         ),
                     );
@@ -903,6 +914,7 @@ impl<'c> MpiComm<'c> {
         let mut inbox = self.inbox.borrow_mut();
         inbox.messages.clear();
         inbox.arrival.clear();
+        self.timed_out.take();
     }
 
     fn native_allreduce(

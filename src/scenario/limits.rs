@@ -200,46 +200,73 @@ pub struct Available {
     pub source: &'static str,
 }
 
-/// The memory available now: `MemAvailable` of `/proc/meminfo`, lowered to what the cgroup v2
-/// limit (`/sys/fs/cgroup/memory.max` minus `memory.current`) leaves, when one is set; where
-/// neither can be read, [`FALLBACK_AVAILABLE`].
+/// The memory available now: the lowest of what each limit on this process leaves.
+/// - `MemAvailable` of `/proc/meminfo`;
+/// - the cgroup v2 limit: `/sys/fs/cgroup/memory.max` minus `memory.current`;
+/// - the address-space limit (`ulimit -v`, "Max address space" of `/proc/self/limits`) minus the
+///   process's `VmSize`: past it an allocation fails;
+/// - under strict overcommit (`vm.overcommit_memory` 2), `CommitLimit` minus `Committed_AS`.
+///
+/// Where none can be read, [`FALLBACK_AVAILABLE`]. The last two are the limits under which an
+/// allocation fails instead of the kernel's reclaiming memory: a run the estimate admits past
+/// them would abort in its allocator ("memory allocation of N bytes failed"), not end with
+/// a message.
 #[must_use]
 pub fn available_memory() -> Available {
-    let meminfo = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| mem_available(&text));
-    let read_u64 = |path: &str| {
-        std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok())
-    };
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let read_u64 = |path: &str| read(path).and_then(|t| t.trim().parse::<u64>().ok());
+    let meminfo = read("/proc/meminfo");
+    let field = |name: &str| meminfo.as_deref().and_then(|t| kib_field(t, name));
     let cgroup = read_u64("/sys/fs/cgroup/memory.max")
         .map(|max| max.saturating_sub(read_u64("/sys/fs/cgroup/memory.current").unwrap_or(0)));
-    match (meminfo, cgroup) {
-        (Some(mem), Some(group)) if group < mem => Available {
-            bytes: group,
-            source: "cgroup memory.max",
-        },
-        (Some(mem), _) => Available {
-            bytes: mem,
-            source: "MemAvailable",
-        },
-        (None, Some(group)) => Available {
-            bytes: group,
-            source: "cgroup memory.max",
-        },
-        (None, None) => Available {
-            bytes: FALLBACK_AVAILABLE,
-            source: "assumed: /proc/meminfo unreadable",
-        },
-    }
+    let address_space = read("/proc/self/limits")
+        .and_then(|t| address_space_limit(&t))
+        .map(|limit| {
+            let used = read("/proc/self/status").and_then(|t| kib_field(&t, "VmSize"));
+            limit.saturating_sub(used.unwrap_or(0))
+        });
+    let commit = (read("/proc/sys/vm/overcommit_memory")
+        .as_deref()
+        .map(str::trim)
+        == Some("2"))
+    .then(|| Some(field("CommitLimit")?.saturating_sub(field("Committed_AS")?)))
+    .flatten();
+    [
+        (field("MemAvailable"), "MemAvailable"),
+        (cgroup, "cgroup memory.max"),
+        (address_space, "the address-space limit, ulimit -v"),
+        (commit, "CommitLimit under vm.overcommit_memory=2"),
+    ]
+    .into_iter()
+    .filter_map(|(bytes, source)| {
+        Some(Available {
+            bytes: bytes?,
+            source,
+        })
+    })
+    .min_by_key(|a| a.bytes)
+    .unwrap_or(Available {
+        bytes: FALLBACK_AVAILABLE,
+        source: "assumed: /proc/meminfo unreadable",
+    })
 }
 
-/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
-fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line
-        .trim_start_matches("MemAvailable:")
+/// The soft "Max address space" of a `/proc/self/limits` text, in bytes; `None` when unlimited.
+fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    line.trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The `NAME:  N kB` field of a `/proc/meminfo` or `/proc/self/status` text, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(name))?;
+    let kib: u64 = line[name.len() + 1..]
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -378,10 +405,23 @@ mod tests {
     }
 
     #[test]
-    fn mem_available_is_read_in_bytes() {
+    fn proc_fields_are_read_in_bytes() {
         let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   23000000 kB\n";
-        assert_eq!(mem_available(text), Some(23_000_000 * 1024));
-        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(kib_field(text, "MemAvailable"), Some(23_000_000 * 1024));
+        assert_eq!(kib_field(text, "Mem"), None);
+        assert_eq!(kib_field("MemTotal: 5 kB\n", "MemAvailable"), None);
+        assert_eq!(
+            kib_field("VmSize:\t  2048 kB\n", "VmSize"),
+            Some(2048 * 1024)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_limit(limits), None);
+        let limited = limits.replace(
+            "unlimited            unlimited",
+            "3072000000           unlimited",
+        );
+        assert_eq!(address_space_limit(&limited), Some(3_072_000_000));
         assert!(available_memory().bytes > 0);
     }
 
