@@ -943,14 +943,14 @@ fn first_send_delay() -> PyResult<f64> {
 
 /// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
 /// `(stop_after or None, the names of the deterministic settings to apply (none: an empty
-/// list), whether the run records its end state only)`.
+/// list), what it records: `"all"`, `"end"` (the end state only) or `"flow"` (with module inputs))`.
 #[pyfunction]
-fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>, bool)> {
+fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>, &'static str)> {
     let plan = RecorderPlan::from_env().map_err(dump_error)?;
     Ok((
         plan.stop_after,
         setting_names(plan.deterministic),
-        plan.end_state_only,
+        plan.record.as_str(),
     ))
 }
 

@@ -19,6 +19,10 @@ requires("torch")
 
 SCRIPT = PROGRAMS / "align" / "two_devices.py"
 
+#: The code between two modules that `--between` plants, before a correct but ill-conditioned
+#: module (the mean subtracted from values near 1000).
+BETWEEN = ("offset", "residual", "functional", "inplace")
+
 #: name -> the program's arguments for that "device"
 RUNS = {
     "reference": (),
@@ -52,6 +56,11 @@ RUNS = {
     "bf16": ("--device-kind", "other", "--autocast"),
     "bf16_gelu": ("--device-kind", "other", "--autocast", "--bug", "approx_gelu"),
     "bf16_norm": ("--device-kind", "other", "--autocast", "--bug", "unstable_norm"),
+    **{
+        f"{device}_{kind}": ("--device-kind", device, "--between", kind)
+        for kind in BETWEEN
+        for device in ("reference", "other")
+    },
 }
 
 
@@ -93,6 +102,25 @@ def test_rounding_everywhere_is_aligned_where_a_bitwise_compare_differs(detcheck
     assert al["culprit"] is None and al["counts"][1:] == [0, 0], al["rows"][:3]
     assert al["num_records"] > 200
     run_detcheck(detcheck_bin, "compare", dumps[a], dumps[b], code=1)
+
+
+@pytest.mark.parametrize("kind", BETWEEN)
+def test_an_error_made_between_modules_is_inherited_never_a_modules_own(detcheck_bin, dumps, kind):
+    """Error entering through code between modules (an added offset, a residual sum, a
+    functional call, an in-place change of an input), then a correct but ill-conditioned
+    module: `run --dump` records that module's input (`in/recenter.0`, the data flow), so the
+    module is judged on it and aligned. Before, its input was in no record and the module was
+    blamed: `error, own, 32x` (issue 53)."""
+    a, b = f"other_{kind}", f"reference_{kind}"
+    al = align(detcheck_bin, dumps, a, b, "--every-record", code=0)
+    assert al["culprit"] is None and al["counts"][1:] == [0, 0], al["rows"][:3]
+    names = [r["name"] for r in al["records"]]
+    assert "in/recenter.0" in names, names[:40]
+    # The recentring's input is recorded only because code between modules made it: every
+    # other module's input is a record before it (none of theirs is in the dump).
+    assert [n for n in names if n.startswith("in/") and not n.startswith("in/(model)")] == [
+        "in/recenter.0"
+    ] * 3, names
 
 
 @pytest.mark.parametrize(

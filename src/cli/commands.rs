@@ -714,7 +714,7 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
             None => outln!(
                 o,
                 "first culprit: step {} rank {} `{}` ({} vs {}): max |a-b| {:.3e} is {:.1}x its \
-                 allowance {:.3e}; the records before it explain less, so the error is its own",
+                 allowance {:.3e}; {}",
                 c.step,
                 c.rank,
                 c.name,
@@ -722,7 +722,8 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
                 c.right,
                 c.error,
                 c.excess,
-                c.allowance
+                c.allowance,
+                c.blame.reason()
             ),
         }
         if let Some(call) = &al.culprit_call {
@@ -748,7 +749,10 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
         }
         let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
         if !others.is_empty() {
-            outln!(o, "other records whose error is their own:");
+            outln!(
+                o,
+                "other records whose error is their own (or unconfirmed):"
+            );
             for r in others.iter().take(5) {
                 outln!(o, "  {r}");
             }

@@ -885,9 +885,11 @@ pub(crate) fn alignment_page(
             escape(&c.left),
             escape(&c.right),
             escape(&c.note.clone().unwrap_or_else(|| format!(
-                "max |a-b| {:.3e} is {:.1}x its allowance {:.3e}: the records before it explain \
-                 less, so the error is its own",
-                c.error, c.excess, c.allowance
+                "max |a-b| {:.3e} is {:.1}x its allowance {:.3e}: {}",
+                c.error,
+                c.excess,
+                c.allowance,
+                c.blame.reason()
             )))
         );
         if al.chain_len > 0 {

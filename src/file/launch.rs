@@ -20,7 +20,7 @@
 //! | `DETCHECK_PROGRAM` | the program as `detcheck run` takes it (`--ranks 2 --launcher torchrun -- python3 train.py`, shell-quoted), for the environment snapshot (`site:program`): what `compare --align` prints in the commands that look inside a culprit |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
-//! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update (unset: every record of every step) |
+//! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update; `flow` (`run --dump`): every record, and each module's tensor inputs that are no tensor recorded before them in the step (`in/<module>.N`: what code between modules made), so `compare --align` sees every module's input (unset or `all`: every record of every step) |
 //!
 //! The last three are read by the Python package's start-up hook ([`RecorderPlan`]), which records
 //! a program that opens no writer of its own (python/README.md, "Zero-change recording").
@@ -93,9 +93,34 @@ pub struct RecorderPlan {
     /// The deterministic settings to apply (`crate::record::hints::deterministic`): bit `i` is
     /// its `i`-th setting; 0: none, [`all_settings`]: every one.
     pub deterministic: u32,
+    /// What the recorder records (`DETCHECK_RECORD`).
+    pub record: RecordMode,
+}
+
+/// What the zero-change recorder records (`DETCHECK_RECORD`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecordMode {
+    /// Every record of every step (`all`, or unset).
+    #[default]
+    All,
     /// An unperturbed run: nothing is read during the steps, the end state is recorded once
-    /// after the last one (`DETCHECK_RECORD=end`).
-    pub end_state_only: bool,
+    /// after the last one (`end`).
+    EndState,
+    /// Every record, and each module's tensor inputs that no record before them in the step
+    /// holds (`flow`): the data flow `compare --align` needs to call an error a module's own.
+    Flow,
+}
+
+impl RecordMode {
+    /// Its value of `DETCHECK_RECORD`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordMode::All => "all",
+            RecordMode::EndState => "end",
+            RecordMode::Flow => "flow",
+        }
+    }
 }
 
 /// The mask of every deterministic setting ([`RecorderPlan::deterministic`]).
@@ -141,8 +166,8 @@ impl RecorderPlan {
                 setting_names(self.deterministic).join(","),
             ));
         }
-        if self.end_state_only {
-            vars.push((RECORD_VAR, "end".to_owned()));
+        if self.record != RecordMode::All {
+            vars.push((RECORD_VAR, self.record.as_str().to_owned()));
         }
         vars
     }
@@ -177,15 +202,16 @@ impl RecorderPlan {
                 )
             })?,
         };
-        let end_state_only = match var(RECORD_VAR).as_deref().map(str::trim) {
-            None | Some("" | "all") => false,
-            Some("end") => true,
-            Some(v) => return Err(bad_variable(RECORD_VAR, v, "`end` or `all`")),
+        let record = match var(RECORD_VAR).as_deref().map(str::trim) {
+            None | Some("" | "all") => RecordMode::All,
+            Some("end") => RecordMode::EndState,
+            Some("flow") => RecordMode::Flow,
+            Some(v) => return Err(bad_variable(RECORD_VAR, v, "`all`, `end` or `flow`")),
         };
         Ok(RecorderPlan {
             stop_after,
             deterministic,
-            end_state_only,
+            record,
         })
     }
 }
@@ -659,7 +685,7 @@ mod tests {
         let plan = RecorderPlan {
             stop_after: Some(5),
             deterministic: all_settings(),
-            end_state_only: true,
+            record: RecordMode::EndState,
         };
         let vars = plan.to_env();
         let read = |extra: &[(&str, &str)]| {
@@ -700,7 +726,7 @@ mod tests {
         let subset = RecorderPlan {
             stop_after: None,
             deterministic: some,
-            end_state_only: false,
+            record: RecordMode::All,
         };
         let vars = subset.to_env();
         assert_eq!(

@@ -26,7 +26,7 @@ pub mod slurm;
 pub use capture::{Capture, InsideRequest};
 pub use launch::{
     all_settings, no_records_note, setting_names, settings_mask, srun_rank_variables, Launch,
-    RankFiles, RecorderPlan, ERROR_FILE_MAGIC,
+    RankFiles, RecordMode, RecorderPlan, ERROR_FILE_MAGIC,
 };
 mod lock;
 pub use lock::{FolderLock, Holder, LOCK_FILE};

@@ -48,7 +48,7 @@
 use crate::file::launch::shell_quote;
 use crate::file::{
     all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode,
-    InsideRequest, Launch, RecorderPlan,
+    InsideRequest, Launch, RecordMode, RecorderPlan,
 };
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
@@ -488,7 +488,15 @@ impl<'a> CommandLaunch<'a> {
                 .stop_after_steps
                 .then_some(self.request.spec.steps),
             deterministic: self.deterministic_settings(),
-            end_state_only: self.request.unperturbed,
+            record: if self.request.unperturbed {
+                RecordMode::EndState
+            } else if self.request.dump.is_some() && self.request.inside.is_none() {
+                // `run --dump`: the dump is read by `compare --align`, which needs each
+                // module's input where code between modules made it.
+                RecordMode::Flow
+            } else {
+                RecordMode::All
+            },
         };
         for (name, value) in plan.to_env() {
             cmd.env(name, value);

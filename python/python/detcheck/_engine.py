@@ -8,6 +8,11 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   module output's tensors as the front end names them;
 - ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
   arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
+- ``in/<module>.N`` (with ``module_inputs``: ``run --dump``), before a module's call, each of
+  its tensor arguments that is no tensor recorded earlier in the step (as it was then: an
+  in-place change is seen by the tensor's version): what code between modules made (an added
+  offset, a residual sum, a functional call), so that ``compare --align`` knows every module's
+  input; the environment says so (``site:flow``);
 - ``grad/<param>`` when the caller says the backward is over (``end_backward``), and
   ``param/<param>`` when it says the update is done (``after_update``), which ends the step
   (each parameter looked up again by name then: ``torch.func.functional_call`` calls the model
@@ -34,6 +39,7 @@ Determinism: records are made in the order the program runs the hooked code; not
 reads a clock or a hash order.
 """
 
+import weakref
 from typing import Literal, TypeVar
 
 from . import _evidence
@@ -67,6 +73,7 @@ class Recording:
         loss=False,
         device_digests=None,
         records=RECORDS,
+        module_inputs=False,
     ):
         unknown = set(records) - set(RECORDS)
         if unknown:
@@ -96,10 +103,16 @@ class Recording:
         self._evidence_counts: dict[tuple[int, str], int] = {}
         #: ``_evidence``'s sink while this recording takes the evidence, or ``None``.
         self._evidence_sink = None
+        self._held = None
         if writer is None:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
         self.sink = frontend.sink(writer, device_digests, model)
+        #: With ``module_inputs``: the tensors recorded this step, by ``id``: (a reference
+        #: that gives the tensor back while it lives, its version then).
+        self._held = {} if module_inputs and "fwd" in self._records else None
+        if self._held is not None:
+            writer.add_environment("site:flow", "module inputs")
         if _evidence.installed():
             self._evidence_sink = self.paused(self._evidence)
             _evidence.attach(self._evidence_sink)
@@ -108,8 +121,11 @@ class Recording:
             hook = self.paused(self.model_forward_begins)
             self._hooks.append(frontend.on_forward_inputs(model, hook))
         for name, module in frontend.modules(model) if "fwd" in self._records else ():
-            label = "fwd/" + (name if name else ROOT)
-            self._hooks.append(frontend.on_forward(module, self.paused(self._forward(label))))
+            label = name if name else ROOT
+            if self._held is not None:
+                hook = self.paused(self._module_inputs("in/" + label))
+                self._hooks.append(frontend.on_forward_inputs(module, hook))
+            self._hooks.append(frontend.on_forward(module, self.paused(self._forward("fwd/" + label))))
         #: The step whose loss the model's output gave (the backward's is then not recorded).
         self._loss_step = None
         if loss:
@@ -130,6 +146,8 @@ class Recording:
                 self._ops.step_ends()
             if self.sink is not None:
                 self.sink.end_step()
+            if self._held:
+                self._held.clear()
         self._step = int(n)
 
     def next_step(self):
@@ -227,11 +245,47 @@ class Recording:
 
     def record_inputs(self, module, args, kwargs):
         """``in/(model).N``: the model's tensor arguments, then its keyword arguments."""
-        for name, tensor in self._frontend.outputs(f"in/{ROOT}", tuple(args)):
-            self.sink.put(self._step, name, tensor, False, False)
-        for name, tensor in self._frontend.outputs(f"in/{ROOT}", kwargs):
-            self.sink.put(self._step, name, tensor, False, False)
+        for value in (tuple(args), kwargs):
+            for name, tensor in self._frontend.outputs(f"in/{ROOT}", value):
+                self.sink.put(self._step, name, tensor, False, False)
+                if self._held is not None:
+                    self._hold(tensor)
         return None
+
+    def _module_inputs(self, label):
+        """The pre-hook of ``in/<module>.N``: the call's tensor arguments that no record of
+        the step holds as they are now."""
+        outputs = self._frontend.outputs
+
+        def hook(module, args, kwargs):
+            if _OUTSIDE:
+                self._outside_first()
+            put, step = self.sink.put, self._step
+            for value in (tuple(args), kwargs):
+                for name, tensor in outputs(label, value):
+                    if not self._holds(tensor):
+                        put(step, name, tensor, False, False)
+                        self._hold(tensor)
+
+        return hook
+
+    def _hold(self, tensor):
+        try:
+            ref = weakref.ref(tensor)
+        except TypeError:  # a tensor type without weak references: held until the step ends
+
+            def ref(tensor=tensor):
+                return tensor
+
+        self._held[id(tensor)] = (ref, getattr(tensor, "_version", None))
+
+    def _holds(self, tensor):
+        held = self._held.get(id(tensor))
+        return (
+            held is not None
+            and held[0]() is tensor
+            and held[1] == getattr(tensor, "_version", None)
+        )
 
     def _forward(self, label):
         outputs = self._frontend.outputs
@@ -242,6 +296,8 @@ class Recording:
             put, step = self.sink.put, self._step
             for name, tensor in outputs(label, output):
                 put(step, name, tensor, False, False)
+                if self._held is not None:
+                    self._hold(tensor)
 
         return hook
 
@@ -320,6 +376,8 @@ class Recording:
 
     def _advance(self):
         self._step += 1
+        if self._held:
+            self._held.clear()
         if self.sink is not None:
             self.sink.end_step()
 

@@ -53,7 +53,7 @@ _activated = False
 
 
 class _State:
-    def __init__(self, rank, world_size, seed, files, stop_after, deterministic, end_state_only):
+    def __init__(self, rank, world_size, seed, files, stop_after, deterministic, record):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
@@ -65,7 +65,10 @@ class _State:
         self.deterministic = deterministic
         #: An unperturbed run (``DETCHECK_RECORD=end``): nothing read during the steps, the
         #: end state recorded once after the last.
-        self.end_state_only = end_state_only
+        self.end_state_only = record == "end"
+        #: A dump's run (``DETCHECK_RECORD=flow``): each module's inputs that no record
+        #: before them holds are recorded too (``in/<module>.N``).
+        self.module_inputs = record == "flow"
         #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
         #: (``detcheck._mindspore_auto.Recorder``) is imported.
         self.recorder = None
@@ -267,9 +270,9 @@ def activate():
         if claimed is not None and claimed != str(os.getpid()):
             return  # a process the rank's process started
         os.environ[PID_VAR] = str(os.getpid())
-        # The names of the settings to apply; whether the run reads only its end state.
-        stop_after, deterministic, end_state_only = recorder_plan()
-        _state = _State(rank, world_size, seed, files, stop_after, deterministic, end_state_only)
+        # The names of the settings to apply; what the run records.
+        stop_after, deterministic, record = recorder_plan()
+        _state = _State(rank, world_size, seed, files, stop_after, deterministic, record)
         try:
             _keep_failures_readable()
         except Exception as e:

@@ -13,7 +13,12 @@ other device only (`--bug`):
 
 `--offset 1000` gives the activations a large common offset (a large bias of the first layer)
 that the next module subtracts again: ill-conditioned but correct, never a culprit.
-`--bug-block N` chooses the block of the bug (depth). `--device cuda` runs it on a GPU (the
+`--between KIND` puts code between two modules, before the recentring module, on both devices:
+`offset` adds 1000 (`h + 1000.0`), `residual` adds a skip path whose bias is 1000
+(`h + self.skip(x)`), `functional` moves the values to about 1000 with a functional call
+(`torch.lerp`), `inplace` adds 1000 in place (`h.add_(1000.0)`): the recentring module that
+follows is ill-conditioned but correct, and its error comes from that code, which no module's
+output holds. `--bug-block N` chooses the block of the bug (depth). `--device cuda` runs it on a GPU (the
 reference's CPU run against it is a real pair of devices), `--tf32` with TF32 matrix products. The recorder records it unmodified:
 `detcheck run --dump A --mode full -- python two_devices.py --device-kind other ...`.
 """
@@ -31,6 +36,9 @@ parser.add_argument("--bug-block", type=int, default=1)
 parser.add_argument("--autocast", action="store_true")
 parser.add_argument("--offset", type=float, default=0.0)
 parser.add_argument("--shift", type=float, default=30.0)
+parser.add_argument(
+    "--between", choices=["none", "offset", "residual", "functional", "inplace"], default="none"
+)
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--device", default="cpu", help="where to run: cpu, cuda (a real second device)")
 parser.add_argument("--tf32", action="store_true", help="on cuda: TF32 matrix products")
@@ -111,6 +119,7 @@ class Net(nn.Module):
     def __init__(self, dim=64, depth=3):
         super().__init__()
         self.embed = Dense(32, dim)
+        self.skip = Dense(32, dim) if args.between == "residual" else None
         self.recenter = Recenter()
         self.blocks = nn.ModuleList(Block(dim, i) for i in range(depth))
         self.final = Norm(dim)
@@ -118,7 +127,16 @@ class Net(nn.Module):
         self.shift = Shift(dim)
 
     def forward(self, x):
-        h = self.shift(self.recenter(self.embed(x)))
+        h = self.embed(x)
+        if args.between == "offset":
+            h = h + 1000.0
+        elif args.between == "residual":
+            h = h + self.skip(x)
+        elif args.between == "functional":
+            h = torch.lerp(h, torch.full_like(h, 2000.0), 0.5)
+        elif args.between == "inplace":
+            h.add_(1000.0)
+        h = self.shift(self.recenter(h))
         for block in self.blocks:
             h = block(h)
         return self.head(self.final(h))
@@ -130,6 +148,8 @@ torch.manual_seed(0)
 model = Net()
 with torch.no_grad():
     model.embed.bias += args.offset
+    if model.skip is not None:
+        model.skip.bias += 1000.0
 # Initialised and drawn on the CPU, then moved: both devices start from the same bits.
 data = torch.randn(args.steps, 64, 32) * 3.0
 target = torch.randn(args.steps, 64, 1)
