@@ -925,6 +925,19 @@ fn srun_rank_variables() -> PyResult<Vec<(&'static str, String)>> {
     detcheck::file::srun_rank_variables().map_err(dump_error)
 }
 
+/// The launch's variables that make this process rank `rank` of `world_size`
+/// (`DETCHECK_RANK`, `DETCHECK_WORLD_SIZE`): set by a process a rank started when it joins a
+/// process group as a rank of its own, and by a rank whose group is larger than the launch's
+/// world (`detcheck/_startup.py`).
+#[pyfunction]
+fn launch_variables(rank: u32, world_size: u32) -> Vec<(&'static str, String)> {
+    use detcheck::file::launch::{RANK_VAR, WORLD_SIZE_VAR};
+    vec![
+        (RANK_VAR, rank.to_string()),
+        (WORLD_SIZE_VAR, world_size.to_string()),
+    ]
+}
+
 /// The first line of a rank's error file (`detcheck::file::ERROR_FILE_MAGIC`).
 #[pyfunction]
 fn error_file_magic() -> &'static str {
@@ -1082,6 +1095,7 @@ fn detcheck_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(window_record_name, m)?)?;
     m.add_function(wrap_pyfunction!(launch_info, m)?)?;
     m.add_function(wrap_pyfunction!(srun_rank_variables, m)?)?;
+    m.add_function(wrap_pyfunction!(launch_variables, m)?)?;
     m.add_function(wrap_pyfunction!(error_file_magic, m)?)?;
     m.add_function(wrap_pyfunction!(recorder_plan, m)?)?;
     m.add_function(wrap_pyfunction!(first_send_delay, m)?)?;

@@ -858,22 +858,25 @@ fn check(
                 .iter()
                 .map(|&k| (k, k == CheckKind::Replicas && spec.world_size < 2)),
         );
-        let scenario_row = |checks: &str, records: &str, verdict: &str, first: &str| {
-            row([
-                &scenario.name,
-                &ranks,
-                &steps,
-                &result.reduction,
-                checks,
-                records,
-                verdict,
-                first,
-            ])
-        };
+        let scenario_row =
+            |ranks: &str, checks: &str, records: &str, verdict: &str, first: &str| {
+                row([
+                    &scenario.name,
+                    ranks,
+                    &steps,
+                    &result.reduction,
+                    checks,
+                    records,
+                    verdict,
+                    first,
+                ])
+            };
         let verdict = result.verdict();
         match &result.outcome {
-            Outcome::Ignored => rows.push(scenario_row(&listed, "-", verdict, "-")),
-            Outcome::Skipped(reason) => rows.push(scenario_row(&listed, "-", verdict, reason)),
+            Outcome::Ignored => rows.push(scenario_row(&ranks, &listed, "-", verdict, "-")),
+            Outcome::Skipped(reason) => {
+                rows.push(scenario_row(&ranks, &listed, "-", verdict, reason));
+            }
             Outcome::Ran(report) => {
                 let first = report
                     .first_divergence()
@@ -889,7 +892,9 @@ fn check(
                         .iter()
                         .map(|o| (o.kind, o.skipped.is_some())),
                 );
-                rows.push(scenario_row(&ran, &records, verdict, &first));
+                // The ranks the runs had (a program may start more than were launched).
+                let ranks = report.world_size.to_string();
+                rows.push(scenario_row(&ranks, &ran, &records, verdict, &first));
                 let written = commands::write_reports(scenario, report, reports.report_dir);
                 if !report.passed() {
                     let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
@@ -924,7 +929,7 @@ fn check(
                 result.files = written.files;
             }
             Outcome::Errored { message, .. } => {
-                rows.push(scenario_row(&listed, "-", verdict, "-"));
+                rows.push(scenario_row(&ranks, &listed, "-", verdict, "-"));
                 result.detail = Some(format!("{}:\n  {message}\n", scenario.name));
             }
         }

@@ -277,6 +277,10 @@ pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
 /// a program's seeds and fixes are PyTorch's.
 pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 
+/// The fact of a rank that is a process the program started itself and that joined its
+/// process group at this line (python/python/detcheck/_startup.py `_adopt`).
+pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
+
 /// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
 /// (`detcheck._evidence`): the program's line.
 pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
@@ -398,7 +402,17 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
                      seed before building it"
                 ));
             }
-            None => cause = cause.fix(format!("call `{call}(0)` before the model is built")),
+            None => match c.fact(RANK_STARTED_KEY) {
+                Some(at) => {
+                    cause = cause.fix(format!(
+                        "call `{call}(0)` in the process that builds the model, before it \
+                         builds it: this rank is a process the program started itself (it \
+                         joined its process group at {at}), and a started process does not \
+                         inherit its parent's seed"
+                    ));
+                }
+                None => cause = cause.fix(format!("call `{call}(0)` before the model is built")),
+            },
         }
         return cause;
     }

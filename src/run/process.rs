@@ -934,7 +934,7 @@ impl<'a> CommandLaunch<'a> {
             std::thread::sleep(Duration::from_millis(5));
         }
         drop(processes);
-        load_trace(&self.trace_dir, self.world_size as u32).map_err(|e| {
+        load_trace(&self.trace_dir, self.ranks_found()).map_err(|e| {
             let shared = if self.command.launcher == Launcher::Srun {
                 self.shared_folder_hint()
             } else {
@@ -945,6 +945,18 @@ impl<'a> CommandLaunch<'a> {
                 self.why_no_trace()
             ))
         })
+    }
+
+    /// The ranks whose traces the launch left: its world, or more where the program started
+    /// ranks of its own (`torch.multiprocessing.spawn`, Lightning's `devices=N`), each of which
+    /// the Python start-up hook recorded as the rank its process group gave it, with the
+    /// group's size (python/python/detcheck/_startup.py); at most `MAX_WORLD_SIZE`.
+    fn ranks_found(&self) -> u32 {
+        let launched = self.world_size as u32;
+        let most = crate::scenario::limits::MAX_WORLD_SIZE as u32;
+        (launched..most)
+            .find(|&r| !crate::file::trace_path(&self.trace_dir, r).exists())
+            .unwrap_or(most)
     }
 
     /// What a Slurm step's ranks need of the trace folder, for an error where a rank did not

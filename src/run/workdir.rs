@@ -11,7 +11,11 @@
 //! and symbolic links are made again as they are. The program runs there (its current
 //! directory, and `PWD`): what it creates or changes stays in the mirror, which goes with the
 //! launch's folder, and the user's folder is never written by detcheck, nor restored (restoring
-//! would undo what the user saves there while a check runs).
+//! would undo what the user saves there while a check runs). The mirror sits [`PARENT_LEVELS`]
+//! folders deep, each standing for the user's folder at that level with links to its entries,
+//! so relative paths out of the working directory (`../data`, `../../Datasets`: example
+//! repositories read their siblings) reach the user's files as without detcheck; what the
+//! program writes there is written into the user's folders, as without detcheck.
 //!
 //! What can still reach the user's folder: a large file that the program changes in place
 //! through its link ([`Workdir::changed_originals`] names it, and the runner puts the names in
@@ -34,6 +38,10 @@ pub(crate) const MAX_ENTRIES: usize = 20_000;
 pub(crate) const MAX_COPIED_FILE: u64 = 4 << 20;
 /// The most bytes copied into one mirror.
 pub(crate) const MAX_COPIED_TOTAL: u64 = 64 << 20;
+/// How many folders above the working directory the mirror stands in for (`../`, `../../`,
+/// ...): their entries are links to the user's, so a program that reads a sibling folder
+/// (`../data`) finds it as it does without detcheck.
+pub(crate) const PARENT_LEVELS: usize = 4;
 /// Folders linked whole: not the program's outputs, and large.
 const LINKED_FOLDERS: [&str; 4] = [".git", "target", "node_modules", "__pycache__"];
 
@@ -56,13 +64,52 @@ fn link(target: &Path, at: &Path) -> std::io::Result<()> {
     std::os::unix::fs::symlink(target, at)
 }
 
+/// Makes, under `base`, the folders that stand for the [`PARENT_LEVELS`] folders above `root`
+/// (fewer at the top of the file system), from the top down: each holds a link to every entry
+/// of the folder it stands for but the one on the way down to `root`, which is made as a
+/// folder; returns where `root`'s mirror goes (not yet made). A folder above that cannot be
+/// read, or holds more than [`MAX_ENTRIES`] entries, is stood for with no links.
+fn mirror_parents(root: &Path, base: &Path) -> std::io::Result<PathBuf> {
+    let above: Vec<&Path> = root.ancestors().skip(1).take(PARENT_LEVELS).collect();
+    let mut at = base.to_path_buf();
+    for (k, dir) in above.iter().enumerate().rev() {
+        let below = if k == 0 { root } else { above[k - 1] };
+        let Some(name) = below.file_name() else {
+            break;
+        };
+        if let Ok(read) = std::fs::read_dir(dir) {
+            let mut names: Vec<_> = read
+                .filter_map(Result::ok)
+                .map(|e| e.file_name())
+                .take(MAX_ENTRIES + 1)
+                .collect();
+            if names.len() <= MAX_ENTRIES {
+                names.sort();
+                for other in names.iter().filter(|n| *n != name) {
+                    link(&dir.join(other), &at.join(other))?;
+                }
+            }
+        }
+        at.push(name);
+        if k > 0 {
+            std::fs::create_dir(&at)?;
+        }
+    }
+    Ok(at)
+}
+
 impl Workdir {
-    /// Builds the mirror of `root` at `mirror` (created; it must not exist yet, and must not
-    /// be inside `root`'s mirrored part: the walk skips it).
-    pub(crate) fn mirror(root: &Path, mirror: &Path) -> std::io::Result<Self> {
+    /// Builds the mirror of `root` under `base` (created; it must not exist yet, and must not
+    /// be inside `root`'s mirrored part: the walk skips it): `base` stands for the folder
+    /// [`PARENT_LEVELS`] above `root`, and each folder between holds links to the entries of
+    /// the one it stands for, so that `../data` and `../../Datasets` from the mirror are the
+    /// user's; the mirror of `root` is the last of them ([`Workdir::path`]).
+    pub(crate) fn mirror(root: &Path, base: &Path) -> std::io::Result<Self> {
         let root = std::path::absolute(root)?;
-        let mirror = std::path::absolute(mirror)?;
-        std::fs::create_dir_all(&mirror)?;
+        let base = std::path::absolute(base)?;
+        std::fs::create_dir_all(&base)?;
+        let mirror = mirror_parents(&root, &base)?;
+        std::fs::create_dir(&mirror)?;
         let mut workdir = Workdir {
             root: root.clone(),
             mirror: mirror.clone(),
@@ -177,6 +224,36 @@ impl Workdir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// pytorch/examples and many repositories read a sibling folder (`../data`,
+    /// `../../Datasets`): from the mirror they are the user's, and the working directory
+    /// itself is the copy, not the original.
+    #[test]
+    fn relative_paths_out_of_the_working_directory_reach_the_users_folders() {
+        let top = tempfile::tempdir().unwrap();
+        let t = top.path();
+        std::fs::create_dir_all(t.join("Datasets/mnist")).unwrap();
+        std::fs::write(t.join("Datasets/mnist/train.bin"), "images").unwrap();
+        std::fs::create_dir_all(t.join("repo/data")).unwrap();
+        std::fs::write(t.join("repo/data/corpus.txt"), "words").unwrap();
+        std::fs::create_dir_all(t.join("repo/examples/word_lm")).unwrap();
+        let root = t.join("repo/examples/word_lm");
+        std::fs::write(root.join("main.py"), "print(1)\n").unwrap();
+        let launch = tempfile::tempdir().unwrap();
+        let workdir = Workdir::mirror(&root, &launch.path().join("cwd")).unwrap();
+        let m = workdir.path();
+        assert!(m.starts_with(launch.path()), "{m:?}");
+        assert!(m.ends_with("repo/examples/word_lm"), "{m:?}");
+        let read = |rel: &str| std::fs::read_to_string(m.join(rel)).unwrap();
+        assert_eq!(read("main.py"), "print(1)\n");
+        assert_eq!(read("../../data/corpus.txt"), "words");
+        assert_eq!(read("../../../Datasets/mnist/train.bin"), "images");
+        // The way down is the mirror's own: `..` does not lead back into the original.
+        assert!(!m.join("..").join("word_lm").is_symlink());
+        assert!(m.join("../../data").is_symlink());
+        std::fs::write(m.join("out.txt"), "run").unwrap();
+        assert!(!root.join("out.txt").exists());
+    }
 
     #[test]
     fn a_launch_writes_into_its_private_copy_and_never_into_the_folder() {

@@ -376,7 +376,30 @@ def _seeded(name: str, frame: Any) -> None:
         return
     now = state()
     _last[name] = now
+    if _libraries_own_seeding(frame):
+        return
     note(f"seed/{name}", _array(now), site(frame))
+
+
+def _libraries_own_seeding(frame: Any) -> bool:
+    """Whether a seeding call is an installed package's own, not the program's: the call comes
+    from a package (not the program's files), and the program's line that led to it does not
+    ask for seeding (no "seed" in it: `for x in loader:` reaching torchvision's FakeData, which
+    seeds torch for each sample, against `seed_everything(0)` or `set_seed(0)`, a helper the
+    program calls to seed)."""
+    import linecache
+
+    first = None
+    while frame is not None:
+        whose, full = _whose(frame.f_code.co_filename, "\0")
+        if whose != "past" and first is None:
+            first = whose
+        if whose == "program":
+            if first != "other":
+                return False
+            return "seed" not in linecache.getline(full, frame.f_lineno).lower()
+        frame = frame.f_back
+    return first == "other"
 
 
 def track_seeding(owner: Any, attribute: str, generator: str) -> None:

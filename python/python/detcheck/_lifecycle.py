@@ -95,7 +95,9 @@ class LifecycleRecorder:
         process is no rank, or the program records itself)."""
         import multiprocessing
 
-        if multiprocessing.parent_process() is not None:
+        if multiprocessing.parent_process() is not None and not self._state.adopted:
+            # Unless it joined a process group as a rank (``_startup``: a
+            # ``torch.multiprocessing.spawn`` worker).
             self.stand_down("a multiprocessing child is no rank")
             return None
         if _program_records_itself():

@@ -12,7 +12,12 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
 1. returns at once in a process that is not one of the launch's ranks: no rank in its
    environment (torchrun's agent, which imports torch too), or a child of the rank's process
    (``DETCHECK_RECORDER_PID``, set here by the first interpreter of the rank and inherited by
-   everything it starts: data-loader workers, compilers, helper scripts);
+   everything it starts: data-loader workers, compilers, helper scripts). Such a child becomes
+   a rank when it joins a process group (``torch.distributed.init_process_group``): a program
+   that starts its own ranks (``torch.multiprocessing.spawn``, Lightning's ``devices=N``) has
+   each recorded as the rank the group gives it, in the launch's trace folder, stopped at the
+   launch's steps (``_adopt``); and a rank whose group is larger than the launch's world takes
+   the group's size, so its trace and its new peers' agree;
 2. with ``--deterministic`` (``DETCHECK_DETERMINISTIC``), applies the hint table's start-up
    calls (``detcheck._settings``): ``random.seed`` now, ``numpy.random.seed`` when numpy is
    imported, the torch ones when torch is;
@@ -76,6 +81,9 @@ class _State:
         self.framework = None
         #: The open file ``faulthandler`` writes the stacks into (kept open while we live).
         self.stacks_file = None
+        #: A process the launch did not start, recorded as the rank it joined a process group
+        #: as (``_adopt``).
+        self.adopted = False
 
     def forget_rank_files(self):
         """The rank ends normally: its pid file and its stacks file (when nothing was written
@@ -166,7 +174,10 @@ def _torch_imported(module):
             _torch_frontend.install_evidence()
         except Exception as e:
             _say(f"cannot follow torch's generators and data loaders: {e!r}")
-    if _state.world_size == 1:
+    _follow_the_group(module)
+    if _state.adopted:
+        pass  # its process group exists already
+    elif _state.world_size == 1:
         from . import _single_rank
 
         _single_rank.install()
@@ -268,7 +279,9 @@ def activate():
             return  # not a rank: torchrun's agent, a `none` launch
         claimed = os.environ.get(PID_VAR)
         if claimed is not None and claimed != str(os.getpid()):
-            return  # a process the rank's process started
+            # A process the rank's process started: a rank once it joins a process group.
+            _when_imported("torch", _adopt_when_it_joins_a_group)
+            return
         os.environ[PID_VAR] = str(os.getpid())
         # The names of the settings to apply; what the run records.
         stop_after, deterministic, record = recorder_plan()
@@ -292,6 +305,106 @@ def activate():
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _when_imported(name, callback):
+    """Calls ``callback(module)`` once ``name`` is imported (now, when it is already)."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport({name: callback}))
+
+
+def _wrap_init_process_group(dist, then):
+    """Wraps ``dist.init_process_group`` so that ``then(rank, world_size, caller's frame)``
+    runs after each call that created the default group; wrapping twice does nothing."""
+    original = getattr(dist, "init_process_group", None)
+    if original is None or getattr(original, "_detcheck_follows", False):
+        return
+    import functools
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            if dist.is_initialized():
+                then(dist.get_rank(), dist.get_world_size(), sys._getframe(1))
+        except Exception as e:
+            _say(f"cannot follow the process group this process joined: {e!r}")
+        return result
+
+    init_process_group._detcheck_follows = True
+    dist.init_process_group = init_process_group
+
+
+def _adopt_when_it_joins_a_group(torch_module):
+    dist = getattr(torch_module, "distributed", None)
+    if dist is not None and dist.is_available():
+        _wrap_init_process_group(dist, lambda *joined: _adopt(*joined, torch_module))
+
+
+def _set_identity(rank, world_size):
+    """The launch's variables of rank ``rank`` of ``world_size`` (what the writer and the rank's
+    files read), and this process as the rank's recording process."""
+    from ._detcheck import launch_variables
+
+    for name, value in launch_variables(rank, world_size):
+        os.environ[name] = value
+    os.environ[PID_VAR] = str(os.getpid())
+
+
+def _adopt(rank, world_size, frame, torch_module):
+    """This process, started by a rank's process, joined a process group as rank ``rank`` of
+    ``world_size`` (called from ``frame``): it is recorded as that rank from now on (module
+    doc, 1), and its trace says so (``site:rank_started``: a cause that depends on what the
+    process inherited, such as its generators' seeds, names it)."""
+    global _state
+    if _state is not None:
+        return
+    from ._detcheck import launch_info, recorder_plan
+
+    _set_identity(rank, world_size)
+    info = launch_info()
+    if info is None or info[0] is None:
+        return
+    rank, world_size, seed, files = info
+    stop_after, deterministic, record = recorder_plan()
+    _state = _State(rank, world_size, seed, files, stop_after, deterministic, record)
+    _state.adopted = True
+    try:
+        _keep_failures_readable()
+    except Exception as e:
+        _say(f"cannot keep this rank's failures readable: {e!r}")
+    if _evidence_wanted():
+        _follow_generators({})
+        from . import _evidence
+
+        where = _evidence.site(frame)
+        if where is not None:
+            _evidence.fact("site:rank_started", where)
+    atexit.register(_at_exit)
+    _torch_imported(torch_module)
+
+
+def _follow_the_group(torch_module):
+    """A rank of the launch whose process group is larger than the launch's world (it started
+    its peers itself): its identity takes the group's rank and size before its trace opens."""
+    dist = getattr(torch_module, "distributed", None)
+    if dist is None or not dist.is_available() or _state.adopted:
+        return
+
+    def joined(rank, world_size, frame):
+        if world_size > _state.world_size:
+            if _state.recorder is not None and _state.recorder.recorded:
+                _say(
+                    f"this rank joined a process group of {world_size} after its trace "
+                    f"opened as one of {_state.world_size}: its peers' traces will not match"
+                )
+                return
+            _set_identity(rank, world_size)
+            _state.rank, _state.world_size = rank, world_size
+
+    _wrap_init_process_group(dist, joined)
 
 
 def _evidence_wanted():

@@ -1,0 +1,79 @@
+"""The zoo (examples/zoo, issue 54): upstream programs vendored unmodified, checked the way
+their own READMEs run them.
+
+pytorch/examples' mnist (`python main.py`) reads `../data`, a sibling of its folder. detcheck
+runs every launch in a private copy of the working directory; before the copy stood for the
+folders above it too, `../data` was missing there and torchvision tried to download MNIST (exit
+3, no network). The data is made by examples/zoo/mnist_data.py (nothing is downloaded).
+Needs torch and torchvision (scripts/install-python.sh --torch)."""
+
+import shutil
+import subprocess
+import sys
+
+from support import PROGRAMS, ROOT, check, requires
+
+requires("torch")
+requires("torchvision")
+requires("lightning")
+
+ZOO = ROOT / "examples" / "zoo"
+
+
+def test_mnist_reads_its_sibling_data_folder_as_without_detcheck(detcheck_bin, tmp_path):
+    tree = tmp_path / "pytorch-examples"
+    shutil.copytree(ZOO / "pytorch-examples" / "mnist", tree / "mnist")
+    subprocess.run([sys.executable, ZOO / "mnist_data.py", tree / "data"], check=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    args = ("--steps", "3", "--", sys.executable, "main.py", "--epochs", "1")
+    (line,) = check(detcheck_bin, *args, cwd=tree / "mnist", code=0).scenarios.values()
+    assert line["verdict"] == "ok", line
+    repeat = line["checks"][0]
+    assert repeat["status"] == "passed", repeat
+    assert repeat["comparison"]["num_compared"] > 0, repeat
+    # Nothing was written into the user's tree (torchvision found its files; the check's own
+    # report goes where `check` says, outside it).
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert [p for p in after if p not in before and "detcheck" not in str(p)] == [], after
+
+
+IMAGENET = ZOO / "pytorch-examples" / "imagenet"
+
+
+def test_imagenet_spawning_its_own_worker_is_recorded_and_its_unseeded_worker_named(
+    detcheck_bin, tmp_path
+):
+    """imagenet's README runs it as `--multiprocessing-distributed` with `--dist-url tcp://...`:
+    `main()` seeds (`--seed`), then `torch.multiprocessing.spawn` starts the worker that builds
+    the model. Before, that worker was never recorded nor stopped (exit 3 at the timeout). Now
+    it is recorded as the rank its process group gives it; and since a spawned process does not
+    inherit its parent's seed, its model differs from run to run (a plain run's worker draws
+    another `torch.initial_seed()` each time): the cause is the initial parameters, and the fix
+    names the process the program started."""
+    shutil.copytree(IMAGENET, tmp_path / "imagenet")
+    argv = [sys.executable, "main.py", "-a", "resnet18", "--dummy", "--seed", "1", "-b", "8"]
+    argv += ["--workers", "0", "--dist-backend", "gloo", "--multiprocessing-distributed"]
+    argv += ["--world-size", "1", "--rank", "0", "--dist-url", "tcp://127.0.0.1:29533"]
+    (line,) = check(
+        detcheck_bin, "--steps", "2", "--", *argv, cwd=tmp_path / "imagenet", code=1
+    ).scenarios.values()
+    first = line["first_divergence"]
+    assert first["name"] == "init/conv1.weight" and first["step"] == 0, first
+    cause = first["cause"]
+    assert cause["kind"] == "initial_parameters", cause
+    assert "a process the program started itself" in cause["fix"], cause
+    assert "main.py:157" in cause["fix"], cause
+
+
+def test_lightning_starting_its_own_ranks_is_checked_at_every_rank(detcheck_bin, tmp_path):
+    """`Trainer(devices=2, strategy="ddp")` run as `python script.py`: Lightning starts rank 1
+    itself. Both ranks are recorded and stopped at `--steps`; `replicas` compares them."""
+    script = PROGRAMS / "verdicts" / "lightning_devices.py"
+    (line,) = check(
+        detcheck_bin, "--steps", "3", "--", sys.executable, script, cwd=tmp_path, code=0
+    ).scenarios.values()
+    assert line["verdict"] == "ok", line
+    repeat, replicas = line["checks"]
+    assert repeat["comparison"]["world_sizes"] == [2, 2], repeat
+    assert repeat["status"] == replicas["status"] == "passed", line["checks"]
+    assert replicas["comparison"]["num_compared"] > 0, replicas
