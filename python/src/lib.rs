@@ -897,7 +897,7 @@ type LaunchInfo = (
 );
 
 /// The launch this process belongs to, as the zero-change recorder needs it: `(rank or None,
-/// world_size, seed, files)`, where `files` maps `note`, `error`, `pid` and `stacks` to the
+/// world_size, seed, files)`, where `files` maps `note`, `error`, `pid`, `stacks` and `started` to the
 /// paths of the rank's files in the trace folder (`detcheck::file::RankFiles`; `None` without
 /// a rank), or `None` outside detcheck.
 #[pyfunction]
@@ -911,6 +911,7 @@ fn launch_info() -> PyResult<Option<LaunchInfo>> {
                 ("error", f.error),
                 ("pid", f.pid),
                 ("stacks", f.stacks),
+                ("started", f.started),
             ])
         });
         (l.rank, l.world_size, l.seed, files)

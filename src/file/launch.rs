@@ -234,6 +234,7 @@ pub fn no_records_note(trace_dir: &std::path::Path, rank: u32) -> PathBuf {
 /// | `rank{R}.error.txt` | when the rank's program ends with an uncaught exception | `detcheck-error rank=R time=T` (T: seconds since the Unix epoch, a float), then the traceback |
 /// | `rank{R}.pid` | at start-up | the rank's process id |
 /// | `rank{R}.stacks.txt` | when detcheck sends the rank `SIGUSR2` (a launch past its timeout) | every thread's Python stack (`faulthandler`) |
+/// | `rank{R}.started.txt` | when a process the program started joins its process group as rank R of a world larger than the launch's (`torch.multiprocessing.spawn`, Lightning's `devices=N`) | the program's line where it joined: the launch then has as many ranks as such files say |
 ///
 /// Each is written whole (a temporary name, then a rename) except the stacks, which
 /// `faulthandler` writes into a file opened at start-up.
@@ -247,6 +248,8 @@ pub struct RankFiles {
     pub pid: PathBuf,
     /// `rank{R}.stacks.txt`.
     pub stacks: PathBuf,
+    /// `rank{R}.started.txt`.
+    pub started: PathBuf,
 }
 
 impl RankFiles {
@@ -259,6 +262,7 @@ impl RankFiles {
             error: file("error.txt"),
             pid: file("pid"),
             stacks: file("stacks.txt"),
+            started: file("started.txt"),
         }
     }
 }

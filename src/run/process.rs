@@ -48,7 +48,7 @@
 use crate::file::launch::shell_quote;
 use crate::file::{
     all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode,
-    InsideRequest, Launch, RecordMode, RecorderPlan,
+    InsideRequest, Launch, RankFiles, RecordMode, RecorderPlan,
 };
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
@@ -934,7 +934,12 @@ impl<'a> CommandLaunch<'a> {
             std::thread::sleep(Duration::from_millis(5));
         }
         drop(processes);
-        load_trace(&self.trace_dir, self.ranks_found()).map_err(|e| {
+        let ranks = self.ranks_found();
+        for rank in self.world_size as u32..ranks {
+            // Read: a dump holds the traces and nothing else.
+            let _ = std::fs::remove_file(RankFiles::new(&self.trace_dir, rank).started);
+        }
+        load_trace(&self.trace_dir, ranks).map_err(|e| {
             let shared = if self.command.launcher == Launcher::Srun {
                 self.shared_folder_hint()
             } else {
@@ -947,15 +952,17 @@ impl<'a> CommandLaunch<'a> {
         })
     }
 
-    /// The ranks whose traces the launch left: its world, or more where the program started
-    /// ranks of its own (`torch.multiprocessing.spawn`, Lightning's `devices=N`), each of which
-    /// the Python start-up hook recorded as the rank its process group gave it, with the
-    /// group's size (python/python/detcheck/_startup.py); at most `MAX_WORLD_SIZE`.
+    /// The ranks the launch had: its world, or more where the program started ranks of its
+    /// own (`torch.multiprocessing.spawn`, Lightning's `devices=N`), each of which the Python
+    /// start-up hook recorded as the rank its process group gave it and marked
+    /// (`RankFiles::started`; python/python/detcheck/_startup.py); at most `MAX_WORLD_SIZE`.
+    /// Trace files of ranks beyond the world that no such process wrote (copied from another
+    /// dump) leave the world as launched, and its traces then fail to load.
     fn ranks_found(&self) -> u32 {
         let launched = self.world_size as u32;
         let most = crate::scenario::limits::MAX_WORLD_SIZE as u32;
         (launched..most)
-            .find(|&r| !crate::file::trace_path(&self.trace_dir, r).exists())
+            .find(|&r| !RankFiles::new(&self.trace_dir, r).started.exists())
             .unwrap_or(most)
     }
 

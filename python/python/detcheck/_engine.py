@@ -40,7 +40,7 @@ reads a clock or a hash order.
 """
 
 import weakref
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from . import _evidence
 from ._contract import ROOT, FrontEnd, Removable
@@ -103,13 +103,13 @@ class Recording:
         self._evidence_counts: dict[tuple[int, str], int] = {}
         #: ``_evidence``'s sink while this recording takes the evidence, or ``None``.
         self._evidence_sink = None
-        self._held = None
+        #: With ``module_inputs``: the tensors recorded this step, by ``id``: (a reference
+        #: that gives the tensor back while it lives, its version then).
+        self._held: dict[int, tuple[Any, Any]] | None = None
         if writer is None:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
         self.sink = frontend.sink(writer, device_digests, model)
-        #: With ``module_inputs``: the tensors recorded this step, by ``id``: (a reference
-        #: that gives the tensor back while it lives, its version then).
         self._held = {} if module_inputs and "fwd" in self._records else None
         if self._held is not None:
             writer.add_environment("site:flow", "module inputs")
@@ -125,7 +125,9 @@ class Recording:
             if self._held is not None:
                 hook = self.paused(self._module_inputs("in/" + label))
                 self._hooks.append(frontend.on_forward_inputs(module, hook))
-            self._hooks.append(frontend.on_forward(module, self.paused(self._forward("fwd/" + label))))
+            self._hooks.append(
+                frontend.on_forward(module, self.paused(self._forward("fwd/" + label)))
+            )
         #: The step whose loss the model's output gave (the backward's is then not recorded).
         self._loss_step = None
         if loss:

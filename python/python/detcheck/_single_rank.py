@@ -26,8 +26,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _fill():
-    """Sets the variables of a world of one that are not set."""
+def fill():
+    """Sets the variables of a world of one that are not set (also what ``_startup`` gives a
+    DeepSpeed program at one rank, as DeepSpeed's launcher would)."""
     defaults = {
         "RANK": "0",
         "WORLD_SIZE": "1",
@@ -54,7 +55,7 @@ def install():
         return
 
     def env_rendezvous_with_a_world_of_one(*args, **kwargs):
-        _fill()
+        fill()
         return original(*args, **kwargs)
 
     env_rendezvous_with_a_world_of_one._detcheck_world_of_one = True

@@ -29,9 +29,10 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
    (``faulthandler``, unless the program handles that signal);
 5. at one rank, gives a program that creates a process group a world of one
-   (``detcheck._single_rank``); at several, makes each rank's first point-to-point send wait
-   for its slot of the launch, so messages received from any source arrive in another order in
-   each run (``detcheck._arrival``);
+   (``detcheck._single_rank``), and a DeepSpeed program its launcher's variables when it
+   imports deepspeed (without them ``deepspeed.init_distributed`` looks for MPI); at several,
+   makes each rank's first point-to-point send wait for its slot of the launch, so messages
+   received from any source arrive in another order in each run (``detcheck._arrival``);
 6. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
    no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
    prints when the rank's trace is missing).
@@ -181,6 +182,9 @@ def _torch_imported(module):
         from . import _single_rank
 
         _single_rank.install()
+        # DeepSpeed looks for MPI (mpi4py) when its launcher's variables are missing: at one
+        # rank they are given as its launcher would.
+        _when_imported("deepspeed", lambda _module: _single_rank.fill())
     else:
         try:
             from . import _arrival
@@ -375,13 +379,16 @@ def _adopt(rank, world_size, frame, torch_module):
         _keep_failures_readable()
     except Exception as e:
         _say(f"cannot keep this rank's failures readable: {e!r}")
+    from . import _evidence
+
+    where = _evidence.site(frame)
     if _evidence_wanted():
         _follow_generators({})
-        from . import _evidence
-
-        where = _evidence.site(frame)
         if where is not None:
             _evidence.fact("site:rank_started", where)
+    if "started" in files:
+        # The mark that makes the launch count this rank (``detcheck::file::RankFiles``).
+        _write_whole(files["started"], f"{where or '?'}\n")
     atexit.register(_at_exit)
     _torch_imported(torch_module)
 

@@ -365,11 +365,11 @@ def requires(name):
     with mpirun, gloo, fork) when it is there. When it is missing, skips the test (or the whole
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
-    ``name``: torch, torchvision, deepspeed, triton, gloo (torch.distributed's), transformers, accelerate,
-    lightning, lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork (``os.fork``), slurm
-    (``srun`` and a node that is up), msprobe or msprobe-mindspore (returns the path of a
-    Python interpreter that imports msprobe with torch, or with MindSpore, which need not be
-    this one)."""
+    ``name``: torch, torchvision, deepspeed, triton, gloo (torch.distributed's), transformers,
+    accelerate, lightning, lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork
+    (``os.fork``), slurm (``srun`` and a node that is up), msprobe or msprobe-mindspore
+    (returns the path of a Python interpreter that imports msprobe with torch, or with
+    MindSpore, which need not be this one)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line
     if name not in _NEEDS:
         raise ValueError(f"requires: unknown {name!r}; known: {sorted(_NEEDS)}")
