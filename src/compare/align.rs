@@ -158,7 +158,7 @@ pub enum Blame {
     /// Aligned: nothing to blame.
     None,
     /// Its own: beyond what every record before it explains, and its input is known to be
-    /// aligned (the dumps hold it: [`has_input_evidence`]).
+    /// aligned (the dumps hold it: `has_input_evidence`).
     Own,
     /// Inherited from a culprit before it.
     Inherited,
