@@ -28,6 +28,7 @@ PLANTED = {
     "clock_seed": ("seeded_differently", "clock_seed.py:12", "seeded with a different value"),
     "loader_order": ("data_order", "loader_order.py:16", "the data loader fetched other samples"),
     "init_before_seed": ("initial_parameters", None, "before the first step"),
+    "late_helper_seed": ("initial_parameters", None, "before the first step"),
     "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
     "clock_jitter": ("value_from_outside", "clock_jitter.py:18", "`aten.lift_fresh.default`"),
     # outside any module: the line where the noisy batch enters torch (`data/outside`)
@@ -113,6 +114,22 @@ def one_liner(detcheck_bin, script, *args, flags=("--format", "json"), code, cwd
     )
 
 
+#: name -> what the fix must name: the line that built the model, and the program's own call
+#: of a seeding helper with the helper's line after it (issue 54).
+FIX_NAMES = {
+    "init_before_seed": [
+        "build the model (at",
+        "init_before_seed.py:22)",
+        "init_before_seed.py:23",
+    ],
+    "late_helper_seed": [
+        "late_helper_seed.py:14)",
+        "late_helper_seed.py:15, in ",
+        "helpers/seeding.py:10",
+    ],
+}
+
+
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, name, tmp_path):
     kind, site, words = PLANTED[name]
@@ -141,6 +158,8 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
             assert cause["site"].endswith(site), cause
         if name == "snapshot_at_path":
             assert f"`{snapshot}`" in cause["summary"], cause
+        for words in FIX_NAMES.get(name, ()):
+            assert words in cause["fix"], cause
         # The hash seed is shown only where it is the cause.
         environment = line["checks"][0]["comparison"]["environment"]
         shown = any(e["key"] == "PYTHONHASHSEED" for e in environment)

@@ -277,6 +277,10 @@ pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
 /// a program's seeds and fixes are PyTorch's.
 pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 
+/// The fact of the line that built the recorded model (python/python/detcheck/_evidence.py
+/// `note_module_built`).
+pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
+
 /// The fact of a rank that is a process the program started itself and that joined its
 /// process group at this line (python/python/detcheck/_startup.py `_adopt`).
 pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
@@ -397,9 +401,12 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         );
         match seeded {
             Some(site) => {
+                let built = c
+                    .fact(MODEL_BUILT_KEY)
+                    .map_or_else(String::new, |at| format!(" (at {at})"));
                 cause = cause.fix(format!(
-                    "build the model after `{call}`, which this program calls at {site}, or \
-                     seed before building it"
+                    "build the model{built} after `{call}`, which this program calls at {site}, \
+                     or seed before building it"
                 ));
             }
             None => match c.fact(RANK_STARTED_KEY) {

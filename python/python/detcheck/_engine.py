@@ -116,6 +116,9 @@ class Recording:
         if _evidence.installed():
             self._evidence_sink = self.paused(self._evidence)
             _evidence.attach(self._evidence_sink)
+            built = _evidence.built_at(model)
+            if built is not None:
+                _evidence.fact("site:model_built", built)
             self.paused(self._record_initial_parameters)()
         if inputs or self._evidence_sink is not None:
             hook = self.paused(self.model_forward_begins)

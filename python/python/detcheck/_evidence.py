@@ -378,7 +378,72 @@ def _seeded(name: str, frame: Any) -> None:
     _last[name] = now
     if _libraries_own_seeding(frame):
         return
-    note(f"seed/{name}", _array(now), site(frame))
+    note(f"seed/{name}", _array(now), call_site(frame))
+
+
+def _main_file() -> str | None:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.abspath(path) if isinstance(path, str) else None
+
+
+def call_site(frame: Any) -> str | None:
+    """``site(frame)``, and where the innermost program frame is in a helper of the program's
+    (another of its files than the script it ran), the script's line that led there first:
+    ``chargpt.py:102, in mingpt/utils.py:16``: the line to change is the program's own call."""
+    main = _main_file()
+    inner = None
+    while frame is not None:
+        full = _program_file(frame.f_code.co_filename)
+        if full is not None:
+            if inner is None:
+                inner = (full, frame.f_lineno)
+                if main is None or full == main:
+                    break
+            elif full == main:
+                return f"{_shown(full, frame.f_lineno)}, in {_shown(*inner)}"
+        frame = frame.f_back
+    return None if inner is None else _shown(*inner)
+
+
+#: Where each outermost module was built (``id`` -> the program's line that called its
+#: ``__init__``), noted as its parameters are registered (``note_module_built``); bounded.
+_BUILT: dict[int, str] = {}
+
+
+def note_module_built(frame: Any) -> None:
+    """A parameter is being registered (``frame``: inside some module's ``__init__``): notes
+    the line that built the outermost module under construction, the frame just outside its
+    ``__init__``, the first time."""
+    outermost = None
+    while frame is not None:
+        if frame.f_code.co_name == "__init__":
+            owner = frame.f_locals.get("self")
+            if owner is not None and hasattr(owner, "register_parameter"):
+                outermost = (owner, frame)
+        frame = frame.f_back
+    if outermost is None or len(_BUILT) >= 4096:
+        return
+    owner, init = outermost
+    if id(owner) not in _BUILT:
+        where = call_site(init.f_back)
+        if where is not None:
+            _BUILT[id(owner)] = where
+
+
+def built_at(module: Any) -> str | None:
+    """The program's line that built ``module`` (or the model a wrapper holds), if noted; else
+    its first submodule's (``nn.Sequential(nn.Linear(...))``: the layers are built, at that
+    line, before the container)."""
+    for candidate in (module, getattr(module, "module", None), getattr(module, "_orig_mod", None)):
+        if candidate is None or not hasattr(candidate, "modules"):
+            continue
+        for k, part in enumerate(candidate.modules()):
+            if id(part) in _BUILT:
+                return _BUILT[id(part)]
+            if k >= 1000:
+                break
+    return None
 
 
 def _libraries_own_seeding(frame: Any) -> bool:

@@ -451,6 +451,26 @@ def _note_saved_files():
     torch.save = noted
 
 
+def _note_where_models_are_built():
+    """The line that built each model (``_evidence.note_module_built``), from torch's global
+    parameter registration hook: it runs while a module is constructed, never in a step."""
+    from torch.nn.modules import module as module_py
+
+    register = getattr(module_py, "register_module_parameter_registration_hook", None)
+    if register is None or getattr(_note_where_models_are_built, "_installed", False):
+        return
+    _note_where_models_are_built._installed = True
+
+    def registered(module, name, param):
+        try:
+            _evidence.note_module_built(sys._getframe(1))
+        except Exception:
+            pass
+        return None
+
+    register(registered)
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
@@ -464,6 +484,7 @@ def install_evidence():
         _evidence.track_seeding(torch.cuda, name, "cuda")
     _follow_values_entering()
     _note_saved_files()
+    _note_where_models_are_built()
     import numpy
     from torch.utils.data import dataloader
 
