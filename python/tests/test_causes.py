@@ -158,8 +158,8 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
             assert cause["site"].endswith(site), cause
         if name == "snapshot_at_path":
             assert f"`{snapshot}`" in cause["summary"], cause
-        for words in FIX_NAMES.get(name, ()):
-            assert words in cause["fix"], cause
+        for named in FIX_NAMES.get(name, ()):
+            assert named in cause["fix"], cause
         # The hash seed is shown only where it is the cause.
         environment = line["checks"][0]["comparison"]["environment"]
         shown = any(e["key"] == "PYTHONHASHSEED" for e in environment)
