@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from support import PROGRAMS, ROOT, check, requires
+from support import PROGRAMS, ROOT, check, requires, run_detcheck
 
 requires("torch")
 requires("torchvision")
@@ -63,6 +63,22 @@ def test_imagenet_spawning_its_own_worker_is_recorded_and_its_unseeded_worker_na
     assert cause["kind"] == "initial_parameters", cause
     assert "a process the program started itself" in cause["fix"], cause
     assert "main.py:157" in cause["fix"], cause
+    # Its dump holds the worker's trace as rank 0's, and nothing else (no note of the parent
+    # that recorded nothing, no mark of the started rank).
+    dump = tmp_path / "dump"
+    run_detcheck(
+        detcheck_bin,
+        "run",
+        "--dump",
+        dump,
+        "--steps",
+        "2",
+        "--",
+        *argv,
+        cwd=tmp_path / "imagenet",
+        code=0,
+    )
+    assert sorted(p.name for p in dump.iterdir()) == ["rank0.dctrace"]
 
 
 def test_lightning_starting_its_own_ranks_is_checked_at_every_rank(detcheck_bin, tmp_path):

@@ -179,7 +179,9 @@ impl Blame {
                  call): unconfirmed; a dump of `detcheck run --dump` records every module's \
                  input, and a replay on B's inputs settles it (docs/align.md)"
             }
-            _ => "the records before it explain less, so the error is its own",
+            Blame::Own => "the records before it explain less, so the error is its own",
+            Blame::Inherited => "the records before it explain it: inherited from a culprit",
+            Blame::None => "aligned",
         }
     }
 }

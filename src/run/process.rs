@@ -935,9 +935,14 @@ impl<'a> CommandLaunch<'a> {
         }
         drop(processes);
         let ranks = self.ranks_found();
-        for rank in self.world_size as u32..ranks {
-            // Read: a dump holds the traces and nothing else.
+        for rank in 0..ranks {
+            // Read: a dump holds the traces and nothing else. A rank whose process started
+            // its worker (`mp.spawn`) left a note that it recorded nothing; the worker's trace
+            // is the rank's.
             let _ = std::fs::remove_file(RankFiles::new(&self.trace_dir, rank).started);
+            if crate::file::trace_path(&self.trace_dir, rank).exists() {
+                let _ = std::fs::remove_file(no_records_note(&self.trace_dir, rank));
+            }
         }
         load_trace(&self.trace_dir, ranks).map_err(|e| {
             let shared = if self.command.launcher == Launcher::Srun {

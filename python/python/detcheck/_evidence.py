@@ -446,6 +446,11 @@ def built_at(module: Any) -> str | None:
     return None
 
 
+#: ``_whose``'s ``through`` when no package's frames are to be looked past (no path starts
+#: with it).
+_NO_PACKAGE = "\0"
+
+
 def _libraries_own_seeding(frame: Any) -> bool:
     """Whether a seeding call is an installed package's own, not the program's: the call comes
     from a package (not the program's files), and the program's line that led to it does not
@@ -456,7 +461,7 @@ def _libraries_own_seeding(frame: Any) -> bool:
 
     first = None
     while frame is not None:
-        whose, full = _whose(frame.f_code.co_filename, "\0")
+        whose, full = _whose(frame.f_code.co_filename, _NO_PACKAGE)
         if whose != "past" and first is None:
             first = whose
         if whose == "program":
