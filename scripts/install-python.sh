@@ -9,7 +9,8 @@
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
 # libraries, about 70 s; it runs on the CPU): the torch tests, the operator drill-down's controls
 # and its benchmark need it; and torchvision==0.29.2 (a few MB), which the zoo's pytorch/examples
-# programs import (python/tests/test_zoo.py). .ci/run passes it.
+# programs import, and requests==2.32.5, which nanoGPT's data/shakespeare_char/prepare.py imports
+# (it downloads nothing when its input.txt exists: examples/zoo/README.md). .ci/run passes it.
 #
 # --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0 and
 # lightning==2.6.6 (about 30 s; Python 3.11 or later), the versions
@@ -98,9 +99,9 @@ echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3
     "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2" "pytest-xdist==3.8.0" "ruff==0.17.6" "mypy==2.4.1"
 
 if [ "$torch" = 1 ]; then
-    echo "== pip install torch==2.15.0 torchvision==0.29.2 (CPU use; the registry's wheels)"
+    echo "== pip install torch==2.15.0 torchvision==0.29.2 requests==2.32.5 (CPU use; the registry's wheels)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.15.0" \
-        "torchvision==0.29.2"
+        "torchvision==0.29.2" "requests==2.32.5"
 fi
 
 if [ "$mindspore" = 1 ]; then

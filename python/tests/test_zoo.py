@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from support import PROGRAMS, ROOT, check, requires, run_detcheck
 
 requires("torch")
@@ -93,3 +94,35 @@ def test_lightning_starting_its_own_ranks_is_checked_at_every_rank(detcheck_bin,
     assert repeat["comparison"]["world_sizes"] == [2, 2], repeat
     assert repeat["status"] == replicas["status"] == "passed", line["checks"]
     assert replicas["comparison"]["num_compared"] > 0, replicas
+
+
+# --- examples/zoo/zoo.toml: the entries marked `ci` (scripts/zoo.sh runs them all) ------------
+
+sys.path.insert(0, str(ZOO))
+import zoo  # noqa: E402  (examples/zoo/zoo.py: the manifest's runner)
+
+CI_CASES = [
+    (program, planted)
+    for program in zoo.load()
+    for planted in [None, *program.get("planted", [])]
+    if (planted or program).get("ci")
+]
+
+
+@pytest.mark.parametrize(
+    ("program", "planted"),
+    CI_CASES,
+    ids=[f"{p['name']}: {x['name'] if x else 'clean'}" for p, x in CI_CASES],
+)
+def test_a_zoo_program_as_its_readme_runs_it(detcheck_bin, tmp_path, program, planted):
+    """Clean: the verdict the manifest expects, and no check that passed after comparing
+    nothing. Planted: FAIL with the bug's cause class and line."""
+    copy = zoo.prepare(program, tmp_path, planted)
+    line, _ = zoo.check(detcheck_bin, program, copy)
+    if planted is None:
+        found, why = zoo.judge(
+            line, program.get("verdict", "ok"), program.get("class"), program.get("line")
+        )
+    else:
+        found, why = zoo.judge(line, "FAIL", planted["class"], planted.get("line"))
+    assert not why, (found, why, line.get("first_divergence"))

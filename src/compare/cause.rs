@@ -170,6 +170,10 @@ fn generator(name: &str) -> (&'static str, &'static str) {
         "numpy" => ("numpy's global generator", "np.random.seed(0)"),
         "python" => ("Python's `random`", "random.seed(0)"),
         "mindspore" => ("MindSpore's global seed", "mindspore.set_seed(0)"),
+        "loader" => (
+            "the data loader's own `torch.Generator`",
+            "generator=torch.Generator().manual_seed(0)",
+        ),
         _ => ("a random generator", "seed it with a constant"),
     }
 }
@@ -399,11 +403,12 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
                  was initialised from a generator that was not seeded yet"
             ),
         );
+        cause = cause.at(c.fact(MODEL_BUILT_KEY));
+        let built = c
+            .fact(MODEL_BUILT_KEY)
+            .map_or_else(String::new, |at| format!(" (at {at})"));
         match seeded {
             Some(site) => {
-                let built = c
-                    .fact(MODEL_BUILT_KEY)
-                    .map_or_else(String::new, |at| format!(" (at {at})"));
                 cause = cause.fix(format!(
                     "build the model{built} after `{call}`, which this program calls at {site}, \
                      or seed before building it"
@@ -418,7 +423,9 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
                          inherit its parent's seed"
                     ));
                 }
-                None => cause = cause.fix(format!("call `{call}(0)` before the model is built")),
+                None => {
+                    cause = cause.fix(format!("call `{call}(0)` before the model is built{built}"));
+                }
             },
         }
         return cause;
@@ -714,6 +721,19 @@ mod tests {
     }
 
     #[test]
+    fn a_loader_generator_seeded_from_a_clock_is_seeded_differently_not_data_order() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 0, "seed/loader", Some("main.py:125"));
+        evidence(&mut c, 0, 3, "data/indices", Some("main.py:126"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::SeededDifferently);
+        assert_eq!(cause.site.as_deref(), Some("main.py:125"));
+        assert!(cause.summary.starts_with("the data loader's own"), "{cause:?}");
+        let fix = cause.fix.unwrap();
+        assert!(fix.contains("torch.Generator().manual_seed(0)"), "{fix}");
+    }
+
+    #[test]
     fn evidence_after_the_divergence_is_no_cause() {
         let mut c = diverged_at(0, 4, "fwd/fc");
         evidence(&mut c, 1, 0, "seed/torch", None);
@@ -731,6 +751,18 @@ mod tests {
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::InitialParameters);
         assert!(cause.fix.unwrap().contains("train.py:9"));
+    }
+
+    #[test]
+    fn initial_parameters_never_seeded_name_the_line_that_built_the_model() {
+        let mut c = diverged_at(0, 2, "init/encoder.weight");
+        c.sites
+            .insert((0, MODEL_BUILT_KEY.to_owned()), "main.py:107".to_owned());
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::InitialParameters);
+        assert_eq!(cause.site.as_deref(), Some("main.py:107"));
+        let fix = cause.fix.unwrap();
+        assert!(fix.ends_with("before the model is built (at main.py:107)"), "{fix}");
     }
 
     #[test]

@@ -207,6 +207,33 @@ def flush_outside() -> None:
         note("data/outside", _array(digest), _shown(full, line))
 
 
+def _program_frame(frame: Any) -> Any:
+    """The innermost frame of the program's own files from ``frame`` outwards, or ``None``."""
+    while frame is not None and _program_file(frame.f_code.co_filename) is None:
+        frame = frame.f_back
+    return frame
+
+
+def assigned_at(frame: Any, value: Any) -> str | None:
+    """Where ``value``, an object a program's call was given, got its name: the last line at or
+    above the innermost program frame's line, in that frame's function, that assigns a name
+    bound to ``value`` there (``shuffle = torch.Generator().manual_seed(...)``); else that
+    frame's own line (``generator=torch.Generator().manual_seed(...)`` in the call)."""
+    import linecache
+    import re
+
+    frame = _program_frame(frame)
+    if frame is None:
+        return None
+    full = _program_file(frame.f_code.co_filename) or frame.f_code.co_filename
+    names = [n for n, v in frame.f_locals.items() if v is value and n.isidentifier()]
+    for line in range(frame.f_lineno - 1, max(frame.f_code.co_firstlineno, 1) - 1, -1):
+        text = linecache.getline(full, line)
+        if any(re.match(rf"\s*{n}\s*(:[^=]*)?=[^=]", text) for n in names):
+            return _shown(full, line)
+    return _shown(full, frame.f_lineno)
+
+
 def note(name: str, array: Any, where: str | None) -> None:
     """Hands one piece of evidence to the running recording, or keeps it until one runs."""
     if _sink is not None:

@@ -471,6 +471,17 @@ def _note_where_models_are_built():
     register(registered)
 
 
+def _note_loader_seed(generator, frame):
+    """A loader given its own ``torch.Generator``: ``seed/loader``, the generator's seed as the
+    loader got it, at the line that made (seeded) it, so a generator seeded from a clock or OS
+    entropy (``g.seed()``) is named as such rather than as an unseeded shuffle."""
+    if isinstance(generator, torch.Generator) and generator.device.type == "cpu":
+        import numpy
+
+        seed = numpy.frombuffer(generator.initial_seed().to_bytes(8, "little"), numpy.uint8)
+        _evidence.note("seed/loader", seed, _evidence.assigned_at(frame, generator))
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
@@ -501,6 +512,7 @@ def install_evidence():
         loader_init(self, *args, **kwargs)
         try:
             self._detcheck_site = _evidence.site()
+            _note_loader_seed(getattr(self, "generator", None), sys._getframe(1))
         except Exception:
             pass
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The zoo (issue 54): every upstream program of examples/zoo/zoo.toml checked as its README runs
+# it, beside a plain run, and every planted bug diagnosed; writes docs/zoo.md (the table) and
+# exits 1 when an expectation did not hold. CI runs the entries marked `ci` (python/tests/test_zoo.py).
+#
+#   bash scripts/zoo.sh                  # all of it, then docs/zoo.md is rewritten
+#   bash scripts/zoo.sh --only NAME      # one program (the table is not written)
+#
+# after scripts/install-python.sh --frameworks.
+#
+# About 10 minutes on the 2-core VM (the compiled nanoGPT alone about one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --bin detcheck
+table=(--table docs/zoo.md)
+(($# == 0)) || table=()
+exec target/venv/bin/python examples/zoo/zoo.py --detcheck target/release/detcheck "${table[@]}" "$@"
