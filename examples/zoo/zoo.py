@@ -228,10 +228,17 @@ def main():
     programs = load()
     chosen = [p for p in programs if not args.only or p["name"] == args.only]
     if not chosen:
-        sys.exit(f"zoo.py: no program named {args.only!r} in {MANIFEST}")
+        sys.stderr.write(f"zoo.py: --only: no program named {args.only!r} in {MANIFEST}\n")
+        sys.exit(2)
+    detcheck = str(Path(args.detcheck).resolve())
     outcomes = []
     for program in chosen:
-        for o in run_program(program, args.detcheck, ci_only=args.ci):
+        try:
+            found = run_program(program, detcheck, ci_only=args.ci)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            sys.stderr.write(f"zoo.py: {program['name']}: {e}\n")
+            sys.exit(2)
+        for o in found:
             print(
                 f"{'held' if o.held else 'MISSED'}: {o.program}, {o.case}: {o.found} "
                 f"({o.records}; {o.seconds:.0f} s) {'; '.join(o.why)}",

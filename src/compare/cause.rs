@@ -16,7 +16,9 @@
 //! by re-runs that reproduce each run's values with that run's hash seed, not by a run with one
 //! hash seed.
 
-use super::{Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD};
+use super::{
+    Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
+};
 use crate::record::environment::keys;
 use crate::run::WORKDIR_KEY;
 use serde::{Deserialize, Serialize};
@@ -430,6 +432,24 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         }
         return cause;
     }
+    if let Some(e) = evidence_of(c, d, SPLIT_RECORD).next() {
+        let mut cause = Cause::new(
+            CauseClass::DataOrder,
+            "the dataset was split differently in each run: `random_split` drew from a generator \
+             that was not seeded yet, or seeded differently, so each part holds other samples"
+                .to_owned(),
+        )
+        .at(site_of(c, e))
+        .fix(
+            "seed before the split (move the seeding call above this line), or give the split its \
+             own generator: `random_split(..., generator=torch.Generator().manual_seed(0))`",
+        );
+        cause.evidence.push(format!(
+            "`{SPLIT_RECORD}` differs at step {} rank {}",
+            e.step, e.rank
+        ));
+        return cause;
+    }
     if let Some(e) = evidence_of(c, d, "data/indices").next() {
         let mut cause = Cause::new(
             CauseClass::DataOrder,
@@ -728,9 +748,23 @@ mod tests {
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::SeededDifferently);
         assert_eq!(cause.site.as_deref(), Some("main.py:125"));
-        assert!(cause.summary.starts_with("the data loader's own"), "{cause:?}");
+        assert!(
+            cause.summary.starts_with("the data loader's own"),
+            "{cause:?}"
+        );
         let fix = cause.fix.unwrap();
         assert!(fix.contains("torch.Generator().manual_seed(0)"), "{fix}");
+    }
+
+    #[test]
+    fn a_split_that_differs_is_data_order_at_the_split_even_with_same_indices() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut c, 0, 0, SPLIT_RECORD, Some("transformer.py:46"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::DataOrder);
+        assert_eq!(cause.site.as_deref(), Some("transformer.py:46"));
+        assert!(cause.summary.contains("`random_split`"), "{cause:?}");
+        assert!(cause.fix.unwrap().starts_with("seed before the split"));
     }
 
     #[test]
@@ -762,7 +796,10 @@ mod tests {
         assert_eq!(cause.kind, CauseClass::InitialParameters);
         assert_eq!(cause.site.as_deref(), Some("main.py:107"));
         let fix = cause.fix.unwrap();
-        assert!(fix.ends_with("before the model is built (at main.py:107)"), "{fix}");
+        assert!(
+            fix.ends_with("before the model is built (at main.py:107)"),
+            "{fix}"
+        );
     }
 
     #[test]

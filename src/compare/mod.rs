@@ -250,7 +250,8 @@ pub(crate) fn fill_f64(t: &Tensor, start: usize, out: &mut [f64]) -> usize {
 
 /// Whether records named `name` are evidence of a divergence's cause, not results: generator
 /// states (`rng/<generator>`), states right after a seeding call (`seed/<generator>`), the
-/// sample indices a data loader fetched (`data/indices`) and the digest of the values that
+/// sample indices a data loader fetched (`data/indices`), the indices a dataset was split into
+/// (`data/split`: `random_split`'s subsets, in order) and the digest of the values that
 /// entered torch at one of the program's lines (`data/outside`), which the Python recorder makes
 /// (python/detcheck/_evidence.py). The engine compares them but never counts them as
 /// divergences: an unseeded generator that the program's results do not depend on is no
@@ -260,8 +261,13 @@ pub fn is_evidence(name: &str) -> bool {
     name.starts_with("rng/")
         || name.starts_with("seed/")
         || name == "data/indices"
+        || name == SPLIT_RECORD
         || name == OUTSIDE_RECORD
 }
+
+/// The record of the indices `random_split` gave each part of a dataset (one record per call,
+/// the parts' indices one after another), its line in the `site:` entry.
+pub(crate) const SPLIT_RECORD: &str = "data/split";
 
 /// The record of the values that entered torch at one of the program's lines
 /// (python/detcheck/_evidence.py): a digest of them, its line in the `site:` entry.

@@ -301,15 +301,28 @@ def install_file_audit() -> None:
     trace_dir = os.environ.get("DETCHECK_TRACE_DIR")
     if trace_dir:
         places.append(os.path.abspath(trace_dir) + os.sep)
-    cwd = os.getcwd()
-    launch = os.path.dirname(cwd)
-    if os.path.basename(cwd) == "cwd" and os.path.basename(launch).startswith("detcheck-"):
+    launch = _launch_folder(os.getcwd())
+    if launch is not None:
         # The launch's own folder (src/run/process.rs): its private copy of the working
         # directory, which no other run sees.
         places.append(launch + os.sep)
     _not_noted = tuple(sorted(set(places)))
     sys.addaudithook(_audit)
     _audited = True
+
+
+def _launch_folder(cwd: str) -> str | None:
+    """The launch's folder (``.../detcheck-launch-*``) when ``cwd`` is inside its private copy
+    (``<launch>/cwd``, the working directory itself or, where the folders above it are mirrored
+    too, a folder below: ``<launch>/cwd/lt/examples/basics``), else ``None``."""
+    here = cwd
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        if os.path.basename(here) == "cwd" and os.path.basename(parent).startswith("detcheck-"):
+            return parent
+        here = parent
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:

@@ -482,6 +482,35 @@ def _note_loader_seed(generator, frame):
         _evidence.note("seed/loader", seed, _evidence.assigned_at(frame, generator))
 
 
+def _note_splits():
+    """Wraps ``random_split`` (``torch.utils.data`` and its ``dataset`` module: a function, so
+    wrapping changes no ``isinstance``): each call notes ``data/split``, the indices of its parts
+    one after another, at the program's line that called it. A split drawn from a generator
+    not seeded yet gives other samples to each part while the loaders fetch the same indices."""
+    import numpy
+    import torch.utils.data as data
+    from torch.utils.data import dataset
+
+    original = dataset.random_split
+    if getattr(original, "_detcheck_split", False):
+        return
+
+    @functools.wraps(original)
+    def random_split(*args, **kwargs):
+        parts = original(*args, **kwargs)
+        try:
+            indices = [numpy.asarray(p.indices, dtype=numpy.int64).reshape(-1) for p in parts]
+            values = numpy.concatenate(indices) if indices else numpy.zeros(0, numpy.int64)
+            _evidence.note("data/split", values, _evidence.call_site(sys._getframe(1)))
+        except Exception:
+            pass  # parts that are no Subsets of integer indices: nothing to note
+        return parts
+
+    random_split._detcheck_split = True
+    dataset.random_split = random_split
+    data.random_split = random_split
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
@@ -496,6 +525,7 @@ def install_evidence():
     _follow_values_entering()
     _note_saved_files()
     _note_where_models_are_built()
+    _note_splits()
     import numpy
     from torch.utils.data import dataloader
 
