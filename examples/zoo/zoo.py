@@ -205,12 +205,17 @@ def table(programs, outcomes):
         "| program | launcher idiom | case | expected | found | records | time | x plain | held |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    shown = None
     for o in outcomes:
         idiom, upstream = idioms[o.program]
+        program = f"{o.program} (`{upstream}`)"
+        if o.program == shown:
+            program = idiom = '"'
+        shown = o.program
         ratio = f"{o.seconds / o.plain_seconds:.2f}x" if o.plain_seconds else "-"
         held = "yes" if o.held else "**no**: " + "; ".join(o.why)
         rows.append(
-            f"| {o.program} (`{upstream}`) | {idiom} | {o.case} | {o.expected} | {o.found} "
+            f"| {program} | {idiom} | {o.case} | {o.expected} | {o.found} "
             f"| {o.records} | {o.seconds:.0f} s | {ratio} | {held} |"
         )
     held = sum(o.held for o in outcomes)

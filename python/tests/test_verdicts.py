@@ -10,6 +10,7 @@ Needs torch (CI installs it)."""
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
 from support import PROGRAMS, ROOT, check, requires, run_detcheck
 
@@ -119,3 +120,27 @@ def test_a_deepspeed_job_at_one_rank_is_given_what_its_launcher_would(detcheck_b
     repeat = line["checks"][0]
     assert repeat["status"] == "passed", repeat
     assert repeat["comparison"]["num_compared"] > 0, repeat
+
+
+def test_a_deepspeed_job_under_the_deepspeed_launcher_is_checked_at_its_ranks(
+    detcheck_bin, tmp_path
+):
+    """`detcheck check -- deepspeed --num_gpus 2 zero2.py`, as DeepSpeed's guide runs a job: its
+    launcher starts each rank as a script (`--local_rank=N`); each is recorded as its rank and
+    stopped at `--steps`, and `replicas` compares the ZeRO-2 parameters (issue 54)."""
+    requires("deepspeed")
+    deepspeed = Path(sys.executable).parent / "deepspeed"
+    args = ("--steps", "3", "--timeout", "240", "--", deepspeed, "--num_gpus", "2")
+    done = check(
+        detcheck_bin,
+        *args,
+        VERDICTS / "zero2.py",
+        env={"DS_ACCELERATOR": "cpu"},
+        code=0,
+        cwd=tmp_path,
+    )
+    (line,) = done.scenarios.values()
+    repeat, replicas = line["checks"]
+    assert repeat["comparison"]["world_sizes"] == [2, 2], repeat
+    assert repeat["status"] == replicas["status"] == "passed", line["checks"]
+    assert replicas["comparison"]["num_compared"] > 0, replicas

@@ -149,6 +149,7 @@ class LifecycleRecorder:
             except Exception:
                 pass
         self._before_exit()
+        _return_to_elastic()
         os._exit(0)
 
     # --- the end ----------------------------------------------------------------------------
@@ -215,3 +216,24 @@ class LifecycleRecorder:
         if self._stood_down_because is not None:
             return f"recorded nothing: {self._stood_down_because}"
         return self._nothing_ran()
+
+
+def _return_to_elastic():
+    """A rank that torch elastic started as a function (``elastic_launch`` of a callable:
+    accelerate's ``notebook_launcher``, ``start_processes`` under an agent) and that ends at
+    ``--steps``: its agent counts a worker done only once the worker's return value is in its
+    queue (``_wrap``'s ``ret_val_``, a ``SimpleQueue``: written at once), so it is handed
+    ``None`` as a function that returned; else the agent would wait for ever."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_wrap" and frame.f_globals.get("__name__", "").startswith(
+            "torch.distributed.elastic"
+        ):
+            queue = frame.f_locals.get("ret_val_")
+            if queue is not None:
+                try:
+                    queue.put(None)
+                except Exception:
+                    pass
+            return
+        frame = frame.f_back

@@ -393,6 +393,21 @@ def _adopt(rank, world_size, frame, torch_module):
     _torch_imported(torch_module)
 
 
+def _adopt_forked(rank, world_size, frame, torch_module):
+    """``_adopt`` for a forked copy of a rank (its recorder stood down at the fork): a fresh
+    state and recorder. A child that multiprocessing forked ends with ``os._exit`` after its
+    own exit functions, not ``atexit``'s: its trace is finished by one of those."""
+    global _state
+    _state = None
+    _adopt(rank, world_size, frame, torch_module)
+    try:
+        from multiprocessing import util
+
+        util.Finalize(None, _at_exit, exitpriority=100)
+    except Exception as e:
+        _say(f"cannot finish this rank's trace at its exit: {e!r}")
+
+
 def _follow_the_group(torch_module):
     """A rank of the launch whose process group is larger than the launch's world (it started
     its peers itself): its identity takes the group's rank and size before its trace opens."""
@@ -401,6 +416,11 @@ def _follow_the_group(torch_module):
         return
 
     def joined(rank, world_size, frame):
+        if os.environ.get(PID_VAR) != str(os.getpid()):
+            # A process this rank forked (accelerate's notebook_launcher, torch's
+            # start_processes with "fork") that joined a group: a rank of its own.
+            _adopt_forked(rank, world_size, frame, torch_module)
+            return
         if world_size > _state.world_size:
             if _state.recorder is not None and _state.recorder.recorded:
                 _say(

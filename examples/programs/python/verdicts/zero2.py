@@ -5,6 +5,7 @@ parameter on every rank, updated alike, so `replicas` compares them (stage 2 par
 gradients away from `.grad`: none is recorded); stage 3 partitions the parameters too.
 
     DS_ACCELERATOR=cpu torchrun --nproc-per-node 2 zero2.py [--stage S]
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 zero2.py [--stage S]
 """
 
 import argparse
@@ -16,6 +17,7 @@ from torch import nn
 parser = argparse.ArgumentParser()
 parser.add_argument("--stage", type=int, default=2)
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--local_rank", type=int, default=-1)  # given by the `deepspeed` launcher
 args = parser.parse_args()
 
 deepspeed.init_distributed(dist_backend="gloo")

@@ -1,0 +1,56 @@
+"""Every launcher idiom (issue 54): a program started the way its authors start it, with its
+ranks started by a launcher detcheck does not drive (accelerate's `launch` and
+`notebook_launcher`, `python -m torch.distributed.run`), is checked as `detcheck check --
+<that command>`: each process that becomes a rank is recorded as that rank and stopped at
+`--steps`, and `replicas` compares them. DeepSpeed's `deepspeed` launcher is in
+test_verdicts.py (its own CI section). Lightning's `devices=N` and `torch.multiprocessing.spawn`
+are in test_zoo.py."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from support import PROGRAMS, check, requires
+
+requires("torch")
+requires("accelerate")
+
+LOOP = PROGRAMS / "verdicts" / "accelerate_loop.py"
+BIN = Path(sys.executable).parent
+
+
+def _checked_at_two_ranks(detcheck_bin, tmp_path, *command):
+    shutil.copy(LOOP, tmp_path / LOOP.name)
+    (line,) = check(
+        detcheck_bin, "--steps", "3", "--timeout", "240", "--", *command, cwd=tmp_path, code=0
+    ).scenarios.values()
+    assert line["verdict"] == "ok", line
+    repeat, replicas = line["checks"]
+    assert repeat["comparison"]["world_sizes"] == [2, 2], repeat
+    assert repeat["status"] == replicas["status"] == "passed", line["checks"]
+    assert repeat["comparison"]["num_compared"] > 0, repeat
+    assert replicas["comparison"]["num_compared"] > 0, replicas
+    return line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        (str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", LOOP.name),
+        (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", LOOP.name),
+    ],
+    ids=["accelerate launch", "python -m torch.distributed.run"],
+)
+def test_a_launcher_that_starts_ranks_as_scripts(detcheck_bin, tmp_path, command):
+    line = _checked_at_two_ranks(detcheck_bin, tmp_path, *command)
+    assert line["scenario"]["name"] == "accelerate_loop", line["scenario"]
+
+
+def test_notebook_launcher_forking_its_ranks_under_an_elastic_agent(detcheck_bin, tmp_path):
+    """`notebook_launcher` forks each rank under torch elastic's agent, which counts a worker
+    done only once the function returned a value: before, the forked children were no ranks
+    (a forked child stands down), and once recorded and stopped at `--steps` the agent waited
+    for ever. Each is now recorded as the rank its group gives it, and hands the agent a
+    return value as it stops."""
+    _checked_at_two_ranks(detcheck_bin, tmp_path, sys.executable, LOOP.name, "--notebook")
