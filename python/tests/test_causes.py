@@ -26,7 +26,12 @@ CORPUS = PROGRAMS / "corpus"
 PLANTED = {
     "shuffle_samples": ("unseeded_generator", None, "Python's `random` is never seeded"),
     "clock_seed": ("seeded_differently", "clock_seed.py:12", "seeded with a different value"),
-    "loader_order": ("data_order", "loader_order.py:16", "the data loader fetched other samples"),
+    "loader_order": (
+        "seeded_differently",
+        "loader_order.py:18",
+        "the data loader's own `torch.Generator`",
+    ),
+    "split_order": ("data_order", "split_order.py:20", "`random_split` drew from a generator"),
     "init_before_seed": ("initial_parameters", None, "before the first step"),
     "late_helper_seed": ("initial_parameters", None, "before the first step"),
     "set_order": ("hash_order", None, "a third run with run 1's hash seed repeated run 1"),
@@ -178,15 +183,15 @@ def test_the_cause_leads_the_text_and_reaches_every_report(detcheck_bin, tmp_pat
     flags = ("--no-diagnosis", "--junit", junit, "--report-dir", pages)
     done = one_liner(detcheck_bin, "loader_order", flags=flags, code=1)
     text = done.stdout
-    cause = text.index("  cause: data order: the data loader fetched other samples")
+    cause = text.index("  cause: a generator seeded differently in each run: the data loader's")
     assert cause < text.index("  first divergence:"), text
-    assert "loader_order.py:16\n" in text, text
+    assert "loader_order.py:18\n" in text, text
     assert "PYTHONHASHSEED" not in text, "the hash seed is no lead here"
     failure = ET.parse(junit).getroot().find(".//failure")
-    assert "cause: data order" in failure.text, failure.text
+    assert "cause: a generator seeded differently" in failure.text, failure.text
     (page,) = pages.glob("*.repeat.html")
     html = page.read_text()
-    assert '<h2 id="cause">Cause</h2>' in html and "loader_order.py:16" in html, html
+    assert '<h2 id="cause">Cause</h2>' in html and "loader_order.py:18" in html, html
 
 
 #: script -> the settings `--deterministic` finds that fix it (None: none of them does).
@@ -200,6 +205,7 @@ FIXED_BY = {
     "worker_reseed": None,  # numpy reseeded from OS entropy in data-loader workers
     "arrival_order": None,  # the order messages arrive in: no setting orders them
     "loader_order": None,  # the loader's own generator, seeded with the pid: no setting reaches it
+    "split_order": ["torch.manual_seed"],  # detcheck's seed comes before the split
     "clock_seed": None,  # the program seeds torch from the clock after detcheck's seed
     # Inductor's CPU kernel adds the tied embedding's gradient with atomics; with deterministic
     # algorithms it lowers that `index_put` to ATen's kernel (Inductor's own `deterministic`

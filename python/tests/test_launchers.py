@@ -17,6 +17,9 @@ requires("torch")
 requires("accelerate")
 
 LOOP = PROGRAMS / "verdicts" / "accelerate_loop.py"
+#: Each test gives its launcher a port of its own: their default, 29500, is every launcher's,
+#: and tests run two at a time.
+PORT = {"accelerate": "29631", "torchrun": "29632", "notebook": "29633"}
 BIN = Path(sys.executable).parent
 
 
@@ -37,8 +40,14 @@ def _checked_at_two_ranks(detcheck_bin, tmp_path, *command):
 @pytest.mark.parametrize(
     "command",
     [
-        (str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", LOOP.name),
-        (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", LOOP.name),
+        (
+            *(str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"),
+            *("--main_process_port", PORT["accelerate"], LOOP.name),
+        ),
+        (
+            *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
+            *("--master-port", PORT["torchrun"], LOOP.name),
+        ),
     ],
     ids=["accelerate launch", "python -m torch.distributed.run"],
 )
@@ -53,4 +62,5 @@ def test_notebook_launcher_forking_its_ranks_under_an_elastic_agent(detcheck_bin
     (a forked child stands down), and once recorded and stopped at `--steps` the agent waited
     for ever. Each is now recorded as the rank its group gives it, and hands the agent a
     return value as it stops."""
-    _checked_at_two_ranks(detcheck_bin, tmp_path, sys.executable, LOOP.name, "--notebook")
+    command = (sys.executable, LOOP.name, "--notebook", "--port", PORT["notebook"])
+    _checked_at_two_ranks(detcheck_bin, tmp_path, *command)

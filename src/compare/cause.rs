@@ -57,6 +57,9 @@ pub enum CauseClass {
     /// divergence disappears when recorded, so it depends on timing (a race that recording's
     /// reads and synchronisation hide).
     Timing,
+    /// The model changed before the recording saw it, in processes the program started that
+    /// are no ranks (Hogwild-style trainers sharing one model): what they did is not recorded.
+    UnrecordedProcesses,
     /// No evidence names the cause.
     Unknown,
 }
@@ -88,6 +91,7 @@ impl fmt::Display for CauseClass {
             CauseClass::FileLeftBehind => "a file an earlier run left",
             CauseClass::Environment => "an environment difference",
             CauseClass::Timing => "timing: the divergence disappears when recorded",
+            CauseClass::UnrecordedProcesses => "processes that are no ranks changed the model",
             CauseClass::Unknown => "unknown",
         })
     }
@@ -287,6 +291,10 @@ pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 /// `note_module_built`).
 pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
 
+/// The program's first line that started a `multiprocessing` process itself (not a library's:
+/// data-loader workers, `torch.multiprocessing.spawn`'s ranks), noted by the Python recorder.
+pub(crate) const PROCESS_STARTED_KEY: &str = "site:process_started";
+
 /// The fact of a rank that is a process the program started itself and that joined its
 /// process group at this line (python/python/detcheck/_startup.py `_adopt`).
 pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
@@ -390,6 +398,29 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         .at(site_of(c, e))
         .fix(format!("seed it with a constant: `{call}`"))
         .of(name);
+    }
+    if let (Some(param), Some(at)) = (d.name.strip_prefix("init/"), c.fact(PROCESS_STARTED_KEY)) {
+        // The first record of the model already differs, and the program started processes of
+        // its own that joined no group: they ran on the model before its first recorded use.
+        let mut cause = Cause::new(
+            CauseClass::UnrecordedProcesses,
+            format!(
+                "the model differed when the recording first saw it (`{param}` first), after \
+                 processes the program started itself, that are no ranks, ran on it: what they \
+                 did is not recorded, and processes that train one shared model (Hogwild) \
+                 update it in whatever order they run"
+            ),
+        )
+        .at(Some(at))
+        .fix(
+            "none at a line: Hogwild-style training is not reproducible by design; train in one \
+             process, or make each trainer a rank of a process group (DDP), for runs that \
+             repeat",
+        );
+        cause.evidence.push(format!(
+            "`{PROCESS_STARTED_KEY}`: the program started a process at {at}"
+        ));
+        return cause;
     }
     if let Some(param) = d.name.strip_prefix("init/") {
         let (seed_record, call) = if mindspore {
@@ -765,6 +796,23 @@ mod tests {
         assert_eq!(cause.site.as_deref(), Some("transformer.py:46"));
         assert!(cause.summary.contains("`random_split`"), "{cause:?}");
         assert!(cause.fix.unwrap().starts_with("seed before the split"));
+    }
+
+    #[test]
+    fn a_model_first_seen_after_processes_ran_on_it_is_not_blamed_on_its_seed() {
+        let mut c = diverged_at(0, 2, "init/conv1.weight");
+        c.sites.insert(
+            (0, "site:0:seed/torch:0".to_owned()),
+            "main.py:85".to_owned(),
+        );
+        c.sites
+            .insert((0, MODEL_BUILT_KEY.to_owned()), "main.py:88".to_owned());
+        c.sites
+            .insert((0, PROCESS_STARTED_KEY.to_owned()), "main.py:96".to_owned());
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnrecordedProcesses);
+        assert_eq!(cause.site.as_deref(), Some("main.py:96"));
+        assert!(cause.summary.contains("Hogwild"), "{cause:?}");
     }
 
     #[test]

@@ -311,6 +311,33 @@ def install_file_audit() -> None:
     _audited = True
 
 
+def install_process_watch() -> None:
+    """Notes ``site:process_started``, the program's first line that starts a
+    ``multiprocessing`` process itself (``mp.Process(target=train).start()``: a Hogwild
+    trainer), not one a library starts (data-loader workers, ``mp.spawn``'s ranks: their
+    ``start`` is called from the library's own code). ``BaseProcess.start`` is wrapped: a
+    method of a Python class, so no ``isinstance`` changes."""
+    from multiprocessing import process
+
+    original = process.BaseProcess.start
+    if getattr(original, "_detcheck_started", False):
+        return
+
+    @functools.wraps(original)
+    def start(self: Any) -> Any:
+        try:
+            frame = sys._getframe(1)
+            whose, full = _whose(frame.f_code.co_filename, _NO_PACKAGE)
+            if whose == "program":
+                fact("site:process_started", _shown(full, frame.f_lineno))
+        except Exception:
+            pass
+        return original(self)
+
+    start._detcheck_started = True  # type: ignore[attr-defined]
+    process.BaseProcess.start = start  # type: ignore[method-assign]
+
+
 def _launch_folder(cwd: str) -> str | None:
     """The launch's folder (``.../detcheck-launch-*``) when ``cwd`` is inside its private copy
     (``<launch>/cwd``, the working directory itself or, where the folders above it are mirrored

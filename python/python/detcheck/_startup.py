@@ -449,6 +449,7 @@ def _follow_generators(callbacks):
 
     _evidence.install_python()
     _evidence.install_file_audit()
+    _evidence.install_process_watch()
     if "numpy" in sys.modules:
         _evidence.install_numpy(sys.modules["numpy"])
         return

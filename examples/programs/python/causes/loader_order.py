@@ -1,5 +1,7 @@
 """A DataLoader whose shuffle draws from a generator seeded with the process id (planted;
-`--fixed` seeds it with 0). Expected cause: data order, at the DataLoader's line."""
+`--fixed` seeds it with 0). Expected cause: a generator seeded differently (the loader's own),
+at the DataLoader's line, where the generator is made. (A sampler or split drawn before the
+generator is seeded, data order: split_order.py.)"""
 
 import os
 import sys

@@ -4,7 +4,7 @@
 (`--notebook`), which forks its ranks under a torch elastic agent.
 
     accelerate launch --multi_gpu --num_processes 2 accelerate_loop.py   # gloo on the CPU
-    python accelerate_loop.py --notebook
+    python accelerate_loop.py --notebook [--port P]   # its agent's port (29500 by default)
 """
 
 import sys
@@ -33,6 +33,7 @@ def main():
 
 if __name__ == "__main__":
     if "--notebook" in sys.argv:
-        notebook_launcher(main, num_processes=2)
+        port = sys.argv[sys.argv.index("--port") + 1] if "--port" in sys.argv else "29500"
+        notebook_launcher(main, num_processes=2, use_port=port)
     else:
         main()
