@@ -291,8 +291,9 @@ pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 /// `note_module_built`).
 pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
 
-/// The program's first line that started a `multiprocessing` process itself (not a library's:
-/// data-loader workers, `torch.multiprocessing.spawn`'s ranks), noted by the Python recorder.
+/// The program's first line that started a `multiprocessing` process itself and handed it a
+/// model (not a library's: data-loader workers, `torch.multiprocessing.spawn`'s ranks), noted
+/// by the Python recorder.
 pub(crate) const PROCESS_STARTED_KEY: &str = "site:process_started";
 
 /// The fact of a rank that is a process the program started itself and that joined its

@@ -120,7 +120,11 @@ impl DivergenceMap {
             .iter()
             .map(|(t, _)| Figure::text_width(t))
             .fold(Figure::text_width(title), f64::max);
-        let width = (left + grid_w + 30.0).max(longest + 60.0).max(360.0);
+        // The title starts at `left`, the legend's labels 18 pixels further: the widest must
+        // end inside the picture (a long scenario name was clipped at its edge).
+        let width = (left + grid_w + 30.0)
+            .max(left + 18.0 + longest + 12.0)
+            .max(360.0);
         let height = top + grid_h + 44.0 + legend_h + 10.0;
         let mut f = Figure::new(width.ceil() as u32, height.ceil() as u32);
         f.text(left, 18.0, title, BLACK, Anchor::Start);
@@ -248,6 +252,24 @@ mod tests {
     use crate::record::Trace;
     use crate::record::{RecordLevel, Recorder};
     use crate::value::tensor::Tensor;
+
+    #[test]
+    fn a_long_title_and_legend_fit_inside_the_picture() {
+        let name = "transformer.h.0.attn.c_attn.weight_of_a_deeply_nested_module";
+        let run = |v: f32| {
+            let mut rec = Recorder::new(0, RecordLevel::Stats);
+            rec.record(0, name, &Tensor::scalar(v));
+            Trace {
+                ranks: vec![rec.finish()],
+            }
+        };
+        let map = compare_traces(&run(1.0), &run(2.0), TraceView::All)
+            .map
+            .unwrap();
+        assert_eq!(map.tensors(), [name]);
+        let title = "main_of_a_long_scenario_name: repeat check, first divergent tensor";
+        assert!(map.figure(title).texts_fit(), "a text runs past the right edge");
+    }
 
     #[test]
     fn the_replicas_map_shows_the_rank_that_disagrees_with_rank_zero() {

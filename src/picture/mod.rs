@@ -123,6 +123,20 @@ impl Figure {
         });
     }
 
+    /// Whether every text drawn from its start (`Anchor::Start`) ends inside the picture.
+    #[cfg(test)]
+    pub(crate) fn texts_fit(&self) -> bool {
+        self.items.iter().all(|item| match item {
+            Item::Text {
+                x,
+                text,
+                anchor: Anchor::Start,
+                ..
+            } => x + Self::text_width(text) <= f64::from(self.width),
+            _ => true,
+        })
+    }
+
     /// The width of `text` in pixels, in the PNG's font.
     pub(crate) fn text_width(text: &str) -> f64 {
         (text.chars().count() * font::GLYPH_W) as f64

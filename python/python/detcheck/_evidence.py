@@ -313,10 +313,11 @@ def install_file_audit() -> None:
 
 def install_process_watch() -> None:
     """Notes ``site:process_started``, the program's first line that starts a
-    ``multiprocessing`` process itself (``mp.Process(target=train).start()``: a Hogwild
-    trainer), not one a library starts (data-loader workers, ``mp.spawn``'s ranks: their
-    ``start`` is called from the library's own code). ``BaseProcess.start`` is wrapped: a
-    method of a Python class, so no ``isinstance`` changes."""
+    ``multiprocessing`` process itself and hands it a model (``mp.Process(target=train,
+    args=(rank, model)).start()``: a Hogwild trainer), not one a library starts (data-loader
+    workers, ``mp.spawn``'s ranks: their ``start`` is called from the library's own code) nor
+    one given no model (a logger). ``BaseProcess.start`` is wrapped: a method of a Python
+    class, so no ``isinstance`` changes."""
     from multiprocessing import process
 
     original = process.BaseProcess.start
@@ -328,7 +329,8 @@ def install_process_watch() -> None:
         try:
             frame = sys._getframe(1)
             whose, full = _whose(frame.f_code.co_filename, _NO_PACKAGE)
-            if whose == "program":
+            given = [*getattr(self, "_args", ()), *getattr(self, "_kwargs", {}).values()]
+            if whose == "program" and any(hasattr(a, "register_parameter") for a in given):
                 fact("site:process_started", _shown(full, frame.f_lineno))
         except Exception:
             pass
