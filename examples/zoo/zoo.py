@@ -71,7 +71,7 @@ def prepare(program, workdir, planted=None, python=sys.executable):
     cwd = root / program["cwd"]
     env = dict(os.environ)
     env.update({k: str(v).format(**values) for k, v in program.get("env", {}).items()})
-    for command in program.get("setup", []):
+    for command in [*program.get("setup", []), *((planted or {}).get("setup", []))]:
         done = subprocess.run(
             _expand(command, values), cwd=cwd, env=env, capture_output=True, text=True
         )
@@ -80,6 +80,7 @@ def prepare(program, workdir, planted=None, python=sys.executable):
     argv = _expand(program["argv"], values)
     if planted:
         argv = [planted.get("replace", {}).get(a, a) for a in argv]
+        argv += _expand(planted.get("args", []), values)
     return Copy(root, cwd, env, argv)
 
 

@@ -268,7 +268,10 @@ mod tests {
             .unwrap();
         assert_eq!(map.tensors(), [name]);
         let title = "main_of_a_long_scenario_name: repeat check, first divergent tensor";
-        assert!(map.figure(title).texts_fit(), "a text runs past the right edge");
+        assert!(
+            map.figure(title).texts_fit(),
+            "a text runs past the right edge"
+        );
     }
 
     #[test]
