@@ -44,6 +44,12 @@ PLANTED = {
     # its snapshot at an absolute path outside the working directory (the test's folder)
     "snapshot_at_path": ("file_left_behind", None, "outside the working directory"),
     "arrival_order": ("collective_order", "arrival_order.py:23", "in the order messages arrive"),
+    # a process it starts trains the shared model first (Hogwild's way), seeded with its pid
+    "trainer_process": (
+        "unrecorded_processes",
+        "trainer_process.py:29",
+        "processes the program started itself",
+    ),
     # nanoGPT-style, compiled: Inductor's CPU kernel for the tied embedding's gradient adds
     # with atomics from 2 threads (eager, the corpus's scenario, repeats).
     "nanogpt_compiled": ("nondeterministic_operator", None, "`torch.compile`d model (`GPT`)"),
