@@ -134,13 +134,9 @@ def _shown(full: str, line: int) -> str:
 def site(frame: Any = None) -> str | None:
     """The innermost caller outside detcheck, installed packages and the standard library, as
     ``file:line`` (relative to the working directory when it is inside it), or ``None``."""
-    frame = frame if frame is not None else sys._getframe(1)
-    while frame is not None:
-        full = _program_file(frame.f_code.co_filename)
-        if full is not None:
-            return _shown(full, frame.f_lineno)
-        frame = frame.f_back
-    return None
+    frame = _program_frame(frame if frame is not None else sys._getframe(1))
+    full = None if frame is None else _program_file(frame.f_code.co_filename)
+    return None if full is None else _shown(full, frame.f_lineno)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -223,9 +219,9 @@ def assigned_at(frame: Any, value: Any) -> str | None:
     import re
 
     frame = _program_frame(frame)
-    if frame is None:
+    full = None if frame is None else _program_file(frame.f_code.co_filename)
+    if full is None:
         return None
-    full = _program_file(frame.f_code.co_filename) or frame.f_code.co_filename
     names = [n for n, v in frame.f_locals.items() if v is value and n.isidentifier()]
     for line in range(frame.f_lineno - 1, max(frame.f_code.co_firstlineno, 1) - 1, -1):
         text = linecache.getline(full, line)
