@@ -323,6 +323,41 @@ def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
     assert step0[0] == "fwd/(model)", step0
 
 
+def test_a_program_that_records_itself_records_the_data_flow_in_a_dumps_run(tmp_path):
+    """`run --dump` asks for the data flow (`DETCHECK_RECORD=flow`) whoever records: a
+    program's own `watch` records the input code between modules made (`in/<module>.N`), so
+    that `compare --align` knows that module's input and never leaves its culprit unconfirmed
+    where the program is at hand (docs/align.md)."""
+    program = tmp_path / "own.py"
+    program.write_text(
+        textwrap.dedent("""
+        import torch, detcheck, detcheck.torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))
+        first, second = model
+        model.forward = lambda x: second(first(x) + 1000.0)   # code between two modules
+        writer = detcheck.TraceWriter.from_env()
+        opt = torch.optim.SGD(model.parameters(), 0.1)
+        handle = detcheck.torch.watch(model, writer, opt)
+        opt.zero_grad()
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        writer.close()
+    """)
+    )
+    names = {}
+    for record in ("flow", "all"):
+        (tmp_path / record).mkdir()
+        done, trace = launched(tmp_path / record, [program], DETCHECK_RECORD=record)
+        assert done.returncode == 0, done.stdout + done.stderr
+        names[record] = [r["name"] for r in decode(trace / "rank0.dctrace")]
+        flow = environment(trace / "rank0.dctrace").get("site:flow")
+        assert (flow is not None) == (record == "flow"), (record, flow)
+    # the second module's input (the first's output plus 1000) is no record before it
+    assert "in/1.0" in names["flow"], names["flow"]
+    assert not any(n.startswith("in/") for n in names["all"]), names["all"]
+
+
 def test_a_rank_that_dies_leaves_its_finished_steps_and_fails_the_run(tmp_path, detcheck_bin):
     program = tmp_path / "dies.py"
     program.write_text(

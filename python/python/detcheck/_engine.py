@@ -8,7 +8,9 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
   module output's tensors as the front end names them;
 - ``in/(model).N`` (with ``inputs``): the model's tensor arguments, then its keyword
   arguments by name, each call; ``loss`` (with ``loss``): what the model's output carries;
-- ``in/<module>.N`` (with ``module_inputs``: ``run --dump``), before a module's call, each of
+- ``in/<module>.N`` (with ``module_inputs``; by default when the launch asks for the data
+  flow, ``DETCHECK_RECORD=flow``: ``run --dump``, whoever records, the zero-change recorder or
+  the program's own ``watch``), before a module's call, each of
   its tensor arguments that is no tensor recorded earlier in the step (as it was then: an
   in-place change is seen by the tensor's version): what code between modules made (an added
   offset, a residual sum, a functional call), so that ``compare --align`` knows every module's
@@ -56,6 +58,18 @@ _OUTSIDE = _evidence.OUTSIDE
 RECORDS = ("fwd", "grad", "param")
 
 
+def _launch_asks_for_the_flow():
+    """Whether this rank's launch asks for the data flow (``DETCHECK_RECORD=flow``, read by
+    the launch contract's one reader, ``RecorderPlan``); a value it refuses records no flow
+    (the zero-change recorder's start-up says why)."""
+    from ._detcheck import recorder_plan
+
+    try:
+        return recorder_plan()[2] == "flow"
+    except Exception:
+        return False
+
+
 class Recording:
     """One model's recording (module doc). ``writer`` ``None``: nothing is hooked or
     recorded, the step counter still counts."""
@@ -73,7 +87,7 @@ class Recording:
         loss=False,
         device_digests=None,
         records=RECORDS,
-        module_inputs=False,
+        module_inputs=None,
     ):
         unknown = set(records) - set(RECORDS)
         if unknown:
@@ -110,6 +124,8 @@ class Recording:
             return  # outside detcheck (`TraceWriter.from_env()` gave None): record nothing
         self._ops = frontend.operator_trace(lambda: self._step, model, writer, bool(updates))
         self.sink = frontend.sink(writer, device_digests, model)
+        if module_inputs is None:  # as the launch asks (`run --dump`: the data flow)
+            module_inputs = _launch_asks_for_the_flow()
         self._held = {} if module_inputs and "fwd" in self._records else None
         if self._held is not None:
             writer.add_environment("site:flow", "module inputs")
