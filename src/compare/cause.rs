@@ -20,7 +20,7 @@ use super::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
 };
 use crate::record::environment::keys;
-use crate::run::WORKDIR_KEY;
+use crate::file::launch::WORKDIR_KEY;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

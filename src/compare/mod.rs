@@ -1030,7 +1030,7 @@ impl Engine<'_> {
         };
         // `detcheck.workdir` is a fact even when both runs changed the same file alike.
         for (key, value) in ea.iter().filter(|(k, _)| {
-            k.starts_with("site:") || *k == crate::run::WORKDIR_KEY || *k == cause::FILES_KEY
+            k.starts_with("site:") || *k == crate::file::launch::WORKDIR_KEY || *k == cause::FILES_KEY
         }) {
             self.sites.insert((rank, key.to_owned()), value.to_owned());
         }

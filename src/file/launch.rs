@@ -40,6 +40,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `DETCHECK_TRACE_DIR`.
 pub const TRACE_DIR_VAR: &str = "DETCHECK_TRACE_DIR";
+
+/// The environment key a process launch sets on every rank when the program changed a file of
+/// the user's working directory in place (`run/workdir.rs`); the comparison keeps it as a fact
+/// even when both runs changed the file alike.
+pub(crate) const WORKDIR_KEY: &str = "detcheck.workdir";
 /// `DETCHECK_WORLD_SIZE`.
 pub const WORLD_SIZE_VAR: &str = "DETCHECK_WORLD_SIZE";
 /// `DETCHECK_RANK`.

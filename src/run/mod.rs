@@ -24,10 +24,7 @@ mod workdir;
 
 pub use dump::{dump_inside, dump_scenario, DumpRunError};
 
-/// The environment key a process launch sets on every rank when the program changed a file of
-/// the user's working directory in place (`workdir.rs`); the comparison keeps it as a fact even
-/// when both runs changed the file alike.
-pub(crate) const WORKDIR_KEY: &str = "detcheck.workdir";
+pub(crate) use crate::file::launch::WORKDIR_KEY;
 
 use crate::comm::{
     launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm,
