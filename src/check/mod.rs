@@ -762,12 +762,9 @@ impl<'a> Runs<'a> {
                     &sides(*a, left_label),
                     &sides(*b, right_label),
                 );
-                let c = &mut outcome.comparison;
-                for row in c.rows.iter_mut().chain(c.first.as_mut()) {
-                    if (row.step, row.seq, row.rank) == (d.step, d.seq, d.rank) {
-                        row.element = Some(finding.clone());
-                    }
-                }
+                outcome
+                    .comparison
+                    .annotate(d.key(), |row| row.element = Some(finding.clone()));
                 return;
             }
         }
@@ -873,13 +870,10 @@ impl<'a> Runs<'a> {
         // Operators are traced in programs (`detcheck.torch.watch`), never in built-in kinds,
         // whose records may share the names' prefixes.
         let operator = operator.filter(|_| matches!(scenario.program, Program::Command(_)));
-        let c = &mut outcome.comparison;
-        for row in c.rows.iter_mut().chain(c.first.as_mut()) {
-            if (row.step, row.seq, row.rank) == (d.step, d.seq, d.rank) {
-                row.element = Some(finding.clone());
-                row.operator.clone_from(&operator);
-            }
-        }
+        outcome.comparison.annotate(d.key(), |row| {
+            row.element = Some(finding.clone());
+            row.operator.clone_from(&operator);
+        });
     }
 }
 
@@ -895,14 +889,8 @@ fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
     if cause.kind != CauseClass::HashOrder {
         c.environment.retain(|e| e.key != "PYTHONHASHSEED");
     }
-    if let Some(first) = c.first.as_mut() {
-        first.cause = Some(cause.clone());
-    }
-    let key = c.first.as_ref().map(|d| (d.step, d.seq, d.rank));
-    for row in &mut c.rows {
-        if Some((row.step, row.seq, row.rank)) == key {
-            row.cause = Some(cause.clone());
-        }
+    if let Some(at) = c.first.as_ref().map(Divergence::key) {
+        c.annotate(at, |row| row.cause = Some(cause.clone()));
     }
 }
 

@@ -412,7 +412,8 @@ impl EnvDifference {
 }
 
 impl Divergence {
-    fn key(&self) -> (u64, u32, u32) {
+    /// Which record it is: (step, seq, rank), the order of a comparison's rows.
+    pub(crate) fn key(&self) -> (u64, u32, u32) {
         (self.step, self.seq, self.rank)
     }
 }
@@ -468,6 +469,17 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// Writes a finding into the divergence of the record `at` (its step, seq and rank:
+    /// [`Divergence::key`]): the first divergence and its row in the table alike. The one place
+    /// a diagnosis (a cause, an element, an operator) is written into a comparison's rows.
+    pub(crate) fn annotate(&mut self, at: (u64, u32, u32), write: impl Fn(&mut Divergence)) {
+        for row in self.rows.iter_mut().chain(self.first.as_mut()) {
+            if row.key() == at {
+                write(row);
+            }
+        }
+    }
+
     /// A comparison of nothing (a check that compared no runs).
     pub(crate) fn empty() -> Self {
         Comparison {

@@ -270,7 +270,7 @@ pub(crate) fn compare_sharded(left: &Trace, right: &Trace, cmp: &mut Comparison,
         }
     }
     cmp.num_differing += rows.len() as u64;
-    if let Some(first) = rows.iter().min_by_key(|d| (d.step, d.seq, d.rank)) {
+    if let Some(first) = rows.iter().min_by_key(|d| d.key()) {
         let earlier = cmp
             .first
             .as_ref()
@@ -280,7 +280,7 @@ pub(crate) fn compare_sharded(left: &Trace, right: &Trace, cmp: &mut Comparison,
         }
     }
     cmp.rows.extend(rows);
-    cmp.rows.sort_by_key(|d| (d.step, d.seq, d.rank));
+    cmp.rows.sort_by_key(Divergence::key);
     cmp.rows.truncate(max_rows);
     if let Some(first) = not_compared.first() {
         cmp.notes.push(format!(
