@@ -18,6 +18,9 @@ Determinism: records are made in the order the program runs the hooked code; the
 changes no value. Recording a GPU tensor copies it to the host (or digests it on the device,
 ``device_digests``), which synchronises: the program runs slower, not differently. Requires
 torch 2.0 or later (optimizer step hooks).
+
+``detcheck.torch.batch_invariance(model, samples, batch_sizes)`` checks that each sample's
+outputs do not depend on what else is in its batch (``detcheck._batch``).
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from typing import Any
 
 import torch as _torch
 
+from ._batch import BatchInvariance, BatchRecord, batch_invariance
 from ._contract import Removable
 from ._detcheck import TraceWriter, _program_records
 from ._engine import RECORDS, Handle, Recording
 from ._tensors import Hook, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
-__all__ = ["watch", "WatchHandle"]
+__all__ = ["watch", "WatchHandle", "batch_invariance", "BatchInvariance", "BatchRecord"]
 
 
 #: How many wrappers ``_unwrap_optimizer`` looks through before it gives up.

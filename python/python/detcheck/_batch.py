@@ -1,0 +1,403 @@
+"""Batch invariance of a PyTorch model: does a sample's output depend on what else is in its
+batch? (``detcheck.torch.batch_invariance``; python/README.md, "Batch invariance", is the long
+form, issue 56.)
+
+The same ``N`` samples are run through the model in batches of each size (consecutive samples,
+``samples[i:i + size]``), under ``torch.no_grad()``; every module's tensor outputs are kept row
+by row (dim 0: one row per sample, or ``k`` rows per sample where an output has ``k * size``
+rows, as a ``[B, T, D]`` input viewed as ``[B * T, D]``). Each sample's rows are then compared
+with its rows at the first size, bitwise, in the order the sample's records were made, and the
+first that differs is named: the sample, the record (``fwd/<module>`` as ``watch`` names it),
+the sizes, the largest difference. The culprit is the first record whose output row differs
+while the rows of its inputs are equal (else: code between modules, before it, made the
+difference); inside that module the operator is named the same way, by ``aten`` operator
+(``torch.utils._python_dispatch.TorchDispatchMode``), on a second run of both sizes.
+
+Main type: ``BatchInvariance`` (``holds``, ``first``, ``culprit``, ``operator``; ``str()`` is the
+report). Determinism: nothing here draws a random number or reads a clock; the samples, the
+sizes and the model decide the finding (and the number of threads, which splits a batch too:
+the report names it). Limits: batch-first outputs (dim 0); every record of every module is held
+in memory for all sizes (a tool for a model in a test, not a production batch); a model that
+changes its state in ``forward`` (batch norm in training mode) is compared as it runs, in
+``eval()`` mode if the caller put it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._python_dispatch
+from torch.utils import _pytree as pytree
+
+from ._contract import ROOT
+from ._torch_frontend import TORCH
+
+__all__ = ["BatchInvariance", "BatchRecord", "batch_invariance"]
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One record of one sample at two batch sizes: where it differs first."""
+
+    #: The sample's index in the samples given.
+    sample: int
+    #: The record, ``fwd/<module>`` (``.N`` for the N-th tensor of a tuple output), its
+    #: module's label (``fwd/<module>``), and which call of the module in the sample's batch
+    #: (0: the first).
+    name: str
+    module: str
+    occurrence: int
+    #: The two batch sizes compared: the first size given, and the other.
+    sizes: tuple[int, int]
+    #: max |a - b| over the sample's row (``None`` for integer or boolean rows: they differ).
+    max_abs_diff: float | None
+
+
+@dataclass
+class BatchInvariance:
+    """What ``batch_invariance`` found (module doc)."""
+
+    #: The batch sizes, as given, and the rows each batch was padded to (``None``: none).
+    batch_sizes: tuple[int, ...]
+    pad_to: int | None
+    #: How many samples, and how many (sample, record) rows were compared.
+    num_samples: int
+    num_compared: int
+    #: ``torch.get_num_threads()`` during the runs: the threads split a batch too.
+    threads: int
+    #: The first differing record of the first sample that differs, in the order the sample's
+    #: records were made; ``None`` when every row is bitwise equal.
+    first: BatchRecord | None = None
+    #: The first record whose output differs while its inputs are equal (the module that
+    #: breaks invariance), or ``None`` when the difference entered between modules.
+    culprit: BatchRecord | None = None
+    #: Inside the culprit: the first ``aten`` operator whose output rows differ while its
+    #: input rows are equal, and the sizes of its inputs at each batch size.
+    operator: str | None = None
+    operator_inputs: tuple[str, str] | None = None
+    #: Records kept at one size only (a tensor broadcast along dim 0, as a position embedding
+    #: of one row; or a module that runs at one size only), not compared: at most 20.
+    unmatched: list[str] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool:
+        """Every sample's every record is bitwise equal at every size."""
+        return self.first is None
+
+    def __str__(self) -> str:
+        sizes = ", ".join(map(str, self.batch_sizes))
+        if self.pad_to is not None:
+            sizes += f" (each padded to {self.pad_to} rows)"
+        if self.holds:
+            return (
+                f"batch invariant: {self.num_samples} samples at batch sizes {sizes}, "
+                f"{self.num_compared} rows bitwise equal ({self.threads} threads)"
+            )
+        lines = [f"not batch invariant at batch sizes {sizes} ({self.threads} threads):"]
+        if self.first is not None:
+            f = self.first
+            diff = "" if f.max_abs_diff is None else f", max |diff| {f.max_abs_diff:.3e}"
+            lines.append(
+                f"  first difference: sample {f.sample}, `{f.name}` (call {f.occurrence}), "
+                f"batch {f.sizes[0]} vs {f.sizes[1]}{diff}"
+            )
+        if self.culprit is not None:
+            lines.append(
+                f"  the module that breaks it: `{self.culprit.module}` (call "
+                f"{self.culprit.occurrence}): its output differs while its inputs are equal"
+            )
+        elif self.first is not None:
+            lines.append(
+                f"  no module's output differs on equal inputs: code between modules, before "
+                f"`{self.first.name}`, made the difference (a functional call in a forward)"
+            )
+        if self.operator is not None:
+            inputs = ""
+            if self.operator_inputs is not None:
+                inputs = f" (inputs {self.operator_inputs[0]} vs {self.operator_inputs[1]})"
+            lines.append(f"  operator: `{self.operator}`{inputs}")
+            same = self.operator_inputs is not None and len(set(self.operator_inputs)) == 1
+            if same:
+                lines.append(
+                    "  why: its inputs have the same shapes at both sizes, but the sample sits at "
+                    "another row of the batch, and the kernel splits the batch over "
+                    f"{self.threads} threads by position; fix: one thread for it "
+                    "(`torch.set_num_threads(1)`), or batch-invariant kernels"
+                )
+            else:
+                lines.append(
+                    "  why: the kernel's reduction order depends on the batch's shape (how it is "
+                    "tiled and split over threads); fix: pad every batch to one fixed size "
+                    "(`pad_to`), or use batch-invariant kernels"
+                )
+        return "\n".join(lines)
+
+
+def _rows(tensor: torch.Tensor, sample: int, size: int) -> torch.Tensor | None:
+    """The rows of ``sample`` (its place in a batch of ``size``) in a batch-first tensor: one
+    row, or ``k`` where dim 0 holds ``k * size`` rows; ``None`` when dim 0 is not the batch."""
+    if tensor.dim() == 0 or tensor.shape[0] % size != 0:
+        return None
+    k = tensor.shape[0] // size
+    return tensor[sample * k : (sample + 1) * k]
+
+
+def _bits(row: torch.Tensor) -> bytes:
+    """A row's bytes: two rows are bitwise equal when these are (NaN payloads and -0 too)."""
+    row = row.detach().to("cpu").contiguous()
+    return row.view(-1).view(torch.uint8).numpy().tobytes() if row.numel() else b""
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    if not (a.is_floating_point() and b.is_floating_point()) or a.shape != b.shape:
+        return None
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def _slice(samples: Any, start: int, stop: int) -> Any:
+    if isinstance(samples, torch.Tensor):
+        return samples[start:stop]
+    if isinstance(samples, dict):
+        return {k: _slice(v, start, stop) for k, v in samples.items()}
+    if isinstance(samples, (tuple, list)):
+        return type(samples)(_slice(v, start, stop) for v in samples)
+    return samples
+
+
+def _pad(samples: Any, rows: int) -> Any:
+    """A batch padded to ``rows`` rows with copies of its first sample (a valid input: token
+    ids stay token ids)."""
+    if isinstance(samples, torch.Tensor):
+        extra = rows - samples.shape[0]
+        return (
+            torch.cat([samples, samples[:1].expand(extra, *samples.shape[1:])])
+            if extra
+            else samples
+        )
+    if isinstance(samples, dict):
+        return {k: _pad(v, rows) for k, v in samples.items()}
+    if isinstance(samples, (tuple, list)):
+        return type(samples)(_pad(v, rows) for v in samples)
+    return samples
+
+
+def _count(samples: Any) -> int:
+    if isinstance(samples, torch.Tensor):
+        return int(samples.shape[0])
+    values = samples.values() if isinstance(samples, dict) else samples
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return int(v.shape[0])
+    raise ValueError("samples: give a tensor, or a dict, tuple or list of tensors (dim 0: samples)")
+
+
+def _call(model: torch.nn.Module, batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+#: One size's records: sample -> [(name, module, call, output bits, output rows, input bits)],
+#: in the order they were made.
+_Records = dict[int, list[tuple[str, str, int, bytes, torch.Tensor, bytes]]]
+
+
+def _run(model, samples, n, size, forward, pad_to) -> _Records:
+    """Runs every batch of ``size`` (padded to ``pad_to`` rows) and keeps each sample's rows of
+    each record."""
+    records: _Records = {i: [] for i in range(n)}
+    state = {"base": 0, "size": size, "real": size, "calls": {}, "inputs": {}}
+    hooks = []
+
+    def pre(label):
+        def hook(module, args, kwargs):
+            rows = {}
+            for i in range(state["size"]):
+                parts = []
+                for _, t in TORCH.outputs(label, (tuple(args), kwargs)):
+                    r = _rows(t, i, state["size"])
+                    if r is not None:
+                        parts.append(_bits(r))
+                rows[i] = b"\0".join(parts)
+            state["inputs"].setdefault(label, []).append(rows)
+
+        return hook
+
+    def post(label):
+        def hook(module, args, kwargs, output):
+            inputs = state["inputs"].get(label)
+            rows_in = inputs.pop() if inputs else {}
+            k = state["calls"].get(label, 0)
+            state["calls"][label] = k + 1
+            for name, tensor in TORCH.outputs(label, output):
+                for i in range(state["real"]):
+                    r = _rows(tensor, i, state["size"])
+                    if r is not None:
+                        sample = state["base"] + i
+                        clone = r.detach().to("cpu").clone()
+                        records[sample].append(
+                            (name, label, k, _bits(r), clone, rows_in.get(i, b""))
+                        )
+
+        return hook
+
+    for name, module in model.named_modules():
+        label = "fwd/" + (name if name else ROOT)
+        hooks.append(module.register_forward_pre_hook(pre(label), with_kwargs=True))
+        hooks.append(module.register_forward_hook(post(label), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            for start in range(0, n, size):
+                stop = min(start + size, n)
+                rows = max(pad_to or 0, stop - start)
+                state.update(base=start, size=rows, real=stop - start, calls={}, inputs={})
+                forward(model, _pad(_slice(samples, start, stop), rows))
+    finally:
+        for h in hooks:
+            h.remove()
+    return records
+
+
+class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
+    """Inside one call of one module: each ``aten`` operator that reads the batch (the
+    module's inputs, or an output of such an operator), with the rows of one sample of its
+    outputs (``_rows``), in the order they run. Operators on parameters alone (a weight's
+    transpose) are not the batch's and are left out."""
+
+    def __init__(self, sample: int, size: int):
+        super().__init__()
+        self.sample, self.size = sample, size
+        #: The tensors that hold the batch, by ``id`` (kept alive: no id is reused meanwhile).
+        self.batch: dict[int, torch.Tensor] = {}
+        self.calls: list[tuple[str, bytes, str]] = []
+
+    def holds(self, tensors) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self.batch[id(t)] = t
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if not any(id(a) in self.batch for a in ins):
+            return out
+        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self.holds(outs)
+        rows = [_rows(t, self.sample, self.size) for t in outs]
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in ins)
+        self.calls.append((str(func), b"\0".join(_bits(r) for r in rows if r is not None), shapes))
+        return out
+
+
+def _operators(model, samples, label, occurrence, sample, size, forward, pad_to):
+    """The batch's operators (``_OperatorRows``) in call ``occurrence`` of ``label``, in the
+    batch of ``size`` that holds ``sample``."""
+    start = (sample // size) * size
+    stop = min(start + size, _count(samples))
+    rows = max(pad_to or 0, stop - start)
+    mode = _OperatorRows(sample - start, rows)
+    name = label[len("fwd/") :]
+    target = dict(model.named_modules())["" if name == ROOT else name]
+    calls = {"n": 0}
+    entered = []
+
+    def pre(module, args, kwargs):
+        if calls["n"] == occurrence:
+            mode.holds(pytree.tree_leaves((args, kwargs)))
+            mode.__enter__()
+            entered.append(True)
+
+    def post(module, args, kwargs, output):
+        if entered:
+            mode.__exit__(None, None, None)
+            entered.clear()
+        calls["n"] += 1
+
+    hooks = [
+        target.register_forward_pre_hook(pre, with_kwargs=True),
+        target.register_forward_hook(post, with_kwargs=True),
+    ]
+    try:
+        with torch.no_grad():
+            forward(model, _pad(_slice(samples, start, stop), rows))
+    finally:
+        for h in hooks:
+            h.remove()
+    return mode.calls
+
+
+def batch_invariance(
+    model: torch.nn.Module,
+    samples: Any,
+    batch_sizes: Sequence[int] = (1, 8),
+    *,
+    forward: Callable[[torch.nn.Module, Any], Any] | None = None,
+    pad_to: int | None = None,
+) -> BatchInvariance:
+    """Runs ``samples`` (a tensor, or a dict, tuple or list of tensors; dim 0: the samples)
+    through ``model`` in batches of each of ``batch_sizes`` and compares every module's output
+    rows of each sample with those at the first size, bitwise (module doc). ``forward(model,
+    batch)`` calls the model (default: ``model(batch)``, ``model(**batch)`` for a dict,
+    ``model(*batch)`` for a tuple). ``pad_to``: every batch is padded to that many rows with
+    copies of its first sample (the fixed-shape fix: the kernels then see one shape; the
+    padding rows are not compared). Returns a ``BatchInvariance``; ``str()`` of it is the
+    report. The model's mode (``eval()``) is the caller's."""
+    sizes = tuple(int(s) for s in batch_sizes)
+    if len(sizes) < 2 or any(s < 1 for s in sizes):
+        raise ValueError(f"batch_sizes: give two or more sizes of at least 1, not {sizes}")
+    forward = forward or _call
+    n = _count(samples)
+    if n < max(sizes):
+        raise ValueError(f"samples: {n} samples, fewer than the largest batch size {max(sizes)}")
+    if pad_to is not None and pad_to < max(sizes):
+        raise ValueError(f"pad_to: {pad_to} rows, fewer than the largest batch size {max(sizes)}")
+    runs = [_run(model, samples, n, s, forward, pad_to) for s in sizes]
+    found = BatchInvariance(sizes, pad_to, n, 0, torch.get_num_threads())
+    base = runs[0]
+    for size, other in zip(sizes[1:], runs[1:]):
+        for sample in range(n):
+            mine = {(name, k) for name, _, k, *_ in base[sample]}
+            theirs = {
+                (name, k): (bits, row, bits_in) for name, _, k, bits, row, bits_in in other[sample]
+            }
+            for name, k in sorted(set(mine) ^ set(theirs)):
+                if len(found.unmatched) < 20:
+                    found.unmatched.append(f"sample {sample}: `{name}` call {k}")
+            for name, module, k, bits, row, bits_in in base[sample]:
+                if (name, k) not in theirs:
+                    continue
+                found.num_compared += 1
+                other_bits, other_row, other_in = theirs[(name, k)]
+                if bits == other_bits:
+                    continue
+                record = BatchRecord(
+                    sample, name, module, k, (sizes[0], size), _max_abs(row, other_row)
+                )
+                if found.first is None:
+                    found.first = record
+                if found.culprit is None and bits_in == other_in:
+                    found.culprit = record
+            if found.first is not None:
+                break
+        if found.first is not None:
+            break
+    c = found.culprit
+    if c is not None:
+        left, right = (
+            _operators(model, samples, c.module, c.occurrence, c.sample, s, forward, pad_to)
+            for s in c.sizes
+        )
+        # The first of the batch's operators whose rows differ: its inputs are the module's
+        # (equal rows: it is the culprit) or earlier operators' outputs (equal: not named).
+        for (op, a_out, a_shapes), (other_op, b_out, b_shapes) in zip(left, right):
+            if op != other_op:
+                break  # another decomposition at the other size: the module is named alone
+            if a_out != b_out:
+                found.operator, found.operator_inputs = op, (f"[{a_shapes}]", f"[{b_shapes}]")
+                break
+    return found

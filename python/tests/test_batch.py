@@ -1,0 +1,132 @@
+"""Batch invariance (`detcheck.torch.batch_invariance`, issue 56): a sample's outputs must not
+depend on what else is in its batch. Caught and explained on the CPU: a linear layer's `addmm`
+at batch 1 against 8, a tiny GPT-2 decoding greedily (transformers, random init, nothing
+downloaded), torchvision's resnet18 in eval mode; the fixed-shape fix (padding every batch to
+one size) passes on one thread and is caught on two, the thread split named; a model that is
+invariant passes 20 of 20.
+
+Needs torch; the GPT-2 and resnet18 cases need transformers and torchvision (CI installs both).
+"""
+
+import pytest
+from support import requires
+
+requires("torch")
+
+import detcheck.torch  # noqa: E402
+import torch  # noqa: E402  (after `requires`: the module is skipped without torch)
+
+
+@pytest.fixture
+def threads():
+    """Sets torch's intra-op threads for one test and puts them back."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 16)
+    ).eval()
+
+
+def test_a_linear_layer_is_not_batch_invariant_and_its_addmm_is_named():
+    found = detcheck.torch.batch_invariance(mlp(), torch.randn(16, 64), (1, 8))
+    assert not found.holds, found
+    assert found.first.sample == 0 and found.first.name == "fwd/0", found
+    assert found.first.sizes == (1, 8)
+    assert 0 < found.first.max_abs_diff < 1e-4, found.first
+    assert found.culprit.module == "fwd/0", found
+    assert found.operator == "aten.addmm.default", found
+    assert found.operator_inputs == ("[256, 1x64, 64x256]", "[256, 8x64, 64x256]"), found
+    text = str(found)
+    assert "the module that breaks it: `fwd/0`" in text, text
+    assert "pad every batch to one fixed size" in text, text
+
+
+def test_an_invariant_model_passes_20_of_20():
+    """Row-wise operations only (no reduction across rows, none whose tiling depends on the
+    batch): every row bitwise equal at batch sizes 1, 3 and 8, every time."""
+    model = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Softmax(dim=-1)).eval()
+    samples = torch.randn(24, 33)
+    for _ in range(20):
+        found = detcheck.torch.batch_invariance(model, samples, (1, 3, 8))
+        assert found.holds, found
+        # 3 records (2 modules and the model) of 24 samples, at 2 sizes against the first
+        assert found.num_compared == 3 * 24 * 2, found
+    assert str(found).startswith("batch invariant: 24 samples at batch sizes 1, 3, 8")
+
+
+def tiny_gpt2():
+    requires("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=64,
+        vocab_size=128,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(config).eval(), torch.randint(1, 128, (8, 6))
+
+
+def greedy(model, batch):
+    return model.generate(
+        batch, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0
+    )
+
+
+def test_a_tiny_gpt2_decoding_greedily_is_caught_at_its_matrix_product():
+    model, prompts = tiny_gpt2()
+    found = detcheck.torch.batch_invariance(model, prompts, (1, 8), forward=greedy)
+    assert not found.holds, found
+    # the first module whose output row differs on equal inputs: a projection's addmm, the
+    # prompt's tokens as 6 rows at batch 1 against 48 at batch 8
+    assert found.culprit.module.startswith("fwd/transformer.h.0."), found
+    assert found.operator == "aten.addmm.default", found
+    left, right = found.operator_inputs
+    assert "6x64" in left and "48x64" in right, found.operator_inputs
+
+
+def test_padding_to_one_size_passes_on_one_thread_and_the_thread_split_is_named_on_two(threads):
+    model, prompts = tiny_gpt2()
+    threads(1)
+    for _ in range(3):
+        found = detcheck.torch.batch_invariance(model, prompts, (1, 4, 8), forward=greedy, pad_to=8)
+        assert found.holds, found
+        assert found.num_compared > 1000, found
+    threads(2)
+    found = detcheck.torch.batch_invariance(model, prompts, (1, 8), forward=greedy, pad_to=8)
+    assert not found.holds, found
+    # one shape at both sizes: the sample's row is where the threads split the batch
+    left, right = found.operator_inputs
+    assert left == right, found.operator_inputs
+    assert found.first.sample >= 4, found  # rows 4-7: the second thread's half at batch 8
+    assert "splits the batch over 2 threads by position" in str(found), found
+
+
+def test_resnet18_in_eval_mode_is_caught_at_a_convolution():
+    requires("torchvision")
+    import torchvision
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=10).eval()
+    found = detcheck.torch.batch_invariance(net, torch.randn(8, 3, 32, 32), (1, 8))
+    assert not found.holds, found
+    assert found.operator == "aten.convolution.default", found
+    assert found.culprit.module.startswith("fwd/layer"), found
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="batch_sizes"):
+        detcheck.torch.batch_invariance(mlp(), torch.randn(8, 64), (8,))
+    with pytest.raises(ValueError, match="fewer than the largest batch size 8"):
+        detcheck.torch.batch_invariance(mlp(), torch.randn(4, 64), (1, 8))
+    with pytest.raises(ValueError, match="pad_to"):
+        detcheck.torch.batch_invariance(mlp(), torch.randn(8, 64), (1, 8), pad_to=4)
