@@ -11,6 +11,8 @@
 //! - [`value`]: tensors, digests, seeded streams, reduction arithmetic (reproducible sums);
 //! - [`record`]: recording tensors as records, traces, overflow detection;
 //! - [`file`](mod@file): trace files on disk (writer, readers, msprobe dumps), atomic writes;
+//! - [`compare`]: the one comparison engine (checks and `detcheck compare`), a pure function of
+//!   traces, with maps and curves;
 //! - [`device`]: one GPU (feature `nccl`): CUDA's libraries, NVRTC, detcheck's kernels with the
 //!   CPU's bits, GPU operators;
 //! - [`comm`]: ranks and collectives with deadlines (threads; MPI with feature `mpi`; on GPUs,
@@ -20,7 +22,6 @@
 //! - [`checkpoint`]: one rank's state on disk, complete or absent;
 //! - [`scenario`]: rank programs ([`Scenario`], [`RankContext`]) and their files;
 //! - [`run`]: one run of a scenario (the rank body, the runners), `run --dump`;
-//! - [`compare`]: the one comparison engine (checks and `detcheck compare`), maps, curves;
 //! - [`check`]: the checks (`repeat`, `replicas`, `backends`, `world_sizes`, `workers`,
 //!   `restart`), their report, and the [`Session`] that runs them on threads or under MPI;
 //! - [`cli`]: the `detcheck` command line ([`cli::run`]), which the cargo binary and the Python
@@ -29,11 +30,23 @@
 //! The root re-exports what a user's kind and a test harness need. Everything else is reached
 //! through its module.
 //!
-//! Determinism: see `ARCHITECTURE.md` for the invariants each part keeps.
+//! Determinism: each module's doc states the invariants it keeps (`Invariant (...)`);
+//! `ARCHITECTURE.md` lists them and where each is.
 //!
-//! `unsafe`: forbidden, except with the `nccl` feature, which allows it in the modules of CUDA's
-//! FFI: `device/cuda.rs` (dlopen probes, NVRTC), `device/gpu.rs` and `device/ops.rs` (kernel
-//! launches) and `comm/nccl.rs` (NCCL's C API); the rest stays denied.
+//! Invariant (the library never depends on the harness): the harness (`harness/`) adapts library
+//! checks to libtest-mimic; the CLI uses the library directly. Launching thread ranks and running
+//! checks live in the library so the CLI, in the same package, can use them without a dependency
+//! cycle.
+//!
+//! Invariant (no unsafe code) outside `device/cuda.rs` (dlopen probes, NVRTC), `device/gpu.rs` and
+//! `device/ops.rs` (kernel launches) and `comm/nccl.rs` (NCCL's C API): this file forbids it
+//! without the `nccl` feature and denies it with it; those modules allow it. rsmpi's safe API is
+//! enough (scoped requests; a request is completed before its scope ends, or the job is aborted).
+//! CUDA's is not (a `dlopen` probe, NVRTC's cubin, kernel launches, NCCL's C API on raw device
+//! pointers), so its FFI stays in those modules, each `unsafe` block with why it holds; a kernel
+//! launch sits behind a safe method that checks every bound its kernel relies on. The Python
+//! package has one such module, `python/src/buffer.rs`: the buffer protocol, and a torch
+//! copy-on-write snapshot's memory lent to the writer's thread (`Lent`).
 #![cfg_attr(not(feature = "nccl"), forbid(unsafe_code))]
 #![cfg_attr(feature = "nccl", deny(unsafe_code))]
 

@@ -325,10 +325,14 @@ fn the_code_map_names_every_source_folder() {
     rust_files(&root.join("src"), &mut files);
     let folders: BTreeSet<String> = files
         .iter()
-        .map(|f| f.parent().unwrap().strip_prefix(root).unwrap().display().to_string() + "/")
+        .map(|f| f.parent().unwrap().strip_prefix(root).unwrap())
+        .map(|folder| format!("{}/", folder.display()))
         .collect();
     assert!(folders.len() >= LAYERS.len(), "{folders:?}");
-    let missing: Vec<&String> = folders.iter().filter(|f| !map.contains(f.as_str())).collect();
+    let missing: Vec<&String> = folders
+        .iter()
+        .filter(|f| !map.contains(f.as_str()))
+        .collect();
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md's code map does not name the folders: {missing:?}"

@@ -8,6 +8,12 @@
 //! equal the digest its side recorded in the check. When it does not, the finding says so
 //! plainly (the divergence itself depends on timing) and names no element.
 //!
+//! Invariant (a diagnosis re-runs, never guesses): the element and the operator of a check's
+//! divergence come from re-runs of both sides capturing that record (the same request, so the same
+//! `PYTHONHASHSEED`, start order and `MASTER_PORT`); an element is the checked runs' only when both
+//! re-runs reproduce their digests, otherwise it is named as between the re-runs. The operator
+//! finding is a pure function of the two operator traces (`compare/operator.rs`).
+//!
 //! Determinism: a re-run is the same request as the run it repeats (same spec, perturbation and
 //! plan), with a capture added; what it captures is a function of the program.
 

@@ -19,6 +19,22 @@
 //! holds the outcomes; it is data, and a failed check is not an `Err`. `Err` ([`RunError`])
 //! means a run itself failed.
 //!
+//! Invariant (a verdict is earned): a check that compared nothing is n/a with its reason
+//! (`CheckOutcome::skipped`, `empty`), never a pass; a scenario whose every check is n/a has not
+//! passed. A launched program's passing `repeat` is also run unperturbed (`DETCHECK_RECORD=end`:
+//! nothing read during its steps) and its end state compared (`compare_end_states`): a difference
+//! hidden by recording fails with the cause `timing`.
+//!
+//! Invariant (the perturbations of a check are seeded): a check gives the same verdict every time,
+//! and run 2's arrival order differs from run 1's in every collective. MPI ranks too: under a
+//! perturbation a round's contributions count in its seeded order, never in the order
+//! `MPI_ANY_SOURCE` delivered them (`comm/mpi.rs`, `round_order`).
+//!
+//! Invariant (a resumed run is the continuous run; the `restart` check): a program's checkpoint
+//! holds every piece of state that later steps read (parameters, optimizer state, sequential
+//! generators, the loader's position); per-sample streams have no state by design. The `restart`
+//! check compares every record of both halves with the continuous run.
+//!
 //! Determinism: the perturbations are derived from the scenario's seed, so a check is repeatable;
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
 //! more ranks is caught every time.

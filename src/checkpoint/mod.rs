@@ -18,6 +18,12 @@
 //! of the tensors before trusting any byte; every failure is a [`CheckpointError`] naming the file
 //! and what is wrong. Version 1 files (no checksum) are still read.
 //!
+//! Invariant (a checkpoint is complete or absent): tensors then JSON, each through a temporary
+//! file, fsync and rename; a checkpoint exists only when its JSON does, and its JSON records the
+//! md5 of its tensors, its format version and the identity of the run (seed, world size, rank,
+//! scenario fingerprint), and ends with the md5 of its own bytes, all checked before a byte is
+//! trusted. A rank keeps its two newest; ranks resume from the newest step all of them have.
+//!
 //! Determinism: the files are a pure function of the checkpoint (no clock, host or path inside;
 //! maps are ordered), so two runs that agree write identical checkpoints.
 //!

@@ -8,6 +8,9 @@
 //! whose run failed counting as [`CliError::exit`] of its error), `Err` when it stopped, with the
 //! error, which [`report`] prints once (`error: ...`) and turns into its code. No command picks a
 //! code for an error itself.
+//!
+//! Invariant (one exit-code table): every command maps its errors to exit codes in one place, this
+//! module; the README's table is checked against it.
 
 use detcheck::check::SessionError;
 use detcheck::checkpoint::CheckpointError;

@@ -16,6 +16,11 @@
 //! JUnit: the Jenkins flavour nextest writes (`testsuites` > `testsuite` > `testcase`, with
 //! `failure`, `error`, `skipped`, `system-out`), one `testsuite` per scenario folder and one
 //! `testcase` per scenario.
+//!
+//! Invariant (reports are deterministic; here and in `html.rs`): JSON lines and report pages are
+//! pure functions of the scenarios and their outcomes (no time, host or absolute path); JUnit's
+//! `time` attributes are the only measured values, and nothing reads them back. Every string from a
+//! scenario or trace is escaped (XML, HTML).
 
 use super::exit::Exit;
 use detcheck::check::{CheckOutcome, ScenarioReport, SettingsFinding};

@@ -6,6 +6,9 @@
 //! ([`launch_threads`]). How an allreduce combines contributions is a [`ReductionMode`]
 //! (see [`crate::value::ReductionMode`]).
 //!
+//! Invariant (a collective error crosses process boundaries as it is): `CommError` and
+//! `CollectiveKind` are serde types; an MPI rank sends its error to the leader unchanged.
+//!
 //! Determinism: in every mode, every rank receives identical bits from every collective (each
 //! element's result is computed once and shared); whether the bits repeat from run to run is the
 //! mode's promise.

@@ -34,6 +34,16 @@
 //! state, the rank prints what it waited for, naming the missing ranks, and aborts the job
 //! (`MPI_Abort`, exit code 3 from `mpirun`).
 //!
+//! Invariant (MPI ranks compute what thread ranks compute): an allreduce in a detcheck schedule
+//! sends chunk c to rank c, which calls `reduce_chunk` in `summation_order`, exactly as a thread
+//! rank does; `backends` checks it on every deterministic scenario under MPI.
+//!
+//! Invariant (no MPI wait without a deadline): sends are immediate, receives are probed; a peer's
+//! *done* notice follows its last message on the same tag, so "done and missing" means "never
+//! coming". A run ends with every peer's done received and every message drained, so the next run
+//! starts on a clean communicator. Only `native`'s `MPI_Allreduce` blocks, after a handshake; only
+//! incomplete sends at a deadline abort the job.
+//!
 //! Determinism: only `arrival_order` reads the order messages arrived in, and only in a plain
 //! run; every other result is a function of the contributions. Waits use the monotonic clock, never on a data path.
 //!

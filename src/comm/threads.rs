@@ -30,6 +30,20 @@
 //! refuse f16, bf16, f8e4m3fn, f8e5m2, bool, i8, i16, u16, c64 and c128 with
 //! [`CommError::InvalidArgument`] before any data moves (why: `value/reduce.rs`).
 //!
+//! Invariant (every collective gives every rank identical bits): each element of an allreduce is
+//! reduced once, by one rank, and shared. The arrival order is the only timing-dependent value and
+//! only `arrival_order` reads it.
+//!
+//! Invariant (nothing hangs): every wait has a deadline; a rank that fails, exits or never arrives
+//! releases the others at once or at the deadline, with the rank and collective named; a rank
+//! thread that never returns is detached, never joined. The deadline counts from the collective's
+//! last progress (the latest rank to enter or deposit), so large worlds on few cores are not failed
+//! by their own queueing.
+//!
+//! Invariant (a thread round costs O(ranks) wakeups): a deposit wakes only the next rank of the
+//! arrival order and the last deposit wakes everyone once; the round's result is built once and
+//! shared. No wait recomputes a list of ranks unless it fails (docs/scaling.md).
+//!
 //! Determinism: the arrival order is the only timing-dependent value here, and only
 //! `arrival_order` reads it. Deadlines use the monotonic clock, never on a data path.
 

@@ -23,6 +23,11 @@
 //! the watcher's own line), after which that pid leads nowhere. It cannot learn sooner from the
 //! rank's PMI socket, stdout or stderr closing: the watcher holds copies of them (inherited).
 //!
+//! Invariant (a rank killed outright is named): by Open MPI's `mpirun`; under Hydra, which kills
+//! every other rank at once, by the rank's watcher, a child in the rank's process group (so the
+//! ranks Hydra kills die with their watchers, silently, and only the first death is named). A
+//! watcher never outlives its rank: it exits on the rank's `done` or at the end of its pipe.
+//!
 //! Determinism: no effect on any result; the watcher only reads its pipe and `/proc`.
 //!
 //! Limits: Hydra's simple PMI wire only (`PMI_FD` or `PMI_PORT` in the environment), on Linux

@@ -32,6 +32,11 @@
 //!   from every record before it (aligned or not), else it inherits the error of the culprit
 //!   before it. The first culprit is the first record that is not aligned.
 //!
+//! Invariant (a culprit only with evidence; `has_input_evidence`): `compare --align` calls an error
+//! a record's own only where the dumps show its input (a call's input records, an operator trace,
+//! or `run --dump`'s data flow, `site:flow`: each module input that code between modules made is
+//! recorded as `in/<module>.N`); else the culprit is `unconfirmed`.
+//!
 //! Determinism: a pure function of the two dumps, walked in (rank, step, seq) order; metrics are
 //! sums in element order in `f64`.
 //!

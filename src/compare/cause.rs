@@ -19,8 +19,8 @@
 use super::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
 };
-use crate::record::environment::keys;
 use crate::file::launch::WORKDIR_KEY;
+use crate::record::environment::keys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

@@ -26,6 +26,21 @@
 //! describe the runs and are never divergences: a comparison with different snapshots and equal
 //! records is identical. Ranks recorded in this process (thread ranks) hold no snapshot, and
 //! neither do msprobe dumps and version 1 files (a note says so).
+//!
+//! Invariant (comparison is a pure function of traces): the first divergence is ordered by (step,
+//! seq, rank). A divergence is data (`Comparison`), not an error; `Err` is for runs and files that
+//! fail.
+//!
+//! Invariant (compare streams): it holds one step of one rank per side, the rows it reports
+//! (bounded by `max_rows`) and, with `--map`, one cell per (rank, step); never a whole trace.
+//! Records are matched by (rank, step, name, occurrence); the first divergence is (step, seq,
+//! rank).
+//!
+//! Invariant (one engine for every source): trace files, msprobe dumps and in-memory traces are all
+//! `RankSource`s, paired by one rule, (rank, step, name, occurrence), and reported with one
+//! vocabulary (`Comparison`, `Divergence`, `Difference`). A check's verdict and its divergence map
+//! come from the same pass of the engine (`compare_traces`); maps and curves never special-case a
+//! format.
 
 pub mod align;
 mod cause;
@@ -1042,7 +1057,9 @@ impl Engine<'_> {
         };
         // `detcheck.workdir` is a fact even when both runs changed the same file alike.
         for (key, value) in ea.iter().filter(|(k, _)| {
-            k.starts_with("site:") || *k == crate::file::launch::WORKDIR_KEY || *k == cause::FILES_KEY
+            k.starts_with("site:")
+                || *k == crate::file::launch::WORKDIR_KEY
+                || *k == cause::FILES_KEY
         }) {
             self.sites.insert((rank, key.to_owned()), value.to_owned());
         }

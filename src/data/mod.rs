@@ -12,6 +12,12 @@
 //!   (sample, epoch) ([`AugmentRng::PerSample`]);
 //! - [`DataLoader`]: worker threads that prefetch batches and deliver them in sampler order.
 //!
+//! Invariant (a batch is a function of its position): batch (epoch, b) of a rank depends only on
+//! the dataset, the sampler's seed, world size and rank, and the augmentation seed. Augmentation
+//! draws from (sample, epoch), never from a worker or the order of work, and `SamplerOrder`
+//! delivery goes through a reorder buffer; `CompletionOrder` and `AugmentRng::Shared` are the
+//! negative controls. A loader started at a position loads nothing before it.
+//!
 //! Determinism: the bits of batch `(epoch, b)` are a function of the dataset, the sampler's
 //! (seed, world size, rank) and the augmentation seed alone. Which worker loads a batch, how many
 //! workers there are, and when they finish change only timing: every random draw is keyed by

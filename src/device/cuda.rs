@@ -1,5 +1,6 @@
 //! CUDA found before it is used: the driver, NVRTC and NCCL libraries, the devices, and NVRTC
-//! compilations; the one module of the crate with `unsafe` (feature `nccl`).
+//! compilations; one of the four modules of the crate with `unsafe` (feature `nccl`; `src/lib.rs`
+//! says which and why).
 //!
 //! cudarc opens each CUDA library at run time, when its first function is called, and panics
 //! when the library cannot be loaded. So every function here that reaches cudarc first calls
@@ -9,6 +10,10 @@
 //! type is [`CudaError`]; [`count_devices`] counts the GPUs (or says why there are none), and
 //! [`compile_ptx`] / [`compile_cubin`] run NVRTC on a CUDA C source
 //! (`device/kernels.rs` holds detcheck's kernels and compiles them with these).
+//!
+//! Invariant (no panic for a missing CUDA library): cudarc panics when it cannot load the driver,
+//! NVRTC or NCCL, so every path into cudarc first loads the library by cudarc's own names and
+//! returns `CudaError::LibraryMissing` (names tried, how to get it) instead.
 //!
 //! Determinism: NVRTC always gets [`NVRTC_OPTIONS`]: `--fmad=false`, so `a * b + c` is never
 //! contracted into one fused multiply-add (which rounds once where the CPU rounds twice;

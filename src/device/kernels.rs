@@ -12,6 +12,19 @@
 //! - [`KernelForm::Accumulate`]: `dst[i] = dst[i] op src[i]`, one step of a ring: the partial
 //!   result received so far, then the next rank's chunk. The reference is `reduce::combine_into`.
 //!
+//! Invariant (GPU kernels are the CPU's arithmetic): each names its reference in `value/reduce.rs`,
+//! folds an element in the CPU's order, and is compiled with `--fmad=false` (`device/cuda.rs`'s
+//! `NVRTC_OPTIONS`), so no multiply-add is fused where the CPU rounds twice. The reproducible sums'
+//! kernels (`device/reprosum.rs`) round each term to the CPU's grid with the same f64 addition and
+//! combine only by wrap-around integer adds and maxima, so their bits depend on no launch
+//! configuration or scheduling. The operators of `device/ops.rs` name theirs in `value/scatter.rs`
+//! the same way; the one kernel that cannot give its reference's bits, the `atomicAdd` scatter,
+//! says so (`OpsKernel::bitwise`) and exists only as a negative control. Without a GPU (CI), a host
+//! emulation (`device/host_emulation.rs`, g++) runs every kernel source on the CPU and checks its
+//! bits against its reference (`reduce_chunk`, `value/reprosum.rs`, `segmented_sum_f32`; the atomic
+//! scatter: a fold in some order, within rounding); a GPU's bits are checked by
+//! `scripts/gpu-selftest.sh`.
+//!
 //! Determinism: each element is one thread's sequential fold, in the inputs' order, with the
 //! CPU's operations: IEEE `+` on f32 and f64, compiled with `--fmad=false` (no contraction;
 //! `device/cuda.rs`, `NVRTC_OPTIONS`) and without fast-math, so never reassociated; wrap-around

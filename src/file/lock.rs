@@ -17,6 +17,12 @@
 //! [`DumpError::StaleLock`], which says the holder is gone and which file to remove. A lock
 //! held on another host (a shared file system) cannot be tested and counts as held.
 //!
+//! Invariant (one writer per folder): `run --dump` and `--checkpoint` folders, and the restart
+//! check's, are claimed with an exclusive create of `detcheck.lock` before anything is written
+//! there, by the one process that starts the run (under MPI the leader); a second writer is refused
+//! naming the holder, a stale lock is explained, never taken over. A failed run removes only the
+//! files of the folder it claimed empty of dumps, so never another run's.
+//!
 //! Determinism: the lock file holds a wall-clock time and a process id, which no deterministic
 //! path reads; it is never part of a dump or a checkpoint (readers ignore it, and a finished run
 //! has removed it).

@@ -16,6 +16,15 @@
 //! contents (a truncated copy) is rejected when opened. The bytes of a dump are a pure function of
 //! the records written: no clock, host or path is stored (a golden test pins them).
 //!
+//! Invariant (input is read only from regular files; `open_input`): a FIFO, device or folder given
+//! as a scenario, trace, checkpoint, msprobe or curves file is refused before any read can block.
+//!
+//! Invariant (dump bytes are a pure function of the records, the snapshot and the run id): no clock
+//! or path inside; the host, variables and versions are only in the sorted environment snapshot,
+//! and the run id is what the writer's caller gives (detcheck's runners derive it from the run and
+//! a nonce); safetensors files carry no (hash-ordered) metadata. Golden md5s pin the format
+//! (version 1 and the current version, in `compare/tests.rs`).
+//!
 //! Limits: records must arrive in step order on each rank (a program records step 0, then step
 //! 1, ...); the full-tensor mode keeps one step's tensors of a rank in memory before writing them.
 

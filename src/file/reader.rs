@@ -14,6 +14,18 @@
 //! (`compare --align`, [`TensorReads::Every`]) has each file loaded once instead, and checked
 //! tensor by tensor against the records' digests (SIMD lanes, not one md5 stream); one that
 //! reads none (loss curves) has the files left alone.
+//!
+//! Invariant (a damaged byte is an error, never data; the bytes are `file/format.rs`'s): every byte
+//! of a file of version 2 or later is under a CRC-32 (header, each block of entries, the
+//! environment and tensor-file sections, footer), checked before the bytes are used, so any one
+//! changed byte is reported with the file and an offset (a test flips every byte of a file);
+//! full-mode tensor files are listed with their size and md5, checked when the dump is opened
+//! (size) and when a reader reaches their step (md5, whether or not a tensor of it is used; a
+//! reader of every tensor, `compare --align`, checks instead that the file holds exactly the step's
+//! tensors, each with its record's digest, and a reader of none, the loss curves, leaves the files
+//! alone: `file::source::TensorReads`; a test changes every byte of one under `--align`). Files of
+//! one dump share a run id; a folder that mixes two dumps is rejected.
+//!
 //! Limits: one step of one rank is held in memory at a time (all of a step's records).
 
 use crate::file::format::{self, Entry, Footer, FooterError, Header, HeaderError, TensorFile};

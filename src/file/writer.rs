@@ -5,6 +5,10 @@
 //! `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
 //! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
 //!
+//! Invariant (a dump file is complete or absent): temp file, fsync, rename, fsync of the folder; a
+//! reader checks the footer (end magic, offset, counts) before trusting any record, so a truncated
+//! or appended file is an error, never a shorter trace.
+//!
 //! Determinism: the bytes written are a pure function of the records, in the order given, the
 //! environment snapshot and the run id; ids are assigned in order of first use. Limits: names up
 //! to 65535 bytes, up to 65535 dimensions.

@@ -6,6 +6,9 @@
 //! lines stamped along their length, text from a 7×13 bitmap font generated from DejaVu Sans Mono
 //! by `scripts/gen_font.py`) and encodes the pixels with the `png` crate.
 //!
+//! Invariant (pictures are deterministic): no system fonts, fixed number formats; the same data
+//! gives the same PNG and SVG bytes.
+//!
 //! Determinism: both outputs are pure functions of the figure: no clock, no fonts looked up on
 //! the system, numbers printed with fixed precision, so the same data gives the same bytes.
 //! Limits: ASCII text only (other characters are drawn as `?`); no curves, only polylines.

@@ -21,6 +21,10 @@
 //! `torch.nn.functional.scaled_dot_product_attention`'s notes; the settings follow each library's
 //! documentation of its variables.
 //!
+//! Invariant (one hint table): every piece of advice a report gives about a cause outside the
+//! tensors (a variable, a library, an operator) is a row here, printed in one style (`fix: why
+//! (reference)`).
+//!
 //! Determinism: a constant table; lookups are pure functions of a name.
 //!
 //! Limits: the operator rows are for PyTorch 2.x on CUDA; most of these operators are

@@ -8,6 +8,12 @@
 //! `ThreadRunner` runs them as threads of this process, and `mpi::MpiJob` (feature `mpi`)
 //! as the processes of an MPI job. A new backend adds a runner, never a copy of the rank body.
 //!
+//! Invariant (one rank body): a rank program runs only in `run::run_rank` (its context, its
+//! recorder, its trace file). Thread ranks, `run --dump` and MPI processes all call it with a
+//! `RunRequest`; a backend is a `Runner`, never another copy of the body. A `command` program has
+//! no rank body in detcheck: its runner (`run/process.rs`) launches it, and its trace files come
+//! back as the same `Trace` the checks compare.
+//!
 //! Determinism: a request holds everything a rank needs, so every backend runs the same program
 //! on the same inputs; the perturbations are derived from the scenario's seed
 //! (`perturbation`).

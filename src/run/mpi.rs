@@ -8,6 +8,9 @@
 //! communicator), and send their outcome (trace or failure, JSON, tag [`TAG_RESULT`]) to the
 //! leader. The leader turns failures into the same [`LaunchError`]s the thread backend reports.
 //!
+//! Invariant (the leader decides, followers follow): the order of runs, and their outcome, are the
+//! leader's; followers never filter or choose, so processes cannot disagree.
+//!
 //! Determinism: runs happen in the leader's order; a follower never chooses. Outcomes are
 //! assembled by rank, whatever order they arrive in.
 

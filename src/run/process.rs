@@ -40,6 +40,9 @@
 //! process group, and the whole group is killed on failure, timeout or drop: nothing is left
 //! running.
 //!
+//! Invariant (nothing is left running): every launched process leads its own process group; a
+//! failure, a timeout or an early return kills every group of the launch.
+//!
 //! Determinism: what a launch receives is a function of the request (spec, run, perturbation,
 //! plan); only timing depends on the machine, and the run id of its trace files
 //! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass

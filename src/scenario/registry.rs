@@ -4,6 +4,10 @@
 //! Bad input: every error names the file, and the field where there is one ([`ScenarioError`]);
 //! a scenario whose run would not fit in the available memory is refused when it is built,
 //! naming the field that dominates the estimate (`limits`).
+//!
+//! Invariant (a kind's capabilities decide its default checks): `replicas` for replicated records,
+//! `workers` for a loader, `restart` for checkpoints; nothing depends on a kind's name.
+//!
 //! Determinism: files are loaded in file-name order.
 
 use crate::scenario::command::CommandProgram;

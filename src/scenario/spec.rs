@@ -3,6 +3,14 @@
 //!
 //! Bad input: unknown fields are rejected, a struct is read from a JSON object only (never from
 //! an array of its fields, `file::strict`), and every error names the field ([`ParamError`]).
+//!
+//! Invariant (bad input is an error naming the file and field; here and in `scenario/registry.rs`):
+//! unknown fields are rejected; a struct is read from a JSON object only, never from an array of
+//! its fields (`file/strict.rs`, at every depth, a user kind's params included); nothing panics on
+//! a bad file. Every size is bounded before any rank starts (`scenario/limits.rs`): a maximum per
+//! field, and the run's estimate (each kind's `footprint`, in saturating arithmetic) against the
+//! memory available.
+//!
 //! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
 //! kind, effective reduction and parameters.
 

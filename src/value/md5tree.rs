@@ -25,6 +25,13 @@
 //! tensor already runs at full width. The price is 1/64 more blocks (padding) and 16 bytes of
 //! chunk digest per 4 KiB (0.4%).
 //!
+//! Invariant (one record digest, on every device): a record carries the tree digest of its
+//! canonical bytes, whoever computes it (the recorder, the Python writer's thread, the Triton
+//! kernel of `detcheck/_device.py`, a program through `TraceWriter::record_digested`); golden
+//! vectors pin it on both sides. Records of traces with different digests compare only up to one
+//! chunk, where the kinds agree; beyond it the engine refuses (`DumpError::MixedDigests`), never
+//! reports "differs".
+//!
 //! Determinism: a pure function of the bytes; lanes, widths, CPUs and GPUs give the same digest.
 //! Limits: not a cryptographic commitment beyond md5's own (a record's dtype and shape are
 //! compared beside it, so two tensors of different lengths never meet on one digest).

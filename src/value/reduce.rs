@@ -32,6 +32,13 @@
 //! complex `max` has no meaning (complex numbers have no order). Cast to f32 (or u8/i32, or view a
 //! complex tensor as its real pairs) first. Broadcast and allgather move every dtype.
 //!
+//! Invariant (a kernel's bits do not depend on the CPU; here and in `value/reprosum.rs`): the
+//! multiversioned kernels (baseline, AVX2, AVX-512, picked at run time) run the same operations per
+//! element; only the vector width differs. A new kernel must not use FMA or reassociate.
+//!
+//! Invariant (a reduction schedule is backend-independent arithmetic): chunking, summation order
+//! and the kernel are shared, so a schedule gives the same bits on any backend.
+//!
 //! Limits: only `reproducible` is invariant to the number of ranks, and only for sums of floats
 //! (`max` and integer sums are order-independent in every mode). It gives the multiset of the
 //! ranks' contributions one sum; for a batch split across ranks to sum to the same bits at any

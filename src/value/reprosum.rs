@@ -43,6 +43,17 @@
 //! infinity wins with its sign. A finite sum beyond the type's range rounds to ±∞. Zero sums are
 //! +0.0. The result is a canonical NaN (the type's `NAN`), whatever the payloads.
 //!
+//! Invariant (a reproducible sum is a function of the multiset of its terms): the grid comes from
+//! the largest magnitude and the count, each term is rounded to it alone, and the rounded terms add
+//! exactly (in `i64`, or in f64 for up to 8 terms). Every path that must agree (one buffer, columns
+//! of an allreduce, the distributed per-sample sum) uses the same grid function, `grid_magic`, and
+//! rounds the exact sum once; a test checks the paths against each other, and a golden digest pins
+//! the column sums' bits. Blocks whose terms are all on the grid skip the rounding (an exact f64
+//! sum gives the same bits). Sums of outer products (`outer`, `train`'s weight gradients) round
+//! each exact product `u_j · v_i` to a grid fixed from the bounds `max |u_j|`, `max |v_i|` and the
+//! count, so they are a function of the multiset of samples; golden digests pin their bits and
+//! `train`'s.
+//!
 //! Limits: `n` is at most 2⁶⁰ terms; the grid is per element, so a sum over ranks first needs the
 //! largest magnitude of every element over every rank (one `max` allreduce: see
 //! [`RankContext::reproducible_sum`](crate::RankContext::reproducible_sum)).

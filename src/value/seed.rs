@@ -7,6 +7,11 @@
 //! stream can be rebuilt at any step without replaying earlier steps: restart and world-size checks
 //! rely on that.
 //!
+//! Invariant (all randomness flows from the seed): rank programs draw only from
+//! `RankContext::stream`/`shared_stream`. No OS entropy, wall clock, `HashMap` iteration order or
+//! thread timing on a deterministic path; the only exceptions are the planted faults in
+//! `scenario/builtin/` (`os_entropy_init`, `hashmap_grad_order`), which exist to be caught.
+//!
 //! Determinism: the bits of every sample are fixed by this file and by `rand_xoshiro`'s
 //! Xoshiro256++ alone. Uniform floats use the top mantissa-width bits of one `u64`; normals use the
 //! Box–Muller transform with `libm` (a pure-Rust math library), never the platform's `ln`/`cos`,

@@ -41,6 +41,10 @@ A failure here never stops the program: it is printed on stderr as one ``detchec
 the missing trace is reported by detcheck.
 
 Determinism: nothing here reads the clock or OS entropy; the seeds are the scenario's.
+
+Invariant (a rank is a process in the program's process group; ``_adopt``): a process a rank started
+becomes the rank its group gives it when it joins one, and the run has as many ranks as traces
+(``src/run/process.rs``, ``ranks_found``).
 """
 
 import atexit

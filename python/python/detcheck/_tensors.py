@@ -10,6 +10,11 @@ and for replicated records), ``Hook`` (a hook that pickles to nothing and that T
 never sees: ``keep_hooks_out_of_torchscript``).
 
 Determinism: pure functions of their arguments; ``leaves`` follows the output's own order.
+
+Invariant (nothing of detcheck's in the user's modules; ``ModuleHooks``): the recorder's module
+hooks are held by detcheck and dispatched from torch's global hooks, so what a program saves or
+copies is what it would without detcheck (a model compiled by ``torch.compile`` excepted: its hooks
+stay on its modules, as ``Hook`` objects that pickle to nothing).
 """
 
 import functools
