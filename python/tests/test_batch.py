@@ -130,3 +130,37 @@ def test_bad_arguments_are_named():
         detcheck.torch.batch_invariance(mlp(), torch.randn(4, 64), (1, 8))
     with pytest.raises(ValueError, match="pad_to"):
         detcheck.torch.batch_invariance(mlp(), torch.randn(8, 64), (1, 8), pad_to=4)
+
+
+def test_prefill_and_decode_part_where_a_shape_changes_and_stay_within_rounding():
+    """A tiny GPT-2's greedy decoding with its KV cache (what a sampler computes) against one
+    forward over the sequence (what a trainer computes): not bitwise equal, parted at the first
+    projection (the prompt's rows in another matrix shape), every record within 16 units of
+    float32's roundoff, every decoded token the same."""
+    model, prompts = tiny_gpt2()
+    found = detcheck.torch.prefill_decode_parity(model, prompts[:1], 4, pad_token_id=0)
+    assert not found.holds, found
+    assert found.culprit.module == "fwd/transformer.h.0.attn.c_attn", found
+    assert found.aligned and 0 < found.worst_units <= 16, found
+    assert [position for position, *_ in found.logits] == [6, 7, 8], found.logits
+    assert all(same for *_, same in found.logits), found.logits
+    assert "within rounding" in str(found), found
+
+
+def test_a_decoding_step_that_computes_otherwise_is_named_beyond_rounding():
+    """A planted bug: the first block's activation is exact GELU in a decoding step (one
+    position) and GPT-2's tanh approximation in the forward: beyond rounding, and named."""
+    model, prompts = tiny_gpt2()
+    act = model.transformer.h[0].mlp.act
+
+    def exact_in_decoding(module, args, output):
+        x = args[0]
+        return torch.nn.functional.gelu(x) if x.shape[1] == 1 else output
+
+    act.register_forward_hook(exact_in_decoding)
+    found = detcheck.torch.prefill_decode_parity(model, prompts[:1], 4, pad_token_id=0)
+    assert not found.aligned and found.worst_units > 16, found
+    beyond = found.first_beyond
+    assert beyond.module == "fwd/transformer.h.0.mlp.act" and beyond.call == 1, found
+    assert beyond.positions == (6, 6), beyond
+    assert "first beyond rounding: `fwd/transformer.h.0.mlp.act` at position 6" in str(found)

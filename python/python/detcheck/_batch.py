@@ -1,6 +1,8 @@
-"""Batch invariance of a PyTorch model: does a sample's output depend on what else is in its
-batch? (``detcheck.torch.batch_invariance``; python/README.md, "Batch invariance", is the long
-form, issue 56.)
+"""Invariances of a PyTorch model's inference (issue 56; python/README.md, "Batch invariance",
+is the long form): does a sample's output depend on what else is in its batch
+(``detcheck.torch.batch_invariance``), and does decoding with a KV cache compute what one
+forward over the whole sequence does (``prefill_decode_parity``: a sampler's logprobs against a
+trainer's)?
 
 The same ``N`` samples are run through the model in batches of each size (consecutive samples,
 ``samples[i:i + size]``), under ``torch.no_grad()``; every module's tensor outputs are kept row
@@ -13,8 +15,11 @@ while the rows of its inputs are equal (else: code between modules, before it, m
 difference); inside that module the operator is named the same way, by ``aten`` operator
 (``torch.utils._python_dispatch.TorchDispatchMode``), on a second run of both sizes.
 
-Main type: ``BatchInvariance`` (``holds``, ``first``, ``culprit``, ``operator``; ``str()`` is the
-report). Determinism: nothing here draws a random number or reads a clock; the samples, the
+Main types: ``BatchInvariance`` (``holds``, ``first``, ``culprit``, ``operator``; ``str()`` is
+the report) and ``PrefillDecodeParity`` (``holds``, ``aligned``: within 16 units of roundoff, as
+``compare --align`` allows; ``first``, ``culprit``, the logits per decoded token).
+
+Determinism: nothing here draws a random number or reads a clock; the samples, the
 sizes and the model decide the finding (and the number of threads, which splits a batch too:
 the report names it). Limits: batch-first outputs (dim 0); every record of every module is held
 in memory for all sizes (a tool for a model in a test, not a production batch); a model that
@@ -35,7 +40,14 @@ from torch.utils import _pytree as pytree
 from ._contract import ROOT
 from ._torch_frontend import TORCH
 
-__all__ = ["BatchInvariance", "BatchRecord", "batch_invariance"]
+__all__ = [
+    "BatchInvariance",
+    "BatchRecord",
+    "batch_invariance",
+    "ParityRecord",
+    "PrefillDecodeParity",
+    "prefill_decode_parity",
+]
 
 
 @dataclass(frozen=True)
@@ -400,4 +412,265 @@ def batch_invariance(
             if a_out != b_out:
                 found.operator, found.operator_inputs = op, (f"[{a_shapes}]", f"[{b_shapes}]")
                 break
+    return found
+
+
+@dataclass(frozen=True)
+class ParityRecord:
+    """One record at one position, from the full-sequence forward and from decoding."""
+
+    #: The record (``fwd/<module>``, ``.N`` for a tuple's N-th tensor), its module's label, the
+    #: positions in the sequence it covers (first, last), and the decoding call that computed it
+    #: (0: the prefill, every position of the prompt; then one position a call).
+    name: str
+    module: str
+    positions: tuple[int, int]
+    call: int
+
+    def where(self) -> str:
+        """``position 7 (decoding step 2)`` or ``positions 0-5 (the prefill)``."""
+        first, last = self.positions
+        if self.call == 0:
+            return f"positions {first}-{last} (the prefill)"
+        return f"position {first} (decoding step {self.call})"
+
+    #: max |decode - full| at that position, and it in units of the dtype's roundoff at the
+    #: full forward's magnitude there (``compare --align``'s measure: 16 units are rounding).
+    max_abs_diff: float | None
+    rounding_units: float | None
+
+
+@dataclass
+class PrefillDecodeParity:
+    """What ``prefill_decode_parity`` found: the logprobs a trainer computes (one forward over
+    the whole sequence) against a sampler's (a prefill, then one decoding step a token with a
+    KV cache), record by record at each position."""
+
+    #: The prompt's length and the tokens decoded.
+    prompt_length: int
+    new_tokens: int
+    num_compared: int
+    #: The first record that differs, in the order decoding made them; ``None``: bitwise equal.
+    first: ParityRecord | None = None
+    #: The first record whose output differs at a position where its inputs are equal.
+    culprit: ParityRecord | None = None
+    #: Per decoded token: (position, max |logit diff|, its roundoff units, whether the argmax
+    #: agrees), the last module's output (the logits) at that position.
+    logits: list[tuple[int, float | None, float | None, bool]] = field(default_factory=list)
+    #: The largest roundoff units of any differing record (``None`` when none differs), and the
+    #: first record beyond ``ALIGN_UNITS`` (where the two part by more than rounding: a bug).
+    worst_units: float | None = None
+    first_beyond: ParityRecord | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Bitwise parity: every record equal at every position."""
+        return self.first is None
+
+    @property
+    def aligned(self) -> bool:
+        """Every difference is within 16 units of its dtype's roundoff (``compare --align``'s
+        default allowance): the two paths differ by rounding, not by a bug."""
+        return self.worst_units is None or self.worst_units <= ALIGN_UNITS
+
+    def __str__(self) -> str:
+        head = (
+            f"prefill+decode vs one forward: a prompt of {self.prompt_length} tokens, "
+            f"{self.new_tokens} decoded"
+        )
+        if self.holds:
+            return f"{head}: bitwise equal, {self.num_compared} records at their positions"
+        lines = [f"{head}: not bitwise equal"]
+        f = self.first
+        if f is not None:
+            lines.append(
+                f"  first difference: `{f.name}` at {f.where()}, max |diff| {f.max_abs_diff:.3e}"
+            )
+        if self.culprit is not None:
+            c = self.culprit
+            shape = (
+                f"{c.positions[1] - c.positions[0] + 1} rows in the prefill against "
+                f"{self.prompt_length + self.new_tokens - 1} in the forward"
+                if c.call == 0
+                else "one row in a decoding step against a matrix in the forward"
+            )
+            lines.append(
+                f"  where they part: `{c.module}` at {c.where()}: its output differs while its "
+                f"inputs there are equal: the same rows computed in another shape ({shape})"
+            )
+        for position, diff, units, same in self.logits:
+            if diff:
+                token = "the same token" if same else "ANOTHER TOKEN"
+                lines.append(
+                    f"  logits at position {position}: max |diff| {diff:.3e} ({units:.1f} "
+                    f"units of roundoff), {token}"
+                )
+        if self.first_beyond is not None:
+            b = self.first_beyond
+            lines.append(
+                f"  first beyond rounding: `{b.name}` at {b.where()}: {b.rounding_units:.1f} units "
+                f"of roundoff, max |diff| {b.max_abs_diff:.3e}: not rounding, another computation"
+            )
+        verdict = "within" if self.aligned else "beyond"
+        lines.append(
+            f"  {verdict} rounding: the worst record is {self.worst_units:.1f} units of its "
+            f"dtype's roundoff (allowed {ALIGN_UNITS:.0f}, as `compare --align`)"
+        )
+        return "\n".join(lines)
+
+
+#: The roundoff units a difference may take and still be rounding (``compare --align``'s
+#: default, ``--rounding-units``).
+ALIGN_UNITS = 16.0
+
+
+def _units(a: torch.Tensor, b: torch.Tensor) -> tuple[float | None, float | None]:
+    """max |a - b|, and it over (unit roundoff of a's dtype x max |b|)."""
+    diff = _max_abs(a, b)
+    if diff is None:
+        return None, None
+    scale = float(b.double().abs().max()) if b.numel() else 0.0
+    unit = torch.finfo(a.dtype).eps / 2
+    return diff, (diff / (unit * scale) if scale > 0 else float("inf") if diff else 0.0)
+
+
+def _at(full: torch.Tensor, part: torch.Tensor, positions: int, first: int, count: int):
+    """``full``'s slice that ``part`` holds: ``part`` covers ``count`` positions from ``first``
+    (or the last ``k`` of them, where it kept fewer: logits of the last position only) along
+    the dim where ``full`` has ``positions``; ``None`` when no dim lines up."""
+    if full.dim() != part.dim():
+        return None
+    for d in range(full.dim()):
+        if full.shape[d] != positions or part.shape[d] > count:
+            continue
+        if any(full.shape[i] != part.shape[i] for i in range(full.dim()) if i != d):
+            continue
+        k = part.shape[d]
+        return full.narrow(d, first + count - k, k)
+    return None
+
+
+#: One call of the model: each module output (name, module, occurrence in the call, tensor,
+#: the module's tensor inputs), in order.
+_Call = list[tuple[str, str, int, torch.Tensor, list[torch.Tensor]]]
+
+
+def _trace(model: torch.nn.Module, call: Callable[[], Any]) -> tuple[list[_Call], Any]:
+    """Runs ``call()`` and keeps each call of the model (``_Call``), in order, and what
+    ``call()`` returned."""
+    calls: list[_Call] = []
+    state: dict[str, Any] = {"depth": 0, "counts": {}, "inputs": {}}
+
+    def pre(label):
+        def hook(module, args, kwargs):
+            if module is model:
+                calls.append([])
+                state["counts"] = {}
+            leaves = pytree.tree_leaves((args, kwargs))
+            tensors = [t.detach().clone() for t in leaves if isinstance(t, torch.Tensor)]
+            state["inputs"].setdefault(label, []).append(tensors)
+
+        return hook
+
+    def post(label):
+        def hook(module, args, kwargs, output):
+            stack = state["inputs"].get(label)
+            inputs = stack.pop() if stack else []
+            k = state["counts"].get(label, 0)
+            state["counts"][label] = k + 1
+            for name, tensor in TORCH.outputs(label, output):
+                calls[-1].append((name, label, k, tensor.detach().clone(), inputs))
+
+        return hook
+
+    hooks = []
+    for name, module in model.named_modules():
+        label = "fwd/" + (name if name else ROOT)
+        hooks.append(module.register_forward_pre_hook(pre(label), with_kwargs=True))
+        hooks.append(module.register_forward_hook(post(label), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            result = call()
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls, result
+
+
+def _no_generate(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    raise ValueError(
+        f"model: a {type(model).__name__} has no `generate` (a Hugging Face model's decoding "
+        "with a KV cache is what is compared)"
+    )
+
+
+def prefill_decode_parity(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    new_tokens: int = 4,
+    **generate_kwargs: Any,
+) -> PrefillDecodeParity:
+    """Decodes ``new_tokens`` greedily from ``input_ids`` (one prompt, ``[1, T]``) with the
+    model's ``generate`` and its KV cache (a prefill, then one call a token), then runs one
+    forward over the whole sequence, as a trainer computing the sampled tokens' logprobs does;
+    compares every module's output at each position, bitwise and in units of roundoff, and
+    names where the two part (the first module whose output differs while its inputs at that
+    position are equal). ``generate_kwargs`` go to ``generate`` (``pad_token_id``, ...)."""
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids: one prompt, [1, T], not {list(input_ids.shape)}")
+    if new_tokens < 1:
+        raise ValueError(f"new_tokens: at least 1, not {new_tokens}")
+    kwargs: dict[str, Any] = {
+        "do_sample": False,
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+    }
+    kwargs.update(generate_kwargs)
+    generate: Callable[..., torch.Tensor] = getattr(model, "generate", None) or _no_generate(model)
+    decoding, sequence = _trace(model, lambda: generate(input_ids, **kwargs))
+    length = int(input_ids.shape[1])
+    # The forward a trainer runs: every position whose next token was sampled.
+    positions = int(sequence.shape[1]) - 1
+    (full,), _ = _trace(model, lambda: model(sequence[:, :positions]))
+    by_name = {(name, k): (tensor, inputs) for name, _, k, tensor, inputs in full}
+    found = PrefillDecodeParity(length, positions - length + 1, 0)
+    worst = None
+    for call, records in enumerate(decoding):
+        first, count = (0, length) if call == 0 else (length + call - 1, 1)
+        for name, module, k, tensor, inputs in records:
+            if (name, k) not in by_name:
+                continue
+            whole, whole_inputs = by_name[(name, k)]
+            expected = _at(whole, tensor, positions, first, count)
+            if expected is None:
+                continue
+            found.num_compared += 1
+            if _bits(expected) == _bits(tensor):
+                continue
+            diff, units = _units(tensor, expected)
+            if units is not None:
+                worst = units if worst is None else max(worst, units)
+            record = ParityRecord(name, module, (first, first + count - 1), call, diff, units)
+            if found.first_beyond is None and units is not None and units > ALIGN_UNITS:
+                found.first_beyond = record
+            if found.first is None:
+                found.first = record
+            if found.culprit is None and len(inputs) == len(whole_inputs):
+                equal = True
+                for a, b in zip(inputs, whole_inputs):
+                    at = _at(b, a, positions, first, count)
+                    if at is not None and _bits(at) != _bits(a):
+                        equal = False
+                if equal:
+                    found.culprit = record
+        # The logits: the model's own output at the call's last position.
+        logits = [t for name, m, _, t, _ in records if m == f"fwd/{ROOT}"]
+        full_logits = [t for name, m, _, t, _ in full if m == f"fwd/{ROOT}"]
+        if call > 0 and logits and full_logits:
+            at = _at(full_logits[0], logits[0], positions, first, count)
+            if at is not None:
+                diff, units = _units(logits[0], at)
+                same = bool(logits[0].flatten().argmax() == at.flatten().argmax())
+                found.logits.append((first, diff or None, units, same))
+    found.worst_units = worst
     return found

@@ -20,7 +20,9 @@ changes no value. Recording a GPU tensor copies it to the host (or digests it on
 torch 2.0 or later (optimizer step hooks).
 
 ``detcheck.torch.batch_invariance(model, samples, batch_sizes)`` checks that each sample's
-outputs do not depend on what else is in its batch (``detcheck._batch``).
+outputs do not depend on what else is in its batch, ``prefill_decode_parity(model, prompt)``
+that decoding with a KV cache computes what one forward over the sequence does
+(``detcheck._batch``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,30 @@ from typing import Any
 
 import torch as _torch
 
-from ._batch import BatchInvariance, BatchRecord, batch_invariance
+from ._batch import (
+    BatchInvariance,
+    BatchRecord,
+    ParityRecord,
+    PrefillDecodeParity,
+    batch_invariance,
+    prefill_decode_parity,
+)
 from ._contract import Removable
 from ._detcheck import TraceWriter, _program_records
 from ._engine import RECORDS, Handle, Recording
 from ._tensors import Hook, replicated_records, unwrap_model
 from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
-__all__ = ["watch", "WatchHandle", "batch_invariance", "BatchInvariance", "BatchRecord"]
+__all__ = [
+    "watch",
+    "WatchHandle",
+    "batch_invariance",
+    "BatchInvariance",
+    "BatchRecord",
+    "prefill_decode_parity",
+    "PrefillDecodeParity",
+    "ParityRecord",
+]
 
 
 #: How many wrappers ``_unwrap_optimizer`` looks through before it gives up.
