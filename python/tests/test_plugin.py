@@ -6,6 +6,8 @@ a failure that names it."""
 import re
 from pathlib import Path
 
+from support import requires
+
 pytest_plugins = ["pytester"]
 
 PROGRAM = (
@@ -117,3 +119,28 @@ def test_a_bad_option_fails_the_test_and_names_the_option(pytester):
     out = result.stdout.str()
     assert "no_such_check" in out and "no_such_option" in out, out
     assert "ERROR" not in out, out
+
+
+def test_a_model_that_is_not_batch_invariant_fails_the_test_with_the_operator(pytester):
+    """The `detcheck_batch_invariant` fixture (issue 56): a linear layer fails with the report
+    naming its `addmm`; a row-wise model passes and its finding is returned."""
+    requires("torch")
+    _test_file(
+        pytester,
+        """
+        import torch
+
+        def test_linear(detcheck_batch_invariant):
+            torch.manual_seed(0)
+            detcheck_batch_invariant(torch.nn.Linear(64, 64).eval(), torch.randn(8, 64), (1, 8))
+
+        def test_rowwise(detcheck_batch_invariant):
+            found = detcheck_batch_invariant(torch.nn.Tanh(), torch.randn(8, 64), (1, 4, 8))
+            assert found.holds and found.num_compared == 16
+        """,
+    )
+    result, outcomes = _outcomes(pytester)
+    assert outcomes == {"failed": 1, "passed": 1}, result.stdout.str()
+    out = result.stdout.str()
+    assert re.search(r"^not batch invariant at batch sizes 1, 8", out, re.M), out
+    assert "operator: `aten.addmm.default`" in out, out

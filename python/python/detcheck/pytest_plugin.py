@@ -5,6 +5,11 @@
   check, and fails the test with the report's text (what ``detcheck check`` prints: the first
   divergence, its element and operator, the environment differences) unless every check holds;
   it returns the ``CheckReport``.
+- The ``detcheck_batch_invariant`` fixture: ``detcheck.torch.batch_invariance``'s arguments
+  (a model in the test, its samples, the batch sizes); fails the test with the finding's report
+  (the sample, the module and the ``aten`` operator that break invariance) unless every sample's
+  every output row is bitwise equal at every size; returns the ``BatchInvariance``. torch is
+  imported when it is called, never by the plugin itself.
 - The ``detcheck`` marker: ``@pytest.mark.detcheck(program=[...], ranks=2)`` (or scenario paths
   as positional arguments) runs that check before the test's body, failing the test the same
   way; the body can inspect the report through the ``detcheck_report`` fixture.
@@ -59,6 +64,23 @@ def _checked(*args, **kwargs):
 def detcheck_check():
     """``detcheck_check(...)``: ``detcheck.check(...)`` that fails the test unless it passes."""
     return _checked
+
+
+def _batch_invariant(*args, **kwargs):
+    from .torch import batch_invariance
+
+    found = batch_invariance(*args, **kwargs)
+    if not found.holds:
+        pytest.fail(str(found), pytrace=False)
+    return found
+
+
+@pytest.fixture
+def detcheck_batch_invariant():
+    """``detcheck_batch_invariant(model, samples, batch_sizes, ...)``:
+    ``detcheck.torch.batch_invariance(...)`` that fails the test unless the model is batch
+    invariant."""
+    return _batch_invariant
 
 
 @pytest.fixture
