@@ -5,6 +5,8 @@
 #
 #   bash scripts/zoo.sh                  # all of it, then docs/zoo.md is rewritten
 #   bash scripts/zoo.sh --only NAME      # one program (the table is not written)
+#   bash scripts/zoo.sh --deterministic  # each planted bug with --deterministic: which setting
+#                                        # fixes it, in how many runs (docs/zoo-deterministic.md)
 #
 # after scripts/install-python.sh --frameworks.
 #
@@ -13,5 +15,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin detcheck
 table=(--table docs/zoo.md)
-(($# == 0)) || table=()
+[ "$*" = --deterministic ] && table=(--table docs/zoo-deterministic.md)
+(($# == 0)) || [ "$*" = --deterministic ] || table=()
 exec target/venv/bin/python examples/zoo/zoo.py --detcheck target/release/detcheck "${table[@]}" "$@"

@@ -188,6 +188,45 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
     return outcomes
 
 
+def run_deterministic(program, detcheck, python=sys.executable):
+    """Each planted bug checked with `--deterministic` (issue 54: which setting fixes it, and in
+    how many runs besides the check's own): a list of (case, class, finding, seconds)."""
+    rows = []
+    for planted in program.get("planted", []):
+        with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+            copy = prepare(program, tmp, planted, python=python)
+            flagged = {**program, "detcheck": [*program.get("detcheck", []), "--deterministic"]}
+            line, seconds = check(detcheck, flagged, copy)
+        rows.append((planted["name"], planted["class"], line.get("deterministic"), seconds))
+    return rows
+
+
+def deterministic_table(rows):
+    """docs/zoo-deterministic.md's text: (program, case, class, finding, seconds) rows."""
+    out = [
+        "# The zoo's planted bugs under `--deterministic`",
+        "",
+        "Written by `scripts/zoo.sh --deterministic` (examples/zoo/zoo.py); do not edit by hand.",
+        "Each planted bug of docs/zoo.md checked with `--deterministic`: the settings that alone",
+        "make its runs identical (`fixed_by`; none: no setting fixes it, the report says why) and",
+        "how many runs the finding took besides the check's own (`runs`; issue 54: at most 3 when",
+        "the setting the cause names fixes it).",
+        "",
+        "| program | case | class | fixed by | runs | time |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for program, case, kind, finding, seconds in rows:
+        finding = finding or {}
+        fixed = ", ".join(f"`{n}`" for n in finding.get("fixed_by", [])) or (
+            "none needed" if finding.get("fixes") else "none fixes it"
+        )
+        out.append(
+            f"| {program} | {case} | {kind} | {fixed} | {finding.get('runs', '-')} | "
+            f"{seconds:.0f} s |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def table(programs, outcomes):
     """docs/zoo.md's text."""
     idioms = {p["name"]: (p["idiom"], p["upstream"]) for p in programs}
@@ -231,6 +270,11 @@ def main():
     parser.add_argument("--ci", action="store_true", help="only the entries marked ci")
     parser.add_argument("--only", help="only the program of this name")
     parser.add_argument("--table", help="write the table (markdown) to this file")
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="each planted bug with --deterministic: which setting fixes it, in how many runs",
+    )
     args = parser.parse_args()
     programs = load()
     chosen = [p for p in programs if not args.only or p["name"] == args.only]
@@ -238,6 +282,26 @@ def main():
         sys.stderr.write(f"zoo.py: --only: no program named {args.only!r} in {MANIFEST}\n")
         sys.exit(2)
     detcheck = str(Path(args.detcheck).resolve())
+    if args.deterministic:
+        rows = []
+        for program in chosen:
+            try:
+                found = run_deterministic(program, detcheck)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                sys.stderr.write(f"zoo.py: {program['name']}: {e}\n")
+                sys.exit(2)
+            for case, kind, finding, seconds in found:
+                finding = finding or {}
+                print(
+                    f"{program['name']}, {case} ({kind}): fixed by {finding.get('fixed_by')} "
+                    f"(fixes: {finding.get('fixes')}), {finding.get('runs')} runs more; "
+                    f"{seconds:.0f} s",
+                    flush=True,
+                )
+                rows.append((program["name"], case, kind, finding, seconds))
+        if args.table:
+            Path(args.table).write_text(deterministic_table(rows))
+        sys.exit(0)
     outcomes = []
     for program in chosen:
         try:

@@ -46,6 +46,9 @@ pub struct SettingsFinding {
     pub cause_without: Option<CauseClass>,
     /// The finding in one sentence.
     pub summary: String,
+    /// How many runs the finding took, besides the check's own (issue 54: at most 3 when the
+    /// setting the cause names fixes the program).
+    pub runs: u32,
 }
 
 /// The settings a cause names (by the hint table's names), for a program of `framework`
@@ -122,6 +125,11 @@ pub(crate) fn which_settings_fix(
     with_all_first: &Trace,
     run: &RunOnce<'_>,
 ) -> Result<SettingsFinding, RunError> {
+    let runs = std::cell::Cell::new(0_u32);
+    let run = |only: Option<&[String]>, k: usize| {
+        runs.set(runs.get() + 1);
+        run(only, k)
+    };
     let identical = |only: Option<&[String]>| -> Result<(bool, Comparison), RunError> {
         let a = run(only, 1)?;
         if only.is_some() && compare_traces(with_all_first, &a, TraceView::All).is_identical() {
@@ -140,6 +148,7 @@ pub(crate) fn which_settings_fix(
             summary: "none of the deterministic settings makes the runs identical: the cause \
                       above is not one a setting fixes"
                 .to_owned(),
+            runs: 0,
         });
     }
     let (same, without) = identical(None)?;
@@ -151,6 +160,7 @@ pub(crate) fn which_settings_fix(
             cause_without: None,
             summary: "the runs are identical without the settings too: none of them is needed"
                 .to_owned(),
+            runs: runs.get(),
         });
     }
     let cause = decide_cause(&without, None);
@@ -246,10 +256,11 @@ pub(crate) fn which_settings_fix(
         todo.push(format!("set {} in its environment", quoted(&variables)));
     }
     let summary = format!(
-        "{} alone make{} the runs identical; without the settings the cause is {class}. To fix \
-         the program: {}",
+        "{} alone make{} the runs identical ({} runs more); without the settings the cause is \
+         {class}. To fix the program: {}",
         quoted(&fixed_by),
         if fixed_by.len() == 1 { "s" } else { "" },
+        runs.get(),
         todo.join(", and ")
     );
     Ok(SettingsFinding {
@@ -258,6 +269,7 @@ pub(crate) fn which_settings_fix(
         statements,
         cause_without,
         summary,
+        runs: runs.get(),
     })
 }
 
@@ -322,6 +334,8 @@ mod tests {
         // Two runs without the settings, then one with the setting the cause names, which
         // equals the check's run with every setting.
         assert_eq!(runs.borrow().len(), 3, "{:?}", runs.borrow());
+        assert_eq!(f.runs, 3);
+        assert!(f.summary.contains("(3 runs more)"), "{}", f.summary);
     }
 
     #[test]
