@@ -214,6 +214,18 @@ def _call(model: torch.nn.Module, batch: Any) -> Any:
     return model(batch)
 
 
+def _hook_every_module(model, pre, post):
+    """A pre-hook ``pre(label)`` and a hook ``post(label)`` (both with kwargs) on every module,
+    labelled as ``watch`` names its records (``fwd/<module>``, the model ``fwd/(model)``): the
+    handles, to remove."""
+    hooks = []
+    for name, module in model.named_modules():
+        label = "fwd/" + (name if name else ROOT)
+        hooks.append(module.register_forward_pre_hook(pre(label), with_kwargs=True))
+        hooks.append(module.register_forward_hook(post(label), with_kwargs=True))
+    return hooks
+
+
 #: One size's records: sample -> [(name, module, call, output bits, output rows, input bits)],
 #: in the order they were made.
 _Records = dict[int, list[tuple[str, str, int, bytes, torch.Tensor, bytes]]]
@@ -224,7 +236,6 @@ def _run(model, samples, n, size, forward, pad_to) -> _Records:
     each record."""
     records: _Records = {i: [] for i in range(n)}
     state = {"base": 0, "size": size, "real": size, "calls": {}, "inputs": {}}
-    hooks = []
 
     def pre(label):
         def hook(module, args, kwargs):
@@ -258,10 +269,7 @@ def _run(model, samples, n, size, forward, pad_to) -> _Records:
 
         return hook
 
-    for name, module in model.named_modules():
-        label = "fwd/" + (name if name else ROOT)
-        hooks.append(module.register_forward_pre_hook(pre(label), with_kwargs=True))
-        hooks.append(module.register_forward_hook(post(label), with_kwargs=True))
+    hooks = _hook_every_module(model, pre, post)
     try:
         with torch.no_grad():
             for start in range(0, n, size):
@@ -583,11 +591,7 @@ def _trace(model: torch.nn.Module, call: Callable[[], Any]) -> tuple[list[_Call]
 
         return hook
 
-    hooks = []
-    for name, module in model.named_modules():
-        label = "fwd/" + (name if name else ROOT)
-        hooks.append(module.register_forward_pre_hook(pre(label), with_kwargs=True))
-        hooks.append(module.register_forward_hook(post(label), with_kwargs=True))
+    hooks = _hook_every_module(model, pre, post)
     try:
         with torch.no_grad():
             result = call()
