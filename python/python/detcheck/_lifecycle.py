@@ -110,13 +110,11 @@ class LifecycleRecorder:
 
     def _recording_kinds(self, **kinds):
         """The keyword arguments of the ``Recording`` this recorder makes: ``kinds`` (``inputs``,
-        ``loss``), with ``module_inputs`` in a dump's run (``DETCHECK_RECORD=flow``), or in an
-        unperturbed run (``DETCHECK_RECORD=end``) no record at all during the steps:
-        ``finish`` records the end state."""
+        ``loss``; the data flow of a dump's run, ``DETCHECK_RECORD=flow``, is the engine's own
+        default), or in an unperturbed run (``DETCHECK_RECORD=end``) no record at all during the
+        steps: ``finish`` records the end state."""
         if self._state.end_state_only:
             return {"records": (), "inputs": False, "loss": False}
-        if self._state.module_inputs:
-            return {**kinds, "module_inputs": True}
         return kinds
 
     def _begin(self, handle):

@@ -76,9 +76,6 @@ class _State:
         #: An unperturbed run (``DETCHECK_RECORD=end``): nothing read during the steps, the
         #: end state recorded once after the last.
         self.end_state_only = record == "end"
-        #: A dump's run (``DETCHECK_RECORD=flow``): each module's inputs that no record
-        #: before them holds are recorded too (``in/<module>.N``).
-        self.module_inputs = record == "flow"
         #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
         #: (``detcheck._mindspore_auto.Recorder``) is imported.
         self.recorder = None
