@@ -105,9 +105,10 @@ if [ "$torch" = 1 ]; then
 fi
 
 if [ "$mindspore" = 1 ]; then
-    echo "== pip install mindspore==2.10.0 numpy==$numpy (CPU; the registry's wheel)"
+    # pyyaml and tqdm: the requirements of the zoo's mindcv (examples/zoo/mindcv).
+    echo "== pip install mindspore==2.10.0 numpy==$numpy pyyaml==6.0.4 tqdm==4.70.1 (CPU; the registry's wheels)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "mindspore==2.10.0" "numpy==$numpy"
+        "mindspore==2.10.0" "numpy==$numpy" "pyyaml==6.0.4" "tqdm==4.70.1"
 fi
 
 if [ "$frameworks" = 1 ]; then

@@ -60,16 +60,30 @@ class Copy:
     argv: list
 
 
+def interpreter(program, python=sys.executable):
+    """The program's Python: its manifest's ``venv`` (relative to the repository), else
+    ``python``; a missing venv is a RuntimeError naming the script that installs it."""
+    if "venv" not in program:
+        return python
+    found = ROOT / program["venv"] / "bin" / "python"
+    if not found.exists():
+        raise RuntimeError(f"{found} is missing: run {program['installed_by']}")
+    return str(found)
+
+
 def prepare(program, workdir, planted=None, python=sys.executable):
     """Copies the program's folder into ``workdir``, applies ``planted``'s patch, runs the
-    setup commands and returns the copy with its command."""
+    setup commands and returns the copy with its command (run by ``interpreter``'s Python,
+    whose folder is first on PATH)."""
     root = Path(workdir) / program["folder"]
     shutil.copytree(ZOO / program["folder"], root)
+    python = interpreter(program, python)
     values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port()}
     if planted and planted.get("patch"):
         subprocess.run(["git", "apply", str(ZOO / planted["patch"])], cwd=root, check=True)
     cwd = root / program["cwd"]
     env = dict(os.environ)
+    env["PATH"] = str(Path(python).parent) + os.pathsep + env.get("PATH", "")
     env.update({k: str(v).format(**values) for k, v in program.get("env", {}).items()})
     for command in [*program.get("setup", []), *((planted or {}).get("setup", []))]:
         done = subprocess.run(

@@ -64,3 +64,23 @@ def test_notebook_launcher_forking_its_ranks_under_an_elastic_agent(detcheck_bin
     return value as it stops."""
     command = (sys.executable, LOOP.name, "--notebook", "--port", PORT["notebook"])
     _checked_at_two_ranks(detcheck_bin, tmp_path, *command)
+
+
+def test_a_world_that_nobody_starts_fails_at_once_with_the_command_to_run(detcheck_bin, tmp_path):
+    """A script that asks `init_process_group` for two ranks, checked at one: detcheck started
+    one rank and the script starts no other, so the call would wait until the timeout (300 s,
+    issue 54). It fails within seconds (exit 3), naming the line and the command to run, and
+    that command passes."""
+    script = PROGRAMS / "verdicts" / "world_of_two.py"
+    args = ("--timeout", "120", "--", sys.executable, script)
+    (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=3).scenarios.values()
+    assert line["verdict"] == "ERROR", line
+    error = line["error"]
+    assert "asks init_process_group for a world of 2 ranks (at world_of_two.py:19)" in error, error
+    assert "still running after the timeout" not in error, error
+    told = "`detcheck check --ranks 2 --launcher torchrun -- python world_of_two.py`"
+    assert told in error, error
+    # What it says to run, run
+    args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
+    (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=0).scenarios.values()
+    assert line["verdict"] == "ok", line

@@ -98,12 +98,16 @@ def test_an_unmodified_script_passes_and_its_controls_are_caught_with_their_elem
     detcheck_bin,
 ):
     names = ["train", "control_clock_seed", "control_no_seed", "no_seed_deterministic"]
-    run = check(detcheck_bin, *[SCRIPTS / f"{n}.json" for n in names], code=0)
+    paths = [SCRIPTS / f"{n}.json" for n in names]
+    run = check(detcheck_bin, *paths, unperturbed=True, code=0)
     lines, out = run.scenarios, run.out
     assert sorted(lines) == sorted(names), out
     for name in ("train", "no_seed_deterministic"):
         assert lines[name]["status"] == "passed", lines[name]
     assert {c["check"]: c["holds"] for c in lines["train"]["checks"]} == {"repeat": True}, out
+    # MindSpore's recorder records the end state of an unperturbed run too (docs/checks.md)
+    (repeat,) = lines["train"]["checks"]
+    assert "and the end states of 2 unperturbed runs" in repeat["note"], repeat
     text = lines["no_seed_deterministic"]["detail"]
     for applied in ("mindspore.set_seed(0)", "mindspore.set_deterministic(True)"):
         assert applied in text, text
@@ -115,6 +119,8 @@ def test_an_unmodified_script_passes_and_its_controls_are_caught_with_their_elem
     assert unseeded["step"] == 0 and unseeded["name"].startswith("init/"), unseeded
     assert unseeded["cause"]["kind"] == "initial_parameters", unseeded["cause"]
     assert "mindspore.set_seed(0)" in json.dumps(unseeded["cause"]), unseeded["cause"]
+    # the line that built the model (`Cell.insert_param_to_cell`, followed; issue 54)
+    assert "train.py:51" in json.dumps(unseeded["cause"]), unseeded["cause"]
 
 
 def test_deterministic_passes_the_no_seed_control_and_names_set_seed_as_the_fix(detcheck_bin):

@@ -29,6 +29,7 @@ def test_torch_ddp_program_and_its_control(detcheck_bin):
         detcheck_bin,
         "check",
         "--no-progress",
+        "--no-unperturbed",  # the verdicts' own tests run them (support.check says why)
         torch / "torch_ddp_torchrun.json",
         torch / "control_torch_unseeded_dropout.json",
         timeout=600,

@@ -20,6 +20,7 @@ def test_unmodified_ddp_script_passes_under_srun(detcheck_bin):
         detcheck_bin,
         "check",
         "--no-progress",
+        "--no-unperturbed",  # the verdicts' own tests run them (support.check)
         "--launcher",
         "srun",
         "--ranks",

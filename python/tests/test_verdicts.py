@@ -22,7 +22,9 @@ WORD_LM = ROOT / "examples" / "zoo" / "pytorch-examples" / "word_language_model"
 
 def test_a_result_that_recording_changes_fails_repeat_with_the_cause_timing(detcheck_bin):
     script = VERDICTS / "observed.py"
-    (line,) = check(detcheck_bin, "--", sys.executable, script, code=1).scenarios.values()
+    (line,) = check(
+        detcheck_bin, "--", sys.executable, script, unperturbed=True, code=1
+    ).scenarios.values()
     assert line["verdict"] == "FAIL", line
     first = line["first_divergence"]
     assert first["check"] == "repeat" and first["name"].startswith("end/"), first
@@ -38,7 +40,7 @@ def test_a_result_that_recording_changes_fails_repeat_with_the_cause_timing(detc
 def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detcheck_bin):
     script = VERDICTS / "ranks_apart.py"
     args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
-    (line,) = check(detcheck_bin, *args, code=0).scenarios.values()
+    (line,) = check(detcheck_bin, *args, unperturbed=True, code=0).scenarios.values()
     repeat, replicas = line["checks"]
     assert repeat["status"] == "passed" and repeat["comparison"]["num_compared"] > 0, repeat
     # The end states of two unperturbed runs were compared too, and counted.
@@ -86,7 +88,7 @@ def test_word_language_model_saves_a_plain_runs_bytes_and_loads_them_under_detch
     # allowlist, evaluated): it passes, every run writing the same file.
     checked = tmp_path / "checked.pt"
     args = ("--run-to-end", "--", *argv, "--save", checked)
-    (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=0).scenarios.values()
+    (line,) = check(detcheck_bin, *args, cwd=tmp_path, unperturbed=True, code=0).scenarios.values()
     assert line["verdict"] == "ok", line
     assert line["checks"][0]["comparison"]["num_compared"] > 0, line
     assert saved(checked) == saved(plain)

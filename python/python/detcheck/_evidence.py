@@ -471,6 +471,10 @@ def call_site(frame: Any) -> str | None:
     return None if inner is None else _shown(*inner)
 
 
+#: What only a model's class has (torch's ``Module``, MindSpore's ``Cell``): the ``__init__``
+#: frames ``note_module_built`` looks through are theirs.
+_REGISTERS = ("register_parameter", "insert_param_to_cell")
+
 #: Where each outermost module was built (``id`` -> the program's line that called its
 #: ``__init__``), noted as its parameters are registered (``note_module_built``); bounded.
 _BUILT: dict[int, str] = {}
@@ -484,7 +488,7 @@ def note_module_built(frame: Any) -> None:
     while frame is not None:
         if frame.f_code.co_name == "__init__":
             owner = frame.f_locals.get("self")
-            if owner is not None and hasattr(owner, "register_parameter"):
+            if owner is not None and any(hasattr(owner, a) for a in _REGISTERS):
                 outermost = (owner, frame)
         frame = frame.f_back
     if outermost is None or len(_BUILT) >= 4096:
@@ -500,10 +504,15 @@ def built_at(module: Any) -> str | None:
     """The program's line that built ``module`` (or the model a wrapper holds), if noted; else
     its first submodule's (``nn.Sequential(nn.Linear(...))``: the layers are built, at that
     line, before the container)."""
-    for candidate in (module, getattr(module, "module", None), getattr(module, "_orig_mod", None)):
-        if candidate is None or not hasattr(candidate, "modules"):
+    wrapped = ("module", "_orig_mod", "network", "_backbone")  # torch's wrappers, MindSpore's
+    for candidate in (module, *(getattr(module, name, None) for name in wrapped)):
+        if hasattr(candidate, "modules"):
+            parts = candidate.modules()
+        elif hasattr(candidate, "cells_and_names"):
+            parts = (cell for _, cell in candidate.cells_and_names())
+        else:
             continue
-        for k, part in enumerate(candidate.modules()):
+        for k, part in enumerate(parts):
             if id(part) in _BUILT:
                 return _BUILT[id(part)]
             if k >= 1000:

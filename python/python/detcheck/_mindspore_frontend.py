@@ -14,7 +14,8 @@ then looks ``p`` up among them. Other parts:
 - ``is_loss_cell``: a loss (``nn.LossBase``), whose output is the ``loss`` record;
 - ``describe_run``: MindSpore's version, its execution mode, and the framework fact
   (``site:framework``) the report reads to name MindSpore's settings (src/check/settings.rs);
-- ``install_evidence``: ``seed/mindspore`` at each ``mindspore.set_seed`` (docs/causes.md);
+- ``install_evidence``: ``seed/mindspore`` at each ``mindspore.set_seed`` (docs/causes.md), and
+  the line that built each model (``Cell.insert_param_to_cell``, wrapped on the class);
 - ``data_parallel``, ``is_grad_reducer``: whether the ranks hold their parameters alike (the
   data-parallel mode, a ``DistributedGradReducer``), so ``grad/*`` and ``param/*`` are recorded
   as replicated (``_contract.replicated_records``).
@@ -31,7 +32,9 @@ bytes, changing no value. A record that cannot be made is noted once in the trac
 (``detcheck.skipped/<name>``), never raised into the program.
 """
 
+import functools
 import os
+import sys
 
 import mindspore
 from mindspore import nn
@@ -291,3 +294,26 @@ def install_evidence():
     (the seed itself: MindSpore keeps no drawable state beside it that a step could show)."""
     _evidence.add_generator("mindspore", _global_seed)
     _evidence.track_seeding(mindspore, "set_seed", "mindspore")
+    _note_where_models_are_built()
+
+
+def _note_where_models_are_built():
+    """The line that built each model (``_evidence.note_module_built``): MindSpore has no global
+    parameter registration hook, so ``Cell.insert_param_to_cell`` (what a Cell's ``__setattr__``
+    calls for each parameter it is given, while it is constructed) is wrapped, on the class,
+    once: nothing is attached to the program's Cells."""
+    cell = mindspore.nn.Cell
+    original = cell.insert_param_to_cell
+    if getattr(original, "_detcheck_noted", False):
+        return
+
+    @functools.wraps(original)
+    def insert_param_to_cell(self, *args, **kwargs):
+        try:
+            _evidence.note_module_built(sys._getframe(1))
+        except Exception:
+            pass
+        return original(self, *args, **kwargs)
+
+    insert_param_to_cell._detcheck_noted = True
+    cell.insert_param_to_cell = insert_param_to_cell

@@ -320,9 +320,11 @@ def _when_imported(name, callback):
         sys.meta_path.insert(0, _AfterImport({name: callback}))
 
 
-def _wrap_init_process_group(dist, then):
+def _wrap_init_process_group(dist, then, before=None):
     """Wraps ``dist.init_process_group`` so that ``then(rank, world_size, caller's frame)``
-    runs after each call that created the default group; wrapping twice does nothing."""
+    runs after each call that created the default group, and ``before(original, args, kwargs,
+    caller's frame)`` before each call (it may raise: the call then fails with its error);
+    wrapping twice does nothing."""
     original = getattr(dist, "init_process_group", None)
     if original is None or getattr(original, "_detcheck_follows", False):
         return
@@ -330,6 +332,8 @@ def _wrap_init_process_group(dist, then):
 
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
+        if before is not None:
+            before(original, args, kwargs, sys._getframe(1))
         result = original(*args, **kwargs)
         try:
             if dist.is_initialized():
@@ -432,7 +436,78 @@ def _follow_the_group(torch_module):
             _set_identity(rank, world_size)
             _state.rank, _state.world_size = rank, world_size
 
-    _wrap_init_process_group(dist, joined)
+    _wrap_init_process_group(dist, joined, before=_refuse_a_world_nobody_starts)
+
+
+class MissingRanks(RuntimeError):
+    """A rank of the launch asked for a process group larger than the launch's world, and no
+    process can join it: detcheck started fewer ranks, and this process started none."""
+
+
+def _refuse_a_world_nobody_starts(original, args, kwargs, frame):
+    """Fails the call at once (``MissingRanks``) when it would wait for ranks that nobody will
+    start (issue 54: detcheck never waits on a rank of its own accord): the group asked for
+    (``world_size``, the ``init_method``'s query, or ``WORLD_SIZE``) is larger than the launch's
+    world, this process is a rank detcheck launched (not one a rank started), and it has no
+    child process that could become a peer (``torch.multiprocessing.spawn``, Lightning's
+    ``devices=N`` and accelerate start theirs before they join). Wherever that cannot be told
+    (no ``/proc``, an argument it cannot read), it lets the call wait as without detcheck."""
+    if _state is None or _state.adopted or os.environ.get(PID_VAR) != str(os.getpid()):
+        return
+    asked = _world_asked(original, args, kwargs)
+    if asked is None or asked <= _state.world_size or _has_children() is not False:
+        return
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    launched = _state.world_size
+    program = " ".join([os.path.basename(sys.argv[0] or "..."), *sys.argv[1:]])
+    message = (
+        f"the program asks init_process_group for a world of {asked} ranks (at {where}), but "
+        f"detcheck started {launched} rank{'s' if launched != 1 else ''} and this process "
+        f"started no other: the others would never join, so it stops here instead of waiting. "
+        f"Give detcheck the ranks: `detcheck check --ranks {asked} --launcher torchrun -- "
+        f"python {program}` for a script that reads RANK and WORLD_SIZE from its environment, or "
+        f"the program's own launcher after `--` (`detcheck check -- torchrun "
+        f"--nproc-per-node {asked} {program}`)"
+    )
+    _say(message)
+    raise MissingRanks(message)
+
+
+def _world_asked(original, args, kwargs):
+    """The world size an ``init_process_group`` call asks for, or None where it cannot be read."""
+    try:
+        import inspect
+
+        bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+        world = bound.get("world_size", -1)
+        if world is None or int(world) < 0:
+            from urllib.parse import parse_qs, urlparse
+
+            method = bound.get("init_method")
+            query = parse_qs(urlparse(method).query) if isinstance(method, str) else {}
+            world = (query.get("world_size") or [os.environ.get("WORLD_SIZE")])[0]
+        return None if world is None else int(world)
+    except (TypeError, ValueError):
+        return None
+
+
+def _has_children():
+    """Whether this process has a live child process (``/proc``); None where it cannot tell."""
+    me = str(os.getpid())
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == me and fields[0] != "Z":
+            return True
+    return False
 
 
 def _evidence_wanted():

@@ -160,9 +160,18 @@ def run_detcheck(detcheck_bin, *args, cwd=None, env=None, timeout=1800, code=Non
     return run
 
 
-def check(detcheck_bin, *args, **kwargs):
-    """`detcheck check --no-progress --format json ARGS` (``run_detcheck``'s options)."""
-    return run_detcheck(detcheck_bin, "check", "--no-progress", "--format", "json", *args, **kwargs)
+def check(detcheck_bin, *args, unperturbed=False, **kwargs):
+    """`detcheck check --no-progress --format json ARGS` (``run_detcheck``'s options).
+
+    Without ``unperturbed``, `--no-unperturbed` too: a test checks its own subject (a launcher, a
+    wrapper, a planted bug), and `repeat`'s two unperturbed runs of a passing program would
+    double its cost (docs/checks.md). Tests whose subject is the verdict on a program as it runs
+    without detcheck pass ``unperturbed=True`` (test_verdicts.py, test_zoo.py's manifest rows,
+    one MindSpore and one DDP script: python/tests/README.md)."""
+    flags = () if unperturbed or "--no-unperturbed" in args else ("--no-unperturbed",)
+    return run_detcheck(
+        detcheck_bin, "check", "--no-progress", "--format", "json", *flags, *args, **kwargs
+    )
 
 
 def caught_with_element(line):

@@ -1,0 +1,2 @@
+"""version init"""
+__version__ = "0.5.0"
