@@ -141,6 +141,11 @@ def test_prefill_and_decode_part_where_a_shape_changes_and_stay_within_rounding(
     found = detcheck.torch.prefill_decode_parity(model, prompts[:1], 4, pad_token_id=0)
     assert not found.holds, found
     assert found.culprit.module == "fwd/transformer.h.0.attn.c_attn", found
+    # inside it, the operator: the prompt's 6 rows in the prefill's matrix, 9 in the forward's
+    assert found.operator == "aten.addmm.default", found
+    left, right = found.operator_inputs
+    assert "6x64" in left and "9x64" in right, found.operator_inputs
+    assert "operator: `aten.addmm.default`" in str(found), found
     assert found.aligned and 0 < found.worst_units <= 16, found
     assert [position for position, *_ in found.logits] == [6, 7, 8], found.logits
     assert all(same for *_, same in found.logits), found.logits

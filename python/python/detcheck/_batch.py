@@ -462,6 +462,11 @@ class PrefillDecodeParity:
     first: ParityRecord | None = None
     #: The first record whose output differs at a position where its inputs are equal.
     culprit: ParityRecord | None = None
+    #: Inside the culprit: the first ``aten`` operator whose output differs at its positions
+    #: (in decoding against the forward, each operator paired with the same operator's call of
+    #: the same rank in the other), and the shapes of its tensor inputs on each side.
+    operator: str | None = None
+    operator_inputs: tuple[str, str] | None = None
     #: Per decoded token: (position, max |logit diff|, its roundoff units, whether the argmax
     #: agrees), the last module's output (the logits) at that position.
     logits: list[tuple[int, float | None, float | None, bool]] = field(default_factory=list)
@@ -506,6 +511,14 @@ class PrefillDecodeParity:
                 f"  where they part: `{c.module}` at {c.where()}: its output differs while its "
                 f"inputs there are equal: the same rows computed in another shape ({shape})"
             )
+        if self.operator is not None:
+            inputs = ""
+            if self.operator_inputs is not None:
+                inputs = (
+                    f" (inputs {self.operator_inputs[0]} decoding vs "
+                    f"{self.operator_inputs[1]} in the forward)"
+                )
+            lines.append(f"  operator: `{self.operator}`{inputs}")
         for position, diff, units, same in self.logits:
             if diff:
                 token = "the same token" if same else "ANOTHER TOKEN"
@@ -601,6 +614,83 @@ def _trace(model: torch.nn.Module, call: Callable[[], Any]) -> tuple[list[_Call]
     return calls, result
 
 
+class _OperatorOutputs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Inside one call of one module: each ``aten`` operator's name, its tensor outputs and the
+    shapes of its tensor inputs, in the order they run."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, list[torch.Tensor], str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        outs = [t.detach().clone() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in ins)
+        self.calls.append((str(func), outs, f"[{shapes}]"))
+        return out
+
+
+def _module_operators(model, label, call, occurrence, run):
+    """The ``aten`` operators (``_OperatorOutputs``) of call ``occurrence`` of module ``label``
+    during the model's call ``call`` of ``run()``, each paired with its rank among the calls of
+    the same operator: ``{(operator, rank): (outputs, input shapes)}`` and their order."""
+    name = label[len("fwd/") :]
+    target = dict(model.named_modules())["" if name == ROOT else name]
+    mode = _OperatorOutputs()
+    state = {"calls": -1, "n": 0, "in": False}
+
+    def model_pre(module, args, kwargs):
+        state["calls"] += 1
+        state["n"] = 0
+
+    def pre(module, args, kwargs):
+        if state["calls"] == call and state["n"] == occurrence:
+            mode.__enter__()
+            state["in"] = True
+
+    def post(module, args, kwargs, output):
+        if state["in"]:
+            mode.__exit__(None, None, None)
+            state["in"] = False
+        if state["calls"] == call:
+            state["n"] += 1
+
+    hooks = [
+        model.register_forward_pre_hook(model_pre, with_kwargs=True),
+        target.register_forward_pre_hook(pre, with_kwargs=True),
+        target.register_forward_hook(post, with_kwargs=True),
+    ]
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for h in hooks:
+            h.remove()
+    ranks: dict[str, int] = {}
+    found = {}
+    for op, outs, shapes in mode.calls:
+        k = ranks.get(op, 0)
+        ranks[op] = k + 1
+        found[(op, k)] = (outs, shapes)
+    return found
+
+
+def _first_operator_apart(decoding, full, positions, first, count):
+    """The first operator of ``decoding`` (in its order) whose output differs at the positions
+    it covers from the same operator's call of the same rank in ``full``: (operator, input
+    shapes in decoding, in the forward), or ``None``."""
+    for (op, k), (outs, shapes) in decoding.items():
+        if (op, k) not in full:
+            continue
+        whole_outs, whole_shapes = full[(op, k)]
+        for part, whole in zip(outs, whole_outs):
+            at = _at(whole, part, positions, first, count)
+            if at is not None and _bits(at) != _bits(part):
+                return op, shapes, whole_shapes
+    return None
+
+
 def _no_generate(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
     raise ValueError(
         f"model: a {type(model).__name__} has no `generate` (a Hugging Face model's decoding "
@@ -639,6 +729,7 @@ def prefill_decode_parity(
     by_name = {(name, k): (tensor, inputs) for name, _, k, tensor, inputs in full}
     found = PrefillDecodeParity(length, positions - length + 1, 0)
     worst = None
+    culprit_at = None
     for call, records in enumerate(decoding):
         first, count = (0, length) if call == 0 else (length + call - 1, 1)
         for name, module, k, tensor, inputs in records:
@@ -667,6 +758,7 @@ def prefill_decode_parity(
                         equal = False
                 if equal:
                     found.culprit = record
+                    culprit_at = (module, call, k, first, count)
         # The logits: the model's own output at the call's last position.
         logits = [t for name, m, _, t, _ in records if m == f"fwd/{ROOT}"]
         full_logits = [t for name, m, _, t, _ in full if m == f"fwd/{ROOT}"]
@@ -677,4 +769,15 @@ def prefill_decode_parity(
                 same = bool(logits[0].flatten().argmax() == at.flatten().argmax())
                 found.logits.append((first, diff or None, units, same))
     found.worst_units = worst
+    if culprit_at is not None:
+        # Inside the culprit, on a second run of both paths: the first operator apart.
+        module, call, k, first, count = culprit_at
+        decoding_ops = _module_operators(
+            model, module, call, k, lambda: generate(input_ids, **kwargs)
+        )
+        full_ops = _module_operators(model, module, 0, k, lambda: model(sequence[:, :positions]))
+        apart = _first_operator_apart(decoding_ops, full_ops, positions, first, count)
+        if apart is not None:
+            found.operator, left, right = apart
+            found.operator_inputs = (left, right)
     return found
