@@ -137,14 +137,21 @@ def _records(line):
     return ", ".join(parts)
 
 
-def judge(line, verdict, kind, where):
-    """What the check found, and the expectations it missed."""
+def judge(line, verdict, kind, where, compared=()):
+    """What the check found, and the expectations it missed (``compared``: the checks that must
+    pass having compared records)."""
     why = []
     if line["verdict"] != verdict:
         why.append(f"verdict {line['verdict']}, expected {verdict}")
     for c in line["checks"]:
         if c["status"] == "passed" and c.get("comparison", {}).get("num_compared", 0) == 0:
             why.append(f"{c['check']} passed after comparing nothing")
+    statuses = {c["check"]: c for c in line["checks"]}
+    for name in compared:
+        c = statuses.get(name)
+        if c is None or c["status"] != "passed":
+            said = "not run" if c is None else f"{c['status']}: {c.get('skip_reason') or ''}"
+            why.append(f"{name} expected to pass having compared records ({said})")
     cause = (line.get("first_divergence") or {}).get("cause") or {}
     found = line["verdict"]
     if cause:
@@ -181,7 +188,9 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
             line, seconds = check(detcheck, program, copy)
         verdict = program.get("verdict", "ok")
         expected = verdict if verdict == "ok" else f"{program['class']} at {program['line']}"
-        found, why = judge(line, verdict, program.get("class"), program.get("line"))
+        found, why = judge(
+            line, verdict, program.get("class"), program.get("line"), program.get("compared", ())
+        )
         outcomes.append(
             Outcome(name, "clean", expected, found, _records(line), seconds, plain, not why, why)
         )

@@ -473,6 +473,8 @@ _WRAPPERS = (
     ("module", "FullyShardedDataParallel"),
     ("_orig_mod", "OptimizedModule"),
     ("module", "DeepSpeedEngine"),
+    # Lightning Fabric's `fabric.setup(model)`: the strategy's wrapper (DDP, FSDP) is inside
+    ("_forward_module", "_FabricModule"),
 )
 
 
@@ -494,7 +496,8 @@ def _holds_alike(wrapper, cls):
 
 def unwrap_model(model):
     """The model inside ``model``'s wrappers (DistributedDataParallel, DataParallel, FSDP1's
-    FullyShardedDataParallel, ``torch.compile``'s OptimizedModule, DeepSpeed's engine; 8 deep
+    FullyShardedDataParallel, ``torch.compile``'s OptimizedModule, DeepSpeed's engine, Lightning
+    Fabric's ``_FabricModule``; 8 deep
     at most), so that records are named after the model's own modules at every world size; and
     whether one of them keeps the ranks' parameters alike (``_holds_alike``: replicated)."""
     ddp = False
