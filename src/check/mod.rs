@@ -10,8 +10,17 @@
 //! - `world_sizes`: rank 0's replicated records at each of the spec's world sizes;
 //! - `workers`: the run at each data-loader worker count;
 //! - `restart`: a run checkpointed and resumed in a fresh launch against the continuous run;
+//! - `buckets`: the run with each of the spec's allreduce bucket layouts;
+//! - `variants`: run 1 again under each of the spec's variants;
 //! - `devices` (feature `nccl`): run 1 with its collectives on a GPU (thread ranks sharing it)
 //!   against the same run on CPU thread ranks; skipped, with the reason, where no GPU is usable.
+//!
+//! Each kind is a unit in `kinds/`, one file each behind one trait (`kinds::CheckUnit`): the runs
+//! it needs beyond run 1 and run 2, how it compares them, its two sides, and what a drill-down
+//! re-runs. `run_checks_on` makes run 1 (and run 2 when `repeat` is asked), asks each kind's unit
+//! in the order of the scenario's checks, and then does what is common to all: n/a for a check
+//! that compared nothing, the element detail (`element.rs`), the cause of a program's `repeat`,
+//! `--deterministic`'s settings (`settings.rs`) and the unperturbed runs.
 //!
 //! Every check's verdict and its divergence map come from one pass of the comparison engine
 //! (`crate::compare`). Each check has an [`Expectation`]: `identical`, or `diverges` for a
@@ -30,58 +39,35 @@
 //! perturbation a round's contributions count in its seeded order, never in the order
 //! `MPI_ANY_SOURCE` delivered them (`comm/mpi.rs`, `round_order`).
 //!
-//! Invariant (a resumed run is the continuous run; the `restart` check): a program's checkpoint
-//! holds every piece of state that later steps read (parameters, optimizer state, sequential
-//! generators, the loader's position); per-sample streams have no state by design. The `restart`
-//! check compares every record of both halves with the continuous run.
-//!
 //! Determinism: the perturbations are derived from the scenario's seed, so a check is repeatable;
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
 //! more ranks is caught every time.
 
 mod element;
+mod kinds;
 mod session;
 mod settings;
 
 pub use crate::run::{CheckOptions, RunError};
+pub use kinds::ONE_RANK_HAS_NO_REPLICAS;
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
 pub use session::{launcher_rank, launcher_size, mpi_skip_reason, Session, SessionError};
 pub use settings::SettingsFinding;
 
-use crate::compare::curves::{curve_of_trace, Curve};
+use crate::compare::curves::Curve;
 use crate::compare::{
-    compare_traces, decide_cause, is_sharded, CauseClass, Comparison, Difference, Divergence,
-    DivergenceMap, ElementFinding, NoElementDetail, RecordSummary, TraceView,
+    compare_traces, decide_cause, CauseClass, Comparison, Divergence, DivergenceMap, RecordSummary,
+    TraceView,
 };
-use crate::file::{DumpError, FolderLock};
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
-use crate::run::gpu::gpu_runner_dyn;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
-use crate::scenario::{
-    BucketLayout, CheckKind, Device, Expectation, LoadedScenario, Program, RunPlan,
-};
+use crate::scenario::{CheckKind, Expectation, LoadedScenario, Program, RunPlan};
 use crate::value::digest::{ExactF64, Stats};
+use kinds::{backends_applies, Compared, Pair, Runs};
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// What the two sides of a check's comparison are, left then right.
-fn kind_sides(kind: CheckKind) -> (&'static str, &'static str) {
-    match kind {
-        CheckKind::Repeat => ("run 1", "run 2"),
-        CheckKind::Replicas => ("rank 0", "this rank"),
-        CheckKind::Backends => ("mpi", "threads"),
-        CheckKind::WorldSizes => ("smallest", "larger"),
-        CheckKind::Workers => ("first", "other"),
-        CheckKind::Restart => ("continuous", "resumed"),
-        CheckKind::Variants => ("first", "variant"),
-        CheckKind::Buckets => ("first", "other"),
-        CheckKind::Devices => ("gpu", "cpu"),
-    }
-}
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +102,7 @@ impl CheckOutcome {
     /// for `repeat`; `rank 0` and `this rank` for `replicas`).
     #[must_use]
     pub fn side_labels(&self) -> (&'static str, &'static str) {
-        kind_sides(self.kind)
+        kinds::unit(self.kind).sides()
     }
 
     /// The ranks of a divergence's left and right records: the divergence's own rank on both
@@ -361,538 +347,6 @@ fn describe_stats(s: &Stats) -> String {
     text
 }
 
-/// The first pair of a series that differs: its comparison, which value of the series (or
-/// variant) it was, and the two runs' curves.
-type FirstDiffering = (Comparison, usize, Option<(Curve, Curve)>);
-
-/// The [`CURVE_NAME`] curves of two runs, labelled, when both record it.
-fn curves_of(left: &Trace, right: &Trace, labels: (&str, &str)) -> Option<(Curve, Curve)> {
-    Some((
-        curve_of_trace(left, CURVE_NAME, labels.0)?,
-        curve_of_trace(right, CURVE_NAME, labels.1)?,
-    ))
-}
-
-/// Runs the scenario once per value of a series (world sizes, worker counts) under run 1's
-/// perturbation and compares each run with the first: the total, and a note naming the first
-/// pair that differs (`describe(first, other)`), or the whole series when none does. The first
-/// differing pair's comparison is kept whole (its first divergence and map), with the two runs'
-/// curves (labelled `label(value)`).
-fn compare_series(
-    values: &[usize],
-    run_at: impl Fn(usize) -> Result<Trace, RunError>,
-    compare: impl Fn(&Trace, &Trace) -> Comparison,
-    describe: impl Fn(usize, usize) -> String,
-    label: impl Fn(usize) -> String,
-    series: &str,
-) -> Result<SeriesOutcome, RunError> {
-    let Some((&first, others)) = values.split_first() else {
-        return Ok(SeriesOutcome {
-            comparison: Comparison::empty(),
-            note: format!("no {series} fits"),
-            curves: None,
-            differing: None,
-        });
-    };
-    let base = run_at(first)?;
-    let mut found: Option<FirstDiffering> = None;
-    let (mut num_compared, mut num_differing) = (0, 0);
-    for &value in others {
-        let other = run_at(value)?;
-        let c = compare(&base, &other);
-        num_compared += c.num_compared;
-        num_differing += c.num_differing;
-        if found.is_none() && !c.is_identical() {
-            let curves = curves_of(&base, &other, (&label(first), &label(value)));
-            found = Some((c, value, curves));
-        }
-    }
-    let differing = found
-        .as_ref()
-        .map(|(_, value, _)| (first, *value, base.clone()));
-    let (mut comparison, note, curves) = match found {
-        Some((c, value, curves)) => (c, describe(first, value), curves),
-        None => (Comparison::empty(), format!("{series} {values:?}"), None),
-    };
-    comparison.num_compared = num_compared;
-    comparison.num_differing = num_differing;
-    Ok(SeriesOutcome {
-        comparison,
-        note,
-        curves,
-        differing,
-    })
-}
-
-/// What a check over several runs found: the comparison (the totals of the series, the first
-/// differing pair's divergence and map), a note naming what was compared, and the curves of the
-/// first differing pair.
-struct SeriesOutcome {
-    comparison: Comparison,
-    note: String,
-    curves: Option<(Curve, Curve)>,
-    /// The first differing pair: (the base value, the other value, the base run's trace), to
-    /// run both sides again for the element detail.
-    differing: Option<(usize, usize, Trace)>,
-}
-
-/// The `world_sizes` check: the scenario at each of its `world_sizes` (those the runner can
-/// launch), rank 0's replicated records compared with the smallest size's.
-fn compare_across_world_sizes(
-    runner: &dyn Runner,
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-) -> Result<SeriesOutcome, RunError> {
-    let mut sizes = scenario.spec.world_sizes.clone();
-    sizes.sort_unstable();
-    sizes.dedup();
-    sizes.retain(|&w| runner.max_world_size().is_none_or(|max| w <= max));
-    let run_at = |world_size: usize| {
-        let mut resized = scenario.clone();
-        resized.spec.world_size = world_size;
-        let p = perturbation(scenario.spec.seed, 1, options);
-        runner.run(
-            &resized,
-            &RunRequest::new(&resized, options, Some(p), 1, &RunPlan::default()),
-        )
-    };
-    compare_series(
-        &sizes,
-        run_at,
-        |a, b| compare_traces(a, b, TraceView::RankZeroReplicated),
-        |a, b| format!("world size {a} (smallest) vs {b} (larger)"),
-        |w| format!("world size {w}"),
-        "world sizes",
-    )
-}
-
-/// The `workers` check: the scenario with each of its `workers` loader worker counts, every
-/// record compared with the first count's.
-fn compare_across_workers(
-    runner: &dyn Runner,
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-) -> Result<SeriesOutcome, RunError> {
-    let run_at = |workers: usize| {
-        let p = perturbation(scenario.spec.seed, 1, options);
-        let plan = RunPlan {
-            loader_workers: Some(workers),
-            ..RunPlan::default()
-        };
-        runner.run(
-            scenario,
-            &RunRequest::new(scenario, options, Some(p), 1, &plan),
-        )
-    };
-    compare_series(
-        &scenario.spec.workers,
-        run_at,
-        |a, b| compare_traces(a, b, TraceView::All),
-        |a, b| format!("{a} workers (first) vs {b} workers"),
-        |w| format!("{w} workers"),
-        "workers",
-    )
-}
-
-/// The `buckets` check: the scenario with each of its `buckets` layouts (the same gradients
-/// fused into other allreduce buckets), every record compared with the first layout's.
-fn compare_across_buckets(
-    runner: &dyn Runner,
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-) -> Result<SeriesOutcome, RunError> {
-    let layouts = &scenario.spec.buckets;
-    let run_at = |i: usize| {
-        let p = perturbation(scenario.spec.seed, 1, options);
-        let plan = buckets_plan(layouts[i]);
-        runner.run(
-            scenario,
-            &RunRequest::new(scenario, options, Some(p), 1, &plan),
-        )
-    };
-    let indices: Vec<usize> = (0..layouts.len()).collect();
-    compare_series(
-        &indices,
-        run_at,
-        |a, b| compare_traces(a, b, TraceView::All),
-        |a, b| format!("bucket layout {} (first) vs {}", layouts[a], layouts[b]),
-        |i| layouts[i].to_string(),
-        "bucket layouts",
-    )
-}
-
-/// The plan of a run with bucket layout `layout`.
-fn buckets_plan(layout: BucketLayout) -> RunPlan {
-    RunPlan {
-        bucket_layout: Some(layout),
-        ..RunPlan::default()
-    }
-}
-
-/// The `variants` check: run 1 again under each of the spec's variants (run 1's perturbation),
-/// every record compared with run 1's.
-fn compare_variants(
-    runner: &dyn Runner,
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-    first: &Trace,
-) -> Result<SeriesOutcome, RunError> {
-    let p = Some(perturbation(scenario.spec.seed, 1, options));
-    let mut found: Option<FirstDiffering> = None;
-    let (mut num_compared, mut num_differing) = (0, 0);
-    for (i, variant) in scenario.variants.iter().enumerate() {
-        let request = RunRequest::new(variant, options, p, 1, &RunPlan::default());
-        let trace = runner_for(variant, runner)?.run(variant, &request)?;
-        let c = compare_traces(first, &trace, TraceView::All);
-        num_compared += c.num_compared;
-        num_differing += c.num_differing;
-        if found.is_none() && !c.is_identical() {
-            let curves = curves_of(first, &trace, ("as written", &format!("variant {i}")));
-            found = Some((c, i, curves));
-        }
-    }
-    let differing_variant = found.as_ref().map(|(_, i, _)| *i);
-    let (mut comparison, note, curves) = match found {
-        Some((c, i, curves)) => (
-            c,
-            format!(
-                "variant {i} ({}) vs the scenario as written",
-                scenario.spec.variants[i].describe()
-            ),
-            curves,
-        ),
-        None => (
-            Comparison::empty(),
-            format!("{} variants", scenario.variants.len()),
-            None,
-        ),
-    };
-    comparison.num_compared = num_compared;
-    comparison.num_differing = num_differing;
-    Ok(SeriesOutcome {
-        comparison,
-        note,
-        curves,
-        differing: differing_variant.map(|i| (0, i, first.clone())),
-    })
-}
-
-/// A folder for one restart check's checkpoints, claimed ([`FolderLock`]) by the process that
-/// runs the check (under MPI the leader, before any rank writes), and removed when dropped.
-struct RestartFolder {
-    dir: PathBuf,
-    _lock: FolderLock,
-}
-
-impl RestartFolder {
-    /// A new folder in the temporary folder. Its name is this process's and a counter's, and it
-    /// is created exclusively (a name already taken, by a run killed earlier or one in another
-    /// PID namespace that shares the folder, is skipped), so no other run's files are in it.
-    fn new(scenario: &str) -> Result<Self, RunError> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let failed = |source: DumpError| RunError::Checkpoints {
-            scenario: scenario.to_owned(),
-            source,
-        };
-        loop {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("detcheck-restart-{}-{n}", std::process::id()));
-            match std::fs::create_dir(&dir) {
-                Ok(()) => {
-                    let lock = FolderLock::claim(&dir, "checkpoint").map_err(|e| {
-                        let _ = std::fs::remove_dir_all(&dir);
-                        failed(e)
-                    })?;
-                    return Ok(RestartFolder { dir, _lock: lock });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(failed(DumpError::io("create folder", &dir, e))),
-            }
-        }
-    }
-}
-
-impl Drop for RestartFolder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The `restart` check: run 3 stops after `restart_step()` steps and saves a checkpoint; run 4,
-/// a fresh launch, resumes from it and runs to the end. Both (under run 2's perturbation)
-/// joined are compared with the continuous run 1, record by record.
-fn compare_restart(
-    runner: &dyn Runner,
-    scenario: &LoadedScenario,
-    options: &CheckOptions,
-    continuous: &Trace,
-) -> Result<SeriesOutcome, RunError> {
-    let at = scenario.spec.restart_step();
-    let folder = RestartFolder::new(&scenario.name)?;
-    let p = Some(perturbation(scenario.spec.seed, 2, options));
-    let before = RunPlan {
-        stop_at: Some(at),
-        checkpoint_to: Some(folder.dir.clone()),
-        ..RunPlan::default()
-    };
-    let after = RunPlan {
-        resume_from: Some(folder.dir.clone()),
-        remove_after_resume: true,
-        ..RunPlan::default()
-    };
-    let mut joined = runner.run(scenario, &RunRequest::new(scenario, options, p, 3, &before))?;
-    let resumed = runner.run(scenario, &RunRequest::new(scenario, options, p, 4, &after))?;
-    for (rank, tail) in joined.ranks.iter_mut().zip(resumed.ranks) {
-        rank.records.extend(tail.records);
-    }
-    Ok(SeriesOutcome {
-        comparison: compare_traces(continuous, &joined, TraceView::All),
-        note: format!("checkpoint after step {at}, resumed in a fresh launch"),
-        curves: curves_of(continuous, &joined, ("continuous", "resumed")),
-        differing: None,
-    })
-}
-
-/// What the element detail of a check's divergence re-runs: the check's runner and runs.
-struct Runs<'a> {
-    runner: &'a dyn Runner,
-    scenario: &'a LoadedScenario,
-    options: &'a CheckOptions,
-    first: &'a Trace,
-    second: Option<&'a Trace>,
-}
-
-impl<'a> Runs<'a> {
-    /// A side that runs `scenario` again on `runner` as run `run` (its perturbation) under
-    /// `plan`, for rank `rank`'s record.
-    fn side(
-        &self,
-        runner: &'a dyn Runner,
-        scenario: &'a LoadedScenario,
-        run: usize,
-        plan: RunPlan,
-        rank: u32,
-        label: &'static str,
-    ) -> element::Side<'a> {
-        let options = self.options;
-        let p = Some(perturbation(scenario.spec.seed, run, options));
-        element::Side {
-            rerun: Box::new(move |capture, dir| {
-                let request =
-                    RunRequest::new(scenario, options, p, run, &plan).with_capture(capture, dir);
-                runner_for(scenario, runner)?.run(scenario, &request)
-            }),
-            rank,
-            label,
-        }
-    }
-
-    /// As [`Runs::side`], for a scenario of its own (a resized one): the side owns it.
-    fn owned_side(
-        &self,
-        scenario: LoadedScenario,
-        run: usize,
-        plan: RunPlan,
-        rank: u32,
-        label: &'static str,
-    ) -> element::Side<'a> {
-        let (runner, options) = (self.runner, self.options);
-        let p = Some(perturbation(scenario.spec.seed, run, options));
-        element::Side {
-            rerun: Box::new(move |capture, dir| {
-                let request =
-                    RunRequest::new(&scenario, options, p, run, &plan).with_capture(capture, dir);
-                runner_for(&scenario, runner)?.run(&scenario, &request)
-            }),
-            rank,
-            label,
-        }
-    }
-
-    /// The resumed side of `restart` at `step`: run 3 (stopped after the restart step, with its
-    /// checkpoint) captures a step before it; a later step is run 4's, which resumes from run
-    /// 3's checkpoint in a fresh launch, as the check ran them.
-    fn resumed_side(&self, step: u64, rank: u32, label: &'static str) -> element::Side<'a> {
-        let (runner, scenario, options) = (self.runner, self.scenario, self.options);
-        let at = scenario.spec.restart_step();
-        let p = Some(perturbation(scenario.spec.seed, 2, options));
-        element::Side {
-            rerun: Box::new(move |capture, dir| {
-                let folder = RestartFolder::new(&scenario.name)?;
-                let before = RunPlan {
-                    stop_at: Some(at),
-                    checkpoint_to: Some(folder.dir.clone()),
-                    ..RunPlan::default()
-                };
-                let mut request = RunRequest::new(scenario, options, p, 3, &before);
-                if step < at {
-                    request = request.with_capture(capture, dir);
-                }
-                let stopped = runner_for(scenario, runner)?.run(scenario, &request)?;
-                if step < at {
-                    return Ok(stopped);
-                }
-                let after = RunPlan {
-                    resume_from: Some(folder.dir.clone()),
-                    remove_after_resume: true,
-                    ..RunPlan::default()
-                };
-                let request =
-                    RunRequest::new(scenario, options, p, 4, &after).with_capture(capture, dir);
-                runner_for(scenario, runner)?.run(scenario, &request)
-            }),
-            rank,
-            label,
-        }
-    }
-
-    /// Names the first differing element of `outcome`'s divergence, when it is a digest
-    /// difference: its two sides are run again, capturing that record.
-    fn name_element(&self, outcome: &mut CheckOutcome, pair: Option<&(usize, usize, Trace)>) {
-        let Some(d) = outcome.comparison.first.clone() else {
-            return;
-        };
-        if d.difference != Difference::Digest || d.element.is_some() {
-            return;
-        }
-        let (left_label, right_label) = outcome.side_labels();
-        let (runner, scenario) = (self.runner, self.scenario);
-        let plain = RunPlan::default;
-        let resized = |size: usize| {
-            let mut resized = scenario.clone();
-            resized.spec.world_size = size;
-            resized
-        };
-        if outcome.kind == CheckKind::WorldSizes {
-            if let Some((a, b, base)) = pair.filter(|(_, _, base)| is_sharded(base, &d)) {
-                // A global tensor: every rank of each side is run again for its shard.
-                let sides = |size: usize, label| -> Vec<element::Side<'a>> {
-                    (0..size as u32)
-                        .map(|r| self.owned_side(resized(size), 1, plain(), r, label))
-                        .collect()
-                };
-                let finding = element::find_sharded(
-                    &d,
-                    base,
-                    &sides(*a, left_label),
-                    &sides(*b, right_label),
-                );
-                outcome
-                    .comparison
-                    .annotate(d.key(), |row| row.element = Some(finding.clone()));
-                return;
-            }
-        }
-        let sides = match outcome.kind {
-            CheckKind::Repeat => Some((
-                self.side(runner, scenario, 1, plain(), d.rank, left_label),
-                self.side(runner, scenario, 2, plain(), d.rank, right_label),
-                self.first,
-            )),
-            CheckKind::Replicas => {
-                // The run whose replicas differ: the first, unless only the second's do.
-                let (run, trace) = match self.second {
-                    Some(second)
-                        if compare_traces(self.first, self.first, TraceView::Replicas)
-                            .is_identical() =>
-                    {
-                        (2, second)
-                    }
-                    _ => (1, self.first),
-                };
-                Some((
-                    self.side(runner, scenario, run, plain(), 0, left_label),
-                    self.side(runner, scenario, run, plain(), d.rank, right_label),
-                    trace,
-                ))
-            }
-            CheckKind::Backends => Some((
-                self.side(runner, scenario, 1, plain(), d.rank, left_label),
-                self.side(&ThreadRunner, scenario, 1, plain(), d.rank, right_label),
-                self.first,
-            )),
-            CheckKind::Workers => pair.map(|(a, b, base)| {
-                let workers = |w: usize| RunPlan {
-                    loader_workers: Some(w),
-                    ..RunPlan::default()
-                };
-                (
-                    self.side(runner, scenario, 1, workers(*a), d.rank, left_label),
-                    self.side(runner, scenario, 1, workers(*b), d.rank, right_label),
-                    base,
-                )
-            }),
-            CheckKind::Buckets => pair.and_then(|(a, b, base)| {
-                let layouts = &scenario.spec.buckets;
-                Some((
-                    self.side(
-                        runner,
-                        scenario,
-                        1,
-                        buckets_plan(*layouts.get(*a)?),
-                        d.rank,
-                        left_label,
-                    ),
-                    self.side(
-                        runner,
-                        scenario,
-                        1,
-                        buckets_plan(*layouts.get(*b)?),
-                        d.rank,
-                        right_label,
-                    ),
-                    base,
-                ))
-            }),
-            CheckKind::Variants => pair.and_then(|(_, i, base)| {
-                let variant = scenario.variants.get(*i)?;
-                Some((
-                    self.side(runner, scenario, 1, plain(), d.rank, left_label),
-                    self.side(runner, variant, 1, plain(), d.rank, right_label),
-                    base,
-                ))
-            }),
-            CheckKind::WorldSizes => pair.map(|(a, b, base)| {
-                (
-                    self.owned_side(resized(*a), 1, plain(), 0, left_label),
-                    self.owned_side(resized(*b), 1, plain(), 0, right_label),
-                    base,
-                )
-            }),
-            CheckKind::Restart => Some((
-                self.side(runner, scenario, 1, plain(), d.rank, left_label),
-                self.resumed_side(d.step, d.rank, right_label),
-                self.first,
-            )),
-            CheckKind::Devices => pair.map(|(_, _, base)| {
-                let gpu = gpu_runner_dyn().unwrap_or(runner);
-                (
-                    self.side(gpu, scenario, 1, plain(), d.rank, left_label),
-                    self.side(&ThreadRunner, scenario, 1, plain(), d.rank, right_label),
-                    base,
-                )
-            }),
-        };
-        let (finding, operator) = match sides {
-            Some((left, right, left_trace)) => element::find(&d, left_trace, &left, &right),
-            None => (
-                ElementFinding::Unavailable(NoElementDetail::NotCaptured {
-                    reason: format!("`{}` runs are not re-run for the element", outcome.kind),
-                }),
-                None,
-            ),
-        };
-        // Operators are traced in programs (`detcheck.torch.watch`), never in built-in kinds,
-        // whose records may share the names' prefixes.
-        let operator = operator.filter(|_| matches!(scenario.program, Program::Command(_)));
-        outcome.comparison.annotate(d.key(), |row| {
-            row.element = Some(finding.clone());
-            row.operator.clone_from(&operator);
-        });
-    }
-}
-
 /// Names the cause of a program's `repeat` divergence (`compare::decide_cause`). The hash seed,
 /// which detcheck changes from launch to launch on purpose, is left out of the environment
 /// differences unless it is the cause: shown there, it would be a false lead.
@@ -909,11 +363,6 @@ fn name_cause(c: &mut Comparison, repeats_with_one_hash_seed: Option<bool>) {
         c.annotate(at, |row| row.cause = Some(cause.clone()));
     }
 }
-
-/// Why `replicas` is skipped at one rank: it compares each rank with rank 0, so one rank has
-/// nothing to compare, and a pass would claim what was never checked.
-pub const ONE_RANK_HAS_NO_REPLICAS: &str =
-    "not applicable at one rank (replicas compares every rank with rank 0)";
 
 /// What `repeat`'s unperturbed runs found: a launched program run again, reading nothing
 /// during its steps (`DETCHECK_RECORD=end`), under run 1's and then run 2's launch
@@ -1045,7 +494,7 @@ fn nothing_compared(kind: CheckKind, first: &Trace) -> String {
             .to_owned();
     }
     if kind != CheckKind::Replicas {
-        let (left, right) = kind_sides(kind);
+        let (left, right) = kinds::unit(kind).sides();
         return format!(
             "compared nothing: the two sides ({left} and {right}) have no record in common"
         );
@@ -1094,11 +543,6 @@ fn different_models(trace: &Trace) -> Option<(u32, u64, String)> {
         .map(|(step, _, rank, name)| (rank, step, name))
 }
 
-/// Why `devices` is skipped: this process has no GPU it can use.
-const NO_GPU: &str = "needs a GPU: build with --features nccl, on a machine with a CUDA driver, \
-                      NVRTC and a device (`detcheck check` of a `device: \"gpu\"` scenario names \
-                      what is missing)";
-
 /// Runs the scenario's checks on thread ranks and reports each outcome.
 ///
 /// # Errors
@@ -1110,16 +554,13 @@ pub fn run_checks(
     run_checks_on(&ThreadRunner, scenario, options)
 }
 
-/// `true` when `backends` applies to the scenario: a deterministic schedule detcheck computes
-/// itself, expected to be identical. Under MPI it is added to such scenarios' checks.
-pub(crate) fn backends_applies(scenario: &LoadedScenario) -> bool {
-    scenario.program.ranks().is_some()
-        && scenario.spec.expect == Expectation::Identical
-        && scenario.spec.effective_mode().is_backend_independent()
-}
-
 /// Runs the scenario's checks with `runner` and reports each outcome. On MPI ranks, `backends`
 /// is added where it applies and compares run 1 with the same run on thread ranks.
+///
+/// Run 1, run 2 when `repeat` is asked, then each check's unit (`kinds/`) in the order of the
+/// checks, each making the runs of its own; then what follows from the outcomes: n/a for a check
+/// that compared nothing, the element detail, the cause of a program's `repeat`,
+/// `--deterministic`'s settings, the unperturbed runs.
 pub(crate) fn run_checks_on(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
@@ -1131,171 +572,47 @@ pub(crate) fn run_checks_on(
     if runner.is_mpi() && backends_applies(scenario) && !checks.contains(&CheckKind::Backends) {
         checks.push(CheckKind::Backends);
     }
-    // Run k of a scenario (this one, or a variant of it) runs under perturbation k (rotation
-    // k − 1).
-    let run_of = |on: &dyn Runner, scenario: &LoadedScenario, k: usize| {
-        let p = Some(perturbation(spec.seed, k, options));
-        on.run(
-            scenario,
-            &RunRequest::new(scenario, options, p, k, &RunPlan::default()),
-        )
-    };
-    let run_on = |on: &dyn Runner, k: usize| run_of(on, scenario, k);
-    let first = run_on(runner, 1)?;
+    // Run k runs under perturbation k (rotation k − 1).
+    let first = kinds::run_of(runner, scenario, options, 1)?;
     let second = if checks.contains(&CheckKind::Repeat) {
-        Some(run_on(runner, 2)?)
+        Some(kinds::run_of(runner, scenario, options, 2)?)
     } else {
         None
     };
-    let on_threads = if runner.is_mpi() && checks.contains(&CheckKind::Backends) {
-        Some(run_on(&ThreadRunner, 1)?)
-    } else {
-        None
+    let runs = Runs {
+        runner,
+        scenario,
+        options,
+        first: &first,
+        second: second.as_ref(),
     };
-    let mut across_sizes = if checks.contains(&CheckKind::WorldSizes) {
-        Some(compare_across_world_sizes(runner, scenario, options)?)
-    } else {
-        None
-    };
-    let mut across_workers = if checks.contains(&CheckKind::Workers) {
-        Some(compare_across_workers(runner, scenario, options)?)
-    } else {
-        None
-    };
-    let mut restart = if checks.contains(&CheckKind::Restart) {
-        Some(compare_restart(runner, scenario, options, &first)?)
-    } else {
-        None
-    };
-    let mut across_buckets = if checks.contains(&CheckKind::Buckets) {
-        Some(compare_across_buckets(runner, scenario, options)?)
-    } else {
-        None
-    };
-    let mut variants = if checks.contains(&CheckKind::Variants) {
-        Some(compare_variants(runner, scenario, options, &first)?)
-    } else {
-        None
-    };
-    // `devices`: run 1 on the GPU against run 1 on CPU thread ranks; skipped without a GPU
-    // (a `gpu` scenario has one: its runner is the GPU's).
-    let mut on_devices = if checks.contains(&CheckKind::Devices) && !runner.is_mpi() {
-        match gpu_runner_dyn() {
-            Ok(gpu) => {
-                let (on_gpu, on_cpu) = if spec.device == Device::Gpu {
-                    (first.clone(), run_on(&ThreadRunner, 1)?)
-                } else {
-                    (run_on(gpu, 1)?, first.clone())
-                };
-                let comparison = compare_traces(&on_gpu, &on_cpu, TraceView::All);
-                Some(Ok(SeriesOutcome {
-                    differing: comparison.first.as_ref().map(|_| (0, 1, on_gpu.clone())),
-                    note: "gpu against cpu thread ranks".to_owned(),
-                    curves: curves_of(&on_gpu, &on_cpu, ("gpu", "cpu")),
-                    comparison,
-                }))
+    // Each kind's unit makes its own runs and compares, in the order of the checks; a kind
+    // listed twice is asked once (`CheckUnit::listed_again`).
+    let mut found: Vec<(CheckKind, Compared)> = Vec::with_capacity(checks.len());
+    for &kind in &checks {
+        let unit = kinds::unit(kind);
+        let compared = match found.iter().find(|(k, _)| *k == kind) {
+            Some((_, earlier)) => unit.listed_again(earlier),
+            None => unit.compare(&runs)?,
+        };
+        found.push((kind, compared));
+    }
+    // The first differing pair of each check, for the element detail.
+    let mut pairs: Vec<(CheckKind, Pair)> = Vec::new();
+    let mut outcomes = found
+        .into_iter()
+        .map(|(kind, compared)| {
+            if let Some(pair) = compared.differing {
+                pairs.push((kind, pair));
             }
-            Err(_) => Some(Err(NO_GPU)),
-        }
-    } else {
-        None
-    };
-    // The first differing pair of each series check, for the element detail.
-    let mut pairs: Vec<(CheckKind, (usize, usize, Trace))> = Vec::new();
-    let mut outcomes = checks
-        .iter()
-        .map(|&kind| {
-            let mut skipped = None;
-            let mut note = None;
-            let mut curves = None;
-            let comparison = match kind {
-                CheckKind::Repeat => match &second {
-                    Some(second) => {
-                        curves = curves_of(&first, second, ("run 1", "run 2"));
-                        compare_traces(&first, second, TraceView::All)
-                    }
-                    None => Comparison::empty(),
-                },
-                // The ranks the run had: a program may start more than were launched.
-                CheckKind::Replicas if first.ranks.len() < 2 => {
-                    skipped = Some(ONE_RANK_HAS_NO_REPLICAS);
-                    Comparison::empty()
-                }
-                CheckKind::Replicas => {
-                    // Both runs must hold replicas; report the first run that does not.
-                    let in_first = compare_traces(&first, &first, TraceView::Replicas);
-                    match &second {
-                        Some(second) if in_first.is_identical() => {
-                            compare_traces(second, second, TraceView::Replicas)
-                        }
-                        _ => in_first,
-                    }
-                }
-                CheckKind::Devices => match on_devices.take() {
-                    Some(Ok(series)) => {
-                        if let Some(pair) = series.differing {
-                            pairs.push((kind, pair));
-                        }
-                        note = Some(series.note);
-                        curves = series.curves;
-                        series.comparison
-                    }
-                    Some(Err(reason)) => {
-                        skipped = Some(reason);
-                        Comparison::empty()
-                    }
-                    None => {
-                        skipped = Some(
-                            "runs on thread ranks, not under MPI (there `backends` compares a \
-                             `gpu` scenario's NCCL ranks with CPU thread ranks)",
-                        );
-                        Comparison::empty()
-                    }
-                },
-                CheckKind::Backends => match &on_threads {
-                    Some(threads) => {
-                        curves = curves_of(&first, threads, ("mpi", "threads"));
-                        compare_traces(&first, threads, TraceView::All)
-                    }
-                    None => {
-                        skipped =
-                            Some("needs MPI ranks: build with --features mpi, run under mpirun");
-                        Comparison::empty()
-                    }
-                },
-                CheckKind::WorldSizes
-                | CheckKind::Workers
-                | CheckKind::Restart
-                | CheckKind::Variants
-                | CheckKind::Buckets => {
-                    let computed = match kind {
-                        CheckKind::WorldSizes => &mut across_sizes,
-                        CheckKind::Workers => &mut across_workers,
-                        CheckKind::Variants => &mut variants,
-                        CheckKind::Buckets => &mut across_buckets,
-                        _ => &mut restart,
-                    };
-                    match computed.take() {
-                        Some(series) => {
-                            if let Some(pair) = series.differing {
-                                pairs.push((kind, pair));
-                            }
-                            note = Some(series.note);
-                            curves = series.curves;
-                            series.comparison
-                        }
-                        None => Comparison::empty(),
-                    }
-                }
-            };
             CheckOutcome {
                 kind,
                 expectation: spec.expect,
-                comparison,
-                skipped: skipped.map(str::to_owned),
+                comparison: compared.comparison,
+                skipped: compared.skipped.map(str::to_owned),
                 empty: false,
-                note,
-                curves,
+                note: compared.note,
+                curves: compared.curves,
             }
         })
         .collect::<Vec<CheckOutcome>>();
@@ -1312,13 +629,6 @@ pub(crate) fn run_checks_on(
         }
     }
     if options.element_detail {
-        let runs = Runs {
-            runner,
-            scenario,
-            options,
-            first: &first,
-            second: second.as_ref(),
-        };
         for outcome in &mut outcomes {
             let pair = pairs
                 .iter()
@@ -1327,29 +637,59 @@ pub(crate) fn run_checks_on(
             runs.name_element(outcome, pair);
         }
     }
-    if matches!(scenario.program, Program::Command(_)) {
-        for outcome in outcomes.iter_mut().filter(|o| o.kind == CheckKind::Repeat) {
-            // The hash seed is shown to matter by a third run with run 1's hash seed (its
-            // perturbation): it repeats run 1 where the hash seed is the cause. Only where the
-            // evidence names nothing else, and not without the drill-down.
-            let probe = |c: &Comparison| -> Result<Option<bool>, RunError> {
-                let varied = c.environment.iter().any(|e| e.key == "PYTHONHASHSEED");
-                if !varied
-                    || !options.element_detail
-                    || !decide_cause(c, None).is_some_and(|k| k.kind.needs_hash_probe())
-                {
-                    return Ok(None);
-                }
-                let third = run_on(runner, 1)?;
-                Ok(Some(
-                    compare_traces(&first, &third, TraceView::All).is_identical(),
-                ))
-            };
-            let repeats_with_one_hash_seed = probe(&outcome.comparison)?;
-            name_cause(&mut outcome.comparison, repeats_with_one_hash_seed);
-        }
+    name_repeat_causes(&runs, &mut outcomes)?;
+    let deterministic = deterministic_settings(&runs, &outcomes)?;
+    compare_unperturbed(&runs, &mut outcomes)?;
+    Ok(ScenarioReport {
+        name: scenario.name.clone(),
+        // The ranks the runs had: more than launched where the program started its own.
+        world_size: spec.world_size.max(first.ranks.len()),
+        steps: spec.steps,
+        outcomes,
+        overflow: first_overflow(&first),
+        frameworks: frameworks_of(&first),
+        deterministic,
+    })
+}
+
+/// Names the cause of a launched program's `repeat` divergence ([`name_cause`]), with the hash
+/// seed probed where the evidence needs it.
+fn name_repeat_causes(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result<(), RunError> {
+    if !matches!(runs.scenario.program, Program::Command(_)) {
+        return Ok(());
     }
-    let deterministic = match &scenario.program {
+    let (runner, options, first) = (runs.runner, runs.options, runs.first);
+    for outcome in outcomes.iter_mut().filter(|o| o.kind == CheckKind::Repeat) {
+        // The hash seed is shown to matter by a third run with run 1's hash seed (its
+        // perturbation): it repeats run 1 where the hash seed is the cause. Only where the
+        // evidence names nothing else, and not without the drill-down.
+        let probe = |c: &Comparison| -> Result<Option<bool>, RunError> {
+            let varied = c.environment.iter().any(|e| e.key == "PYTHONHASHSEED");
+            if !varied
+                || !options.element_detail
+                || !decide_cause(c, None).is_some_and(|k| k.kind.needs_hash_probe())
+            {
+                return Ok(None);
+            }
+            let third = runs.run(runner, 1)?;
+            Ok(Some(
+                compare_traces(first, &third, TraceView::All).is_identical(),
+            ))
+        };
+        let repeats_with_one_hash_seed = probe(&outcome.comparison)?;
+        name_cause(&mut outcome.comparison, repeats_with_one_hash_seed);
+    }
+    Ok(())
+}
+
+/// For a program launched with `--deterministic` (every setting, with the drill-down): which of
+/// the settings make its runs identical (`settings.rs`), from its `repeat` outcome.
+fn deterministic_settings(
+    runs: &Runs<'_>,
+    outcomes: &[CheckOutcome],
+) -> Result<Option<SettingsFinding>, RunError> {
+    let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
+    Ok(match &scenario.program {
         Program::Command(command)
             if command.deterministic
                 && command.deterministic_only.is_none()
@@ -1366,12 +706,12 @@ pub(crate) fn run_checks_on(
                         }
                         let mut variant = scenario.clone();
                         variant.program = Program::Command(Arc::new(changed));
-                        run_of(runner, &variant, k)
+                        kinds::run_of(runner, &variant, options, k)
                     };
                     Some(settings::which_settings_fix(
                         &repeat.comparison,
-                        spec.seed,
-                        &first,
+                        scenario.spec.seed,
+                        runs.first,
                         &run,
                     )?)
                 }
@@ -1379,13 +719,19 @@ pub(crate) fn run_checks_on(
             }
         }
         _ => None,
-    };
-    // A launched program whose two recorded runs agree is run twice more unperturbed (nothing
-    // read during its steps): the program as it runs without detcheck.
+    })
+}
+
+/// A launched program whose two recorded runs agree is run twice more unperturbed (nothing
+/// read during its steps): the program as it runs without detcheck. Their end states are
+/// compared ([`compare_end_states`]) and added to its passing `repeat`.
+fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result<(), RunError> {
+    let (runner, scenario, options, first) = (runs.runner, runs.scenario, runs.options, runs.first);
+    let spec = &scenario.spec;
     let unperturbed = options.unperturbed
         && matches!(scenario.program, Program::Command(_))
         && spec.expect == Expectation::Identical
-        && has_end_state(&first);
+        && has_end_state(first);
     if let Some(repeat) = outcomes
         .iter_mut()
         .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
@@ -1396,7 +742,7 @@ pub(crate) fn run_checks_on(
             let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
             runner.run(scenario, &request.unperturbed())
         };
-        match compare_end_states(&first, quiet)? {
+        match compare_end_states(first, quiet)? {
             Some(EndStates {
                 comparison,
                 differing: Some(what),
@@ -1411,16 +757,7 @@ pub(crate) fn run_checks_on(
             None => {}
         }
     }
-    Ok(ScenarioReport {
-        name: scenario.name.clone(),
-        // The ranks the runs had: more than launched where the program started its own.
-        world_size: spec.world_size.max(first.ranks.len()),
-        steps: spec.steps,
-        outcomes,
-        overflow: first_overflow(&first),
-        frameworks: frameworks_of(&first),
-        deterministic,
-    })
+    Ok(())
 }
 
 /// The frameworks a run's environment snapshot shows (`torch.version`, `mindspore.version`
@@ -1442,7 +779,9 @@ fn frameworks_of(trace: &Trace) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::kinds::NO_GPU;
     use super::*;
+    use crate::run::gpu::gpu_runner_dyn;
     use crate::scenario::KindRegistry;
 
     fn scenario(kind: &str, world: usize, extra: &str, params: &str) -> LoadedScenario {

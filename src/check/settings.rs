@@ -24,7 +24,7 @@
 
 use super::RunError;
 use crate::compare::{
-    compare_traces, decide_cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY,
+    compare_traces, decide_cause, Cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY,
 };
 use crate::file::{all_settings, setting_names, settings_mask};
 use crate::record::hints;
@@ -108,6 +108,57 @@ fn statements(names: &[String], seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// The sets of settings to try first, smallest first, for a divergence without the settings
+/// (`without`) and its cause: what the cause names; first the hash seed where no evidence named
+/// anything else and the launches' hash seeds differed (what the check's own hash-seed run would
+/// try). Empty sets are left out.
+fn candidates(
+    cause: Option<&Cause>,
+    without: &Comparison,
+    framework: &str,
+) -> Vec<Vec<&'static str>> {
+    let mut candidates: Vec<Vec<&'static str>> = Vec::new();
+    if let Some(cause) = cause {
+        // The seeds of the generators whose states differ at any step, also after the first
+        // divergence (not evidence of its cause, but where a seed is likely missing).
+        let mut seeds: Vec<&str> = Vec::new();
+        for e in &without.evidence {
+            let generator = e.name.strip_prefix("rng/").or(e.name.strip_prefix("seed/"));
+            for setting in generator.map_or_else(Vec::new, |g| {
+                named_by(CauseClass::UnseededGenerator, Some(g), framework)
+            }) {
+                if !seeds.contains(&setting) {
+                    seeds.push(setting);
+                }
+            }
+        }
+        let hash_seeds_differ = without
+            .environment
+            .iter()
+            .any(|e| e.key == "PYTHONHASHSEED");
+        // The hash seed where no evidence names a cause and the launches' hash seeds differed:
+        // first when no generator differs either, else last.
+        let hash = cause.kind.needs_hash_probe() && hash_seeds_differ;
+        if hash && seeds.is_empty() {
+            candidates.push(vec!["PYTHONHASHSEED"]);
+        }
+        candidates.extend(first_of(cause.kind).map(|name| vec![name]));
+        candidates.push(named_by(cause.kind, cause.generator.as_deref(), framework));
+        if !seeds.is_empty() {
+            candidates.push(seeds);
+            if hash {
+                candidates.push(vec!["PYTHONHASHSEED"]);
+            }
+        }
+    }
+    // The smallest first (stable: in the order above among equals), so that the answer is
+    // the one seed the evidence names rather than a class's set of seeds.
+    candidates.sort_by_key(Vec::len);
+    candidates.dedup();
+    candidates.retain(|c| !c.is_empty());
+    candidates
+}
+
 /// Runs a program once, with perturbation `k` (1 or 2) and the deterministic settings `only` (by
 /// name; `None`: none at all).
 pub(crate) type RunOnce<'r> = dyn Fn(Option<&[String]>, usize) -> Result<Trace, RunError> + 'r;
@@ -171,47 +222,7 @@ pub(crate) fn which_settings_fix(
         .map(str::to_owned)
         .collect();
     let mut fixed_by = all.clone();
-    // What the cause names; first the hash seed where no evidence named anything else and
-    // the launches' hash seeds differed (what the check's own hash-seed run would try).
-    let mut candidates: Vec<Vec<&str>> = Vec::new();
-    if let Some(cause) = &cause {
-        // The seeds of the generators whose states differ at any step, also after the first
-        // divergence (not evidence of its cause, but where a seed is likely missing).
-        let mut seeds: Vec<&str> = Vec::new();
-        for e in &without.evidence {
-            let generator = e.name.strip_prefix("rng/").or(e.name.strip_prefix("seed/"));
-            for setting in generator.map_or_else(Vec::new, |g| {
-                named_by(CauseClass::UnseededGenerator, Some(g), framework)
-            }) {
-                if !seeds.contains(&setting) {
-                    seeds.push(setting);
-                }
-            }
-        }
-        let hash_seeds_differ = without
-            .environment
-            .iter()
-            .any(|e| e.key == "PYTHONHASHSEED");
-        // The hash seed where no evidence names a cause and the launches' hash seeds differed:
-        // first when no generator differs either, else last.
-        let hash = cause.kind.needs_hash_probe() && hash_seeds_differ;
-        if hash && seeds.is_empty() {
-            candidates.push(vec!["PYTHONHASHSEED"]);
-        }
-        candidates.extend(first_of(cause.kind).map(|name| vec![name]));
-        candidates.push(named_by(cause.kind, cause.generator.as_deref(), framework));
-        if !seeds.is_empty() {
-            candidates.push(seeds);
-            if hash {
-                candidates.push(vec!["PYTHONHASHSEED"]);
-            }
-        }
-    }
-    // The smallest first (stable: in the order above among equals), so that the answer is
-    // the one seed the evidence names rather than a class's set of seeds.
-    candidates.sort_by_key(Vec::len);
-    candidates.dedup();
-    for candidate in candidates.into_iter().filter(|c| !c.is_empty()) {
+    for candidate in candidates(cause.as_ref(), &without, framework) {
         let names: Vec<String> = candidate.into_iter().map(str::to_owned).collect();
         if settings_mask(names.iter().map(String::as_str)).is_some() && identical(Some(&names))?.0 {
             fixed_by = names;

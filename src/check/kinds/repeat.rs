@@ -1,0 +1,55 @@
+//! The `repeat` check (CIME's REP): run 1 against run 2, the same configuration under two
+//! perturbations (seeded delays, a rotated arrival order), compared record by record.
+//!
+//! Main type: [`Repeat`], its unit. It runs nothing of its own: `run_checks_on` makes run 2
+//! whenever `repeat` is asked (`replicas` reads it too). What follows a program's `repeat`
+//! (its cause, `--deterministic`'s settings, the unperturbed runs) is `check/mod.rs`'s.
+//!
+//! Determinism: both runs' perturbations are derived from the scenario's seed and differ in every
+//! round (`check/mod.rs`, the perturbations of a check are seeded), so the verdict is the same
+//! every time. Limits: two runs catch an order dependence that their two orders expose; a
+//! divergence rarer than that is not promised to show.
+
+use super::{curves_of, CheckUnit, Compared, Drill, Pair, Runs};
+use crate::compare::{compare_traces, Divergence, TraceView};
+use crate::run::RunError;
+use crate::scenario::RunPlan;
+
+/// The `repeat` check's unit.
+pub(super) struct Repeat;
+
+impl CheckUnit for Repeat {
+    fn sides(&self) -> (&'static str, &'static str) {
+        ("run 1", "run 2")
+    }
+
+    fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
+        Ok(match runs.second {
+            Some(second) => Compared {
+                curves: curves_of(runs.first, second, self.sides()),
+                ..Compared::of(compare_traces(runs.first, second, TraceView::All))
+            },
+            None => Compared::nothing(),
+        })
+    }
+
+    /// The same comparison of the same two runs.
+    fn listed_again(&self, earlier: &Compared) -> Compared {
+        earlier.again()
+    }
+
+    fn drill_down<'a>(
+        &self,
+        runs: &Runs<'a>,
+        d: &Divergence,
+        _pair: Option<&'a Pair>,
+    ) -> Option<Drill<'a>> {
+        let (left_label, right_label) = self.sides();
+        let (runner, scenario) = (runs.runner, runs.scenario);
+        Some(Drill::Pair {
+            left: runs.side(runner, scenario, 1, RunPlan::default(), d.rank, left_label),
+            right: runs.side(runner, scenario, 2, RunPlan::default(), d.rank, right_label),
+            left_trace: runs.first,
+        })
+    }
+}
