@@ -64,6 +64,8 @@ def test_imagenet_spawning_its_own_worker_is_recorded_and_its_unseeded_worker_na
     assert cause["kind"] == "initial_parameters", cause
     assert "a process the program started itself" in cause["fix"], cause
     assert "main.py:157" in cause["fix"], cause
+    # the parent's seed, which the worker does not inherit (a fact the parent passes on)
+    assert "the parent seeded at main.py:90" in cause["fix"], cause
     # Its dump holds the worker's trace as rank 0's, and nothing else (no note of the parent
     # that recorded nothing, no mark of the started rank).
     dump = tmp_path / "dump"

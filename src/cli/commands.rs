@@ -15,7 +15,7 @@ use detcheck::compare::curves::{
     compare_curves, load_curve, write_curve_plots, CurveComparison, Tolerance,
 };
 use detcheck::compare::{
-    compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, RecordSummary,
+    compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, Divergence, RecordSummary,
 };
 use detcheck::file::capture::read_window_inputs;
 use detcheck::file::{write_atomically, Capture, DumpMode, InsideRequest};
@@ -258,127 +258,144 @@ fn print_comparison(o: &mut Out, a: &Path, b: &Path, cmp: &Comparison) {
         outln!(o, "note: {note}");
     }
     if !cmp.rows.is_empty() {
-        let width = cmp
-            .rows
-            .iter()
-            .map(|r| r.name.chars().count())
-            .max()
-            .unwrap_or(4)
-            .clamp(4, 48);
-        let full = cmp.rows.iter().any(|r| r.metrics.is_some());
-        outln!(o);
-        if full {
-            outln!(
-                o,
-                "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:>11} {:>11} {:>10} {:>7} {:>7}",
-                "step",
-                "rank",
-                "seq",
-                "tensor",
-                "difference",
-                "max_abs",
-                "max_rel",
-                "cosine",
-                "<1e-3",
-                "<5e-3"
-            );
-        } else {
-            outln!(
-                o,
-                "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
-                "step",
-                "rank",
-                "seq",
-                "tensor",
-                "difference",
-                "md5 A",
-                "md5 B",
-                "dmax",
-                "dmin",
-                "dmean",
-                "dnorm"
-            );
-        }
-        for r in &cmp.rows {
-            let name = clip(&r.name, width);
-            let head = format!(
-                "{:>6} {:>5} {:>5}  {name:<width$}  {:<18}",
-                r.step,
-                r.rank,
-                r.seq,
-                r.difference.to_string()
-            );
-            if let Some(m) = &r.metrics {
-                outln!(
-                    o,
-                    "{head} {:>11.4e} {:>11.4e} {:>10.6} {:>6.1}% {:>6.1}%",
-                    m.max_abs_err,
-                    m.max_rel_err,
-                    m.cosine,
-                    100.0 * m.within_1e3,
-                    100.0 * m.within_5e3
-                );
-            } else if full {
-                outln!(o, "{head}");
-            } else {
-                let digest = |s: &Option<RecordSummary>| {
-                    s.as_ref()
-                        .and_then(|s| s.digest.clone())
-                        .map_or("-".to_owned(), |d| d.chars().take(12).collect())
-                };
-                let (sa, sb) = (
-                    r.left.as_ref().and_then(|s| s.stats),
-                    r.right.as_ref().and_then(|s| s.stats),
-                );
-                let d = |f: fn(&Stats) -> Option<ExactF64>| {
-                    delta(sa.as_ref().and_then(f), sb.as_ref().and_then(f))
-                };
-                outln!(
-                    o,
-                    "{head} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
-                    digest(&r.left),
-                    digest(&r.right),
-                    d(|s| s.max),
-                    d(|s| s.min),
-                    d(|s| s.mean),
-                    d(|s| s.norm)
-                );
-            }
-        }
-        if cmp.num_differing > cmp.rows.len() as u64 {
-            outln!(
-                o,
-                "... and {} more differing records (--max-rows N to show more, 0 for all)",
-                cmp.num_differing - cmp.rows.len() as u64
-            );
-        }
-        if let Some(first) = &cmp.first {
-            for (label, side) in [("A", &first.left), ("B", &first.right)] {
-                if let Some(s) = side {
-                    let stats = s.stats.map_or(String::new(), |st| {
-                        format!(
-                            " max {} min {} mean {} norm {}",
-                            show(st.max),
-                            show(st.min),
-                            show(st.mean),
-                            show(st.norm)
-                        )
-                    });
-                    outln!(
-                        o,
-                        "first divergence in {label}: {} digest {}{stats}",
-                        s.layout,
-                        s.digest.as_deref().unwrap_or("-")
-                    );
-                }
-            }
-        }
+        print_differing_records(o, cmp);
     }
     outln!(o);
     for (label, overflow) in ["A", "B"].iter().zip(&cmp.overflow) {
         match overflow {
             Some(first) => outln!(o, "overflow in {label}: {first}"),
             None => outln!(o, "overflow in {label}: none (no NaN, Inf or |x| >= 65504)"),
+        }
+    }
+}
+
+/// Prints the table of a comparison's differing records (at least one), how many more differ,
+/// and each side of the first divergence.
+fn print_differing_records(o: &mut Out, cmp: &Comparison) {
+    let width = cmp
+        .rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 48);
+    let full = cmp.rows.iter().any(|r| r.metrics.is_some());
+    outln!(o);
+    if full {
+        outln!(
+            o,
+            "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:>11} {:>11} {:>10} {:>7} {:>7}",
+            "step",
+            "rank",
+            "seq",
+            "tensor",
+            "difference",
+            "max_abs",
+            "max_rel",
+            "cosine",
+            "<1e-3",
+            "<5e-3"
+        );
+    } else {
+        outln!(
+            o,
+            "{:>6} {:>5} {:>5}  {:<width$}  {:<18} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
+            "step",
+            "rank",
+            "seq",
+            "tensor",
+            "difference",
+            "md5 A",
+            "md5 B",
+            "dmax",
+            "dmin",
+            "dmean",
+            "dnorm"
+        );
+    }
+    for r in &cmp.rows {
+        print_differing_record(o, r, width, full);
+    }
+    if cmp.num_differing > cmp.rows.len() as u64 {
+        outln!(
+            o,
+            "... and {} more differing records (--max-rows N to show more, 0 for all)",
+            cmp.num_differing - cmp.rows.len() as u64
+        );
+    }
+    if let Some(first) = &cmp.first {
+        print_first_sides(o, first);
+    }
+}
+
+/// Prints one row of the table of differing records: its metrics in a `full` table, else its
+/// digests and the differences of its statistics.
+fn print_differing_record(o: &mut Out, r: &Divergence, width: usize, full: bool) {
+    let name = clip(&r.name, width);
+    let head = format!(
+        "{:>6} {:>5} {:>5}  {name:<width$}  {:<18}",
+        r.step,
+        r.rank,
+        r.seq,
+        r.difference.to_string()
+    );
+    if let Some(m) = &r.metrics {
+        outln!(
+            o,
+            "{head} {:>11.4e} {:>11.4e} {:>10.6} {:>6.1}% {:>6.1}%",
+            m.max_abs_err,
+            m.max_rel_err,
+            m.cosine,
+            100.0 * m.within_1e3,
+            100.0 * m.within_5e3
+        );
+    } else if full {
+        outln!(o, "{head}");
+    } else {
+        let digest = |s: &Option<RecordSummary>| {
+            s.as_ref()
+                .and_then(|s| s.digest.clone())
+                .map_or("-".to_owned(), |d| d.chars().take(12).collect())
+        };
+        let (sa, sb) = (
+            r.left.as_ref().and_then(|s| s.stats),
+            r.right.as_ref().and_then(|s| s.stats),
+        );
+        let d = |f: fn(&Stats) -> Option<ExactF64>| {
+            delta(sa.as_ref().and_then(f), sb.as_ref().and_then(f))
+        };
+        outln!(
+            o,
+            "{head} {:<12} {:<12} {:>10} {:>10} {:>10} {:>10}",
+            digest(&r.left),
+            digest(&r.right),
+            d(|s| s.max),
+            d(|s| s.min),
+            d(|s| s.mean),
+            d(|s| s.norm)
+        );
+    }
+}
+
+/// Prints each side of the first divergence: its layout, digest and statistics.
+fn print_first_sides(o: &mut Out, first: &Divergence) {
+    for (label, side) in [("A", &first.left), ("B", &first.right)] {
+        if let Some(s) = side {
+            let stats = s.stats.map_or(String::new(), |st| {
+                format!(
+                    " max {} min {} mean {} norm {}",
+                    show(st.max),
+                    show(st.min),
+                    show(st.mean),
+                    show(st.norm)
+                )
+            });
+            outln!(
+                o,
+                "first divergence in {label}: {} digest {}{stats}",
+                s.layout,
+                s.digest.as_deref().unwrap_or("-")
+            );
         }
     }
 }
@@ -701,62 +718,7 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
         );
     }
     if let Some(c) = &al.culprit {
-        match &c.note {
-            Some(note) => outln!(
-                o,
-                "first culprit: step {} rank {} `{}` ({} vs {}): {note}",
-                c.step,
-                c.rank,
-                c.name,
-                c.left,
-                c.right
-            ),
-            None => outln!(
-                o,
-                "first culprit: step {} rank {} `{}` ({} vs {}): max |a-b| {:.3e} is {:.1}x its \
-                 allowance {:.3e}; {}",
-                c.step,
-                c.rank,
-                c.name,
-                c.left,
-                c.right,
-                c.error,
-                c.excess,
-                c.allowance,
-                c.blame.reason()
-            ),
-        }
-        if let Some(call) = &al.culprit_call {
-            outln!(o, "  operator: {call}");
-        }
-        if al.chain_len > 0 {
-            let shown = al.chain.len().min(6);
-            let more = al.chain_len - shown as u64;
-            let tail = if more > 0 {
-                format!(", and {more} more")
-            } else {
-                String::new()
-            };
-            outln!(
-                o,
-                "  inherited by {} records after it: {}{tail}",
-                al.chain_len,
-                al.chain[..shown].join(", ")
-            );
-        }
-        if c.name.starts_with("fwd/") && al.left.starts_with("detcheck") {
-            print_inside_commands(o, c, &al.programs);
-        }
-        let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
-        if !others.is_empty() {
-            outln!(
-                o,
-                "other records whose error is their own (or unconfirmed):"
-            );
-            for r in others.iter().take(5) {
-                outln!(o, "  {r}");
-            }
-        }
+        print_culprit(o, al, c);
     }
     if let Some(part) = &al.operators_part {
         outln!(o, "operators: {part}");
@@ -767,6 +729,74 @@ fn print_alignment(o: &mut Out, a: &Path, b: &Path, al: &Alignment) {
     if al.rows.is_empty() {
         return;
     }
+    print_unaligned_records(o, al);
+}
+
+/// Prints an alignment's first culprit `c`: its error, operator and chain, the commands that
+/// look inside it, and the other records whose error is their own.
+fn print_culprit(o: &mut Out, al: &Alignment, c: &AlignedRecord) {
+    match &c.note {
+        Some(note) => outln!(
+            o,
+            "first culprit: step {} rank {} `{}` ({} vs {}): {note}",
+            c.step,
+            c.rank,
+            c.name,
+            c.left,
+            c.right
+        ),
+        None => outln!(
+            o,
+            "first culprit: step {} rank {} `{}` ({} vs {}): max |a-b| {:.3e} is {:.1}x its \
+             allowance {:.3e}; {}",
+            c.step,
+            c.rank,
+            c.name,
+            c.left,
+            c.right,
+            c.error,
+            c.excess,
+            c.allowance,
+            c.blame.reason()
+        ),
+    }
+    if let Some(call) = &al.culprit_call {
+        outln!(o, "  operator: {call}");
+    }
+    if al.chain_len > 0 {
+        let shown = al.chain.len().min(6);
+        let more = al.chain_len - shown as u64;
+        let tail = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        outln!(
+            o,
+            "  inherited by {} records after it: {}{tail}",
+            al.chain_len,
+            al.chain[..shown].join(", ")
+        );
+    }
+    if c.name.starts_with("fwd/") && al.left.starts_with("detcheck") {
+        print_inside_commands(o, c, &al.programs);
+    }
+    let others: Vec<&AlignedRecord> = al.culprits.iter().filter(|r| *r != c).collect();
+    if !others.is_empty() {
+        outln!(
+            o,
+            "other records whose error is their own (or unconfirmed):"
+        );
+        for r in others.iter().take(5) {
+            outln!(o, "  {r}");
+        }
+    }
+}
+
+/// Prints the table of an alignment's records that are not aligned (at least one), and how many
+/// more there are.
+fn print_unaligned_records(o: &mut Out, al: &Alignment) {
+    let [_, warnings, errors] = al.counts;
     let width = al
         .rows
         .iter()

@@ -14,11 +14,11 @@
 
 use super::report::{expectation_name, headline, FORMAT_VERSION};
 use detcheck::check::{CheckOutcome, ScenarioReport};
-use detcheck::compare::align::Alignment;
+use detcheck::compare::align::{AlignedRecord, Alignment};
 use detcheck::compare::curves::{
     compare_curves, curve_plot_svg, Curve, CurveComparison, Tolerance,
 };
-use detcheck::compare::{Cause, Divergence, RecordSummary};
+use detcheck::compare::{Cause, Comparison, Divergence, RecordSummary};
 use detcheck::scenario::CheckKind;
 use detcheck::value::{ExactF64, Stats};
 use detcheck::LoadedScenario;
@@ -481,7 +481,6 @@ pub(crate) fn page(
     report: &ScenarioReport,
     outcome: &CheckOutcome,
 ) -> String {
-    let spec = &scenario.spec;
     let c = &outcome.comparison;
     let labels = outcome.side_labels();
     let title = format!("{}: {} check failed", scenario.name, outcome.kind);
@@ -507,6 +506,87 @@ pub(crate) fn page(
         escape(&headline(outcome))
     );
 
+    html.push_str(&facts_html(scenario, report, outcome));
+
+    if let Some(cause) = c.first.as_ref().and_then(|d| d.cause.as_ref()) {
+        html.push_str(&cause_html(cause));
+    }
+    let comparison_json = serde_json::to_value(c).unwrap_or(Value::Null);
+    // Fields of the comparison this page does not know by their type (the environment's
+    // differences, ...): before the divergence, which they may explain.
+    html.push_str(&other_fields(&comparison_json, &COMPARISON_FIELDS, "h2"));
+    html.push_str("<h2 id=\"first-divergence\">First divergence</h2>\n");
+    match &c.first {
+        Some(d) => html.push_str(&divergence_html(outcome, d, &comparison_json, labels)),
+        None => html.push_str(
+            "<p class=\"where\" id=\"where\">none: every compared record is identical, and the \
+             check expected a divergence.</p>\n",
+        ),
+    }
+
+    if c.rows.len() > 1 {
+        html.push_str(&differing_records_html(c));
+    }
+    if !c.notes.is_empty() {
+        html.push_str("<h2 id=\"notes\">Notes</h2>\n<ul>\n");
+        for note in &c.notes {
+            let _ = writeln!(html, "<li>{}</li>", escape(note));
+        }
+        html.push_str("</ul>\n");
+    }
+
+    if let Some(map) = &c.map {
+        let map_title = format!(
+            "{}: {} check, first divergent tensor",
+            report.name, outcome.kind
+        );
+        let _ = writeln!(
+            html,
+            "<h2 id=\"map\">Divergence map</h2>\n<p class=\"muted\">Ranks (rows) &times; steps \
+             (columns); each cell is coloured by the first tensor that differs there (light \
+             grey: identical; grey: only one side has that rank and step).</p>\n\
+             <div class=\"figure\">\n{}</div>",
+            map.to_svg(&map_title)
+        );
+    }
+    if let Some((a, b)) = &outcome.curves {
+        let cmp = compare_curves(a, b, Tolerance::default());
+        let _ = writeln!(
+            html,
+            "<h2 id=\"curves\">Loss curves</h2>\n<p class=\"muted\">Rank 0's <code>{}</code> per \
+             step in both runs, and their difference within numpy's allclose tolerance (atol \
+             1e-3, rtol 1e-3); bitwise differences below it are still divergences.</p>\n\
+             <div class=\"figure\">\n{}</div>",
+            escape(&a.name),
+            curve_plot_svg(a, b, &cmp)
+        );
+    }
+    if let Some(o) = &report.overflow {
+        let _ = writeln!(
+            html,
+            "<h2 id=\"overflow\">Overflow</h2>\n<p>first overflow in run 1: {}</p>",
+            escape(&o.to_string())
+        );
+    }
+    let _ = writeln!(
+        html,
+        "<footer>detcheck {} &middot; report format {FORMAT_VERSION}</footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION")
+    );
+    html
+}
+
+/// The page's "Scenario and check" section: the scenario, its run, the check and what it
+/// compared.
+fn facts_html(
+    scenario: &LoadedScenario,
+    report: &ScenarioReport,
+    outcome: &CheckOutcome,
+) -> String {
+    let spec = &scenario.spec;
+    let c = &outcome.comparison;
+    let labels = outcome.side_labels();
+    let mut html = String::new();
     html.push_str("<h2 id=\"scenario\">Scenario and check</h2>\n<table class=\"facts\">\n");
     let mut fact = |key: &str, value: String| {
         let _ = writeln!(html, "<tr><th>{key}</th><td>{value}</td></tr>");
@@ -562,136 +642,88 @@ pub(crate) fn page(
         format!("{} compared, {} differ", c.num_compared, c.num_differing),
     );
     html.push_str("</table>\n");
+    html
+}
 
-    if let Some(cause) = c.first.as_ref().and_then(|d| d.cause.as_ref()) {
-        html.push_str(&cause_html(cause));
-    }
-    let comparison_json = serde_json::to_value(c).unwrap_or(Value::Null);
-    // Fields of the comparison this page does not know by their type (the environment's
-    // differences, ...): before the divergence, which they may explain.
-    html.push_str(&other_fields(&comparison_json, &COMPARISON_FIELDS, "h2"));
-    html.push_str("<h2 id=\"first-divergence\">First divergence</h2>\n");
-    match &c.first {
-        Some(d) => {
-            let _ = writeln!(
-                html,
-                "<p class=\"where\" id=\"where\">step <b>{}</b> &middot; rank <b>{}</b> &middot; \
-                 seq <b>{}</b> &middot; <code>{}</code>: {}</p>",
-                d.step,
-                d.rank,
-                d.seq,
-                escape(&d.name),
-                escape(&d.difference.to_string())
-            );
-            html.push_str(
-                "<p class=\"muted\">The earliest step, then record (seq), then rank where the \
-                 two sides differ.</p>\n",
-            );
-            html.push_str(&records_table(outcome, d));
-            if let Some(m) = &d.metrics {
-                let _ = writeln!(
-                    html,
-                    "<p>max |a &minus; b| {:.4e}, max relative error {:.4e}, cosine {:.6}, \
-                     within 1e-3: {:.1}%, within 5e-3: {:.1}%</p>",
-                    m.max_abs_err,
-                    m.max_rel_err,
-                    m.cosine,
-                    100.0 * m.within_1e3,
-                    100.0 * m.within_5e3
-                );
-            }
-            let first_json = comparison_json.get("first").cloned().unwrap_or(Value::Null);
-            html.push_str(&element_html(&first_json, labels));
-            html.push_str(&operator_html(d));
-            html.push_str(&other_fields(&first_json, &DIVERGENCE_FIELDS, "h3"));
-        }
-        None => html.push_str(
-            "<p class=\"where\" id=\"where\">none: every compared record is identical, and the \
-             check expected a divergence.</p>\n",
-        ),
-    }
-
-    if c.rows.len() > 1 {
-        html.push_str(
-            "<h2 id=\"records\">Differing records</h2>\n<div class=\"scroll\"><table class=\"rows\">\n<tr><th>step</th>\
-             <th>rank</th><th>seq</th><th>tensor</th><th>difference</th><th>md5 left</th>\
-             <th>md5 right</th></tr>\n",
-        );
-        for r in &c.rows {
-            let digest = |s: &Option<RecordSummary>| {
-                s.as_ref()
-                    .and_then(|s| s.digest.clone())
-                    .unwrap_or_else(|| "-".to_owned())
-            };
-            let _ = writeln!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td class=\"mono\">{}</td><td>{}</td><td class=\"mono\">{}</td>\
-                 <td class=\"mono\">{}</td></tr>",
-                r.step,
-                r.rank,
-                r.seq,
-                escape(&r.name),
-                escape(&r.difference.to_string()),
-                escape(&digest(&r.left)),
-                escape(&digest(&r.right))
-            );
-        }
-        html.push_str("</table></div>\n");
-        if c.num_differing > c.rows.len() as u64 {
-            let _ = writeln!(
-                html,
-                "<p class=\"muted\">... and {} more differing records.</p>",
-                c.num_differing - c.rows.len() as u64
-            );
-        }
-    }
-    if !c.notes.is_empty() {
-        html.push_str("<h2 id=\"notes\">Notes</h2>\n<ul>\n");
-        for note in &c.notes {
-            let _ = writeln!(html, "<li>{}</li>", escape(note));
-        }
-        html.push_str("</ul>\n");
-    }
-
-    if let Some(map) = &c.map {
-        let map_title = format!(
-            "{}: {} check, first divergent tensor",
-            report.name, outcome.kind
-        );
-        let _ = writeln!(
-            html,
-            "<h2 id=\"map\">Divergence map</h2>\n<p class=\"muted\">Ranks (rows) &times; steps \
-             (columns); each cell is coloured by the first tensor that differs there (light \
-             grey: identical; grey: only one side has that rank and step).</p>\n\
-             <div class=\"figure\">\n{}</div>",
-            map.to_svg(&map_title)
-        );
-    }
-    if let Some((a, b)) = &outcome.curves {
-        let cmp = compare_curves(a, b, Tolerance::default());
-        let _ = writeln!(
-            html,
-            "<h2 id=\"curves\">Loss curves</h2>\n<p class=\"muted\">Rank 0's <code>{}</code> per \
-             step in both runs, and their difference within numpy's allclose tolerance (atol \
-             1e-3, rtol 1e-3); bitwise differences below it are still divergences.</p>\n\
-             <div class=\"figure\">\n{}</div>",
-            escape(&a.name),
-            curve_plot_svg(a, b, &cmp)
-        );
-    }
-    if let Some(o) = &report.overflow {
-        let _ = writeln!(
-            html,
-            "<h2 id=\"overflow\">Overflow</h2>\n<p>first overflow in run 1: {}</p>",
-            escape(&o.to_string())
-        );
-    }
+/// The first divergence `d` of the page's check (`comparison_json`: its comparison as JSON):
+/// where, its records, metrics, element, operator and other fields.
+fn divergence_html(
+    outcome: &CheckOutcome,
+    d: &Divergence,
+    comparison_json: &Value,
+    labels: (&str, &str),
+) -> String {
+    let mut html = String::new();
     let _ = writeln!(
         html,
-        "<footer>detcheck {} &middot; report format {FORMAT_VERSION}</footer>\n</body>\n</html>",
-        env!("CARGO_PKG_VERSION")
+        "<p class=\"where\" id=\"where\">step <b>{}</b> &middot; rank <b>{}</b> &middot; \
+         seq <b>{}</b> &middot; <code>{}</code>: {}</p>",
+        d.step,
+        d.rank,
+        d.seq,
+        escape(&d.name),
+        escape(&d.difference.to_string())
     );
+    html.push_str(
+        "<p class=\"muted\">The earliest step, then record (seq), then rank where the \
+         two sides differ.</p>\n",
+    );
+    html.push_str(&records_table(outcome, d));
+    if let Some(m) = &d.metrics {
+        let _ = writeln!(
+            html,
+            "<p>max |a &minus; b| {:.4e}, max relative error {:.4e}, cosine {:.6}, \
+             within 1e-3: {:.1}%, within 5e-3: {:.1}%</p>",
+            m.max_abs_err,
+            m.max_rel_err,
+            m.cosine,
+            100.0 * m.within_1e3,
+            100.0 * m.within_5e3
+        );
+    }
+    let first_json = comparison_json.get("first").cloned().unwrap_or(Value::Null);
+    html.push_str(&element_html(&first_json, labels));
+    html.push_str(&operator_html(d));
+    html.push_str(&other_fields(&first_json, &DIVERGENCE_FIELDS, "h3"));
+    html
+}
+
+/// The page's table of the differing records `c` lists, with how many more differ.
+fn differing_records_html(c: &Comparison) -> String {
+    let mut html = String::new();
+    html.push_str(
+        "<h2 id=\"records\">Differing records</h2>\n<div class=\"scroll\"><table class=\"rows\">\n<tr><th>step</th>\
+         <th>rank</th><th>seq</th><th>tensor</th><th>difference</th><th>md5 left</th>\
+         <th>md5 right</th></tr>\n",
+    );
+    for r in &c.rows {
+        let digest = |s: &Option<RecordSummary>| {
+            s.as_ref()
+                .and_then(|s| s.digest.clone())
+                .unwrap_or_else(|| "-".to_owned())
+        };
+        let _ = writeln!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"mono\">{}</td><td>{}</td><td class=\"mono\">{}</td>\
+             <td class=\"mono\">{}</td></tr>",
+            r.step,
+            r.rank,
+            r.seq,
+            escape(&r.name),
+            escape(&r.difference.to_string()),
+            escape(&digest(&r.left)),
+            escape(&digest(&r.right))
+        );
+    }
+    html.push_str("</table></div>\n");
+    if c.num_differing > c.rows.len() as u64 {
+        let _ = writeln!(
+            html,
+            "<p class=\"muted\">... and {} more differing records.</p>",
+            c.num_differing - c.rows.len() as u64
+        );
+    }
     html
 }
 
@@ -875,40 +907,7 @@ pub(crate) fn alignment_page(
     }
     html.push_str("</table>\n");
     if let Some(c) = &al.culprit {
-        let _ = writeln!(
-            html,
-            "<h2 id=\"culprit\">First culprit</h2>\n<p class=\"where\">step {} rank {} \
-             <code>{}</code> ({} vs {}): {}</p>",
-            c.step,
-            c.rank,
-            escape(&c.name),
-            escape(&c.left),
-            escape(&c.right),
-            escape(&c.note.clone().unwrap_or_else(|| format!(
-                "max |a-b| {:.3e} is {:.1}x its allowance {:.3e}: {}",
-                c.error,
-                c.excess,
-                c.allowance,
-                c.blame.reason()
-            )))
-        );
-        if al.chain_len > 0 {
-            let _ = writeln!(
-                html,
-                "<p>Inherited by {} records after it: {}{}</p>",
-                al.chain_len,
-                al.chain
-                    .iter()
-                    .map(|n| escape(n))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if al.chain_len > al.chain.len() as u64 {
-                    ", ..."
-                } else {
-                    ""
-                }
-            );
-        }
+        html.push_str(&culprit_html(al, c));
     }
     let _ = writeln!(
         html,
@@ -929,39 +928,7 @@ pub(crate) fn alignment_page(
         );
     }
     if !al.rows.is_empty() {
-        html.push_str(
-            "<h2 id=\"records\">Records not aligned</h2>\n<div class=\"scroll\"><table>\n<tr>\
-             <th>step</th><th>rank</th><th>tensor</th><th>A</th><th>B</th><th>verdict</th>\
-             <th>blame</th><th>excess</th><th>MaxAbsErr</th><th>MaxRelativeErr</th>\
-             <th>EucDist</th><th>Cosine</th><th>&lt;1e-3</th><th>&lt;5e-3</th></tr>\n",
-        );
-        let num = |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{v:.3e}"));
-        for r in &al.rows {
-            let blame = r.blame;
-            let m = &r.metrics;
-            let _ =
-                writeln!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{blame}</td><td class=\"num\">{}</td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                r.step,
-                r.rank,
-                escape(&r.name),
-                escape(&r.left),
-                escape(&r.right),
-                r.verdict,
-                if r.excess.is_finite() { format!("{:.1}x", r.excess) } else { "inf".into() },
-                num(m.max_abs_err.or(Some(r.error))),
-                num(m.max_rel_err),
-                num(m.euc_dist),
-                m.cosine.map_or_else(|| "-".to_owned(), |c| format!("{c:.6}")),
-                m.one_thousandth.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
-                m.five_thousandths.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
-            );
-        }
-        html.push_str("</table></div>\n");
+        html.push_str(&unaligned_records_html(al));
     }
     let _ = writeln!(
         html,
@@ -970,6 +937,92 @@ pub(crate) fn alignment_page(
         escape(text),
         env!("CARGO_PKG_VERSION")
     );
+    html
+}
+
+/// The alignment page's "First culprit" section: the culprit `c` of `al` and the records that
+/// inherited its error.
+fn culprit_html(al: &Alignment, c: &AlignedRecord) -> String {
+    let mut html = String::new();
+    let _ = writeln!(
+        html,
+        "<h2 id=\"culprit\">First culprit</h2>\n<p class=\"where\">step {} rank {} \
+         <code>{}</code> ({} vs {}): {}</p>",
+        c.step,
+        c.rank,
+        escape(&c.name),
+        escape(&c.left),
+        escape(&c.right),
+        escape(&c.note.clone().unwrap_or_else(|| format!(
+            "max |a-b| {:.3e} is {:.1}x its allowance {:.3e}: {}",
+            c.error,
+            c.excess,
+            c.allowance,
+            c.blame.reason()
+        )))
+    );
+    if al.chain_len > 0 {
+        let _ = writeln!(
+            html,
+            "<p>Inherited by {} records after it: {}{}</p>",
+            al.chain_len,
+            al.chain
+                .iter()
+                .map(|n| escape(n))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if al.chain_len > al.chain.len() as u64 {
+                ", ..."
+            } else {
+                ""
+            }
+        );
+    }
+    html
+}
+
+/// The alignment page's table of the records that are not aligned, with their metrics.
+fn unaligned_records_html(al: &Alignment) -> String {
+    let mut html = String::new();
+    html.push_str(
+        "<h2 id=\"records\">Records not aligned</h2>\n<div class=\"scroll\"><table>\n<tr>\
+         <th>step</th><th>rank</th><th>tensor</th><th>A</th><th>B</th><th>verdict</th>\
+         <th>blame</th><th>excess</th><th>MaxAbsErr</th><th>MaxRelativeErr</th>\
+         <th>EucDist</th><th>Cosine</th><th>&lt;1e-3</th><th>&lt;5e-3</th></tr>\n",
+    );
+    let num = |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{v:.3e}"));
+    for r in &al.rows {
+        let blame = r.blame;
+        let m = &r.metrics;
+        let _ = writeln!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{blame}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            r.step,
+            r.rank,
+            escape(&r.name),
+            escape(&r.left),
+            escape(&r.right),
+            r.verdict,
+            if r.excess.is_finite() {
+                format!("{:.1}x", r.excess)
+            } else {
+                "inf".into()
+            },
+            num(m.max_abs_err.or(Some(r.error))),
+            num(m.max_rel_err),
+            num(m.euc_dist),
+            m.cosine
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}")),
+            m.one_thousandth
+                .map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
+            m.five_thousandths
+                .map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", 100.0 * v)),
+        );
+    }
+    html.push_str("</table></div>\n");
     html
 }
 

@@ -57,95 +57,103 @@ struct Cli {
     command: Command,
 }
 
+/// `detcheck check`'s arguments.
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Scenario files or folders of them (default: `scenarios`).
+    scenarios: Vec<PathBuf>,
+    /// Longest wait in one collective, in seconds (at most a week).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
+    deadline: u64,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Also run scenarios marked `"ignored": true` (slow ones), as cargo test does.
+    #[arg(long)]
+    include_ignored: bool,
+    /// Write a divergence map (PNG) and a report page (HTML) of each failed check into this
+    /// folder.
+    #[arg(long, value_name = "DIR")]
+    report_dir: Option<PathBuf>,
+    /// What to print: the table (text), or one JSON object per scenario and a summary
+    /// (json: JSON lines, with a "format_version").
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Also write a JUnit XML report (one testcase per scenario) to this file.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Report the first divergence without diagnosing it: no re-runs for its element and
+    /// operator (faster when only the verdict matters).
+    #[arg(long)]
+    no_diagnosis: bool,
+    /// Skip `repeat`'s two unperturbed runs of a program (runs that read nothing during
+    /// their steps, compared by their end states): faster, but a divergence that recording
+    /// hides (one that depends on timing) goes unseen.
+    #[arg(long)]
+    no_unperturbed: bool,
+    #[command(flatten)]
+    program: ProgramFlags,
+}
+
+/// `detcheck run`'s arguments.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The scenario file (or a program after `--`).
+    scenario: Option<PathBuf>,
+    /// The folder to write the dump to (must not hold a dump yet).
+    #[arg(long, value_name = "DIR")]
+    dump: PathBuf,
+    /// What each record holds: md5, stats (md5 + statistics) or full (+ tensors).
+    #[arg(long, default_value = "stats")]
+    mode: DumpMode,
+    /// Perturb the run as run 1 or 2 of `check` does (seeded delays and arrival orders).
+    #[arg(long, value_name = "RUN", value_parser = clap::value_parser!(u64).range(1..))]
+    perturb: Option<u64>,
+    /// Longest wait in one collective, in seconds (at most a week).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
+    deadline: u64,
+    /// Data-loader worker threads per rank (default: the scenario's own).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Stop before this step instead of the scenario's `steps`.
+    #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
+    stop_at: Option<u64>,
+    /// Save a checkpoint of every rank into this folder after the last step.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Resume from the newest checkpoint every rank has in this folder.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+    /// With a program: dump, instead of its records, the operators inside the module of
+    /// this record (`fwd/<module>`, as `compare --align` names a culprit): the module's
+    /// inputs, every operator's inputs and outputs, and its outputs, in full
+    /// (docs/align.md, "Inside the culprit").
+    #[arg(long, value_name = "RECORD")]
+    inside: Option<String>,
+    /// The step of the `--inside` record (default 0).
+    #[arg(long, value_name = "STEP", requires = "inside")]
+    inside_step: Option<u64>,
+    /// The rank of the `--inside` record (default 0).
+    #[arg(long, value_name = "RANK", requires = "inside")]
+    inside_rank: Option<u32>,
+    /// Which call of the module in that step (default 0: the first).
+    #[arg(long, value_name = "K", requires = "inside")]
+    inside_occurrence: Option<u32>,
+    /// With `--inside`: run the module on the inputs held by another run's `--inside` dump
+    /// (the reference's), so that each difference inside it is this run's own.
+    #[arg(long, value_name = "DIR", requires = "inside")]
+    replay: Option<PathBuf>,
+    #[command(flatten)]
+    program: ProgramFlags,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run each scenario's checks and print one row per scenario.
-    Check {
-        /// Scenario files or folders of them (default: `scenarios`).
-        scenarios: Vec<PathBuf>,
-        /// Longest wait in one collective, in seconds (at most a week).
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
-        deadline: u64,
-        /// Do not draw a progress bar.
-        #[arg(long)]
-        no_progress: bool,
-        /// Also run scenarios marked `"ignored": true` (slow ones), as cargo test does.
-        #[arg(long)]
-        include_ignored: bool,
-        /// Write a divergence map (PNG) and a report page (HTML) of each failed check into this
-        /// folder.
-        #[arg(long, value_name = "DIR")]
-        report_dir: Option<PathBuf>,
-        /// What to print: the table (text), or one JSON object per scenario and a summary
-        /// (json: JSON lines, with a "format_version").
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// Also write a JUnit XML report (one testcase per scenario) to this file.
-        #[arg(long, value_name = "FILE")]
-        junit: Option<PathBuf>,
-        /// Report the first divergence without diagnosing it: no re-runs for its element and
-        /// operator (faster when only the verdict matters).
-        #[arg(long)]
-        no_diagnosis: bool,
-        /// Skip `repeat`'s two unperturbed runs of a program (runs that read nothing during
-        /// their steps, compared by their end states): faster, but a divergence that recording
-        /// hides (one that depends on timing) goes unseen.
-        #[arg(long)]
-        no_unperturbed: bool,
-        #[command(flatten)]
-        program: ProgramFlags,
-    },
+    Check(CheckArgs),
     /// Run one scenario once and dump its trace: one file per rank; or a program, with `--`
     /// (`detcheck run --dump DIR -- python train.py`), to compare with another run of it later.
-    Run {
-        /// The scenario file (or a program after `--`).
-        scenario: Option<PathBuf>,
-        /// The folder to write the dump to (must not hold a dump yet).
-        #[arg(long, value_name = "DIR")]
-        dump: PathBuf,
-        /// What each record holds: md5, stats (md5 + statistics) or full (+ tensors).
-        #[arg(long, default_value = "stats")]
-        mode: DumpMode,
-        /// Perturb the run as run 1 or 2 of `check` does (seeded delays and arrival orders).
-        #[arg(long, value_name = "RUN", value_parser = clap::value_parser!(u64).range(1..))]
-        perturb: Option<u64>,
-        /// Longest wait in one collective, in seconds (at most a week).
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE_SECS))]
-        deadline: u64,
-        /// Data-loader worker threads per rank (default: the scenario's own).
-        #[arg(long, value_name = "N")]
-        workers: Option<usize>,
-        /// Stop before this step instead of the scenario's `steps`.
-        #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
-        stop_at: Option<u64>,
-        /// Save a checkpoint of every rank into this folder after the last step.
-        #[arg(long, value_name = "DIR")]
-        checkpoint: Option<PathBuf>,
-        /// Resume from the newest checkpoint every rank has in this folder.
-        #[arg(long, value_name = "DIR")]
-        resume: Option<PathBuf>,
-        /// With a program: dump, instead of its records, the operators inside the module of
-        /// this record (`fwd/<module>`, as `compare --align` names a culprit): the module's
-        /// inputs, every operator's inputs and outputs, and its outputs, in full
-        /// (docs/align.md, "Inside the culprit").
-        #[arg(long, value_name = "RECORD")]
-        inside: Option<String>,
-        /// The step of the `--inside` record (default 0).
-        #[arg(long, value_name = "STEP", requires = "inside")]
-        inside_step: Option<u64>,
-        /// The rank of the `--inside` record (default 0).
-        #[arg(long, value_name = "RANK", requires = "inside")]
-        inside_rank: Option<u32>,
-        /// Which call of the module in that step (default 0: the first).
-        #[arg(long, value_name = "K", requires = "inside")]
-        inside_occurrence: Option<u32>,
-        /// With `--inside`: run the module on the inputs held by another run's `--inside` dump
-        /// (the reference's), so that each difference inside it is this run's own.
-        #[arg(long, value_name = "DIR", requires = "inside")]
-        replay: Option<PathBuf>,
-        #[command(flatten)]
-        program: ProgramFlags,
-    },
+    Run(RunArgs),
     /// Compare two dumps (detcheck traces or msprobe dump folders): the first divergence and a
     /// table of differing tensors.
     Compare {
@@ -397,133 +405,8 @@ where
         }
     };
     match cli.command {
-        Command::Check {
-            scenarios,
-            deadline,
-            no_progress,
-            include_ignored,
-            report_dir,
-            format,
-            junit,
-            no_diagnosis,
-            no_unperturbed,
-            program,
-        } => {
-            let options = CheckOptions {
-                deadline: Duration::from_secs(deadline),
-                element_detail: !no_diagnosis,
-                unperturbed: !no_unperturbed,
-                ..CheckOptions::default()
-            };
-            let session = match Session::from_env() {
-                Ok(session) => session,
-                Err(e) => return exit::report(Err(e.into())).code(),
-            };
-            // Every process ends through `finish`, whatever the outcome: MPI must be finalized.
-            let code = if session.is_leader() {
-                // Under mpirun every process has a pty: no progress bar there.
-                let progress = !no_progress && session.num_processes().is_none();
-                let reports = Reports {
-                    format,
-                    junit: junit.as_deref(),
-                    report_dir: report_dir.as_deref(),
-                };
-                let loaded = if program.program.is_empty() {
-                    load_checked(&scenarios)
-                } else if scenarios.is_empty() {
-                    one_liner::scenario(&program)
-                } else {
-                    Err(CliError::Invalid(format!(
-                        "-- {}: give scenario files or a program after `--`, not both ({} given)",
-                        one_liner::shown(&program.program),
-                        show_paths(&scenarios)
-                    )))
-                };
-                exit::report(loaded.and_then(|loaded| {
-                    check(
-                        &session,
-                        loaded,
-                        &options,
-                        progress,
-                        include_ignored,
-                        &reports,
-                    )
-                }))
-                .code()
-            } else {
-                session.follow(&KindRegistry::builtin())
-            };
-            session.finish(code)
-        }
-        Command::Run {
-            scenario,
-            dump,
-            mode,
-            perturb,
-            deadline,
-            workers,
-            stop_at,
-            checkpoint,
-            resume,
-            inside,
-            inside_step,
-            inside_rank,
-            inside_occurrence,
-            replay,
-            program,
-        } => {
-            let options = CheckOptions {
-                deadline: Duration::from_secs(deadline),
-                ..CheckOptions::default()
-            };
-            let loaded = match (scenario, program.program.is_empty()) {
-                (Some(path), true) => KindRegistry::builtin()
-                    .load_file(&path)
-                    .map_err(CliError::from),
-                (None, false) => one_liner::scenario_to_run(&program),
-                (Some(path), false) => Err(CliError::Invalid(format!(
-                    "-- {}: give a scenario file or a program after `--`, not both ({} given)",
-                    one_liner::shown(&program.program),
-                    path.display()
-                ))),
-                (None, true) => Err(CliError::Invalid(
-                    "run: give a scenario file, or a program after `--` (`detcheck run --dump \
-                     DIR -- python train.py`)"
-                        .to_owned(),
-                )),
-            };
-            let scenario = match loaded {
-                Ok(scenario) => scenario,
-                Err(e) => return exit::report(Err(e)).code(),
-            };
-            let perturb = perturb.map(|p| p as usize);
-            let plan = RunPlan {
-                loader_workers: workers,
-                stop_at,
-                checkpoint_to: checkpoint,
-                resume_from: resume,
-                ..RunPlan::default()
-            };
-            if let Some(name) = inside {
-                let capture = Capture {
-                    rank: inside_rank.unwrap_or(0),
-                    step: inside_step.unwrap_or(0),
-                    name,
-                    occurrence: inside_occurrence.unwrap_or(0),
-                };
-                let inside = InsideRequest {
-                    replay_from: replay,
-                };
-                return exit::report(commands::run_inside(
-                    scenario, &dump, &capture, &inside, perturb, &options, &plan,
-                ))
-                .code();
-            }
-            exit::report(commands::run(
-                scenario, &dump, mode, perturb, &options, &plan,
-            ))
-            .code()
-        }
+        Command::Check(args) => check_command(args),
+        Command::Run(args) => run_command(args),
         Command::Compare {
             a,
             b,
@@ -594,6 +477,148 @@ where
             ..
         } => env_check(&stacks),
         Command::Env { stacks, export, .. } => exit::report(env(&stacks, export)).code(),
+    }
+}
+
+/// `detcheck check`: the leader checks the scenarios, every
+/// other MPI process follows it; the exit code.
+fn check_command(args: CheckArgs) -> u8 {
+    let CheckArgs {
+        scenarios,
+        deadline,
+        no_progress,
+        include_ignored,
+        report_dir,
+        format,
+        junit,
+        no_diagnosis,
+        no_unperturbed,
+        program,
+    } = args;
+    let options = CheckOptions {
+        deadline: Duration::from_secs(deadline),
+        element_detail: !no_diagnosis,
+        unperturbed: !no_unperturbed,
+        ..CheckOptions::default()
+    };
+    let session = match Session::from_env() {
+        Ok(session) => session,
+        Err(e) => return exit::report(Err(e.into())).code(),
+    };
+    // Every process ends through `finish`, whatever the outcome: MPI must be finalized.
+    let code = if session.is_leader() {
+        // Under mpirun every process has a pty: no progress bar there.
+        let progress = !no_progress && session.num_processes().is_none();
+        let reports = Reports {
+            format,
+            junit: junit.as_deref(),
+            report_dir: report_dir.as_deref(),
+        };
+        let loaded = if program.program.is_empty() {
+            load_checked(&scenarios)
+        } else if scenarios.is_empty() {
+            one_liner::scenario(&program)
+        } else {
+            Err(CliError::Invalid(format!(
+                "-- {}: give scenario files or a program after `--`, not both ({} given)",
+                one_liner::shown(&program.program),
+                show_paths(&scenarios)
+            )))
+        };
+        exit::report(loaded.and_then(|loaded| {
+            check(
+                &session,
+                loaded,
+                &options,
+                progress,
+                include_ignored,
+                &reports,
+            )
+        }))
+        .code()
+    } else {
+        session.follow(&KindRegistry::builtin())
+    };
+    session.finish(code)
+}
+
+/// `detcheck run`: one run of a scenario or a program, dumped;
+/// the exit code.
+fn run_command(args: RunArgs) -> u8 {
+    let RunArgs {
+        scenario,
+        dump,
+        mode,
+        perturb,
+        deadline,
+        workers,
+        stop_at,
+        checkpoint,
+        resume,
+        inside,
+        inside_step,
+        inside_rank,
+        inside_occurrence,
+        replay,
+        program,
+    } = args;
+    let options = CheckOptions {
+        deadline: Duration::from_secs(deadline),
+        ..CheckOptions::default()
+    };
+    let scenario = match load_to_run(scenario, &program) {
+        Ok(scenario) => scenario,
+        Err(e) => return exit::report(Err(e)).code(),
+    };
+    let perturb = perturb.map(|p| p as usize);
+    let plan = RunPlan {
+        loader_workers: workers,
+        stop_at,
+        checkpoint_to: checkpoint,
+        resume_from: resume,
+        ..RunPlan::default()
+    };
+    if let Some(name) = inside {
+        let capture = Capture {
+            rank: inside_rank.unwrap_or(0),
+            step: inside_step.unwrap_or(0),
+            name,
+            occurrence: inside_occurrence.unwrap_or(0),
+        };
+        let inside = InsideRequest {
+            replay_from: replay,
+        };
+        return exit::report(commands::run_inside(
+            scenario, &dump, &capture, &inside, perturb, &options, &plan,
+        ))
+        .code();
+    }
+    exit::report(commands::run(
+        scenario, &dump, mode, perturb, &options, &plan,
+    ))
+    .code()
+}
+
+/// The scenario `detcheck run` runs: the scenario file, or the program after `--`, not both.
+fn load_to_run(
+    scenario: Option<PathBuf>,
+    program: &ProgramFlags,
+) -> Result<LoadedScenario, CliError> {
+    match (scenario, program.program.is_empty()) {
+        (Some(path), true) => KindRegistry::builtin()
+            .load_file(&path)
+            .map_err(CliError::from),
+        (None, false) => one_liner::scenario_to_run(program),
+        (Some(path), false) => Err(CliError::Invalid(format!(
+            "-- {}: give a scenario file or a program after `--`, not both ({} given)",
+            one_liner::shown(&program.program),
+            path.display()
+        ))),
+        (None, true) => Err(CliError::Invalid(
+            "run: give a scenario file, or a program after `--` (`detcheck run --dump \
+             DIR -- python train.py`)"
+                .to_owned(),
+        )),
     }
 }
 
@@ -768,38 +793,26 @@ fn check(
 ) -> Result<Exit, CliError> {
     let json = reports.format == Format::Json;
 
-    let bar = if progress {
-        ProgressBar::new(scenarios.len() as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(progress, scenarios.len());
     let width = scenarios
         .iter()
         .map(|s| s.name.len())
         .max()
         .unwrap_or(8)
         .max(8);
-    let row = |cells: [&str; 8]| {
-        let [name, ranks, steps, mode, checks, records, verdict, first] = cells;
-        format!(
-            "{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {checks:<36}  {records:>8}  \
-             {verdict:<16}  {first}"
-        )
-    };
-    let mut rows = vec![row([
-        "scenario",
-        "ranks",
-        "steps",
-        "reduction",
-        "checks",
-        "records",
-        "verdict",
-        "first divergence",
-    ])];
+    let mut rows = vec![table_row(
+        width,
+        [
+            "scenario",
+            "ranks",
+            "steps",
+            "reduction",
+            "checks",
+            "records",
+            "verdict",
+            "first divergence",
+        ],
+    )];
     let mut results: Vec<ScenarioResult<'_>> = Vec::new();
     // The exit of the whole check: the worst of its scenarios' exits.
     let mut worst = Exit::Ok;
@@ -818,137 +831,18 @@ fn check(
     }
     for scenario in &scenarios {
         bar.set_message(scenario.name.clone());
-        let spec = &scenario.spec;
-        // Only reported (JUnit `time`), never on a deterministic path.
-        let started = Instant::now();
-        let outcome = if spec.ignored && !include_ignored {
-            Outcome::Ignored
-        } else if let Some(reason) = session.skip_reason(scenario) {
-            Outcome::Skipped(reason)
-        } else {
-            match session.run_checks(scenario, options) {
-                Ok(report) => Outcome::Ran(Box::new(report)),
-                Err(e) => {
-                    let e = CliError::from(e);
-                    Outcome::Errored {
-                        message: e.to_string(),
-                        exit: e.exit(),
-                    }
-                }
-            }
-        };
-        let ran = match &outcome {
-            Outcome::Ran(report) => Some(&**report),
-            _ => None,
-        };
-        let mut result = ScenarioResult {
+        let (row, mut result) = check_scenario(
+            session,
             scenario,
-            reduction: report::reduction_label(scenario, ran),
-            outcome,
-            elapsed: started.elapsed(),
-            detail: None,
-            files: Vec::new(),
-        };
-        let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
-        // The checks column, the same form for every row: the checks that ran, then those
-        // n/a. A row without a report knows one n/a beforehand: `replicas` at one rank.
-        let listed = checks_column(
-            scenario
-                .checks
-                .iter()
-                .map(|&k| (k, k == CheckKind::Replicas && spec.world_size < 2)),
+            options,
+            include_ignored,
+            reports.report_dir,
+            width,
         );
-        let scenario_row =
-            |ranks: &str, checks: &str, records: &str, verdict: &str, first: &str| {
-                row([
-                    &scenario.name,
-                    ranks,
-                    &steps,
-                    &result.reduction,
-                    checks,
-                    records,
-                    verdict,
-                    first,
-                ])
-            };
-        let verdict = result.verdict();
-        match &result.outcome {
-            Outcome::Ignored => rows.push(scenario_row(&ranks, &listed, "-", verdict, "-")),
-            Outcome::Skipped(reason) => {
-                rows.push(scenario_row(&ranks, &listed, "-", verdict, reason));
-            }
-            Outcome::Ran(report) => {
-                let first = report
-                    .first_divergence()
-                    .map(|(check, d)| {
-                        format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name)
-                    })
-                    .unwrap_or_else(|| "-".to_owned());
-                let records = report.num_compared().to_string();
-                // Checks that could not apply are listed as such, never as passes.
-                let ran = checks_column(
-                    report
-                        .outcomes
-                        .iter()
-                        .map(|o| (o.kind, o.skipped.is_some())),
-                );
-                // The ranks the runs had (a program may start more than were launched).
-                let ranks = report.world_size.to_string();
-                rows.push(scenario_row(&ranks, &ran, &records, verdict, &first));
-                let written = commands::write_reports(scenario, report, reports.report_dir);
-                if !report.passed() {
-                    let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
-                    for line in &written.lines {
-                        detail.push_str(line);
-                        detail.push('\n');
-                    }
-                    result.detail = Some(detail);
-                } else if spec.expect == detcheck::scenario::Expectation::Diverges {
-                    // What the control caught, down to the element.
-                    let mut detail = format!("{}:\n{}", scenario.name, report.explain_caught());
-                    for line in &written.lines {
-                        detail.push_str(line);
-                        detail.push('\n');
-                    }
-                    result.detail = Some(detail);
-                } else if report.outcomes.iter().any(|o| o.empty) {
-                    // A check that ran and compared nothing says why, on a passing scenario too.
-                    let mut detail = format!("{}:\n", scenario.name);
-                    for o in report.outcomes.iter().filter(|o| o.empty) {
-                        detail.push_str(&o.not_applicable_line().unwrap_or_default());
-                    }
-                    detail.extend(written.lines.iter().map(|l| format!("{l}\n")));
-                    result.detail = Some(detail);
-                } else if report.overflow.is_some() {
-                    result.detail = Some(format!(
-                        "{}:\n{}\n",
-                        scenario.name,
-                        written.lines.join("\n")
-                    ));
-                }
-                result.files = written.files;
-            }
-            Outcome::Errored { message, .. } => {
-                rows.push(scenario_row(&ranks, &listed, "-", verdict, "-"));
-                result.detail = Some(format!("{}:\n  {message}\n", scenario.name));
-            }
-        }
+        rows.push(row);
         if let Program::Command(command) = &scenario.program {
             if command.deterministic {
-                let mut detail = result
-                    .detail
-                    .take()
-                    .unwrap_or_else(|| format!("{}:\n", scenario.name));
-                let mut frameworks: &[String] = &[];
-                if let Outcome::Ran(ran) = &result.outcome {
-                    if let Some(finding) = &ran.deterministic {
-                        detail.push_str(&format!("  --deterministic: {}\n", finding.summary));
-                    }
-                    frameworks = &ran.frameworks;
-                }
-                // The settings of the frameworks the program imported (all when unknown).
-                detail.push_str(&report::deterministic_settings(spec.seed, frameworks));
-                result.detail = Some(detail);
+                add_deterministic_settings(&mut result);
             }
         }
         worst = worst.max(result.exit());
@@ -965,35 +859,223 @@ fn check(
             report::summary_line(&results, &session.describe(), worst)
         );
     } else {
-        for row in rows {
-            out!("{row}");
-        }
-        for detail in results.iter().filter_map(|r| r.detail.as_ref()) {
-            out!("\n{detail}");
-        }
-        let count = |status: &str| results.iter().filter(|r| r.status() == status).count();
-        let (failed, errored, ignored, skipped) = (
-            count("failed"),
-            count("errored"),
-            count("ignored"),
-            count("skipped"),
-        );
-        let passed = count("passed");
-        let skipped_note = if skipped > 0 {
-            format!(", {skipped} skipped (under MPI: more ranks than processes, or a command)")
-        } else {
-            String::new()
-        };
-        out!(
-            "\n{}: {passed} passed, {failed} failed, {errored} errored, {ignored} \
-             ignored{skipped_note}",
-            report::counted(scenarios.len() as u64, "scenario")
-        );
+        print_table(&rows, &results, scenarios.len());
     }
     if let Some(path) = reports.junit {
         write_junit(path, &results)?;
     }
     Ok(worst)
+}
+
+/// The progress bar of `check`, over `len` scenarios: hidden when `progress` is false.
+fn progress_bar(progress: bool, len: usize) -> ProgressBar {
+    let bar = if progress {
+        ProgressBar::new(len as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// A row of `check`'s table from its eight cells, the scenario's name padded to `width`.
+fn table_row(width: usize, cells: [&str; 8]) -> String {
+    let [name, ranks, steps, mode, checks, records, verdict, first] = cells;
+    format!(
+        "{name:<width$}  {ranks:>5}  {steps:>5}  {mode:<13}  {checks:<36}  {records:>8}  \
+         {verdict:<16}  {first}"
+    )
+}
+
+/// Checks one scenario (or ignores or skips it): its row of the table (names padded to
+/// `width`) and its result, with the detail printed below the table and the report files
+/// written into `report_dir`.
+fn check_scenario<'s>(
+    session: &Session,
+    scenario: &'s LoadedScenario,
+    options: &CheckOptions,
+    include_ignored: bool,
+    report_dir: Option<&Path>,
+    width: usize,
+) -> (String, ScenarioResult<'s>) {
+    let spec = &scenario.spec;
+    // Only reported (JUnit `time`), never on a deterministic path.
+    let started = Instant::now();
+    let outcome = if spec.ignored && !include_ignored {
+        Outcome::Ignored
+    } else if let Some(reason) = session.skip_reason(scenario) {
+        Outcome::Skipped(reason)
+    } else {
+        match session.run_checks(scenario, options) {
+            Ok(report) => Outcome::Ran(Box::new(report)),
+            Err(e) => {
+                let e = CliError::from(e);
+                Outcome::Errored {
+                    message: e.to_string(),
+                    exit: e.exit(),
+                }
+            }
+        }
+    };
+    let ran = match &outcome {
+        Outcome::Ran(report) => Some(&**report),
+        _ => None,
+    };
+    let mut result = ScenarioResult {
+        scenario,
+        reduction: report::reduction_label(scenario, ran),
+        outcome,
+        elapsed: started.elapsed(),
+        detail: None,
+        files: Vec::new(),
+    };
+    let (ranks, steps) = (spec.world_size.to_string(), spec.steps.to_string());
+    // The checks column, the same form for every row: the checks that ran, then those
+    // n/a. A row without a report knows one n/a beforehand: `replicas` at one rank.
+    let listed = checks_column(
+        scenario
+            .checks
+            .iter()
+            .map(|&k| (k, k == CheckKind::Replicas && spec.world_size < 2)),
+    );
+    let scenario_row = |ranks: &str, checks: &str, records: &str, verdict: &str, first: &str| {
+        table_row(
+            width,
+            [
+                &scenario.name,
+                ranks,
+                &steps,
+                &result.reduction,
+                checks,
+                records,
+                verdict,
+                first,
+            ],
+        )
+    };
+    let verdict = result.verdict();
+    let row = match &result.outcome {
+        Outcome::Ignored => scenario_row(&ranks, &listed, "-", verdict, "-"),
+        Outcome::Skipped(reason) => scenario_row(&ranks, &listed, "-", verdict, reason),
+        Outcome::Ran(report) => {
+            let first = report
+                .first_divergence()
+                .map(|(check, d)| format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name))
+                .unwrap_or_else(|| "-".to_owned());
+            let records = report.num_compared().to_string();
+            // Checks that could not apply are listed as such, never as passes.
+            let ran = checks_column(
+                report
+                    .outcomes
+                    .iter()
+                    .map(|o| (o.kind, o.skipped.is_some())),
+            );
+            // The ranks the runs had (a program may start more than were launched).
+            let ranks = report.world_size.to_string();
+            let row = scenario_row(&ranks, &ran, &records, verdict, &first);
+            let written = commands::write_reports(scenario, report, report_dir);
+            result.detail = ran_detail(scenario, report, &written.lines);
+            result.files = written.files;
+            row
+        }
+        Outcome::Errored { message, .. } => {
+            result.detail = Some(format!("{}:\n  {message}\n", scenario.name));
+            scenario_row(&ranks, &listed, "-", verdict, "-")
+        }
+    };
+    (row, result)
+}
+
+/// The detail printed below the table of a scenario whose checks ran (`written`: the lines of
+/// its report files): its failures, what a control caught, why a check compared nothing, or its
+/// first overflow; `None` when there is nothing to say.
+fn ran_detail(
+    scenario: &LoadedScenario,
+    report: &detcheck::check::ScenarioReport,
+    written: &[String],
+) -> Option<String> {
+    if !report.passed() {
+        let mut detail = format!("{}:\n{}", scenario.name, report.explain_failures());
+        for line in written {
+            detail.push_str(line);
+            detail.push('\n');
+        }
+        Some(detail)
+    } else if scenario.spec.expect == detcheck::scenario::Expectation::Diverges {
+        // What the control caught, down to the element.
+        let mut detail = format!("{}:\n{}", scenario.name, report.explain_caught());
+        for line in written {
+            detail.push_str(line);
+            detail.push('\n');
+        }
+        Some(detail)
+    } else if report.outcomes.iter().any(|o| o.empty) {
+        // A check that ran and compared nothing says why, on a passing scenario too.
+        let mut detail = format!("{}:\n", scenario.name);
+        for o in report.outcomes.iter().filter(|o| o.empty) {
+            detail.push_str(&o.not_applicable_line().unwrap_or_default());
+        }
+        detail.extend(written.iter().map(|l| format!("{l}\n")));
+        Some(detail)
+    } else if report.overflow.is_some() {
+        Some(format!("{}:\n{}\n", scenario.name, written.join("\n")))
+    } else {
+        None
+    }
+}
+
+/// Adds to the detail of a `command` scenario run with `--deterministic` what the settings
+/// found and the settings themselves.
+fn add_deterministic_settings(result: &mut ScenarioResult<'_>) {
+    let mut detail = result
+        .detail
+        .take()
+        .unwrap_or_else(|| format!("{}:\n", result.scenario.name));
+    let mut frameworks: &[String] = &[];
+    if let Outcome::Ran(ran) = &result.outcome {
+        if let Some(finding) = &ran.deterministic {
+            detail.push_str(&format!("  --deterministic: {}\n", finding.summary));
+        }
+        frameworks = &ran.frameworks;
+    }
+    // The settings of the frameworks the program imported (all when unknown).
+    detail.push_str(&report::deterministic_settings(
+        result.scenario.spec.seed,
+        frameworks,
+    ));
+    result.detail = Some(detail);
+}
+
+/// Prints `check`'s table (`rows`), the details of its scenarios' `results` and the count of
+/// each status, of `total` scenarios.
+fn print_table(rows: &[String], results: &[ScenarioResult<'_>], total: usize) {
+    for row in rows {
+        out!("{row}");
+    }
+    for detail in results.iter().filter_map(|r| r.detail.as_ref()) {
+        out!("\n{detail}");
+    }
+    let count = |status: &str| results.iter().filter(|r| r.status() == status).count();
+    let (failed, errored, ignored, skipped) = (
+        count("failed"),
+        count("errored"),
+        count("ignored"),
+        count("skipped"),
+    );
+    let passed = count("passed");
+    let skipped_note = if skipped > 0 {
+        format!(", {skipped} skipped (under MPI: more ranks than processes, or a command)")
+    } else {
+        String::new()
+    };
+    out!(
+        "\n{}: {passed} passed, {failed} failed, {errored} errored, {ignored} \
+         ignored{skipped_note}",
+        report::counted(total as u64, "scenario")
+    );
 }
 
 /// Writes the JUnit XML of `results` to `path` atomically (its folder created if missing).

@@ -985,18 +985,7 @@ fn align_step(
     first_names: &mut [Option<String>; 2],
     stats_basis: &mut u64,
 ) -> Result<(), AlignError> {
-    let pairs = {
-        let (na, nb) = (sa.names(), sb.names());
-        for (slot, (batch, names)) in first_names.iter_mut().zip([(ba, na), (bb, nb)]) {
-            if slot.is_none() {
-                *slot = batch
-                    .entries
-                    .first()
-                    .map(|e| names[e.name as usize].clone());
-            }
-        }
-        pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
-    };
+    let pairs = pair_step((ba, bb), (sa.names(), sb.names()), first_names);
     let parted = if out.operators_part.is_none() {
         operators_part(
             rank,
@@ -1043,70 +1032,19 @@ fn align_step(
             sa.layouts()[x.layout as usize].clone(),
             sb.layouts()[y.layout as usize].clone(),
         );
-        let ua = unit_roundoff(&la.dtype);
-        let ub = unit_roundoff(&lb.dtype);
-        let u = match (ua, ub) {
-            (Some(p), Some(q)) => p.max(q),
-            (p, q) => p.or(q).unwrap_or(0.0),
-        };
-        // Exact dtypes stay exact; floating ones get at least the run's precision.
-        let u = if u > 0.0 { u.max(floor) } else { u };
-        let mut from_tensors = false;
-        let measure = if la.shape != lb.shape {
-            Measure {
-                error: f64::INFINITY,
-                note: Some(format!(
-                    "shapes differ: A {} and B {}",
-                    la.describe(),
-                    lb.describe()
-                )),
-                ..Measure::default()
-            }
-        } else if !x.digest.is_none() && x.digest == y.digest && la.dtype == lb.dtype {
-            // Bitwise equal: nothing to measure (and no tensor to read); the metrics are those
-            // of equal tensors.
-            let mut metrics = equal_metrics(lb.num_elements());
-            if let (Some(s), Some(t)) = (ba.stats(i), bb.stats(j)) {
-                metrics.stat_diffs = measure_stats(s, t, lb.num_elements()).metrics.stat_diffs;
-            }
-            Measure {
-                magnitude: 0.0,
-                metrics,
-                ..Measure::default()
-            }
-        } else {
-            match (sa.tensor(x)?, sb.tensor(y)?) {
-                (Some(ta), Some(tb)) => {
-                    from_tensors = true;
-                    measure_tensors(&ta, &tb)
-                }
-                _ => match (ba.stats(i), bb.stats(j)) {
-                    (Some(s), Some(t)) => {
-                        *stats_basis += 1;
-                        measure_stats(s, t, lb.num_elements())
-                    }
-                    _ => {
-                        *stats_basis += 1;
-                        // Digests only: equal or not.
-                        let differ = x.digest != y.digest;
-                        Measure {
-                            error: if differ { f64::INFINITY } else { 0.0 },
-                            note: differ.then(|| {
-                                "the digests differ and neither dump holds statistics or \
-                                 tensors (md5 mode): record in stats or full mode to measure"
-                                    .to_owned()
-                            }),
-                            ..Measure::default()
-                        }
-                    }
-                },
-            }
-        };
+        let u = pair_roundoff(&la, &lb, floor);
+        let (measure, from_tensors) = measure_pair(
+            (ba, bb),
+            (i, j),
+            (&mut *sa, &mut *sb),
+            (&la, &lb),
+            stats_basis,
+        )?;
         if name.starts_with("window/in") {
             walk.window_inputs[0] += 1;
             walk.window_inputs[1] += u64::from(measure.error == 0.0 && measure.note.is_none());
         }
-        let mut record = judge(
+        let record = judge(
             rank,
             step,
             x.seq,
@@ -1119,56 +1057,15 @@ fn align_step(
             options,
             walk,
         );
-        out.num_records += 1;
-        out.counts[record.verdict as usize] += 1;
-        if options.every_record {
-            out.records.push(record.clone());
-        }
-        series.push(if record.excess.is_finite() {
-            record.excess as f32
-        } else {
-            f32::INFINITY
-        });
-        if record.verdict == Verdict::Aligned {
-            if record.excess > out.closest.as_ref().map_or(0.0, |c| c.excess) {
-                out.closest = Some(record);
-            }
-            continue;
-        }
-        match record.blame {
-            Blame::Own | Blame::Unconfirmed => {
-                if out.culprits.len() < 20 {
-                    out.culprits.push(record.clone());
-                }
-                let earlier = out
-                    .culprit
-                    .as_ref()
-                    .is_none_or(|c| (step, record.seq, rank) < (c.step, c.seq, c.rank));
-                if earlier {
-                    let occurrence = ba.entries[..i].iter().filter(|e| e.name == x.name).count();
-                    record.occurrence = u32::try_from(occurrence).unwrap_or(u32::MAX);
-                    out.culprit_index = Some((out.series.len(), series.len() - 1));
-                    out.culprit = Some(record.clone());
-                    out.chain.clear();
-                    out.chain_len = 0;
-                    walk.chain_open = true;
-                } else {
-                    walk.chain_open = false;
-                }
-            }
-            Blame::Inherited
-                if walk.chain_open && out.culprit.as_ref().is_some_and(|c| c.rank == rank) =>
-            {
-                out.chain_len += 1;
-                if out.chain.len() < 20 {
-                    out.chain.push(format!("step {step} `{}`", record.name));
-                }
-            }
-            _ => {}
-        }
-        if options.max_rows == 0 || out.rows.len() < options.max_rows {
-            out.rows.push(record);
-        }
+        tally(
+            record,
+            (rank, step),
+            (&ba.entries[..i], x),
+            options,
+            walk,
+            out,
+            &mut series,
+        );
     }
     out.series.push(StepExcess {
         step,
@@ -1179,6 +1076,170 @@ fn align_step(
         out.operators_part = parted;
     }
     Ok(())
+}
+
+/// The entries of one step's batches `ba` and `bb` (names `na` and `nb`), paired by name and
+/// occurrence; each side's first record name is noted in `first_names` when none is yet.
+fn pair_step(
+    (ba, bb): (&Batch, &Batch),
+    (na, nb): (&[String], &[String]),
+    first_names: &mut [Option<String>; 2],
+) -> Vec<(Option<usize>, Option<usize>)> {
+    for (slot, (batch, names)) in first_names.iter_mut().zip([(ba, na), (bb, nb)]) {
+        if slot.is_none() {
+            *slot = batch
+                .entries
+                .first()
+                .map(|e| names[e.name as usize].clone());
+        }
+    }
+    pair_by_occurrence(&ba.entries, &bb.entries, na, nb)
+}
+
+/// The unit roundoff a pair of records of layouts `la` and `lb` is allowed: the larger of their
+/// dtypes', at least `floor` (the run's precision) for floating ones.
+fn pair_roundoff(la: &Layout, lb: &Layout, floor: f64) -> f64 {
+    let ua = unit_roundoff(&la.dtype);
+    let ub = unit_roundoff(&lb.dtype);
+    let u = match (ua, ub) {
+        (Some(p), Some(q)) => p.max(q),
+        (p, q) => p.or(q).unwrap_or(0.0),
+    };
+    // Exact dtypes stay exact; floating ones get at least the run's precision.
+    if u > 0.0 {
+        u.max(floor)
+    } else {
+        u
+    }
+}
+
+/// Measures the pair of entries `i` of `ba` and `j` of `bb` (of layouts `la` and `lb`): on
+/// their tensors where both sides hold them, else their statistics (counted in `stats_basis`),
+/// else their digests; with whether it was measured on the tensors.
+fn measure_pair(
+    (ba, bb): (&Batch, &Batch),
+    (i, j): (usize, usize),
+    (sa, sb): (&mut dyn RankSource, &mut dyn RankSource),
+    (la, lb): (&Layout, &Layout),
+    stats_basis: &mut u64,
+) -> Result<(Measure, bool), AlignError> {
+    let (x, y) = (&ba.entries[i], &bb.entries[j]);
+    let mut from_tensors = false;
+    let measure = if la.shape != lb.shape {
+        Measure {
+            error: f64::INFINITY,
+            note: Some(format!(
+                "shapes differ: A {} and B {}",
+                la.describe(),
+                lb.describe()
+            )),
+            ..Measure::default()
+        }
+    } else if !x.digest.is_none() && x.digest == y.digest && la.dtype == lb.dtype {
+        // Bitwise equal: nothing to measure (and no tensor to read); the metrics are those
+        // of equal tensors.
+        let mut metrics = equal_metrics(lb.num_elements());
+        if let (Some(s), Some(t)) = (ba.stats(i), bb.stats(j)) {
+            metrics.stat_diffs = measure_stats(s, t, lb.num_elements()).metrics.stat_diffs;
+        }
+        Measure {
+            magnitude: 0.0,
+            metrics,
+            ..Measure::default()
+        }
+    } else {
+        match (sa.tensor(x)?, sb.tensor(y)?) {
+            (Some(ta), Some(tb)) => {
+                from_tensors = true;
+                measure_tensors(&ta, &tb)
+            }
+            _ => match (ba.stats(i), bb.stats(j)) {
+                (Some(s), Some(t)) => {
+                    *stats_basis += 1;
+                    measure_stats(s, t, lb.num_elements())
+                }
+                _ => {
+                    *stats_basis += 1;
+                    // Digests only: equal or not.
+                    let differ = x.digest != y.digest;
+                    Measure {
+                        error: if differ { f64::INFINITY } else { 0.0 },
+                        note: differ.then(|| {
+                            "the digests differ and neither dump holds statistics or \
+                             tensors (md5 mode): record in stats or full mode to measure"
+                                .to_owned()
+                        }),
+                        ..Measure::default()
+                    }
+                }
+            },
+        }
+    };
+    Ok((measure, from_tensors))
+}
+
+/// Counts a judged `record` of `step` on `rank` into `out`: its excess into its step's
+/// `series`, and, when it is not aligned, the culprits, the first culprit's chain and the rows
+/// (`before`: the entries of its step before its own `entry`, for its occurrence).
+fn tally(
+    mut record: AlignedRecord,
+    (rank, step): (u32, u64),
+    (before, entry): (&[Entry], &Entry),
+    options: &AlignOptions,
+    walk: &mut RankWalk,
+    out: &mut Alignment,
+    series: &mut Vec<f32>,
+) {
+    out.num_records += 1;
+    out.counts[record.verdict as usize] += 1;
+    if options.every_record {
+        out.records.push(record.clone());
+    }
+    series.push(if record.excess.is_finite() {
+        record.excess as f32
+    } else {
+        f32::INFINITY
+    });
+    if record.verdict == Verdict::Aligned {
+        if record.excess > out.closest.as_ref().map_or(0.0, |c| c.excess) {
+            out.closest = Some(record);
+        }
+        return;
+    }
+    match record.blame {
+        Blame::Own | Blame::Unconfirmed => {
+            if out.culprits.len() < 20 {
+                out.culprits.push(record.clone());
+            }
+            let earlier = out
+                .culprit
+                .as_ref()
+                .is_none_or(|c| (step, record.seq, rank) < (c.step, c.seq, c.rank));
+            if earlier {
+                let occurrence = before.iter().filter(|e| e.name == entry.name).count();
+                record.occurrence = u32::try_from(occurrence).unwrap_or(u32::MAX);
+                out.culprit_index = Some((out.series.len(), series.len() - 1));
+                out.culprit = Some(record.clone());
+                out.chain.clear();
+                out.chain_len = 0;
+                walk.chain_open = true;
+            } else {
+                walk.chain_open = false;
+            }
+        }
+        Blame::Inherited
+            if walk.chain_open && out.culprit.as_ref().is_some_and(|c| c.rank == rank) =>
+        {
+            out.chain_len += 1;
+            if out.chain.len() < 20 {
+                out.chain.push(format!("step {step} `{}`", record.name));
+            }
+        }
+        _ => {}
+    }
+    if options.max_rows == 0 || out.rows.len() < options.max_rows {
+        out.rows.push(record);
+    }
 }
 
 /// Where the operator traces of one step (`op/{i}/...` records, `detcheck run --inside`) first

@@ -299,6 +299,9 @@ pub(crate) const PROCESS_STARTED_KEY: &str = "site:process_started";
 /// The fact of a rank that is a process the program started itself and that joined its
 /// process group at this line (python/python/detcheck/_startup.py `_adopt`).
 pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
+/// The fact of such a rank where the process that started it seeded a generator: where it first
+/// did (`_evidence.SEEDED_VAR`, passed on in the environment).
+pub(crate) const PARENT_SEEDED_KEY: &str = "site:parent_seeded";
 
 /// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
 /// (`detcheck._evidence`): the program's line.
@@ -331,21 +334,80 @@ fn is_collective(operator: &str) -> bool {
     operator.starts_with("c10d.") || operator.starts_with("_c10d_functional.")
 }
 
+/// The cause of `d`: the rules in their fixed order, most specific first (docs/causes.md); the
+/// first that holds decides.
 fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<bool>) -> Cause {
+    if let Some(cause) = operator_cause(d) {
+        return cause;
+    }
+    // A run read a file, outside the launch's private folder, that a run before it wrote: the
+    // runs did not start from the same files, whatever else differs because of it.
+    if let Some(cause) = file_from_earlier_run_cause(c) {
+        return cause;
+    }
+    let mindspore = c.fact(FRAMEWORK_KEY) == Some("mindspore");
+    if let Some(cause) = seeded_differently_cause(c, d) {
+        return cause;
+    }
+    if let Some(cause) = unrecorded_processes_cause(c, d) {
+        return cause;
+    }
+    if let Some(cause) = initial_parameters_cause(c, d, mindspore) {
+        return cause;
+    }
+    if let Some(cause) = data_order_cause(c, d) {
+        return cause;
+    }
+    let into_input = d.name.starts_with("in/");
+    if let Some(cause) = generator_state_cause(c, d, into_input) {
+        return cause;
+    }
+    if let Some(cause) = changed_files_cause(c) {
+        return cause;
+    }
+    if let Some(cause) = any_source_cause(c) {
+        return cause;
+    }
+    let outside = outside_value(c, d);
+    if let Some(cause) = compiled_cause(c, d, outside.is_none(), into_input) {
+        return cause;
+    }
+    if repeats_with_one_hash_seed == Some(true) {
+        return hash_order_cause();
+    }
+    if let Some(cause) = value_from_outside_cause(c, d, outside) {
+        return cause;
+    }
+    if into_input {
+        return data_values_cause(c);
+    }
+    environment_cause(c).unwrap_or_else(|| {
+        Cause::new(
+            CauseClass::Unknown,
+            "no seed, generator, data or operator evidence names it".to_owned(),
+        )
+    })
+}
+
+/// The operator drill-down's rule: a collective or an operator that gave different outputs
+/// from identical inputs.
+fn operator_cause(d: &Divergence) -> Option<Cause> {
     if let Some(OperatorFinding::Nondeterministic { call, .. }) = &d.operator {
         if is_collective(&call.operator) {
-            return Cause::new(
-                CauseClass::CollectiveOrder,
-                format!(
-                    "the collective `{}` gave different outputs from identical inputs in `{}`: \
-                     its reduction order changed between the runs",
-                    call.operator, call.module
+            return Some(
+                Cause::new(
+                    CauseClass::CollectiveOrder,
+                    format!(
+                        "the collective `{}` gave different outputs from identical inputs in `{}`: \
+                         its reduction order changed between the runs",
+                        call.operator, call.module
+                    ),
+                )
+                .at(call.site.as_deref())
+                .fix(
+                    "pin the collective's algorithm (NCCL_ALGO=Ring, NCCL_PROTO=Simple; Open MPI: \
+                     `detcheck env`'s settings), or reduce in a fixed order yourself",
                 ),
-            )
-            .at(call.site.as_deref())
-            .fix(
-                "pin the collective's algorithm (NCCL_ALGO=Ring, NCCL_PROTO=Simple; Open MPI: \
-                 `detcheck env`'s settings), or reduce in a fixed order yourself",
             );
         }
     }
@@ -359,10 +421,14 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         );
         cause.fix = hint.as_ref().map(|h| h.fix.to_string());
         cause.site.clone_from(&call.site);
-        return cause;
+        return Some(cause);
     }
-    // A run read a file, outside the launch's private folder, that a run before it wrote: the
-    // runs did not start from the same files, whatever else differs because of it.
+    None
+}
+
+/// The rule of a file outside the working directory that one run read and a run before it
+/// wrote.
+fn file_from_earlier_run_cause(c: &Comparison) -> Option<Cause> {
     if let Some((reader, path, writer)) = file_from_earlier_run(c) {
         let mut cause = Cause::new(
             CauseClass::FileLeftBehind,
@@ -379,9 +445,14 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         cause
             .evidence
             .push(format!("`{FILES_KEY}`: {reader} read `{path}`"));
-        return cause;
+        return Some(cause);
     }
-    let mindspore = c.fact(FRAMEWORK_KEY) == Some("mindspore");
+    None
+}
+
+/// The rule of a `seed/*` record that differs: a generator seeded with another value in each
+/// run.
+fn seeded_differently_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
     // MindSpore's `set_seed` seeds numpy's generator inside it: its own seed is the cause.
     let seeded = evidence_of(c, d, "seed/mindspore")
         .next()
@@ -389,17 +460,25 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
     if let Some(e) = seeded {
         let name = &e.name["seed/".len()..];
         let (words, call) = generator(name);
-        return Cause::new(
-            CauseClass::SeededDifferently,
-            format!(
-                "{words} was seeded with a different value in each run (a clock, a process id \
-                 or OS entropy)"
-            ),
-        )
-        .at(site_of(c, e))
-        .fix(format!("seed it with a constant: `{call}`"))
-        .of(name);
+        return Some(
+            Cause::new(
+                CauseClass::SeededDifferently,
+                format!(
+                    "{words} was seeded with a different value in each run (a clock, a process id \
+                     or OS entropy)"
+                ),
+            )
+            .at(site_of(c, e))
+            .fix(format!("seed it with a constant: `{call}`"))
+            .of(name),
+        );
     }
+    None
+}
+
+/// The rule of an `init/*` divergence after the program started processes of its own that are
+/// no ranks (Hogwild).
+fn unrecorded_processes_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
     if let (Some(param), Some(at)) = (d.name.strip_prefix("init/"), c.fact(PROCESS_STARTED_KEY)) {
         // The first record of the model already differs, and the program started processes of
         // its own that joined no group: they ran on the model before its first recorded use.
@@ -421,8 +500,14 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         cause.evidence.push(format!(
             "`{PROCESS_STARTED_KEY}`: the program started a process at {at}"
         ));
-        return cause;
+        return Some(cause);
     }
+    None
+}
+
+/// The rule of an `init/*` divergence: the model was initialised before its generator was
+/// seeded.
+fn initial_parameters_cause(c: &Comparison, d: &Divergence, mindspore: bool) -> Option<Cause> {
     if let Some(param) = d.name.strip_prefix("init/") {
         let (seed_record, call) = if mindspore {
             ("seed/mindspore", "mindspore.set_seed")
@@ -448,22 +533,30 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
                      or seed before building it"
                 ));
             }
-            None => match c.fact(RANK_STARTED_KEY) {
-                Some(at) => {
+            // A rank the program started itself, whose parent seeded: the seed was not
+            // inherited. Where the parent seeded nothing either (`fabric run` of a script that
+            // never seeds), the plain fix.
+            None => match (c.fact(RANK_STARTED_KEY), c.fact(PARENT_SEEDED_KEY)) {
+                (Some(at), Some(parent)) => {
                     cause = cause.fix(format!(
                         "call `{call}(0)` in the process that builds the model, before it \
                          builds it: this rank is a process the program started itself (it \
                          joined its process group at {at}), and a started process does not \
-                         inherit its parent's seed"
+                         inherit its parent's seed (the parent seeded at {parent})"
                     ));
                 }
-                None => {
+                _ => {
                     cause = cause.fix(format!("call `{call}(0)` before the model is built{built}"));
                 }
             },
         }
-        return cause;
+        return Some(cause);
     }
+    None
+}
+
+/// The rules of data order: a `data/split` record that differs, then a `data/indices` one.
+fn data_order_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
     if let Some(e) = evidence_of(c, d, SPLIT_RECORD).next() {
         let mut cause = Cause::new(
             CauseClass::DataOrder,
@@ -480,7 +573,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             "`{SPLIT_RECORD}` differs at step {} rank {}",
             e.step, e.rank
         ));
-        return cause;
+        return Some(cause);
     }
     if let Some(e) = evidence_of(c, d, "data/indices").next() {
         let mut cause = Cause::new(
@@ -498,9 +591,14 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             "`data/indices` differs at step {} rank {}",
             e.step, e.rank
         ));
-        return cause;
+        return Some(cause);
     }
-    let into_input = d.name.starts_with("in/");
+    None
+}
+
+/// The rule of an `rng/*` record that differs: an unseeded generator, or (seeded alike) one in
+/// another state, which names no class.
+fn generator_state_cause(c: &Comparison, d: &Divergence, into_input: bool) -> Option<Cause> {
     if let Some(e) = evidence_of(c, d, "rng/").next() {
         let name = &e.name["rng/".len()..];
         let (words, call) = generator(name);
@@ -536,8 +634,13 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             cause.site = Some(site.to_owned());
             cause.evidence.push(outside_evidence(outside, site));
         }
-        return cause;
+        return Some(cause);
     }
+    None
+}
+
+/// The rule of a file of the working directory that the program changed in place.
+fn changed_files_cause(c: &Comparison) -> Option<Cause> {
     let changed_files = c.fact(WORKDIR_KEY).or_else(|| {
         c.environment
             .iter()
@@ -556,8 +659,13 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
              `\"rb\"`) and write results to a new file",
         );
         cause.evidence.push(format!("`{WORKDIR_KEY}`: {words}"));
-        return cause;
+        return Some(cause);
     }
+    None
+}
+
+/// The rule of a receive from any source, summed in the order messages arrive.
+fn any_source_cause(c: &Comparison) -> Option<Cause> {
     if let Some(site) = c.fact(ANY_SOURCE_KEY) {
         let mut cause = Cause::new(
             CauseClass::CollectiveOrder,
@@ -574,48 +682,70 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         cause.evidence.push(format!(
             "`{ANY_SOURCE_KEY}`: a receive without `src` at {site}"
         ));
-        return cause;
+        return Some(cause);
     }
+    None
+}
+
+/// The rule of a `torch.compile`d model where nothing traced, entered or fed in differs.
+fn compiled_cause(
+    c: &Comparison,
+    d: &Divergence,
+    nothing_entered_differs: bool,
+    into_input: bool,
+) -> Option<Cause> {
     let compiled = c.fact("site:compiled");
     let nothing_traced_differs = matches!(
         d.operator,
         None | Some(OperatorFinding::NoOperatorDiffers { .. })
             | Some(OperatorFinding::Unavailable { .. })
     );
-    let outside = outside_value(c, d);
-    let nothing_entered_differs = outside.is_none();
     if let Some(module) =
         compiled.filter(|_| nothing_traced_differs && nothing_entered_differs && !into_input)
     {
-        return Cause::new(
-            CauseClass::NondeterministicOperator,
-            format!(
-                "inside the `torch.compile`d model (`{module}`), whose generated kernels the \
-                 operator tracer cannot enter: no traced operator differs, and no seed, \
-                 generator or data evidence does"
+        return Some(
+            Cause::new(
+                CauseClass::NondeterministicOperator,
+                format!(
+                    "inside the `torch.compile`d model (`{module}`), whose generated kernels the \
+                     operator tracer cannot enter: no traced operator differs, and no seed, \
+                     generator or data evidence does"
+                ),
+            )
+            .fix(
+                "call `torch.use_deterministic_algorithms(True)` before compiling: Inductor then \
+                 lowers accumulating `index_put`/`scatter` (an embedding's gradient) to ATen's \
+                 deterministic kernels instead of adding with atomics; on a GPU also set \
+                 `torch._inductor.config.deterministic = True` (TORCHINDUCTOR_DETERMINISTIC=1: no \
+                 kernel chosen by timing). `--deterministic` names the one that fixes it",
             ),
-        )
-        .fix(
-            "call `torch.use_deterministic_algorithms(True)` before compiling: Inductor then \
-             lowers accumulating `index_put`/`scatter` (an embedding's gradient) to ATen's \
-             deterministic kernels instead of adding with atomics; on a GPU also set \
-             `torch._inductor.config.deterministic = True` (TORCHINDUCTOR_DETERMINISTIC=1: no \
-             kernel chosen by timing). `--deterministic` names the one that fixes it",
         );
     }
-    if repeats_with_one_hash_seed == Some(true) {
-        let mut cause = Cause::new(
-            CauseClass::HashOrder,
-            "the runs follow their PYTHONHASHSEED: a third run with run 1's hash seed \
-             repeated run 1 bit for bit, so a set or dict of strings decides an order"
-                .to_owned(),
-        )
-        .fix("iterate in a fixed order (`sorted(...)`), or set PYTHONHASHSEED=0");
-        cause
-            .evidence
-            .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
-        return cause;
-    }
+    None
+}
+
+/// The hash order's cause: a third run with run 1's hash seed repeated run 1.
+fn hash_order_cause() -> Cause {
+    let mut cause = Cause::new(
+        CauseClass::HashOrder,
+        "the runs follow their PYTHONHASHSEED: a third run with run 1's hash seed \
+         repeated run 1 bit for bit, so a set or dict of strings decides an order"
+            .to_owned(),
+    )
+    .fix("iterate in a fixed order (`sorted(...)`), or set PYTHONHASHSEED=0");
+    cause
+        .evidence
+        .push("a run with run 1's PYTHONHASHSEED repeated run 1".to_owned());
+    cause
+}
+
+/// The rules of values from outside torch, in order: an operator's input from outside, an
+/// unseeded numpy `Generator`, then a `data/outside` record that differs.
+fn value_from_outside_cause(
+    c: &Comparison,
+    d: &Divergence,
+    outside: Option<(&EvidenceDifference, &str)>,
+) -> Option<Cause> {
     let unseeded = c.fact(UNSEEDED_GENERATOR_KEY);
     if let Some(OperatorFinding::InputFromOutside { call, input, .. }) = &d.operator {
         let mut cause = Cause::new(
@@ -634,7 +764,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         if let Some(site) = unseeded {
             cause.evidence.push(unseeded_evidence(site));
         }
-        return cause;
+        return Some(cause);
     }
     if let Some(site) = unseeded {
         let mut cause = Cause::new(
@@ -651,7 +781,7 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
         if let Some((e, site)) = outside {
             cause.evidence.push(outside_evidence(e, site));
         }
-        return cause;
+        return Some(cause);
     }
     if let Some((e, site)) = outside {
         let mut cause = Cause::new(
@@ -667,19 +797,26 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
              process or a file that changes between runs",
         );
         cause.evidence.push(outside_evidence(e, site));
-        return cause;
+        return Some(cause);
     }
-    if into_input {
-        let summary = if first_site(c, "data/indices").is_some() {
-            "the model's input differs while the data loader fetched the same samples: the \
-             values are made differently (augmentation, or data-loader workers that are not \
-             seeded)"
-        } else {
-            "the model's input differs first: the data is not reproducible (its order or values \
-             come from outside the model)"
-        };
-        return Cause::new(CauseClass::DataValues, summary.to_owned());
-    }
+    None
+}
+
+/// The data values' cause: the model's input differs first, with no other evidence.
+fn data_values_cause(c: &Comparison) -> Cause {
+    let summary = if first_site(c, "data/indices").is_some() {
+        "the model's input differs while the data loader fetched the same samples: the \
+         values are made differently (augmentation, or data-loader workers that are not \
+         seeded)"
+    } else {
+        "the model's input differs first: the data is not reproducible (its order or values \
+         come from outside the model)"
+    };
+    Cause::new(CauseClass::DataValues, summary.to_owned())
+}
+
+/// The environment rule: the runs' environments differ in a key that may steer the arithmetic.
+fn environment_cause(c: &Comparison) -> Option<Cause> {
     // A difference that steers reductions (one with a hint) before any other; never the hash
     // seed (its own rule), the host's name, or detcheck's facts about a launch.
     let may_steer = |e: &&super::EnvDifference| {
@@ -697,12 +834,9 @@ fn classify(c: &Comparison, d: &Divergence, repeats_with_one_hash_seed: Option<b
             format!("the runs' environments differ: {e}"),
         );
         cause.fix = e.hint.as_ref().map(|h| h.fix.to_string());
-        return cause;
+        return Some(cause);
     }
-    Cause::new(
-        CauseClass::Unknown,
-        "no seed, generator, data or operator evidence names it".to_owned(),
-    )
+    None
 }
 
 #[cfg(test)]

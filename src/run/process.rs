@@ -605,22 +605,7 @@ impl<'a> CommandLaunch<'a> {
         let mut processes = Processes(Vec::new());
         match self.command.launcher {
             Launcher::Processes => {
-                // Spawn in the launch's rotated order too: another start order every launch.
-                for slot in 0..self.world_size {
-                    let rank =
-                        (slot + self.world_size - rotation % self.world_size) % self.world_size;
-                    let launch = Launch {
-                        rank: Some(rank as u32),
-                        ..launch.clone()
-                    };
-                    let argv = self.argv(Some(rank));
-                    processes.0.push(self.plain_process(
-                        &argv,
-                        &launch,
-                        Some(rank),
-                        master_port,
-                    )?);
-                }
+                self.start_ranks(&launch, rotation, master_port, &mut processes)?;
             }
             Launcher::None => {
                 let argv = self.argv(None);
@@ -628,112 +613,133 @@ impl<'a> CommandLaunch<'a> {
                     .0
                     .push(self.plain_process(&argv, &launch, None, master_port)?);
             }
-            Launcher::Mpirun => {
-                let mpirun =
-                    crate::comm::MpiLauncher::from_env().map_err(|e| RunError::CannotLaunch {
-                        scenario: self.request.name.clone(),
-                        field: "params.launcher".to_owned(),
-                        message: e.to_string(),
-                    })?;
-                let launch = Launch {
-                    mpi_library: Some(mpirun.library.clone()),
-                    ..launch
-                };
-                // The launcher's program, flags and MPI pinning settings, then the program.
-                let mpirun = mpirun.command(self.world_size);
-                let mut argv: Vec<String> = std::iter::once(mpirun.get_program())
-                    .chain(mpirun.get_args())
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect();
-                argv.extend(self.argv(None));
-                let pinned: Vec<(String, String)> = mpirun
-                    .get_envs()
-                    .filter_map(|(k, v)| {
-                        Some((
-                            k.to_string_lossy().into_owned(),
-                            v?.to_string_lossy().into_owned(),
-                        ))
-                    })
-                    .collect();
-                processes.0.push(self.process(
-                    &argv,
-                    &launch,
-                    None,
-                    master_port,
-                    &pinned,
-                    None,
-                    None,
-                )?);
-            }
-            Launcher::Srun => {
-                let step = SrunStep::new();
-                let program = self.argv(None);
-                let mpi = is_mpi_program(&program, self.cwd.as_deref());
-                let mut argv = step.argv(self.world_size, &self.command.srun_args, mpi);
-                argv.extend(program);
-                processes.0.push(self.process(
-                    &argv,
-                    &launch,
-                    None,
-                    master_port,
-                    &[],
-                    Some(step),
-                    None,
-                )?);
-            }
-            Launcher::Msrun => {
-                let job = MsrunJob::new(&self.folder.0, &self.trace_dir, self.world_size);
-                let msrun = job
-                    .command(
-                        &self.argv(None),
-                        master_port,
-                        self.command.timeout.as_secs(),
-                        &self.folder.0.join("msrun-bin"),
-                        is_python,
-                    )
-                    .map_err(|e| self.failed(format!("cannot prepare the msrun launch: {e}")))?;
-                if let Some(python) = &msrun.python {
-                    self.check_mindspore(python)?;
-                }
-                processes.0.push(self.process(
-                    &msrun.argv,
-                    &launch,
-                    None,
-                    master_port,
-                    &msrun.env,
-                    None,
-                    Some(job),
-                )?);
-            }
-            Launcher::Torchrun => {
-                let program = self.argv(None);
-                // `python train.py`: torchrun of that very Python (`python -m
-                // torch.distributed.run`), so the ranks run in the program's environment;
-                // anything else goes to the `torchrun` on PATH, which runs a script itself.
-                let (mut argv, script) = match program.split_first() {
-                    Some((python, rest)) if is_python(python) => (
-                        vec![
-                            python.clone(),
-                            "-m".to_owned(),
-                            "torch.distributed.run".to_owned(),
-                        ],
-                        rest.to_vec(),
-                    ),
-                    _ => (vec!["torchrun".to_owned()], program),
-                };
-                argv.extend([
-                    "--nnodes=1".to_owned(),
-                    format!("--nproc-per-node={}", self.world_size),
-                    "--master-addr=127.0.0.1".to_owned(),
-                    format!("--master-port={master_port}"),
-                ]);
-                argv.extend(script);
-                processes
-                    .0
-                    .push(self.plain_process(&argv, &launch, None, master_port)?);
-            }
+            Launcher::Mpirun => processes.0.push(self.mpirun_process(launch, master_port)?),
+            Launcher::Srun => processes.0.push(self.srun_process(&launch, master_port)?),
+            Launcher::Msrun => processes.0.push(self.msrun_process(&launch, master_port)?),
+            Launcher::Torchrun => processes
+                .0
+                .push(self.torchrun_process(&launch, master_port)?),
         }
         Ok(processes)
+    }
+
+    /// The `processes` launcher: one process per rank, started into `processes` in the launch's
+    /// order rotated by `rotation`.
+    fn start_ranks(
+        &self,
+        launch: &Launch,
+        rotation: usize,
+        master_port: u16,
+        processes: &mut Processes,
+    ) -> Result<(), RunError> {
+        // Spawn in the launch's rotated order too: another start order every launch.
+        for slot in 0..self.world_size {
+            let rank = (slot + self.world_size - rotation % self.world_size) % self.world_size;
+            let launch = Launch {
+                rank: Some(rank as u32),
+                ..launch.clone()
+            };
+            let argv = self.argv(Some(rank));
+            processes
+                .0
+                .push(self.plain_process(&argv, &launch, Some(rank), master_port)?);
+        }
+        Ok(())
+    }
+
+    /// The `mpirun` launcher's process: the MPI library's launcher, its pinning settings, then
+    /// the program.
+    fn mpirun_process(&self, launch: Launch, master_port: u16) -> Result<Process, RunError> {
+        let mpirun = crate::comm::MpiLauncher::from_env().map_err(|e| RunError::CannotLaunch {
+            scenario: self.request.name.clone(),
+            field: "params.launcher".to_owned(),
+            message: e.to_string(),
+        })?;
+        let launch = Launch {
+            mpi_library: Some(mpirun.library.clone()),
+            ..launch
+        };
+        // The launcher's program, flags and MPI pinning settings, then the program.
+        let mpirun = mpirun.command(self.world_size);
+        let mut argv: Vec<String> = std::iter::once(mpirun.get_program())
+            .chain(mpirun.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        argv.extend(self.argv(None));
+        let pinned: Vec<(String, String)> = mpirun
+            .get_envs()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        self.process(&argv, &launch, None, master_port, &pinned, None, None)
+    }
+
+    /// The `srun` launcher's process: a job step of the allocation running the program.
+    fn srun_process(&self, launch: &Launch, master_port: u16) -> Result<Process, RunError> {
+        let step = SrunStep::new();
+        let program = self.argv(None);
+        let mpi = is_mpi_program(&program, self.cwd.as_deref());
+        let mut argv = step.argv(self.world_size, &self.command.srun_args, mpi);
+        argv.extend(program);
+        self.process(&argv, launch, None, master_port, &[], Some(step), None)
+    }
+
+    /// The `msrun` launcher's process: MindSpore's launcher, after checking that its Python has
+    /// MindSpore.
+    fn msrun_process(&self, launch: &Launch, master_port: u16) -> Result<Process, RunError> {
+        let job = MsrunJob::new(&self.folder.0, &self.trace_dir, self.world_size);
+        let msrun = job
+            .command(
+                &self.argv(None),
+                master_port,
+                self.command.timeout.as_secs(),
+                &self.folder.0.join("msrun-bin"),
+                is_python,
+            )
+            .map_err(|e| self.failed(format!("cannot prepare the msrun launch: {e}")))?;
+        if let Some(python) = &msrun.python {
+            self.check_mindspore(python)?;
+        }
+        self.process(
+            &msrun.argv,
+            launch,
+            None,
+            master_port,
+            &msrun.env,
+            None,
+            Some(job),
+        )
+    }
+
+    /// The `torchrun` launcher's process: torchrun on one node, the ranks on this machine.
+    fn torchrun_process(&self, launch: &Launch, master_port: u16) -> Result<Process, RunError> {
+        let program = self.argv(None);
+        // `python train.py`: torchrun of that very Python (`python -m
+        // torch.distributed.run`), so the ranks run in the program's environment;
+        // anything else goes to the `torchrun` on PATH, which runs a script itself.
+        let (mut argv, script) = match program.split_first() {
+            Some((python, rest)) if is_python(python) => (
+                vec![
+                    python.clone(),
+                    "-m".to_owned(),
+                    "torch.distributed.run".to_owned(),
+                ],
+                rest.to_vec(),
+            ),
+            _ => (vec!["torchrun".to_owned()], program),
+        };
+        argv.extend([
+            "--nnodes=1".to_owned(),
+            format!("--nproc-per-node={}", self.world_size),
+            "--master-addr=127.0.0.1".to_owned(),
+            format!("--master-port={master_port}"),
+        ]);
+        argv.extend(script);
+        self.plain_process(&argv, launch, None, master_port)
     }
 
     /// Whether `python` can import MindSpore, which the `msrun` launcher runs it under: bad

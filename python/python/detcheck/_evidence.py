@@ -16,8 +16,10 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   value from numpy, a file or the clock that changes from run to run is named with its line;
 - facts, one value each, written to the trace's environment when the recording finishes
   (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
-  ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy), and
-  ``site:any_source`` (``_arrival``);
+  ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
+  ``site:any_source`` (``_arrival``), and in a rank a process started itself
+  (``_startup._adopt``), ``site:parent_seeded``: where that process first seeded a generator
+  (``SEEDED_VAR``, passed on in the environment), whose seed the rank does not inherit;
 - ``detcheck.files``: the files outside the launch's private folder that the program opened
   (``install_file_audit``: Python's ``open`` audit event, so ``open``, ``os.open``,
   ``torch.load``, ``numpy.load`` and memory maps alike; ``torch.save``, which opens its file in
@@ -443,7 +445,28 @@ def _seeded(name: str, frame: Any) -> None:
     _last[name] = now
     if _libraries_own_seeding(frame):
         return
-    note(f"seed/{name}", _array(now), call_site(frame))
+    where = call_site(frame)
+    _pass_on_seeding(where)
+    note(f"seed/{name}", _array(now), where)
+
+
+#: The variable that tells the processes a process starts where it first seeded a generator
+#: (``"<pid> <file:line>"``): a rank that process started (``torch.multiprocessing.spawn``)
+#: does not inherit the seed, and its cause says so only where the parent did seed.
+SEEDED_VAR = "DETCHECK_SEEDED_AT"
+
+
+def _pass_on_seeding(where: str | None) -> None:
+    mine = f"{os.getpid()} "
+    if not os.environ.get(SEEDED_VAR, "").startswith(mine):
+        os.environ[SEEDED_VAR] = mine + (where or "?")
+
+
+def parent_seeded() -> str | None:
+    """Where the process that started this one first seeded a generator (``SEEDED_VAR``), or
+    ``None``: it did not (or this process seeded first itself)."""
+    pid, _, where = os.environ.get(SEEDED_VAR, "").partition(" ")
+    return where if pid and pid != str(os.getpid()) else None
 
 
 def _main_file() -> str | None:

@@ -391,6 +391,9 @@ def _adopt(rank, world_size, frame, torch_module):
         _follow_generators({})
         if where is not None:
             _evidence.fact("site:rank_started", where)
+        parent = _evidence.parent_seeded()
+        if parent is not None:
+            _evidence.fact("site:parent_seeded", parent)
     if "started" in files:
         # The mark that makes the launch count this rank (``detcheck::file::RankFiles``).
         _write_whole(files["started"], f"{where or '?'}\n")

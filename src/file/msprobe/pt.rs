@@ -438,156 +438,240 @@ fn storage_dtype(name: &str) -> Option<DType> {
 
 /// Runs a pickle that rebuilds one tensor; returns what it describes.
 fn unpickle(code: &[u8]) -> Result<TensorMeta, PtError> {
-    let mut stack: Vec<Py> = Vec::new();
-    let mut marks: Vec<usize> = Vec::new();
-    let mut memo: std::collections::HashMap<u32, Py> = std::collections::HashMap::new();
-    let mut i = 0usize;
-    let bad = |what: String| format!("data.pkl: {what}");
-    let take = |i: &mut usize, n: usize| -> Result<&[u8], PtError> {
-        let s = code
-            .get(*i..i.saturating_add(n))
-            .ok_or_else(|| bad("ends inside an opcode (truncated)".into()))?;
-        *i += n;
-        Ok(s)
-    };
-    let pop = |stack: &mut Vec<Py>| stack.pop().ok_or_else(|| bad("stack underflow".into()));
-    let since_mark = |stack: &mut Vec<Py>, marks: &mut Vec<usize>| -> Result<Vec<Py>, PtError> {
-        let m = marks.pop().ok_or_else(|| bad("no mark".into()))?;
-        if m > stack.len() {
-            return Err(bad("mark above the stack".into()));
-        }
-        Ok(stack.split_off(m))
-    };
-    let tuple = |items: Vec<Py>| -> Result<Py, PtError> {
-        let d = depth_of(&items);
-        if d > MAX_NESTING {
-            return Err(bad(format!("nested deeper than {MAX_NESTING} levels")));
-        }
-        Ok(Py::Tuple(items, d))
-    };
-    let string = |b: &[u8]| -> Result<Py, PtError> {
-        String::from_utf8(b.to_vec())
-            .map(Py::Str)
-            .map_err(|_| bad("a string is not UTF-8".into()))
+    let mut m = Unpickler {
+        code,
+        i: 0,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: std::collections::HashMap::new(),
     };
     loop {
-        let op = *take(&mut i, 1)?.first().expect("one byte");
+        let op = *m.take(1)?.first().expect("one byte");
         match op {
             0x80 => {
-                take(&mut i, 1)?; // PROTO
+                m.take(1)?; // PROTO
             }
             0x95 => {
-                take(&mut i, 8)?; // FRAME
+                m.take(8)?; // FRAME
             }
-            b'c' => {
-                // GLOBAL "module\nname\n"
-                let rest = &code[i..];
-                let nl1 = rest
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .ok_or_else(|| bad("bad GLOBAL".into()))?;
-                let nl2 = rest[nl1 + 1..]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .ok_or_else(|| bad("bad GLOBAL".into()))?;
-                let module = String::from_utf8_lossy(&rest[..nl1]).into_owned();
-                let name = String::from_utf8_lossy(&rest[nl1 + 1..nl1 + 1 + nl2]).into_owned();
-                i += nl1 + nl2 + 2;
-                stack.push(Py::Global(module, name));
-            }
-            0x93 => {
-                // STACK_GLOBAL
-                let (name, module) = (pop(&mut stack)?, pop(&mut stack)?);
-                match (module, name) {
-                    (Py::Str(m), Py::Str(n)) => stack.push(Py::Global(m, n)),
-                    _ => return Err(bad("STACK_GLOBAL of non-strings".into())),
-                }
-            }
-            b'q' | b'r' | 0x94 => {
-                let key = match op {
-                    b'q' => u32::from(take(&mut i, 1)?[0]),
-                    b'r' => u32_at(take(&mut i, 4)?, 0),
-                    _ => memo.len() as u32,
-                };
-                let top = stack
-                    .last()
-                    .ok_or_else(|| bad("memo of an empty stack".into()))?;
-                memo.insert(key, top.clone());
-            }
-            b'h' | b'j' => {
-                let key = if op == b'h' {
-                    u32::from(take(&mut i, 1)?[0])
-                } else {
-                    u32_at(take(&mut i, 4)?, 0)
-                };
-                let v = memo
-                    .get(&key)
-                    .ok_or_else(|| bad(format!("memo {key} is unset")))?;
-                stack.push(v.clone());
-            }
-            b'(' => marks.push(stack.len()),
+            b'c' => m.global()?,
+            0x93 => m.stack_global()?,
+            b'q' | b'r' | 0x94 => m.memoize(op)?,
+            b'h' | b'j' => m.recall(op)?,
+            b'(' => m.marks.push(m.stack.len()),
             b't' => {
-                let items = since_mark(&mut stack, &mut marks)?;
-                stack.push(tuple(items)?);
+                let items = m.since_mark()?;
+                m.stack.push(tuple(items)?);
             }
-            b')' => stack.push(Py::Tuple(Vec::new(), 1)),
+            b')' => m.stack.push(Py::Tuple(Vec::new(), 1)),
             0x85..=0x87 => {
                 let n = usize::from(op - 0x84);
-                if stack.len() < n {
+                if m.stack.len() < n {
                     return Err(bad("stack underflow".into()));
                 }
-                let items = stack.split_off(stack.len() - n);
-                stack.push(tuple(items)?);
+                let items = m.stack.split_off(m.stack.len() - n);
+                m.stack.push(tuple(items)?);
             }
-            b']' => stack.push(Py::List(Vec::new(), 1)),
-            b'a' | b'e' => {
-                let items = if op == b'a' {
-                    vec![pop(&mut stack)?]
-                } else {
-                    since_mark(&mut stack, &mut marks)?
+            b']' => m.stack.push(Py::List(Vec::new(), 1)),
+            b'a' | b'e' => m.append(op)?,
+            b'}' => m.stack.push(Py::Dict),
+            b's' | b'u' => m.set_items(op)?,
+            b'X' | 0x8c | 0x8d => m.unicode(op)?,
+            b'J' | b'K' | b'M' | 0x8a => m.int(op)?,
+            b'G' => {
+                let v = f64::from_be_bytes(m.take(8)?.try_into().expect("8 bytes"));
+                m.stack.push(Py::Float(v));
+            }
+            0x88 => m.stack.push(Py::Bool(true)),
+            0x89 => m.stack.push(Py::Bool(false)),
+            b'N' => m.stack.push(Py::None),
+            b'Q' => m.persistent_id()?,
+            b'R' => m.reduce()?,
+            b'.' => {
+                return match m.stack.pop() {
+                    Some(Py::Tensor(meta)) => Ok(meta),
+                    _ => Err(bad("the pickle is not a single tensor".into())),
                 };
-                match stack.last_mut() {
-                    Some(Py::List(list, depth)) => {
-                        list.extend(items);
-                        *depth = depth_of(list);
-                        if *depth > MAX_NESTING {
-                            return Err(bad(format!("nested deeper than {MAX_NESTING} levels")));
-                        }
-                    }
-                    _ => return Err(bad("APPEND to a non-list".into())),
+            }
+            other => return Err(bad(format!("opcode 0x{other:02x} is not supported"))),
+        }
+    }
+}
+
+/// An error in `data.pkl`.
+fn bad(what: String) -> PtError {
+    format!("data.pkl: {what}")
+}
+
+/// A tuple of `items`, refused when nested deeper than [`MAX_NESTING`].
+fn tuple(items: Vec<Py>) -> Result<Py, PtError> {
+    let d = depth_of(&items);
+    if d > MAX_NESTING {
+        return Err(bad(format!("nested deeper than {MAX_NESTING} levels")));
+    }
+    Ok(Py::Tuple(items, d))
+}
+
+/// The state of [`unpickle`]'s interpreter: the pickle, the next opcode's offset, the stack, the
+/// marks and the memo.
+struct Unpickler<'c> {
+    code: &'c [u8],
+    i: usize,
+    stack: Vec<Py>,
+    marks: Vec<usize>,
+    memo: std::collections::HashMap<u32, Py>,
+}
+
+impl<'c> Unpickler<'c> {
+    /// The next `n` bytes of the pickle, consumed.
+    fn take(&mut self, n: usize) -> Result<&'c [u8], PtError> {
+        let s = self
+            .code
+            .get(self.i..self.i.saturating_add(n))
+            .ok_or_else(|| bad("ends inside an opcode (truncated)".into()))?;
+        self.i += n;
+        Ok(s)
+    }
+
+    /// The top of the stack, popped.
+    fn pop(&mut self) -> Result<Py, PtError> {
+        self.stack
+            .pop()
+            .ok_or_else(|| bad("stack underflow".into()))
+    }
+
+    /// The items above the last mark, popped with it.
+    fn since_mark(&mut self) -> Result<Vec<Py>, PtError> {
+        let m = self.marks.pop().ok_or_else(|| bad("no mark".into()))?;
+        if m > self.stack.len() {
+            return Err(bad("mark above the stack".into()));
+        }
+        Ok(self.stack.split_off(m))
+    }
+
+    /// GLOBAL: `module\nname\n`, pushed as a global.
+    fn global(&mut self) -> Result<(), PtError> {
+        // GLOBAL "module\nname\n"
+        let rest = &self.code[self.i..];
+        let nl1 = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| bad("bad GLOBAL".into()))?;
+        let nl2 = rest[nl1 + 1..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| bad("bad GLOBAL".into()))?;
+        let module = String::from_utf8_lossy(&rest[..nl1]).into_owned();
+        let name = String::from_utf8_lossy(&rest[nl1 + 1..nl1 + 1 + nl2]).into_owned();
+        self.i += nl1 + nl2 + 2;
+        self.stack.push(Py::Global(module, name));
+        Ok(())
+    }
+
+    /// STACK_GLOBAL: the global named by the two strings on top of the stack.
+    fn stack_global(&mut self) -> Result<(), PtError> {
+        // STACK_GLOBAL
+        let (name, module) = (self.pop()?, self.pop()?);
+        match (module, name) {
+            (Py::Str(m), Py::Str(n)) => self.stack.push(Py::Global(m, n)),
+            _ => return Err(bad("STACK_GLOBAL of non-strings".into())),
+        }
+        Ok(())
+    }
+
+    /// BINPUT, LONG_BINPUT and MEMOIZE (`op`): the top of the stack, kept in the memo.
+    fn memoize(&mut self, op: u8) -> Result<(), PtError> {
+        let key = match op {
+            b'q' => u32::from(self.take(1)?[0]),
+            b'r' => u32_at(self.take(4)?, 0),
+            _ => self.memo.len() as u32,
+        };
+        let top = self
+            .stack
+            .last()
+            .ok_or_else(|| bad("memo of an empty stack".into()))?;
+        self.memo.insert(key, top.clone());
+        Ok(())
+    }
+
+    /// BINGET and LONG_BINGET (`op`): a memo entry, pushed.
+    fn recall(&mut self, op: u8) -> Result<(), PtError> {
+        let key = if op == b'h' {
+            u32::from(self.take(1)?[0])
+        } else {
+            u32_at(self.take(4)?, 0)
+        };
+        let v = self
+            .memo
+            .get(&key)
+            .ok_or_else(|| bad(format!("memo {key} is unset")))?;
+        self.stack.push(v.clone());
+        Ok(())
+    }
+
+    /// APPEND and APPENDS (`op`): items added to the list below them.
+    fn append(&mut self, op: u8) -> Result<(), PtError> {
+        let items = if op == b'a' {
+            vec![self.pop()?]
+        } else {
+            self.since_mark()?
+        };
+        match self.stack.last_mut() {
+            Some(Py::List(list, depth)) => {
+                list.extend(items);
+                *depth = depth_of(list);
+                if *depth > MAX_NESTING {
+                    return Err(bad(format!("nested deeper than {MAX_NESTING} levels")));
                 }
             }
-            b'}' => stack.push(Py::Dict),
-            b's' | b'u' => {
-                if op == b's' {
-                    pop(&mut stack)?;
-                    pop(&mut stack)?;
-                } else {
-                    since_mark(&mut stack, &mut marks)?;
-                }
-                if stack.last() != Some(&Py::Dict) {
-                    return Err(bad("SETITEM on a non-dict".into()));
-                }
-            }
-            b'X' | 0x8c | 0x8d => {
-                let n = match op {
-                    b'X' => u64::from(u32_at(take(&mut i, 4)?, 0)),
-                    0x8c => u64::from(take(&mut i, 1)?[0]),
-                    _ => u64_at(take(&mut i, 8)?, 0),
-                };
-                let n = usize::try_from(n).map_err(|_| bad("string too long".into()))?;
-                let s = string(take(&mut i, n)?)?;
-                stack.push(s);
-            }
-            b'J' => stack.push(Py::Int(i64::from(i32::from_le_bytes(
-                take(&mut i, 4)?.try_into().expect("4 bytes"),
-            )))),
-            b'K' => stack.push(Py::Int(i64::from(take(&mut i, 1)?[0]))),
-            b'M' => stack.push(Py::Int(i64::from(u16_at(take(&mut i, 2)?, 0)))),
-            0x8a => {
+            _ => return Err(bad("APPEND to a non-list".into())),
+        }
+        Ok(())
+    }
+
+    /// SETITEM and SETITEMS (`op`): items set in the dict below them (a dict's items are not
+    /// kept).
+    fn set_items(&mut self, op: u8) -> Result<(), PtError> {
+        if op == b's' {
+            self.pop()?;
+            self.pop()?;
+        } else {
+            self.since_mark()?;
+        }
+        if self.stack.last() != Some(&Py::Dict) {
+            return Err(bad("SETITEM on a non-dict".into()));
+        }
+        Ok(())
+    }
+
+    /// BINUNICODE, SHORT_BINUNICODE and BINUNICODE8 (`op`): a UTF-8 string, pushed.
+    fn unicode(&mut self, op: u8) -> Result<(), PtError> {
+        let n = match op {
+            b'X' => u64::from(u32_at(self.take(4)?, 0)),
+            0x8c => u64::from(self.take(1)?[0]),
+            _ => u64_at(self.take(8)?, 0),
+        };
+        let n = usize::try_from(n).map_err(|_| bad("string too long".into()))?;
+        let b = self.take(n)?;
+        let s = String::from_utf8(b.to_vec())
+            .map(Py::Str)
+            .map_err(|_| bad("a string is not UTF-8".into()))?;
+        self.stack.push(s);
+        Ok(())
+    }
+
+    /// BININT, BININT1, BININT2 and LONG1 (`op`): an integer, pushed.
+    fn int(&mut self, op: u8) -> Result<(), PtError> {
+        let v = match op {
+            b'J' => i64::from(i32::from_le_bytes(
+                self.take(4)?.try_into().expect("4 bytes"),
+            )),
+            b'K' => i64::from(self.take(1)?[0]),
+            b'M' => i64::from(u16_at(self.take(2)?, 0)),
+            _ => {
                 // LONG1: n little-endian two's complement bytes.
-                let n = usize::from(take(&mut i, 1)?[0]);
-                let b = take(&mut i, n)?;
+                let n = usize::from(self.take(1)?[0]);
+                let b = self.take(n)?;
                 if n > 8 {
                     return Err(bad("an integer wider than 64 bits".into()));
                 }
@@ -599,71 +683,65 @@ fn unpickle(code: &[u8]) -> Result<TensorMeta, PtError> {
                 for &x in b.iter().rev() {
                     v = (v << 8) | i64::from(x);
                 }
-                stack.push(Py::Int(v));
+                v
             }
-            b'G' => stack.push(Py::Float(f64::from_be_bytes(
-                take(&mut i, 8)?.try_into().expect("8 bytes"),
-            ))),
-            0x88 => stack.push(Py::Bool(true)),
-            0x89 => stack.push(Py::Bool(false)),
-            b'N' => stack.push(Py::None),
-            b'Q' => {
-                // BINPERSID: ('storage', torch.<X>Storage, key, location, numel)
-                let pid = pop(&mut stack)?;
-                let Py::Tuple(items, _) = pid else {
-                    return Err(bad("a persistent id that is not a tuple".into()));
-                };
-                match items.as_slice() {
-                    [Py::Str(kind), Py::Global(module, class), Py::Str(key), _, Py::Int(numel)]
-                        if kind == "storage" && module == "torch" =>
-                    {
-                        let dtype = storage_dtype(class).ok_or_else(|| {
-                            bad(format!("storage type torch.{class} is not supported"))
-                        })?;
-                        let numel = u64::try_from(*numel)
-                            .map_err(|_| bad("a negative storage size".into()))?;
-                        stack.push(Py::Storage {
-                            dtype,
-                            key: key.clone(),
-                            numel,
-                        });
-                    }
-                    _ => return Err(bad("a persistent id that is not a torch storage".into())),
-                }
+        };
+        self.stack.push(Py::Int(v));
+        Ok(())
+    }
+
+    /// BINPERSID: the persistent id on top of the stack, a torch storage, pushed as one.
+    fn persistent_id(&mut self) -> Result<(), PtError> {
+        // BINPERSID: ('storage', torch.<X>Storage, key, location, numel)
+        let pid = self.pop()?;
+        let Py::Tuple(items, _) = pid else {
+            return Err(bad("a persistent id that is not a tuple".into()));
+        };
+        match items.as_slice() {
+            [Py::Str(kind), Py::Global(module, class), Py::Str(key), _, Py::Int(numel)]
+                if kind == "storage" && module == "torch" =>
+            {
+                let dtype = storage_dtype(class)
+                    .ok_or_else(|| bad(format!("storage type torch.{class} is not supported")))?;
+                let numel =
+                    u64::try_from(*numel).map_err(|_| bad("a negative storage size".into()))?;
+                self.stack.push(Py::Storage {
+                    dtype,
+                    key: key.clone(),
+                    numel,
+                });
             }
-            b'R' => {
-                let (args, callable) = (pop(&mut stack)?, pop(&mut stack)?);
-                let (Py::Global(module, name), Py::Tuple(args, _)) = (callable, args) else {
-                    return Err(bad("REDUCE of something other than a known function".into()));
-                };
-                let value = match (module.as_str(), name.as_str(), args.as_slice()) {
-                    (
-                        "torch._utils",
-                        "_rebuild_tensor_v2" | "_rebuild_tensor",
-                        [storage, offset, size, stride, ..],
-                    ) => rebuild_tensor(storage, offset, size, stride).map_err(bad)?,
-                    (
-                        "torch._utils",
-                        "_rebuild_parameter" | "_rebuild_parameter_with_state",
-                        [t @ Py::Tensor(_), ..],
-                    ) => t.clone(),
-                    ("collections", "OrderedDict", []) => Py::Dict,
-                    _ => {
-                        return Err(bad(format!(
-                            "{module}.{name} is not a tensor (only a single tensor is read)"
-                        )))
-                    }
-                };
-                stack.push(value);
-            }
-            b'.' => {
-                return match stack.pop() {
-                    Some(Py::Tensor(meta)) => Ok(meta),
-                    _ => Err(bad("the pickle is not a single tensor".into())),
-                };
-            }
-            other => return Err(bad(format!("opcode 0x{other:02x} is not supported"))),
+            _ => return Err(bad("a persistent id that is not a torch storage".into())),
         }
+        Ok(())
+    }
+
+    /// REDUCE: a call of one of the few functions that rebuild a tensor, its value pushed.
+    fn reduce(&mut self) -> Result<(), PtError> {
+        let (args, callable) = (self.pop()?, self.pop()?);
+        let (Py::Global(module, name), Py::Tuple(args, _)) = (callable, args) else {
+            return Err(bad("REDUCE of something other than a known function".into()));
+        };
+        let value = match (module.as_str(), name.as_str(), args.as_slice()) {
+            (
+                "torch._utils",
+                "_rebuild_tensor_v2" | "_rebuild_tensor",
+                [storage, offset, size, stride, ..],
+            ) => rebuild_tensor(storage, offset, size, stride).map_err(bad)?,
+            (
+                "torch._utils",
+                "_rebuild_parameter" | "_rebuild_parameter_with_state",
+                [t @ Py::Tensor(_), ..],
+            ) => t.clone(),
+            ("collections", "OrderedDict", []) => Py::Dict,
+            _ => {
+                return Err(bad(format!(
+                    "{module}.{name} is not a tensor (only a single tensor is read)"
+                )))
+            }
+        };
+        self.stack.push(value);
+        Ok(())
     }
 }
 
