@@ -10,9 +10,9 @@
 //! a function of the scenario. Limits: only the layouts the spec lists are tried.
 
 use super::series::compare_series;
-use super::{CheckUnit, Compared, Drill, Pair, Runs};
+use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::run::{perturbation, RunError, RunRequest};
+use crate::run::RunError;
 use crate::scenario::{BucketLayout, RunPlan};
 
 /// The `buckets` check's unit.
@@ -36,14 +36,8 @@ impl CheckUnit for Buckets {
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
         let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
         let layouts = &scenario.spec.buckets;
-        let run_at = |i: usize| {
-            let p = perturbation(scenario.spec.seed, 1, options);
-            let plan = buckets_plan(layouts[i]);
-            runner.run(
-                scenario,
-                &RunRequest::new(scenario, options, Some(p), 1, &plan),
-            )
-        };
+        let run_at =
+            |i: usize| run_planned(runner, scenario, options, 1, &buckets_plan(layouts[i]));
         let indices: Vec<usize> = (0..layouts.len()).collect();
         compare_series(
             &indices,

@@ -176,11 +176,19 @@ pub(crate) fn run_of(
     options: &CheckOptions,
     k: usize,
 ) -> Result<Trace, RunError> {
+    run_planned(on, scenario, options, k, &RunPlan::default())
+}
+
+/// [`run_of`] under `plan` (a loader's workers, a bucket layout).
+pub(crate) fn run_planned(
+    on: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    k: usize,
+    plan: &RunPlan,
+) -> Result<Trace, RunError> {
     let p = Some(perturbation(scenario.spec.seed, k, options));
-    on.run(
-        scenario,
-        &RunRequest::new(scenario, options, p, k, &RunPlan::default()),
-    )
+    on.run(scenario, &RunRequest::new(scenario, options, p, k, plan))
 }
 
 /// The [`CURVE_NAME`] curves of two runs, labelled, when both record it.

@@ -11,9 +11,9 @@
 //! controls are caught in each of ten attempts: `check/mod.rs`'s tests).
 
 use super::series::compare_series;
-use super::{CheckUnit, Compared, Drill, Pair, Runs};
+use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::run::{perturbation, RunError, RunRequest};
+use crate::run::RunError;
 use crate::scenario::RunPlan;
 
 /// The `workers` check's unit.
@@ -36,14 +36,8 @@ impl CheckUnit for Workers {
     /// the first count's.
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
         let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
-        let run_at = |workers: usize| {
-            let p = perturbation(scenario.spec.seed, 1, options);
-            let plan = workers_plan(workers);
-            runner.run(
-                scenario,
-                &RunRequest::new(scenario, options, Some(p), 1, &plan),
-            )
-        };
+        let run_at =
+            |workers: usize| run_planned(runner, scenario, options, 1, &workers_plan(workers));
         compare_series(
             &scenario.spec.workers,
             run_at,

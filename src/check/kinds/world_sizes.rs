@@ -11,7 +11,7 @@
 //! records: what every world size must agree on.
 
 use super::series::compare_series;
-use super::{CheckUnit, Compared, Drill, Pair, Runs};
+use super::{run_of, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::check::element::Side;
 use crate::compare::{compare_traces, is_sharded, Divergence, TraceView};
 use crate::run::{perturbation, runner_for, RunError, RunRequest};
@@ -40,14 +40,7 @@ impl CheckUnit for WorldSizes {
         sizes.sort_unstable();
         sizes.dedup();
         sizes.retain(|&w| runner.max_world_size().is_none_or(|max| w <= max));
-        let run_at = |world_size: usize| {
-            let resized = resized(scenario, world_size);
-            let p = perturbation(scenario.spec.seed, 1, options);
-            runner.run(
-                &resized,
-                &RunRequest::new(&resized, options, Some(p), 1, &RunPlan::default()),
-            )
-        };
+        let run_at = |world_size: usize| run_of(runner, &resized(scenario, world_size), options, 1);
         compare_series(
             &sizes,
             run_at,
