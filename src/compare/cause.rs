@@ -986,6 +986,33 @@ mod tests {
     }
 
     #[test]
+    fn a_started_rank_is_told_of_its_parents_seed_only_where_the_parent_seeded() {
+        let started = |parent: Option<&str>| {
+            let mut c = diverged_at(0, 1, "init/embedding.weight");
+            c.sites
+                .insert((0, MODEL_BUILT_KEY.to_owned()), "train.py:18".to_owned());
+            c.sites
+                .insert((0, RANK_STARTED_KEY.to_owned()), "train.py:11".to_owned());
+            if let Some(at) = parent {
+                c.sites
+                    .insert((0, PARENT_SEEDED_KEY.to_owned()), at.to_owned());
+            }
+            decide_cause(&c, None).unwrap().fix.unwrap()
+        };
+        // imagenet's `mp.spawn`: the parent seeded in `main()`, the worker did not inherit it
+        let fix = started(Some("main.py:90"));
+        assert!(fix.contains("does not inherit its parent's seed"), "{fix}");
+        assert!(fix.contains("(the parent seeded at main.py:90)"), "{fix}");
+        // `fabric run` of a script that never seeds: no parent's seed to speak of
+        let fix = started(None);
+        assert!(!fix.contains("parent"), "{fix}");
+        assert!(
+            fix.ends_with("before the model is built (at train.py:18)"),
+            "{fix}"
+        );
+    }
+
+    #[test]
     fn indices_that_differ_are_data_order_and_same_indices_data_values() {
         let mut c = diverged_at(0, 9, "in/(model).0");
         evidence(&mut c, 0, 3, "data/indices", Some("train.py:16"));
