@@ -283,6 +283,11 @@ def _run(model, samples, n, size, forward, pad_to) -> _Records:
     return records
 
 
+def _shapes(tensors: list[torch.Tensor]) -> str:
+    """``"256, 8x64, 64x256"``: an operator's tensor inputs' shapes, as the reports show them."""
+    return ", ".join("x".join(map(str, t.shape)) for t in tensors)
+
+
 class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
     """Inside one call of one module: each ``aten`` operator that reads the batch (the
     module's inputs, or an output of such an operator), with the rows of one sample of its
@@ -309,9 +314,49 @@ class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         self.holds(outs)
         rows = [_rows(t, self.sample, self.size) for t in outs]
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in ins)
+        shapes = _shapes(ins)
         self.calls.append((str(func), b"\0".join(_bits(r) for r in rows if r is not None), shapes))
         return out
+
+
+def _inside(model, label, occurrence, mode, run, entering=None, call=None):
+    """Runs ``run()`` without gradients with the dispatch ``mode`` entered for call
+    ``occurrence`` of module ``label`` (``fwd/<name>``), counted over the whole run, or, with
+    ``call``, within the model's call ``call``; ``entering(inputs)`` is told that call's tensor
+    inputs first."""
+    name = label[len("fwd/") :]
+    target = dict(model.named_modules())["" if name == ROOT else name]
+    state = {"calls": -1 if call is not None else None, "n": 0, "in": False}
+
+    def model_pre(module, args, kwargs):
+        state["calls"] += 1
+        state["n"] = 0
+
+    def pre(module, args, kwargs):
+        if state["calls"] == call and state["n"] == occurrence:
+            if entering is not None:
+                entering(pytree.tree_leaves((args, kwargs)))
+            mode.__enter__()
+            state["in"] = True
+
+    def post(module, args, kwargs, output):
+        if state["in"]:
+            mode.__exit__(None, None, None)
+            state["in"] = False
+        if state["calls"] == call:
+            state["n"] += 1
+
+    hooks = []
+    if call is not None:  # first: it counts the model's call before the target's hooks ask
+        hooks.append(model.register_forward_pre_hook(model_pre, with_kwargs=True))
+    hooks.append(target.register_forward_pre_hook(pre, with_kwargs=True))
+    hooks.append(target.register_forward_hook(post, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def _operators(model, samples, label, occurrence, sample, size, forward, pad_to):
@@ -321,33 +366,8 @@ def _operators(model, samples, label, occurrence, sample, size, forward, pad_to)
     stop = min(start + size, _count(samples))
     rows = max(pad_to or 0, stop - start)
     mode = _OperatorRows(sample - start, rows)
-    name = label[len("fwd/") :]
-    target = dict(model.named_modules())["" if name == ROOT else name]
-    calls = {"n": 0}
-    entered = []
-
-    def pre(module, args, kwargs):
-        if calls["n"] == occurrence:
-            mode.holds(pytree.tree_leaves((args, kwargs)))
-            mode.__enter__()
-            entered.append(True)
-
-    def post(module, args, kwargs, output):
-        if entered:
-            mode.__exit__(None, None, None)
-            entered.clear()
-        calls["n"] += 1
-
-    hooks = [
-        target.register_forward_pre_hook(pre, with_kwargs=True),
-        target.register_forward_hook(post, with_kwargs=True),
-    ]
-    try:
-        with torch.no_grad():
-            forward(model, _pad(_slice(samples, start, stop), rows))
-    finally:
-        for h in hooks:
-            h.remove()
+    batch = _slice(samples, start, stop)
+    _inside(model, label, occurrence, mode, lambda: forward(model, _pad(batch, rows)), mode.holds)
     return mode.calls
 
 
@@ -626,7 +646,7 @@ class _OperatorOutputs(torch.utils._python_dispatch.TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         ins = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         outs = [t.detach().clone() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in ins)
+        shapes = _shapes(ins)
         self.calls.append((str(func), outs, f"[{shapes}]"))
         return out
 
@@ -635,38 +655,8 @@ def _module_operators(model, label, call, occurrence, run):
     """The ``aten`` operators (``_OperatorOutputs``) of call ``occurrence`` of module ``label``
     during the model's call ``call`` of ``run()``, each paired with its rank among the calls of
     the same operator: ``{(operator, rank): (outputs, input shapes)}`` and their order."""
-    name = label[len("fwd/") :]
-    target = dict(model.named_modules())["" if name == ROOT else name]
     mode = _OperatorOutputs()
-    state = {"calls": -1, "n": 0, "in": False}
-
-    def model_pre(module, args, kwargs):
-        state["calls"] += 1
-        state["n"] = 0
-
-    def pre(module, args, kwargs):
-        if state["calls"] == call and state["n"] == occurrence:
-            mode.__enter__()
-            state["in"] = True
-
-    def post(module, args, kwargs, output):
-        if state["in"]:
-            mode.__exit__(None, None, None)
-            state["in"] = False
-        if state["calls"] == call:
-            state["n"] += 1
-
-    hooks = [
-        model.register_forward_pre_hook(model_pre, with_kwargs=True),
-        target.register_forward_pre_hook(pre, with_kwargs=True),
-        target.register_forward_hook(post, with_kwargs=True),
-    ]
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for h in hooks:
-            h.remove()
+    _inside(model, label, occurrence, mode, run, call=call)
     ranks: dict[str, int] = {}
     found = {}
     for op, outs, shapes in mode.calls:
