@@ -6,7 +6,10 @@
 //! step to name one element would cost what a full dump costs. A re-run costs one run per side
 //! and keeps one tensor. It is only trusted when it reproduces: each captured tensor's md5 must
 //! equal the digest its side recorded in the check. When it does not, the finding says so
-//! plainly (the divergence itself depends on timing) and names no element.
+//! plainly (the divergence itself depends on timing) and names no element. Such a divergence
+//! shows in some launches only, so up to [`RERUN_PAIRS`] pairs of re-runs are made until one
+//! shows it inside the record's module (`rerun_until_they_differ`); when none does and the module
+//! draws at random, the finding names that draw (`OperatorFinding::RandomNotReproduced`).
 //!
 //! Invariant (a diagnosis re-runs, never guesses): the element and the operator of a check's
 //! divergence come from re-runs of both sides capturing that record (the same request, so the same
@@ -19,8 +22,8 @@
 
 use crate::compare::put_together;
 use crate::compare::{
-    find_operator, traced_window, Divergence, ElementFinding, NoElementDetail, OperatorFinding,
-    RecordSummary,
+    find_operator, random_operator, traced_window, window_inputs_differ, Divergence,
+    ElementFinding, NoElementDetail, OperatorFinding, RecordSummary,
 };
 use crate::file::capture::read_capture;
 use crate::file::reader::load_trace;
@@ -168,9 +171,28 @@ pub(crate) fn find(
         name: d.name.clone(),
         occurrence: k,
     };
-    let a = rerun(left, &capture(left), &left_digest);
-    let b = rerun(right, &capture(right), &right_digest);
+    let (a, b) = rerun_until_they_differ(|| {
+        (
+            rerun(left, &capture(left), &left_digest),
+            rerun(right, &capture(right), &right_digest),
+        )
+    });
+    let diverged = shows_the_divergence(&a, &b);
     let operator = window.and_then(|window| match (&a.operators, &b.operators) {
+        // Re-runs that captured equal tensors, or parted before the module, show no divergence
+        // of it: "no operator differs" would read as "the value changed outside the operators".
+        // A random operator among its calls is the module's one draw on more than its inputs.
+        (Ok(Some(left_ops)), Ok(Some(_))) if !diverged => Some(
+            random_operator(left_ops, window, RERUN_PAIRS).unwrap_or_else(|| {
+                OperatorFinding::Unavailable {
+                    reason: format!(
+                        "the re-runs did not diverge at this record ({RERUN_PAIRS} pairs of \
+                         re-runs gave equal values there): the divergence depends on timing or \
+                         on something that changes every run, and no re-run showed it"
+                    ),
+                }
+            }),
+        ),
         (Ok(Some(left_ops)), Ok(Some(right_ops))) => {
             let mut finding = find_operator(left_ops, right_ops, window);
             // A re-run's operator trace holds no `site:compiled` of its own: the check's run
@@ -197,6 +219,41 @@ pub(crate) fn find(
         (Ok(ta), Ok(tb)) => judge(ta, tb, (a.reproduced, b.reproduced), (left, right)),
     };
     (element, operator)
+}
+
+/// At most this many pairs of re-runs look for a divergence that does not reproduce.
+const RERUN_PAIRS: u32 = 4;
+
+/// Runs a pair of re-runs (`pair`) again while they did not reproduce their sides' digests and
+/// do not show the divergence at the record, at most [`RERUN_PAIRS`] times: a divergence that
+/// depends on timing (a race in a random operator) shows in some launches only, and one pair
+/// that happened to agree there, or parted before the record's module (its traced inputs
+/// differ), would name no operator, or a wrong one. A pair that reproduced, failed, or parts
+/// inside the module is kept at once, so a reproducible divergence costs one pair as before.
+fn rerun_until_they_differ(mut pair: impl FnMut() -> (Kept, Kept)) -> (Kept, Kept) {
+    let mut kept = pair();
+    for _ in 1..RERUN_PAIRS {
+        if shows_the_divergence(&kept.0, &kept.1) {
+            break;
+        }
+        kept = pair();
+    }
+    kept
+}
+
+/// Whether a pair of re-runs is evidence about the record: both reproduced their sides, or
+/// what they captured differs (or could not be compared) while what entered the record's
+/// traced module was equal.
+fn shows_the_divergence(a: &Kept, b: &Kept) -> bool {
+    let differ = match (&a.tensor, &b.tensor) {
+        (Ok(ta), Ok(tb)) => ElementFinding::between(ta, tb).is_some(),
+        _ => true,
+    };
+    let parted_before = match (&a.operators, &b.operators) {
+        (Ok(Some(l)), Ok(Some(r))) => window_inputs_differ(l, r),
+        _ => false,
+    };
+    (a.reproduced && b.reproduced) || (differ && !parted_before)
 }
 
 /// The element of two captured tensors, trusted as the checked runs' when both re-runs

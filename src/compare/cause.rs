@@ -423,6 +423,19 @@ fn operator_cause(d: &Divergence) -> Option<Cause> {
         cause.site.clone_from(&call.site);
         return Some(cause);
     }
+    if let Some(OperatorFinding::RandomNotReproduced { call, hint, .. }) = &d.operator {
+        let mut cause = Cause::new(
+            CauseClass::NondeterministicOperator,
+            format!(
+                "`{}` in `{}` draws at random, and its module's output differed where every \
+                 record before it was equal, from launch to launch: the draw depends on timing",
+                call.operator, call.module
+            ),
+        );
+        cause.fix = hint.as_ref().map(|h| h.fix.to_string());
+        cause.site.clone_from(&call.site);
+        return Some(cause);
+    }
     None
 }
 
@@ -1083,6 +1096,41 @@ mod tests {
         assert_eq!(cause.kind, CauseClass::ValueFromOutside);
         assert_eq!(cause.site.as_deref(), Some("model.py:7"));
         assert_eq!(kind(&c, Some(true)), CauseClass::HashOrder);
+    }
+
+    #[test]
+    fn a_random_draw_that_the_reruns_did_not_repeat_is_the_operator_with_its_fix() {
+        // MindSpore's `Dropout` drew differently in the checked runs, not in their re-runs
+        // (examples/programs/python/mindspore/dropout_race.py): the one cause, whether or not
+        // a pair of re-runs happened to diverge, is the random operator, with its row's fix.
+        let mut c = diverged_at(0, 5, "fwd/drop");
+        c.first.as_mut().unwrap().operator = Some(OperatorFinding::RandomNotReproduced {
+            window: "forward".to_owned(),
+            pairs: 4,
+            call: OperatorCall {
+                operator: "Dropout".to_owned(),
+                index: 0,
+                module: "drop".to_owned(),
+                inputs: vec!["f32[64,512]".to_owned()],
+                output: 0,
+                site: Some("dropout_race.py:42".to_owned()),
+            },
+            hint: crate::record::hints::for_operator("Dropout")
+                .map(crate::record::hints::Hint::advice),
+        });
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::NondeterministicOperator);
+        assert!(
+            cause
+                .summary
+                .contains("`Dropout` in `drop` draws at random"),
+            "{cause:?}"
+        );
+        assert_eq!(cause.site.as_deref(), Some("dropout_race.py:42"));
+        assert!(cause
+            .fix
+            .as_deref()
+            .is_some_and(|f| f.contains("mindspore.ops.dropout")));
     }
 
     #[test]

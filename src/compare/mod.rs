@@ -57,8 +57,8 @@ pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{
-    find_operator, operator_record_name, traced_window, window_record_name, InputSource,
-    OperatorCall, OperatorFinding, Port,
+    find_operator, operator_record_name, random_operator, traced_window, window_inputs_differ,
+    window_record_name, InputSource, OperatorCall, OperatorFinding, Port,
 };
 pub(crate) use shards::{is_sharded, put_together};
 

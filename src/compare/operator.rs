@@ -131,6 +131,20 @@ pub enum OperatorFinding {
         /// The right side's.
         right: String,
     },
+    /// The re-runs did not diverge at the record (the divergence changes from launch to
+    /// launch), and the module's traced calls include a random operator: the one part of its
+    /// work whose output follows more than its inputs (a generator's state, drawn in an order
+    /// that can depend on timing).
+    RandomNotReproduced {
+        /// The traced window.
+        window: String,
+        /// How many pairs of re-runs were made.
+        pairs: u32,
+        /// The first random operator's call (`output` 0).
+        call: OperatorCall,
+        /// What is known of this operator and how to make it reproducible.
+        hint: Option<Advice>,
+    },
     /// Why the operators could not be compared.
     Unavailable {
         /// Why.
@@ -237,7 +251,7 @@ impl fmt::Display for OperatorFinding {
                 f,
                 "none of the {calls} traced operator calls ({window}) gave different outputs: \
                  the value changed outside the traced operators (an in-place write through \
-                 numpy or .data, or code that is not a PyTorch operator)"
+                 numpy or .data, or code that is not an operator of the framework)"
             ),
             OperatorFinding::DifferentOperators {
                 window,
@@ -249,6 +263,23 @@ impl fmt::Display for OperatorFinding {
                 "the two sides ran different operators at call #{index} ({window}): `{left}` \
                  vs `{right}` (control flow that depends on a value)"
             ),
+            OperatorFinding::RandomNotReproduced {
+                window,
+                pairs,
+                call,
+                hint,
+            } => {
+                write!(
+                    f,
+                    "{call} ({window}) is a random draw, and the module's output differed between \
+                     the checked runs where every record before it was equal; {pairs} pairs of \
+                     re-runs gave equal values there, so the draw depends on timing"
+                )?;
+                match hint {
+                    Some(hint) => write!(f, "; hint: {hint}"),
+                    None => Ok(()),
+                }
+            }
             OperatorFinding::Unavailable { reason } => write!(f, "not named: {reason}"),
         }
     }
@@ -433,6 +464,70 @@ fn differs(a: &Record, b: &Record) -> bool {
     a.md5 != b.md5 || a.dtype != b.dtype || a.shape != b.shape
 }
 
+/// Whether what entered the traced window (its inputs, or its output gradients) already
+/// differed between two operator traces: then the two runs parted before the window, and what
+/// they show inside it is no evidence about it.
+#[must_use]
+pub fn window_inputs_differ(left: &RankTrace, right: &RankTrace) -> bool {
+    let entering = |t: &'_ RankTrace| {
+        t.records
+            .iter()
+            .filter(|r| r.name.starts_with("window/in") || r.name.starts_with("window/grad_out"))
+            .map(|r| (r.name.clone(), r.md5))
+            .collect::<Vec<_>>()
+    };
+    entering(left) != entering(right)
+}
+
+/// The first random operator (`hints::is_random_operator`) among one side's traced calls of a
+/// window, for re-runs that did not diverge ([`OperatorFinding::RandomNotReproduced`]); `None`
+/// when the module draws nothing.
+#[must_use]
+pub fn random_operator(trace: &RankTrace, window: &str, pairs: u32) -> Option<OperatorFinding> {
+    let mut inputs: Vec<String> = Vec::new();
+    let mut current = None;
+    for record in &trace.records {
+        let Some(Entry::Port {
+            index,
+            module,
+            operator,
+            port,
+        }) = parse(&record.name)
+        else {
+            continue;
+        };
+        if current != Some(index) {
+            current = Some(index);
+            inputs.clear();
+        }
+        match port {
+            Port::Input { .. } => inputs.push(layout(record)),
+            Port::Output(_) if hints::is_random_operator(operator) => {
+                let call = OperatorCall {
+                    index,
+                    operator: operator.to_owned(),
+                    module: module.to_owned(),
+                    inputs,
+                    output: 0,
+                    site: trace
+                        .environment
+                        .as_ref()
+                        .and_then(|e| e.get(&format!("site:op:{index}")))
+                        .map(str::to_owned),
+                };
+                return Some(OperatorFinding::RandomNotReproduced {
+                    window: window.to_owned(),
+                    pairs,
+                    hint: hints::for_operator(operator).map(hints::Hint::advice),
+                    call,
+                });
+            }
+            Port::Output(_) => {}
+        }
+    }
+    None
+}
+
 /// The operator whose output first differs between `left` and `right`, the two sides' operator
 /// traces of one window (`window`: [`traced_window`] of the divergent record), and why.
 #[must_use]
@@ -588,6 +683,33 @@ mod tests {
     const ADD_IN0: &str = "op/0001/block/aten.add.Tensor/in0<op0.out0";
     const ADD_IN1: &str = "op/0001/block/aten.add.Tensor/in1";
     const ADD_OUT: &str = "op/0001/block/aten.add.Tensor/out0";
+
+    #[test]
+    fn reruns_that_parted_before_the_window_and_a_random_draw_are_told_apart() {
+        let dropout_in = "op/0000/drop/Dropout/in0";
+        let dropout_out = "op/0000/drop/Dropout/out0";
+        let left = trace(&[("window/in0", 1), (dropout_in, 1), (dropout_out, 2)]);
+        let same = trace(&[("window/in0", 1), (dropout_in, 1), (dropout_out, 2)]);
+        let parted = trace(&[("window/in0", 9), (dropout_in, 9), (dropout_out, 3)]);
+        assert!(!window_inputs_differ(&left, &same));
+        assert!(window_inputs_differ(&left, &parted));
+        let Some(OperatorFinding::RandomNotReproduced {
+            call, pairs, hint, ..
+        }) = random_operator(&left, "forward", 4)
+        else {
+            panic!("no random operator in {left:?}");
+        };
+        assert_eq!(
+            (call.operator.as_str(), call.module.as_str()),
+            ("Dropout", "drop")
+        );
+        assert_eq!((call.index, pairs), (0, 4));
+        assert_eq!(call.inputs, ["f32[4,8]"]);
+        assert!(hint.is_some());
+        // A module that draws nothing has no random operator to name.
+        let addmm = trace(&[(ADDMM_IN, 1), (ADDMM_OUT, 2)]);
+        assert_eq!(random_operator(&addmm, "forward", 4), None);
+    }
 
     #[test]
     fn an_operator_with_equal_inputs_and_a_different_output_is_nondeterministic() {

@@ -197,6 +197,30 @@ pub fn for_operator(op: &str) -> Option<&'static Hint> {
         .find(|h| glob(h.name, base))
 }
 
+/// The operators that draw from a random generator, by base name (PyTorch's and MindSpore's):
+/// their output follows a generator's state, which is no input of the call.
+const RANDOM_OPERATORS: [&str; 12] = [
+    "rand*",
+    "*dropout*",
+    "bernoulli*",
+    "multinomial",
+    "normal*",
+    "uniform*",
+    "exponential*",
+    "Dropout*",
+    "Uniform*",
+    "StandardNormal",
+    "Multinomial",
+    "RandomChoiceWithMask",
+];
+
+/// Whether `op` (named as [`for_operator`] takes it) draws from a random generator.
+#[must_use]
+pub fn is_random_operator(op: &str) -> bool {
+    let base = operator_base(op);
+    RANDOM_OPERATORS.iter().any(|p| glob(p, base))
+}
+
 /// `aten.index_add_.default` -> `index_add`; a name without dots is its own base.
 fn operator_base(op: &str) -> &str {
     let mut parts = op.split('.');
@@ -641,6 +665,20 @@ pub const HINTS: &[Hint] = &[
     },
     Hint {
         subject: Subject::Operator,
+        stack: "mindspore",
+        name: "Dropout",
+        value: "",
+        why: "MindSpore's `ops.Dropout` (what `nn.Dropout` runs) draws its mask in a CPU kernel \
+              whose draws depend on timing in PyNative, even after `mindspore.set_seed` \
+              (MindSpore 2.10: six plain runs of a seeded two-epoch script gave six losses; \
+              neither `set_deterministic` nor one thread fixed it)",
+        fix: "draw the mask with `mindspore.ops.dropout(x, p=P, training=self.training)`, which \
+              follows the global seed call by call (the same script gave one loss in six runs), \
+              and seed it with `mindspore.set_seed(0)`",
+        reference: "MindSpore: mindspore.ops.dropout, mindspore.nn.Dropout",
+    },
+    Hint {
+        subject: Subject::Operator,
         stack: "torch",
         name: "rand*",
         value: "",
@@ -1047,6 +1085,24 @@ mod tests {
             for_variable("torch.manual_seed").is_none(),
             "calls are not variables"
         );
+    }
+
+    #[test]
+    fn random_operators_are_known_by_their_base_names() {
+        for op in [
+            "aten.native_dropout.default",
+            "aten.bernoulli_.float",
+            "aten.randn.default",
+            "Dropout",
+            "DropoutGenMask",
+            "aten.uniform_.default",
+        ] {
+            assert!(is_random_operator(op), "{op}");
+        }
+        for op in ["aten.addmm.default", "MatMul", "aten.index_add_.default"] {
+            assert!(!is_random_operator(op), "{op}");
+        }
+        assert!(for_operator("Dropout").is_some_and(|h| h.stack == "mindspore"));
     }
 
     #[test]
