@@ -360,7 +360,7 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 30] = [
+const PYTHON_LAYERS: [&str; 31] = [
     "_contract",
     "_arrays",
     "_settings",
@@ -374,6 +374,7 @@ const PYTHON_LAYERS: [&str; 30] = [
     "_engine",
     "_torch_frontend",
     "_batch",
+    "logprobs",
     "torch",
     "_mindspore_ops",
     "_mindspore_frontend",

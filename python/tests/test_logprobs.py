@@ -1,0 +1,130 @@
+"""Per-token logprob files (``detcheck.logprobs``, docs/logprobs.md; issue 56, item 5): the format
+written and read back bit for bit, bad files refused naming the file and what is wrong, two files
+compared (the first step whose logprobs differ, the first token that flips and its top-2 gap,
+the difference in units of roundoff), and the converters for a Hugging Face model's `generate`
+(the sampler) and its forward (the trainer) on a tiny GPT-2 (no download)."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from detcheck import logprobs
+from support import requires
+
+#: A vocabulary of 8 and 3 steps: step 2's top two logprobs are 1e-6 apart (a near tie).
+LOGPROBS = np.log(
+    np.array(
+        [
+            [0.5, 0.1, 0.1, 0.1, 0.1, 0.05, 0.03, 0.02],
+            [0.1, 0.6, 0.1, 0.1, 0.05, 0.03, 0.01, 0.01],
+            [0.3, 0.3 + 1e-6, 0.2, 0.1, 0.05, 0.03, 0.01, 0.01 - 1e-6],
+        ],
+        dtype=np.float32,
+    )
+)
+
+
+def sequences(lp=LOGPROBS, tokens=(0, 1, 1)):
+    return [(np.array([5, 6, 7]), np.array(tokens), lp), (np.array([3]), np.array([2]), lp[:1])]
+
+
+def test_a_file_reads_back_what_was_written_bit_for_bit(tmp_path):
+    path = tmp_path / "a.safetensors"
+    logprobs.save(path, sequences(), source="a test")
+    first = path.read_bytes()
+    got = logprobs.load(path)
+    assert [s.tokens.tolist() for s in got] == [[0, 1, 1], [2]]
+    assert [s.prompt.tolist() for s in got] == [[5, 6, 7], [3]]
+    assert got[0].logprobs.tobytes() == LOGPROBS.tobytes() and got[0].logprobs.dtype == np.float32
+    # the same tensors give the same bytes
+    logprobs.save(path, sequences(), source="a test")
+    assert path.read_bytes() == first
+    (n,) = struct.unpack("<Q", first[:8])
+    meta = json.loads(first[8 : 8 + n])["__metadata__"]
+    assert meta == {"format": "detcheck-logprobs", "version": "1", "source": "a test"}
+    assert logprobs.compare(path, path).holds
+
+
+def test_bad_files_are_refused_naming_the_file_and_what_is_wrong(tmp_path):
+    short = tmp_path / "short.safetensors"
+    short.write_bytes(b"abc")
+    with pytest.raises(ValueError, match="short.safetensors: not a detcheck logprob file"):
+        logprobs.load(short)
+    other = tmp_path / "other.safetensors"
+    text = json.dumps({"__metadata__": {"format": "pt"}}).encode()
+    other.write_bytes(struct.pack("<Q", len(text)) + text)
+    with pytest.raises(ValueError, match="metadata `format` is 'pt'"):
+        logprobs.load(other)
+    cut = tmp_path / "cut.safetensors"
+    logprobs.save(cut, sequences())
+    cut.write_bytes(cut.read_bytes()[:-8])
+    with pytest.raises(ValueError, match="offsets do not hold its shape"):
+        logprobs.load(cut)
+    with pytest.raises(ValueError, match=r"logprobs must be \[tokens, vocab\]"):
+        logprobs.save(tmp_path / "x.safetensors", [([1], [1, 2], LOGPROBS)])
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_difference_is_measured_and_a_flipped_near_tie_named(tmp_path):
+    a, b, c = (tmp_path / f"{x}.safetensors" for x in "abc")
+    logprobs.save(a, sequences())
+    # one unit in the last place at step 1: within rounding, the tokens agree
+    nudged = LOGPROBS.copy()
+    nudged[1, 3] = np.nextafter(nudged[1, 3], np.float32(0))
+    logprobs.save(b, sequences(nudged))
+    found = logprobs.compare(a, b)
+    assert not found.holds and found.aligned, found
+    first = found.first
+    assert (first.index, first.first_logprobs, first.first_token) == (0, 1, None), first
+    assert "within rounding" in str(found) and "the tokens agree over 3 steps" in str(found)
+    # the near tie at step 2 flipped: the token differs there, and its gap is named
+    flipped = LOGPROBS.copy()
+    flipped[2, [0, 1]] = flipped[2, [1, 0]]
+    logprobs.save(c, sequences(flipped, tokens=(0, 1, 0)))
+    found = logprobs.compare(a, c)
+    assert not found.aligned, found
+    first = found.first
+    assert (first.first_logprobs, first.first_token) == (2, 2), first
+    assert first.top2_gap is not None and first.top2_gap < 1e-5, first
+    assert "(a near tie)" in str(found), str(found)
+
+
+def tiny_gpt2():
+    requires("transformers")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=64,
+        vocab_size=128,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(config).eval(), torch.randint(1, 128, (2, 6))
+
+
+def test_the_samplers_and_the_trainers_logprobs_of_a_tiny_gpt2_are_compared(tmp_path):
+    """generate (prefill, then a KV-cached step per token) against one forward over the whole
+    sequence, as a trainer computes logprobs: the same tokens, logprobs within rounding and not
+    bitwise equal (issue 56's measurement); the file of either side equals itself."""
+    model, prompts = tiny_gpt2()
+    sampler, trainer = tmp_path / "sampler.safetensors", tmp_path / "trainer.safetensors"
+    import torch
+
+    mask = torch.ones_like(prompts)
+    wrote = logprobs.from_generate(
+        model, prompts, sampler, mask, max_new_tokens=4, do_sample=False, pad_token_id=0
+    )
+    assert [len(s.tokens) for s in wrote] == [4, 4]
+    assert wrote[0].logprobs.shape == (4, 128)
+    logprobs.from_forward(model, [s.prompt for s in wrote], [s.tokens for s in wrote], trainer)
+    found = logprobs.compare(sampler, trainer)
+    assert found.aligned, str(found)
+    assert all(s.first_token is None for s in found.sequences), str(found)
+    assert not found.holds, "prefill against decode was expected to differ in the last bits"
+    assert logprobs.compare(trainer, trainer).holds
