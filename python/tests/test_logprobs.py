@@ -90,6 +90,20 @@ def test_a_difference_is_measured_and_a_flipped_near_tie_named(tmp_path):
     assert "(a near tie)" in str(found), str(found)
 
 
+def test_the_command_line_exits_by_the_verdict_and_names_a_bad_file(tmp_path, capsys):
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    logprobs.save(a, sequences())
+    nudged = LOGPROBS.copy()
+    nudged[0, 2] = np.nextafter(nudged[0, 2], np.float32(0))
+    logprobs.save(b, sequences(nudged))
+    assert logprobs.main([str(a), str(a)]) == 0
+    assert logprobs.main([str(a), str(b)]) == 1
+    assert logprobs.main([str(a), str(b), "--aligned"]) == 0
+    assert "aligned within rounding" in capsys.readouterr().out
+    assert logprobs.main([str(a), str(tmp_path / "missing.safetensors")]) == 2
+    assert "missing.safetensors" in capsys.readouterr().err
+
+
 def tiny_gpt2():
     requires("transformers")
     import torch

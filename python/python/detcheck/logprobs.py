@@ -25,9 +25,11 @@ Limits: a file is held in memory; bf16 is compared by its bits and measured afte
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,7 @@ __all__ = [
     "compare",
     "from_generate",
     "from_forward",
+    "main",
 ]
 
 #: The ``format`` of a logprob file's metadata.
@@ -378,3 +381,30 @@ def from_forward(
             sequences.append((prompt.numpy(), scored.numpy(), _log_softmax(logits)))
     save(path, sequences, source=f"forward of {type(model).__name__}")
     return load(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m detcheck.logprobs LEFT RIGHT [--aligned]``: prints the comparison; exits 0
+    when the files are bitwise equal (with ``--aligned``: within rounding, no token flipped), 1
+    when not, 2 when a file cannot be read (the message names it)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m detcheck.logprobs",
+        description="Compare two per-token logprob files (docs/logprobs.md).",
+    )
+    parser.add_argument("left")
+    parser.add_argument("right")
+    parser.add_argument(
+        "--aligned", action="store_true", help="pass when within rounding, not only when bitwise"
+    )
+    args = parser.parse_args(argv)
+    try:
+        found = compare(args.left, args.right)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(found)
+    return 0 if (found.aligned if args.aligned else found.holds) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
