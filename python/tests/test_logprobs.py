@@ -142,3 +142,28 @@ def test_the_samplers_and_the_trainers_logprobs_of_a_tiny_gpt2_are_compared(tmp_
     assert all(s.first_token is None for s in found.sequences), str(found)
     assert not found.holds, "prefill against decode was expected to differ in the last bits"
     assert logprobs.compare(trainer, trainer).holds
+
+
+def test_generation_at_batch_1_and_8_names_each_prompts_first_differing_step(tmp_path):
+    """The batch-size check of generation (issue 56, item 2): the same 8 prompts decoded alone
+    and in one batch of 8. A one-token decode step is a matrix-vector product alone and a
+    matrix product in a batch, so the logprobs differ (the issue measured it at every step, the
+    tokens still agreeing); each prompt's first differing step and whether a token flipped are
+    named."""
+    import torch
+
+    model, _ = tiny_gpt2()
+    prompts = torch.randint(1, 128, (8, 6))
+    mask = torch.ones_like(prompts)
+    alone, batched = tmp_path / "b1.safetensors", tmp_path / "b8.safetensors"
+    kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    logprobs.from_generate(model, prompts, alone, mask, batch_size=1, **kwargs)
+    logprobs.from_generate(model, prompts, batched, mask, batch_size=8, **kwargs)
+    found = logprobs.compare(alone, batched)
+    assert len(found.sequences) == 8 and found.unpaired == 0
+    assert not found.holds, str(found)
+    first = found.first
+    assert first is not None and first.first_logprobs is not None, str(found)
+    assert f"sequence {first.index}: logprobs differ from step {first.first_logprobs}" in str(found)
+    # rounding, not another computation: within compare --align's 16 units where no token flipped
+    assert all(s.units <= logprobs.ALIGN_UNITS for s in found.sequences if s.first_token is None)

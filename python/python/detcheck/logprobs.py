@@ -332,31 +332,38 @@ def from_generate(
     input_ids: Any,
     path: str | os.PathLike[str],
     attention_mask: Any = None,
+    batch_size: int | None = None,
     **generate_kwargs: Any,
 ) -> list[Sequence]:
     """The sampler's side: runs ``model.generate(input_ids, ...)`` (a Hugging Face model; greedy
     unless ``generate_kwargs`` say otherwise) keeping each step's logits, and writes each row's
     prompt (its unmasked tokens), generated tokens and their logprobs (float32
-    ``log_softmax`` of the logits) to ``path``. Returns what it wrote."""
+    ``log_softmax`` of the logits) to ``path``. ``batch_size``: generate the rows in batches of
+    that many, in order (the same prompts at two batch sizes, compared, is the batch-size check
+    of generation: the first step whose logprobs differ, the first token that flips). Returns
+    what it wrote."""
     import torch
 
-    out = model.generate(
-        input_ids,
-        attention_mask=attention_mask,
-        output_logits=True,
-        return_dict_in_generate=True,
-        **generate_kwargs,
-    )
+    rows = input_ids.shape[0]
+    size = batch_size or rows
     width = input_ids.shape[1]
-    steps = _log_softmax(torch.stack(out.logits, dim=1))  # [batch, steps, vocab]
     sequences = []
-    for row in range(input_ids.shape[0]):
-        prompt = input_ids[row]
-        if attention_mask is not None:
-            prompt = prompt[attention_mask[row].bool()]
-        tokens = out.sequences[row, width:].cpu().numpy()
-        sequences.append((prompt.cpu().numpy(), tokens, steps[row, : len(tokens)]))
-    save(path, sequences, source=f"generate of {type(model).__name__}")
+    for start in range(0, rows, size):
+        ids = input_ids[start : start + size]
+        mask = None if attention_mask is None else attention_mask[start : start + size]
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            output_logits=True,
+            return_dict_in_generate=True,
+            **generate_kwargs,
+        )
+        steps = _log_softmax(torch.stack(out.logits, dim=1))  # [batch, steps, vocab]
+        for row in range(ids.shape[0]):
+            prompt = ids[row] if mask is None else ids[row][mask[row].bool()]
+            tokens = out.sequences[row, width:].cpu().numpy()
+            sequences.append((prompt.cpu().numpy(), tokens, steps[row, : len(tokens)]))
+    save(path, sequences, source=f"generate of {type(model).__name__} in batches of {size}")
     return load(path)
 
 
