@@ -11,6 +11,8 @@
 //! - [`value`]: tensors, digests, seeded streams, reduction arithmetic (reproducible sums);
 //! - [`record`]: recording tensors as records, traces, overflow detection;
 //! - [`file`](mod@file): trace files on disk (writer, readers, msprobe dumps), atomic writes;
+//! - [`launch`]: the launch contract (the `DETCHECK_*` environment a launched program reads, and
+//!   Slurm's), a launched rank's writer (`TraceWriter::from_env`), a re-run's capture;
 //! - [`compare`]: the one comparison engine (checks and `detcheck compare`), a pure function of
 //!   traces, with maps and curves;
 //! - [`device`]: one GPU (feature `nccl`): CUDA's libraries, NVRTC, detcheck's kernels with the
@@ -61,6 +63,7 @@ pub mod compare;
 pub mod data;
 pub mod device;
 pub mod file;
+pub mod launch;
 mod picture;
 pub mod record;
 pub mod run;

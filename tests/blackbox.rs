@@ -31,7 +31,7 @@
 //! Limits: a case checks the exit code and the names in the message, not the whole text; the
 //! lock races depend on timing (each outcome allowed is one the README allows).
 
-use detcheck::file::launch::shell_quote;
+use detcheck::launch::shell_quote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

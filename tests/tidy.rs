@@ -23,10 +23,11 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first. A new top-level module must be placed here (and in
 /// ARCHITECTURE.md's code map).
-const LAYERS: [&str; 13] = [
+const LAYERS: [&str; 14] = [
     "value",
     "record",
     "file",
+    "launch",
     "picture",
     "compare",
     "device",

@@ -32,10 +32,10 @@ mod buffer;
 mod worker;
 
 use buffer::{Buffer, Lent};
-use detcheck::file::capture::read_window_inputs;
-use detcheck::file::{
-    setting_names, Capture, DumpError, DumpMode, EnvironmentHandle, InsideRequest, Launch,
-    RankFiles, RecorderPlan, TraceWriter as RustWriter, ERROR_FILE_MAGIC,
+use detcheck::file::{DumpError, DumpMode, EnvironmentHandle, TraceWriter as RustWriter};
+use detcheck::launch::capture::read_window_inputs;
+use detcheck::launch::{
+    setting_names, Capture, InsideRequest, Launch, RankFiles, RecorderPlan, ERROR_FILE_MAGIC,
 };
 use detcheck::record::hints::Subject;
 use detcheck::value::{tree_digest, DType, Placement, Stats, TensorView, Totals, ViewError};
@@ -898,7 +898,7 @@ type LaunchInfo = (
 
 /// The launch this process belongs to, as the zero-change recorder needs it: `(rank or None,
 /// world_size, seed, files)`, where `files` maps `note`, `error`, `pid`, `stacks` and `started` to the
-/// paths of the rank's files in the trace folder (`detcheck::file::RankFiles`; `None` without
+/// paths of the rank's files in the trace folder (`detcheck::launch::RankFiles`; `None` without
 /// a rank), or `None` outside detcheck.
 #[pyfunction]
 fn launch_info() -> PyResult<Option<LaunchInfo>> {
@@ -920,10 +920,10 @@ fn launch_info() -> PyResult<Option<LaunchInfo>> {
 
 /// Under detcheck's `srun` launcher, the variables of this task's rank (`RANK`, `WORLD_SIZE`,
 /// `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `DETCHECK_RANK`) from Slurm's
-/// (`detcheck::file::srun_rank_variables`); empty elsewhere.
+/// (`detcheck::launch::srun_rank_variables`); empty elsewhere.
 #[pyfunction]
 fn srun_rank_variables() -> PyResult<Vec<(&'static str, String)>> {
-    detcheck::file::srun_rank_variables().map_err(dump_error)
+    detcheck::launch::srun_rank_variables().map_err(dump_error)
 }
 
 /// The launch's variables that make this process rank `rank` of `world_size`
@@ -932,21 +932,21 @@ fn srun_rank_variables() -> PyResult<Vec<(&'static str, String)>> {
 /// world (`detcheck/_startup.py`).
 #[pyfunction]
 fn launch_variables(rank: u32, world_size: u32) -> Vec<(&'static str, String)> {
-    use detcheck::file::launch::{RANK_VAR, WORLD_SIZE_VAR};
+    use detcheck::launch::{RANK_VAR, WORLD_SIZE_VAR};
     vec![
         (RANK_VAR, rank.to_string()),
         (WORLD_SIZE_VAR, world_size.to_string()),
     ]
 }
 
-/// The first line of a rank's error file (`detcheck::file::ERROR_FILE_MAGIC`).
+/// The first line of a rank's error file (`detcheck::launch::ERROR_FILE_MAGIC`).
 #[pyfunction]
 fn error_file_magic() -> &'static str {
     ERROR_FILE_MAGIC
 }
 
 /// How many seconds this rank waits before its first point-to-point send
-/// (`detcheck::file::Launch::first_send_delay`; 0 outside a check's launch).
+/// (`detcheck::launch::Launch::first_send_delay`; 0 outside a check's launch).
 #[pyfunction]
 fn first_send_delay() -> PyResult<f64> {
     let launch = Launch::from_env().map_err(dump_error)?;
@@ -955,7 +955,7 @@ fn first_send_delay() -> PyResult<f64> {
         .unwrap_or(0.0))
 }
 
-/// What the launch asks of the zero-change recorder (`detcheck::file::RecorderPlan`):
+/// What the launch asks of the zero-change recorder (`detcheck::launch::RecorderPlan`):
 /// `(stop_after or None, the names of the deterministic settings to apply (none: an empty
 /// list), what it records: `"all"`, `"end"` (the end state only) or `"flow"` (with module inputs))`.
 #[pyfunction]
@@ -1002,7 +1002,7 @@ fn deterministic_settings() -> Vec<SettingRow> {
 type CaptureRequest = (u32, u64, u32, String, PathBuf);
 
 /// The capture a re-run is asked for (`DETCHECK_CAPTURE` = `RANK:STEP:OCCURRENCE:NAME` and
-/// `DETCHECK_CAPTURE_DIR`, read by `detcheck::file::Capture::from_env`): `(rank, step,
+/// `DETCHECK_CAPTURE_DIR`, read by `detcheck::launch::Capture::from_env`): `(rank, step,
 /// occurrence, name, dir)`, or `None` when there is none or the value cannot be read (a capture
 /// is a diagnosis aid, never a reason to fail a program). `detcheck.torch.watch` reads it to
 /// trace the operators of the captured record (`detcheck/_ops.py`).
@@ -1020,7 +1020,7 @@ fn capture_request() -> PyResult<Option<CaptureRequest>> {
 }
 
 /// What `detcheck run --inside` asks of the operator trace (`DETCHECK_CAPTURE_OPS`, read by
-/// `detcheck::file::InsideRequest::from_env`): `None` for the check's drill-down (statistics
+/// `detcheck::launch::InsideRequest::from_env`): `None` for the check's drill-down (statistics
 /// only), else `(replay_from,)`: the folder whose window inputs replace the module's (`None`:
 /// its own inputs).
 #[pyfunction]
@@ -1032,7 +1032,7 @@ fn inside_request() -> Option<(Option<PathBuf>,)> {
 type ReplayInput = (u32, &'static str, Vec<usize>, Vec<u8>);
 
 /// The window inputs of step `step` of another run's `--inside` trace in `folder`
-/// (`detcheck::file::capture::read_window_inputs`), by `j`: `(j, dtype, shape, bytes)`, the
+/// (`detcheck::launch::capture::read_window_inputs`), by `j`: `(j, dtype, shape, bytes)`, the
 /// dtype as `supported_dtypes` names it, the bytes little-endian; a `DetcheckError` naming the
 /// file when they cannot be read.
 #[pyfunction]

@@ -1,5 +1,5 @@
 //! The first differing element of a check's divergence: the two runs are run again, each
-//! capturing only the divergent record's tensor (`crate::file::capture`), and the captured
+//! capturing only the divergent record's tensor (`crate::launch::capture`), and the captured
 //! tensors are compared element by element.
 //!
 //! A check's traces hold digests and statistics, not tensors; recording every tensor of every
@@ -22,12 +22,12 @@
 
 use crate::compare::put_together;
 use crate::compare::{
-    find_operator, random_operator, traced_window, window_inputs_differ, Divergence,
-    ElementFinding, NoElementDetail, OperatorFinding, RecordSummary,
+    compare_traces, find_operator, random_operator, traced_window, Divergence, ElementFinding,
+    NoElementDetail, OperatorFinding, RecordSummary, TraceView,
 };
-use crate::file::capture::read_capture;
 use crate::file::reader::load_trace;
-use crate::file::Capture;
+use crate::launch::capture::read_capture;
+use crate::launch::Capture;
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::value::digest::Md5Digest;
@@ -87,6 +87,8 @@ struct Kept {
     operators: Result<Option<RankTrace>, String>,
     /// The re-run reproduced the digest its side recorded in the check.
     reproduced: bool,
+    /// What the re-run recorded (`None`: it failed).
+    trace: Option<Trace>,
 }
 
 /// Runs `side` again capturing `capture` (and, for a record of `detcheck.torch.watch`, the
@@ -106,7 +108,10 @@ fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
             )),
             Err(e) => Err(e.to_string()),
         });
-    let operators = ran.and_then(|_| read_operators(&folder.0, side.label));
+    let operators = ran
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|_| read_operators(&folder.0, side.label));
     let reproduced = tensor
         .as_ref()
         .is_ok_and(|t| Md5Digest::of_tensor(t).to_string() == recorded);
@@ -114,6 +119,7 @@ fn rerun(side: &Side<'_>, capture: &Capture, recorded: &str) -> Kept {
         tensor,
         operators,
         reproduced,
+        trace: ran.ok(),
     }
 }
 
@@ -171,15 +177,15 @@ pub(crate) fn find(
         name: d.name.clone(),
         occurrence: k,
     };
-    let (a, b) = rerun_until_they_differ(|| {
+    let (a, b) = rerun_until_they_differ(d, k, left.rank == right.rank, || {
         (
             rerun(left, &capture(left), &left_digest),
             rerun(right, &capture(right), &right_digest),
         )
     });
-    let diverged = shows_the_divergence(&a, &b);
+    let diverged = shows_the_divergence(d, k, left.rank == right.rank, &a, &b);
     let operator = window.and_then(|window| match (&a.operators, &b.operators) {
-        // Re-runs that captured equal tensors, or parted before the module, show no divergence
+        // Re-runs that captured equal tensors, or parted at an earlier record, show no divergence
         // of it: "no operator differs" would read as "the value changed outside the operators".
         // A random operator among its calls is the module's one draw on more than its inputs.
         (Ok(Some(left_ops)), Ok(Some(_))) if !diverged => Some(
@@ -227,13 +233,20 @@ const RERUN_PAIRS: u32 = 4;
 /// Runs a pair of re-runs (`pair`) again while they did not reproduce their sides' digests and
 /// do not show the divergence at the record, at most [`RERUN_PAIRS`] times: a divergence that
 /// depends on timing (a race in a random operator) shows in some launches only, and one pair
-/// that happened to agree there, or parted before the record's module (its traced inputs
-/// differ), would name no operator, or a wrong one. A pair that reproduced, failed, or parts
-/// inside the module is kept at once, so a reproducible divergence costs one pair as before.
-fn rerun_until_they_differ(mut pair: impl FnMut() -> (Kept, Kept)) -> (Kept, Kept) {
+/// that happened to agree there, or parted at an earlier record than the checked runs did,
+/// would name no operator, or a wrong one ("its input came from outside"). A pair that
+/// reproduced, failed, or parts at the record is kept at once, so a reproducible divergence
+/// costs one pair as before. `same_rank`: both sides are one rank of two runs (`repeat` and
+/// its kin), whose re-runs are compared by the engine to find where they parted.
+fn rerun_until_they_differ(
+    d: &Divergence,
+    occurrence: u32,
+    same_rank: bool,
+    mut pair: impl FnMut() -> (Kept, Kept),
+) -> (Kept, Kept) {
     let mut kept = pair();
     for _ in 1..RERUN_PAIRS {
-        if shows_the_divergence(&kept.0, &kept.1) {
+        if shows_the_divergence(d, occurrence, same_rank, &kept.0, &kept.1) {
             break;
         }
         kept = pair();
@@ -241,19 +254,47 @@ fn rerun_until_they_differ(mut pair: impl FnMut() -> (Kept, Kept)) -> (Kept, Kep
     kept
 }
 
-/// Whether a pair of re-runs is evidence about the record: both reproduced their sides, or
-/// what they captured differs (or could not be compared) while what entered the record's
-/// traced module was equal.
-fn shows_the_divergence(a: &Kept, b: &Kept) -> bool {
+/// Whether a pair of re-runs is evidence about the record `d`: both reproduced their sides, or
+/// what they captured differs (or could not be compared) while their records before `d` are
+/// equal (the engine's first divergence between the two re-runs is `d`'s record or later;
+/// `occurrence`: which record of its name in its step `d` is).
+fn shows_the_divergence(
+    d: &Divergence,
+    occurrence: u32,
+    same_rank: bool,
+    a: &Kept,
+    b: &Kept,
+) -> bool {
+    if a.reproduced && b.reproduced {
+        return true;
+    }
     let differ = match (&a.tensor, &b.tensor) {
         (Ok(ta), Ok(tb)) => ElementFinding::between(ta, tb).is_some(),
-        _ => true,
+        _ => return true,
     };
-    let parted_before = match (&a.operators, &b.operators) {
-        (Ok(Some(l)), Ok(Some(r))) => window_inputs_differ(l, r),
+    let parted_before = match (&a.trace, &b.trace) {
+        (Some(ta), Some(tb)) if same_rank => {
+            // The record's place in the re-run (a re-run may number its records otherwise
+            // than the checked run: it records what it captures too).
+            let here = ta.ranks.get(d.rank as usize).and_then(|r| {
+                r.records
+                    .iter()
+                    .filter(|rec| rec.step == d.step && rec.name == d.name)
+                    .nth(occurrence as usize)
+                    .map(|rec| rec.seq)
+            });
+            compare_traces(ta, tb, TraceView::All)
+                .first
+                .is_some_and(|f| {
+                    f.step < d.step
+                        || (f.step == d.step
+                            && f.rank == d.rank
+                            && here.is_some_and(|seq| f.seq < seq))
+                })
+        }
         _ => false,
     };
-    (a.reproduced && b.reproduced) || (differ && !parted_before)
+    differ && !parted_before
 }
 
 /// The element of two captured tensors, trusted as the checked runs' when both re-runs

@@ -26,7 +26,7 @@ use super::RunError;
 use crate::compare::{
     compare_traces, decide_cause, Cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY,
 };
-use crate::file::{all_settings, setting_names, settings_mask};
+use crate::launch::{all_settings, setting_names, settings_mask};
 use crate::record::hints;
 use crate::record::Trace;
 use serde::Serialize;

@@ -17,8 +17,9 @@ use detcheck::compare::curves::{
 use detcheck::compare::{
     compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, Divergence, RecordSummary,
 };
-use detcheck::file::capture::read_window_inputs;
-use detcheck::file::{write_atomically, Capture, DumpMode, InsideRequest};
+use detcheck::file::{write_atomically, DumpMode};
+use detcheck::launch::capture::read_window_inputs;
+use detcheck::launch::{Capture, InsideRequest};
 use detcheck::run::{dump_inside, dump_scenario};
 use detcheck::scenario::limits::MAX_WORKERS;
 use detcheck::scenario::{Program, RunPlan};

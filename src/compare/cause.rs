@@ -19,7 +19,7 @@
 use super::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
 };
-use crate::file::launch::WORKDIR_KEY;
+use crate::launch::WORKDIR_KEY;
 use crate::record::environment::keys;
 use serde::{Deserialize, Serialize};
 use std::fmt;

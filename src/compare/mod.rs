@@ -57,8 +57,8 @@ pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{
-    find_operator, operator_record_name, random_operator, traced_window, window_inputs_differ,
-    window_record_name, InputSource, OperatorCall, OperatorFinding, Port,
+    find_operator, operator_record_name, random_operator, traced_window, window_record_name,
+    InputSource, OperatorCall, OperatorFinding, Port,
 };
 pub(crate) use shards::{is_sharded, put_together};
 
@@ -1057,9 +1057,7 @@ impl Engine<'_> {
         };
         // `detcheck.workdir` is a fact even when both runs changed the same file alike.
         for (key, value) in ea.iter().filter(|(k, _)| {
-            k.starts_with("site:")
-                || *k == crate::file::launch::WORKDIR_KEY
-                || *k == cause::FILES_KEY
+            k.starts_with("site:") || *k == crate::launch::WORKDIR_KEY || *k == cause::FILES_KEY
         }) {
             self.sites.insert((rank, key.to_owned()), value.to_owned());
         }

@@ -28,15 +28,7 @@
 //! Limits: records must arrive in step order on each rank (a program records step 0, then step
 //! 1, ...); the full-tensor mode keeps one step's tensors of a rank in memory before writing them.
 
-pub mod capture;
 pub(crate) mod format;
-pub mod launch;
-pub mod slurm;
-pub use capture::{Capture, InsideRequest};
-pub use launch::{
-    all_settings, no_records_note, setting_names, settings_mask, srun_rank_variables, Launch,
-    RankFiles, RecordMode, RecorderPlan, ERROR_FILE_MAGIC,
-};
 mod lock;
 pub use lock::{FolderLock, Holder, LOCK_FILE};
 mod msprobe;
@@ -46,6 +38,7 @@ pub(crate) mod strict;
 pub(crate) mod tensorfile;
 mod writer;
 
+pub(crate) use writer::CaptureTap;
 #[cfg(test)]
 pub(crate) use writer::{write_trace, write_trace_v2};
 pub use writer::{Digested, EnvironmentHandle, TraceWriter};
@@ -300,9 +293,9 @@ impl DumpError {
 /// and a nonce (the time the run started, in nanoseconds, this process's id and a counter), so
 /// two runs never share one, while the bytes of a file stay a pure function of what the writer
 /// is given (a test pins them). A program launched by detcheck gets it in `DETCHECK_RUN_ID`
-/// ([`Launch`]). A writer given none writes zeros, [`RunId::UNKNOWN`]: such files are told apart
-/// only by their world size, mode and format version. It is an identity, never compared as
-/// data.
+/// (`crate::launch::Launch`). A writer given none writes zeros, [`RunId::UNKNOWN`]: such files
+/// are told apart only by their world size, mode and format version. It is an identity, never
+/// compared as data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct RunId(pub [u8; 16]);
 

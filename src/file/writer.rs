@@ -3,7 +3,10 @@
 //! [`TraceWriter`] is the public way in: built with `create`, fed with `record` (tensors),
 //! `record_view` (views of buffers held elsewhere, read in place) or `write_record` (records a
 //! `Recorder` made), closed with `finish`. [`dump_scenario`] runs a
-//! scenario on thread ranks with a writer per rank, attached to each rank's recorder.
+//! scenario on thread ranks with a writer per rank, attached to each rank's recorder. A launched
+//! program's writer (`TraceWriter::from_env`, `from_env_for_rank`) is built by the layer above,
+//! `crate::launch`, which reads the launch contract and gives the writer its capture
+//! ([`CaptureTap`]): this file never reads the launch environment.
 //!
 //! Invariant (a dump file is complete or absent): temp file, fsync, rename, fsync of the folder; a
 //! reader checks the footer (end magic, offset, counts) before trusting any record, so a truncated
@@ -13,14 +16,11 @@
 //! environment snapshot and the run id; ids are assigned in order of first use. Limits: names up
 //! to 65535 bytes, up to 65535 dimensions.
 
-use crate::file::capture::{Capture, CaptureMatcher};
 use crate::file::format::{self, Digest, Entry, Footer, Header, TensorFile};
-use crate::file::launch::Launch;
 use crate::file::tensorfile;
 use crate::file::{
     tensor_key, tensor_path, trace_path, write_atomically, DumpError, DumpMode, RunId,
 };
-use crate::record::environment::keys;
 #[cfg(test)]
 use crate::record::Trace;
 use crate::record::{Environment, Record};
@@ -49,6 +49,24 @@ pub struct Digested<'a> {
     pub stats: Option<Stats>,
     /// `true` when every rank must hold identical bits for it.
     pub replicated: bool,
+}
+
+/// What keeps the tensor of the one record a re-run captures (`DETCHECK_CAPTURE`): the writer
+/// shows it every record before writing it. The launch layer gives it (`crate::launch`'s
+/// `CaptureMatcher`, through `TraceWriter::from_env`); the file layer only feeds it.
+pub(crate) trait CaptureTap: std::fmt::Debug + Send + Sync {
+    /// `true` while a record (`step`, `name`) may be the captured one: its tensor must come
+    /// with it.
+    fn wants(&self, step: u64, name: &str) -> bool;
+
+    /// Sees the record (`step`, `name`), with its tensor unless its digest was computed
+    /// elsewhere (`None`); keeps the tensor when it is the captured one.
+    ///
+    /// # Errors
+    /// [`DumpError`] when the capture cannot be kept; [`DumpError::MissingTensor`] when the
+    /// captured record comes without its tensor.
+    fn see(&mut self, step: u64, name: &str, view: Option<TensorView<'_>>)
+        -> Result<(), DumpError>;
 }
 
 /// Writes the trace file of one rank, record by record, as `docs/trace-format.md` describes.
@@ -94,7 +112,7 @@ pub struct TraceWriter {
     /// (version 1).
     scratch: Vec<u8>,
     /// The record whose tensor a re-run keeps (`DETCHECK_CAPTURE`), when it is this rank's.
-    capture: Option<CaptureMatcher>,
+    capture: Option<Box<dyn CaptureTap>>,
     world_size: u32,
     /// The format version written: 2, or 1 for tests of the version 1 reader.
     version: u16,
@@ -109,89 +127,6 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// The writer of this process's rank when detcheck launched it (a `command` scenario), in
-    /// the launch's trace folder and mode; `Ok(None)` when detcheck did not launch it, so the
-    /// program runs unchanged outside detcheck. It first waits for the rank's start slot
-    /// ([`Launch::wait_for_start`]).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), detcheck::file::DumpError> {
-    /// let mut writer = detcheck::file::TraceWriter::from_env()?;
-    /// for step in 0..3 {
-    ///     let loss = detcheck::Tensor::scalar(1.0f32 / (step + 1) as f32);
-    ///     if let Some(w) = writer.as_mut() {
-    ///         w.record_replicated(step, "loss", &loss)?;
-    ///     }
-    /// }
-    /// if let Some(w) = writer {
-    ///     w.finish()?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`DumpError::Field`] naming a variable that cannot be read, or no rank at all (the
-    /// `none` launcher: use [`TraceWriter::from_env_for_rank`]); [`DumpError::Io`] when the
-    /// file cannot be created.
-    pub fn from_env() -> Result<Option<TraceWriter>, DumpError> {
-        let Some(launch) = Launch::from_env()? else {
-            return Ok(None);
-        };
-        let Some(rank) = launch.rank else {
-            return Err(DumpError::Field {
-                path: PathBuf::from("(environment)"),
-                field: "DETCHECK_RANK".to_owned(),
-                detail: "no launcher gave this process a rank (DETCHECK_RANK, RANK or an MPI \
-                         launcher's); with the `none` launcher, one process writes every rank: \
-                         use TraceWriter::from_env_for_rank"
-                    .to_owned(),
-            });
-        };
-        launch.wait_for_start(rank);
-        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode)
-            .map(|w| Some(w.with_capture_from_env().with_launch(&launch)))
-    }
-
-    /// Takes the run id and the environment entries the launch gives.
-    fn with_launch(mut self, launch: &Launch) -> Self {
-        if let Some(id) = launch.run_id {
-            self.run_id = id;
-        }
-        for (key, value) in [
-            (keys::LAUNCHER, &launch.launcher),
-            (keys::FINGERPRINT, &launch.fingerprint),
-            (keys::MPI_LIBRARY, &launch.mpi_library),
-            (keys::PROGRAM, &launch.program),
-        ] {
-            if let Some(value) = value {
-                self.environment.lock().set(key, value.as_str());
-            }
-        }
-        self
-    }
-
-    /// Adds the capture the launch asks for, when it is this writer's rank's.
-    fn with_capture_from_env(mut self) -> Self {
-        if let Some((capture, dir)) = Capture::from_env() {
-            self.capture = CaptureMatcher::for_rank(&capture, &dir, self.rank);
-        }
-        self
-    }
-
-    /// The writer of rank `rank` of the launch, for a program that writes every rank's trace
-    /// itself (the `none` launcher); `Ok(None)` when detcheck did not launch it.
-    ///
-    /// # Errors
-    /// As [`TraceWriter::from_env`], and [`DumpError::Folder`] when `rank` is not below the
-    /// launch's world size.
-    pub fn from_env_for_rank(rank: u32) -> Result<Option<TraceWriter>, DumpError> {
-        let Some(launch) = Launch::from_env()? else {
-            return Ok(None);
-        };
-        Self::create(&launch.trace_dir, rank, launch.world_size, launch.mode)
-            .map(|w| Some(w.with_capture_from_env().with_launch(&launch)))
-    }
-
     /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
     ///
     /// # Errors
@@ -298,6 +233,12 @@ impl TraceWriter {
     /// dump's (see [`RunId`]). Callable at any time before [`TraceWriter::finish`].
     pub fn set_run_id(&mut self, run_id: RunId) {
         self.run_id = run_id;
+    }
+
+    /// Gives the writer the capture a re-run asks for, when it is this writer's rank's
+    /// (`crate::launch` does, from the launch environment).
+    pub(crate) fn set_capture(&mut self, capture: Option<Box<dyn CaptureTap>>) {
+        self.capture = capture;
     }
 
     /// The run id the header will hold.

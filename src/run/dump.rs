@@ -15,9 +15,8 @@
 //! `mpirun` of several processes, each of which would be a whole run into the same folder.
 
 use crate::comm::LaunchError;
-use crate::file::{
-    load_trace, trace_path, Capture, DumpError, DumpMode, FolderLock, InsideRequest,
-};
+use crate::file::{load_trace, trace_path, DumpError, DumpMode, FolderLock};
+use crate::launch::{Capture, InsideRequest};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, ThreadRunner};
 use crate::scenario::{Device, LoadedScenario, Program, RunPlan};

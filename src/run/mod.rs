@@ -30,13 +30,14 @@ mod workdir;
 
 pub use dump::{dump_inside, dump_scenario, DumpRunError};
 
-pub(crate) use crate::file::launch::WORKDIR_KEY;
+pub(crate) use crate::launch::WORKDIR_KEY;
 
 use crate::comm::{
     launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm,
 };
-use crate::file::capture::CaptureMatcher;
-use crate::file::{Capture, DumpError, DumpMode, InsideRequest, RunId, TraceWriter};
+use crate::file::{DumpError, DumpMode, RunId, TraceWriter};
+use crate::launch::capture::CaptureMatcher;
+use crate::launch::{Capture, InsideRequest};
 use crate::record::environment::keys;
 use crate::record::{RankTrace, RecordLevel, RecordTap, Trace};
 use crate::scenario::{

@@ -4,7 +4,7 @@
 //! [`MsrunJob`] is one launch: `msrun --worker_num=N --local_worker_num=N
 //! --master_addr=127.0.0.1 --master_port=P --join=True --log_dir=LOGS --cluster_time_out=T
 //! SCRIPT ARGS...`. msrun starts a scheduler (`MS_ROLE=MS_SCHED`) and N workers
-//! (`MS_ROLE=MS_WORKER`, `RANK_ID` = the worker's rank: `crate::file::launch` reads it), each as
+//! (`MS_ROLE=MS_WORKER`, `RANK_ID` = the worker's rank: `crate::launch` reads it), each as
 //! `python SCRIPT ARGS...`, with `python` looked up on `PATH`. For `python train.py`, detcheck runs
 //! that very Python's msrun (`PYTHON -m mindspore.parallel.cluster.run`) and puts a `python` of
 //! its own first on the workers' `PATH` (a shell script that runs the program's interpreter), so
@@ -14,7 +14,7 @@
 //!
 //! msrun starts each worker in a session of its own (`setsid`), so killing msrun's process group
 //! does not end them: [`MsrunJob::kill_workers`] kills the ranks' processes by the pid files their
-//! start-up hook left (`crate::file::RankFiles`), each checked to be this launch's. msrun writes
+//! start-up hook left (`crate::launch::RankFiles`), each checked to be this launch's. msrun writes
 //! each worker's output into `LOGS/worker_R.log` (and the scheduler's into `scheduler.log`), not
 //! onto its own stderr; [`MsrunJob::failed_worker_log`] finds the rank whose log shows an error
 //! and gives its end, MindSpore's own `[WARNING]`/`[INFO]` lines left out.
@@ -24,7 +24,7 @@
 //! log names of MindSpore 2.10 (`worker_R.log`, `scheduler.log`, its default
 //! `--worker_log_name`).
 
-use crate::file::RankFiles;
+use crate::launch::RankFiles;
 use std::path::{Path, PathBuf};
 
 /// How many lines of a worker's log are shown, at most.

@@ -2,7 +2,7 @@
 //!
 //! [`ProcessRunner`] starts the program as its launcher says (`processes`: one child per rank;
 //! `mpirun`, `torchrun`, `msrun`, `srun`: one launcher process; `none`: one process for every rank), each launch
-//! with a fresh trace folder and the launch environment of `crate::file::launch`, waits for
+//! with a fresh trace folder and the launch environment of `crate::launch`, waits for
 //! every process with the scenario's timeout, and reads the trace files back into a [`Trace`],
 //! which the checks compare as they compare a built-in kind's.
 //!
@@ -23,7 +23,7 @@
 //! nodes: its launch folder (trace folder and working-directory copy) is made where every node
 //! sees it, under `DETCHECK_SHARED_DIR` (default `~/.cache/detcheck`, a home folder being shared
 //! on clusters), and each task gets `MASTER_PORT` only: its rank, world and `MASTER_ADDR` are
-//! Slurm's (`crate::file::slurm`, set by the Python start-up hook). Its job or step is
+//! Slurm's (`crate::launch::slurm`, set by the Python start-up hook). Its job or step is
 //! cancelled (`scancel`) when the launch is killed, and Slurm's reason for a failure is the
 //! error's.
 //!
@@ -48,10 +48,10 @@
 //! (`DETCHECK_RUN_ID`), which is fresh for every launch so that two launches' files never pass
 //! for one dump (`run::fresh_run_id`).
 
-use crate::file::launch::shell_quote;
-use crate::file::{
-    all_settings, load_trace, no_records_note, setting_names, settings_mask, DumpMode,
-    InsideRequest, Launch, RankFiles, RecordMode, RecorderPlan,
+use crate::file::{load_trace, DumpMode};
+use crate::launch::{
+    all_settings, no_records_note, setting_names, settings_mask, shell_quote, InsideRequest,
+    Launch, RankFiles, RecordMode, RecorderPlan,
 };
 use crate::record::hints::{self, Subject};
 use crate::record::{RecordLevel, Trace};
@@ -469,7 +469,7 @@ impl<'a> CommandLaunch<'a> {
                 cmd.env_remove(name);
             }
         } else if self.command.launcher == Launcher::Srun {
-            // Each task's rank, world and first node are Slurm's (`crate::file::slurm`, set
+            // Each task's rank, world and first node are Slurm's (`crate::launch::slurm`, set
             // by the Python start-up hook); the port is the launch's.
             for name in TORCH_RANK_VARIABLES {
                 cmd.env_remove(name);
@@ -754,7 +754,7 @@ impl<'a> CommandLaunch<'a> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .env_remove(crate::file::launch::TRACE_DIR_VAR)
+            .env_remove(crate::launch::TRACE_DIR_VAR)
             .status();
         let cannot = |field: &str, message: String| RunError::CannotLaunch {
             scenario: self.request.name.clone(),

@@ -3,7 +3,7 @@
 //! A launcher (torchrun, mpirun) reports a failed rank in its own words ("exitcode: 1 ... To
 //! enable traceback see ..."), and a launch past its timeout names only the launcher's process.
 //! The Python start-up hook of every rank keeps files in the trace folder
-//! ([`crate::file::RankFiles`]): the traceback of an uncaught exception with the time it was
+//! ([`crate::launch::RankFiles`]): the traceback of an uncaught exception with the time it was
 //! raised, the rank's process id, and its Python stacks when asked with `SIGUSR2`. From them:
 //!
 //! - [`RankErrors::read`]: the ranks that raised, the root cause first (the earliest to raise:
@@ -20,7 +20,7 @@
 //! Limits: Python ranks with the detcheck package only; a rank killed by a signal (SIGKILL, the
 //! OOM killer) leaves no traceback, and is named by its exit status where its launcher says it.
 
-use crate::file::{RankFiles, ERROR_FILE_MAGIC};
+use crate::launch::{RankFiles, ERROR_FILE_MAGIC};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -43,10 +43,10 @@ pub enum Launcher {
     Torchrun,
     /// MindSpore's `msrun --worker_num world_size --local_worker_num world_size` on this host:
     /// a scheduler process and `world_size` workers, each worker's rank its `RANK_ID`
-    /// (`crate::file::launch`); the workers' logs are read on failure (`crate::run::msrun`).
+    /// (`crate::launch`); the workers' logs are read on failure (`crate::run::msrun`).
     Msrun,
     /// `srun -n world_size` (a Slurm job step, or a job of one step outside an allocation);
-    /// each task reads its rank from `SLURM_PROCID` (`crate::file::slurm`). The default inside
+    /// each task reads its rank from `SLURM_PROCID` (`crate::launch::slurm`). The default inside
     /// an allocation.
     Srun,
     /// One process, which writes every rank's trace file itself.

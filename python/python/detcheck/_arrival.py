@@ -2,7 +2,7 @@
 any source takes in the order they arrive (docs/causes.md, "a collective or reduction order").
 
 - **The perturbation.** Each rank waits before its first ``torch.distributed.send`` or
-  ``isend`` for its slot of the launch (``detcheck::file::Launch::first_send_delay``: the rank
+  ``isend`` for its slot of the launch (``detcheck::launch::Launch::first_send_delay``: the rank
   rotated by the launch number, up to 100 ms a slot): the first messages of the ranks arrive
   in another order in every run of a check, and in the same order in a re-run of one launch.
   A program whose result follows the arrival order (a sum in the order ``dist.recv(t)`` without

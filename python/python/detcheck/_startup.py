@@ -25,7 +25,7 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    the recorder, ``detcheck._auto``, which hooks every module and optimizer; when mindspore is
    imported instead, MindSpore's recorder, ``detcheck._mindspore_auto`` (the first of the two
    frameworks imported is the one recorded);
-4. keeps the rank's failures readable (``detcheck::file::RankFiles``): its process id, the
+4. keeps the rank's failures readable (``detcheck::launch::RankFiles``): its process id, the
    traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
    (``faulthandler``, unless the program handles that signal);
 5. at one rank, gives a program that creates a process group a world of one
@@ -68,7 +68,7 @@ class _State:
         self.world_size = world_size
         self.seed = seed
         #: The rank's files in the trace folder (``note``, ``error``, ``pid``, ``stacks``:
-        #: ``detcheck::file::RankFiles``).
+        #: ``detcheck::launch::RankFiles``).
         self.files = files or {}
         self.note = self.files.get("note")
         self.stop_after = stop_after
@@ -227,7 +227,7 @@ def _write_whole(path, text):
 
 
 def _keep_failures_readable():
-    """The rank's side of ``detcheck::file::RankFiles``: its process id now, its traceback if
+    """The rank's side of ``detcheck::launch::RankFiles``: its process id now, its traceback if
     the program ends with an uncaught exception, its stacks when detcheck asks (``SIGUSR2``,
     a launch past its timeout), so that a failure reads like the rank's own under every
     launcher. Each part is skipped where it would change what the program sees (a handler of
@@ -395,7 +395,7 @@ def _adopt(rank, world_size, frame, torch_module):
         if parent is not None:
             _evidence.fact("site:parent_seeded", parent)
     if "started" in files:
-        # The mark that makes the launch count this rank (``detcheck::file::RankFiles``).
+        # The mark that makes the launch count this rank (``detcheck::launch::RankFiles``).
         _write_whole(files["started"], f"{where or '?'}\n")
     atexit.register(_at_exit)
     _torch_imported(torch_module)

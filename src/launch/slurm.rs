@@ -8,7 +8,7 @@
 //! [`SlurmTask::from_vars`] reads them; [`SlurmTask::rank_variables`] are the variables
 //! torch.distributed reads (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
 //! `MASTER_ADDR`: the step's first node), which, with `DETCHECK_RANK`
-//! (`crate::file::launch::srun_rank_variables`), the Python start-up hook sets before the
+//! (`crate::launch::srun_rank_variables`), the Python start-up hook sets before the
 //! program's own code runs (`MASTER_PORT` comes from the launch: detcheck draws it). [`expand_node_list`] and [`first_node`] parse Slurm's host-list
 //! grammar: comma-separated names, each with any number of bracketed ranges (`[01-04,07]`,
 //! zero-padded to the width written), a prefix and a suffix.

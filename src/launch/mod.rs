@@ -1,6 +1,12 @@
 //! The launch contract: the environment detcheck gives a program it starts (the `command` kind),
 //! and how a program finds where to write its trace file.
 //!
+//! This layer sits directly above `crate::file`: the trace format knows nothing of launches.
+//! Here are the contract itself (this file), Slurm's side of it (`slurm.rs`), a re-run's capture
+//! request and its reply (`capture.rs`), and what a launched rank's writer takes from its launch
+//! (`writer.rs`: [`TraceWriter::from_env`](crate::file::TraceWriter::from_env) and
+//! `from_env_for_rank`, built on `crate::file::TraceWriter`).
+//!
 //! [`Launch::to_env`] is what the runner (`crate::run`) sets; [`Launch::from_env`] is what
 //! `TraceWriter::from_env` (and the Python package, through it) reads. Both sides are here, so
 //! the names and formats exist once:
@@ -9,7 +15,7 @@
 //! | --- | --- |
 //! | `DETCHECK_TRACE_DIR` | the folder of this launch's trace files (fresh for every launch) |
 //! | `DETCHECK_WORLD_SIZE` | the number of ranks |
-//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, the MPI launcher's rank, with the `srun` launcher `SLURM_PROCID` (`crate::file::slurm`), or with the `msrun` launcher a worker's `RANK_ID` (`MS_ROLE=MS_WORKER`; msrun's scheduler, `MS_ROLE=MS_SCHED`, is no rank)) |
+//! | `DETCHECK_RANK` | this process's rank (`processes` launcher; otherwise `RANK` from torchrun, the MPI launcher's rank, with the `srun` launcher `SLURM_PROCID` (`crate::launch::slurm`), or with the `msrun` launcher a worker's `RANK_ID` (`MS_ROLE=MS_WORKER`; msrun's scheduler, `MS_ROLE=MS_SCHED`, is no rank)) |
 //! | `DETCHECK_SEED`, `DETCHECK_STEPS` | the scenario's seed and steps |
 //! | `DETCHECK_MODE` | `md5`, `stats` or `full`: what each record holds |
 //! | `DETCHECK_LAUNCH` | `K:T`: launch K of the check and its start time T (ms since the Unix epoch) |
@@ -32,9 +38,14 @@
 //! arrival-order bug show up every time, however slowly the ranks started). It reads the wall
 //! clock (T bounds the wait), which is fine on a timing path and never touches a value.
 
-use crate::file::slurm::SlurmTask;
+pub mod capture;
+pub mod slurm;
+mod writer;
+pub use capture::{Capture, InsideRequest};
+
 use crate::file::{DumpError, DumpMode, RunId};
 use crate::record::hints;
+use slurm::SlurmTask;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -5,13 +5,14 @@
 //! that name in the step, as the comparison engine pairs records). A run asked to capture it
 //! writes that record's tensor, and only it, to `rank{R}.capture.safetensors` in a capture
 //! folder: the rank body through its recorder's tap (`crate::run`), and a launched program
-//! through [`TraceWriter`](crate::file::TraceWriter), which reads the capture from its launch
-//! environment (`DETCHECK_CAPTURE`, `DETCHECK_CAPTURE_DIR`). `read_capture` reads it back.
+//! through [`TraceWriter`](crate::file::TraceWriter), whose `from_env` reads the capture from its
+//! launch environment (`DETCHECK_CAPTURE`, `DETCHECK_CAPTURE_DIR`) and gives the writer a
+//! `CaptureMatcher` (the file layer's `CaptureTap`). `read_capture` reads it back.
 //!
 //! Determinism: the file is a pure function of the tensor (safetensors without metadata),
 //! written atomically.
 
-use crate::file::{tensorfile, write_atomically, DumpError};
+use crate::file::{tensorfile, write_atomically, CaptureTap, DumpError};
 use crate::value::tensor::{Tensor, TensorView};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -202,6 +203,21 @@ impl CaptureMatcher {
     /// with it.
     pub(crate) fn wants(&self, step: u64, name: &str) -> bool {
         !self.done && step == self.capture.step && name == self.capture.name
+    }
+}
+
+impl CaptureTap for CaptureMatcher {
+    fn wants(&self, step: u64, name: &str) -> bool {
+        CaptureMatcher::wants(self, step, name)
+    }
+
+    fn see(
+        &mut self,
+        step: u64,
+        name: &str,
+        view: Option<TensorView<'_>>,
+    ) -> Result<(), DumpError> {
+        CaptureMatcher::see(self, step, name, view)
     }
 }
 
