@@ -9,7 +9,7 @@ Needs torch; the GPT-2 and resnet18 cases need transformers and torchvision (CI 
 """
 
 import pytest
-from support import requires
+from support import requires, tiny_gpt2
 
 requires("torch")
 
@@ -57,23 +57,6 @@ def test_an_invariant_model_passes_20_of_20():
         # 3 records (2 modules and the model) of 24 samples, at 2 sizes against the first
         assert found.num_compared == 3 * 24 * 2, found
     assert str(found).startswith("batch invariant: 24 samples at batch sizes 1, 3, 8")
-
-
-def tiny_gpt2():
-    requires("transformers")
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_head=2,
-        n_embd=64,
-        vocab_size=128,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    return GPT2LMHeadModel(config).eval(), torch.randint(1, 128, (8, 6))
 
 
 def greedy(model, batch):

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 from detcheck import logprobs
-from support import requires
+from support import tiny_gpt2
 
 #: A vocabulary of 8 and 3 steps: step 2's top two logprobs are 1e-6 apart (a near tie).
 LOGPROBS = np.log(
@@ -104,29 +104,11 @@ def test_the_command_line_exits_by_the_verdict_and_names_a_bad_file(tmp_path, ca
     assert "missing.safetensors" in capsys.readouterr().err
 
 
-def tiny_gpt2():
-    requires("transformers")
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_head=2,
-        n_embd=64,
-        vocab_size=128,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    return GPT2LMHeadModel(config).eval(), torch.randint(1, 128, (2, 6))
-
-
 def test_the_samplers_and_the_trainers_logprobs_of_a_tiny_gpt2_are_compared(tmp_path):
     """generate (prefill, then a KV-cached step per token) against one forward over the whole
     sequence, as a trainer computes logprobs: the same tokens, logprobs within rounding and not
     bitwise equal (issue 56's measurement); the file of either side equals itself."""
-    model, prompts = tiny_gpt2()
+    model, prompts = tiny_gpt2(prompts=2)
     sampler, trainer = tmp_path / "sampler.safetensors", tmp_path / "trainer.safetensors"
     import torch
 

@@ -8,8 +8,10 @@
 //! equal the digest its side recorded in the check. When it does not, the finding says so
 //! plainly (the divergence itself depends on timing) and names no element. Such a divergence
 //! shows in some launches only, so up to [`RERUN_PAIRS`] pairs of re-runs are made until one
-//! shows it inside the record's module (`rerun_until_they_differ`); when none does and the module
-//! draws at random, the finding names that draw (`OperatorFinding::RandomNotReproduced`).
+//! differs at the record with every record before it equal (`rerun_until_they_differ`); when
+//! none does and the module draws at random, the finding names that draw
+//! (`OperatorFinding::RandomNotReproduced`: the checked runs show the record differing after
+//! equal records, the re-runs' operator trace shows the draw; nothing is named without both).
 //!
 //! Invariant (a diagnosis re-runs, never guesses): the element and the operator of a check's
 //! divergence come from re-runs of both sides capturing that record (the same request, so the same

@@ -464,6 +464,15 @@ fn differs(a: &Record, b: &Record) -> bool {
     a.md5 != b.md5 || a.dtype != b.dtype || a.shape != b.shape
 }
 
+/// The program's line that made call `index` of an operator trace (its `site:op:N` entry).
+fn call_site(trace: &RankTrace, index: u32) -> Option<String> {
+    trace
+        .environment
+        .as_ref()
+        .and_then(|e| e.get(&format!("site:op:{index}")))
+        .map(str::to_owned)
+}
+
 /// The first random operator (`hints::is_random_operator`) among one side's traced calls of a
 /// window, for re-runs that did not diverge ([`OperatorFinding::RandomNotReproduced`]); `None`
 /// when the module draws nothing.
@@ -494,11 +503,7 @@ pub fn random_operator(trace: &RankTrace, window: &str, pairs: u32) -> Option<Op
                     module: module.to_owned(),
                     inputs,
                     output: 0,
-                    site: trace
-                        .environment
-                        .as_ref()
-                        .and_then(|e| e.get(&format!("site:op:{index}")))
-                        .map(str::to_owned),
+                    site: call_site(trace, index),
                 };
                 return Some(OperatorFinding::RandomNotReproduced {
                     window: window.to_owned(),
@@ -570,11 +575,7 @@ pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> Opera
                     module: module.to_owned(),
                     inputs: inputs.iter().map(|(.., l)| l.clone()).collect(),
                     output,
-                    site: left
-                        .environment
-                        .as_ref()
-                        .and_then(|e| e.get(&format!("site:op:{index}")))
-                        .map(str::to_owned),
+                    site: call_site(left, index),
                 };
                 return match inputs.iter().find(|(_, d, ..)| *d) {
                     None => OperatorFinding::Nondeterministic {

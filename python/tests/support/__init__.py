@@ -391,3 +391,26 @@ def requires(name):
         named = ", ".join(v for v in variables if os.environ.get(v))
         pytest.fail(f"{missing}; {named} is set, so this fails", pytrace=False)
     pytest.skip(missing, allow_module_level=True)
+
+
+# --- models for the inference checks -------------------------------------------------------------
+
+
+def tiny_gpt2(prompts=8):
+    """A tiny GPT-2 (transformers' ``GPT2Config``, random init seeded with 0, no download) in
+    eval mode, and ``prompts`` prompts of 6 tokens (test_batch.py, test_logprobs.py)."""
+    requires("transformers")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=64,
+        vocab_size=128,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(config).eval(), torch.randint(1, 128, (prompts, 6))
