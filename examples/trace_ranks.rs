@@ -5,15 +5,25 @@
 //! ```text
 //! trace_ranks --seed S --steps N [--plant-hashmap-order]
 //!             [--stop-at K --checkpoint DIR | --resume DIR]
+//! trace_ranks --seed S --steps N --batch-size B [--plant-batch-split]
 //! ```
 //!
 //! `--plant-hashmap-order` sums the features in `HashMap` iteration order, which Rust seeds from
 //! OS entropy in every process: the negative control `repeat` must catch. `--stop-at` and
 //! `--resume` checkpoint and restore the running total (the `restart` check). The scenarios are
 //! in `examples/programs/`.
+//!
+//! `--batch-size B` serves a stream of `4 × N` samples in batches of B (the last one shorter),
+//! each sample's output row two weighted sums of its features, and records as the Python
+//! recorder does: each batch's outputs at step = the batch, or, when the launch asks for rows
+//! (`DETCHECK_RECORD=rows`: the `batch_sizes` check), each sample's row at step = the sample.
+//! `--plant-batch-split` splits each sum into as many partial sums as the batch has samples (a
+//! kernel that picks its split by the batch size): the negative control `batch_sizes` must
+//! catch.
 
 use detcheck::file::TraceWriter;
-use detcheck::value::{derive_stream, Stream};
+use detcheck::launch::{RecordMode, RecorderPlan};
+use detcheck::value::{derive_stream, Stream, TensorData};
 use detcheck::Tensor;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -40,6 +50,8 @@ struct Args {
     stop_at: Option<u64>,
     checkpoint: Option<PathBuf>,
     resume: Option<PathBuf>,
+    batch_size: Option<usize>,
+    plant_batch_split: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -50,6 +62,8 @@ fn parse() -> Result<Args, String> {
         stop_at: None,
         checkpoint: None,
         resume: None,
+        batch_size: None,
+        plant_batch_split: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,6 +77,11 @@ fn parse() -> Result<Args, String> {
             "--checkpoint" => args.checkpoint = Some(PathBuf::from(value()?)),
             "--resume" => args.resume = Some(PathBuf::from(value()?)),
             "--plant-hashmap-order" => args.plant_hashmap_order = true,
+            "--batch-size" => {
+                let b: usize = value()?.parse().map_err(|e| format!("--batch-size: {e}"))?;
+                args.batch_size = Some(b.max(1));
+            }
+            "--plant-batch-split" => args.plant_batch_split = true,
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -78,6 +97,11 @@ fn run() -> Result<(), String> {
         return Ok(());
     };
     let rank = writer_rank();
+    if let Some(batch) = args.batch_size {
+        serve(&mut writer, &args, rank, batch)?;
+        writer.finish().map_err(|e| e.to_string())?;
+        return Ok(());
+    }
     let state_file = |dir: &PathBuf| dir.join(format!("rank{rank}.total"));
     let (mut total, first) = match &args.resume {
         Some(dir) => {
@@ -127,6 +151,64 @@ fn run() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     writer.finish().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Serves `4 × steps` samples in batches of `batch`: each sample's output row is two weighted
+/// sums of its features, recorded per batch, or per sample when the launch asks for rows.
+fn serve(writer: &mut TraceWriter, args: &Args, rank: u64, batch: usize) -> Result<(), String> {
+    let rows = RecorderPlan::from_env().map_err(|e| e.to_string())?.record == RecordMode::Rows;
+    let samples = 4 * args.steps;
+    let named = features();
+    let heads: [Vec<f32>; 2] = [
+        named.iter().map(|(_, w)| *w).collect(),
+        named.iter().map(|(_, w)| 1.0 / (w + 0.05)).collect(),
+    ];
+    // A kernel that splits its sum into one partial sum per sample of the batch (the control).
+    let split = if args.plant_batch_split {
+        batch.min(FEATURES)
+    } else {
+        1
+    };
+    let mut first = 0;
+    for step in 0.. {
+        let end = (first + batch as u64).min(samples);
+        if first == end {
+            break;
+        }
+        let mut out = Vec::with_capacity(2 * batch);
+        for sample in first..end {
+            let mut rng = derive_stream(args.seed, Stream::Data, rank, sample);
+            let x: Vec<f32> = (0..FEATURES).map(|_| rng.normal_f32()).collect();
+            for head in &heads {
+                let chunk = FEATURES.div_ceil(split);
+                let partial =
+                    |c: &[f32], w: &[f32]| -> f32 { c.iter().zip(w).map(|(a, b)| a * b).sum() };
+                let y: f32 = x
+                    .chunks(chunk)
+                    .zip(head.chunks(chunk))
+                    .map(|(c, w)| partial(c, w))
+                    .sum();
+                out.push(y);
+            }
+        }
+        if rows {
+            for (i, row) in out.chunks(2).enumerate() {
+                let tensor = Tensor::from_vec(row.to_vec());
+                writer
+                    .record(first + i as u64, "head", &tensor)
+                    .map_err(|e| e.to_string())?;
+            }
+        } else {
+            let n = (end - first) as usize;
+            let tensor =
+                Tensor::new(vec![n, 2], TensorData::F32(out)).map_err(|e| e.to_string())?;
+            writer
+                .record(step, "head", &tensor)
+                .map_err(|e| e.to_string())?;
+        }
+        first = end;
+    }
     Ok(())
 }
 

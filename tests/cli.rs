@@ -153,6 +153,75 @@ fn bad_input_exits_2_naming_file_and_field() {
     assert_contains("stderr", &out.stderr, &["no scenario files found in empty"]);
 }
 
+/// Issue 56: bad batch sizes of the `batch_sizes` check exit 2 naming `--batch-sizes` (or the
+/// file's `batch_sizes`), before anything is launched; `run` refuses the flag.
+#[test]
+fn bad_batch_sizes_exit_2_naming_the_flag_or_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["check", "--batch-sizes", "8", "--", "gen"],
+            "error: --batch-sizes: `batch_sizes` needs at least two batch sizes to compare",
+        ),
+        (
+            &["check", "--batch-sizes", "0,8", "--", "gen"],
+            "error: --batch-sizes: must be between 1 and 1048576, got 0",
+        ),
+        (
+            &["check", "--batch-sizes", "1,8,1", "--", "gen"],
+            "error: --batch-sizes: 1 is listed twice",
+        ),
+        (
+            &["check", "--", "gen", "--batch-size", "{batch}"],
+            "error: --batch-sizes: `{batch}` in params.command[2] needs the batch sizes: give \
+             `batch_sizes`",
+        ),
+        (
+            &[
+                "check",
+                "--checks",
+                "repeat",
+                "--batch-sizes",
+                "1,8",
+                "--",
+                "gen",
+            ],
+            "error: --batch-sizes: the sizes are for the batch_sizes check; add batch_sizes to \
+             --checks",
+        ),
+        (
+            &["run", "--dump", "d", "--batch-sizes", "1,2", "--", "gen"],
+            "error: --batch-sizes: `run` launches the program once and dumps it",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = detcheck(args, dir.path());
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert_contains("stderr", &out.stderr, &[expected]);
+    }
+    assert!(!dir.path().join("d").exists(), "nothing was dumped");
+    check(
+        (
+            "command",
+            r#", "checks": ["batch_sizes"], "params": {"command": ["gen"]}"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `batch_sizes`: `batch_sizes` needs at least two batch sizes"],
+    );
+    check(
+        (
+            "collective",
+            r#", "checks": ["batch_sizes"], "batch_sizes": [1, 8]"#,
+            &[],
+        ),
+        2,
+        &[],
+        &["case.json: field `checks[0]`: `batch_sizes` runs a program at each batch size"],
+    );
+}
+
 /// Issue 16: sizes and counts beyond the machine or the documented maxima exit 2 naming the
 /// field, before any rank starts: never an abort (10^10 elements), a panic (`capacity overflow`
 /// at 2^63; a name of 70,000 characters, exit 101) or a silent run of 10^9 steps.

@@ -497,3 +497,77 @@ fn a_program_is_checked_from_flags_without_a_scenario_file() {
         absent.stdout
     );
 }
+
+/// Issue 56: the `batch_sizes` check runs an unmodified program at each batch size (`{batch}`)
+/// and compares each sample's records (`DETCHECK_RECORD=rows`: a record's step is its sample)
+/// with the first size's: a batch-invariant program holds, one whose sums are split by the batch
+/// size is caught, named by its sample and record; the other checks run the first size.
+#[test]
+fn batch_sizes_compare_each_sample_across_batch_sizes_and_catch_a_batch_split() {
+    let program = example("trace_ranks");
+    let program = program.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let argv = [
+        program,
+        "--seed",
+        "{seed}",
+        "--steps",
+        "{steps}",
+        "--batch-size",
+        "{batch}",
+    ];
+    let sizes = r#", "checks": ["batch_sizes"], "batch_sizes": [1, 3, 8]"#;
+    write_scenario(dir.path(), 2, &argv, "", sizes);
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    // 12 samples a rank, 2 ranks, each of the two other sizes against the first.
+    assert!(
+        out.stdout
+            .contains("batch_sizes                                 48  ok"),
+        "{}",
+        out.stdout
+    );
+
+    let mut planted = argv.to_vec();
+    planted.push("--plant-batch-split");
+    write_scenario(dir.path(), 2, &planted, "", sizes);
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    for needle in [
+        "batch_sizes: expected identical, but ",
+        "(batch 1 (first) vs batch 3; a record's step is its sample)",
+        "first divergence: step 0 rank 0 seq 0 `head`: md5 differs",
+        "`batch_sizes` runs are not re-run for the element",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle}:\n{}", out.stdout);
+    }
+    // As a negative control, it is caught.
+    let text = std::fs::read_to_string(dir.path().join("case.json"))
+        .unwrap()
+        .replace(r#""expect": "identical""#, r#""expect": "diverges""#);
+    std::fs::write(dir.path().join("case.json"), text).unwrap();
+    let control = check(dir.path(), &[]);
+    assert_eq!(control.code, 0, "{}\n{}", control.stdout, control.stderr);
+    assert!(control.stdout.contains("ok (caught)"), "{}", control.stdout);
+
+    // The one-line form: `--batch-sizes` with `repeat`, whose runs are at the first size (batches
+    // of 2: 6 records; then the 12 samples of batch 5 against batch 2's).
+    let mut one_line = vec![
+        "check",
+        "--no-progress",
+        "--checks",
+        "repeat,batch_sizes",
+        "--batch-sizes",
+        "2,5",
+        "--",
+    ];
+    one_line.extend_from_slice(&argv);
+    let out = detcheck(&one_line, dir.path(), &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("repeat+batch_sizes                          18  ok"),
+        "{}",
+        out.stdout
+    );
+}

@@ -361,7 +361,7 @@ fn the_checker_finds_crate_paths() {
 /// The Python package's modules (python/python/detcheck/), bottom first: each may import only
 /// the modules before it (and the native `_detcheck`), so the package has no import cycle and
 /// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 31] = [
+const PYTHON_LAYERS: [&str; 32] = [
     "_contract",
     "_arrays",
     "_settings",
@@ -369,6 +369,7 @@ const PYTHON_LAYERS: [&str; 31] = [
     "_api",
     "_subclasses",
     "_tensors",
+    "_rows",
     "_device",
     "_device_records",
     "_ops",

@@ -13,7 +13,9 @@
 //! - `buckets`: the run with each of the spec's allreduce bucket layouts;
 //! - `variants`: run 1 again under each of the spec's variants;
 //! - `devices` (feature `nccl`): run 1 with its collectives on a GPU (thread ranks sharing it)
-//!   against the same run on CPU thread ranks; skipped, with the reason, where no GPU is usable.
+//!   against the same run on CPU thread ranks; skipped, with the reason, where no GPU is usable;
+//! - `batch_sizes`: a `command` program at each of the spec's batch sizes, each sample's records
+//!   (a record's step is its sample) against the first size's.
 //!
 //! Each kind is a unit in `kinds/`, one file each behind one trait (`kinds::CheckUnit`): the runs
 //! it needs beyond run 1 and run 2, how it compares them, its two sides, and what a drill-down

@@ -61,6 +61,10 @@ fn compares(kind: CheckKind) -> &'static str {
             "the continuous run with a run checkpointed and resumed in a fresh launch"
         }
         CheckKind::Variants => "run 1 with a run under each of the scenario's variants",
+        CheckKind::BatchSizes => {
+            "each sample's records of runs at each batch size with the first size's (a record's \
+             step is its sample)"
+        }
         _ => "two runs of the scenario, record by record",
     }
 }

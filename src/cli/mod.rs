@@ -333,6 +333,18 @@ struct ProgramFlags {
         help_heading = "A program without a scenario file (after --)"
     )]
     world_sizes: Vec<u64>,
+    /// With a program: the batch sizes of the batch_sizes check, comma-separated (`1,8`): the
+    /// program runs once at each (`{batch}` in its arguments takes each in turn, the first in
+    /// every other check's runs), and each sample's records are compared with the first size's.
+    /// Without --checks the check is batch_sizes alone; with --checks, list batch_sizes there.
+    #[arg(
+        long,
+        value_name = "SIZES",
+        value_delimiter = ',',
+        requires = "program",
+        help_heading = "A program without a scenario file (after --)"
+    )]
+    batch_sizes: Vec<u64>,
     /// With a program: the longest a launch may take, in seconds (default 300).
     #[arg(
         long,

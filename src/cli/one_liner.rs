@@ -23,7 +23,7 @@ use std::path::Path;
 const ORIGIN: &str = "(command line)";
 
 /// The flag of each field the flags can set (a field's error names its flag).
-const FLAGS: [(&str, &str); 11] = [
+const FLAGS: [(&str, &str); 12] = [
     ("name", "--name"),
     ("world_size", "--ranks"),
     ("steps", "--steps"),
@@ -31,6 +31,7 @@ const FLAGS: [(&str, &str); 11] = [
     ("expect", "--expect"),
     ("checks", "--checks"),
     ("world_sizes", "--world-sizes"),
+    ("batch_sizes", "--batch-sizes"),
     ("params.launcher", "--launcher"),
     ("params.srun_args", "--srun-args"),
     ("params.timeout_secs", "--timeout"),
@@ -133,6 +134,20 @@ fn spec_json(flags: &ProgramFlags, program: Vec<String>) -> Result<Value, CliErr
     if !flags.world_sizes.is_empty() {
         spec.insert("world_sizes".into(), json!(flags.world_sizes));
     }
+    if !flags.batch_sizes.is_empty() {
+        // The sizes are the batch_sizes check's: alone without --checks, and never silently
+        // unused with them.
+        if flags.checks.is_empty() {
+            spec.insert("checks".into(), json!(["batch_sizes"]));
+        } else if !flags.checks.iter().any(|c| c == "batch_sizes") {
+            return Err(CliError::Invalid(
+                "--batch-sizes: the sizes are for the batch_sizes check; add batch_sizes to \
+                 --checks"
+                    .to_owned(),
+            ));
+        }
+        spec.insert("batch_sizes".into(), json!(flags.batch_sizes));
+    }
     spec.insert("params".into(), Value::Object(params));
     Ok(Value::Object(spec))
 }
@@ -150,7 +165,13 @@ fn flag_of(field: &str) -> String {
 
 /// The flags of a program's check that `run` (one launch, no checks) refuses: each would be
 /// silently ignored.
-const CHECK_ONLY: [&str; 4] = ["--checks", "--expect", "--world-sizes", "--save-scenario"];
+const CHECK_ONLY: [&str; 5] = [
+    "--checks",
+    "--expect",
+    "--world-sizes",
+    "--batch-sizes",
+    "--save-scenario",
+];
 
 /// The scenario of `detcheck run --dump DIR [FLAGS] -- PROGRAM`: the check's scenario, run once.
 ///
@@ -161,6 +182,7 @@ pub(super) fn scenario_to_run(flags: &ProgramFlags) -> Result<LoadedScenario, Cl
         !flags.checks.is_empty(),
         flags.expect.is_some(),
         !flags.world_sizes.is_empty(),
+        !flags.batch_sizes.is_empty(),
         flags.save_scenario.is_some(),
     ];
     if let Some((flag, _)) = CHECK_ONLY.iter().zip(given).find(|(_, g)| *g) {
@@ -215,6 +237,7 @@ fn the_scenario(flags: &ProgramFlags) -> Result<LoadedScenario, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use detcheck::scenario::CheckKind;
 
     fn flags(program: &[&str]) -> ProgramFlags {
         ProgramFlags {
@@ -260,8 +283,15 @@ mod tests {
 
     #[test]
     fn a_bad_value_names_its_flag() {
-        let cases: [(&str, SetFlag); 5] = [
+        let cases: [(&str, SetFlag); 9] = [
             ("--ranks", |f| f.ranks = Some(0)),
+            ("--batch-sizes", |f| f.batch_sizes = vec![8]),
+            ("--batch-sizes", |f| f.batch_sizes = vec![0, 8]),
+            ("--batch-sizes", |f| {
+                f.batch_sizes = vec![1, 8];
+                f.checks = vec!["repeat".into()];
+            }),
+            ("--batch-sizes", |f| f.checks = vec!["batch_sizes".into()]),
             ("--launcher", |f| f.launcher = Some("slurm".into())),
             ("--expect", |f| f.expect = Some("same".into())),
             ("--checks", |f| {
@@ -280,6 +310,37 @@ mod tests {
                 "{flag}: {message}"
             );
         }
+    }
+
+    /// `--batch-sizes` alone is the batch_sizes check; `{batch}` needs it, naming the flag; `run`
+    /// refuses it.
+    #[test]
+    fn batch_sizes_make_the_batch_sizes_check() {
+        let mut f = flags(&["python3", "gen.py", "--batch-size", "{batch}"]);
+        let Err(CliError::Invalid(message)) = scenario(&f) else {
+            panic!("{{batch}} without sizes: accepted");
+        };
+        assert!(
+            message.starts_with("--batch-sizes: `{batch}` in params.command[3] needs"),
+            "{message}"
+        );
+        f.batch_sizes = vec![1, 8];
+        let spec = spec_json(&f, vec!["gen".into()]).unwrap();
+        assert_eq!(spec["checks"], json!(["batch_sizes"]));
+        assert_eq!(spec["batch_sizes"], json!([1, 8]));
+        let loaded = scenario(&f).unwrap();
+        assert_eq!(loaded[0].checks, [CheckKind::BatchSizes]);
+        f.checks = vec!["repeat".into(), "batch_sizes".into()];
+        let loaded = scenario(&f).unwrap();
+        assert_eq!(loaded[0].checks, [CheckKind::Repeat, CheckKind::BatchSizes]);
+        f.checks.clear();
+        let Err(CliError::Invalid(message)) = scenario_to_run(&f) else {
+            panic!("run --batch-sizes: accepted");
+        };
+        assert!(
+            message.starts_with("--batch-sizes: `run` launches the program once"),
+            "{message}"
+        );
     }
 
     #[test]

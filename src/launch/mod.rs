@@ -26,7 +26,7 @@
 //! | `DETCHECK_PROGRAM` | the program as `detcheck run` takes it (`--ranks 2 --launcher torchrun -- python3 train.py`, shell-quoted), for the environment snapshot (`site:program`): what `compare --align` prints in the commands that look inside a culprit |
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
-//! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update; `flow` (`run --dump`): every record, and each module's tensor inputs that are no tensor recorded before them in the step (`in/<module>.N`: what code between modules made), so `compare --align` sees every module's input (unset or `all`: every record of every step) |
+//! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update; `flow` (`run --dump`): every record, and each module's tensor inputs that are no tensor recorded before them in the step (`in/<module>.N`: what code between modules made), so `compare --align` sees every module's input (unset or `all`: every record of every step); `rows` (the `batch_sizes` check): each sample's rows of every module output, at step = the sample's place in the stream of samples the program feeds its model |
 //!
 //! The last three are read by the Python package's start-up hook ([`RecorderPlan`]), which records
 //! a program that opens no writer of its own (python/README.md, "Zero-change recording").
@@ -125,6 +125,9 @@ pub enum RecordMode {
     /// Every record, and each module's tensor inputs that no record before them in the step
     /// holds (`flow`): the data flow `compare --align` needs to call an error a module's own.
     Flow,
+    /// Each sample's rows of every module output, at step = the sample's place in the stream of
+    /// samples (`rows`): the `batch_sizes` check.
+    Rows,
 }
 
 impl RecordMode {
@@ -135,6 +138,7 @@ impl RecordMode {
             RecordMode::All => "all",
             RecordMode::EndState => "end",
             RecordMode::Flow => "flow",
+            RecordMode::Rows => "rows",
         }
     }
 }
@@ -222,7 +226,14 @@ impl RecorderPlan {
             None | Some("" | "all") => RecordMode::All,
             Some("end") => RecordMode::EndState,
             Some("flow") => RecordMode::Flow,
-            Some(v) => return Err(bad_variable(RECORD_VAR, v, "`all`, `end` or `flow`")),
+            Some("rows") => RecordMode::Rows,
+            Some(v) => {
+                return Err(bad_variable(
+                    RECORD_VAR,
+                    v,
+                    "`all`, `end`, `flow` or `rows`",
+                ))
+            }
         };
         Ok(RecorderPlan {
             stop_after,
@@ -741,6 +752,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`DETCHECK_RECORD`: `some`"), "{err}");
+        // Every record mode round-trips through its value (`rows`: the `batch_sizes` check).
+        for record in [
+            RecordMode::All,
+            RecordMode::EndState,
+            RecordMode::Flow,
+            RecordMode::Rows,
+        ] {
+            let plan = RecorderPlan {
+                record,
+                ..RecorderPlan::default()
+            };
+            let vars = plan.to_env();
+            let back = RecorderPlan::from_vars(|name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.clone())
+            });
+            assert_eq!(back.unwrap(), plan, "{}", record.as_str());
+        }
         // A subset of the settings, by name, round-trips.
         let some = settings_mask(["random.seed", "PYTHONHASHSEED"]).unwrap();
         let subset = RecorderPlan {

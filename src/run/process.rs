@@ -269,6 +269,10 @@ impl<'a> CommandLaunch<'a> {
                 .as_deref()
                 .or(plan.resume_from.as_deref())
                 .map(absolute),
+            // The `batch_sizes` check's size; every other run is at the first.
+            batch: plan
+                .batch_size
+                .or(self.request.spec.batch_sizes.first().copied()),
         }
     }
 
@@ -491,7 +495,10 @@ impl<'a> CommandLaunch<'a> {
                 .stop_after_steps
                 .then_some(self.request.spec.steps),
             deterministic: self.deterministic_settings(),
-            record: if self.request.unperturbed {
+            record: if self.request.plan.batch_size.is_some() {
+                // The `batch_sizes` check: each sample's rows, at step = the sample.
+                RecordMode::Rows
+            } else if self.request.unperturbed {
                 RecordMode::EndState
             } else if self.request.dump.is_some() && self.request.inside.is_none() {
                 // `run --dump`: the dump is read by `compare --align`, which needs each

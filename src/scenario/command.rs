@@ -12,10 +12,13 @@
 //! compare those traces as they compare a built-in kind's. [`CommandProgram`] is the validated
 //! form; the run layer launches it.
 //!
-//! Templates: `{seed}`, `{steps}`, `{world_size}`, `{rank}` (the `processes` launcher only) and
-//! `{scenario_dir}` (the folder of the scenario file) are substituted in the arguments and in the
-//! values of `params.env`; the restart arguments also take `{step}` and `{dir}`. `{{` and `}}`
-//! are literal braces. A template naming another field is rejected when the file is loaded.
+//! Templates: `{seed}`, `{steps}`, `{world_size}`, `{rank}` (the `processes` launcher only),
+//! `{scenario_dir}` (the folder of the scenario file) and `{batch}` (the run's batch size: each
+//! of the spec's `batch_sizes` under the `batch_sizes` check, the first one in every other run;
+//! a `{batch}` without `batch_sizes` is refused, naming that field) are substituted in the
+//! arguments and in the values of `params.env`; the restart arguments also take `{step}` and
+//! `{dir}`. `{{` and `}}` are literal braces. A template naming another field is rejected when
+//! the file is loaded.
 //!
 //! Determinism: what a launch receives is a function of the spec, the run (its seeded
 //! perturbation) and the variant; see `crate::run` for what the runner varies between launches.
@@ -161,6 +164,8 @@ pub(crate) struct TemplateValues {
     pub(crate) scenario_dir: PathBuf,
     pub(crate) step: Option<u64>,
     pub(crate) dir: Option<PathBuf>,
+    /// `{batch}`: the run's batch size (`RunPlan::batch_size`, else the spec's first).
+    pub(crate) batch: Option<usize>,
 }
 
 impl TemplateValues {
@@ -173,6 +178,7 @@ impl TemplateValues {
             "scenario_dir" => Some(self.scenario_dir.display().to_string()),
             "step" => self.step.map(|s| s.to_string()),
             "dir" => self.dir.as_ref().map(|d| d.display().to_string()),
+            "batch" => self.batch.map(|b| b.to_string()),
             _ => None,
         }
     }
@@ -245,8 +251,9 @@ impl CommandProgram {
     ///
     /// # Errors
     /// A [`ParamError`] naming the field: an empty command, a template naming an unknown
-    /// field (or `{rank}` where the launcher starts the ranks itself), a timeout out of range,
-    /// an environment variable detcheck sets itself.
+    /// field (or `{rank}` where the launcher starts the ranks itself, or `{batch}` without the
+    /// spec's `batch_sizes`: then the field is `batch_sizes`), a timeout out of range, an
+    /// environment variable detcheck sets itself.
     pub fn from_spec(spec: &ScenarioSpec, origin: &Path) -> Result<Self, ParamError> {
         let params: CommandParams = spec.parse_params()?;
         if params.command.is_empty() || params.command[0].is_empty() {
@@ -274,7 +281,16 @@ impl CommandProgram {
         let with_rank = launcher == Launcher::Processes;
         let check = |field: String, text: &str, extra: &[&str]| -> Result<(), ParamError> {
             for name in template_fields(text).map_err(|m| ParamError::new(&field, m))? {
-                let known = ["seed", "steps", "world_size", "scenario_dir"]
+                if name == "batch" && spec.batch_sizes.is_empty() {
+                    return Err(ParamError::new(
+                        "batch_sizes",
+                        format!(
+                            "`{{batch}}` in {field} needs the batch sizes: give `batch_sizes` \
+                             (`--batch-sizes 1,8` on the command line)"
+                        ),
+                    ));
+                }
+                let known = ["seed", "steps", "world_size", "scenario_dir", "batch"]
                     .contains(&name.as_str())
                     || extra.contains(&name.as_str())
                     || (name == "rank" && with_rank);
@@ -289,7 +305,7 @@ impl CommandProgram {
                     } else {
                         format!(
                             "unknown template field `{{{name}}}`; known: {{seed}}, {{steps}}, \
-                             {{world_size}}, {{rank}}, {{scenario_dir}}{}",
+                             {{world_size}}, {{rank}}, {{scenario_dir}}, {{batch}}{}",
                             if extra.is_empty() {
                                 ""
                             } else {
@@ -406,6 +422,7 @@ mod tests {
             scenario_dir: PathBuf::from("dir"),
             step: Some(2),
             dir: Some(PathBuf::from("/ck")),
+            batch: Some(8),
         };
         assert_eq!(
             substitute(
@@ -415,6 +432,10 @@ mod tests {
             "--seed=7 1/2 {x} dir/p.py"
         );
         assert_eq!(substitute("{dir}:{step}", &values), "/ck:2");
+        assert_eq!(
+            substitute("--batch-size={batch}", &values),
+            "--batch-size=8"
+        );
     }
 
     #[test]
@@ -423,7 +444,7 @@ mod tests {
         assert_eq!(
             err(r#"{"command": ["x", "--lr={lr}"]}"#),
             "field `params.command[1]`: unknown template field `{lr}`; known: {seed}, {steps}, \
-             {world_size}, {rank}, {scenario_dir}"
+             {world_size}, {rank}, {scenario_dir}, {batch}"
         );
         assert!(err(r#"{"command": ["x", "{rank}"], "launcher": "mpirun"}"#)
             .starts_with("field `params.command[1]`: `{rank}` exists only with the `processes`"));
@@ -454,5 +475,38 @@ mod tests {
         assert_eq!((srun.launcher, srun.srun_args.len()), (Launcher::Srun, 2));
         assert_eq!(ok.scenario_dir, PathBuf::from("dir"));
         assert_eq!(ok.timeout, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_batch_template_needs_the_batch_sizes_and_names_that_field() {
+        let with_sizes = |sizes: &str, params: &str| {
+            let text = format!(
+                r#"{{"kind": "command", "world_size": 1, "steps": 3, "seed": 7,
+                    "expect": "identical", "batch_sizes": {sizes}, "params": {params}}}"#
+            );
+            let spec = crate::scenario::spec::parse_spec(&text).unwrap();
+            CommandProgram::from_spec(&spec, Path::new("dir/s.json"))
+        };
+        let err = with_sizes("[]", r#"{"command": ["gen", "--batch-size", "{batch}"]}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "field `batch_sizes`: `{batch}` in params.command[2] needs the batch sizes: give \
+             `batch_sizes` (`--batch-sizes 1,8` on the command line)"
+        );
+        let err = with_sizes("[]", r#"{"command": ["gen"], "env": {"BS": "{batch}"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("field `batch_sizes`: `{batch}` in params.env.BS needs"),
+            "{err}"
+        );
+        let ok = with_sizes(
+            "[1, 8]",
+            r#"{"command": ["gen", "--batch-size={batch}"], "env": {"BS": "{batch}"}}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.command[1], "--batch-size={batch}");
     }
 }

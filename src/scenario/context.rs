@@ -35,6 +35,11 @@ pub struct RunPlan {
     /// `buckets` check sets it).
     #[serde(default)]
     pub bucket_layout: Option<BucketLayout>,
+    /// The batch size a `command` program is run at (`{batch}`), its recorder recording each
+    /// sample's rows (`None`: the spec's first `batch_sizes`, recorded as usual; the
+    /// `batch_sizes` check sets it).
+    #[serde(default)]
+    pub batch_size: Option<usize>,
 }
 
 /// Everything a rank program may use: its communicator, its recorder and its random streams.

@@ -39,6 +39,11 @@ pub const MAX_WORLD_SIZE: usize = 1024;
 /// `params.workers`, `run --workers`).
 pub const MAX_WORKERS: usize = 64;
 
+/// The largest batch size the `batch_sizes` check runs a program at (each of `batch_sizes`):
+/// 2^20 samples, far beyond a real batch, so a typo (an extra digit) is caught when the file
+/// loads.
+pub const MAX_BATCH_SIZE: usize = 1 << 20;
+
 /// The longest scenario name, in bytes: report pages are files named after it
 /// (`NAME.repeat.html`), and a file name has at most 255 bytes.
 pub const MAX_NAME_BYTES: usize = 200;

@@ -312,7 +312,8 @@ mod tests {
             "DIR/bad.json: field `sede`: unknown field `sede`, expected one of `name`, \
              `description`, `kind`, `world_size`, `steps`, `seed`, `reduction`, \
              `deterministic_comm`, `expect`, `checks`, `ignored`, `world_sizes`, `workers`, \
-             `restart_at`, `buckets`, `variants`, `params`, `device` at line 1 column 58"
+             `restart_at`, `buckets`, `variants`, `batch_sizes`, `params`, `device` at line 1 \
+             column 58"
         );
         assert!(load_error(&GOOD.replace("\"ring\"", "\"fast\""))
             .starts_with("DIR/bad.json: field `reduction`: unknown variant `fast`"));
@@ -602,6 +603,76 @@ mod tests {
             .starts_with("DIR/bad.json: field `world_sizes[1]`: must be between 1 and 1024"));
         assert!(error(r#""world_size": 18446744073709551615"#)
             .starts_with("DIR/bad.json: field `world_size`: must be between 1 and 1024"));
+    }
+
+    /// The `batch_sizes` check (issue 56): a `command` scenario with at least two sizes, each
+    /// in range and none twice; every refusal names its field.
+    #[test]
+    fn batch_sizes_need_a_command_and_two_distinct_sizes_in_range() {
+        let command = |extra: &str| {
+            format!(
+                r#"{{"kind": "command", "world_size": 1, "steps": 2, "seed": 1,
+                    "expect": "identical"{extra},
+                    "params": {{"command": ["gen", "--batch-size", "{{batch}}"]}}}}"#
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "ok.json",
+            &command(r#", "checks": ["batch_sizes"], "batch_sizes": [1, 8]"#),
+        );
+        let loaded = KindRegistry::builtin().load_file(&path).unwrap();
+        assert_eq!(loaded.checks, [CheckKind::BatchSizes]);
+        assert_eq!(loaded.spec.batch_sizes, [1, 8]);
+        // Sizes without the check are kept for `{batch}` (every run at the first).
+        let path = write(
+            dir.path(),
+            "sizes.json",
+            &command(r#", "batch_sizes": [4, 2]"#),
+        );
+        let loaded = KindRegistry::builtin().load_file(&path).unwrap();
+        assert!(!loaded.checks.contains(&CheckKind::BatchSizes));
+        let cases = [
+            (
+                command(r#", "checks": ["batch_sizes"], "batch_sizes": [8]"#),
+                "field `batch_sizes`: `batch_sizes` needs at least two batch sizes",
+            ),
+            (
+                command(r#", "checks": ["batch_sizes"]"#),
+                "field `batch_sizes`: `{batch}` in params.command[2] needs the batch sizes",
+            ),
+            (
+                command(r#", "checks": ["batch_sizes"], "batch_sizes": [0, 8]"#),
+                "field `batch_sizes[0]`: must be between 1 and 1048576, got 0",
+            ),
+            (
+                command(r#", "batch_sizes": [1, 1048577]"#),
+                "field `batch_sizes[1]`: must be between 1 and 1048576, got 1048577",
+            ),
+            (
+                command(r#", "checks": ["batch_sizes"], "batch_sizes": [1, 8, 1]"#),
+                "field `batch_sizes[2]`: 1 is listed twice",
+            ),
+            (
+                command(r#", "batch_sizes": [1, -8]"#),
+                "field `batch_sizes[1]`: invalid value",
+            ),
+            (
+                GOOD.replace(
+                    "\"params\"",
+                    r#""checks": ["repeat", "batch_sizes"], "batch_sizes": [1, 8], "params""#,
+                ),
+                "field `checks[1]`: `batch_sizes` runs a program at each batch size",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = load_error(&text);
+            assert!(
+                error.starts_with(&format!("DIR/bad.json: {expected}")),
+                "{error}"
+            );
+        }
     }
 
     /// Issue 16: a 70,000-character name panicked `check` (a format width over 65,535).

@@ -304,8 +304,8 @@ fn variant_spec(
     Ok(varied)
 }
 
-/// The `workers`, `restart`, `variants` and `backends` checks need a program that can honour
-/// them, and sensible values.
+/// The `workers`, `restart`, `variants`, `backends` and `batch_sizes` checks need a program
+/// that can honour them, and sensible values.
 fn validate_capabilities(
     spec: &ScenarioSpec,
     checks: &[CheckKind],
@@ -395,6 +395,24 @@ fn validate_capabilities(
             field(CheckKind::Variants),
             "`variants` runs each of the spec's `variants`, but the spec lists none",
         ));
+    }
+    if checks.contains(&CheckKind::BatchSizes) {
+        if !matches!(program, Program::Command(_)) {
+            return Err(ParamError::new(
+                field(CheckKind::BatchSizes),
+                format!(
+                    "`batch_sizes` runs a program at each batch size (`{{batch}}` in its \
+                     arguments), but kind `{}` is no `command` scenario",
+                    spec.kind
+                ),
+            ));
+        }
+        if spec.batch_sizes.len() < 2 {
+            return Err(ParamError::new(
+                "batch_sizes",
+                "`batch_sizes` needs at least two batch sizes to compare (`--batch-sizes 1,8`)",
+            ));
+        }
     }
     if checks.contains(&CheckKind::Backends) && matches!(program, Program::Command(_)) {
         return Err(ParamError::new(

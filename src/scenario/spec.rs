@@ -14,7 +14,9 @@
 //! Determinism: a spec's [`fingerprint`](ScenarioSpec::fingerprint) is a pure function of its
 //! kind, effective reduction and parameters.
 
-use crate::scenario::limits::{MAX_NAME_BYTES, MAX_STEPS, MAX_WORKERS, MAX_WORLD_SIZE};
+use crate::scenario::limits::{
+    MAX_BATCH_SIZE, MAX_NAME_BYTES, MAX_STEPS, MAX_WORKERS, MAX_WORLD_SIZE,
+};
 use crate::value::reduce::ReductionMode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -49,6 +51,10 @@ pub enum CheckKind {
     /// A run whose collectives (and the kind's GPU operators) run on a GPU gives the same
     /// records as the same run on CPU thread ranks (feature `nccl`).
     Devices,
+    /// A `command` program run at each of the spec's `batch_sizes` (`{batch}` in its arguments)
+    /// gives every sample the first size's records: each sample's rows of every module output,
+    /// at step = the sample's place in the stream of samples (batch invariance).
+    BatchSizes,
 }
 
 /// Where a scenario's ranks compute: the CPU (default) or one GPU shared by its thread ranks
@@ -87,6 +93,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Variants => "variants",
             CheckKind::Buckets => "buckets",
             CheckKind::Devices => "devices",
+            CheckKind::BatchSizes => "batch_sizes",
         })
     }
 }
@@ -162,6 +169,12 @@ pub struct ScenarioSpec {
     /// `variants` check).
     #[serde(default)]
     pub variants: Vec<Variant>,
+    /// The batch sizes the `batch_sizes` check runs a `command` program at, the first being the
+    /// base (`{batch}` in its arguments and `params.env`; default none). Each is between 1 and
+    /// [`MAX_BATCH_SIZE`](crate::scenario::limits::MAX_BATCH_SIZE), none twice; every other
+    /// check runs the program at the first.
+    #[serde(default)]
+    pub batch_sizes: Vec<usize>,
     /// The kind's own parameters.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
@@ -425,6 +438,20 @@ pub(crate) fn validate_common(spec: &ScenarioSpec) -> Result<(), ParamError> {
             return Err(ParamError::new(
                 format!("workers[{i}]"),
                 format!("must be at most {MAX_WORKERS}, got {w}"),
+            ));
+        }
+    }
+    for (i, &b) in spec.batch_sizes.iter().enumerate() {
+        if b == 0 || b > MAX_BATCH_SIZE {
+            return Err(ParamError::new(
+                format!("batch_sizes[{i}]"),
+                format!("must be between 1 and {MAX_BATCH_SIZE}, got {b}"),
+            ));
+        }
+        if spec.batch_sizes[..i].contains(&b) {
+            return Err(ParamError::new(
+                format!("batch_sizes[{i}]"),
+                format!("{b} is listed twice"),
             ));
         }
     }

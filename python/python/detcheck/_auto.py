@@ -9,7 +9,9 @@ from then on an ``_engine.Recording`` records it, with ``in/(model).N`` and ``lo
 optimizer hooks; a step whose closure runs the model's first forward, LBFGS's, records that
 closure's gradients: ``_Begins``), or, in a loop that made no optimizer by its first backward,
 at the model's next forward after a backward (the rhythm; ``torch.func`` loops too: their
-``functional_call`` runs the model's forward, ``grad`` its backward). ``DETCHECK_STOP_AFTER`` =
+``functional_call`` runs the model's forward, ``grad`` its backward). In a run of the
+``batch_sizes`` check (``DETCHECK_RECORD=rows``) each call of the model is a batch whose
+samples ``_rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` =
 N ends the process after the N-th step (``os._exit`` after a barrier). The trace is finished at
 interpreter exit and on SIGTERM. The recorder stands down when the program records itself (the
 native ``_program_records`` channel); forked and multiprocessing children never record. That
@@ -26,6 +28,7 @@ import torch
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
+from . import _rows
 from ._engine import Recording
 from ._lifecycle import LifecycleRecorder
 from ._tensors import (
@@ -67,6 +70,8 @@ class Recorder(LifecycleRecorder):
         self._backward_seen = False
         #: A callback at the end of the running backward is queued.
         self._callback_queued = False
+        #: The hooks on the model that begin and end a batch (``DETCHECK_RECORD=rows``).
+        self._batch_hooks = []
 
     def _install_hooks(self):
         self._forward_hooks = [
@@ -107,28 +112,43 @@ class Recorder(LifecycleRecorder):
             self._writer.add_environment("site:compiled", compiled)
             # TorchDynamo runs eagerly around global module hooks: the hooks go on the modules.
             MODULE_HOOKS.on_modules = True
-        self._begin(
-            Recording(
-                TORCH,
-                model,
-                self._writer,
-                replicated_records(ddp, self._writer.world_size),
-                self._steps,
-                updates=True,
-                **self._recording_kinds(inputs=True, loss=True),
-            )
+        recording = Recording(
+            TORCH,
+            model,
+            self._writer,
+            replicated_records(ddp, self._writer.world_size),
+            self._steps,
+            updates=True,
+            **self._recording_kinds(inputs=True, loss=True),
         )
+        self._begin(recording)
         self._model_hooks = [
             MODULE_HOOKS.before(model, self._rhythm_before_forward, first=True),
             MODULE_HOOKS.after(model, self._rhythm_after_forward),
         ]
+        if self._state.rows:
+            # The `batch_sizes` check: each call of the model is a batch (or of `generate`,
+            # `_startup`), whose samples `RowsSink` writes when it ends.
+            recording.sink = _rows.RowsSink(recording.sink, self._writer)
+            self._batch_hooks = [
+                MODULE_HOOKS.before(model, self._batch_begins, with_kwargs=True, first=True),
+                MODULE_HOOKS.after(model, self._batch_ends),
+            ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its evidence
             # and inputs are recorded here. A global pre-hook is not given the keyword
             # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
             caller = sys._getframe(2).f_locals.get("kwargs")
             kwargs = caller if isinstance(caller, dict) else {}
+            if self._state.rows:
+                self._batch_begins(root, args, kwargs)
             self._handle.first_call_began(root, args, kwargs)
+
+    def _batch_begins(self, module, args, kwargs):
+        _rows.BATCHES.begin(_rows.rows_of(args, kwargs))
+
+    def _batch_ends(self, module, args, output):
+        _rows.BATCHES.end()
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
@@ -232,16 +252,24 @@ class Recorder(LifecycleRecorder):
             hook.remove()
         self._step_hooks = []
         self._remove_model_hooks()
+        self._remove_batch_hooks()
+
+    def _remove_batch_hooks(self):
+        for hook in self._batch_hooks:
+            hook.remove()
+        self._batch_hooks = []
 
     def _remove_hooks_at_finish(self):
         # The optimizer's step hooks stay (they count the steps, and record nothing more).
         self._remove_forward_hooks()
         self._remove_model_hooks()
+        self._remove_batch_hooks()
 
     def _forget_hooks(self):
         self._forward_hooks = []
         self._step_hooks = []
         self._model_hooks = []
+        self._batch_hooks = []
 
     def _nothing_ran(self):
         if self._steps:

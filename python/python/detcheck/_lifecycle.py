@@ -112,9 +112,13 @@ class LifecycleRecorder:
         """The keyword arguments of the ``Recording`` this recorder makes: ``kinds`` (``inputs``,
         ``loss``; the data flow of a dump's run, ``DETCHECK_RECORD=flow``, is the engine's own
         default), or in an unperturbed run (``DETCHECK_RECORD=end``) no record at all during the
-        steps: ``finish`` records the end state."""
+        steps: ``finish`` records the end state; in a run of the ``batch_sizes`` check
+        (``DETCHECK_RECORD=rows``) the model's inputs and its modules' outputs, which
+        ``_rows.RowsSink`` writes sample by sample."""
         if self._state.end_state_only:
             return {"records": (), "inputs": False, "loss": False}
+        if self._state.rows:
+            return {"records": ("fwd",), "inputs": True, "loss": False}
         return kinds
 
     def _begin(self, handle):

@@ -76,6 +76,9 @@ class _State:
         #: An unperturbed run (``DETCHECK_RECORD=end``): nothing read during the steps, the
         #: end state recorded once after the last.
         self.end_state_only = record == "end"
+        #: A run of the ``batch_sizes`` check (``DETCHECK_RECORD=rows``): each sample's rows
+        #: of the model's records, at the sample's step (``detcheck._rows``).
+        self.rows = record == "rows"
         #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
         #: (``detcheck._mindspore_auto.Recorder``) is imported.
         self.recorder = None
@@ -306,10 +309,23 @@ def activate():
                 imported(sys.modules[name])
         if callbacks:
             sys.meta_path.insert(0, _AfterImport(callbacks))
+        if _state.rows:
+            _when_imported("transformers.generation.utils", _generate_is_a_batch)
         atexit.register(_at_exit)
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _generate_is_a_batch(module):
+    """In a run of the ``batch_sizes`` check: a call of Hugging Face's ``generate`` is one
+    batch (``detcheck._rows``)."""
+    try:
+        from . import _rows
+
+        _rows.wrap_generate(module)
+    except Exception as e:
+        _say(f"cannot follow generate's batches: {e!r}")
 
 
 def _when_imported(name, callback):
@@ -515,8 +531,9 @@ def _has_children():
 
 def _evidence_wanted():
     """Whether to gather the evidence of causes (docs/causes.md): unless DETCHECK_EVIDENCE=0,
-    or in an unperturbed run, which reads nothing during its steps."""
-    if _state is not None and _state.end_state_only:
+    or in an unperturbed run, which reads nothing during its steps, or in a run of the
+    ``batch_sizes`` check, whose steps are samples."""
+    if _state is not None and (_state.end_state_only or _state.rows):
         return False
     return os.environ.get("DETCHECK_EVIDENCE", "1") != "0"
 

@@ -1,7 +1,7 @@
 //! Check kinds as units: each kind of check (`repeat`, `replicas`, `backends`, `world_sizes`,
-//! `workers`, `restart`, `buckets`, `variants`, `devices`) is one file here behind one trait,
-//! [`CheckUnit`]: which runs it needs beyond run 1 and run 2 and how it compares them (the
-//! comparison, or why it is n/a here, a note, the curves, the first differing pair), its two
+//! `workers`, `restart`, `buckets`, `variants`, `devices`, `batch_sizes`) is one file here behind
+//! one trait, [`CheckUnit`]: which runs it needs beyond run 1 and run 2 and how it compares them
+//! (the comparison, or why it is n/a here, a note, the curves, the first differing pair), its two
 //! sides' labels, and which sides a drill-down re-runs for the first differing element.
 //!
 //! [`unit()`] is the one registration, a `match` from [`CheckKind`] to its unit: a new check kind
@@ -10,8 +10,9 @@
 //! `run_checks_on` (`check/mod.rs`) makes run 1 and run 2, asks each kind's unit in the order of
 //! the scenario's checks, and post-processes the outcomes ([`Runs::name_element`] is the
 //! drill-down's part of it). Shared here: [`Runs::side`] (a side re-run as run k), [`run_of`],
-//! [`curves_of`]; in `series.rs`, the series of runs that `world_sizes`, `workers` and `buckets`
-//! compare with their first (and the first differing pair, which `variants` keeps too).
+//! [`curves_of`]; in `series.rs`, the series of runs that `world_sizes`, `workers`, `buckets` and
+//! `batch_sizes` compare with their first (and the first differing pair, which `variants` keeps
+//! too).
 //!
 //! Determinism: a unit's runs are run k of the scenario (or of a resized scenario, a variant)
 //! under perturbation k, seeded by the scenario's seed, and each is independent of the others, so
@@ -23,6 +24,7 @@
 //! [`CheckUnit::listed_again`] says.
 
 mod backends;
+mod batch_sizes;
 mod buckets;
 mod devices;
 mod repeat;
@@ -58,6 +60,7 @@ pub(crate) fn unit(kind: CheckKind) -> &'static dyn CheckUnit {
         CheckKind::Variants => &variants::Variants,
         CheckKind::Buckets => &buckets::Buckets,
         CheckKind::Devices => &devices::Devices,
+        CheckKind::BatchSizes => &batch_sizes::BatchSizes,
     }
 }
 

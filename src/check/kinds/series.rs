@@ -1,5 +1,6 @@
-//! A series of runs compared with its first: what `world_sizes`, `workers` and `buckets` check
-//! (one run per value of the series), and the first differing pair that `variants` keeps too.
+//! A series of runs compared with its first: what `world_sizes`, `workers`, `buckets` and
+//! `batch_sizes` check (one run per value of the series), and the first differing pair that
+//! `variants` keeps too.
 //!
 //! Main function: [`compare_series`], which runs the scenario once per value and compares each
 //! run with the first's, and returns a [`Compared`]: the totals over the series, the first
@@ -21,11 +22,11 @@ use crate::run::RunError;
 /// variant) it was, and the two runs' curves.
 pub(super) type FirstDiffering = (Comparison, usize, Option<(Curve, Curve)>);
 
-/// Runs the scenario once per value of a series (world sizes, worker counts) under run 1's
-/// perturbation and compares each run with the first: the total, and a note naming the first
-/// pair that differs (`describe(first, other)`), or the whole series when none does. The first
-/// differing pair's comparison is kept whole (its first divergence and map), with the two runs'
-/// curves (labelled `label(value)`).
+/// Runs the scenario once per value of a series (world sizes, worker counts, batch sizes) under
+/// run 1's perturbation and compares each run with the first: the total, and a note naming the
+/// first pair that differs (`describe(first, other)`), or the whole series when none does. The
+/// first differing pair's comparison is kept whole (its first divergence and map), with the two
+/// runs' curves (labelled `label(value)`).
 pub(super) fn compare_series(
     values: &[usize],
     run_at: impl Fn(usize) -> Result<Trace, RunError>,

@@ -1,0 +1,41 @@
+"""Greedy generation with a tiny GPT-2 (transformers' `GPT2Config`, random init seeded with 0,
+nothing downloaded), its prompts fed in batches of `--batch-size`: what a serving loop does.
+Each prompt's logits should not depend on the batch it is in; on the CPU they do (a decoding
+step is a matrix-vector product alone and a matrix product in a batch), so
+
+    detcheck check --batch-sizes 1,8 -- python generate.py --batch-size {batch}
+
+fails `batch_sizes` at sample 0 in the first attention projection (docs/checks.md).
+
+    python generate.py [--batch-size N] [--prompts N] [--tokens N]
+"""
+
+import argparse
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--prompts", type=int, default=8)
+parser.add_argument("--tokens", type=int, default=4)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+config = GPT2Config(
+    n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64, bos_token_id=0, eos_token_id=0
+)
+model = GPT2LMHeadModel(config).eval()
+prompts = torch.randint(1, 128, (args.prompts, 6))
+for start in range(0, args.prompts, args.batch_size):
+    batch = prompts[start : start + args.batch_size]
+    out = model.generate(
+        batch,
+        attention_mask=torch.ones_like(batch),
+        max_new_tokens=args.tokens,
+        min_new_tokens=args.tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    for row in out:
+        print(" ".join(str(t) for t in row[6:].tolist()))

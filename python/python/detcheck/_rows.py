@@ -1,0 +1,151 @@
+"""Rows: each sample's rows of a model's records, written as that sample's own records, for
+the ``batch_sizes`` check (``DETCHECK_RECORD=rows``; docs/checks.md, "batch_sizes").
+
+A *batch* is one call of the model at the top level, or one call of Hugging Face's
+``generate`` (every forward it makes, the prefill and each decoding step, belongs to the
+batch it was given). Its rows are the first dimension of its first tensor argument (a
+positional argument, else a keyword argument, in their order). A *sample* is a row's place in
+the stream of samples the program feeds its model: the first batch's rows are samples 0 to
+R - 1, the next batch's follow. ``RowsSink`` stands between the recording engine and its sink:
+it keeps the records of a batch (a copy of each) and, when the batch ends, writes sample
+``s``'s row of each record (``tensor[i:i + 1]``) at step ``s``, in the order the records were
+made. So the trace of a run at batch size 1 and the trace at batch size 8 hold, at each step,
+the records of one sample, and the one comparison engine compares them record by record.
+
+Main types: ``Batches`` (``BATCHES``: where a batch begins and ends), ``RowsSink``; and
+``wrap_generate`` (``generate``'s batch, installed when ``transformers.generation.utils`` is
+imported into a rows launch).
+
+Determinism: a sample's records are written in the order the program made them; nothing here
+reads a clock, a random number or a hash order.
+
+Limits: a record is split into samples only where its first dimension is the batch's number of
+rows (a tensor shared by the batch, ``[1, T, D]`` or a position vector, is not: it is counted,
+once a name, in the environment's ``detcheck.rows.unsplit``); a ``[B * T, D]`` view of a batch is
+split only where ``T`` is 1 (a decoding step). Gradients, parameters and evidence are not
+recorded (an update between batches would change what each batch computes: the check is for
+inference). A batch's records are held in memory until it ends.
+"""
+
+import functools
+
+import torch
+
+__all__ = ["BATCHES", "Batches", "RowsSink", "rows_of", "wrap_generate"]
+
+
+def rows_of(args, kwargs):
+    """The rows of a call's batch: the first dimension of its first tensor argument with one
+    (positional arguments first, then keyword arguments in their order); ``None`` if none."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor) and value.dim() >= 1:
+            return int(value.shape[0])
+    return None
+
+
+class Batches:
+    """Where batches begin and end (module doc): nested calls (the model's forwards inside
+    ``generate``) belong to the outermost one, whose rows count."""
+
+    def __init__(self):
+        self.depth = 0
+        #: The rows of the open batch (``None``: no tensor argument gave them).
+        self.rows = None
+        #: The sink that writes a batch's samples when it ends.
+        self.sink = None
+
+    def begin(self, rows):
+        if self.depth == 0:
+            self.rows = rows
+        self.depth += 1
+
+    def end(self):
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and self.sink is not None:
+            self.sink.flush(self.rows)
+
+
+#: The batches of this process (one model is recorded: ``_auto``).
+BATCHES = Batches()
+
+
+class RowsSink:
+    """A ``TensorSink`` that writes each sample's rows as that sample's records (module doc),
+    through ``inner`` (the engine's own sink)."""
+
+    def __init__(self, inner, writer, batches=BATCHES):
+        self._inner = inner
+        self._writer = writer
+        self._batches = batches
+        batches.sink = self
+        #: The records of the open batch: (name, a copy of the tensor).
+        self._held = []
+        #: The first sample of the next batch.
+        self._next = 0
+        #: Names recorded whole in no sample (module doc, limits).
+        self._unsplit = set()
+
+    def put(self, step, name, tensor, replicated=False, state=False):
+        rows = self._batches.rows
+        shape = getattr(tensor, "shape", None)
+        if self._batches.depth == 0 or rows is None or not shape or shape[0] != rows:
+            self._unsplit.add(name)
+            return
+        try:
+            self._held.append((name, tensor.detach().clone()))
+        except Exception:
+            self._unsplit.add(name)
+
+    def put_state(self, step, items, replicated):
+        """Gradients and parameters are no sample's (module doc, limits)."""
+
+    def end_step(self):
+        """The engine's steps are not samples: a sample's step is its place in the stream."""
+
+    def flush(self, rows):
+        """The batch ended: each sample's rows of its records, at the sample's step."""
+        held, self._held = self._held, []
+        if not held or rows is None:
+            return
+        for i in range(rows):
+            step = self._next + i
+            for name, tensor in held:
+                self._inner.put(step, name, tensor[i : i + 1])
+            self._inner.end_step()
+        self._next += rows
+
+    def close(self):
+        if self._held:
+            self.flush(self._batches.rows)
+        if self._batches.sink is self:
+            self._batches.sink = None
+        if self._unsplit:
+            try:
+                self._writer.add_environment(
+                    "detcheck.rows.unsplit",
+                    f"{len(self._unsplit)} name(s) whose first dimension is not the batch's "
+                    f"rows, recorded in no sample: {', '.join(sorted(self._unsplit)[:5])}",
+                )
+            except Exception:
+                pass
+        self._inner.close()
+
+
+def wrap_generate(module, batches=BATCHES):
+    """``GenerationMixin.generate`` of ``transformers.generation.utils`` (``module``) as one
+    batch: its rows are its prompts' (module doc). Wrapping twice does nothing."""
+    mixin = getattr(module, "GenerationMixin", None)
+    original = getattr(mixin, "generate", None)
+    if original is None or getattr(original, "_detcheck_batch", False):
+        return
+
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):
+        batches.begin(rows_of(args, kwargs))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            batches.end()
+
+    generate._detcheck_batch = True
+    mixin.generate = generate

@@ -1,0 +1,102 @@
+"""The `batch_sizes` check from the command line (issue 56, item 1): an unmodified script run
+with `{batch}` taking each size in turn, each sample's records compared with its records at the
+first size, a sample a step (docs/checks.md, "batch_sizes"). A tiny GPT-2 generating greedily
+is caught at sample 0 in its first layer; a model of row-wise operations passes with every
+sample compared, every time.
+
+Needs torch; the GPT-2 needs transformers (CI installs both).
+"""
+
+import sys
+
+from support import PROGRAMS, check, requires, runs
+
+requires("torch")
+
+BATCH = PROGRAMS / "batch"
+
+
+def test_a_tiny_gpt2_generating_in_batches_fails_at_sample_0_in_its_first_layer(detcheck_bin):
+    requires("transformers")
+    args = ("--batch-sizes", "1,8", "--run-to-end", "--", sys.executable)
+    (line,) = check(
+        detcheck_bin, *args, BATCH / "generate.py", "--batch-size", "{batch}", code=1
+    ).scenarios.values()
+    assert line["verdict"] == "FAIL", line
+    (batch,) = line["checks"]
+    assert batch["check"] == "batch_sizes" and batch["status"] == "failed", batch
+    first = line["first_divergence"]
+    # A record's step is its sample: prompt 0, alone and first of a batch of 8, parts in the
+    # prefill's first matrix product (the prompt's 6 rows against 48).
+    assert first["check"] == "batch_sizes" and first["step"] == 0, first
+    assert first["name"].startswith("fwd/transformer.h.0."), first
+    assert batch["note"] == "batch 1 (first) vs batch 8; a record's step is its sample", batch
+
+
+def test_a_model_of_row_wise_operations_passes_with_every_sample_compared(detcheck_bin):
+    script = BATCH / "rowwise.py"
+    args = ("--batch-sizes", "1,3,8", "--run-to-end", "--", sys.executable, script)
+    for _ in range(runs("DETCHECK_BATCH_RUNS")):
+        (line,) = check(detcheck_bin, *args, "--batch-size", "{batch}", code=0).scenarios.values()
+        assert line["verdict"] == "ok", line
+        (batch,) = line["checks"]
+        assert batch["status"] == "passed", batch
+        # 24 samples, each with the model's input and its 4 outputs (3 modules and the
+        # model), at sizes 3 and 8 against 1
+        assert batch["comparison"]["num_compared"] == 24 * 5 * 2, batch
+
+
+class _Collect:
+    """A sink that keeps what it is given: (step, name, the tensor's list)."""
+
+    def __init__(self):
+        self.records = []
+        self.steps_ended = 0
+
+    def put(self, step, name, tensor, replicated=False, state=False):
+        self.records.append((step, name, tensor.tolist()))
+
+    def end_step(self):
+        self.steps_ended += 1
+
+    def close(self):
+        pass
+
+
+class _Writer:
+    def __init__(self):
+        self.environment = {}
+
+    def add_environment(self, key, value):
+        self.environment[key] = value
+
+
+def test_rows_are_written_sample_by_sample_and_shared_tensors_are_counted():
+    import torch
+    from detcheck import _rows
+
+    batches, inner, writer = _rows.Batches(), _Collect(), _Writer()
+    sink = _rows.RowsSink(inner, writer, batches)
+    for start in (0, 2):  # two batches of 2 rows; the second's in-place change is not seen
+        x = torch.arange(start, start + 2).reshape(2, 1)
+        batches.begin(_rows.rows_of((x,), {}))
+        batches.begin(_rows.rows_of((), {"ids": x}))  # a forward inside generate
+        sink.put(0, "in/(model).0", x)
+        sink.put(0, "fwd/pos", torch.zeros(1, 3))  # shared by the batch: no sample's
+        batches.end()
+        sink.put(0, "fwd/(model)", x * 10)
+        x.add_(100)
+        batches.end()
+    sink.close()
+    assert inner.records == [
+        (0, "in/(model).0", [[0]]),
+        (0, "fwd/(model)", [[0]]),
+        (1, "in/(model).0", [[1]]),
+        (1, "fwd/(model)", [[10]]),
+        (2, "in/(model).0", [[2]]),
+        (2, "fwd/(model)", [[20]]),
+        (3, "in/(model).0", [[3]]),
+        (3, "fwd/(model)", [[30]]),
+    ]
+    assert inner.steps_ended == 4
+    assert writer.environment["detcheck.rows.unsplit"].endswith("recorded in no sample: fwd/pos")

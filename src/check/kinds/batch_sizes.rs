@@ -1,0 +1,202 @@
+//! The `batch_sizes` check: a `command` program run at each of the spec's batch sizes, every
+//! sample's records compared with the first size's (batch invariance of an unmodified program).
+//!
+//! Main type: [`BatchSizes`], its unit. Its runs are run 1 with each batch size
+//! (`RunPlan::batch_size`, `series.rs`): the size is `{batch}` in the program's arguments and in
+//! `params.env`, and the launch asks its recorder for each sample's rows (`DETCHECK_RECORD=rows`,
+//! `launch/mod.rs`): every module output's row of a sample is that sample's record, at step = the
+//! sample's place in the stream of samples the program feeds its model. So a record's step is a
+//! sample, not an optimizer step, and every size's run is compared with the first size's, record
+//! by record, by the one comparison engine (`compare_traces`, every record).
+//!
+//! Determinism: each size's run is run 1 (its perturbation) at that size, so the outcome is a
+//! function of the scenario and of the program's arithmetic at each batch size. The first size
+//! is the base; the runs are made in the order of `batch_sizes`.
+//!
+//! Limits: there is no drill-down to the first differing element: a re-run's capture takes a
+//! record's whole tensor, not a sample's row, so a divergence names its sample and record (the
+//! module output) and says that its runs are not re-run for the element. The Python API
+//! `detcheck.torch.batch_invariance` names the operator, on a model in a test. What a sample is,
+//! and which outputs have one row per sample, is the recorder's (the Python package's); a program
+//! that writes its own traces records whatever it writes.
+
+use super::series::compare_series;
+use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
+use crate::compare::{compare_traces, Divergence, TraceView};
+use crate::record::{RankTrace, Trace};
+use crate::run::RunError;
+use crate::scenario::RunPlan;
+use std::collections::BTreeMap;
+
+/// The `batch_sizes` check's unit.
+pub(super) struct BatchSizes;
+
+/// The plan of a run at batch size `batch`, recording each sample's rows.
+fn batch_plan(batch: usize) -> RunPlan {
+    RunPlan {
+        batch_size: Some(batch),
+        ..RunPlan::default()
+    }
+}
+
+impl CheckUnit for BatchSizes {
+    fn sides(&self) -> (&'static str, &'static str) {
+        ("first", "other")
+    }
+
+    /// The program at each of its `batch_sizes`, every sample's records compared with the first
+    /// size's.
+    fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
+        let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
+        let run_at = |batch: usize| run_planned(runner, scenario, options, 1, &batch_plan(batch));
+        compare_series(
+            &scenario.spec.batch_sizes,
+            run_at,
+            |a, b| {
+                let (a, b, one_sided) = common_records(a, b);
+                let mut c = compare_traces(&a, &b, TraceView::All);
+                if one_sided > 0 {
+                    c.notes.push(format!(
+                        "{one_sided} record(s) of one size only, not compared (a tensor \
+                         shared by the batch whose first dimension equals one size's rows)"
+                    ));
+                }
+                c
+            },
+            |a, b| format!("batch {a} (first) vs batch {b}; a record's step is its sample"),
+            |b| format!("batch {b}"),
+            "batch sizes",
+        )
+    }
+
+    /// None: a capture takes a record's whole tensor, not a sample's row (module doc, limits).
+    fn drill_down<'a>(
+        &self,
+        _runs: &Runs<'a>,
+        _d: &Divergence,
+        _pair: Option<&'a Pair>,
+    ) -> Option<Drill<'a>> {
+        None
+    }
+}
+
+/// The records `a` and `b` both hold, and how many one of them holds alone: at each step (a
+/// sample) of each rank that both runs hold, a record is kept when the other run's same step
+/// holds its name as often as its occurrence (a sample one run lacks stays whole, for the engine
+/// to report). The recorder splits a tensor into samples where its first dimension is the
+/// batch's rows, so a tensor the batch shares (a `[1, T, D]` table, a position vector) is a
+/// sample's record at the one size whose rows equal its first dimension, and at no other: not a
+/// difference of the sample's values. Records keep their order; `seq` is renumbered.
+fn common_records(a: &Trace, b: &Trace) -> (Trace, Trace, usize) {
+    let mut one_sided = 0;
+    let mut keep = |mine: &RankTrace, theirs: &RankTrace| -> RankTrace {
+        let mut held: BTreeMap<(u64, &str), usize> = BTreeMap::new();
+        for r in &theirs.records {
+            *held.entry((r.step, r.name.as_str())).or_default() += 1;
+        }
+        let steps: std::collections::BTreeSet<u64> =
+            theirs.records.iter().map(|r| r.step).collect();
+        let mut seen: BTreeMap<(u64, &str), usize> = BTreeMap::new();
+        let mut seq: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut out = RankTrace {
+            rank: mine.rank,
+            records: Vec::with_capacity(mine.records.len()),
+            environment: mine.environment.clone(),
+            digest: mine.digest,
+        };
+        for r in &mine.records {
+            let k = seen.entry((r.step, r.name.as_str())).or_default();
+            *k += 1;
+            let shared = steps.contains(&r.step);
+            if shared && held.get(&(r.step, r.name.as_str())).copied().unwrap_or(0) < *k {
+                one_sided += 1;
+                continue;
+            }
+            let next = seq.entry(r.step).or_default();
+            let mut kept = r.clone();
+            kept.seq = *next;
+            *next += 1;
+            out.records.push(kept);
+        }
+        out
+    };
+    let mut left = Trace { ranks: Vec::new() };
+    let mut right = Trace { ranks: Vec::new() };
+    for (x, y) in a.ranks.iter().zip(&b.ranks) {
+        left.ranks.push(keep(x, y));
+        right.ranks.push(keep(y, x));
+    }
+    // A rank one run has and the other lacks stays, for the engine to report.
+    left.ranks
+        .extend(a.ranks.iter().skip(b.ranks.len()).cloned());
+    right
+        .ranks
+        .extend(b.ranks.iter().skip(a.ranks.len()).cloned());
+    (left, right, one_sided)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+    use crate::value::digest::{Md5Digest, Stats};
+
+    fn trace(records: &[(u64, &str, u8)]) -> Trace {
+        let records = records
+            .iter()
+            .map(|&(step, name, bits)| Record {
+                rank: 0,
+                step,
+                seq: 0,
+                name: name.into(),
+                replicated: false,
+                dtype: crate::value::tensor::DType::F32,
+                shape: vec![1, 4],
+                md5: Md5Digest([bits; 16]),
+                stats: Stats::default(),
+                shard: None,
+            })
+            .collect();
+        Trace {
+            ranks: vec![RankTrace {
+                rank: 0,
+                records,
+                environment: None,
+                digest: crate::value::DigestKind::CURRENT,
+            }],
+        }
+    }
+
+    /// A tensor the batch shares is a sample's record at one size only: left out, counted; a
+    /// record both sizes hold is compared however it differs, in its order.
+    #[test]
+    fn records_of_one_size_only_are_left_out_and_counted() {
+        let one = trace(&[
+            (0, "in", 1),
+            (0, "pos", 9),
+            (0, "fwd/a", 2),
+            (0, "fwd/a", 3),
+        ]);
+        let eight = trace(&[(0, "in", 1), (0, "fwd/a", 2), (0, "fwd/a", 4), (1, "in", 5)]);
+        let (left, right, one_sided) = common_records(&one, &eight);
+        assert_eq!(one_sided, 1, "`pos` at batch 1");
+        let names = |t: &Trace| -> Vec<(u64, u32, String)> {
+            t.ranks[0]
+                .records
+                .iter()
+                .map(|r| (r.step, r.seq, r.name.clone()))
+                .collect()
+        };
+        let kept = vec![
+            (0, 0, "in".into()),
+            (0, 1, "fwd/a".into()),
+            (0, 2, "fwd/a".into()),
+        ];
+        assert_eq!(names(&left), kept);
+        // A sample one size lacks stays: the engine reports it.
+        assert_eq!(names(&right)[..3], kept[..]);
+        assert_eq!(names(&right)[3], (1, 0, "in".into()));
+        let c = compare_traces(&left, &right, TraceView::All);
+        assert_eq!(c.first.map(|d| (d.step, d.seq)), Some((0, 2)));
+    }
+}
