@@ -1,8 +1,8 @@
 """The `batch_sizes` check from the command line (issue 56, item 1): an unmodified script run
 with `{batch}` taking each size in turn, each sample's records compared with its records at the
 first size, a sample a step (docs/checks.md, "batch_sizes"). A tiny GPT-2 generating greedily
-is caught at sample 0 in its first layer; a model of row-wise operations passes with every
-sample compared, every time.
+is caught at sample 0 in its first layer, the operator named (`aten.addmm`); a model of
+row-wise operations passes with every sample compared, every time.
 
 Needs torch; the GPT-2 needs transformers (CI installs both).
 """
@@ -31,6 +31,14 @@ def test_a_tiny_gpt2_generating_in_batches_fails_at_sample_0_in_its_first_layer(
     assert first["check"] == "batch_sizes" and first["step"] == 0, first
     assert first["name"].startswith("fwd/transformer.h.0."), first
     assert batch["note"] == "batch 1 (first) vs batch 8; a record's step is its sample", batch
+    # Inside it, the operator: the prefill's matrix product, 6 rows against 48, at the script's
+    # line that called generate.
+    operator = first["operator"]
+    assert operator["finding"] == "batch_variant" and operator["sizes"] == [1, 8], operator
+    assert operator["call"]["operator"] == "aten.addmm.default", operator
+    assert "6x64" in operator["call"]["inputs"] and "48x64" in operator["other_inputs"], operator
+    assert operator["call"]["site"].endswith("generate.py:32"), operator
+    assert "pad every batch to one fixed size" in line["detail"], line
 
 
 def test_a_model_of_row_wise_operations_passes_with_every_sample_compared(detcheck_bin):

@@ -145,6 +145,20 @@ pub enum OperatorFinding {
         /// What is known of this operator and how to make it reproducible.
         hint: Option<Advice>,
     },
+    /// The `batch_sizes` check: the first operator of the module's call that reads the batch
+    /// and gives the sample other output rows at the other batch size, every operator before it
+    /// having given the sample equal rows (so its input rows were equal): its arithmetic
+    /// depends on the batch (its shapes, a split of a reduction, a kernel chosen by size).
+    BatchVariant {
+        /// The traced window (`forward`).
+        window: String,
+        /// The call, its inputs' shapes at the first size.
+        call: OperatorCall,
+        /// The two batch sizes, the first then the other.
+        sizes: (usize, usize),
+        /// Its inputs' shapes at the other size.
+        other_inputs: Vec<String>,
+    },
     /// Why the operators could not be compared.
     Unavailable {
         /// Why.
@@ -280,6 +294,21 @@ impl fmt::Display for OperatorFinding {
                     None => Ok(()),
                 }
             }
+            OperatorFinding::BatchVariant {
+                window,
+                call,
+                sizes: (first, other),
+                other_inputs,
+            } => write!(
+                f,
+                "{call} ({window}) gave the sample other output rows at batch {other} than at \
+                 batch {first} from equal input rows (its inputs at batch {other}: {}): its \
+                 arithmetic depends on the shape (a kernel or a split of its reduction chosen by \
+                 the shape); pad every batch to one fixed size (which holds on one CPU thread: \
+                 on more, the threads split the batch by position), or use a batch-invariant \
+                 kernel for this operator (docs/causes.md, shape dependence)",
+                other_inputs.join(", ")
+            ),
             OperatorFinding::Unavailable { reason } => write!(f, "not named: {reason}"),
         }
     }

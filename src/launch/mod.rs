@@ -27,8 +27,10 @@
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
 //! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update; `flow` (`run --dump`): every record, and each module's tensor inputs that are no tensor recorded before them in the step (`in/<module>.N`: what code between modules made), so `compare --align` sees every module's input (unset or `all`: every record of every step); `rows` (the `batch_sizes` check): each sample's rows of every module output, at step = the sample's place in the stream of samples the program feeds its model |
+//! | `DETCHECK_ROWS_INSIDE` | with `DETCHECK_RECORD=rows`: `<sample>:<call>:<record name>`: the recorder also writes, at the sample's step, the sample's rows of each `aten` operator that reads the batch inside that call of that record's module (`op/NNNN/<module>/<operator>/out`), with each one's input shapes and line in the environment (`detcheck.rows.op:N`, `site:rows:N`): the `batch_sizes` check's drill-down to the operator; read by `detcheck._rows` |
 //!
-//! The last three are read by the Python package's start-up hook ([`RecorderPlan`]), which records
+//! `DETCHECK_STOP_AFTER`, `DETCHECK_DETERMINISTIC` and `DETCHECK_RECORD` are read by the Python
+//! package's start-up hook ([`RecorderPlan`]), which records
 //! a program that opens no writer of its own (python/README.md, "Zero-change recording").
 //!
 //! Determinism: the values are a function of the scenario and the launch. `DETCHECK_LAUNCH`
@@ -100,6 +102,8 @@ pub const STOP_AFTER_VAR: &str = "DETCHECK_STOP_AFTER";
 pub const DETERMINISTIC_VAR: &str = "DETCHECK_DETERMINISTIC";
 /// `DETCHECK_RECORD`.
 pub const RECORD_VAR: &str = "DETCHECK_RECORD";
+/// `DETCHECK_ROWS_INSIDE`.
+pub const ROWS_INSIDE_VAR: &str = "DETCHECK_ROWS_INSIDE";
 
 /// What the zero-change recorder of the Python package is asked to do besides recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

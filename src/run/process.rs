@@ -511,6 +511,9 @@ impl<'a> CommandLaunch<'a> {
         for (name, value) in plan.to_env() {
             cmd.env(name, value);
         }
+        if let Some(inside) = &self.request.plan.rows_inside {
+            cmd.env(crate::launch::ROWS_INSIDE_VAR, inside);
+        }
         let hash_seed_pinned = setting_names(plan.deterministic).contains(&"PYTHONHASHSEED");
         if !self.command.env.contains_key("PYTHONHASHSEED") && !hash_seed_pinned {
             cmd.env("PYTHONHASHSEED", self.hash_seed());

@@ -40,6 +40,11 @@ pub struct RunPlan {
     /// `batch_sizes` check sets it).
     #[serde(default)]
     pub batch_size: Option<usize>,
+    /// With `batch_size`: the operators of one module call to record too, for one sample
+    /// (`DETCHECK_ROWS_INSIDE`, `launch`): `<sample>:<call>:<record name>`, the `batch_sizes`
+    /// check's drill-down to the operator.
+    #[serde(default)]
+    pub rows_inside: Option<String>,
 }
 
 /// Everything a rank program may use: its communicator, its recorder and its random streams.

@@ -129,10 +129,12 @@ class Recorder(LifecycleRecorder):
         if self._state.rows:
             # The `batch_sizes` check: each call of the model is a batch (or of `generate`,
             # `_startup`), whose samples `RowsSink` writes when it ends.
-            recording.sink = _rows.RowsSink(recording.sink, self._writer)
+            sink = recording.sink = _rows.RowsSink(recording.sink, self._writer)
             self._batch_hooks = [
                 MODULE_HOOKS.before(model, self._batch_begins, with_kwargs=True, first=True),
                 MODULE_HOOKS.after(model, self._batch_ends),
+                # The drill-down's re-run: one module call's operators (DETCHECK_ROWS_INSIDE).
+                *_rows.Inside.install(model, sink, self._writer, MODULE_HOOKS),
             ]
         if model is root:
             # This call's pre-hooks were collected before the handle's was added: its evidence

@@ -29,6 +29,7 @@ changes its state in ``forward`` (batch norm in training mode) is compared as it
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ import torch
 import torch.utils._python_dispatch
 from torch.utils import _pytree as pytree
 
+from . import _evidence
 from ._contract import ROOT
 from ._torch_frontend import TORCH
 
@@ -300,6 +302,8 @@ class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
         #: The tensors that hold the batch, by ``id`` (kept alive: no id is reused meanwhile).
         self.batch: dict[int, torch.Tensor] = {}
         self.calls: list[tuple[str, bytes, str]] = []
+        #: Each call's line in the program (``_evidence.call_site``), when a list is given.
+        self.sites: list[str | None] | None = None
 
     def holds(self, tensors) -> None:
         for t in tensors:
@@ -316,6 +320,8 @@ class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
         rows = [_rows(t, self.sample, self.size) for t in outs]
         shapes = _shapes(ins)
         self.calls.append((str(func), b"\0".join(_bits(r) for r in rows if r is not None), shapes))
+        if self.sites is not None:
+            self.sites.append(_evidence.call_site(sys._getframe(1)))
         return out
 
 

@@ -28,10 +28,12 @@ inference). A batch's records are held in memory until it ends.
 """
 
 import functools
+import os
 
 import torch
+from torch.utils import _python_dispatch
 
-__all__ = ["BATCHES", "Batches", "RowsSink", "rows_of", "wrap_generate"]
+__all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "rows_of", "wrap_generate"]
 
 
 def rows_of(args, kwargs):
@@ -84,6 +86,8 @@ class RowsSink:
         self._next = 0
         #: Names recorded whole in no sample (module doc, limits).
         self._unsplit = set()
+        #: Records of one sample each (``put_sample``): (sample, name, tensor).
+        self._own = []
 
     def put(self, step, name, tensor, replicated=False, state=False):
         rows = self._batches.rows
@@ -92,9 +96,15 @@ class RowsSink:
             self._unsplit.add(name)
             return
         try:
-            self._held.append((name, tensor.detach().clone()))
+            with _python_dispatch._disable_current_modes():  # no operator of the model's
+                self._held.append((name, tensor.detach().clone()))
         except Exception:
             self._unsplit.add(name)
+
+    def put_sample(self, sample, name, tensor):
+        """A record of one sample only (an operator's rows, ``Inside``), written after the
+        sample's rows of the batch's records."""
+        self._own.append((sample, name, tensor))
 
     def put_state(self, step, items, replicated):
         """Gradients and parameters are no sample's (module doc, limits)."""
@@ -105,14 +115,23 @@ class RowsSink:
     def flush(self, rows):
         """The batch ended: each sample's rows of its records, at the sample's step."""
         held, self._held = self._held, []
+        own, self._own = self._own, []
         if not held or rows is None:
             return
         for i in range(rows):
             step = self._next + i
             for name, tensor in held:
                 self._inner.put(step, name, tensor[i : i + 1])
+            for sample, name, tensor in own:
+                if sample == step:
+                    self._inner.put(step, name, tensor)
             self._inner.end_step()
         self._next += rows
+
+    @property
+    def first_sample(self):
+        """The sample of the open batch's first row."""
+        return self._next
 
     def close(self):
         if self._held:
@@ -149,3 +168,79 @@ def wrap_generate(module, batches=BATCHES):
 
     generate._detcheck_batch = True
     mixin.generate = generate
+
+
+#: The launch's request for one module call's operators (``DETCHECK_ROWS_INSIDE``:
+#: ``<sample>:<call>:<record name>``, ``detcheck::launch``).
+INSIDE_VAR = "DETCHECK_ROWS_INSIDE"
+
+
+class Inside:
+    """The ``batch_sizes`` check's drill-down to the operator (``DETCHECK_ROWS_INSIDE``): in
+    call ``call`` (counted within the batch) of the module that made record ``name``, in the
+    batch that holds ``sample``, every ``aten`` operator that reads the batch
+    (``_batch._OperatorRows``: the module's inputs or what such operators made), the sample's
+    rows of its outputs written as ``op/NNNN/<module>/<operator>/out`` at the sample's step,
+    with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
+    the environment. ``install`` hooks the module, or returns ``None``."""
+
+    def __init__(self, sink, writer, module, label, sample, call):
+        self._sink, self._writer = sink, writer
+        self._module, self._label = module, label
+        self._sample, self._call = sample, call
+        self._calls = 0
+        self._batch = None
+        self._mode = None
+
+    @classmethod
+    def install(cls, model, sink, writer, hooks):
+        """From the launch's ``DETCHECK_ROWS_INSIDE``: the module found by its record's name
+        (``fwd/<module>``, or ``fwd/<module>.N`` for a tuple's N-th tensor) in ``model``,
+        hooked through ``hooks`` (``_tensors.MODULE_HOOKS``); the hooks' handles, or ``[]``."""
+        asked = os.environ.get(INSIDE_VAR)
+        if not asked:
+            return []
+        try:
+            sample, call, name = asked.split(":", 2)
+            label = name[len("fwd/") :]
+            modules = dict(model.named_modules())
+            modules["(model)"] = model
+            if label not in modules and "." in label:
+                label = label.rsplit(".", 1)[0]
+            module = modules[label]
+            inside = cls(sink, writer, module, label, int(sample), int(call))
+        except Exception as e:
+            writer.add_environment("detcheck.rows.inside", f"not traced: {asked}: {e!r}")
+            return []
+        return [
+            hooks.before(module, inside._begins, with_kwargs=True),
+            hooks.after(module, inside._ends, first=True),
+        ]
+
+    def _begins(self, module, args, kwargs):
+        batch = (BATCHES.rows, self._sink.first_sample)
+        if batch != self._batch:  # a new batch: its calls are counted anew
+            self._batch, self._calls = batch, 0
+        rows, first = batch
+        call, self._calls = self._calls, self._calls + 1
+        if rows is None or not first <= self._sample < first + rows or call != self._call:
+            return
+        from ._batch import _OperatorRows
+
+        self._mode = _OperatorRows(self._sample - first, rows)
+        self._mode.holds(torch.utils._pytree.tree_leaves((args, kwargs)))
+        self._mode.sites = []
+        self._mode.__enter__()
+
+    def _ends(self, module, args, output):
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        mode.__exit__(None, None, None)
+        for i, (operator, bits, shapes) in enumerate(mode.calls):
+            row = torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else torch.zeros(0)
+            self._sink.put_sample(self._sample, f"op/{i:04}/{self._label}/{operator}/out", row)
+            self._writer.add_environment(f"detcheck.rows.op:{i}", shapes)
+            site = mode.sites[i] if i < len(mode.sites) else None
+            if site is not None:
+                self._writer.add_environment(f"site:rows:{i}", site)

@@ -13,19 +13,26 @@
 //! function of the scenario and of the program's arithmetic at each batch size. The first size
 //! is the base; the runs are made in the order of `batch_sizes`.
 //!
-//! Limits: there is no drill-down to the first differing element: a re-run's capture takes a
-//! record's whole tensor, not a sample's row, so a divergence names its sample and record (the
-//! module output) and says that its runs are not re-run for the element. The Python API
-//! `detcheck.torch.batch_invariance` names the operator, on a model in a test. What a sample is,
+//! The operator: when the first divergence is a module output (`fwd/*`), both sizes run once
+//! more, each recording the sample's rows of every operator that reads the batch inside that
+//! call of the module (`RunPlan::rows_inside`, `DETCHECK_ROWS_INSIDE`), and the first operator
+//! whose rows differ is the divergence's operator finding (`OperatorFinding::BatchVariant`, with
+//! both sizes' input shapes and the program's line): every operator before it gave equal rows.
+//!
+//! Limits: there is no drill-down to the first differing element (a re-run's capture takes a
+//! record's whole tensor, not a sample's row): a divergence names its sample, record and
+//! operator, and says that its runs are not re-run for the element. What a sample is,
 //! and which outputs have one row per sample, is the recorder's (the Python package's); a program
 //! that writes its own traces records whatever it writes.
 
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, Divergence, TraceView};
+use crate::compare::{Difference, OperatorCall, OperatorFinding};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// The `batch_sizes` check's unit.
@@ -49,7 +56,10 @@ impl CheckUnit for BatchSizes {
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
         let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
         let run_at = |batch: usize| run_planned(runner, scenario, options, 1, &batch_plan(batch));
-        compare_series(
+        // The first differing pair's records as compared (each sample's records both sizes
+        // hold), where the first divergence's call of its module is counted.
+        let compared_left: RefCell<Option<Trace>> = RefCell::new(None);
+        let mut found = compare_series(
             &scenario.spec.batch_sizes,
             run_at,
             |a, b| {
@@ -61,12 +71,25 @@ impl CheckUnit for BatchSizes {
                          shared by the batch whose first dimension equals one size's rows)"
                     ));
                 }
+                if !c.is_identical() && compared_left.borrow().is_none() {
+                    *compared_left.borrow_mut() = Some(a);
+                }
                 c
             },
             |a, b| format!("batch {a} (first) vs batch {b}; a record's step is its sample"),
             |b| format!("batch {b}"),
             "batch sizes",
-        )
+        )?;
+        let left = compared_left.into_inner();
+        if let (Some((first, other, _)), Some(left), true) =
+            (&found.differing, left, options.element_detail)
+        {
+            let sizes = (*first, *other);
+            if let Some(d) = found.comparison.first.as_mut() {
+                d.operator = name_operator(runs, d, &left, sizes)?;
+            }
+        }
+        Ok(found)
     }
 
     /// None: a capture takes a record's whole tensor, not a sample's row (module doc, limits).
@@ -133,6 +156,115 @@ fn common_records(a: &Trace, b: &Trace) -> (Trace, Trace, usize) {
         .ranks
         .extend(b.ranks.iter().skip(a.ranks.len()).cloned());
     (left, right, one_sided)
+}
+
+/// The operator that breaks the sample's invariance, where the first divergence `d` is a module
+/// output (`fwd/*`) of the compared records `left` at `sizes` (first, other): both sizes run
+/// again, each recording the sample's rows of every operator that reads the batch inside that
+/// call of the module (`RunPlan::rows_inside`, `detcheck._rows`), and the first whose rows differ
+/// is named ([`OperatorFinding::BatchVariant`]): every operator before it gave equal rows, so
+/// its input rows were equal. `None` where `d` is no module output of a digest (an input of the
+/// model: the sizes fed other samples).
+fn name_operator(
+    runs: &Runs<'_>,
+    d: &Divergence,
+    left: &Trace,
+    (first, other): (usize, usize),
+) -> Result<Option<OperatorFinding>, RunError> {
+    if d.difference != Difference::Digest || !d.name.starts_with("fwd/") {
+        return Ok(None);
+    }
+    let call = left
+        .ranks
+        .iter()
+        .filter(|r| r.rank == d.rank)
+        .flat_map(|r| &r.records)
+        .filter(|r| r.step == d.step && r.name == d.name && r.seq < d.seq)
+        .count();
+    let inside = format!("{}:{call}:{}", d.step, d.name);
+    let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
+    let run_inside = |batch: usize| {
+        let plan = RunPlan {
+            rows_inside: Some(inside.clone()),
+            ..batch_plan(batch)
+        };
+        run_planned(runner, scenario, options, 1, &plan)
+    };
+    let (a, b) = (run_inside(first)?, run_inside(other)?);
+    let operators = |t: &Trace| -> Vec<(
+        String,
+        crate::value::digest::Md5Digest,
+        Vec<String>,
+        Option<String>,
+    )> {
+        let Some(rank) = t.ranks.iter().find(|r| r.rank == d.rank) else {
+            return Vec::new();
+        };
+        let env = |key: String| {
+            rank.environment
+                .as_ref()
+                .and_then(|e| e.get(&key))
+                .map(str::to_owned)
+        };
+        rank.records
+            .iter()
+            .filter(|r| r.step == d.step && r.name.starts_with("op/"))
+            .enumerate()
+            .map(|(i, r)| {
+                let inputs = env(format!("detcheck.rows.op:{i}"))
+                    .map(|s| s.split(", ").map(str::to_owned).collect())
+                    .unwrap_or_default();
+                (r.name.clone(), r.md5, inputs, env(format!("site:rows:{i}")))
+            })
+            .collect()
+    };
+    let (mine, theirs) = (operators(&a), operators(&b));
+    let window = "forward".to_owned();
+    if mine.is_empty() || theirs.is_empty() {
+        return Ok(Some(OperatorFinding::Unavailable {
+            reason: format!(
+                "the re-runs at batch {first} and {other} recorded no operator of `{}` call {call} \
+                 for sample {} (a program that records itself, or a module the recorder cannot \
+                 find by the record's name)",
+                d.name, d.step
+            ),
+        }));
+    }
+    for (i, (l, r)) in mine.iter().zip(&theirs).enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        if l.0 != r.0 {
+            let part = |name: &str| name.split('/').nth(3).unwrap_or(name).to_owned();
+            return Ok(Some(OperatorFinding::DifferentOperators {
+                window,
+                index,
+                left: part(&l.0),
+                right: part(&r.0),
+            }));
+        }
+        if l.1 != r.1 {
+            // `op/NNNN/<module>/<operator>/out`: a module's name has no `/`.
+            let parts: Vec<&str> = l.0.split('/').collect();
+            let call = OperatorCall {
+                index,
+                operator: parts.get(3).copied().unwrap_or_default().to_owned(),
+                module: parts.get(2).copied().unwrap_or_default().to_owned(),
+                inputs: l.2.clone(),
+                output: 0,
+                site: l.3.clone(),
+            };
+            return Ok(Some(OperatorFinding::BatchVariant {
+                window,
+                call,
+                sizes: (first, other),
+                other_inputs: r.2.clone(),
+            }));
+        }
+    }
+    Ok(Some(OperatorFinding::NoOperatorDiffers {
+        window,
+        calls: u32::try_from(mine.len().min(theirs.len())).unwrap_or(u32::MAX),
+        compiled: None,
+    }))
 }
 
 #[cfg(test)]

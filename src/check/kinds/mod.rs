@@ -276,11 +276,12 @@ impl<'a> Runs<'a> {
                 right,
                 left_trace,
             }) => element::find(&d, left_trace, &left, &right),
+            // What the unit's own comparison found of the operator stays (`batch_sizes`).
             None => (
                 ElementFinding::Unavailable(NoElementDetail::NotCaptured {
                     reason: format!("`{}` runs are not re-run for the element", outcome.kind),
                 }),
-                None,
+                d.operator.clone(),
             ),
         };
         // Operators are traced in programs (`detcheck.torch.watch`), never in built-in kinds,
