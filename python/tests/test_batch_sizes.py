@@ -72,8 +72,14 @@ class _Collect:
 
 
 class _Writer:
-    def __init__(self):
+    """A writer that keeps what it is given: dense CPU rows reach it directly as numpy."""
+
+    def __init__(self, records):
         self.environment = {}
+        self.records = records
+
+    def record(self, step, name, array):
+        self.records.append((step, name, array.tolist()))
 
     def add_environment(self, key, value):
         self.environment[key] = value
@@ -83,7 +89,8 @@ def test_rows_are_written_sample_by_sample_and_shared_tensors_are_counted():
     import torch
     from detcheck import _rows
 
-    batches, inner, writer = _rows.Batches(), _Collect(), _Writer()
+    batches, inner = _rows.Batches(), _Collect()
+    writer = _Writer(inner.records)
     sink = _rows.RowsSink(inner, writer, batches)
     for start in (0, 2):  # two batches of 2 rows; the second's in-place change is not seen
         x = torch.arange(start, start + 2).reshape(2, 1)

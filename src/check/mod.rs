@@ -559,10 +559,10 @@ pub fn run_checks(
 /// Runs the scenario's checks with `runner` and reports each outcome. On MPI ranks, `backends`
 /// is added where it applies and compares run 1 with the same run on thread ranks.
 ///
-/// Run 1, run 2 when `repeat` is asked, then each check's unit (`kinds/`) in the order of the
-/// checks, each making the runs of its own; then what follows from the outcomes: n/a for a check
-/// that compared nothing, the element detail, the cause of a program's `repeat`,
-/// `--deterministic`'s settings, the unperturbed runs.
+/// Run 1 (under `kinds::first_plan`), run 2 when `repeat` is asked, then each check's unit
+/// (`kinds/`) in the order of the checks, each making the runs of its own; then what follows
+/// from the outcomes: n/a for a check that compared nothing, the element detail, the cause of a
+/// program's `repeat`, `--deterministic`'s settings, the unperturbed runs.
 pub(crate) fn run_checks_on(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
@@ -575,7 +575,8 @@ pub(crate) fn run_checks_on(
         checks.push(CheckKind::Backends);
     }
     // Run k runs under perturbation k (rotation k − 1).
-    let first = kinds::run_of(runner, scenario, options, 1)?;
+    let first_plan = kinds::first_plan(scenario, &checks);
+    let first = kinds::run_planned(runner, scenario, options, 1, &first_plan)?;
     let second = if checks.contains(&CheckKind::Repeat) {
         Some(kinds::run_of(runner, scenario, options, 2)?)
     } else {
@@ -586,6 +587,7 @@ pub(crate) fn run_checks_on(
         scenario,
         options,
         first: &first,
+        first_plan,
         second: second.as_ref(),
     };
     // Each kind's unit makes its own runs and compares, in the order of the checks; a kind

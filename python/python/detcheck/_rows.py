@@ -33,6 +33,8 @@ import os
 import torch
 from torch.utils import _python_dispatch
 
+from ._tensors import host
+
 __all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "rows_of", "wrap_generate"]
 
 
@@ -118,10 +120,21 @@ class RowsSink:
         own, self._own = self._own, []
         if not held or rows is None:
             return
+        # A dense CPU tensor of a numpy dtype goes to the writer as numpy rows (no call of the
+        # sink's per record: a batch of 64 rows is 64 records a tensor); any other through the
+        # sink, row by row.
+        held = [(name, tensor, host(tensor)) for name, tensor in held]
+        record = self._writer.record
         for i in range(rows):
             step = self._next + i
-            for name, tensor in held:
-                self._inner.put(step, name, tensor[i : i + 1])
+            for name, tensor, array in held:
+                if isinstance(array, torch.Tensor):
+                    self._inner.put(step, name, tensor[i : i + 1])
+                else:
+                    try:
+                        record(step, name, array[i : i + 1])
+                    except Exception as e:  # never into the program (`TorchSink.put`'s promise)
+                        self._unsplit.add(f"{name} (recording it failed: {e!r})")
             for sample, name, tensor in own:
                 if sample == step:
                     self._inner.put(step, name, tensor)

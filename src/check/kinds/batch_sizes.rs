@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 pub(super) struct BatchSizes;
 
 /// The plan of a run at batch size `batch`, recording each sample's rows.
-fn batch_plan(batch: usize) -> RunPlan {
+pub(super) fn batch_plan(batch: usize) -> RunPlan {
     RunPlan {
         batch_size: Some(batch),
         ..RunPlan::default()
@@ -55,7 +55,14 @@ impl CheckUnit for BatchSizes {
     /// size's.
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
         let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
-        let run_at = |batch: usize| run_planned(runner, scenario, options, 1, &batch_plan(batch));
+        // Run 1 is the first size's run when this is the only check (`first_plan`).
+        let run_at = |batch: usize| {
+            let plan = batch_plan(batch);
+            if plan == runs.first_plan {
+                return Ok(runs.first.clone());
+            }
+            run_planned(runner, scenario, options, 1, &plan)
+        };
         // The first differing pair's records as compared (each sample's records both sizes
         // hold), where the first divergence's call of its module is counted.
         let compared_left: RefCell<Option<Trace>> = RefCell::new(None);

@@ -182,6 +182,16 @@ pub(crate) fn run_of(
     run_planned(on, scenario, options, k, &RunPlan::default())
 }
 
+/// The plan of run 1: the default, or, when `batch_sizes` is the only check, its first size's
+/// (each sample's rows), so that the unit takes run 1 as its first size's run and a passing
+/// check of N sizes launches the program N times.
+pub(crate) fn first_plan(scenario: &LoadedScenario, checks: &[CheckKind]) -> RunPlan {
+    match (checks, scenario.spec.batch_sizes.first()) {
+        ([CheckKind::BatchSizes], Some(&first)) => batch_sizes::batch_plan(first),
+        _ => RunPlan::default(),
+    }
+}
+
 /// [`run_of`] under `plan` (a loader's workers, a bucket layout).
 pub(crate) fn run_planned(
     on: &dyn Runner,
@@ -215,6 +225,8 @@ pub(crate) struct Runs<'a> {
     pub(crate) options: &'a CheckOptions,
     /// Run 1.
     pub(crate) first: &'a Trace,
+    /// The plan run 1 was made under ([`first_plan`]).
+    pub(crate) first_plan: RunPlan,
     /// Run 2, when `repeat` is asked.
     pub(crate) second: Option<&'a Trace>,
 }
