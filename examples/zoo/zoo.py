@@ -71,14 +71,15 @@ def interpreter(program, python=sys.executable):
     return str(found)
 
 
-def prepare(program, workdir, planted=None, python=sys.executable):
+def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch}"):
     """Copies the program's folder into ``workdir``, applies ``planted``'s patch, runs the
     setup commands and returns the copy with its command (run by ``interpreter``'s Python,
-    whose folder is first on PATH)."""
+    whose folder is first on PATH). ``batch``: what ``{batch}`` in the command becomes (kept
+    for the check, whose `batch_sizes` runs substitute it; a size for the plain run)."""
     root = Path(workdir) / program["folder"]
     shutil.copytree(ZOO / program["folder"], root)
     python = interpreter(program, python)
-    values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port()}
+    values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port(), "batch": batch}
     if planted and planted.get("patch"):
         subprocess.run(["git", "apply", str(ZOO / planted["patch"])], cwd=root, check=True)
     cwd = root / program["cwd"]
@@ -152,9 +153,21 @@ def judge(line, verdict, kind, where, compared=()):
         if c is None or c["status"] != "passed":
             said = "not run" if c is None else f"{c['status']}: {c.get('skip_reason') or ''}"
             why.append(f"{name} expected to pass having compared records ({said})")
-    cause = (line.get("first_divergence") or {}).get("cause") or {}
+    first = line.get("first_divergence") or {}
+    cause = first.get("cause") or {}
     found = line["verdict"]
-    if cause:
+    operator = first.get("operator") or {}
+    if kind == "shape_dependence":
+        # The `batch_sizes` check names no cause of `repeat`: the operator finding is its class
+        # (docs/causes.md, "Shape dependence"), its call's line the program's.
+        site = (operator.get("call") or {}).get("site") or ""
+        if operator.get("finding") != "batch_variant":
+            why.append(f"operator {operator.get('finding')}, expected batch_variant")
+        else:
+            found = f"{kind} at {site} (`{operator['call']['operator']}`)"
+        if where and not site.endswith(where):
+            why.append(f"{where} not named (the operator's site {site or '-'})")
+    elif cause:
         site = cause.get("site") or ""
         found = f"{cause['kind']}" + (f" at {site}" if site else "")
         if kind and cause["kind"] != kind:
@@ -182,7 +195,7 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
     name = program["name"]
     if not ci_only or program.get("ci"):
         with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
-            copy = prepare(program, tmp, python=python)
+            copy = prepare(program, tmp, python=python, batch=str(program.get("plain_batch")))
             plain = _plain(copy) if program.get("timed", True) else None
             copy = prepare(program, Path(tmp) / "check", python=python)
             line, seconds = check(detcheck, program, copy)

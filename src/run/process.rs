@@ -489,48 +489,7 @@ impl<'a> CommandLaunch<'a> {
                     .env("LOCAL_WORLD_SIZE", self.world_size.to_string());
             }
         }
-        let plan = RecorderPlan {
-            stop_after: self
-                .command
-                .stop_after_steps
-                .then_some(self.request.spec.steps),
-            deterministic: self.deterministic_settings(),
-            record: if self.request.plan.batch_size.is_some() {
-                // The `batch_sizes` check: each sample's rows, at step = the sample.
-                RecordMode::Rows
-            } else if self.request.unperturbed {
-                RecordMode::EndState
-            } else if self.request.dump.is_some() && self.request.inside.is_none() {
-                // `run --dump`: the dump is read by `compare --align`, which needs each
-                // module's input where code between modules made it.
-                RecordMode::Flow
-            } else {
-                RecordMode::All
-            },
-        };
-        for (name, value) in plan.to_env() {
-            cmd.env(name, value);
-        }
-        if let Some(inside) = &self.request.plan.rows_inside {
-            cmd.env(crate::launch::ROWS_INSIDE_VAR, inside);
-        }
-        let hash_seed_pinned = setting_names(plan.deterministic).contains(&"PYTHONHASHSEED");
-        if !self.command.env.contains_key("PYTHONHASHSEED") && !hash_seed_pinned {
-            cmd.env("PYTHONHASHSEED", self.hash_seed());
-        }
-        if self.command.deterministic {
-            // The launch variables of `hints::deterministic()` asked for, unless the scenario
-            // sets them.
-            let asked = setting_names(plan.deterministic);
-            for hint in hints::deterministic().filter(|h| h.subject == Subject::Setting) {
-                if asked.contains(&hint.name) && !self.command.env.contains_key(hint.name) {
-                    cmd.env(hint.name, hint.value);
-                }
-            }
-        }
-        for (name, value) in &self.command.env {
-            cmd.env(name, substitute(value, &values));
-        }
+        self.recorder_env(&mut cmd, &values);
         let tag = rank.map_or_else(|| "launcher".to_owned(), |r| format!("rank{r}"));
         let log = |stream: &str| -> Result<(File, PathBuf), RunError> {
             let path = self.folder.0.join(format!("{tag}.{stream}"));
@@ -580,6 +539,54 @@ impl<'a> CommandLaunch<'a> {
             srun,
             msrun,
         })
+    }
+
+    /// What the program's recorder is asked (`RecorderPlan`: the steps, the deterministic
+    /// settings, what it records; the `batch_sizes` drill-down's `DETCHECK_ROWS_INSIDE`), the
+    /// hash seed, the settings' launch variables, then the scenario's own `params.env`.
+    fn recorder_env(&self, cmd: &mut Command, values: &TemplateValues) {
+        let plan = RecorderPlan {
+            stop_after: self
+                .command
+                .stop_after_steps
+                .then_some(self.request.spec.steps),
+            deterministic: self.deterministic_settings(),
+            record: if self.request.plan.batch_size.is_some() {
+                // The `batch_sizes` check: each sample's rows, at step = the sample.
+                RecordMode::Rows
+            } else if self.request.unperturbed {
+                RecordMode::EndState
+            } else if self.request.dump.is_some() && self.request.inside.is_none() {
+                // `run --dump`: the dump is read by `compare --align`, which needs each
+                // module's input where code between modules made it.
+                RecordMode::Flow
+            } else {
+                RecordMode::All
+            },
+        };
+        for (name, value) in plan.to_env() {
+            cmd.env(name, value);
+        }
+        if let Some(inside) = &self.request.plan.rows_inside {
+            cmd.env(crate::launch::ROWS_INSIDE_VAR, inside);
+        }
+        let hash_seed_pinned = setting_names(plan.deterministic).contains(&"PYTHONHASHSEED");
+        if !self.command.env.contains_key("PYTHONHASHSEED") && !hash_seed_pinned {
+            cmd.env("PYTHONHASHSEED", self.hash_seed());
+        }
+        if self.command.deterministic {
+            // The launch variables of `hints::deterministic()` asked for, unless the scenario
+            // sets them.
+            let asked = setting_names(plan.deterministic);
+            for hint in hints::deterministic().filter(|h| h.subject == Subject::Setting) {
+                if asked.contains(&hint.name) && !self.command.env.contains_key(hint.name) {
+                    cmd.env(hint.name, hint.value);
+                }
+            }
+        }
+        for (name, value) in &self.command.env {
+            cmd.env(name, substitute(value, values));
+        }
     }
 
     /// Starts every process of the launch, in this launch's rank order.
