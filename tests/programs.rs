@@ -536,7 +536,7 @@ fn batch_sizes_compare_each_sample_across_batch_sizes_and_catch_a_batch_split() 
     for needle in [
         "batch_sizes: expected identical, but ",
         "(batch 1 (first) vs batch 3; a record's step is its sample)",
-        "first divergence: step 0 rank 0 seq 0 `head`: md5 differs",
+        "first divergence: sample 0 rank 0 seq 0 `head`: md5 differs",
         "`batch_sizes` runs are not re-run for the element",
     ] {
         assert!(out.stdout.contains(needle), "{needle}:\n{}", out.stdout);

@@ -297,7 +297,13 @@ fn describe_environment(c: &Comparison, (left, right): (&str, &str)) -> String {
 /// A multi-line description of a divergence: where, and both records' md5s and stats.
 #[must_use]
 fn describe_divergence(d: &Divergence, outcome: &CheckOutcome) -> String {
-    let mut out = format!("  first divergence: {d}\n");
+    // `step N rank R ...`, or `sample N ...` where a record's step is its sample.
+    let text = d.to_string();
+    let text = match text.strip_prefix("step ") {
+        Some(rest) => format!("{} {rest}", outcome.kind.step_word()),
+        None => text,
+    };
+    let mut out = format!("  first divergence: {text}\n");
     let (left_label, right_label) = outcome.side_labels();
     let (left_rank, right_rank) = outcome.record_ranks(d);
     for (label, rank, record) in [

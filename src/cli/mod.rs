@@ -976,7 +976,10 @@ fn check_scenario<'s>(
         Outcome::Ran(report) => {
             let first = report
                 .first_divergence()
-                .map(|(check, d)| format!("{check}: step {} rank {} `{}`", d.step, d.rank, d.name))
+                .map(|(check, d)| {
+                    let step = check.step_word();
+                    format!("{check}: {step} {} rank {} `{}`", d.step, d.rank, d.name)
+                })
                 .unwrap_or_else(|| "-".to_owned());
             let records = report.num_compared().to_string();
             // Checks that could not apply are listed as such, never as passes.

@@ -81,6 +81,18 @@ impl Device {
     }
 }
 
+impl CheckKind {
+    /// What a record's step is in this check's reports: `step`, or `sample` for
+    /// `batch_sizes`, whose recorder writes each sample at its own step.
+    #[must_use]
+    pub fn step_word(self) -> &'static str {
+        match self {
+            CheckKind::BatchSizes => "sample",
+            _ => "step",
+        }
+    }
+}
+
 impl fmt::Display for CheckKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
