@@ -22,7 +22,7 @@
 //! catch.
 
 use detcheck::file::TraceWriter;
-use detcheck::launch::{RecordMode, RecorderPlan};
+use detcheck::launch::{RecordMode, RecorderPlan, ROWS_KEY};
 use detcheck::value::{derive_stream, Stream, TensorData};
 use detcheck::Tensor;
 use std::collections::HashMap;
@@ -158,6 +158,13 @@ fn run() -> Result<(), String> {
 /// sums of its features, recorded per batch, or per sample when the launch asks for rows.
 fn serve(writer: &mut TraceWriter, args: &Args, rank: u64, batch: usize) -> Result<(), String> {
     let rows = RecorderPlan::from_env().map_err(|e| e.to_string())?.record == RecordMode::Rows;
+    if rows {
+        // What tells the `batch_sizes` check that this trace holds samples.
+        writer
+            .environment_handle()
+            .set(ROWS_KEY, "samples")
+            .map_err(|e| e.to_string())?;
+    }
     let samples = 4 * args.steps;
     let named = features();
     let heads: [Vec<f32>; 2] = [

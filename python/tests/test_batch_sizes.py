@@ -115,3 +115,16 @@ def test_rows_are_written_sample_by_sample_and_shared_tensors_are_counted():
     ]
     assert inner.steps_ended == 4
     assert writer.environment["detcheck.rows.unsplit"].endswith("recorded in no sample: fwd/pos")
+
+
+def test_a_program_that_records_itself_gets_batch_sizes_na_with_the_reason(detcheck_bin):
+    """A program that writes its own traces (`detcheck.torch.watch`) writes no samples: its
+    records are per step, not per sample, so comparing them across batch sizes would compare
+    batches. The check is n/a, and says why, never a failure or a pass."""
+    script = PROGRAMS / "torch" / "torch_ddp.py"
+    (line,) = check(
+        detcheck_bin, "--batch-sizes", "1,2", "--", sys.executable, script, code=1
+    ).scenarios.values()
+    (batch,) = line["checks"]
+    assert batch["status"] == "skipped", batch
+    assert batch["skip_reason"].startswith("the program's recorder wrote no samples"), batch

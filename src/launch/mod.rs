@@ -104,6 +104,11 @@ pub const DETERMINISTIC_VAR: &str = "DETCHECK_DETERMINISTIC";
 pub const RECORD_VAR: &str = "DETCHECK_RECORD";
 /// `DETCHECK_ROWS_INSIDE`.
 pub const ROWS_INSIDE_VAR: &str = "DETCHECK_ROWS_INSIDE";
+/// The environment entry a recorder writes into a trace of samples (`DETCHECK_RECORD=rows`:
+/// each sample's rows at the sample's step), `samples`: a run of the `batch_sizes` check whose
+/// traces hold none wrote no samples (a recorder without rows, a program that records itself),
+/// and the check is n/a.
+pub const ROWS_KEY: &str = "detcheck.rows";
 
 /// What the zero-change recorder of the Python package is asked to do besides recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

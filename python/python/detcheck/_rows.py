@@ -82,6 +82,8 @@ class RowsSink:
         self._writer = writer
         self._batches = batches
         batches.sink = self
+        # What tells the `batch_sizes` check that this trace holds samples (`ROWS_KEY`).
+        writer.add_environment("detcheck.rows", "samples")
         #: The records of the open batch: (name, a copy of the tensor).
         self._held = []
         #: The first sample of the next batch.

@@ -32,11 +32,26 @@ use crate::compare::{Difference, OperatorCall, OperatorFinding};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 /// The `batch_sizes` check's unit.
 pub(super) struct BatchSizes;
+
+/// Why the check is n/a when a size's run wrote no samples.
+const NO_SAMPLES: &str = "the program's recorder wrote no samples (no `detcheck.rows` in its \
+     traces: MindSpore's recorder has no rows yet, and a program that records itself records \
+     what it writes): nothing to compare sample by sample";
+
+/// Whether a run's traces hold samples: a rank's recorder said so (`launch::ROWS_KEY`).
+fn holds_samples(trace: &Trace) -> bool {
+    trace.ranks.iter().any(|r| {
+        r.environment
+            .as_ref()
+            .and_then(|e| e.get(crate::launch::ROWS_KEY))
+            .is_some()
+    })
+}
 
 /// The plan of a run at batch size `batch`, recording each sample's rows.
 pub(super) fn batch_plan(batch: usize) -> RunPlan {
@@ -56,12 +71,18 @@ impl CheckUnit for BatchSizes {
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
         let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
         // Run 1 is the first size's run when this is the only check (`first_plan`).
+        let without_samples = Cell::new(false);
         let run_at = |batch: usize| {
             let plan = batch_plan(batch);
-            if plan == runs.first_plan {
-                return Ok(runs.first.clone());
+            let trace = if plan == runs.first_plan {
+                runs.first.clone()
+            } else {
+                run_planned(runner, scenario, options, 1, &plan)?
+            };
+            if !holds_samples(&trace) {
+                without_samples.set(true);
             }
-            run_planned(runner, scenario, options, 1, &plan)
+            Ok(trace)
         };
         // The first differing pair's records as compared (each sample's records both sizes
         // hold), where the first divergence's call of its module is counted.
@@ -87,6 +108,12 @@ impl CheckUnit for BatchSizes {
             |b| format!("batch {b}"),
             "batch sizes",
         )?;
+        if without_samples.get() {
+            return Ok(Compared {
+                skipped: Some(NO_SAMPLES),
+                ..Compared::nothing()
+            });
+        }
         let left = compared_left.into_inner();
         if let (Some((first, other, _)), Some(left), true) =
             (&found.differing, left, options.element_detail)
