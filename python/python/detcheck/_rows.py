@@ -12,7 +12,13 @@ it keeps the records of a batch (a copy of each) and, when the batch ends, write
 made. So the trace of a run at batch size 1 and the trace at batch size 8 hold, at each step,
 the records of one sample, and the one comparison engine compares them record by record.
 
-Main types: ``Batches`` (``BATCHES``: where a batch begins and ends), ``RowsSink``; and
+A recorder that writes samples says so in the trace's environment (``detcheck.rows:
+samples``): a run of the check without it is n/a there. A record the batch shares may still be
+a sample's at the one size whose rows its first dimension equals; the check leaves a record one
+size holds alone out of its comparison, and counts it (``src/check/kinds/batch_sizes.rs``).
+
+Main types: ``Batches`` (``BATCHES``: where a batch begins and ends), ``RowsSink``,
+``Inside`` (the drill-down's re-run: one module call's operators, ``DETCHECK_ROWS_INSIDE``); and
 ``wrap_generate`` (``generate``'s batch, installed when ``transformers.generation.utils`` is
 imported into a rows launch).
 
@@ -197,7 +203,7 @@ class Inside:
     (``_batch._OperatorRows``: the module's inputs or what such operators made), the sample's
     rows of its outputs written as ``op/NNNN/<module>/<operator>/out`` at the sample's step,
     with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
-    the environment. ``install`` hooks the module, or returns ``None``."""
+    the environment. ``install`` hooks the module, or hooks nothing."""
 
     def __init__(self, sink, writer, module, label, sample, call):
         self._sink, self._writer = sink, writer
