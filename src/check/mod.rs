@@ -501,6 +501,13 @@ fn nothing_compared(kind: CheckKind, first: &Trace) -> String {
                 model, tensor or training step)"
             .to_owned();
     }
+    if kind == CheckKind::WorldSizes {
+        return "compared nothing: no record is replicated at two of the world sizes (at one \
+                rank every gradient and parameter is, trivially; at more, only what a \
+                data-parallel wrapper or a replicated DTensor replicates: a hand-written \
+                tensor-parallel layer's parameters are shards, not replicas)"
+            .to_owned();
+    }
     if kind != CheckKind::Replicas {
         let (left, right) = kinds::unit(kind).sides();
         return format!(

@@ -14,6 +14,7 @@ use super::series::compare_series;
 use super::{run_of, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::check::element::Side;
 use crate::compare::{compare_traces, is_sharded, Divergence, TraceView};
+use crate::record::Trace;
 use crate::run::{perturbation, runner_for, RunError, RunRequest};
 use crate::scenario::{LoadedScenario, RunPlan};
 
@@ -44,7 +45,17 @@ impl CheckUnit for WorldSizes {
         compare_series(
             &sizes,
             run_at,
-            |a, b| compare_traces(a, b, TraceView::RankZeroReplicated),
+            |a, b| {
+                let (a, alone) = replicated_at_both(a, b);
+                let mut c = compare_traces(&a, b, TraceView::RankZeroReplicated);
+                if alone > 0 {
+                    c.notes.push(format!(
+                        "{alone} record(s) replicated at world size 1 only (a world of one holds \
+                         its records alike trivially), not compared"
+                    ));
+                }
+                c
+            },
             |a, b| format!("world size {a} (smallest) vs {b} (larger)"),
             |w| format!("world size {w}"),
             "world sizes",
@@ -81,6 +92,40 @@ impl CheckUnit for WorldSizes {
             left_trace: base,
         })
     }
+}
+
+/// `small` with its rank 0's records that `large`'s rank 0 does not hold as replicated marked
+/// as not replicated, and how many, where `small` is a world of one: its recorder holds every
+/// gradient and parameter alike trivially (`world_of_one`), while at more ranks only what the
+/// program's structure replicates is (a data-parallel wrapper). A record of the larger world that
+/// nothing replicates (hand-written tensor parallelism: each rank's parameter is a shard, no
+/// replica) is then not compared against the whole tensor of the world of one, where it would be
+/// a record "only in" one run, not a difference of values. Unchanged otherwise.
+fn replicated_at_both(small: &Trace, large: &Trace) -> (Trace, usize) {
+    let mut out = small.clone();
+    if small.world_size() != 1 {
+        return (out, 0);
+    }
+    let replicated: std::collections::BTreeSet<&str> = large
+        .ranks
+        .first()
+        .map(|r| {
+            r.records
+                .iter()
+                .filter(|x| x.replicated)
+                .map(|x| x.name.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut alone = 0;
+    for record in out.ranks.iter_mut().flat_map(|r| r.records.iter_mut()) {
+        if record.replicated && record.shard.is_none() && !replicated.contains(record.name.as_str())
+        {
+            record.replicated = false;
+            alone += 1;
+        }
+    }
+    (out, alone)
 }
 
 impl<'a> Runs<'a> {
