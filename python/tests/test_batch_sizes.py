@@ -37,7 +37,7 @@ def test_a_tiny_gpt2_generating_in_batches_fails_at_sample_0_in_its_first_layer(
     assert operator["finding"] == "batch_variant" and operator["sizes"] == [1, 8], operator
     assert operator["call"]["operator"] == "aten.addmm.default", operator
     assert "6x64" in operator["call"]["inputs"] and "48x64" in operator["other_inputs"], operator
-    assert operator["call"]["site"].endswith("generate.py:32"), operator
+    assert operator["call"]["site"].endswith("generate.py:33"), operator
     assert "pad every batch to one fixed size" in line["detail"], line
 
 

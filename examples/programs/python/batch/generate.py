@@ -7,7 +7,7 @@ step is a matrix-vector product alone and a matrix product in a batch), so
 
 fails `batch_sizes` at sample 0 in the first attention projection (docs/checks.md).
 
-    python generate.py [--batch-size N] [--prompts N] [--tokens N]
+    python generate.py [--batch-size N] [--prompts N] [--tokens N] [--device cuda]
 """
 
 import argparse
@@ -19,14 +19,15 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--prompts", type=int, default=8)
 parser.add_argument("--tokens", type=int, default=4)
+parser.add_argument("--device", default="cpu")
 args = parser.parse_args()
 
 torch.manual_seed(0)
 config = GPT2Config(
     n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64, bos_token_id=0, eos_token_id=0
 )
-model = GPT2LMHeadModel(config).eval()
-prompts = torch.randint(1, 128, (args.prompts, 6))
+model = GPT2LMHeadModel(config).eval().to(args.device)
+prompts = torch.randint(1, 128, (args.prompts, 6)).to(args.device)
 for start in range(0, args.prompts, args.batch_size):
     batch = prompts[start : start + args.batch_size]
     out = model.generate(
