@@ -39,6 +39,7 @@ import os
 import torch
 from torch.utils import _python_dispatch
 
+from ._detcheck import operator_record_name
 from ._tensors import host
 
 __all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "rows_of", "wrap_generate"]
@@ -201,13 +202,14 @@ class Inside:
     call ``call`` (counted within the batch) of the module that made record ``name``, in the
     batch that holds ``sample``, every ``aten`` operator that reads the batch
     (``_batch._OperatorRows``: the module's inputs or what such operators made), the sample's
-    rows of its outputs written as ``op/NNNN/<module>/<operator>/out`` at the sample's step,
+    rows of its outputs written at the sample's step as the operator trace names a call's
+    first output (``operator_record_name``: ``op/NNNN/<module>/<operator>/out0``),
     with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
     the environment. ``install`` hooks the module, or hooks nothing."""
 
-    def __init__(self, sink, writer, module, label, sample, call):
+    def __init__(self, sink, writer, label, sample, call):
         self._sink, self._writer = sink, writer
-        self._module, self._label = module, label
+        self._label = label
         self._sample, self._call = sample, call
         self._calls = 0
         self._batch = None
@@ -229,7 +231,7 @@ class Inside:
             if label not in modules and "." in label:
                 label = label.rsplit(".", 1)[0]
             module = modules[label]
-            inside = cls(sink, writer, module, label, int(sample), int(call))
+            inside = cls(sink, writer, label, int(sample), int(call))
         except Exception as e:
             writer.add_environment("detcheck.rows.inside", f"not traced: {asked}: {e!r}")
             return []
@@ -260,7 +262,8 @@ class Inside:
         mode.__exit__(None, None, None)
         for i, (operator, bits, shapes) in enumerate(mode.calls):
             row = torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else torch.zeros(0)
-            self._sink.put_sample(self._sample, f"op/{i:04}/{self._label}/{operator}/out", row)
+            name = operator_record_name(i, self._label, operator, "out", 0)
+            self._sink.put_sample(self._sample, name, row)
             self._writer.add_environment(f"detcheck.rows.op:{i}", shapes)
             site = mode.sites[i] if i < len(mode.sites) else None
             if site is not None:

@@ -28,10 +28,11 @@
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::compare::{Difference, OperatorCall, OperatorFinding};
+use crate::compare::{operator_call, Difference, OperatorCall, OperatorFinding};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
+use crate::value::digest::Md5Digest;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
@@ -192,6 +193,18 @@ fn common_records(a: &Trace, b: &Trace) -> (Trace, Trace, usize) {
     (left, right, one_sided)
 }
 
+/// One operator call of a sample in a drill-down re-run (`name_operator`).
+struct Traced {
+    operator: String,
+    module: String,
+    /// The digest of the sample's rows of its outputs.
+    md5: Md5Digest,
+    /// Its inputs' shapes (`detcheck.rows.op:N`).
+    inputs: Vec<String>,
+    /// The program's line (`site:rows:N`).
+    site: Option<String>,
+}
+
 /// The operator that breaks the sample's invariance, where the first divergence `d` is a module
 /// output (`fwd/*`) of the compared records `left` at `sizes` (first, other): both sizes run
 /// again, each recording the sample's rows of every operator that reads the batch inside that
@@ -225,12 +238,9 @@ fn name_operator(
         run_planned(runner, scenario, options, 1, &plan)
     };
     let (a, b) = (run_inside(first)?, run_inside(other)?);
-    let operators = |t: &Trace| -> Vec<(
-        String,
-        crate::value::digest::Md5Digest,
-        Vec<String>,
-        Option<String>,
-    )> {
+    // Each side's operator calls for the sample, in order, read by the operator trace's own
+    // grammar (`operator_call`), with their input shapes and lines from the environment.
+    let operators = |t: &Trace| -> Vec<Traced> {
         let Some(rank) = t.ranks.iter().find(|r| r.rank == d.rank) else {
             return Vec::new();
         };
@@ -242,13 +252,17 @@ fn name_operator(
         };
         rank.records
             .iter()
-            .filter(|r| r.step == d.step && r.name.starts_with("op/"))
+            .filter(|r| r.step == d.step)
+            .filter_map(|r| operator_call(&r.name).map(|call| (r, call)))
             .enumerate()
-            .map(|(i, r)| {
-                let inputs = env(format!("detcheck.rows.op:{i}"))
+            .map(|(i, (r, call))| Traced {
+                operator: call.operator.to_owned(),
+                module: call.module.to_owned(),
+                md5: r.md5,
+                inputs: env(format!("detcheck.rows.op:{i}"))
                     .map(|s| s.split(", ").map(str::to_owned).collect())
-                    .unwrap_or_default();
-                (r.name.clone(), r.md5, inputs, env(format!("site:rows:{i}")))
+                    .unwrap_or_default(),
+                site: env(format!("site:rows:{i}")),
             })
             .collect()
     };
@@ -266,31 +280,28 @@ fn name_operator(
     }
     for (i, (l, r)) in mine.iter().zip(&theirs).enumerate() {
         let index = u32::try_from(i).unwrap_or(u32::MAX);
-        if l.0 != r.0 {
-            let part = |name: &str| name.split('/').nth(3).unwrap_or(name).to_owned();
+        if l.operator != r.operator {
             return Ok(Some(OperatorFinding::DifferentOperators {
                 window,
                 index,
-                left: part(&l.0),
-                right: part(&r.0),
+                left: l.operator.clone(),
+                right: r.operator.clone(),
             }));
         }
-        if l.1 != r.1 {
-            // `op/NNNN/<module>/<operator>/out`: a module's name has no `/`.
-            let parts: Vec<&str> = l.0.split('/').collect();
+        if l.md5 != r.md5 {
             let call = OperatorCall {
                 index,
-                operator: parts.get(3).copied().unwrap_or_default().to_owned(),
-                module: parts.get(2).copied().unwrap_or_default().to_owned(),
-                inputs: l.2.clone(),
+                operator: l.operator.clone(),
+                module: l.module.clone(),
+                inputs: l.inputs.clone(),
                 output: 0,
-                site: l.3.clone(),
+                site: l.site.clone(),
             };
             return Ok(Some(OperatorFinding::BatchVariant {
                 window,
                 call,
                 sizes: (first, other),
-                other_inputs: r.2.clone(),
+                other_inputs: r.inputs.clone(),
             }));
         }
     }

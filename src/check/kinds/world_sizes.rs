@@ -46,8 +46,9 @@ impl CheckUnit for WorldSizes {
             &sizes,
             run_at,
             |a, b| {
-                let (a, alone) = replicated_at_both(a, b);
-                let mut c = compare_traces(&a, b, TraceView::RankZeroReplicated);
+                let narrowed = replicated_at_both(a, b);
+                let (a, alone) = narrowed.as_ref().map_or((a, 0), |(t, n)| (t, *n));
+                let mut c = compare_traces(a, b, TraceView::RankZeroReplicated);
                 if alone > 0 {
                     c.notes.push(format!(
                         "{alone} record(s) replicated at world size 1 only (a world of one holds \
@@ -100,12 +101,13 @@ impl CheckUnit for WorldSizes {
 /// program's structure replicates is (a data-parallel wrapper). A record of the larger world that
 /// nothing replicates (hand-written tensor parallelism: each rank's parameter is a shard, no
 /// replica) is then not compared against the whole tensor of the world of one, where it would be
-/// a record "only in" one run, not a difference of values. Unchanged otherwise.
-fn replicated_at_both(small: &Trace, large: &Trace) -> (Trace, usize) {
-    let mut out = small.clone();
+/// a record "only in" one run, not a difference of values. `None` (compare `small` as it is)
+/// where `small` is more than one rank.
+fn replicated_at_both(small: &Trace, large: &Trace) -> Option<(Trace, usize)> {
     if small.world_size() != 1 {
-        return (out, 0);
+        return None;
     }
+    let mut out = small.clone();
     let replicated: std::collections::BTreeSet<&str> = large
         .ranks
         .first()
@@ -125,7 +127,7 @@ fn replicated_at_both(small: &Trace, large: &Trace) -> (Trace, usize) {
             alone += 1;
         }
     }
-    (out, alone)
+    Some((out, alone))
 }
 
 impl<'a> Runs<'a> {
