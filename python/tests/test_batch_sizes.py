@@ -128,16 +128,3 @@ def test_a_program_that_records_itself_gets_batch_sizes_na_with_the_reason(detch
     (batch,) = line["checks"]
     assert batch["status"] == "skipped", batch
     assert batch["skip_reason"].startswith("the program's recorder wrote no samples"), batch
-
-
-def test_hand_written_tensor_parallelism_is_world_sizes_na_not_a_failure_on_shards(detcheck_bin):
-    """At 1 rank every parameter is replicated trivially, at 2 a hand-written tensor-parallel
-    layer's parameters are shards that nothing marks: compared whole against shard, they were a
-    failure ("only in A") though nothing diverged. Now n/a, with the reason."""
-    script = BATCH / "tp_infer.py"
-    args = ("--checks", "world_sizes", "--world-sizes", "1,2", "--", sys.executable, script)
-    (line,) = check(detcheck_bin, *args, code=1).scenarios.values()
-    assert line["verdict"] == "n/a", line
-    (sizes,) = line["checks"]
-    assert sizes["status"] == "skipped", sizes
-    assert "no record is replicated at two of the world sizes" in sizes["skip_reason"], sizes

@@ -747,10 +747,10 @@ def test_a_sharded_record_carries_its_placement_in_the_trace(detcheck_bin, tmp_p
 def test_tensor_parallel_across_world_sizes_reports_differing_records(detcheck_bin, tmp_path):
     # RowwiseParallel sums two partial products where one rank's matmul sums them in one
     # order: the global tensors are not bitwise equal across world sizes, and the check says
-    # which records differ (a failure with a divergence, not an error).
+    # which records differ (a failure with a divergence, not an error), and names the
+    # all-reduce that adds the parts (the DTensor twin of test_tp_sizes.py).
     run = check(
         detcheck_bin,
-        "--no-diagnosis",
         "--launcher",
         "torchrun",
         "--ranks",
@@ -769,4 +769,6 @@ def test_tensor_parallel_across_world_sizes_reports_differing_records(detcheck_b
     )
     (line,) = run.scenarios.values()
     assert line["status"] == "failed", run.out
-    assert line["first_divergence"]["name"], line
+    operator = line["first_divergence"]["operator"]
+    assert operator["finding"] == "split_work", operator
+    assert operator["collective"]["operator"] == "_c10d_functional.all_reduce.default", operator

@@ -502,10 +502,10 @@ fn nothing_compared(kind: CheckKind, first: &Trace) -> String {
             .to_owned();
     }
     if kind == CheckKind::WorldSizes {
-        return "compared nothing: no record is replicated at two of the world sizes (at one \
-                rank every gradient and parameter is, trivially; at more, only what a \
-                data-parallel wrapper or a replicated DTensor replicates: a hand-written \
-                tensor-parallel layer's parameters are shards, not replicas)"
+        return "compared nothing: no record is held alike at two of the world sizes (at one \
+                rank every record is, trivially; at more, what a data-parallel wrapper or a \
+                replicated DTensor replicates and what every rank holds with equal bits: a \
+                hand-written tensor-parallel layer's parameters are shards, not replicas)"
             .to_owned();
     }
     if kind != CheckKind::Replicas {

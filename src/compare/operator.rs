@@ -159,6 +159,25 @@ pub enum OperatorFinding {
         /// Its inputs' shapes at the other size.
         other_inputs: Vec<String>,
     },
+    /// An input of the operator differed in shape between the sides: the two sides split the
+    /// module's work differently (a tensor-parallel layer's weight is a shard at more ranks,
+    /// whole at one), and where a collective inside the module joins the parts' results, it is
+    /// named: a sum split over ranks and added by a collective is rounded in an order that
+    /// follows the split, so its bits follow the world size.
+    SplitWork {
+        /// The traced window.
+        window: String,
+        /// The first call whose output differs, its inputs' layouts on the left side.
+        call: OperatorCall,
+        /// The input that differs in shape.
+        input: u32,
+        /// That input's layout on the right side.
+        other: String,
+        /// The first collective inside the window (`c10d.*`), on the side that ran it, or
+        /// `None` when neither side ran one there.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        collective: Option<OperatorCall>,
+    },
     /// Why the operators could not be compared.
     Unavailable {
         /// Why.
@@ -309,6 +328,36 @@ impl fmt::Display for OperatorFinding {
                  kernel for this operator (docs/causes.md, shape dependence)",
                 other_inputs.join(", ")
             ),
+            OperatorFinding::SplitWork {
+                window,
+                call,
+                input,
+                other,
+                collective,
+            } => {
+                let here = call.inputs.get(*input as usize).map_or("?", String::as_str);
+                let split = format!(
+                    "the two sides split the module's work differently: input {input} of {call} \
+                     is {here} on one side and {other} on the other (a shard of a \
+                     tensor-parallel layer's weight)"
+                );
+                match collective {
+                    Some(c) => write!(
+                        f,
+                        "{c} ({window}) adds the ranks' partial results, and {split}: a sum \
+                         split over ranks and added by a collective is rounded in an order that \
+                         follows the split, so its bits follow the world size; a reduction whose \
+                         order does not (each rank's partial sums of fixed chunks, gathered and \
+                         added in chunk order at every size) makes them equal (docs/causes.md, \
+                         split reduction)"
+                    ),
+                    None => write!(
+                        f,
+                        "{split} ({window}): a reduction split otherwise is rounded otherwise \
+                         (docs/causes.md, split reduction)"
+                    ),
+                }
+            }
             OperatorFinding::Unavailable { reason } => write!(f, "not named: {reason}"),
         }
     }
@@ -547,14 +596,63 @@ pub fn random_operator(trace: &RankTrace, window: &str, pairs: u32) -> Option<Op
     None
 }
 
+/// The first call of a collective (`c10d.*`, `_c10d_functional.*`) in an operator trace, with its
+/// inputs' layouts and its line.
+fn first_collective(trace: &RankTrace) -> Option<OperatorCall> {
+    let mut found: Option<OperatorCall> = None;
+    for record in &trace.records {
+        let Some(Entry::Port {
+            index,
+            module,
+            operator,
+            port,
+        }) = parse(&record.name)
+        else {
+            continue;
+        };
+        match &mut found {
+            Some(call) if call.index == index => {
+                if let Port::Input { .. } = port {
+                    call.inputs.push(layout(record));
+                }
+            }
+            Some(_) => break,
+            None if is_collective(operator) => {
+                found = Some(OperatorCall {
+                    index,
+                    operator: operator.to_owned(),
+                    module: module.to_owned(),
+                    inputs: match port {
+                        Port::Input { .. } => vec![layout(record)],
+                        Port::Output(_) => Vec::new(),
+                    },
+                    output: 0,
+                    site: call_site(trace, index),
+                });
+            }
+            None => {}
+        }
+    }
+    found
+}
+
+/// Whether `operator` is a collective of `torch.distributed` (`c10d.allreduce_.default`,
+/// `_c10d_functional.all_reduce.default`).
+fn is_collective(operator: &str) -> bool {
+    ["c10d.", "_c10d_functional.", "c10d_functional."]
+        .iter()
+        .any(|p| operator.starts_with(p))
+}
+
 /// The operator whose output first differs between `left` and `right`, the two sides' operator
 /// traces of one window (`window`: [`traced_window`] of the divergent record), and why.
 #[must_use]
 pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> OperatorFinding {
     let window = window.to_owned();
     let unavailable = |reason: String| OperatorFinding::Unavailable { reason };
-    // The inputs of the call being read: (input index, differs, source).
-    let mut inputs: Vec<(u32, bool, InputSource, String)> = Vec::new();
+    // The inputs of the call being read: (input index, differs, source, layout, the right
+    // side's layout where it differs in shape).
+    let mut inputs: Vec<(u32, bool, InputSource, String, Option<String>)> = Vec::new();
     let mut current: Option<u32> = None;
     let mut calls = 0u32;
     for (i, (a, b)) in left.records.iter().zip(&right.records).enumerate() {
@@ -595,14 +693,15 @@ pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> Opera
         }
         match port {
             Port::Input { index: j, source } => {
-                inputs.push((j, differs(a, b), source, layout(a)));
+                let reshaped = (a.shape != b.shape).then(|| layout(b));
+                inputs.push((j, differs(a, b), source, layout(a), reshaped));
             }
             Port::Output(output) if differs(a, b) => {
                 let call = OperatorCall {
                     index,
                     operator: operator.to_owned(),
                     module: module.to_owned(),
-                    inputs: inputs.iter().map(|(.., l)| l.clone()).collect(),
+                    inputs: inputs.iter().map(|(_, _, _, l, _)| l.clone()).collect(),
                     output,
                     site: call_site(left, index),
                 };
@@ -612,7 +711,14 @@ pub fn find_operator(left: &RankTrace, right: &RankTrace, window: &str) -> Opera
                         hint: hints::for_operator(operator).map(hints::Hint::advice),
                         call,
                     },
-                    Some((input, _, source, _)) => OperatorFinding::InputFromOutside {
+                    Some((input, _, _, _, Some(other))) => OperatorFinding::SplitWork {
+                        window,
+                        call,
+                        input: *input,
+                        other: other.clone(),
+                        collective: first_collective(left).or_else(|| first_collective(right)),
+                    },
+                    Some((input, _, source, ..)) => OperatorFinding::InputFromOutside {
                         window,
                         call,
                         input: *input,
@@ -720,6 +826,54 @@ mod tests {
         // A module that draws nothing has no random operator to name.
         let addmm = trace(&[(ADDMM_IN, 1), (ADDMM_OUT, 2)]);
         assert_eq!(random_operator(&addmm, "forward", 4), None);
+    }
+
+    #[test]
+    fn a_shard_for_a_whole_weight_names_the_collective_that_adds_the_parts() {
+        // One rank's whole weight against a shard of it at two ranks, whose partial products
+        // an all-reduce adds: not a value "from outside".
+        let mm_in = "op/0000/fc/aten.mm.default/in0<in0";
+        let mm_weight = "op/0000/fc/aten.mm.default/in1";
+        let mm_out = "op/0000/fc/aten.mm.default/out0";
+        let reduce_in = "op/0001/fc/c10d.allreduce_.default/in0<op0.out0";
+        let left = trace(&[("window/in0", 1), (mm_in, 1), (mm_weight, 2), (mm_out, 3)]);
+        let mut right = trace(&[
+            ("window/in0", 1),
+            (mm_in, 1),
+            (mm_weight, 4),
+            (mm_out, 5),
+            (reduce_in, 5),
+        ]);
+        right.records[2].shape = vec![4, 4];
+        let finding = find_operator(&left, &right, "forward");
+        let OperatorFinding::SplitWork {
+            call,
+            input,
+            other,
+            collective: Some(collective),
+            ..
+        } = &finding
+        else {
+            panic!("{finding:?}");
+        };
+        assert_eq!((call.operator.as_str(), *input), ("aten.mm.default", 1));
+        assert_eq!(
+            (call.inputs[1].as_str(), other.as_str()),
+            ("f32[4,8]", "f32[4,4]")
+        );
+        assert_eq!(
+            (collective.operator.as_str(), collective.index),
+            ("c10d.allreduce_.default", 1)
+        );
+        assert_eq!(collective.inputs, ["f32[4,8]"]);
+        assert!(finding.to_string().contains("follows the split"));
+        // An input that differs in value, not shape, is still one from outside.
+        right.records[2].shape = vec![4, 8];
+        let finding = find_operator(&left, &right, "forward");
+        assert!(
+            matches!(finding, OperatorFinding::InputFromOutside { input: 1, .. }),
+            "{finding:?}"
+        );
     }
 
     #[test]

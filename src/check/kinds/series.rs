@@ -24,7 +24,8 @@ pub(super) type FirstDiffering = (Comparison, usize, Option<(Curve, Curve)>);
 
 /// Runs the scenario once per value of a series (world sizes, worker counts, batch sizes) under
 /// run 1's perturbation and compares each run with the first: the total, and a note naming the
-/// first pair that differs (`describe(first, other)`), or the whole series when none does. The
+/// first pair that differs (`describe(first, other)`), or the whole series when none does, and
+/// every pair's notes (each once, in the order of the series). The
 /// first differing pair's comparison is kept whole (its first divergence and map), with the two
 /// runs' curves (labelled `label(value)`).
 pub(super) fn compare_series(
@@ -44,11 +45,17 @@ pub(super) fn compare_series(
     let base = run_at(first)?;
     let mut found: Option<FirstDiffering> = None;
     let (mut num_compared, mut num_differing) = (0, 0);
+    let mut notes: Vec<String> = Vec::new();
     for &value in others {
         let other = run_at(value)?;
         let c = compare(&base, &other);
         num_compared += c.num_compared;
         num_differing += c.num_differing;
+        for note in &c.notes {
+            if !notes.contains(note) {
+                notes.push(note.clone());
+            }
+        }
         if found.is_none() && !c.is_identical() {
             let curves = curves_of(&base, &other, (&label(first), &label(value)));
             found = Some((c, value, curves));
@@ -63,6 +70,7 @@ pub(super) fn compare_series(
     };
     comparison.num_compared = num_compared;
     comparison.num_differing = num_differing;
+    comparison.notes = notes;
     Ok(Compared {
         comparison,
         skipped: None,

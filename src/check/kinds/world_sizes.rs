@@ -13,10 +13,12 @@
 use super::series::compare_series;
 use super::{run_of, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::check::element::Side;
-use crate::compare::{compare_traces, is_sharded, Divergence, TraceView};
-use crate::record::Trace;
+use crate::compare::{compare_traces, is_evidence, is_sharded, Divergence, TraceView};
+use crate::record::{Record, Trace};
 use crate::run::{perturbation, runner_for, RunError, RunRequest};
 use crate::scenario::{LoadedScenario, RunPlan};
+use crate::value::{DType, Md5Digest};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The `world_sizes` check's unit.
 pub(super) struct WorldSizes;
@@ -46,13 +48,26 @@ impl CheckUnit for WorldSizes {
             &sizes,
             run_at,
             |a, b| {
-                let narrowed = replicated_at_both(a, b);
-                let (a, alone) = narrowed.as_ref().map_or((a, 0), |(t, n)| (t, *n));
-                let mut c = compare_traces(a, b, TraceView::RankZeroReplicated);
-                if alone > 0 {
+                let (a, b, counts) = held_alike_at_both(a, b);
+                let mut c = compare_traces(&a, &b, TraceView::RankZeroReplicated);
+                let (small, large) = (
+                    a.world_size().min(b.world_size()),
+                    a.world_size().max(b.world_size()),
+                );
+                if counts.found > 0 {
                     c.notes.push(format!(
-                        "{alone} record(s) replicated at world size 1 only (a world of one holds \
-                         its records alike trivially), not compared"
+                        "{} record(s) that nothing marks replicated held alike by every rank at \
+                         world size {large} (such as a tensor-parallel layer's output after \
+                         its all-reduce), compared as replicated",
+                        counts.found
+                    ));
+                }
+                if counts.left_out > 0 {
+                    c.notes.push(format!(
+                        "{} record(s) replicated at world size {small} that the ranks of world \
+                         size {large} do not hold alike (a tensor-parallel layer's parameter \
+                         shards), not compared",
+                        counts.left_out
                     ));
                 }
                 c
@@ -95,39 +110,101 @@ impl CheckUnit for WorldSizes {
     }
 }
 
-/// `small` with its rank 0's records that `large`'s rank 0 does not hold as replicated marked
-/// as not replicated, and how many, where `small` is a world of one: its recorder holds every
-/// gradient and parameter alike trivially (`world_of_one`), while at more ranks only what the
-/// program's structure replicates is (a data-parallel wrapper). A record of the larger world that
-/// nothing replicates (hand-written tensor parallelism: each rank's parameter is a shard, no
-/// replica) is then not compared against the whole tensor of the world of one, where it would be
-/// a record "only in" one run, not a difference of values. `None` (compare `small` as it is)
-/// where `small` is more than one rank.
-fn replicated_at_both(small: &Trace, large: &Trace) -> Option<(Trace, usize)> {
-    if small.world_size() != 1 {
-        return None;
-    }
-    let mut out = small.clone();
-    let replicated: std::collections::BTreeSet<&str> = large
-        .ranks
-        .first()
-        .map(|r| {
-            r.records
-                .iter()
-                .filter(|x| x.replicated)
-                .map(|x| x.name.as_str())
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut alone = 0;
-    for record in out.ranks.iter_mut().flat_map(|r| r.records.iter_mut()) {
-        if record.replicated && record.shard.is_none() && !replicated.contains(record.name.as_str())
-        {
-            record.replicated = false;
-            alone += 1;
+/// The two traces with `replicated` set on rank 0's records that both sizes hold alike, and
+/// how many records that are not marked replicated were so found, the larger world's count.
+///
+/// A record is held alike in a trace when its recorder marked it replicated (a data-parallel
+/// wrapper's gradients and parameters, a replicated DTensor), when every rank of a world of more
+/// than one holds it with equal bits (a tensor-parallel layer's output after its all-reduce:
+/// nothing marks it, every rank holds it), or, in a world of one, always (one rank holds
+/// everything alike, trivially). Only what both worlds hold alike is compared: a hand-written
+/// tensor-parallel layer's parameter shards are not compared against the whole parameters of
+/// the world of one, where they would be records "only in" one run, not differences of values.
+/// Held alike is decided per (step, name, occurrence of the name in the step), with equal
+/// digests, dtypes and shapes on every rank; shards (a global tensor's) are compared as they
+/// are, never by this rule, and records of evidence (generator and loader states:
+/// [`is_evidence`]), whose values follow the world size on purpose, are never held alike by it.
+fn held_alike_at_both(a: &Trace, b: &Trace) -> (Trace, Trace, Counts) {
+    let (alike_a, alike_b) = (held_alike(a), held_alike(b));
+    let mut counts = Counts::default();
+    let mut mark = |t: &Trace| {
+        let mut out = t.clone();
+        let larger = t.world_size() == a.world_size().max(b.world_size());
+        if let Some(rank0) = out.ranks.first_mut() {
+            for (key, record) in keyed(&mut rank0.records) {
+                if record.shard.is_some() {
+                    continue;
+                }
+                let both = alike_a.contains(&key) && alike_b.contains(&key);
+                if larger && both && !record.replicated {
+                    counts.found += 1;
+                }
+                if !larger && record.replicated && !both {
+                    counts.left_out += 1;
+                }
+                record.replicated = both;
+            }
         }
-    }
-    Some((out, alone))
+        out
+    };
+    let (a, b) = (mark(a), mark(b));
+    (a, b, counts)
+}
+
+/// What [`held_alike_at_both`] changed: records of the larger world that nothing marked
+/// replicated, compared because every rank held them alike; records of the smaller world marked
+/// replicated that the larger does not hold alike, not compared.
+#[derive(Default)]
+struct Counts {
+    found: usize,
+    left_out: usize,
+}
+
+/// Each record's value (digest, dtype, shape) by its [`Key`].
+fn values(records: &[Record]) -> BTreeMap<Key, (&Md5Digest, DType, &[usize])> {
+    let mut seen = BTreeMap::new();
+    records
+        .iter()
+        .map(|r| (key_of(&mut seen, r), (&r.md5, r.dtype, r.shape.as_slice())))
+        .collect()
+}
+
+/// A record's place: (step, name, how many records of that name came before it in the step).
+type Key = (u64, String, usize);
+
+/// `r`'s [`Key`], `seen` counting the names met so far.
+fn key_of(seen: &mut BTreeMap<(u64, String), usize>, r: &Record) -> Key {
+    let n = seen.entry((r.step, r.name.clone())).or_insert(0);
+    *n += 1;
+    (r.step, r.name.clone(), *n - 1)
+}
+
+/// Each of `records` with its [`Key`].
+fn keyed(records: &mut [Record]) -> impl Iterator<Item = (Key, &mut Record)> {
+    let mut seen = BTreeMap::new();
+    records.iter_mut().map(move |r| (key_of(&mut seen, r), r))
+}
+
+/// The keys of rank 0's records that `t` holds alike ([`held_alike_at_both`]).
+fn held_alike(t: &Trace) -> BTreeSet<Key> {
+    let Some((rank0, others)) = t.ranks.split_first() else {
+        return BTreeSet::new();
+    };
+    let others: Vec<_> = others.iter().map(|r| values(&r.records)).collect();
+    let mut seen = BTreeMap::new();
+    rank0
+        .records
+        .iter()
+        .map(|r| (key_of(&mut seen, r), r))
+        .filter(|(key, r)| {
+            let value = (&r.md5, r.dtype, r.shape.as_slice());
+            r.replicated
+                || (r.shard.is_none()
+                    && !is_evidence(&r.name)
+                    && others.iter().all(|o| o.get(key) == Some(&value)))
+        })
+        .map(|(key, _)| key)
+        .collect()
 }
 
 impl<'a> Runs<'a> {
@@ -151,5 +228,75 @@ impl<'a> Runs<'a> {
             rank,
             label,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{RecordLevel, Recorder};
+    use crate::value::Tensor;
+
+    /// A trace of `world` ranks, each recording what `records(rank)` gives:
+    /// (name, values, replicated).
+    fn trace(world: u32, records: impl Fn(u32) -> Vec<(&'static str, Vec<f32>, bool)>) -> Trace {
+        Trace {
+            ranks: (0..world)
+                .map(|rank| {
+                    let mut r = Recorder::new(rank, RecordLevel::Digest);
+                    for (name, values, replicated) in records(rank) {
+                        let t = Tensor::from_vec(values);
+                        if replicated {
+                            r.record_replicated(0, name, &t);
+                        } else {
+                            r.record(0, name, &t);
+                        }
+                    }
+                    r.finish()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn what_every_rank_holds_alike_is_compared_and_shards_and_evidence_are_not() {
+        // One rank: a world of one holds its parameter replicated.
+        let one = trace(1, |_| {
+            vec![
+                ("param/w", vec![1.0, 2.0], true),
+                ("fwd/out", vec![3.0], false),
+                ("rng/torch", vec![4.0], false),
+            ]
+        });
+        // Two ranks: the parameter is a shard (each rank's own), the output after the
+        // all-reduce is held alike, the generator's state too (evidence: never by this rule).
+        let two = trace(2, |rank| {
+            vec![
+                ("param/w", vec![1.0 + rank as f32], false),
+                ("fwd/out", vec![3.0], false),
+                ("rng/torch", vec![4.0], false),
+            ]
+        });
+        let (a, b, counts) = held_alike_at_both(&one, &two);
+        let replicated = |t: &Trace| -> Vec<(String, bool)> {
+            t.ranks[0]
+                .records
+                .iter()
+                .map(|r| (r.name.clone(), r.replicated))
+                .collect()
+        };
+        let expected = vec![
+            ("param/w".to_owned(), false),
+            ("fwd/out".to_owned(), true),
+            ("rng/torch".to_owned(), false),
+        ];
+        assert_eq!(replicated(&a), expected);
+        assert_eq!(replicated(&b), expected);
+        assert_eq!((counts.found, counts.left_out), (1, 1));
+        // Ranks that hold the output differently: nothing is compared.
+        let apart = trace(2, |rank| vec![("fwd/out", vec![rank as f32], false)]);
+        let (_, b, counts) = held_alike_at_both(&one, &apart);
+        assert!(!b.ranks[0].records[0].replicated);
+        assert_eq!(counts.found, 0);
     }
 }
