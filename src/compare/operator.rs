@@ -556,50 +556,25 @@ fn call_site(trace: &RankTrace, index: u32) -> Option<String> {
 /// when the module draws nothing.
 #[must_use]
 pub fn random_operator(trace: &RankTrace, window: &str, pairs: u32) -> Option<OperatorFinding> {
-    let mut inputs: Vec<String> = Vec::new();
-    let mut current = None;
-    for record in &trace.records {
-        let Some(Entry::Port {
-            index,
-            module,
-            operator,
-            port,
-        }) = parse(&record.name)
-        else {
-            continue;
-        };
-        if current != Some(index) {
-            current = Some(index);
-            inputs.clear();
-        }
-        match port {
-            Port::Input { .. } => inputs.push(layout(record)),
-            Port::Output(_) if hints::is_random_operator(operator) => {
-                let call = OperatorCall {
-                    index,
-                    operator: operator.to_owned(),
-                    module: module.to_owned(),
-                    inputs,
-                    output: 0,
-                    site: call_site(trace, index),
-                };
-                return Some(OperatorFinding::RandomNotReproduced {
-                    window: window.to_owned(),
-                    pairs,
-                    hint: hints::for_operator(operator).map(hints::Hint::advice),
-                    call,
-                });
-            }
-            Port::Output(_) => {}
-        }
-    }
-    None
+    let call = first_call(trace, hints::is_random_operator)?;
+    Some(OperatorFinding::RandomNotReproduced {
+        window: window.to_owned(),
+        pairs,
+        hint: hints::for_operator(&call.operator).map(hints::Hint::advice),
+        call,
+    })
 }
 
 /// The first call of a collective (`c10d.*`, `_c10d_functional.*`) in an operator trace, with its
 /// inputs' layouts and its line.
 fn first_collective(trace: &RankTrace) -> Option<OperatorCall> {
-    let mut found: Option<OperatorCall> = None;
+    first_call(trace, is_collective)
+}
+
+/// The first call in an operator trace of an operator that `wanted` accepts, with its inputs'
+/// layouts and its line (output 0).
+fn first_call(trace: &RankTrace, wanted: impl Fn(&str) -> bool) -> Option<OperatorCall> {
+    let mut current: Option<OperatorCall> = None;
     for record in &trace.records {
         let Some(Entry::Port {
             index,
@@ -610,30 +585,24 @@ fn first_collective(trace: &RankTrace) -> Option<OperatorCall> {
         else {
             continue;
         };
-        match &mut found {
-            Some(call) if call.index == index => {
-                if let Port::Input { .. } = port {
-                    call.inputs.push(layout(record));
-                }
+        if current.as_ref().map(|c| c.index) != Some(index) {
+            if let Some(call) = current.take().filter(|c| wanted(&c.operator)) {
+                return Some(call);
             }
-            Some(_) => break,
-            None if is_collective(operator) => {
-                found = Some(OperatorCall {
-                    index,
-                    operator: operator.to_owned(),
-                    module: module.to_owned(),
-                    inputs: match port {
-                        Port::Input { .. } => vec![layout(record)],
-                        Port::Output(_) => Vec::new(),
-                    },
-                    output: 0,
-                    site: call_site(trace, index),
-                });
-            }
-            None => {}
+            current = Some(OperatorCall {
+                index,
+                operator: operator.to_owned(),
+                module: module.to_owned(),
+                inputs: Vec::new(),
+                output: 0,
+                site: call_site(trace, index),
+            });
+        }
+        if let (Port::Input { .. }, Some(call)) = (port, current.as_mut()) {
+            call.inputs.push(layout(record));
         }
     }
-    found
+    current.filter(|c| wanted(&c.operator))
 }
 
 /// Whether `operator` is a collective of `torch.distributed` (`c10d.allreduce_.default`,

@@ -140,14 +140,13 @@ class Recorder(LifecycleRecorder):
             # This call's pre-hooks were collected before the handle's was added: its evidence
             # and inputs are recorded here. A global pre-hook is not given the keyword
             # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
-            caller = sys._getframe(2).f_locals.get("kwargs")
-            kwargs = caller if isinstance(caller, dict) else {}
+            kwargs = _call_kwargs()
             if self._state.rows:
                 self._batch_begins(root, args, kwargs)
             self._handle.first_call_began(root, args, kwargs)
 
     def _batch_begins(self, module, args, kwargs):
-        _rows.BATCHES.begin(_rows.rows_of(args, kwargs))
+        _rows.BATCHES.begin(*_rows.batch_of(args, kwargs))
 
     def _batch_ends(self, module, args, output):
         _rows.BATCHES.end()
@@ -316,3 +315,19 @@ def start(state):
     _recorder = Recorder(state)
     _recorder.install()
     return _recorder
+
+
+def _call_kwargs():
+    """The keyword arguments of the module call whose global pre-hook is running: the calling
+    ``Module._call_impl``'s own ``kwargs`` (its ``inner`` closure's, where hooks are set), found
+    by name among the callers (a hook's own wrappers, ``Hook``, lie between); ``{}`` if none."""
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            break
+        if frame.f_code.co_name in ("inner", "_call_impl"):
+            kwargs = frame.f_locals.get("kwargs")
+            if isinstance(kwargs, dict):
+                return kwargs
+        frame = frame.f_back
+    return {}

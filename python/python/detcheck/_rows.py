@@ -6,7 +6,10 @@ A *batch* is one call of the model at the top level, or one call of Hugging Face
 batch it was given). Its rows are the first dimension of its first tensor argument (a
 positional argument, else a keyword argument, in their order). A *sample* is a row's place in
 the stream of samples the program feeds its model: the first batch's rows are samples 0 to
-R - 1, the next batch's follow. ``RowsSink`` stands between the recording engine and its sink:
+R - 1, the next batch's follow. A row whose ``attention_mask`` (a keyword argument of the
+batch's call, Hugging Face's convention) is all zero is padding, no sample: a program that pads
+every batch to one size (the fix for shape dependence) is compared sample by sample, its
+padding rows left out. ``RowsSink`` stands between the recording engine and its sink:
 it keeps the records of a batch (a copy of each) and, when the batch ends, writes sample
 ``s``'s row of each record (``tensor[i:i + 1]``) at step ``s``, in the order the records were
 made. So the trace of a run at batch size 1 and the trace at batch size 8 hold, at each step,
@@ -42,7 +45,7 @@ from torch.utils import _python_dispatch
 from ._detcheck import operator_record_name
 from ._tensors import host
 
-__all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "rows_of", "wrap_generate"]
+__all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "batch_of", "rows_of", "wrap_generate"]
 
 
 def rows_of(args, kwargs):
@@ -54,6 +57,23 @@ def rows_of(args, kwargs):
     return None
 
 
+def batch_of(args, kwargs):
+    """A call's batch: its rows (``rows_of``) and which of them are samples, as a tuple of row
+    indices, or ``None`` when all are: the rows whose ``attention_mask`` keyword argument is not
+    all zero (module doc: padding rows are no samples)."""
+    rows = rows_of(args, kwargs)
+    mask = (kwargs or {}).get("attention_mask")
+    if rows is None or not isinstance(mask, torch.Tensor) or mask.dim() < 2:
+        return rows, None
+    if mask.shape[0] != rows:
+        return rows, None
+    with _python_dispatch._disable_current_modes():  # no operator of the model's
+        padding = ~mask.reshape(rows, -1).bool().any(dim=1)
+        if not bool(padding.any()):
+            return rows, None
+        return rows, tuple(int(i) for i in (~padding).nonzero().flatten().tolist())
+
+
 class Batches:
     """Where batches begin and end (module doc): nested calls (the model's forwards inside
     ``generate``) belong to the outermost one, whose rows count."""
@@ -62,18 +82,27 @@ class Batches:
         self.depth = 0
         #: The rows of the open batch (``None``: no tensor argument gave them).
         self.rows = None
+        #: Which rows of the open batch are samples (``None``: all; ``batch_of``).
+        self.samples = None
         #: The sink that writes a batch's samples when it ends.
         self.sink = None
 
-    def begin(self, rows):
+    def begin(self, rows, samples=None):
         if self.depth == 0:
-            self.rows = rows
+            self.rows, self.samples = rows, samples
         self.depth += 1
+
+    def sample_rows(self):
+        """The open batch's rows that are samples, in order (all of them when no row is
+        padding); empty when its rows are unknown."""
+        if self.rows is None:
+            return ()
+        return range(self.rows) if self.samples is None else self.samples
 
     def end(self):
         self.depth = max(0, self.depth - 1)
         if self.depth == 0 and self.sink is not None:
-            self.sink.flush(self.rows)
+            self.sink.flush(self.rows, self.sample_rows())
 
 
 #: The batches of this process (one model is recorded: ``_auto``).
@@ -123,19 +152,21 @@ class RowsSink:
     def end_step(self):
         """The engine's steps are not samples: a sample's step is its place in the stream."""
 
-    def flush(self, rows):
-        """The batch ended: each sample's rows of its records, at the sample's step."""
+    def flush(self, rows, sample_rows=None):
+        """The batch ended: each sample's rows of its records, at the sample's step (the rows
+        ``sample_rows`` names, all ``rows`` when ``None``)."""
         held, self._held = self._held, []
         own, self._own = self._own, []
         if not held or rows is None:
             return
+        sample_rows = range(rows) if sample_rows is None else sample_rows
         # A dense CPU tensor of a numpy dtype goes to the writer as numpy rows (no call of the
         # sink's per record: a batch of 64 rows is 64 records a tensor); any other through the
         # sink, row by row.
         held = [(name, tensor, host(tensor)) for name, tensor in held]
         record = self._writer.record
-        for i in range(rows):
-            step = self._next + i
+        for k, i in enumerate(sample_rows):
+            step = self._next + k
             for name, tensor, array in held:
                 if isinstance(array, torch.Tensor):
                     self._inner.put(step, name, tensor[i : i + 1])
@@ -148,7 +179,7 @@ class RowsSink:
                 if sample == step:
                     self._inner.put(step, name, tensor)
             self._inner.end_step()
-        self._next += rows
+        self._next += len(sample_rows)
 
     @property
     def first_sample(self):
@@ -157,7 +188,7 @@ class RowsSink:
 
     def close(self):
         if self._held:
-            self.flush(self._batches.rows)
+            self.flush(self._batches.rows, self._batches.sample_rows())
         if self._batches.sink is self:
             self._batches.sink = None
         if self._unsplit:
@@ -182,7 +213,7 @@ def wrap_generate(module, batches=BATCHES):
 
     @functools.wraps(original)
     def generate(self, *args, **kwargs):
-        batches.begin(rows_of(args, kwargs))
+        batches.begin(*batch_of(args, kwargs))
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -203,7 +234,9 @@ class Inside:
     batch that holds ``sample``, every ``aten`` operator that reads the batch
     (``_batch._OperatorRows``: the module's inputs or what such operators made), the sample's
     rows of its outputs written at the sample's step as the operator trace names a call's
-    first output (``operator_record_name``: ``op/NNNN/<module>/<operator>/out0``),
+    first output (``operator_record_name``: ``op/NNNN/<module>/<operator>/out0``), after the
+    sample's rows of the module's tensor inputs (``window/inN``, as the operator trace names a
+    window's inputs),
     with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
     the environment. ``install`` hooks the module, or hooks nothing."""
 
@@ -245,13 +278,27 @@ class Inside:
         if batch != self._batch:  # a new batch: its calls are counted anew
             self._batch, self._calls = batch, 0
         rows, first = batch
+        samples = BATCHES.sample_rows()
         call, self._calls = self._calls, self._calls + 1
-        if rows is None or not first <= self._sample < first + rows or call != self._call:
+        if rows is None or not first <= self._sample < first + len(samples) or call != self._call:
             return
-        from ._batch import _OperatorRows
+        from ._batch import _bits, _OperatorRows, _rows
 
-        self._mode = _OperatorRows(self._sample - first, rows)
-        self._mode.holds(torch.utils._pytree.tree_leaves((args, kwargs)))
+        row = samples[self._sample - first]
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        # The sample's rows of the module's inputs (`window/inN`): where they already differ,
+        # no operator inside the module made the difference.
+        with _python_dispatch._disable_current_modes():
+            for j, t in enumerate(x for x in leaves if isinstance(x, torch.Tensor)):
+                rows_of_input = _rows(t, row, rows)
+                if rows_of_input is not None:
+                    bits = _bits(rows_of_input)
+                    data = torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else None
+                    self._sink.put_sample(
+                        self._sample, f"window/in{j}", data if data is not None else torch.zeros(0)
+                    )
+        self._mode = _OperatorRows(row, rows)
+        self._mode.holds(leaves)
         self._mode.sites = []
         self._mode.__enter__()
 

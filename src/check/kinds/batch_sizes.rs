@@ -28,7 +28,7 @@
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::compare::{operator_call, Difference, OperatorCall, OperatorFinding};
+use crate::compare::{operator_call, Difference, InputSource, OperatorCall, OperatorFinding};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
@@ -210,7 +210,9 @@ struct Traced {
 /// again, each recording the sample's rows of every operator that reads the batch inside that
 /// call of the module (`RunPlan::rows_inside`, `detcheck._rows`), and the first whose rows differ
 /// is named ([`OperatorFinding::BatchVariant`]): every operator before it gave equal rows, so
-/// its input rows were equal. `None` where `d` is no module output of a digest (an input of the
+/// its input rows were equal. Where the sample's rows of the module's inputs already differ
+/// (made outside any recorded module), the finding says so instead
+/// ([`OperatorFinding::InputFromOutside`] from the window's input). `None` where `d` is no module output of a digest (an input of the
 /// model: the sizes fed other samples).
 fn name_operator(
     runs: &Runs<'_>,
@@ -268,6 +270,41 @@ fn name_operator(
     };
     let (mine, theirs) = (operators(&a), operators(&b));
     let window = "forward".to_owned();
+    // The sample's rows of the module's inputs (`window/inN`): where one already differs, the
+    // difference came from before the module (an operator of the module that called it, outside
+    // any recorded module: an attention's product), not from the operators inside it.
+    let inputs = |t: &Trace| -> Vec<(String, Md5Digest)> {
+        t.ranks
+            .iter()
+            .filter(|r| r.rank == d.rank)
+            .flat_map(|r| &r.records)
+            .filter(|r| r.step == d.step && r.name.starts_with("window/in"))
+            .map(|r| (r.name.clone(), r.md5))
+            .collect()
+    };
+    let differing_input = inputs(&a)
+        .into_iter()
+        .zip(inputs(&b))
+        .find(|((na, ma), (nb, mb))| na == nb && ma != mb)
+        .and_then(|((name, _), _)| name["window/in".len()..].parse::<u32>().ok());
+    if let (Some(index), Some(l)) = (differing_input, mine.first()) {
+        return Ok(Some(OperatorFinding::InputFromOutside {
+            window,
+            call: OperatorCall {
+                index: 0,
+                operator: l.operator.clone(),
+                module: l.module.clone(),
+                inputs: l.inputs.clone(),
+                output: 0,
+                site: l.site.clone(),
+            },
+            input: index,
+            source: InputSource::WindowInput {
+                kind: "in".to_owned(),
+                index,
+            },
+        }));
+    }
     if mine.is_empty() || theirs.is_empty() {
         return Ok(Some(OperatorFinding::Unavailable {
             reason: format!(
