@@ -151,3 +151,22 @@ def test_padding_every_batch_to_one_size_passes_on_one_thread_and_not_on_two(det
     operator = first["operator"]
     assert operator["finding"] == "input_from_outside", operator
     assert operator["source"] == {"source": "window_input", "kind": "in", "index": 0}, operator
+
+
+def test_an_operator_of_the_enclosing_module_is_named_past_a_module_whose_input_differed(
+    detcheck_bin,
+):
+    """bare_matmul.py: the block's own `x @ weight` (no submodule of its own) differs at batch 1
+    against 8, so the first differing record is its LayerNorm's output, whose input already
+    differed; the drill-down goes on into the block's call and names `aten.mm`, its line and both
+    sizes' shapes."""
+    args = ("--batch-sizes", "1,8", "--", sys.executable, BATCH / "bare_matmul.py")
+    (line,) = check(detcheck_bin, *args, "--batch-size", "{batch}", code=1).scenarios.values()
+    first = line["first_divergence"]
+    assert (first["step"], first["name"]) == (0, "fwd/norm"), first
+    operator = first["operator"]
+    assert operator["finding"] == "batch_variant", operator
+    call = operator["call"]
+    assert (call["operator"], call["module"]) == ("aten.mm.default", "(model)"), operator
+    assert call["site"].endswith("bare_matmul.py:26"), operator
+    assert call["inputs"] == ["1x256", "256x256"] and operator["other_inputs"][0] == "8x256"

@@ -318,6 +318,21 @@ impl fmt::Display for OperatorFinding {
                 call,
                 sizes: (first, other),
                 other_inputs,
+            } if call.inputs == *other_inputs => write!(
+                f,
+                "{call} ({window}) gave the sample other output rows at batch {other} than at \
+                 batch {first} from equal input rows, in inputs of the same shapes at both: not \
+                 the shape but the split of the work differs, such as CPU threads splitting the \
+                 batch by the rows' positions (the sample is another row at each size); one \
+                 intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
+                 size, or a kernel whose split does not follow the row (docs/causes.md, shape \
+                 dependence)"
+            ),
+            OperatorFinding::BatchVariant {
+                window,
+                call,
+                sizes: (first, other),
+                other_inputs,
             } => write!(
                 f,
                 "{call} ({window}) gave the sample other output rows at batch {other} than at \

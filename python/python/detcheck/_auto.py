@@ -143,6 +143,8 @@ class Recorder(LifecycleRecorder):
             kwargs = _call_kwargs()
             if self._state.rows:
                 self._batch_begins(root, args, kwargs)
+                if _rows.Inside.current is not None:
+                    _rows.Inside.current.first_call(root, args, kwargs)
             self._handle.first_call_began(root, args, kwargs)
 
     def _batch_begins(self, module, args, kwargs):

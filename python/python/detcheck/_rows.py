@@ -240,7 +240,11 @@ class Inside:
     with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
     the environment. ``install`` hooks the module, or hooks nothing."""
 
+    #: The drill-down of this process, once installed.
+    current = None
+
     def __init__(self, sink, writer, label, sample, call):
+        self.module = None
         self._sink, self._writer = sink, writer
         self._label = label
         self._sample, self._call = sample, call
@@ -265,6 +269,8 @@ class Inside:
                 label = label.rsplit(".", 1)[0]
             module = modules[label]
             inside = cls(sink, writer, label, int(sample), int(call))
+            inside.module = module
+            cls.current = inside
         except Exception as e:
             writer.add_environment("detcheck.rows.inside", f"not traced: {asked}: {e!r}")
             return []
@@ -272,6 +278,12 @@ class Inside:
             hooks.before(module, inside._begins, with_kwargs=True),
             hooks.after(module, inside._ends, first=True),
         ]
+
+    def first_call(self, module, args, kwargs):
+        """The model's call during which the recording began: its pre-hooks were collected
+        before the hooks were added, so the traced module's is run here when it is the model."""
+        if module is self.module:
+            self._begins(module, args, kwargs)
 
     def _begins(self, module, args, kwargs):
         batch = (BATCHES.rows, self._sink.first_sample)

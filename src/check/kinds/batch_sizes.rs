@@ -218,19 +218,82 @@ fn name_operator(
     runs: &Runs<'_>,
     d: &Divergence,
     left: &Trace,
-    (first, other): (usize, usize),
+    sizes: (usize, usize),
 ) -> Result<Option<OperatorFinding>, RunError> {
     if d.difference != Difference::Digest || !d.name.starts_with("fwd/") {
         return Ok(None);
     }
-    let call = left
+    // The call of a module that was running when the divergent record was made: how many of
+    // its calls the sample completed before it (a call's record is its output, `fwd/<module>`,
+    // or its first tensor's, `fwd/<module>.0`).
+    let call_of = |module: &str| {
+        let (whole, first) = (format!("fwd/{module}"), format!("fwd/{module}.0"));
+        left.ranks
+            .iter()
+            .filter(|r| r.rank == d.rank)
+            .flat_map(|r| &r.records)
+            .filter(|r| r.step == d.step && r.seq < d.seq && (r.name == whole || r.name == first))
+            .count()
+    };
+    let mut module = d.name["fwd/".len()..].to_owned();
+    let mut call = left
         .ranks
         .iter()
         .filter(|r| r.rank == d.rank)
         .flat_map(|r| &r.records)
         .filter(|r| r.step == d.step && r.name == d.name && r.seq < d.seq)
         .count();
-    let inside = format!("{}:{call}:{}", d.step, d.name);
+    // The innermost module's finding stands unless an enclosing module's call names the
+    // operator.
+    let mut innermost: Option<OperatorFinding> = None;
+    loop {
+        let finding = operator_inside(runs, d, &format!("fwd/{module}"), call, sizes)?;
+        // An input of the module already differed: the operator that made it ran in a module
+        // that encloses this one (outside any recorded module: an attention's product), whose
+        // call is traced next, up to the model, until one names the operator.
+        let from_outside = matches!(
+            &finding,
+            OperatorFinding::InputFromOutside {
+                source: InputSource::WindowInput { .. },
+                ..
+            }
+        );
+        let named = matches!(&finding, OperatorFinding::BatchVariant { .. });
+        let finding = match innermost.take() {
+            Some(inner) if !named => inner,
+            _ => finding,
+        };
+        match enclosing(&module) {
+            Some(outer) if from_outside => {
+                innermost = Some(finding);
+                call = call_of(&outer);
+                module = outer;
+            }
+            _ => return Ok(Some(finding)),
+        }
+    }
+}
+
+/// The module that encloses `module` (`transformer.h.1.attn` of `transformer.h.1.attn.c_proj`,
+/// the model `(model)` of a top-level one); `None` for the model.
+fn enclosing(module: &str) -> Option<String> {
+    match module.rsplit_once('.') {
+        _ if module == "(model)" => None,
+        Some((outer, _)) => Some(outer.to_owned()),
+        None => Some("(model)".to_owned()),
+    }
+}
+
+/// The first operator of call `call` of the module of record `record` (`fwd/<module>`) whose
+/// sample's rows differ between the sizes, from two re-runs (`name_operator`).
+fn operator_inside(
+    runs: &Runs<'_>,
+    d: &Divergence,
+    record: &str,
+    call: usize,
+    (first, other): (usize, usize),
+) -> Result<OperatorFinding, RunError> {
+    let inside = format!("{}:{call}:{record}", d.step);
     let (runner, scenario, options) = (runs.runner, runs.scenario, runs.options);
     let run_inside = |batch: usize| {
         let plan = RunPlan {
@@ -273,22 +336,27 @@ fn name_operator(
     // The sample's rows of the module's inputs (`window/inN`): where one already differs, the
     // difference came from before the module (an operator of the module that called it, outside
     // any recorded module: an attention's product), not from the operators inside it.
-    let inputs = |t: &Trace| -> Vec<(String, Md5Digest)> {
+    // Inputs are told apart by position among the call's tensors: where the sizes pass other
+    // tensors (a mask at one size only), positions are compared only where both sides' counts
+    // agree, and only inputs of the same shape at both.
+    let inputs = |t: &Trace| -> Vec<(String, Md5Digest, Vec<usize>)> {
         t.ranks
             .iter()
             .filter(|r| r.rank == d.rank)
             .flat_map(|r| &r.records)
             .filter(|r| r.step == d.step && r.name.starts_with("window/in"))
-            .map(|r| (r.name.clone(), r.md5))
+            .map(|r| (r.name.clone(), r.md5, r.shape.clone()))
             .collect()
     };
-    let differing_input = inputs(&a)
-        .into_iter()
-        .zip(inputs(&b))
-        .find(|((na, ma), (nb, mb))| na == nb && ma != mb)
-        .and_then(|((name, _), _)| name["window/in".len()..].parse::<u32>().ok());
+    let (inputs_a, inputs_b) = (inputs(&a), inputs(&b));
+    let differing_input = inputs_a
+        .iter()
+        .zip(&inputs_b)
+        .filter(|_| inputs_a.len() == inputs_b.len())
+        .find(|((na, ma, sa), (nb, mb, sb))| na == nb && sa == sb && ma != mb)
+        .and_then(|((name, ..), _)| name["window/in".len()..].parse::<u32>().ok());
     if let (Some(index), Some(l)) = (differing_input, mine.first()) {
-        return Ok(Some(OperatorFinding::InputFromOutside {
+        return Ok(OperatorFinding::InputFromOutside {
             window,
             call: OperatorCall {
                 index: 0,
@@ -303,27 +371,27 @@ fn name_operator(
                 kind: "in".to_owned(),
                 index,
             },
-        }));
+        });
     }
     if mine.is_empty() || theirs.is_empty() {
-        return Ok(Some(OperatorFinding::Unavailable {
+        return Ok(OperatorFinding::Unavailable {
             reason: format!(
                 "the re-runs at batch {first} and {other} recorded no operator of `{}` call {call} \
                  for sample {} (a program that records itself, or a module the recorder cannot \
                  find by the record's name)",
-                d.name, d.step
+                record, d.step
             ),
-        }));
+        });
     }
     for (i, (l, r)) in mine.iter().zip(&theirs).enumerate() {
         let index = u32::try_from(i).unwrap_or(u32::MAX);
         if l.operator != r.operator {
-            return Ok(Some(OperatorFinding::DifferentOperators {
+            return Ok(OperatorFinding::DifferentOperators {
                 window,
                 index,
                 left: l.operator.clone(),
                 right: r.operator.clone(),
-            }));
+            });
         }
         if l.md5 != r.md5 {
             let call = OperatorCall {
@@ -334,19 +402,19 @@ fn name_operator(
                 output: 0,
                 site: l.site.clone(),
             };
-            return Ok(Some(OperatorFinding::BatchVariant {
+            return Ok(OperatorFinding::BatchVariant {
                 window,
                 call,
                 sizes: (first, other),
                 other_inputs: r.inputs.clone(),
-            }));
+            });
         }
     }
-    Ok(Some(OperatorFinding::NoOperatorDiffers {
+    Ok(OperatorFinding::NoOperatorDiffers {
         window,
         calls: u32::try_from(mine.len().min(theirs.len())).unwrap_or(u32::MAX),
         compiled: None,
-    }))
+    })
 }
 
 #[cfg(test)]
