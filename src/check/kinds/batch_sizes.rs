@@ -211,9 +211,10 @@ struct Traced {
 /// call of the module (`RunPlan::rows_inside`, `detcheck._rows`), and the first whose rows differ
 /// is named ([`OperatorFinding::BatchVariant`]): every operator before it gave equal rows, so
 /// its input rows were equal. Where the sample's rows of the module's inputs already differ
-/// (made outside any recorded module), the finding says so instead
-/// ([`OperatorFinding::InputFromOutside`] from the window's input). `None` where `d` is no module output of a digest (an input of the
-/// model: the sizes fed other samples).
+/// (made outside any recorded module), the call of the module that encloses it is traced next,
+/// up to the model, until one names the operator; where none does, the innermost module's input
+/// is the finding ([`OperatorFinding::InputFromOutside`] from the window's input). `None` where
+/// `d` is no module output of a digest (an input of the model: the sizes fed other samples).
 fn name_operator(
     runs: &Runs<'_>,
     d: &Divergence,
@@ -236,13 +237,7 @@ fn name_operator(
             .count()
     };
     let mut module = d.name["fwd/".len()..].to_owned();
-    let mut call = left
-        .ranks
-        .iter()
-        .filter(|r| r.rank == d.rank)
-        .flat_map(|r| &r.records)
-        .filter(|r| r.step == d.step && r.name == d.name && r.seq < d.seq)
-        .count();
+    let mut call = call_of(&module);
     // The innermost module's finding stands unless an enclosing module's call names the
     // operator.
     let mut innermost: Option<OperatorFinding> = None;
@@ -451,6 +446,22 @@ mod tests {
 
     /// A tensor the batch shares is a sample's record at one size only: left out, counted; a
     /// record both sizes hold is compared however it differs, in its order.
+    #[test]
+    fn the_enclosing_module_is_the_name_without_its_last_part_up_to_the_model() {
+        let chain: Vec<Option<String>> = ["transformer.h.1.attn.c_proj", "transformer", "(model)"]
+            .iter()
+            .map(|m| enclosing(m))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                Some("transformer.h.1.attn".to_owned()),
+                Some("(model)".to_owned()),
+                None
+            ]
+        );
+    }
+
     #[test]
     fn records_of_one_size_only_are_left_out_and_counted() {
         let one = trace(&[
