@@ -7,8 +7,9 @@
 //!
 //! Determinism: each size's run is run 1 of the resized scenario (its perturbation), so the
 //! outcome is a function of the scenario. Limits: only the sizes the runner can launch are
-//! compared (a note says `no world sizes fits` when none is), and only rank 0's replicated
-//! records: what every world size must agree on.
+//! compared (a note says `no world sizes fits` when none is), and only rank 0's records that both
+//! sizes hold alike (marked replicated, or equal on every rank: a tensor-parallel layer's output
+//! after its all-reduce; `held_alike_at_both`): what every world size must agree on.
 
 use super::series::compare_series;
 use super::{run_of, CheckUnit, Compared, Drill, Pair, Runs};
@@ -110,8 +111,8 @@ impl CheckUnit for WorldSizes {
     }
 }
 
-/// The two traces with `replicated` set on rank 0's records that both sizes hold alike, and
-/// how many records that are not marked replicated were so found, the larger world's count.
+/// The two traces with `replicated` set on rank 0's records that both sizes hold alike, and what
+/// that changed ([`Counts`]).
 ///
 /// A record is held alike in a trace when its recorder marked it replicated (a data-parallel
 /// wrapper's gradients and parameters, a replicated DTensor), when every rank of a world of more
