@@ -56,11 +56,11 @@ pub(crate) use cause::FRAMEWORK_KEY;
 pub use cause::{decide_cause, Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
-pub(crate) use operator::operator_call;
 pub use operator::{
     find_operator, operator_record_name, random_operator, traced_window, window_record_name,
     InputSource, OperatorCall, OperatorFinding, Port,
 };
+pub(crate) use operator::{operator_call, window_input_index};
 pub(crate) use shards::{is_sharded, put_together};
 
 use crate::file::format::Entry;

@@ -447,6 +447,12 @@ pub fn window_record_name(kind: &str, index: u32) -> Option<String> {
     matches!(kind, "in" | "grad_out" | "out").then(|| format!("window/{kind}{index}"))
 }
 
+/// The index of a forward window's input record (`window/in{index}`, [`window_record_name`]);
+/// `None` for another name.
+pub(crate) fn window_input_index(name: &str) -> Option<u32> {
+    name.strip_prefix("window/in")?.parse().ok()
+}
+
 /// A record of an operator call, read from its name
 /// (`op/0003/blocks.0.act/aten.gelu.default/out0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1043,6 +1049,8 @@ mod tests {
         assert_eq!(parse("window/in0"), Some(Entry::Window));
         assert_eq!(window_record_name("out", 0).as_deref(), Some("window/out0"));
         assert_eq!(window_record_name("grad", 0), None);
+        assert_eq!(window_input_index("window/in3"), Some(3));
+        assert_eq!(window_input_index("window/out3"), None);
         assert_eq!(
             operator_call("op/0012/a/b.c/myns.op.default/in3<op10.out2"),
             Some(OperatorRecord {

@@ -42,7 +42,7 @@ import os
 import torch
 from torch.utils import _python_dispatch
 
-from ._detcheck import operator_record_name
+from ._detcheck import operator_record_name, window_record_name
 from ._tensors import host
 
 __all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "batch_of", "rows_of", "wrap_generate"]
@@ -304,11 +304,8 @@ class Inside:
             for j, t in enumerate(x for x in leaves if isinstance(x, torch.Tensor)):
                 rows_of_input = _rows(t, row, rows)
                 if rows_of_input is not None:
-                    bits = _bits(rows_of_input)
-                    data = torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else None
-                    self._sink.put_sample(
-                        self._sample, f"window/in{j}", data if data is not None else torch.zeros(0)
-                    )
+                    name = window_record_name("in", j)
+                    self._sink.put_sample(self._sample, name, _bytes(_bits(rows_of_input)))
         self._mode = _OperatorRows(row, rows)
         self._mode.holds(leaves)
         self._mode.sites = []
@@ -320,10 +317,15 @@ class Inside:
             return
         mode.__exit__(None, None, None)
         for i, (operator, bits, shapes) in enumerate(mode.calls):
-            row = torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else torch.zeros(0)
             name = operator_record_name(i, self._label, operator, "out", 0)
-            self._sink.put_sample(self._sample, name, row)
+            self._sink.put_sample(self._sample, name, _bytes(bits))
             self._writer.add_environment(f"detcheck.rows.op:{i}", shapes)
             site = mode.sites[i] if i < len(mode.sites) else None
             if site is not None:
                 self._writer.add_environment(f"site:rows:{i}", site)
+
+
+def _bytes(bits):
+    """A sample's rows as a record: their bytes, a ``uint8`` tensor (two records are equal when
+    the rows are bitwise)."""
+    return torch.frombuffer(bytearray(bits), dtype=torch.uint8) if bits else torch.zeros(0)

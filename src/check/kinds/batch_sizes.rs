@@ -27,8 +27,9 @@
 
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
+use crate::compare::OperatorFinding;
 use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::compare::{operator_call, Difference, InputSource, OperatorCall, OperatorFinding};
+use crate::compare::{operator_call, window_input_index, Difference, InputSource, OperatorCall};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
@@ -205,6 +206,20 @@ struct Traced {
     site: Option<String>,
 }
 
+impl Traced {
+    /// This operator as call `index` of the window (output 0: the rows of its outputs).
+    fn call(&self, index: u32) -> OperatorCall {
+        OperatorCall {
+            index,
+            operator: self.operator.clone(),
+            module: self.module.clone(),
+            inputs: self.inputs.clone(),
+            output: 0,
+            site: self.site.clone(),
+        }
+    }
+}
+
 /// The operator that breaks the sample's invariance, where the first divergence `d` is a module
 /// output (`fwd/*`) of the compared records `left` at `sizes` (first, other): both sizes run
 /// again, each recording the sample's rows of every operator that reads the batch inside that
@@ -334,13 +349,13 @@ fn operator_inside(
     // Inputs are told apart by position among the call's tensors: where the sizes pass other
     // tensors (a mask at one size only), positions are compared only where both sides' counts
     // agree, and only inputs of the same shape at both.
-    let inputs = |t: &Trace| -> Vec<(String, Md5Digest, Vec<usize>)> {
+    let inputs = |t: &Trace| -> Vec<(u32, Md5Digest, Vec<usize>)> {
         t.ranks
             .iter()
             .filter(|r| r.rank == d.rank)
             .flat_map(|r| &r.records)
-            .filter(|r| r.step == d.step && r.name.starts_with("window/in"))
-            .map(|r| (r.name.clone(), r.md5, r.shape.clone()))
+            .filter(|r| r.step == d.step)
+            .filter_map(|r| Some((window_input_index(&r.name)?, r.md5, r.shape.clone())))
             .collect()
     };
     let (inputs_a, inputs_b) = (inputs(&a), inputs(&b));
@@ -348,19 +363,12 @@ fn operator_inside(
         .iter()
         .zip(&inputs_b)
         .filter(|_| inputs_a.len() == inputs_b.len())
-        .find(|((na, ma, sa), (nb, mb, sb))| na == nb && sa == sb && ma != mb)
-        .and_then(|((name, ..), _)| name["window/in".len()..].parse::<u32>().ok());
+        .find(|((ja, ma, sa), (jb, mb, sb))| ja == jb && sa == sb && ma != mb)
+        .map(|((index, ..), _)| *index);
     if let (Some(index), Some(l)) = (differing_input, mine.first()) {
         return Ok(OperatorFinding::InputFromOutside {
             window,
-            call: OperatorCall {
-                index: 0,
-                operator: l.operator.clone(),
-                module: l.module.clone(),
-                inputs: l.inputs.clone(),
-                output: 0,
-                site: l.site.clone(),
-            },
+            call: l.call(0),
             input: index,
             source: InputSource::WindowInput {
                 kind: "in".to_owned(),
@@ -389,17 +397,9 @@ fn operator_inside(
             });
         }
         if l.md5 != r.md5 {
-            let call = OperatorCall {
-                index,
-                operator: l.operator.clone(),
-                module: l.module.clone(),
-                inputs: l.inputs.clone(),
-                output: 0,
-                site: l.site.clone(),
-            };
             return Ok(OperatorFinding::BatchVariant {
                 window,
-                call,
+                call: l.call(index),
                 sizes: (first, other),
                 other_inputs: r.inputs.clone(),
             });
@@ -444,8 +444,6 @@ mod tests {
         }
     }
 
-    /// A tensor the batch shares is a sample's record at one size only: left out, counted; a
-    /// record both sizes hold is compared however it differs, in its order.
     #[test]
     fn the_enclosing_module_is_the_name_without_its_last_part_up_to_the_model() {
         let chain: Vec<Option<String>> = ["transformer.h.1.attn.c_proj", "transformer", "(model)"]
@@ -462,6 +460,8 @@ mod tests {
         );
     }
 
+    /// A tensor the batch shares is a sample's record at one size only: left out, counted; a
+    /// record both sizes hold is compared however it differs, in its order.
     #[test]
     fn records_of_one_size_only_are_left_out_and_counted() {
         let one = trace(&[
