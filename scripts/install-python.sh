@@ -3,7 +3,7 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [--torch] [--frameworks] [--deepspeed] [--mindspore] [VENV]   # default target/venv
+#   bash scripts/install-python.sh [--torch] [--frameworks] [--deepspeed] [--mindspore] [--deps-only] [VENV]   # default target/venv
 #   target/venv/bin/pytest python/tests                                               # then
 #
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
@@ -31,6 +31,9 @@
 # conventionally target/venv-ms (docs/mindspore.md); python/tests/test_mindspore.py needs it, and
 # .ci/run passes it. It cannot be combined with --torch or --frameworks (their numpy is 2.x).
 #
+# --deps-only installs the packages but not detcheck itself (no Rust build): .ci/run downloads
+# them in the background while its Rust sections use the cores, and builds the extension later.
+#
 # Needs python3 (3.9 or later) with its venv module (python3-venv is installed with apt-get when
 # missing) and a Rust toolchain. The extension is built by maturin in the root's target folder
 # ($CARGO_TARGET_DIR if set), so it reuses what `cargo build --release` already compiled.
@@ -41,13 +44,15 @@ torch=0
 frameworks=0
 mindspore=0
 deepspeed=0
+deps_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --torch) torch=1 ;;
         --frameworks) torch=1 frameworks=1 ;;
         --deepspeed) torch=1 deepspeed=1 ;;
         --mindspore) mindspore=1 ;;
-        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --deepspeed, --mindspore)" >&2; exit 2 ;;
+        --deps-only) deps_only=1 ;;
+        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --deepspeed, --mindspore, --deps-only)" >&2; exit 2 ;;
         *) break ;;
     esac
     shift
@@ -121,6 +126,11 @@ if [ "$deepspeed" = 1 ]; then
     echo "== pip install deepspeed==0.19.8 (DS_BUILD_OPS=0: its ops are compiled when first used)"
     DS_BUILD_OPS=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         --no-build-isolation "torch==2.15.0" "deepspeed==0.19.8" "ninja==1.13.2"
+fi
+
+if [ "$deps_only" = 1 ]; then
+    echo "== --deps-only: detcheck itself is not built or installed into $venv"
+    exit 0
 fi
 
 echo "== pip install ./python (maturin, release build)"
