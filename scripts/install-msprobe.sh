@@ -63,7 +63,7 @@ shared=$(cd "$shared" && pwd)
 echo "$shared" > "$own/detcheck-venv.pth"
 
 echo "== pip install mindstudio-probe==26.2.0 (constraints: $constraints)"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     -c "$constraints" "mindstudio-probe==26.2.0"
 
 # msprobe imports the framework from the base venv, and its own modules from here.

@@ -31,6 +31,10 @@
 # conventionally target/venv-ms (docs/mindspore.md); python/tests/test_mindspore.py needs it, and
 # .ci/run passes it. It cannot be combined with --torch or --frameworks (their numpy is 2.x).
 #
+# pip installs without compiling the packages' bytecode (--no-compile): Python compiles and caches
+# a module when it is first imported, which costs the few that are (a fraction of torch's and
+# transformers' thousands of files) instead of all of them (issue 55: CI's time).
+#
 # --deps-only installs the packages but not detcheck itself (no Rust build): .ci/run downloads
 # them in the background while its Rust sections use the cores, and builds the extension later.
 #
@@ -100,31 +104,31 @@ fi
 echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 mypy==2.4.1"
 # ruff (format and lint) and mypy (types) check the package and its tests in .ci/run;
 # pytest-xdist runs the tests on two workers there.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2" "pytest-xdist==3.8.0" "ruff==0.17.6" "mypy==2.4.1"
 
 if [ "$torch" = 1 ]; then
     echo "== pip install torch==2.15.0 torchvision==0.29.2 requests==2.32.5 (CPU use; the registry's wheels)"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.15.0" \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "torch==2.15.0" \
         "torchvision==0.29.2" "requests==2.32.5"
 fi
 
 if [ "$mindspore" = 1 ]; then
     # pyyaml and tqdm: the requirements of the zoo's mindcv (examples/zoo/mindcv).
     echo "== pip install mindspore==2.10.0 numpy==$numpy pyyaml==6.0.4 tqdm==4.70.1 (CPU; the registry's wheels)"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         "mindspore==2.10.0" "numpy==$numpy" "pyyaml==6.0.4" "tqdm==4.70.1"
 fi
 
 if [ "$frameworks" = 1 ]; then
     echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6"
 fi
 
 if [ "$deepspeed" = 1 ]; then
     echo "== pip install deepspeed==0.19.8 (DS_BUILD_OPS=0: its ops are compiled when first used)"
-    DS_BUILD_OPS=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    DS_BUILD_OPS=0 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         --no-build-isolation "torch==2.15.0" "deepspeed==0.19.8" "ninja==1.13.2"
 fi
 
@@ -136,6 +140,6 @@ fi
 echo "== pip install ./python (maturin, release build)"
 # maturin's PEP 517 hooks call the `maturin` executable: the environment's, on PATH.
 PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" \
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     --no-build-isolation --force-reinstall --no-deps ./python
 "$venv/bin/python" -c 'import detcheck; print("detcheck", detcheck.__version__, "for Python, in", detcheck.__file__)'

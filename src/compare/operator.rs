@@ -207,6 +207,74 @@ impl fmt::Display for OperatorCall {
     }
 }
 
+impl InputSource {
+    /// The rest of an input-from-outside finding's sentence: where the differing input came
+    /// from.
+    fn fmt_after_input(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputSource::Untraced => f.write_str(
+                ", and no traced operator produced it: the value came from outside the \
+                 traced operators (Python set/dict order, numpy or random without a \
+                 seed, a file, the clock)",
+            ),
+            InputSource::WindowInput { kind, index } if kind == "in" => write!(
+                f,
+                ": it is the module's input {index}, which differed when the module was \
+                 called (made before it, outside its operators: data, or code of the \
+                 module that called it)"
+            ),
+            InputSource::WindowInput { index, .. } => write!(
+                f,
+                ": it is the gradient of the module's output {index}, which differed \
+                 when its backward began (made by the layers after it)"
+            ),
+            InputSource::Scalar => f.write_str(
+                ": it is a Python number passed to the operator, not a tensor, computed \
+                 outside torch (Python set/dict order, random without a seed, the clock)",
+            ),
+            InputSource::ChangedAfter { call, output } => write!(
+                f,
+                ": call #{call} made it (output {output}) with equal bits on both \
+                 sides, and it changed afterwards outside the traced operators (an \
+                 in-place write through numpy, .data or another thread)"
+            ),
+        }
+    }
+}
+
+/// A batch-variant finding's sentence: a split of the work where the inputs' shapes are alike
+/// at both sizes, a shape dependence where they are not.
+fn fmt_batch_variant(
+    f: &mut fmt::Formatter<'_>,
+    window: &str,
+    call: &OperatorCall,
+    (first, other): (usize, usize),
+    other_inputs: &[String],
+) -> fmt::Result {
+    if call.inputs == other_inputs {
+        return write!(
+            f,
+            "{call} ({window}) gave the sample other output rows at batch {other} than at \
+             batch {first} from equal input rows, in inputs of the same shapes at both: not \
+             the shape but the split of the work differs, such as CPU threads splitting the \
+             batch by the rows' positions (the sample is another row at each size); one \
+             intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
+             size, or a kernel whose split does not follow the row (docs/causes.md, shape \
+             dependence)"
+        );
+    }
+    write!(
+        f,
+        "{call} ({window}) gave the sample other output rows at batch {other} than at \
+         batch {first} from equal input rows (its inputs at batch {other}: {}): its \
+         arithmetic depends on the shape (a kernel or a split of its reduction chosen by \
+         the shape); pad every batch to one fixed size (which holds on one CPU thread: \
+         on more, the threads split the batch by position), or use a batch-invariant \
+         kernel for this operator (docs/causes.md, shape dependence)",
+        other_inputs.join(", ")
+    )
+}
+
 impl fmt::Display for OperatorFinding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -237,34 +305,7 @@ impl fmt::Display for OperatorFinding {
                      differed",
                     call.output
                 )?;
-                match source {
-                    InputSource::Untraced => f.write_str(
-                        ", and no traced operator produced it: the value came from outside the \
-                         traced operators (Python set/dict order, numpy or random without a \
-                         seed, a file, the clock)",
-                    ),
-                    InputSource::WindowInput { kind, index } if kind == "in" => write!(
-                        f,
-                        ": it is the module's input {index}, which differed when the module was \
-                         called (made before it, outside its operators: data, or code of the \
-                         module that called it)"
-                    ),
-                    InputSource::WindowInput { index, .. } => write!(
-                        f,
-                        ": it is the gradient of the module's output {index}, which differed \
-                         when its backward began (made by the layers after it)"
-                    ),
-                    InputSource::Scalar => f.write_str(
-                        ": it is a Python number passed to the operator, not a tensor, computed \
-                         outside torch (Python set/dict order, random without a seed, the clock)",
-                    ),
-                    InputSource::ChangedAfter { call, output } => write!(
-                        f,
-                        ": call #{call} made it (output {output}) with equal bits on both \
-                         sides, and it changed afterwards outside the traced operators (an \
-                         in-place write through numpy, .data or another thread)"
-                    ),
-                }
+                source.fmt_after_input(f)
             }
             OperatorFinding::NoOperatorDiffers {
                 window,
@@ -316,33 +357,9 @@ impl fmt::Display for OperatorFinding {
             OperatorFinding::BatchVariant {
                 window,
                 call,
-                sizes: (first, other),
+                sizes,
                 other_inputs,
-            } if call.inputs == *other_inputs => write!(
-                f,
-                "{call} ({window}) gave the sample other output rows at batch {other} than at \
-                 batch {first} from equal input rows, in inputs of the same shapes at both: not \
-                 the shape but the split of the work differs, such as CPU threads splitting the \
-                 batch by the rows' positions (the sample is another row at each size); one \
-                 intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
-                 size, or a kernel whose split does not follow the row (docs/causes.md, shape \
-                 dependence)"
-            ),
-            OperatorFinding::BatchVariant {
-                window,
-                call,
-                sizes: (first, other),
-                other_inputs,
-            } => write!(
-                f,
-                "{call} ({window}) gave the sample other output rows at batch {other} than at \
-                 batch {first} from equal input rows (its inputs at batch {other}: {}): its \
-                 arithmetic depends on the shape (a kernel or a split of its reduction chosen by \
-                 the shape); pad every batch to one fixed size (which holds on one CPU thread: \
-                 on more, the threads split the batch by position), or use a batch-invariant \
-                 kernel for this operator (docs/causes.md, shape dependence)",
-                other_inputs.join(", ")
-            ),
+            } => fmt_batch_variant(f, window, call, *sizes, other_inputs),
             OperatorFinding::SplitWork {
                 window,
                 call,
