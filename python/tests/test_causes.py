@@ -5,7 +5,8 @@ test_real_scripts.py, the operator and hash-order controls in test_diagnosis.py.
 
 Each planted bug runs `DETCHECK_CAUSE_RUNS` times (the compiled nanoGPT
 `DETCHECK_COMPILED_CAUSE_RUNS` times) and each twin `DETCHECK_TWIN_RUNS` times (1 by default;
-scripts/diagnosis-controls.sh asks for 20 of each).
+scripts/diagnosis-controls.sh asks for 20 of each). `--deterministic` names the setting that
+fixes a bug (`FIXED_BY`); where none does, the bug's first check is its `--deterministic` one.
 Needs torch (CI installs it)."""
 
 import json
