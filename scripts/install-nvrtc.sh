@@ -17,15 +17,7 @@ venv=${1:-target/venv-cuda}
 package="nvidia-cuda-nvrtc==13.0.88"
 
 python=${PYTHON:-python3}
-if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-    echo "== python3-venv is missing: apt-get install python3-venv" >&2
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-    $sudo apt-get update -qq >&2
-    minor=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2 \
-        || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python$minor-venv" >&2
-fi
+bash scripts/ensure-python-venv.sh "$python"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' 2>/dev/null; then
     echo "== creating the virtual environment $venv" >&2
     rm -rf "$venv"

@@ -73,15 +73,7 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
     exit 1
 fi
 
-if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-    echo "== python3-venv is missing: apt-get install python3-venv"
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-    $sudo apt-get update -qq
-    minor=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv \
-        || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python$minor-venv"
-fi
+bash scripts/ensure-python-venv.sh "$python"
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' 2>/dev/null; then
     echo "== creating the virtual environment $venv"

@@ -138,6 +138,12 @@ def _records(line):
     return ", ".join(parts)
 
 
+def sites_of(where):
+    """The lines a row accepts: its `line`, or each of its list (which operator parts first is
+    the CPU kernels' choice: zoo.toml's mnist batch row)."""
+    return [where] if isinstance(where, str) and where else [w for w in where or () if w]
+
+
 def judge(line, verdict, kind, where, compared=()):
     """What the check found, and the expectations it missed (``compared``: the checks that must
     pass having compared records)."""
@@ -165,12 +171,9 @@ def judge(line, verdict, kind, where, compared=()):
             why.append(f"operator {operator.get('finding')}, expected batch_variant")
         else:
             found = f"{kind} at {site} (`{operator['call']['operator']}`)"
-        # Which operator parts first is the CPU's kernels' choice (zoo.toml's mnist row): a
-        # row may list the sites it accepts.
-        accepted = [where] if isinstance(where, str) else list(where or ())
-        if accepted and not any(site.endswith(w) for w in accepted if w):
-            named = " or ".join(accepted)
-            why.append(f"{named} not named (the operator's site {site or '-'})")
+        accepted = sites_of(where)
+        if accepted and not any(site.endswith(w) for w in accepted):
+            why.append(f"{' or '.join(accepted)} not named (the operator's site {site or '-'})")
     elif cause:
         site = cause.get("site") or ""
         found = f"{cause['kind']}" + (f" at {site}" if site else "")
@@ -204,8 +207,7 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
             copy = prepare(program, Path(tmp) / "check", python=python)
             line, seconds = check(detcheck, program, copy)
         verdict = program.get("verdict", "ok")
-        sites = program["line"] if verdict != "ok" else ""
-        sites = sites if isinstance(sites, str) else " or ".join(sites)
+        sites = " or ".join(sites_of(program.get("line")))
         expected = verdict if verdict == "ok" else f"{program['class']} at {sites}"
         found, why = judge(
             line, verdict, program.get("class"), program.get("line"), program.get("compared", ())

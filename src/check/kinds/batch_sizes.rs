@@ -27,9 +27,8 @@
 
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
-use crate::compare::OperatorFinding;
-use crate::compare::{compare_traces, Divergence, TraceView};
-use crate::compare::{operator_call, window_input_index, Difference, InputSource, OperatorCall};
+use crate::compare::{compare_traces, operator_call, window_input_index, Difference, Divergence};
+use crate::compare::{InputSource, OperatorCall, OperatorFinding, TraceView};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
