@@ -20,6 +20,15 @@ if "triton" not in sys.modules:
         pass
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "full(covered_by): a test of the full tier (scripts/full-tests.sh), left out of CI's "
+        "budget (`-m 'not full'`): it proves again, on another program, launcher or size, what "
+        "the CI test ``covered_by`` ('test_module.py::test_name') proves (docs/testing.md)",
+    )
+
+
 @pytest.fixture(scope="session")
 def detcheck_bin():
     """The path of the `detcheck` binary (built once per session, or $DETCHECK_BIN)."""

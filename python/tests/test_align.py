@@ -64,16 +64,32 @@ RUNS = {
 }
 
 
+class Dumps:
+    """The runs of RUNS, each dumped (full mode) when a test first asks for it, by name: the
+    tests that run (CI leaves the full tier out) make only the dumps they read."""
+
+    def __init__(self, detcheck_bin, root):
+        self.detcheck_bin, self.root, self.made = detcheck_bin, root, {}
+
+    def __getitem__(self, name):
+        if name not in self.made:
+            path = self.root / name
+            cmd = ("run", "--dump", path, "--mode", "full", "--", sys.executable, SCRIPT)
+            run_detcheck(self.detcheck_bin, *cmd, *RUNS[name], cwd=self.root, code=0)
+            self.made[name] = path
+        return self.made[name]
+
+
 @pytest.fixture(scope="module")
 def dumps(detcheck_bin, tmp_path_factory):
-    """Every run of RUNS dumped once (full mode), by name."""
-    root = tmp_path_factory.mktemp("align")
-    out = {}
-    for name, args in RUNS.items():
-        out[name] = root / name
-        cmd = ("run", "--dump", out[name], "--mode", "full", "--", sys.executable, SCRIPT, *args)
-        run_detcheck(detcheck_bin, *cmd, cwd=root, code=0)
-    return out
+    """The runs of RUNS, dumped once each when first read (`Dumps`)."""
+    return Dumps(detcheck_bin, tmp_path_factory.mktemp("align"))
+
+
+#: The full tier (docs/testing.md): a second case of what a CI case of the same test proves.
+FULL = pytest.mark.full(
+    covered_by="test_align.py::test_a_planted_bug_is_the_first_culprit_at_step_0"
+)
 
 
 def align(detcheck_bin, dumps, a, b, *flags, code):
@@ -95,7 +111,17 @@ def align(detcheck_bin, dumps, a, b, *flags, code):
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("other", "reference"), ("other_offset", "reference_offset"), ("other_300", "reference_300")],
+    [
+        ("other", "reference"),
+        ("other_offset", "reference_offset"),
+        pytest.param(
+            "other_300",
+            "reference_300",
+            marks=pytest.mark.full(
+                covered_by="test_align.py::test_rounding_everywhere_is_aligned_where_a_bitwise_compare_differs"
+            ),
+        ),
+    ],
 )
 def test_rounding_everywhere_is_aligned_where_a_bitwise_compare_differs(detcheck_bin, dumps, a, b):
     al = align(detcheck_bin, dumps, a, b, code=0)
@@ -104,7 +130,21 @@ def test_rounding_everywhere_is_aligned_where_a_bitwise_compare_differs(detcheck
     run_detcheck(detcheck_bin, "compare", dumps[a], dumps[b], code=1)
 
 
-@pytest.mark.parametrize("kind", BETWEEN)
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "offset",
+        *(
+            pytest.param(
+                kind,
+                marks=pytest.mark.full(
+                    covered_by="test_align.py::test_an_error_made_between_modules_is_inherited_never_a_modules_own"
+                ),
+            )
+            for kind in BETWEEN[1:]
+        ),
+    ],
+)
 def test_an_error_made_between_modules_is_inherited_never_a_modules_own(detcheck_bin, dumps, kind):
     """Error entering through code between modules (an added offset, a residual sum, a
     functional call, an in-place change of an input), then a correct but ill-conditioned
@@ -127,9 +167,9 @@ def test_an_error_made_between_modules_is_inherited_never_a_modules_own(detcheck
     ("a", "b", "culprit"),
     [
         ("gelu_0", "reference", "fwd/blocks.0.act"),
-        ("gelu_2", "reference", "fwd/blocks.2.act"),
+        pytest.param("gelu_2", "reference", "fwd/blocks.2.act", marks=FULL),
         ("norm_0", "reference_300", "fwd/blocks.0.norm"),
-        ("norm_2", "reference_300", "fwd/blocks.2.norm"),
+        pytest.param("norm_2", "reference_300", "fwd/blocks.2.norm", marks=FULL),
         ("bf16_norm", "reference", "fwd/blocks.1.norm"),
     ],
 )

@@ -84,6 +84,9 @@ def test_a_correct_module_replayed_is_aligned(detcheck_bin, tmp_path):
     assert al["operators_part"] is not None and al["culprit"] is None, al
 
 
+# The full tier (docs/testing.md): a replay of other operators aligned is checked in CI on the
+# two-device program.
+@pytest.mark.full(covered_by="test_align_inside.py::test_a_correct_module_replayed_is_aligned")
 def test_a_compiled_attention_replayed_is_aligned_with_eager(detcheck_bin, tmp_path):
     """A script nobody here wrote for this (the corpus's nanoGPT-style trainer), as its author
     runs it, against itself with `--compile=True`: at step 1 the attention's parameters carry

@@ -9,6 +9,7 @@ Needs torch; the GPT-2 needs transformers (CI installs both).
 
 import sys
 
+import pytest
 from support import PROGRAMS, check, requires, runs
 
 requires("torch")
@@ -130,6 +131,10 @@ def test_a_program_that_records_itself_gets_batch_sizes_na_with_the_reason(detch
     assert batch["skip_reason"].startswith("the program's recorder wrote no samples"), batch
 
 
+# The full tier (docs/testing.md): the Python API's test checks the padding and the thread split.
+@pytest.mark.full(
+    covered_by="test_batch.py::test_padding_to_one_size_passes_on_one_thread_and_the_thread_split_is_named_on_two"
+)
 def test_padding_every_batch_to_one_size_passes_on_one_thread_and_not_on_two(detcheck_bin):
     """The fix for shape dependence, verified from the command line: every batch padded to 8
     rows (pad tokens whose attention mask is all zero: padding, no sample), so each prompt is

@@ -7,7 +7,8 @@ Each planted bug runs `DETCHECK_CAUSE_RUNS` times (the compiled nanoGPT
 `DETCHECK_COMPILED_CAUSE_RUNS` times) and each twin `DETCHECK_TWIN_RUNS` times (1 by default;
 scripts/diagnosis-controls.sh asks for 20 of each). `--deterministic` names the setting that
 fixes a bug (`FIXED_BY`); where none does, the bug's first check is its `--deterministic` one.
-Needs torch (CI installs it)."""
+CI diagnoses one bug of each cause class; the others are of the full tier (`FULL_TIER`,
+scripts/full-tests.sh, docs/testing.md). Needs torch (CI installs it)."""
 
 import json
 import os
@@ -89,7 +90,7 @@ SCRIPTS = {
 RANKS = {"arrival_order": 3}
 
 #: name -> the variable that counts its runs, where not DETCHECK_CAUSE_RUNS: a check of the
-#: compiled nanoGPT compiles it in both runs (~50 s), so CI runs it once and
+#: compiled nanoGPT compiles it in both runs (~50 s), so the full tier runs it once and
 #: scripts/diagnosis-controls.sh sets both variables.
 RUNS_VARIABLE = {"nanogpt_compiled": "DETCHECK_COMPILED_CAUSE_RUNS"}
 
@@ -162,7 +163,43 @@ FIX_NAMES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED))
+#: The planted bugs of the full tier (scripts/full-tests.sh, docs/testing.md): CI diagnoses each
+#: one's class on another bug here or a zoo row, the compiled nanoGPT's on test_diagnosis.py's
+#: custom operator, the hash order's on its numpy set order.
+FULL_TIER = {
+    "nanogpt_compiled": pytest.mark.full(
+        covered_by="test_diagnosis.py::test_torch_entropy_sum_is_a_nondeterministic_operator"
+    ),
+    # hash_order: test_diagnosis.py's numpy set order (its PYTHONHASHSEED fix stays here)
+    "set_order": pytest.mark.full(
+        covered_by="test_diagnosis.py::test_numpy_set_order_names_its_element"
+    ),
+    # data_order: the zoo's Lightning program (`random_split` above `seed_everything`)
+    "split_order": pytest.mark.full(
+        covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
+    ),
+    # value_from_outside: batch_noise
+    "clock_jitter": pytest.mark.full(
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+    ),
+    # seeded_differently: loader_order
+    "clock_seed": pytest.mark.full(
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+    ),
+    # unseeded_generator: shuffle_samples
+    "worker_augment": pytest.mark.full(
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+    ),
+    # file_left_behind: cache_in_place
+    "snapshot_at_path": pytest.mark.full(
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=FULL_TIER.get(n, ())) for n in sorted(PLANTED)]
+)
 def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, name, tmp_path):
     kind, site, words = PLANTED[name]
     script, planted = script_of(name)
@@ -206,9 +243,14 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
             assert_settings_finding(line, None)
         if name == "nanogpt_compiled":
             assert_compiled_operator_agrees(line)
+    # The twin's pass without `repeat`'s unperturbed runs: the subject is the bug's fix, and
+    # test_verdicts.py checks the unperturbed runs (support.check says why).
     twin = script_of(name, fixed=True)
+    flags = ("--format", "json", "--no-unperturbed")
     for _ in range(runs("DETCHECK_TWIN_RUNS") if twin is not None else 0):
-        done = one_liner(detcheck_bin, twin[0], *twin[1], code=0, cwd=tmp_path, ranks=ranks)
+        done = one_liner(
+            detcheck_bin, twin[0], *twin[1], flags=flags, code=0, cwd=tmp_path, ranks=ranks
+        )
         (line,) = done.scenarios.values()
         assert line["verdict"] == "ok", line
 
@@ -256,12 +298,31 @@ def assert_compiled_operator_agrees(line):
     assert "outside the traced operators" not in line["detail"], line["detail"]
 
 
-@pytest.mark.parametrize("script", sorted(s for s, fixed_by in FIXED_BY.items() if fixed_by))
+#: Fixed by a setting another bug's check names too (torch.manual_seed: init_before_seed), or
+#: the compiled nanoGPT (torch.use_deterministic_algorithms), of the full tier.
+FULL_SETTINGS = {
+    "split_order": pytest.mark.full(
+        covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it"
+    ),
+    "nanogpt_compiled": pytest.mark.full(
+        covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(s, marks=FULL_SETTINGS.get(s, ()))
+        for s, fixed_by in sorted(FIXED_BY.items())
+        if fixed_by
+    ],
+)
 def test_deterministic_names_the_setting_that_fixes_it(detcheck_bin, script):
     """The planted bugs that a setting fixes; those none fixes are checked with
     `--deterministic` by the test above."""
     path, planted = script_of(script)
-    flags = ("--format", "json", "--deterministic")
+    flags = ("--format", "json", "--deterministic", "--no-unperturbed")
     done = one_liner(detcheck_bin, path, *planted, flags=flags, code=0, ranks=RANKS.get(script, 1))
     (line,) = done.scenarios.values()
     assert_settings_finding(line, FIXED_BY[script])

@@ -134,6 +134,9 @@ def test_device_digests_are_the_host_paths_record_by_record(stats_traces):
             assert d[field] == pytest.approx(h[field], rel=1e-9, abs=1e-12), (h["name"], field)
 
 
+# The full tier (docs/testing.md): the device's md5 digests are checked in CI on every dtype and
+# batch (test_device_digest.py), the device records' place and values in stats mode (above).
+@pytest.mark.full(covered_by="test_device_digest.py::test_one_batch_digests_every_tensor_as_alone")
 @pytest.mark.parametrize("batch_bytes", ["step", "record"])
 def test_md5_mode_digests_on_the_device_too(tmp_path, monkeypatch, batch_bytes):
     # One step: its digests are handed over when the writer closes (the stats traces above

@@ -130,7 +130,25 @@ FRAMEWORK_PAIRS = {
 }
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PAIRS))
+@pytest.mark.parametrize(
+    "framework",
+    [
+        # The full tier (docs/testing.md): the unmodified Trainer script under torchrun checks the
+        # same example and control in CI; the zoo's Lightning program, Lightning's own ranks.
+        pytest.param(
+            "lightning",
+            marks=pytest.mark.full(
+                covered_by="test_zoo.py::test_lightning_starting_its_own_ranks_is_checked_at_every_rank"
+            ),
+        ),
+        pytest.param(
+            "transformers",
+            marks=pytest.mark.full(
+                covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+            ),
+        ),
+    ],
+)
 def test_the_framework_examples_pass_world_sizes_and_their_controls_are_caught(
     detcheck_bin, framework
 ):

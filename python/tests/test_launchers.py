@@ -44,9 +44,16 @@ def _checked_at_two_ranks(detcheck_bin, tmp_path, *command):
             *(str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"),
             *("--main_process_port", PORT["accelerate"], LOOP.name),
         ),
-        (
-            *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
-            *("--master-port", PORT["torchrun"], LOOP.name),
+        # The full tier (docs/testing.md): torchrun's own ranks are checked in CI by the
+        # unmodified DDP script and the Trainer script.
+        pytest.param(
+            (
+                *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
+                *("--master-port", PORT["torchrun"], LOOP.name),
+            ),
+            marks=pytest.mark.full(
+                covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+            ),
         ),
     ],
     ids=["accelerate launch", "python -m torch.distributed.run"],

@@ -1,8 +1,10 @@
 """The layout of the tests, checked on their source (parsed with ast, never imported): what tests
 share lives in the `support` package, so no test module imports `conftest` or another test
 module (pytest's docs: conftest.py is not for importing, and a test module imported twice runs
-its top level twice); and a test skips only through `support.requires`, which fails instead
-where a DETCHECK_REQUIRE_* variable is set."""
+its top level twice); a test skips only through `support.requires`, which fails instead
+where a DETCHECK_REQUIRE_* variable is set; and a test of the full tier (`pytest.mark.full`,
+left out of CI: docs/testing.md) names the CI test that covers its capability, which exists and
+is not of the full tier itself."""
 
 import ast
 import re
@@ -66,6 +68,65 @@ def other_skips(path):
     return found
 
 
+def full_marks(path):
+    """Where ``path`` marks a test `full`: (line, its ``covered_by`` or None) for each
+    `pytest.mark.full(...)`, and (line, None) for a bare `pytest.mark.full`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if is_full_mark(node) and id(node) not in calls:  # a call is found as its call
+            words = {k.arg: k.value for k in node.keywords} if isinstance(node, ast.Call) else {}
+            cover = words.get("covered_by")
+            found.append((node.lineno, cover.value if isinstance(cover, ast.Constant) else None))
+    return sorted(found, key=lambda found: found[0])
+
+
+def is_full_mark(node):
+    """Whether ``node`` is `pytest.mark.full` (or `mark.full`), called or not."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "full"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
+
+
+def functions_of(path):
+    """The names of the test functions ``path`` defines, and those it marks `full` as a whole."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names, full = set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            names.add(node.name)
+            if any(is_full_mark(d) for d in node.decorator_list):
+                full.add(node.name)
+    return names, full
+
+
+def bad_covers(path):
+    """The `full` marks of ``path`` whose ``covered_by`` is missing, names no test, or names a
+    test of the full tier: (line, what is wrong)."""
+    bad = []
+    for line, cover in full_marks(path):
+        if cover is None:
+            bad.append((line, "no covered_by='test_module.py::test_name'"))
+            continue
+        module, _, name = cover.partition("::")
+        target = path.parent / module
+        if not (module.startswith("test_") and target.is_file() and name):
+            bad.append((line, f"{cover!r}: no such test module"))
+            continue
+        names, full = functions_of(target)
+        if name not in names:
+            bad.append((line, f"{cover!r}: no such test"))
+        elif name in full:
+            bad.append((line, f"{cover!r} is of the full tier itself"))
+    return bad
+
+
 def test_no_test_module_imports_conftest_or_another_test_module():
     bad = {p.relative_to(TESTS).as_posix(): bad_imports(p) for p in modules()}
     bad = {path: names for path, names in bad.items() if names}
@@ -80,6 +141,16 @@ def test_tests_skip_only_through_requires():
     }
     bad = {path: found for path, found in bad.items() if found}
     assert not bad, f"skip with support.requires(name) instead: {bad}"
+
+
+def test_every_full_test_names_the_ci_test_that_covers_it():
+    bad = {
+        p.relative_to(TESTS).as_posix(): bad_covers(p)
+        for p in modules()
+        if p.name.startswith("test_") and p.name != "test_layout.py"
+    }
+    bad = {path: found for path, found in bad.items() if found}
+    assert not bad, f"a full test names the CI test that covers it: {bad}"
 
 
 def test_the_checks_find_what_they_look_for(tmp_path):
@@ -109,3 +180,21 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "skip",
         "skipif",
     ]
+    (tmp_path / "test_cover.py").write_text(
+        "@pytest.mark.full(covered_by='test_cover.py::test_b')\n"
+        "def test_a(): pass\n"
+        "def test_b(): pass\n"
+    )
+    full = tmp_path / "test_full.py"
+    full.write_text(
+        "@pytest.mark.full(covered_by='test_cover.py::test_b')\n"
+        "def test_fine(): pass\n"
+        "@pytest.mark.full\n"
+        "def test_bare(): pass\n"
+        "P = [pytest.param(1, marks=pytest.mark.full(covered_by='test_cover.py::test_a'))]\n"
+        "@pytest.mark.full(covered_by='test_cover.py::test_c')\n"
+        "def test_unknown(): pass\n"
+        "@pytest.mark.full(covered_by='test_none.py::test_b')\n"
+        "def test_no_module(): pass\n"
+    )
+    assert [line for line, _ in bad_covers(full)] == [3, 5, 6, 8], bad_covers(full)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from support import (
     PROGRAMS,
     caught_with_element,
@@ -516,6 +517,11 @@ def test_a_nondeterministic_operator_is_named_at_its_cell_and_primitive_every_ru
     assert twin["status"] == "passed", twin
 
 
+# The full tier (docs/testing.md): a result that recording changes is caught by the unperturbed
+# runs in CI on a torch program (test_verdicts.py).
+@pytest.mark.full(
+    covered_by="test_verdicts.py::test_a_result_that_recording_changes_fails_repeat_with_the_cause_timing"
+)
 def test_a_seeded_dropout_whose_draws_depend_on_timing_fails_with_one_cause(detcheck_bin):
     """dropout_race.py (issue 53): a seeded two-epoch script whose `nn.Dropout` draws depend on
     timing on the CPU. `check --run-to-end`, with its unperturbed runs, fails `repeat` at

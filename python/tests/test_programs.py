@@ -3,6 +3,7 @@ interpreter (and so this build of the package) as their `python3`: the launch co
 end (TraceWriter.from_env in processes detcheck started, repeat/replicas/variants checks, and
 the negative controls caught)."""
 
+import pytest
 from support import PROGRAMS, requires, run_detcheck
 
 
@@ -20,6 +21,11 @@ def test_numpy_program_and_its_control(detcheck_bin):
 
 
 # .ci/run installs torch and sets DETCHECK_REQUIRE_TORCH=1, so there the test cannot skip.
+# The full tier (docs/testing.md): test_diagnosis.py checks the clean program in CI, and the
+# unmodified DDP script checks torchrun.
+@pytest.mark.full(
+    covered_by="test_diagnosis.py::test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes"
+)
 def test_torch_ddp_program_and_its_control(detcheck_bin):
     requires("torch")
     torch = PROGRAMS / "torch"

@@ -96,8 +96,33 @@ def test_the_corpus_holds_seven_scripts_with_a_control_each():
         assert any(not p.stem.startswith("control_") for p in paths), script
 
 
+#: The corpus scripts of the full tier (docs/testing.md), each covered in CI by another test of
+#: its kind: FSDP2's shards across world sizes, FSDP1 by the drill-down inside its units,
+#: tensor parallel by the TP-size check (test_tp_sizes.py), DDP by the unmodified DDP script,
+#: nanoGPT by the zoo's upstream nanoGPT.
+FULL_CORPUS = {
+    "fsdp1_train": pytest.mark.full(
+        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+    ),
+    "nanogpt_train": pytest.mark.full(
+        covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
+    ),
+    "fsdp2_train": pytest.mark.full(
+        covered_by="test_real_scripts.py::test_fsdp2_shards_are_put_together_and_compared_across_world_sizes"
+    ),
+    "tp_train": pytest.mark.full(
+        covered_by="test_tp_sizes.py::test_a_tensor_parallel_model_differs_from_its_one_rank_self_at_its_all_reduce"
+    ),
+    "ddp_snapshot": pytest.mark.full(
+        covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
+    ),
+}
+
+
 # One script's scenarios per test (checked as one command), so that two workers share them.
-@pytest.mark.parametrize("script", sorted(corpus_by_script()))
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=FULL_CORPUS.get(s, ())) for s in sorted(corpus_by_script())]
+)
 def test_the_corpus_passes_and_every_control_is_caught(detcheck_bin, tmp_path, script):
     # The controls planted inside a sharded module's forward are checked, with the drill-down
     # that names them, by test_the_drill_down_names_the_operator_inside_a_sharded_module (without
@@ -149,7 +174,21 @@ INSIDE_SHARDED = {
 }
 
 
-@pytest.mark.parametrize("scenario", sorted(INSIDE_SHARDED))
+#: The drill-down inside FSDP2's blocks and tensor parallel's DTensors: the full tier (FSDP1's,
+#: the cheapest, stays in CI; docs/testing.md).
+FULL_INSIDE = {
+    "control_fsdp2_noisy_block": pytest.mark.full(
+        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+    ),
+    "control_tensor_parallel_noise": pytest.mark.full(
+        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "scenario", [pytest.param(s, marks=FULL_INSIDE.get(s, ())) for s in sorted(INSIDE_SHARDED)]
+)
 def test_the_drill_down_names_the_operator_inside_a_sharded_module(
     detcheck_bin, tmp_path, scenario
 ):
@@ -744,6 +783,11 @@ def test_a_sharded_record_carries_its_placement_in_the_trace(detcheck_bin, tmp_p
     assert "shard: global [64, 32] offset [32, 0] extent [32, 32] position " in text, text
 
 
+# The full tier (docs/testing.md): tensor parallel at other sizes is checked in CI by the TP-size
+# check, world_sizes on sharded records by FSDP2's.
+@pytest.mark.full(
+    covered_by="test_tp_sizes.py::test_a_tensor_parallel_model_differs_from_its_one_rank_self_at_its_all_reduce"
+)
 def test_tensor_parallel_across_world_sizes_reports_differing_records(detcheck_bin, tmp_path):
     # RowwiseParallel sums two partial products where one rank's matmul sums them in one
     # order: the global tensors are not bitwise equal across world sizes, and the check says

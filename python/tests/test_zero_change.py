@@ -71,13 +71,7 @@ def launched(tmp_path, argv, rank="0", world="1", **extra):
 def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught(
     detcheck_bin,
 ):
-    names = [
-        "ddp_train",
-        "ddp_train_torchrun",
-        "control_ddp_clock_reseed",
-        "control_ddp_set_order",
-        "ddp_set_order_deterministic",
-    ]
+    names = ["ddp_train", "control_ddp_set_order", "ddp_set_order_deterministic"]
     # Under mpirun where MPI must be there (DETCHECK_REQUIRE_MPI4PY): not on whether mpirun is
     # on PATH, which .ci/run installs while this test may run (and checks that scenario in a
     # section of its own).
@@ -86,7 +80,7 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
     run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
     lines, out = run.scenarios, run.out
     assert sorted(lines) == sorted(names), out
-    for name in ("ddp_train", "ddp_train_torchrun", "ddp_set_order_deterministic"):
+    for name in ("ddp_train", "ddp_set_order_deterministic"):
         assert lines[name]["status"] == "passed", lines[name]
     held = {c["check"]: c["holds"] for c in lines["ddp_train"]["checks"]}
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
@@ -101,22 +95,41 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
         "torch.backends.cudnn.benchmark = False",
     ):
         assert applied in text, text
-    reseed = caught_with_element(lines["control_ddp_clock_reseed"])
-    assert reseed["name"].startswith(("fwd/", "init/")), reseed
-    assert reseed["step"] == 0, reseed
-    assert reseed["cause"]["kind"] == "seeded_differently", reseed["cause"]
     order = caught_with_element(lines["control_ddp_set_order"])
     assert order["name"] == "fwd/(model)", order
     operator = order["operator"]
     assert operator["finding"] == "input_from_outside", operator
     assert operator["source"]["source"] == "scalar", operator
-    # The controls caught every time: DETCHECK_TORCH_CONTROL_RUNS in all, the check above
-    # the first (scripts/diagnosis-controls.sh asks for 20).
-    controls = ["control_ddp_clock_reseed", "control_ddp_set_order"]
+    caught_every_time(detcheck_bin, ["control_ddp_set_order"])
+
+
+# The full tier (docs/testing.md): torchrun's ranks and a clock-seeded generator are checked in
+# CI by the Trainer script under torchrun and test_causes.py's loader_order.
+@pytest.mark.full(
+    covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+)
+def test_an_unmodified_ddp_script_passes_under_torchrun_and_its_reseed_control_is_caught(
+    detcheck_bin,
+):
+    names = ["ddp_train_torchrun", "control_ddp_clock_reseed"]
+    run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
+    lines = run.scenarios
+    assert sorted(lines) == sorted(names), run.out
+    assert lines["ddp_train_torchrun"]["status"] == "passed", lines["ddp_train_torchrun"]
+    reseed = caught_with_element(lines["control_ddp_clock_reseed"])
+    assert reseed["name"].startswith(("fwd/", "init/")), reseed
+    assert reseed["step"] == 0, reseed
+    assert reseed["cause"]["kind"] == "seeded_differently", reseed["cause"]
+    caught_every_time(detcheck_bin, ["control_ddp_clock_reseed"])
+
+
+def caught_every_time(detcheck_bin, controls):
+    """The unmodified scripts' ``controls`` caught every time: DETCHECK_TORCH_CONTROL_RUNS in
+    all, the test's own check the first (scripts/diagnosis-controls.sh asks for 20)."""
     for _ in range(runs("DETCHECK_TORCH_CONTROL_RUNS") - 1):
         again = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in controls], code=0)
         # Every control came back (no line at all would pass the loop below), each caught.
-        assert sorted(again.scenarios) == controls, again.out
+        assert sorted(again.scenarios) == sorted(controls), again.out
         for line in again.scenarios.values():
             assert line["verdict"] == "ok (caught)", again.out
 

@@ -41,6 +41,9 @@ def test_mnist_reads_its_sibling_data_folder_as_without_detcheck(detcheck_bin, t
 IMAGENET = ZOO / "pytorch-examples" / "imagenet"
 
 
+@pytest.mark.full(
+    covered_by="test_zoo.py::test_lightning_starting_its_own_ranks_is_checked_at_every_rank"
+)
 def test_imagenet_spawning_its_own_worker_is_recorded_and_its_unseeded_worker_named(
     detcheck_bin, tmp_path
 ):
@@ -111,9 +114,13 @@ CI_CASES = [
 ]
 
 
+#: A case whose entry says `ci = "full"` is of the full tier (docs/testing.md).
+FULL_ZOO = pytest.mark.full(covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it")
+
+
 @pytest.mark.parametrize(
     ("program", "planted"),
-    CI_CASES,
+    [pytest.param(p, x, marks=FULL_ZOO if (x or p)["ci"] == "full" else ()) for p, x in CI_CASES],
     ids=[f"{p['name']}: {x['name'] if x else 'clean'}" for p, x in CI_CASES],
 )
 def test_a_zoo_program_as_its_readme_runs_it(detcheck_bin, tmp_path, program, planted):
