@@ -311,7 +311,7 @@ def table(programs, outcomes):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detcheck", default=str(ROOT / "target" / "release" / "detcheck"))
-    parser.add_argument("--ci", action="store_true", help="only the entries marked ci")
+    parser.add_argument("--ci", action="store_true", help="only the entries marked ci (true or \"full\": test_zoo.py's, CI's and the full tier's)")
     parser.add_argument("--only", help="only the program of this name")
     parser.add_argument("--table", help="write the table (markdown) to this file")
     parser.add_argument(
