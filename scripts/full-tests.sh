@@ -7,7 +7,8 @@
 #
 # Needs scripts/install-python.sh --frameworks (target/venv); MindSpore's full tests run where
 # target/venv-ms has MindSpore (scripts/install-python.sh --mindspore target/venv-ms), msprobe's
-# where scripts/install-msprobe.sh installed it. Exit code: pytest's (0 all passed).
+# where scripts/install-msprobe.sh installed it; the MPI fault tests under MPICH where
+# scripts/install-mpi.sh mpich installed it. Exit code: the first failure's (0 all passed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin detcheck
@@ -37,4 +38,11 @@ if [[ -x target/venv-msprobe/bin/python ]]; then
         python/tests/test_msprobe_mindspore.py -n 2 --dist loadfile "$@"
 else
     echo "== msprobe: not installed (scripts/install-msprobe.sh), skipped"
+fi
+if command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null; then
+    echo "== the MPI fault tests under MPICH (detcheck built against MPICH into target/mpich)"
+    MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich DETCHECK_MPIRUN=mpirun.mpich \
+        cargo test --features mpi --test mpi -- --test-threads=1 failures_in_ranks a_rank_ a_scenario_larger
+else
+    echo "== MPICH: not installed (scripts/install-mpi.sh mpich), its fault tests skipped"
 fi

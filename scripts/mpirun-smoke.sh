@@ -11,8 +11,10 @@
 #   DETCHECK_MPI=openmpi|mpich   the MPI stack (default openmpi). MPICH is built with
 #                                MPICC=mpicc.mpich into target/mpich and run with mpirun.mpich.
 #   DETCHECK_DEADLINE=SECONDS    the collective deadline (default 60)
-#   DETCHECK_SMOKE_PROFILE=release|dev   the build profile (default release; CI's MPICH job uses
-#                                the dev build its fault tests made, to save a second build)
+#   DETCHECK_SMOKE_PROFILE=release|dev   the build profile (default release; CI uses the dev
+#                                builds its tests made, to save a build: docs/testing.md)
+#   DETCHECK_SMOKE_FEATURES=F    the cargo features (default mpi; CI's Open MPI jobs: mpi,nccl,
+#                                the build of its MPI tests)
 #
 # It builds `detcheck` with the `mpi` feature, applies the MPI settings of `detcheck env --stack mpi`
 # (a forced allreduce algorithm for Open MPI and MPICH, I_MPI_CBWR for Intel MPI), runs
@@ -62,8 +64,13 @@ case "$profile" in
     dev) build=(); bin=$target/debug/detcheck ;;
     *) echo "error: DETCHECK_SMOKE_PROFILE must be release or dev, got '$profile'" >&2; exit 2 ;;
 esac
-echo "== building detcheck with MPI ($flavour, $profile) into $target"
-MPICC=$mpicc CARGO_TARGET_DIR=$target cargo build "${build[@]}" --quiet --features mpi
+features=${DETCHECK_SMOKE_FEATURES:-mpi}
+case ",$features," in
+    *,mpi,*) ;;
+    *) echo "error: DETCHECK_SMOKE_FEATURES must include mpi, got '$features'" >&2; exit 2 ;;
+esac
+echo "== building detcheck with MPI ($flavour, $profile, features $features) into $target"
+MPICC=$mpicc CARGO_TARGET_DIR=$target cargo build "${build[@]}" --quiet --features "$features"
 if missing=$(ldd "$bin" 2>/dev/null | grep "not found"); then
     echo "error: $bin cannot find its MPI library at run time:" >&2
     echo "$missing" >&2

@@ -158,6 +158,11 @@ def test_padding_every_batch_to_one_size_passes_on_one_thread_and_not_on_two(det
     assert operator["source"] == {"source": "window_input", "kind": "in", "index": 0}, operator
 
 
+# The full tier (docs/testing.md): batch_sizes' drill-down to the first operator is checked in CI
+# on the tiny GPT-2.
+@pytest.mark.full(
+    covered_by="test_batch_sizes.py::test_a_tiny_gpt2_generating_in_batches_fails_at_sample_0_in_its_first_layer"
+)
 def test_an_operator_of_the_enclosing_module_is_named_past_a_module_whose_input_differed(
     detcheck_bin,
 ):

@@ -180,23 +180,28 @@ FULL_TIER = {
     ),
     # initial_parameters, with the line that built the model: late_helper_seed
     "init_before_seed": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
     ),
     # value_from_outside: batch_noise
     "clock_jitter": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
     ),
     # seeded_differently: loader_order
     "clock_seed": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
     ),
     # unseeded_generator: shuffle_samples
     "worker_augment": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
     ),
     # file_left_behind: cache_in_place
     "snapshot_at_path": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes"
+        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
+    ),
+    # initial_parameters: the zoo's word_language_model without `torch.manual_seed`, with the
+    # line that built its model (the fix's helper line stays here)
+    "late_helper_seed": pytest.mark.full(
+        covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
     ),
 }
 
@@ -204,7 +209,7 @@ FULL_TIER = {
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=FULL_TIER.get(n, ())) for n in sorted(PLANTED)]
 )
-def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, name, tmp_path):
+def test_a_planted_bug_is_named_by_its_cause(detcheck_bin, name, tmp_path):
     kind, site, words = PLANTED[name]
     script, planted = script_of(name)
     ranks = RANKS.get(name, 1)
@@ -247,11 +252,33 @@ def test_a_planted_bug_is_named_by_its_cause_and_its_twin_passes(detcheck_bin, n
             assert_settings_finding(line, None)
         if name == "nanogpt_compiled":
             assert_compiled_operator_agrees(line)
-    # The twin's pass without `repeat`'s unperturbed runs: the subject is the bug's fix, and
-    # test_verdicts.py checks the unperturbed runs (support.check says why).
+
+
+#: The twins of the full tier: CI passes shuffle_samples' twin (the clean programs of the corpus
+#: and the zoo pass in CI too); each twin differs from its bug by the planted lines alone.
+FULL_TWINS = pytest.mark.full(
+    covered_by="test_causes.py::test_the_clean_twin_of_a_planted_bug_passes"
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=() if n == "shuffle_samples" else FULL_TWINS)
+        for n in sorted(PLANTED)
+        if script_of(n, fixed=True) is not None
+    ],
+)
+def test_the_clean_twin_of_a_planted_bug_passes(detcheck_bin, name, tmp_path):
+    """The bug's fix (`--fixed`) passes, without `repeat`'s unperturbed runs: the subject is the
+    fix, and test_verdicts.py checks the unperturbed runs (support.check says why)."""
+    ranks = RANKS.get(name, 1)
+    if name == "cache_in_place":
+        script, _ = script_of(name)
+        subprocess.run([sys.executable, script, "--make-cache"], cwd=tmp_path, check=True)
     twin = script_of(name, fixed=True)
     flags = ("--format", "json", "--no-unperturbed")
-    for _ in range(runs("DETCHECK_TWIN_RUNS") if twin is not None else 0):
+    for _ in range(runs("DETCHECK_TWIN_RUNS")):
         done = one_liner(
             detcheck_bin, twin[0], *twin[1], flags=flags, code=0, cwd=tmp_path, ranks=ranks
         )

@@ -51,6 +51,22 @@ ALL_DTYPES = [
 ]
 
 
+#: The full tier (docs/testing.md): on the CPU, Triton's interpreter takes ~4 s a 4 KiB chunk, so
+#: CI digests one dtype of each width and kind (every dtype's bytes reach the same kernel) and the
+#: byte lengths around each padding case and chunk boundary once; a GPU run takes them all.
+FULL_DIGEST = pytest.mark.full(covered_by="test_device_digest.py::test_digest_every_dtype")
+FULL_LENGTHS = pytest.mark.full(covered_by="test_device_digest.py::test_digest_byte_lengths")
+CI_DTYPES = {torch.float32, torch.bfloat16, torch.float8_e5m2, torch.int64, torch.bool}
+
+
+def dtype_params(full_mark=None):
+    """ALL_DTYPES as parameters: those not in CI_DTYPES with ``full_mark``."""
+    return [
+        pytest.param(d, marks=() if full_mark is None or d in CI_DTYPES else full_mark)
+        for d in ALL_DTYPES
+    ]
+
+
 def expected_digest(b: bytes) -> bytes:
     """``tree_digest(b)`` (the definition, in Python), checked against the native (Rust)
     implementation."""
@@ -166,7 +182,11 @@ def test_reference_definition():
     assert tree_digest(two) == hashlib.md5(level).digest()
 
 
-@pytest.mark.parametrize("n_bytes", [0, 1, 55, 56, 63, 64, 65, 4095, 4096, 4097, 8192, 8193, 12345])
+@pytest.mark.parametrize(
+    "n_bytes",
+    [0, 1, 55, 56, 63, 64, 65, 4097, 8193]
+    + [pytest.param(n, marks=FULL_LENGTHS) for n in (4095, 4096, 8192, 12345)],
+)
 def test_digest_byte_lengths(n_bytes):
     # Every MD5 padding case (55/56 remaining bytes: one or two padding blocks), every chunk
     # boundary; the kernel sees bytes only, so uint8 stands for every dtype here.
@@ -180,6 +200,8 @@ def test_digest_empty_is_md5_of_nothing():
         assert device_digest(t).hex() == "d41d8cd98f00b204e9800998ecf8427e"
 
 
+# The full tier: one_batch digests a tree of three levels beside others.
+@pytest.mark.full(covered_by="test_device_digest.py::test_one_batch_digests_every_tensor_as_alone")
 def test_digest_three_levels():
     # 1 MiB + 37 bytes: 257 chunks (five programs of 64 lanes, the last with one), whose 4112
     # bytes of digests make two chunks, whose 32 bytes make the digest.
@@ -216,7 +238,9 @@ def test_one_batch_digests_every_tensor_as_alone():
         _device.tree_digests_into(tensors[:1], [outs.view(-1)[0:32:2]])
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize(
+    "dtype", dtype_params(FULL_DIGEST), ids=lambda d: str(d).replace("torch.", "")
+)
 def test_digest_every_dtype(dtype):
     itemsize = torch.empty(0, dtype=dtype).element_size()
     # 0, 1 and 3 elements, and one element past a chunk (two chunks, the second partial).

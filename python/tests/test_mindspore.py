@@ -409,19 +409,27 @@ def test_scripts_that_cannot_be_recorded_say_why(tmp_path, detcheck_bin):
     assert "no nn.Optimizer was called from Python" in run.out, run.out
 
 
-def test_a_data_parallel_script_under_msrun_passes_repeat_and_replicas_and_a_clock_seed_is_caught(
-    detcheck_bin,
-):
+def test_a_data_parallel_script_under_msrun_passes_repeat_and_replicas(detcheck_bin):
     """train_dp.py (init(), DATA_PARALLEL, a sharded dataset, DistributedGradReducer, nn.Adam)
-    at 2 ranks under msrun on the CPU: `repeat` and `replicas` hold; its clock-seeded control is
-    caught at its first record, with its element and cause."""
-    scenarios = [SCRIPTS / "train_dp.json", SCRIPTS / "control_dp_clock_seed.json"]
-    run = check(detcheck_bin, *scenarios, code=0)
-    lines, out = run.scenarios, run.out
-    assert lines["train_dp"]["status"] == "passed", out
-    held = {c["check"]: c["holds"] for c in lines["train_dp"]["checks"]}
-    assert held == {"repeat": True, "replicas": True}, out
-    clock = caught_with_element(lines["control_dp_clock_seed"])
+    at 2 ranks under msrun on the CPU: `repeat` and `replicas` hold."""
+    run = check(detcheck_bin, SCRIPTS / "train_dp.json", code=0)
+    line = run.scenarios["train_dp"]
+    assert line["status"] == "passed", run.out
+    held = {c["check"]: c["holds"] for c in line["checks"]}
+    assert held == {"repeat": True, "replicas": True}, run.out
+
+
+# The full tier (docs/testing.md): a MindSpore control caught with its element and cause is
+# checked in CI on the unmodified script's controls (one rank), a seed set from the clock on
+# test_causes.py's loader_order.
+@pytest.mark.full(
+    covered_by="test_mindspore.py::test_an_unmodified_script_passes_and_its_controls_are_caught_with_their_element"
+)
+def test_a_clock_seed_under_msrun_is_caught_at_its_first_record_with_its_cause(detcheck_bin):
+    """train_dp.py's clock-seeded control at 2 ranks under msrun: caught at its first record,
+    with its element and cause."""
+    run = check(detcheck_bin, SCRIPTS / "control_dp_clock_seed.json", code=0)
+    clock = caught_with_element(run.scenarios["control_dp_clock_seed"])
     assert clock["step"] == 0 and clock["name"].startswith("init/"), clock
     assert clock["cause"]["kind"] == "seeded_differently", clock["cause"]
     assert "mindspore.set_seed(0)" in json.dumps(clock["cause"]), clock["cause"]

@@ -108,7 +108,11 @@ FULL_CORPUS = {
         covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
     ),
     "fsdp2_train": pytest.mark.full(
-        covered_by="test_real_scripts.py::test_fsdp2_shards_are_put_together_and_compared_across_world_sizes"
+        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+    ),
+    # a hand-written loop: word_lm's (its own SGD loop, no optimizer) stays in CI
+    "func_train": pytest.mark.full(
+        covered_by="test_real_scripts.py::test_the_corpus_passes_and_every_control_is_caught"
     ),
     "tp_train": pytest.mark.full(
         covered_by="test_tp_sizes.py::test_a_tensor_parallel_model_differs_from_its_one_rank_self_at_its_all_reduce"
@@ -721,11 +725,19 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
     assert run.scenarios["subclasses"]["status"] == "passed", run.out
 
 
+#: The full tier (docs/testing.md): CI checks the tensor-parallel dump, whose Replicate bias is
+#: compared across ranks beside its sharded weights; FSDP's dumps have no replicated record.
+FULL_SHARDS = pytest.mark.full(
+    covered_by="test_real_scripts.py::test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated"
+)
+
+
 @pytest.mark.parametrize(
     "scenario, replicated",
     [
-        ("fsdp2", set()),  # every parameter is Shard(0): none may be compared across ranks
-        ("fsdp1", set()),  # flat parameters: each rank's shard
+        # every parameter is Shard(0): none may be compared across ranks
+        pytest.param("fsdp2", set(), marks=FULL_SHARDS),
+        pytest.param("fsdp1", set(), marks=FULL_SHARDS),  # flat parameters: each rank's shard
         (
             "tensor_parallel",
             {"init/fc2.bias", "grad/fc2.bias", "param/fc2.bias", "end/fc2.bias"},
@@ -752,6 +764,11 @@ def test_sharded_records_are_local_shards_and_only_replicate_placements_are_repl
         assert any(r["name"].startswith("grad/") for r in records)
 
 
+# The full tier (docs/testing.md): a sharded record's placement, which puts the shards together,
+# is checked in CI on FSDP2's dump (and world_sizes' element on the tensor-parallel model).
+@pytest.mark.full(
+    covered_by="test_real_scripts.py::test_a_sharded_record_carries_its_placement_in_the_trace"
+)
 def test_fsdp2_shards_are_put_together_and_compared_across_world_sizes(detcheck_bin, tmp_path):
     # Every rank on the same full batch: world sizes 1 and 2 are bitwise equal as global
     # tensors (fsdp2_world_sizes, in the corpus test too). The planted control adds 1e-3 to the

@@ -10,6 +10,7 @@ Needs torch (CI installs it).
 
 import sys
 
+import pytest
 from support import PROGRAMS, check, requires
 
 requires("torch")
@@ -41,6 +42,11 @@ def test_a_tensor_parallel_model_differs_from_its_one_rank_self_at_its_all_reduc
     assert collective["site"].endswith("tp_infer.py:54"), collective
 
 
+# The full tier (docs/testing.md): world_sizes passing on a program whose ranks split the work is
+# checked in CI on test_diagnosis.py's DDP program.
+@pytest.mark.full(
+    covered_by="test_diagnosis.py::test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes"
+)
 def test_a_fixed_reduction_order_makes_it_equal_at_1_2_and_4_ranks(detcheck_bin):
     line = world_sizes(detcheck_bin, "--fixed-order", code=0)
     assert line["verdict"] == "ok", line

@@ -71,7 +71,7 @@ def launched(tmp_path, argv, rank="0", world="1", **extra):
 def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught(
     detcheck_bin,
 ):
-    names = ["ddp_train", "control_ddp_set_order", "ddp_set_order_deterministic"]
+    names = ["ddp_train", "control_ddp_set_order"]
     # Under mpirun where MPI must be there (DETCHECK_REQUIRE_MPI4PY): not on whether mpirun is
     # on PATH, which .ci/run installs while this test may run (and checks that scenario in a
     # section of its own).
@@ -80,14 +80,28 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
     run = check(detcheck_bin, *[UNMODIFIED / f"{n}.json" for n in names], code=0)
     lines, out = run.scenarios, run.out
     assert sorted(lines) == sorted(names), out
-    for name in ("ddp_train", "ddp_set_order_deterministic"):
-        assert lines[name]["status"] == "passed", lines[name]
+    assert lines["ddp_train"]["status"] == "passed", lines["ddp_train"]
     held = {c["check"]: c["holds"] for c in lines["ddp_train"]["checks"]}
     assert held == {"repeat": True, "replicas": True, "world_sizes": True}, held
     # the table's reduction is the program's own: its process group's backend
     assert lines["ddp_train"]["scenario"]["reduction"] == "gloo", lines["ddp_train"]["scenario"]
-    # --deterministic says what it applied
-    text = lines["ddp_set_order_deterministic"]["detail"]
+    order = caught_with_element(lines["control_ddp_set_order"])
+    assert order["name"] == "fwd/(model)", order
+    operator = order["operator"]
+    assert operator["finding"] == "input_from_outside", operator
+    assert operator["source"]["source"] == "scalar", operator
+    caught_every_time(detcheck_bin, ["control_ddp_set_order"])
+
+
+# The full tier (docs/testing.md): `--deterministic` fixing a planted bug, and saying what it
+# applied, is checked in CI on test_causes.py's shuffle_samples.
+@pytest.mark.full(covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it")
+def test_the_set_order_control_passes_with_the_deterministic_settings_it_names(detcheck_bin):
+    name = "ddp_set_order_deterministic"
+    run = check(detcheck_bin, UNMODIFIED / f"{name}.json", code=0)
+    line = run.scenarios[name]
+    assert line["status"] == "passed", line
+    text = line["detail"]
     for applied in (
         "PYTHONHASHSEED=0:",
         "torch.use_deterministic_algorithms(True)",
@@ -95,12 +109,6 @@ def test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_a
         "torch.backends.cudnn.benchmark = False",
     ):
         assert applied in text, text
-    order = caught_with_element(lines["control_ddp_set_order"])
-    assert order["name"] == "fwd/(model)", order
-    operator = order["operator"]
-    assert operator["finding"] == "input_from_outside", operator
-    assert operator["source"]["source"] == "scalar", operator
-    caught_every_time(detcheck_bin, ["control_ddp_set_order"])
 
 
 # The full tier (docs/testing.md): torchrun's ranks and a clock-seeded generator are checked in
