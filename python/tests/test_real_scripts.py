@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -449,16 +450,20 @@ def test_a_torchrun_rank_that_raises_shows_its_own_traceback(detcheck_bin, tmp_p
 
 
 def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_path):
+    """And both ranks are killed: torchrun's agent starts them in sessions of their own, which
+    killing the agent's process group left running (issue 53)."""
     script = write(
         tmp_path,
         "stuck.py",
-        """\
-        import time
+        f"""\
+        import os, time
         import torch
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         torch.nn.Linear(2, 2)(torch.ones(1, 2))
+        pid = os.path.join({str(tmp_path)!r}, f"pid{{dist.get_rank()}}")
+        open(pid, "w").write(str(os.getpid()))
         if dist.get_rank() == 0:
             time.sleep(600)
         dist.barrier()
@@ -483,9 +488,26 @@ def test_a_stuck_torchrun_rank_is_named_with_where_it_waits(detcheck_bin, tmp_pa
     assert "rank(s) 0, 1 still running" in error, out
     assert (
         "rank 0 is in (innermost first, from its Python stacks):\n"
-        f'    File "{script}", line 8 in <module>'
+        f'    File "{script}", line 10 in <module>'
     ) in error, out
     assert "in barrier" in error, out
+    for rank in (0, 1):
+        pid = int((tmp_path / f"pid{rank}").read_text())
+        assert not alive_within(pid, seconds=10), f"rank {rank} (pid {pid}) is still running"
+
+
+def alive_within(pid, seconds):
+    """Whether process ``pid`` still runs (not a zombie) after waiting up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def test_a_recorded_model_saves_the_bytes_of_a_plain_one_and_loads_with_weights_only(tmp_path):

@@ -13,8 +13,9 @@
 //! port.
 //!
 //! msrun starts each worker in a session of its own (`setsid`), so killing msrun's process group
-//! does not end them: [`MsrunJob::kill_workers`] kills the ranks' processes by the pid files their
-//! start-up hook left (`crate::launch::RankFiles`), each checked to be this launch's. msrun writes
+//! does not end them: `crate::run::rank_failure::kill_ranks` kills the ranks' processes by the pid
+//! files their start-up hook left (`crate::launch::RankFiles`), each checked to be this launch's,
+//! as it does torchrun's workers. msrun writes
 //! each worker's output into `LOGS/worker_R.log` (and the scheduler's into `scheduler.log`), not
 //! onto its own stderr; [`MsrunJob::failed_worker_log`] finds the rank whose log shows an error
 //! and gives its end, MindSpore's own `[WARNING]`/`[INFO]` lines left out.
@@ -24,7 +25,6 @@
 //! log names of MindSpore 2.10 (`worker_R.log`, `scheduler.log`, its default
 //! `--worker_log_name`).
 
-use crate::launch::RankFiles;
 use std::path::{Path, PathBuf};
 
 /// How many lines of a worker's log are shown, at most.
@@ -39,8 +39,6 @@ const MSRUN_MODULE: &str = "mindspore.parallel.cluster.run";
 pub(crate) struct MsrunJob {
     /// `--log_dir`: msrun's logs, one per worker and the scheduler's.
     pub(crate) log_dir: PathBuf,
-    /// The trace folder, whose pid files name the workers' processes.
-    trace_dir: PathBuf,
     world_size: usize,
 }
 
@@ -54,12 +52,10 @@ pub(crate) struct MsrunCommand {
 }
 
 impl MsrunJob {
-    /// The launch of `world_size` workers whose files go under `folder` (its own launch folder)
-    /// and whose traces go to `trace_dir`.
-    pub(crate) fn new(folder: &Path, trace_dir: &Path, world_size: usize) -> Self {
+    /// The launch of `world_size` workers whose files go under `folder` (its own launch folder).
+    pub(crate) fn new(folder: &Path, world_size: usize) -> Self {
         MsrunJob {
             log_dir: folder.join("msrun-logs"),
-            trace_dir: trace_dir.to_path_buf(),
             world_size,
         }
     }
@@ -121,30 +117,6 @@ impl MsrunJob {
                     env: Vec::new(),
                     python: None,
                 })
-            }
-        }
-    }
-
-    /// Kills the workers' processes that still run (msrun starts each in a session of its
-    /// own): those named by a rank's pid file whose environment is this launch's.
-    pub(crate) fn kill_workers(&self) {
-        let marker = format!("DETCHECK_TRACE_DIR={}", self.trace_dir.display());
-        for rank in 0..self.world_size as u32 {
-            let Some(pid) = std::fs::read_to_string(RankFiles::new(&self.trace_dir, rank).pid)
-                .ok()
-                .and_then(|p| p.trim().parse::<i32>().ok())
-                .filter(|&p| p > 0)
-            else {
-                continue;
-            };
-            // Only a process of this launch (a pid is reused once its process is gone).
-            let ours = std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == marker.as_bytes()));
-            if ours {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
             }
         }
     }
@@ -245,7 +217,7 @@ mod tests {
     #[test]
     fn a_python_program_runs_under_its_own_pythons_msrun_with_a_shim() {
         let dir = folder("argv");
-        let job = MsrunJob::new(&dir, &dir.join("trace"), 2);
+        let job = MsrunJob::new(&dir, 2);
         let program = [
             "/opt/venv/bin/python3".to_owned(),
             "train.py".to_owned(),
@@ -300,7 +272,7 @@ mod tests {
     #[test]
     fn the_failed_workers_log_is_found_and_mindsporess_chatter_left_out() {
         let dir = folder("logs");
-        let job = MsrunJob::new(&dir, &dir.join("trace"), 2);
+        let job = MsrunJob::new(&dir, 2);
         std::fs::create_dir_all(&job.log_dir).unwrap();
         assert_eq!(job.failed_worker_log(), None, "no logs");
         std::fs::write(

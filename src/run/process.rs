@@ -29,8 +29,8 @@
 //!
 //! The `msrun` launcher (`crate::run::msrun`) runs MindSpore's launcher: its workers' ranks are
 //! their `RANK_ID`s, their output goes to msrun's logs in the launch folder (read for the words
-//! of a failure), and they are killed by their pid files, msrun starting each in a session of
-//! its own.
+//! of a failure), and they are killed by their pid files (as torchrun's are), msrun starting each
+//! in a session of its own.
 //!
 //! Failure: a process that exits non-zero or is killed, a launch that outlives its timeout, and a
 //! rank that writes no trace or a broken one fail the run ([`RunError::ProgramFailed`], exit 3)
@@ -41,7 +41,8 @@
 //! running.
 //!
 //! Invariant (nothing is left running): every launched process leads its own process group; a
-//! failure, a timeout or an early return kills every group of the launch.
+//! failure, a timeout or an early return kills every group of the launch, then every rank its pid
+//! files name (torchrun's agent and msrun start their workers in sessions of their own).
 //!
 //! Determinism: what a launch receives is a function of the request (spec, run, perturbation,
 //! plan); only timing depends on the machine, and the run id of its trace files
@@ -162,10 +163,6 @@ impl Process {
         }
         let _ = self.child.kill();
         self.status = self.child.wait().ok();
-        if let Some(job) = &self.msrun {
-            // msrun starts its workers in sessions of their own: not in its process group.
-            job.kill_workers();
-        }
     }
 
     fn who(&self) -> String {
@@ -176,14 +173,18 @@ impl Process {
     }
 }
 
-/// Kills every process still running when a launch ends early (error, panic).
-struct Processes(Vec<Process>);
+/// Kills every process still running when a launch ends (a failure, a timeout, a panic), then
+/// the ranks that the launch's pid files name (its trace folder and world size): torchrun's
+/// agent and msrun start their workers in sessions of their own, outside the process groups
+/// killed first (`rank_failure::kill_ranks`; a rank that ended normally removed its pid file).
+struct Processes(Vec<Process>, PathBuf, u32);
 
 impl Drop for Processes {
     fn drop(&mut self) {
         for p in &mut self.0 {
             p.kill();
         }
+        crate::run::rank_failure::kill_ranks(&self.1, self.2);
     }
 }
 
@@ -619,7 +620,7 @@ impl<'a> CommandLaunch<'a> {
             program: Some(self.as_run_takes_it()),
         };
 
-        let mut processes = Processes(Vec::new());
+        let mut processes = Processes(Vec::new(), self.trace_dir.clone(), self.world_size as u32);
         match self.command.launcher {
             Launcher::Processes => {
                 self.start_ranks(&launch, rotation, master_port, &mut processes)?;
@@ -708,7 +709,7 @@ impl<'a> CommandLaunch<'a> {
     /// The `msrun` launcher's process: MindSpore's launcher, after checking that its Python has
     /// MindSpore.
     fn msrun_process(&self, launch: &Launch, master_port: u16) -> Result<Process, RunError> {
-        let job = MsrunJob::new(&self.folder.0, &self.trace_dir, self.world_size);
+        let job = MsrunJob::new(&self.folder.0, self.world_size);
         let msrun = job
             .command(
                 &self.argv(None),

@@ -10,7 +10,10 @@
 //!   a peer of a failed rank usually raises later, in the collective it was waiting in);
 //! - [`stuck_ranks`]: at a timeout, the ranks whose processes still run, each asked for its
 //!   stacks, with the innermost frames of its main thread (where it waits: a collective's call
-//!   in the program, a lock, a read).
+//!   in the program, a lock, a read);
+//! - [`kill_ranks`]: the ranks' processes that still run when a launch is killed, those a
+//!   launcher started in sessions of their own among them (torchrun's agent, msrun), which
+//!   killing the launcher's process group leaves running.
 //!
 //! Also [`wrong_path_hint`]: the words for a one-rank launch whose program wanted the variables
 //! that only a multi-process launcher sets; and [`msrun_hint`]: for a MindSpore program whose
@@ -121,6 +124,32 @@ fn push_tail(out: &mut String, text: &str) {
     for line in &lines[lines.len().saturating_sub(LINES)..] {
         out.push_str("\n    ");
         out.push_str(line);
+    }
+}
+
+/// Kills (`SIGKILL`) the ranks of `0..world_size` whose pid file names a process that still
+/// runs with this launch's environment (`DETCHECK_TRACE_DIR`): a pid is reused once its process
+/// is gone, and a rank that ended normally removed its pid file. torchrun's agent and msrun start
+/// their workers in sessions of their own, so killing the launcher's process group (what
+/// `crate::run::process` does first) does not end them; this does.
+pub(crate) fn kill_ranks(trace_dir: &Path, world_size: u32) {
+    let marker = format!("DETCHECK_TRACE_DIR={}", trace_dir.display());
+    for rank in 0..world_size {
+        let Some(pid) = std::fs::read_to_string(RankFiles::new(trace_dir, rank).pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|&p| p > 0)
+        else {
+            continue;
+        };
+        let ours = std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == marker.as_bytes()));
+        if ours {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
@@ -313,6 +342,39 @@ mod tests {
         )
         .is_none());
         assert!(main_thread("").is_none());
+    }
+
+    #[test]
+    fn only_the_ranks_of_this_launch_are_killed_by_their_pid_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sleeper = |trace_dir: &Path| {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", "echo ready; exec sleep 60"])
+                .env("DETCHECK_TRACE_DIR", trace_dir)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut ready = [0u8; 6];
+            std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+            child
+        };
+        // Rank 0: this launch's (its environment names the trace folder); rank 1: a pid of
+        // another launch's process (a pid reused); rank 2: no process; rank 3: no pid file.
+        let mut ours = sleeper(dir.path());
+        let mut other = sleeper(&dir.path().join("elsewhere"));
+        write(dir.path(), "rank0.pid", &format!("{}\n", ours.id()));
+        write(dir.path(), "rank1.pid", &other.id().to_string());
+        write(dir.path(), "rank2.pid", "999999999\n");
+        kill_ranks(dir.path(), 4);
+        let status = ours.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "{status:?}"
+        );
+        assert!(other.try_wait().unwrap().is_none(), "another launch's process was killed");
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     #[test]
