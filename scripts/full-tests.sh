@@ -7,7 +7,7 @@
 #
 # Needs scripts/install-python.sh --frameworks (target/venv); MindSpore's full tests run where
 # target/venv-ms has MindSpore (scripts/install-python.sh --mindspore target/venv-ms), msprobe's
-# where scripts/install-msprobe.sh installed it; the MPI fault tests under MPICH where
+# where scripts/install-msprobe.sh installed it; MPICH's fault and smoke tests where
 # scripts/install-mpi.sh mpich installed it. Exit code: the first failure's (0 all passed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,9 +40,10 @@ else
     echo "== msprobe: not installed (scripts/install-msprobe.sh), skipped"
 fi
 if command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null; then
-    echo "== the MPI fault tests under MPICH (detcheck built against MPICH into target/mpich)"
+    echo "== MPICH (detcheck built against MPICH into target/mpich): its fault tests, its smoke test at 3 ranks"
     MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich DETCHECK_MPIRUN=mpirun.mpich \
         cargo test --features mpi --test mpi -- --test-threads=1 failures_in_ranks a_rank_ a_scenario_larger
+    DETCHECK_MPI=mpich DETCHECK_SMOKE_PROFILE=dev bash scripts/mpirun-smoke.sh 3
 else
     echo "== MPICH: not installed (scripts/install-mpi.sh mpich), its fault tests skipped"
 fi

@@ -33,3 +33,32 @@ def pytest_configure(config):
 def detcheck_bin():
     """The path of the `detcheck` binary (built once per session, or $DETCHECK_BIN)."""
     return detcheck_path()
+
+
+#: The longest tests of CI's tier, longest first (`--durations` of .ci/run, 2026-11-29): started
+#: first, so that the two workers end together. pytest-xdist hands tests (and `xdist_group`s) out
+#: in collection order, and a 5-minute test handed out last kept one worker busy alone for its
+#: whole length (CI's time, issue 55). Any order of the tests is correct; this one is only faster.
+LONGEST_FIRST = (
+    "test_zero_change.py::test_an_unmodified_ddp_script_passes",
+    "test_real_scripts.py::test_a_script_that_always_creates_a_process_group",
+    "test_causes.py::test_a_planted_bug_is_named_by_its_cause[arrival_order]",
+    "test_tp_sizes.py::test_a_tensor_parallel_model_differs",
+    "test_zoo.py::test_a_zoo_program_as_its_readme_runs_it",
+    "test_verdicts.py::test_a_result_that_recording_changes",
+    "test_verdicts.py::test_ranks_that_train_different_models",
+    "test_zoo.py::test_lightning_starting_its_own_ranks",
+    "test_batch_sizes.py::test_a_tiny_gpt2",
+    "test_align.py::",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        nodeid = item.nodeid.rsplit("/", 1)[-1]
+        return next(
+            (i for i, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix)),
+            len(LONGEST_FIRST),
+        )
+
+    items.sort(key=rank)

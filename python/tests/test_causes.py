@@ -186,9 +186,9 @@ FULL_TIER = {
     "clock_jitter": pytest.mark.full(
         covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
     ),
-    # seeded_differently: loader_order
+    # seeded_differently: loader_order, in the test of the cause in every report
     "clock_seed": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
+        covered_by="test_causes.py::test_the_cause_leads_the_text_and_reaches_every_report"
     ),
     # unseeded_generator: shuffle_samples
     "worker_augment": pytest.mark.full(
@@ -197,6 +197,11 @@ FULL_TIER = {
     # file_left_behind: cache_in_place
     "snapshot_at_path": pytest.mark.full(
         covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
+    ),
+    # seeded_differently, with its site: the test of the cause's place in every report checks
+    # loader_order's text, JUnit and HTML, line and all
+    "loader_order": pytest.mark.full(
+        covered_by="test_causes.py::test_the_cause_leads_the_text_and_reaches_every_report"
     ),
     # initial_parameters: the zoo's word_language_model without `torch.manual_seed`, with the
     # line that built its model (the fix's helper line stays here)

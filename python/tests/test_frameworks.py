@@ -133,8 +133,9 @@ FRAMEWORK_PAIRS = {
 @pytest.mark.parametrize(
     "framework",
     [
-        # The full tier (docs/testing.md): the unmodified Trainer script under torchrun checks the
-        # same example and control in CI; the zoo's Lightning program, Lightning's own ranks.
+        # The full tier (docs/testing.md): the Trainer's callback is checked in CI by the test
+        # above (its example and control under torchrun: test_zero_change.py's full tier); the
+        # zoo's Lightning program, Lightning's own ranks.
         pytest.param(
             "lightning",
             marks=pytest.mark.full(
@@ -144,7 +145,7 @@ FRAMEWORK_PAIRS = {
         pytest.param(
             "transformers",
             marks=pytest.mark.full(
-                covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+                covered_by="test_frameworks.py::test_trainer_callback_records_one_step_per_update"
             ),
         ),
     ],

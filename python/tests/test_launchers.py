@@ -44,15 +44,15 @@ def _checked_at_two_ranks(detcheck_bin, tmp_path, *command):
             *(str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"),
             *("--main_process_port", PORT["accelerate"], LOOP.name),
         ),
-        # The full tier (docs/testing.md): torchrun's own ranks are checked in CI by the
-        # unmodified DDP script and the Trainer script.
+        # The full tier (docs/testing.md): a launcher that starts its ranks as scripts is
+        # checked in CI with accelerate's.
         pytest.param(
             (
                 *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
                 *("--master-port", PORT["torchrun"], LOOP.name),
             ),
             marks=pytest.mark.full(
-                covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+                covered_by="test_launchers.py::test_a_launcher_that_starts_ranks_as_scripts"
             ),
         ),
     ],

@@ -98,18 +98,19 @@ def test_the_corpus_holds_seven_scripts_with_a_control_each():
 
 
 #: The corpus scripts of the full tier (docs/testing.md), each covered in CI by another test of
-#: its kind: FSDP2's shards across world sizes, FSDP1 by the drill-down inside its units,
-#: tensor parallel by the TP-size check (test_tp_sizes.py), DDP by the unmodified DDP script,
-#: nanoGPT by the zoo's upstream nanoGPT.
+#: its kind: FSDP2 and FSDP1 by their dumps' sharded records, tensor parallel by the TP-size
+#: check (test_tp_sizes.py), DDP by the unmodified DDP script, nanoGPT by the zoo (full tier
+#: too: an upstream program passing is checked in CI on mnist and Lightning), func_train by
+#: word_lm's loop.
 FULL_CORPUS = {
     "fsdp1_train": pytest.mark.full(
-        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+        covered_by="test_real_scripts.py::test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated"
     ),
     "nanogpt_train": pytest.mark.full(
         covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
     ),
     "fsdp2_train": pytest.mark.full(
-        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
+        covered_by="test_real_scripts.py::test_a_sharded_record_carries_its_placement_in_the_trace"
     ),
     # a hand-written loop: word_lm's (its own SGD loop, no optimizer) stays in CI
     "func_train": pytest.mark.full(
@@ -179,20 +180,16 @@ INSIDE_SHARDED = {
 }
 
 
-#: The drill-down inside FSDP2's blocks and tensor parallel's DTensors: the full tier (FSDP1's,
-#: the cheapest, stays in CI; docs/testing.md).
-FULL_INSIDE = {
-    "control_fsdp2_noisy_block": pytest.mark.full(
-        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
-    ),
-    "control_tensor_parallel_noise": pytest.mark.full(
-        covered_by="test_real_scripts.py::test_the_drill_down_names_the_operator_inside_a_sharded_module"
-    ),
-}
+#: The drill-down inside a sharded module (FSDP1's flat parameters, FSDP2's blocks, tensor
+#: parallel's DTensors): the full tier (docs/testing.md). CI drills down to the operator, past
+#: the module whose input differed, on the unmodified DDP script's control (test_zero_change.py).
+FULL_INSIDE = pytest.mark.full(
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
+)
 
 
 @pytest.mark.parametrize(
-    "scenario", [pytest.param(s, marks=FULL_INSIDE.get(s, ())) for s in sorted(INSIDE_SHARDED)]
+    "scenario", [pytest.param(s, marks=FULL_INSIDE) for s in sorted(INSIDE_SHARDED)]
 )
 def test_the_drill_down_names_the_operator_inside_a_sharded_module(
     detcheck_bin, tmp_path, scenario
@@ -748,7 +745,8 @@ def test_tensor_subclasses_never_break_a_program_recorded_without_a_change(detch
 
 
 #: The full tier (docs/testing.md): CI checks the tensor-parallel dump, whose Replicate bias is
-#: compared across ranks beside its sharded weights; FSDP's dumps have no replicated record.
+#: compared across ranks beside its sharded weights, and FSDP1's flat parameters; FSDP2's
+#: placements are read in CI by test_a_sharded_record_carries_its_placement_in_the_trace.
 FULL_SHARDS = pytest.mark.full(
     covered_by="test_real_scripts.py::test_sharded_records_are_local_shards_and_only_replicate_placements_are_replicated"
 )
@@ -759,7 +757,7 @@ FULL_SHARDS = pytest.mark.full(
     [
         # every parameter is Shard(0): none may be compared across ranks
         pytest.param("fsdp2", set(), marks=FULL_SHARDS),
-        pytest.param("fsdp1", set(), marks=FULL_SHARDS),  # flat parameters: each rank's shard
+        ("fsdp1", set()),  # flat parameters: each rank's shard
         (
             "tensor_parallel",
             {"init/fc2.bias", "grad/fc2.bias", "param/fc2.bias", "end/fc2.bias"},

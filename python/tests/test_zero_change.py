@@ -112,9 +112,10 @@ def test_the_set_order_control_passes_with_the_deterministic_settings_it_names(d
 
 
 # The full tier (docs/testing.md): torchrun's ranks and a clock-seeded generator are checked in
-# CI by the Trainer script under torchrun and test_causes.py's loader_order.
+# CI by test_verdicts.py's ranks that train apart (under torchrun) and test_causes.py's
+# loader_order.
 @pytest.mark.full(
-    covered_by="test_zero_change.py::test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught"
+    covered_by="test_verdicts.py::test_ranks_that_train_different_models_get_replicas_na_with_the_reason"
 )
 def test_an_unmodified_ddp_script_passes_under_torchrun_and_its_reseed_control_is_caught(
     detcheck_bin,
@@ -142,6 +143,12 @@ def caught_every_time(detcheck_bin, controls):
             assert line["verdict"] == "ok (caught)", again.out
 
 
+# The full tier (docs/testing.md): HF's Trainer recorded is checked in CI by test_frameworks.py
+# (its callback, one step per update), an unmodified script under a launcher by the DDP test
+# above, a passing check under torchrun by test_verdicts.py's ranks that train apart.
+@pytest.mark.full(
+    covered_by="test_frameworks.py::test_trainer_callback_records_one_step_per_update"
+)
 def test_an_unmodified_trainer_script_passes_under_torchrun_and_its_dropout_control_is_caught(
     detcheck_bin,
 ):
