@@ -41,7 +41,6 @@ def detcheck_bin():
 #: whole length (CI's time, issue 55). Any order of the tests is correct; this one is only faster.
 LONGEST_FIRST = (
     "test_zero_change.py::test_an_unmodified_ddp_script_passes",
-    "test_real_scripts.py::test_a_script_that_always_creates_a_process_group",
     "test_causes.py::test_a_planted_bug_is_named_by_its_cause[arrival_order]",
     "test_tp_sizes.py::test_a_tensor_parallel_model_differs",
     "test_zoo.py::test_a_zoo_program_as_its_readme_runs_it",
@@ -49,6 +48,8 @@ LONGEST_FIRST = (
     "test_verdicts.py::test_ranks_that_train_different_models",
     "test_zoo.py::test_lightning_starting_its_own_ranks",
     "test_batch_sizes.py::test_a_tiny_gpt2",
+    "test_launchers.py::test_a_world_that_nobody_starts",
+    "test_causes.py::test_two_runs_with_other_thread_counts",
     "test_align.py::",
 )
 

@@ -340,8 +340,9 @@ def test_a_closure_optimizer_counts_one_step_per_step_call(detcheck_bin, tmp_pat
     assert run.scenarios["lbfgs"]["status"] == "passed", run.out
 
 
-def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):
-    script = write(
+def always_pg(tmp_path):
+    """A script that creates its process group whatever its world (DDP at every size)."""
+    return write(
         tmp_path,
         "always_pg.py",
         """\
@@ -361,6 +362,10 @@ def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_
         dist.destroy_process_group()
         """,
     )
+
+
+def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_bin, tmp_path):
+    script = always_pg(tmp_path)
     run = check(
         detcheck_bin,
         "--ranks",
@@ -375,6 +380,17 @@ def test_a_script_that_always_creates_a_process_group_runs_at_one_rank(detcheck_
         code=0,
     )
     assert run.scenarios["always_pg"]["status"] == "passed", run.out
+
+
+# The full tier (docs/testing.md): the same script at two ranks, and across world sizes 1 and 2,
+# is the unmodified DDP script's check in CI (test_zero_change.py).
+@pytest.mark.full(
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
+)
+def test_a_script_that_always_creates_a_process_group_runs_at_two_ranks_and_across_sizes(
+    detcheck_bin, tmp_path
+):
+    script = always_pg(tmp_path)
     check(
         detcheck_bin,
         "--ranks",
