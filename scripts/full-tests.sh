@@ -23,7 +23,7 @@ tier() {
 
 echo "== the main venv (target/venv)"
 tier target/venv/bin/pytest python/tests -n 2 --dist loadgroup \
-    --ignore python/tests/test_diagnosis.py --ignore python/tests/test_slurm.py \
+    --ignore python/tests/test_slurm.py \
     --ignore python/tests/test_mindspore.py --ignore python/tests/test_msprobe_align.py \
     --ignore python/tests/test_msprobe_mindspore.py "$@"
 if target/venv-ms/bin/python -c "import mindspore" 2>/dev/null; then

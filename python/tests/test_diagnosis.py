@@ -9,6 +9,7 @@ The launchers: processes (numpy), mpirun (mpi4py), torchrun (torch, numpy noise)
 
 import json
 
+import pytest
 from support import PROGRAMS, caught_with_element, check, requires, run_detcheck, runs
 
 
@@ -46,6 +47,11 @@ def test_mpi4py_any_source_names_its_element(detcheck_bin):
         assert first["name"].startswith("grad/"), first["name"]
 
 
+# The full tier (docs/testing.md): an operator's input from outside the traced operators, under
+# torchrun, is checked in CI on the unmodified DDP script's control.
+@pytest.mark.full(
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
+)
 def test_torch_numpy_noise_is_an_input_from_outside(detcheck_bin):
     """numpy noise inside `block` (torchrun launcher): the first differing operator's input
     came from outside the traced operators."""
@@ -78,6 +84,11 @@ def test_torch_entropy_sum_is_a_nondeterministic_operator(detcheck_bin):
         assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
 
 
+# The full tier (docs/testing.md): a DDP program passing repeat, replicas and world_sizes is
+# checked in CI on the unmodified DDP script.
+@pytest.mark.full(
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
+)
 def test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes(detcheck_bin):
     requires("torch")
     line = check_json(detcheck_bin, PROGRAMS / "torch" / "torch_ddp.json")

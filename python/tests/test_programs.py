@@ -21,10 +21,10 @@ def test_numpy_program_and_its_control(detcheck_bin):
 
 
 # .ci/run installs torch and sets DETCHECK_REQUIRE_TORCH=1, so there the test cannot skip.
-# The full tier (docs/testing.md): test_diagnosis.py checks the clean program in CI, and the
-# unmodified DDP script checks torchrun.
+# The full tier (docs/testing.md): a DDP program passing and its control caught are checked in
+# CI on the unmodified DDP script.
 @pytest.mark.full(
-    covered_by="test_diagnosis.py::test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes"
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
 )
 def test_torch_ddp_program_and_its_control(detcheck_bin):
     requires("torch")

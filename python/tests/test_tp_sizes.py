@@ -43,9 +43,9 @@ def test_a_tensor_parallel_model_differs_from_its_one_rank_self_at_its_all_reduc
 
 
 # The full tier (docs/testing.md): world_sizes passing on a program whose ranks split the work is
-# checked in CI on test_diagnosis.py's DDP program.
+# checked in CI on the unmodified DDP script (1 and 2 ranks).
 @pytest.mark.full(
-    covered_by="test_diagnosis.py::test_torch_clean_ddp_passes_repeat_replicas_and_world_sizes"
+    covered_by="test_zero_change.py::test_an_unmodified_ddp_script_passes_at_one_and_two_ranks_and_its_controls_are_caught"
 )
 def test_a_fixed_reduction_order_makes_it_equal_at_1_2_and_4_ranks(detcheck_bin):
     line = world_sizes(detcheck_bin, "--fixed-order", code=0)
