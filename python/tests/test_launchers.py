@@ -76,8 +76,8 @@ def test_notebook_launcher_forking_its_ranks_under_an_elastic_agent(detcheck_bin
 def test_a_world_that_nobody_starts_fails_at_once_with_the_command_to_run(detcheck_bin, tmp_path):
     """A script that asks `init_process_group` for two ranks, checked at one: detcheck started
     one rank and the script starts no other, so the call would wait until the timeout (300 s,
-    issue 54). It fails within seconds (exit 3), naming the line and the command to run, and
-    that command passes."""
+    issue 54). It fails within seconds (exit 3), naming the line and the command to run (which
+    passes: the next test)."""
     script = PROGRAMS / "verdicts" / "world_of_two.py"
     args = ("--timeout", "120", "--", sys.executable, script)
     (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=3).scenarios.values()
@@ -87,7 +87,15 @@ def test_a_world_that_nobody_starts_fails_at_once_with_the_command_to_run(detche
     assert "still running after the timeout" not in error, error
     told = "`detcheck check --ranks 2 --launcher torchrun -- python world_of_two.py`"
     assert told in error, error
-    # What it says to run, run
+
+
+# The full tier (docs/testing.md): a check at 2 ranks under torchrun passing is checked in CI on
+# test_verdicts.py's ranks that train apart.
+@pytest.mark.full(
+    covered_by="test_verdicts.py::test_ranks_that_train_different_models_get_replicas_na_with_the_reason"
+)
+def test_the_command_a_world_that_nobody_starts_is_told_to_run_passes(detcheck_bin, tmp_path):
+    script = PROGRAMS / "verdicts" / "world_of_two.py"
     args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
     (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=0).scenarios.values()
     assert line["verdict"] == "ok", line
