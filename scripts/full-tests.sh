@@ -39,6 +39,13 @@ if [[ -x target/venv-msprobe/bin/python ]]; then
 else
     echo "== msprobe: not installed (scripts/install-msprobe.sh), skipped"
 fi
+if sinfo >/dev/null 2>&1; then
+    echo "== Slurm (a running Slurm: scripts/slurm-local.sh start)"
+    PATH="$PWD/target/venv/bin:$PATH" DETCHECK_REQUIRE_SLURM=1 \
+        tier target/venv/bin/pytest python/tests/test_slurm.py "$@"
+else
+    echo "== Slurm: none running (scripts/slurm-local.sh start), its full tests skipped"
+fi
 if command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null; then
     echo "== MPICH (detcheck built against MPICH into target/mpich): its fault tests, its smoke test at 3 ranks"
     MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich DETCHECK_MPIRUN=mpirun.mpich \

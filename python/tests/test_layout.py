@@ -106,15 +106,22 @@ def functions_of(path):
     return names, full
 
 
-def bad_covers(path):
+def bad_covers(path, root=TESTS.parent.parent):
     """The `full` marks of ``path`` whose ``covered_by`` is missing, names no test, or names a
-    test of the full tier: (line, what is wrong)."""
+    test of the full tier: (line, what is wrong). A Python test is `test_module.py::test_name`;
+    a Rust test of ``root``'s `tests/` (which CI runs whole), `tests/file.rs::test_name`."""
     bad = []
     for line, cover in full_marks(path):
         if cover is None:
             bad.append((line, "no covered_by='test_module.py::test_name'"))
             continue
         module, _, name = cover.partition("::")
+        if module.startswith("tests/") and module.endswith(".rs"):
+            rust = root / module
+            text = rust.read_text() if rust.is_file() else ""
+            if not re.search(rf"#\[test\]\s*(#\[[^\]]*\]\s*)*fn {re.escape(name)}\(", text):
+                bad.append((line, f"{cover!r}: no such Rust test"))
+            continue
         target = path.parent / module
         if not (module.startswith("test_") and target.is_file() and name):
             bad.append((line, f"{cover!r}: no such test module"))
@@ -196,5 +203,15 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "def test_unknown(): pass\n"
         "@pytest.mark.full(covered_by='test_none.py::test_b')\n"
         "def test_no_module(): pass\n"
+        "@pytest.mark.full(covered_by='tests/it.rs::a_rust_test')\n"
+        "def test_rust(): pass\n"
+        "@pytest.mark.full(covered_by='tests/it.rs::not_a_test')\n"
+        "def test_rust_helper(): pass\n"
+        "@pytest.mark.full(covered_by='tests/none.rs::a_rust_test')\n"
+        "def test_no_rust_file(): pass\n"
     )
-    assert [line for line, _ in bad_covers(full)] == [3, 5, 6, 8], bad_covers(full)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "it.rs").write_text("#[test]\nfn a_rust_test() {}\nfn not_a_test() {}\n")
+    assert [line for line, _ in bad_covers(full, tmp_path)] == [3, 5, 6, 8, 12, 14], bad_covers(
+        full, tmp_path
+    )

@@ -6,6 +6,7 @@ its clock-reseed control caught; and a numpy + mpi4py program (`--mpi=pmix`). Sk
 Slurm (or mpi4py), or fails where DETCHECK_REQUIRE_SLURM (DETCHECK_REQUIRE_MPI4PY) is set
 (.ci/run sets both)."""
 
+import pytest
 from support import PROGRAMS, ROOT, requires, run_detcheck
 
 requires("torch")
@@ -14,7 +15,14 @@ requires("slurm")
 
 UNMODIFIED = PROGRAMS / "unmodified"
 
+#: The full tier (docs/testing.md): the same script and control under srun (the smoke test's job
+#: step, detcheck's srun launcher) are checked in CI by tests/slurm.rs's sbatch smoke test.
+FULL_SBATCH = pytest.mark.full(
+    covered_by="tests/slurm.rs::the_sbatch_smoke_test_passes_and_writes_its_reports"
+)
 
+
+@FULL_SBATCH
 def test_unmodified_ddp_script_passes_under_srun(detcheck_bin):
     run = run_detcheck(
         detcheck_bin,
@@ -42,6 +50,7 @@ def test_unmodified_ddp_script_passes_under_srun(detcheck_bin):
     assert "repeat+replicas+world_sizes" in run.out, run.out
 
 
+@FULL_SBATCH
 def test_clock_reseed_control_is_caught_under_srun(detcheck_bin):
     run = run_detcheck(
         detcheck_bin,
