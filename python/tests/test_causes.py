@@ -168,7 +168,7 @@ FIX_NAMES = {
 #: custom operator, the hash order's on its numpy set order.
 FULL_TIER = {
     "nanogpt_compiled": pytest.mark.full(
-        covered_by="test_diagnosis.py::test_torch_entropy_sum_is_a_nondeterministic_operator"
+        covered_by="test_diagnosis.py::test_the_operator_finding_reaches_every_report"
     ),
     # hash_order: test_diagnosis.py's numpy set order (its PYTHONHASHSEED fix stays here)
     "set_order": pytest.mark.full(

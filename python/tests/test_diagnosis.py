@@ -10,13 +10,13 @@ The launchers: processes (numpy), mpirun (mpi4py), torchrun (torch, numpy noise)
 import json
 
 import pytest
-from support import PROGRAMS, caught_with_element, check, requires, run_detcheck, runs
+from support import PROGRAMS, caught_with_element, check, requires, runs
 
 
-def check_json(detcheck_bin, scenario, code=0):
-    """The scenario line of `detcheck check --format json` of one scenario file, which exits
-    with `code`."""
-    scenarios = check(detcheck_bin, scenario, code=code).scenarios
+def check_json(detcheck_bin, *args, code=0):
+    """The scenario line of `detcheck check --format json ARGS` of one scenario file, which
+    exits with `code`."""
+    scenarios = check(detcheck_bin, *args, code=code).scenarios
     assert len(scenarios) == 1, scenarios
     return next(iter(scenarios.values()))
 
@@ -67,6 +67,9 @@ def test_torch_numpy_noise_is_an_input_from_outside(detcheck_bin):
         assert operator["window"] == "forward"
 
 
+# The full tier (docs/testing.md): the same program, at one rank expected identical, is checked
+# in CI with its finding, operator, module, inputs and cause by the test of every report below.
+@pytest.mark.full(covered_by="test_diagnosis.py::test_the_operator_finding_reaches_every_report")
 def test_torch_entropy_sum_is_a_nondeterministic_operator(detcheck_bin):
     """A custom operator (torch.library) that sums in an order drawn from OS entropy: named,
     with its module and input layouts, and classified as nondeterministic."""
@@ -112,21 +115,12 @@ def test_the_operator_finding_reaches_every_report(detcheck_bin, tmp_path):
     scenario = tmp_path / "entropy_sum_expected_identical.json"
     scenario.write_text(json.dumps(spec))
     junit, pages = tmp_path / "junit.xml", tmp_path / "pages"
-    done = run_detcheck(
-        detcheck_bin,
-        "check",
-        "--no-progress",
-        "--junit",
-        junit,
-        "--report-dir",
-        pages,
-        scenario,
-        timeout=900,
-        code=1,
-    )
+    # One check (its drill-down takes minutes on 2 cores): the JSON line's `detail` is the
+    # text report's.
+    line = check_json(detcheck_bin, "--junit", junit, "--report-dir", pages, scenario, code=1)
     sentence = "`detcheck_examples.entropy_sum.default` (call #3 in `block`"
-    assert "first differing operator: " + sentence in done.stdout, done.stdout
-    assert "the operator itself is nondeterministic" in done.stdout
+    assert "first differing operator: " + sentence in line["detail"], line["detail"]
+    assert "the operator itself is nondeterministic" in line["detail"]
 
     failure = ET.parse(junit).getroot().find(".//failure")
     assert sentence in failure.text, failure.text
@@ -135,5 +129,11 @@ def test_the_operator_finding_reaches_every_report(detcheck_bin, tmp_path):
     assert '<h3 id="operator">First differing operator</h3>' in page, page
     assert "detcheck_examples.entropy_sum.default" in page
 
-    line = check_json(detcheck_bin, scenario, code=1)
-    assert line["first_divergence"]["operator"]["finding"] == "nondeterministic"
+    first = line["first_divergence"]
+    operator = first["operator"]
+    assert operator["finding"] == "nondeterministic", operator
+    assert operator["call"]["operator"] == "detcheck_examples.entropy_sum.default", operator
+    # one rank: the whole batch of 16 (each of two ranks has 8)
+    assert operator["call"]["module"] == "block" and operator["call"]["inputs"] == ["f64[16,64]"]
+    assert operator["hint"] is None, "a program's own operator is in no table"
+    assert first["cause"]["kind"] == "nondeterministic_operator", first["cause"]
