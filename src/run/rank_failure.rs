@@ -372,7 +372,10 @@ mod tests {
             Some(9),
             "{status:?}"
         );
-        assert!(other.try_wait().unwrap().is_none(), "another launch's process was killed");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another launch's process was killed"
+        );
         let _ = other.kill();
         let _ = other.wait();
     }
