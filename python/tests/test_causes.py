@@ -7,8 +7,9 @@ Each planted bug runs `DETCHECK_CAUSE_RUNS` times (the compiled nanoGPT
 `DETCHECK_COMPILED_CAUSE_RUNS` times) and each twin `DETCHECK_TWIN_RUNS` times (1 by default;
 scripts/diagnosis-controls.sh asks for 20 of each). `--deterministic` names the setting that
 fixes a bug (`FIXED_BY`); where none does, the bug's first check is its `--deterministic` one.
-CI diagnoses one bug of each cause class; the others are of the full tier (`FULL_TIER`,
-scripts/full-tests.sh, docs/testing.md). Needs torch (CI installs it)."""
+CI diagnoses each cause class once, here or on a zoo row or another test's program, and passes
+one twin; the others are of the full tier (`FULL_TIER`, `FULL_TWINS`, scripts/full-tests.sh,
+docs/testing.md). Needs torch (CI installs it)."""
 
 import json
 import os
@@ -178,9 +179,9 @@ FULL_TIER = {
     "split_order": pytest.mark.full(
         covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
     ),
-    # initial_parameters, with the line that built the model: late_helper_seed
+    # initial_parameters, with the line that built the model: the zoo's word_language_model
     "init_before_seed": pytest.mark.full(
-        covered_by="test_causes.py::test_a_planted_bug_is_named_by_its_cause"
+        covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
     ),
     # value_from_outside: batch_noise
     "clock_jitter": pytest.mark.full(
