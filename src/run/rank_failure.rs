@@ -127,6 +127,14 @@ fn push_tail(out: &mut String, text: &str) {
     }
 }
 
+/// The process id a rank's pid file names (`None`: no file, or not a positive number).
+fn rank_pid(files: &RankFiles) -> Option<i32> {
+    std::fs::read_to_string(&files.pid)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|&p| p > 0)
+}
+
 /// Kills (`SIGKILL`) the ranks of `0..world_size` whose pid file names a process that still
 /// runs with this launch's environment (`DETCHECK_TRACE_DIR`): a pid is reused once its process
 /// is gone, and a rank that ended normally removed its pid file. torchrun's agent and msrun start
@@ -135,11 +143,7 @@ fn push_tail(out: &mut String, text: &str) {
 pub(crate) fn kill_ranks(trace_dir: &Path, world_size: u32) {
     let marker = format!("DETCHECK_TRACE_DIR={}", trace_dir.display());
     for rank in 0..world_size {
-        let Some(pid) = std::fs::read_to_string(RankFiles::new(trace_dir, rank).pid)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .filter(|&p| p > 0)
-        else {
+        let Some(pid) = rank_pid(&RankFiles::new(trace_dir, rank)) else {
             continue;
         };
         let ours = std::fs::read(format!("/proc/{pid}/environ"))
@@ -161,11 +165,7 @@ pub(crate) fn stuck_ranks(trace_dir: &Path, world_size: u32) -> Option<String> {
     let mut any_pid = false;
     for rank in 0..world_size {
         let files = RankFiles::new(trace_dir, rank);
-        let Some(pid) = std::fs::read_to_string(&files.pid)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .filter(|&p| p > 0)
-        else {
+        let Some(pid) = rank_pid(&files) else {
             continue;
         };
         any_pid = true;
