@@ -9,7 +9,7 @@ import json
 import sys
 
 import pytest
-from support import PROGRAMS, requires, run_detcheck
+from support import PROGRAMS, MadeWhenRead, requires, run_detcheck
 
 # Its module-scoped dumps are made once: every test of the module on one pytest-xdist worker
 # (CI runs `--dist loadgroup`), not once per worker.
@@ -64,26 +64,18 @@ RUNS = {
 }
 
 
-class Dumps:
-    """The runs of RUNS, each dumped (full mode) when a test first asks for it, by name: the
-    tests that run (CI leaves the full tier out) make only the dumps they read."""
-
-    def __init__(self, detcheck_bin, root):
-        self.detcheck_bin, self.root, self.made = detcheck_bin, root, {}
-
-    def __getitem__(self, name):
-        if name not in self.made:
-            path = self.root / name
-            cmd = ("run", "--dump", path, "--mode", "full", "--", sys.executable, SCRIPT)
-            run_detcheck(self.detcheck_bin, *cmd, *RUNS[name], cwd=self.root, code=0)
-            self.made[name] = path
-        return self.made[name]
-
-
 @pytest.fixture(scope="module")
 def dumps(detcheck_bin, tmp_path_factory):
-    """The runs of RUNS, dumped once each when first read (`Dumps`)."""
-    return Dumps(detcheck_bin, tmp_path_factory.mktemp("align"))
+    """The runs of RUNS by name, each dumped (full mode) once, when first read."""
+    root = tmp_path_factory.mktemp("align")
+
+    def dump(name):
+        path = root / name
+        cmd = ("run", "--dump", path, "--mode", "full", "--", sys.executable, SCRIPT)
+        run_detcheck(detcheck_bin, *cmd, *RUNS[name], cwd=root, code=0)
+        return {name: path}
+
+    return MadeWhenRead(dump)
 
 
 #: The full tier (docs/testing.md): a second case of what a CI case of the same test proves.

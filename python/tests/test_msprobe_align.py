@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import PROGRAMS, requires, run_detcheck
+from support import PROGRAMS, MadeWhenRead, requires, run_detcheck
 
 MSPROBE_PYTHON = requires("msprobe")
 PROGRAM = PROGRAMS / "align" / "msprobe_two_devices.py"
@@ -126,32 +126,20 @@ def step_folder(dump):
     return folder
 
 
-class Dumps:
-    """{(run, "statistics" | "tensor" | "trace"): folder}: a run dumped by msprobe in both tasks
-    and recorded by detcheck (two at a time) when one of the three is first read, so that the
-    tests that run (CI leaves the full tier out) make only the runs they read."""
-
-    def __init__(self, root, detcheck_bin):
-        self.root, self.detcheck_bin, self.made = root, detcheck_bin, {}
-
-    def __getitem__(self, key):
-        run, kind = key
-        if run not in self.made:
-            flags, folder = RUNS[run], lambda what: self.root / f"{run}-{what}"
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                jobs = {
-                    task: pool.submit(msprobe_dump, folder(task), task, flags) for task in TASKS
-                }
-                jobs["trace"] = pool.submit(
-                    detcheck_trace, self.detcheck_bin, folder("trace"), flags
-                )
-                self.made[run] = {k: job.result() for k, job in jobs.items()}
-        return self.made[run][kind]
-
-
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory, detcheck_bin):
-    return Dumps(tmp_path_factory.mktemp("msprobe"), detcheck_bin)
+    """{(run, "statistics" | "tensor" | "trace"): folder}: a run dumped by msprobe in both tasks
+    and recorded by detcheck (two at a time) when one of the three is first read."""
+    root = tmp_path_factory.mktemp("msprobe")
+
+    def make(run):
+        flags = RUNS[run]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            jobs = {t: pool.submit(msprobe_dump, root / f"{run}-{t}", t, flags) for t in TASKS}
+            jobs["trace"] = pool.submit(detcheck_trace, detcheck_bin, root / f"{run}-trace", flags)
+            return {(run, kind): job.result() for kind, job in jobs.items()}
+
+    return MadeWhenRead(make, group_of=lambda key: key[0])
 
 
 #: The full tier (docs/testing.md): CI checks the metrics, the culprits and the verdicts against
@@ -200,29 +188,22 @@ def align(detcheck_bin, a, b):
     return line["alignment"]
 
 
-class Compared:
-    """{(pair, task): (msprobe's rows, detcheck's alignment)}: msprobe's compare and detcheck's
-    alignment of a pair in both tasks, made when one of them is first read."""
-
-    def __init__(self, dumps, detcheck_bin, root):
-        self.dumps, self.detcheck_bin, self.root, self.made = dumps, detcheck_bin, root, {}
-
-    def __getitem__(self, key):
-        pair, _ = key
-        if pair not in self.made:
-            jobs = {}
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                for task in TASKS:
-                    a, b = self.dumps[pair, task], self.dumps["reference", task]
-                    rows = pool.submit(msprobe_compare, a, b, self.root / f"{pair}-{task}")
-                    jobs[task] = (rows, align(self.detcheck_bin, a, b))
-            self.made[pair] = {task: (rows.result(), al) for task, (rows, al) in jobs.items()}
-        return self.made[pair][key[1]]
-
-
 @pytest.fixture(scope="module")
 def compared(dumps, detcheck_bin, tmp_path_factory):
-    return Compared(dumps, detcheck_bin, tmp_path_factory.mktemp("compare"))
+    """{(pair, task): (msprobe's rows, detcheck's alignment)}: msprobe's compare and detcheck's
+    alignment of a pair in both tasks, made when one of them is first read."""
+    root = tmp_path_factory.mktemp("compare")
+
+    def make(pair):
+        jobs = {}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for task in TASKS:
+                a, b = dumps[pair, task], dumps["reference", task]
+                rows = pool.submit(msprobe_compare, a, b, root / f"{pair}-{task}")
+                jobs[pair, task] = (rows, align(detcheck_bin, a, b))
+        return {key: (rows.result(), alignment) for key, (rows, alignment) in jobs.items()}
+
+    return MadeWhenRead(make, group_of=lambda key: key[0])
 
 
 def number(value):

@@ -19,7 +19,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support import PROGRAMS, requires, run_detcheck
+from support import PROGRAMS, MadeWhenRead, requires, run_detcheck
 
 MSPROBE_PYTHON = requires("msprobe-mindspore")
 PROGRAM = PROGRAMS / "mindspore" / "msprobe_train.py"
@@ -64,28 +64,21 @@ def msprobe_dump(folder, task, flags):
     return folder
 
 
-class Dumps:
-    """{(run, task): folder}: every run of a task dumped (two at a time) when one of them is
-    first read, so that the tests that run (CI leaves the full tier out) make only their tasks'."""
-
-    def __init__(self, root):
-        self.root, self.made = root, {}
-
-    def __getitem__(self, key):
-        run, task = key
-        if task not in self.made:
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                jobs = {
-                    r: pool.submit(msprobe_dump, self.root / f"{r}-{task}", task, flags)
-                    for r, flags in RUNS.items()
-                }
-                self.made[task] = {r: job.result() for r, job in jobs.items()}
-        return self.made[task][run]
-
-
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
-    return Dumps(tmp_path_factory.mktemp("msprobe-ms"))
+    """{(run, task): folder}: every run of a task dumped (two at a time) when one of them is
+    first read."""
+    root = tmp_path_factory.mktemp("msprobe-ms")
+
+    def make(task):
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            jobs = {
+                run: pool.submit(msprobe_dump, root / f"{run}-{task}", task, flags)
+                for run, flags in RUNS.items()
+            }
+            return {(run, task): job.result() for run, job in jobs.items()}
+
+    return MadeWhenRead(make, group_of=lambda key: key[1])
 
 
 #: The full tier (docs/testing.md): CI reads msprobe's tensor dumps of the MindSpore program;

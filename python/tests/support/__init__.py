@@ -189,6 +189,21 @@ def caught_with_element(line):
     return first
 
 
+class MadeWhenRead:
+    """A module's expensive files (dumps, comparisons) as a mapping whose values are made when
+    first read, a group of keys at a time: ``make(group)`` returns {key: value} for every key
+    whose ``group_of(key)`` is ``group``. The tests that run (CI leaves the full tier out,
+    docs/testing.md) make only what they read."""
+
+    def __init__(self, make, group_of=lambda key: key):
+        self.make, self.group_of, self.made = make, group_of, {}
+
+    def __getitem__(self, key):
+        if key not in self.made:
+            self.made.update(self.make(self.group_of(key)))
+        return self.made[key]
+
+
 def runs(variable="DETCHECK_CONTROL_RUNS", default=1):
     """How many times to run a control: ``$variable``, ``default`` (1) when unset (.ci/run and
     scripts/diagnosis-controls.sh ask for more)."""
