@@ -58,7 +58,7 @@ pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
 pub use operator::{
     find_operator, operator_record_name, random_operator, traced_window, window_record_name,
-    InputSource, OperatorCall, OperatorFinding, Port,
+    InputSource, OperatorCall, OperatorFinding, Port, SampleRows,
 };
 pub(crate) use operator::{operator_call, window_input_index};
 pub(crate) use shards::{is_sharded, put_together};

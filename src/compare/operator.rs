@@ -58,6 +58,22 @@ pub struct OperatorCall {
     pub site: Option<String>,
 }
 
+/// Where a sample sat in its batch at the two sizes of a `batch_sizes` finding, from the
+/// drill-down's re-runs (`detcheck.rows.row`, `detcheck.rows.threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleRows {
+    /// The sample's row in its batch at the first size, then at the other.
+    pub row: (usize, usize),
+    /// The rows of the other size's batch (padding included).
+    pub of: usize,
+    /// The samples at rows before it in the other size's batch: the first divergence is the
+    /// first differing sample, so each of them was compared equal.
+    pub before: usize,
+    /// The intra-op CPU threads of the other size's re-run (`torch.get_num_threads()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+}
+
 /// Where a differing input of an operator came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
@@ -158,6 +174,13 @@ pub enum OperatorFinding {
         sizes: (usize, usize),
         /// Its inputs' shapes at the other size.
         other_inputs: Vec<String>,
+        /// Operators that only one size ran before it (`aten.where.self at batch 1`: a mask's
+        /// fix-up where the batch holds padding rows), left out of the pairing.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        one_sided: Vec<String>,
+        /// Where the sample sat in its batch at each size, where the re-runs said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rows: Option<SampleRows>,
     },
     /// An input of the operator differed in shape between the sides: the two sides split the
     /// module's work differently (a tensor-parallel layer's weight is a shard at more ranks,
@@ -242,37 +265,74 @@ impl InputSource {
     }
 }
 
-/// A batch-variant finding's sentence: a split of the work where the inputs' shapes are alike
-/// at both sizes, a shape dependence where they are not.
+/// A batch-variant finding's sentence: a split of the work by the rows' positions where
+/// samples before this one in its batch at the other size gave equal records (the first
+/// divergence is the first differing sample, so they were compared equal) or where the
+/// inputs' shapes are alike at both sizes; a shape dependence otherwise.
 fn fmt_batch_variant(
     f: &mut fmt::Formatter<'_>,
     window: &str,
     call: &OperatorCall,
     (first, other): (usize, usize),
     other_inputs: &[String],
+    one_sided: &[String],
+    rows: Option<&SampleRows>,
 ) -> fmt::Result {
-    if call.inputs == other_inputs {
-        return write!(
-            f,
-            "{call} ({window}) gave the sample other output rows at batch {other} than at \
-             batch {first} from equal input rows, in inputs of the same shapes at both: not \
-             the shape but the split of the work differs, such as CPU threads splitting the \
-             batch by the rows' positions (the sample is another row at each size); one \
-             intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
-             size, or a kernel whose split does not follow the row (docs/causes.md, shape \
-             dependence)"
-        );
-    }
     write!(
         f,
-        "{call} ({window}) gave the sample other output rows at batch {other} than at \
-         batch {first} from equal input rows (its inputs at batch {other}: {}): its \
-         arithmetic depends on the shape (a kernel or a split of its reduction chosen by \
-         the shape); pad every batch to one fixed size (which holds on one CPU thread: \
-         on more, the threads split the batch by position), or use a batch-invariant \
-         kernel for this operator (docs/causes.md, shape dependence)",
-        other_inputs.join(", ")
-    )
+        "{call} ({window}) gave the sample other output rows at batch {other} than at batch \
+         {first} from equal input rows"
+    )?;
+    if !one_sided.is_empty() {
+        write!(
+            f,
+            " (every operator both sizes ran before it gave equal rows; only one size ran {})",
+            one_sided.join(", ")
+        )?;
+    }
+    let same_shapes = call.inputs == other_inputs;
+    if !same_shapes {
+        write!(
+            f,
+            "; its inputs at batch {other}: {}",
+            other_inputs.join(", ")
+        )?;
+    }
+    let threads = match rows.and_then(|r| r.threads) {
+        Some(n) => format!("the CPU's {n} intra-op threads"),
+        None => "CPU threads or a kernel's tiles".to_owned(),
+    };
+    let fix = "one intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
+               size, or a kernel whose split does not follow the row (docs/causes.md, shape \
+               dependence)";
+    match rows {
+        Some(r) if r.before > 0 => write!(
+            f,
+            ": {} before it in the same batch at batch {other} gave equal records, and this \
+             one, at row {} of {} there (row {} at batch {first}), did not: what differs is \
+             the row's position, where {threads} split the batch; {fix}",
+            match r.before {
+                1 => "the sample".to_owned(),
+                n => format!("the {n} samples"),
+            },
+            r.row.1,
+            r.of,
+            r.row.0
+        ),
+        _ if same_shapes => write!(
+            f,
+            ", in inputs of the same shapes at both: not the shape but the split of the work \
+             differs, such as {threads} splitting the batch by the rows' positions (the sample \
+             is another row at each size); {fix}"
+        ),
+        _ => write!(
+            f,
+            ": its arithmetic depends on the shape (a kernel or a split of its reduction chosen \
+             by the shape); pad every batch to one fixed size (which holds on one CPU thread: \
+             on more, the threads split the batch by position), or use a batch-invariant \
+             kernel for this operator (docs/causes.md, shape dependence)"
+        ),
+    }
 }
 
 impl fmt::Display for OperatorFinding {
@@ -359,7 +419,17 @@ impl fmt::Display for OperatorFinding {
                 call,
                 sizes,
                 other_inputs,
-            } => fmt_batch_variant(f, window, call, *sizes, other_inputs),
+                one_sided,
+                rows,
+            } => fmt_batch_variant(
+                f,
+                window,
+                call,
+                *sizes,
+                other_inputs,
+                one_sided,
+                rows.as_ref(),
+            ),
             OperatorFinding::SplitWork {
                 window,
                 call,
@@ -780,6 +850,66 @@ mod tests {
     use super::*;
     use crate::value::digest::{Md5Digest, Stats};
     use crate::value::tensor::DType;
+
+    /// The `batch_sizes` finding's cause in words: the row's position where samples before it
+    /// in its batch were equal (with the threads, where known), the split of the work where
+    /// the shapes are alike, the shape otherwise; one-sided operators and the other size's
+    /// inputs are named.
+    #[test]
+    fn a_batch_variant_finding_names_the_position_the_split_or_the_shape() {
+        let call = |inputs: &[&str]| OperatorCall {
+            index: 13,
+            operator: "aten.sdpa".into(),
+            module: "h.1.attn".into(),
+            inputs: inputs.iter().map(|s| (*s).to_owned()).collect(),
+            output: 0,
+            site: None,
+        };
+        let finding = |inputs: &[&str], other: &[&str], rows| {
+            OperatorFinding::BatchVariant {
+                window: "forward".into(),
+                call: call(inputs),
+                sizes: (1, 8),
+                other_inputs: other.iter().map(|s| (*s).to_owned()).collect(),
+                one_sided: vec!["`aten.where.self` at batch 1".into()],
+                rows,
+            }
+            .to_string()
+        };
+        let rows = |before, threads| SampleRows {
+            row: (0, 4),
+            of: 8,
+            before,
+            threads,
+        };
+        let position = finding(&["8x32", "8x8"], &["8x32"], Some(rows(4, Some(2))));
+        for words in [
+            "only one size ran `aten.where.self` at batch 1",
+            "its inputs at batch 8: 8x32:",
+            "the 4 samples before it in the same batch at batch 8 gave equal records",
+            "at row 4 of 8 there (row 0 at batch 1)",
+            "where the CPU's 2 intra-op threads split the batch",
+        ] {
+            assert!(position.contains(words), "{words:?} in {position}");
+        }
+        let position = finding(&["8x32"], &["8x32"], Some(rows(1, None)));
+        assert!(position.contains(": the sample before it in"), "{position}");
+        assert!(
+            position.contains("CPU threads or a kernel's tiles split"),
+            "{position}"
+        );
+        // the first sample of its batch: no position evidence
+        let split = finding(&["8x32"], &["8x32"], Some(rows(0, Some(2))));
+        assert!(
+            split.contains("not the shape but the split of the work"),
+            "{split}"
+        );
+        let shape = finding(&["1x32"], &["8x32"], None);
+        assert!(
+            shape.contains("its arithmetic depends on the shape"),
+            "{shape}"
+        );
+    }
 
     fn trace(records: &[(&str, u8)]) -> RankTrace {
         RankTrace {

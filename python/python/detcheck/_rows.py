@@ -238,7 +238,9 @@ class Inside:
     sample's rows of the module's tensor inputs (``window/inN``, as the operator trace names a
     window's inputs),
     with its input shapes (``detcheck.rows.op:N``) and the program's line (``site:rows:N``) in
-    the environment. ``install`` hooks the module, or hooks nothing."""
+    the environment, and the sample's row, the batch's rows, the samples before it in the
+    batch and the intra-op threads (``detcheck.rows.row``, ``.of``, ``.before``,
+    ``.threads``). ``install`` hooks the module, or hooks nothing."""
 
     #: The drill-down of this process, once installed.
     current = None
@@ -297,6 +299,12 @@ class Inside:
         from ._batch import _bits, _OperatorRows, _rows
 
         row = samples[self._sample - first]
+        # Where the sample sits in this batch, and the threads that split it (the report's
+        # `SampleRows`: a split that follows the row's position).
+        # `before`: the samples at rows before it in this batch.
+        said = {"row": row, "of": rows, "before": self._sample - first}
+        for key, value in {**said, "threads": torch.get_num_threads()}.items():
+            self._writer.add_environment(f"detcheck.rows.{key}", str(value))
         leaves = torch.utils._pytree.tree_leaves((args, kwargs))
         # The sample's rows of the module's inputs (`window/inN`): where they already differ,
         # no operator inside the module made the difference.

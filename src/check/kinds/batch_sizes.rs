@@ -18,6 +18,8 @@
 //! call of the module (`RunPlan::rows_inside`, `DETCHECK_ROWS_INSIDE`), and the first operator
 //! whose rows differ is the divergence's operator finding (`OperatorFinding::BatchVariant`, with
 //! both sizes' input shapes and the program's line): every operator before it gave equal rows.
+//! The sizes' operators are paired by name in order ([`pair_calls`]: one a size runs alone is
+//! skipped and listed), and the finding says where the sample sat in each batch (`SampleRows`).
 //!
 //! Limits: there is no drill-down to the first differing element (a re-run's capture takes a
 //! record's whole tensor, not a sample's row): a divergence names its sample, record and
@@ -28,7 +30,7 @@
 use super::series::compare_series;
 use super::{run_planned, CheckUnit, Compared, Drill, Pair, Runs};
 use crate::compare::{compare_traces, operator_call, window_input_index, Difference, Divergence};
-use crate::compare::{InputSource, OperatorCall, OperatorFinding, TraceView};
+use crate::compare::{InputSource, OperatorCall, OperatorFinding, SampleRows, TraceView};
 use crate::record::{RankTrace, Trace};
 use crate::run::RunError;
 use crate::scenario::RunPlan;
@@ -385,30 +387,118 @@ fn operator_inside(
             ),
         });
     }
-    for (i, (l, r)) in mine.iter().zip(&theirs).enumerate() {
-        let index = u32::try_from(i).unwrap_or(u32::MAX);
-        if l.operator != r.operator {
-            return Ok(OperatorFinding::DifferentOperators {
-                window,
-                index,
-                left: l.operator.clone(),
-                right: r.operator.clone(),
-            });
-        }
+    let names_a: Vec<&str> = mine.iter().map(|c| c.operator.as_str()).collect();
+    let names_b: Vec<&str> = theirs.iter().map(|c| c.operator.as_str()).collect();
+    let mut one_sided = Vec::new();
+    let mut paired = 0;
+    for step in pair_calls(&names_a, &names_b) {
+        let (i, j) = match step {
+            Paired::Both(i, j) => (i, j),
+            Paired::First(i) => {
+                one_sided.push(format!("`{}` at batch {first}", mine[i].operator));
+                continue;
+            }
+            Paired::Other(j) => {
+                one_sided.push(format!("`{}` at batch {other}", theirs[j].operator));
+                continue;
+            }
+            Paired::Apart(i, j) => {
+                return Ok(OperatorFinding::DifferentOperators {
+                    window,
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                    left: mine[i].operator.clone(),
+                    right: theirs[j].operator.clone(),
+                })
+            }
+        };
+        paired += 1;
+        let (l, r) = (&mine[i], &theirs[j]);
         if l.md5 != r.md5 {
+            // Where the sample sat in each size's batch, as each re-run's recorder said
+            // (`detcheck.rows.{row,of,before,threads}`, python `detcheck/_rows.py`).
+            let said = |t: &Trace, key: &str| -> Option<usize> {
+                t.ranks
+                    .iter()
+                    .find(|x| x.rank == d.rank)?
+                    .environment
+                    .as_ref()?
+                    .get(&format!("detcheck.rows.{key}"))?
+                    .parse()
+                    .ok()
+            };
+            let rows = match (said(&a, "row"), said(&b, "row"), said(&b, "of")) {
+                (Some(row_a), Some(row_b), Some(of)) => Some(SampleRows {
+                    row: (row_a, row_b),
+                    of,
+                    before: said(&b, "before").unwrap_or(0),
+                    threads: said(&b, "threads").and_then(|n| u32::try_from(n).ok()),
+                }),
+                _ => None,
+            };
             return Ok(OperatorFinding::BatchVariant {
                 window,
-                call: l.call(index),
+                call: l.call(u32::try_from(i).unwrap_or(u32::MAX)),
                 sizes: (first, other),
                 other_inputs: r.inputs.clone(),
+                one_sided,
+                rows,
             });
         }
     }
     Ok(OperatorFinding::NoOperatorDiffers {
         window,
-        calls: u32::try_from(mine.len().min(theirs.len())).unwrap_or(u32::MAX),
+        calls: paired,
         compiled: None,
     })
+}
+
+/// One step of [`pair_calls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paired {
+    /// The first size's call `.0` and the other size's call `.1`: the same operator.
+    Both(usize, usize),
+    /// A call only the first size ran.
+    First(usize),
+    /// A call only the other size ran.
+    Other(usize),
+    /// The sides part here for good: no skip of at most [`RESYNC`] calls pairs them again.
+    Apart(usize, usize),
+}
+
+/// How many calls of one side [`pair_calls`] skips, at most, to pair the sides again.
+const RESYNC: usize = 8;
+
+/// Pairs two sizes' operator calls in order, by operator: equal names pair; where they part,
+/// the fewest calls of one side (at most [`RESYNC`], the first size's side first at each
+/// count) whose skip makes the names equal again are one-sided (an operator one size runs
+/// alone: a mask's fix-up where its batch holds padding rows); where no such skip exists the
+/// sides are [`Paired::Apart`] and the pairing ends. A pure function of the names.
+fn pair_calls(a: &[&str], b: &[&str]) -> Vec<Paired> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            out.push(Paired::Both(i, j));
+            (i, j) = (i + 1, j + 1);
+            continue;
+        }
+        let skip = (1..=RESYNC).find_map(|s| {
+            if a.get(i + s) == Some(&b[j]) {
+                Some((s, 0))
+            } else if b.get(j + s) == Some(&a[i]) {
+                Some((0, s))
+            } else {
+                None
+            }
+        });
+        let Some((sa, sb)) = skip else {
+            out.push(Paired::Apart(i, j));
+            return out;
+        };
+        out.extend((i..i + sa).map(Paired::First));
+        out.extend((j..j + sb).map(Paired::Other));
+        (i, j) = (i + sa, j + sb);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -457,6 +547,34 @@ mod tests {
                 None
             ]
         );
+    }
+
+    /// GPT-2's attention at batch 1 padded to 8 rows (a mask fixed up by `where` for the
+    /// padding rows) against 8 real rows (no mask): the one-sided `where` is skipped and the
+    /// attention pairs with the attention; calls that never pair again part the sides.
+    #[test]
+    fn an_operator_one_size_runs_alone_is_skipped_and_the_rest_pair_in_order() {
+        use Paired::{Apart, Both, First, Other};
+        let padded = ["cat", "where", "sdpa", "view", "addmm"];
+        let full = ["cat", "sdpa", "view", "addmm"];
+        assert_eq!(
+            pair_calls(&padded, &full),
+            [Both(0, 0), First(1), Both(2, 1), Both(3, 2), Both(4, 3)]
+        );
+        assert_eq!(
+            pair_calls(&full, &padded),
+            [Both(0, 0), Other(1), Both(1, 2), Both(2, 3), Both(3, 4)]
+        );
+        // the fewest skipped wins; at equal counts the first size's side is skipped
+        assert_eq!(
+            pair_calls(&["a", "x", "y", "b"], &["a", "y", "x", "b"]),
+            [Both(0, 0), First(1), Both(2, 1), Other(2), Both(3, 3)]
+        );
+        let far: Vec<&str> = std::iter::once("a")
+            .chain(std::iter::repeat_n("m", RESYNC + 1))
+            .chain(["b"])
+            .collect();
+        assert_eq!(pair_calls(&far, &["a", "b"]), [Both(0, 0), Apart(1, 1)]);
     }
 
     /// A tensor the batch shares is a sample's record at one size only: left out, counted; a
