@@ -414,34 +414,13 @@ fn operator_inside(
         paired += 1;
         let (l, r) = (&mine[i], &theirs[j]);
         if l.md5 != r.md5 {
-            // Where the sample sat in each size's batch, as each re-run's recorder said
-            // (`detcheck.rows.{row,of,before,threads}`, python `detcheck/_rows.py`).
-            let said = |t: &Trace, key: &str| -> Option<usize> {
-                t.ranks
-                    .iter()
-                    .find(|x| x.rank == d.rank)?
-                    .environment
-                    .as_ref()?
-                    .get(&format!("detcheck.rows.{key}"))?
-                    .parse()
-                    .ok()
-            };
-            let rows = match (said(&a, "row"), said(&b, "row"), said(&b, "of")) {
-                (Some(row_a), Some(row_b), Some(of)) => Some(SampleRows {
-                    row: (row_a, row_b),
-                    of,
-                    before: said(&b, "before").unwrap_or(0),
-                    threads: said(&b, "threads").and_then(|n| u32::try_from(n).ok()),
-                }),
-                _ => None,
-            };
             return Ok(OperatorFinding::BatchVariant {
                 window,
                 call: l.call(u32::try_from(i).unwrap_or(u32::MAX)),
                 sizes: (first, other),
                 other_inputs: r.inputs.clone(),
                 one_sided,
-                rows,
+                rows: sample_rows(&a, &b, d.rank),
             });
         }
     }
@@ -449,6 +428,28 @@ fn operator_inside(
         window,
         calls: paired,
         compiled: None,
+    })
+}
+
+/// Where the sample sat in each size's batch, as the drill-down re-runs' recorders said
+/// (`detcheck.rows.{row,of,before,threads}` of rank `rank`, python `detcheck/_rows.py`):
+/// `first`'s run, then `other`'s.
+fn sample_rows(first: &Trace, other: &Trace, rank: u32) -> Option<SampleRows> {
+    let said = |t: &Trace, key: &str| -> Option<usize> {
+        t.ranks
+            .iter()
+            .find(|x| x.rank == rank)?
+            .environment
+            .as_ref()?
+            .get(&format!("detcheck.rows.{key}"))?
+            .parse()
+            .ok()
+    };
+    Some(SampleRows {
+        row: (said(first, "row")?, said(other, "row")?),
+        of: said(other, "of")?,
+        before: said(other, "before").unwrap_or(0),
+        threads: said(other, "threads").and_then(|n| u32::try_from(n).ok()),
     })
 }
 
