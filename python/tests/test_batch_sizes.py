@@ -163,6 +163,23 @@ def test_padding_every_batch_to_one_size_passes_on_one_thread_and_not_on_two(det
     assert operator["rows"] == {"row": [0, 4], "of": 8, "before": 4, "threads": 2}, operator
 
 
+# The full tier (docs/testing.md): the Python API's test checks the fix on one and two threads.
+@pytest.mark.full(
+    covered_by="test_batch.py::test_one_sample_at_a_time_makes_the_tiny_gpt2_invariant_on_one_and_two_threads"
+)
+def test_one_sample_at_a_time_passes_unpadded_on_two_threads(detcheck_bin):
+    """The fix the report offers, verified from the command line: generate.py's decoding inside
+    `detcheck.torch.batch_invariant()`, unpadded, on two threads: every prompt's records equal
+    at batch 1 and 8."""
+    requires("transformers")
+    args = ("--batch-sizes", "1,8", "--run-to-end", "--", sys.executable, BATCH / "generate.py")
+    invariant = ("--batch-size", "{batch}", "--batch-invariant", "--threads", "2")
+    (line,) = check(detcheck_bin, *args, *invariant, code=0).scenarios.values()
+    assert line["verdict"] == "ok", line
+    (batch,) = line["checks"]
+    assert batch["comparison"]["num_compared"] > 8 * 100, batch
+
+
 # The full tier (docs/testing.md): batch_sizes' drill-down to the first operator is checked in CI
 # on the tiny GPT-2.
 @pytest.mark.full(

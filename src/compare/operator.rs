@@ -302,9 +302,9 @@ fn fmt_batch_variant(
         Some(n) => format!("the CPU's {n} intra-op threads"),
         None => "CPU threads or a kernel's tiles".to_owned(),
     };
-    let fix = "one intra-op thread (`torch.set_num_threads(1)`) with every batch padded to one \
-               size, or a kernel whose split does not follow the row (docs/causes.md, shape \
-               dependence)";
+    let fix = "the model run one sample at a time (`with detcheck.torch.batch_invariant():` \
+               around its call), or one intra-op thread (`torch.set_num_threads(1)`) with every \
+               batch padded to one size (docs/causes.md, shape dependence)";
     match rows {
         Some(r) if r.before > 0 => write!(
             f,
@@ -328,9 +328,10 @@ fn fmt_batch_variant(
         _ => write!(
             f,
             ": its arithmetic depends on the shape (a kernel or a split of its reduction chosen \
-             by the shape); pad every batch to one fixed size (which holds on one CPU thread: \
-             on more, the threads split the batch by position), or use a batch-invariant \
-             kernel for this operator (docs/causes.md, shape dependence)"
+             by the shape); run the model one sample at a time (`with \
+             detcheck.torch.batch_invariant():` around its call), or pad every batch to one \
+             fixed size (which holds on one CPU thread: on more, the threads split the batch \
+             by position) (docs/causes.md, shape dependence)"
         ),
     }
 }

@@ -46,6 +46,7 @@ __all__ = [
     "BatchInvariance",
     "BatchRecord",
     "batch_invariance",
+    "batch_invariant",
     "ParityRecord",
     "PrefillDecodeParity",
     "prefill_decode_parity",
@@ -139,13 +140,15 @@ class BatchInvariance:
                     "  why: its inputs have the same shapes at both sizes, but the sample sits at "
                     "another row of the batch, and the kernel splits the batch over "
                     f"{self.threads} threads by position; fix: one thread for it "
-                    "(`torch.set_num_threads(1)`), or batch-invariant kernels"
+                    "(`torch.set_num_threads(1)`), or the model run one sample at a time "
+                    "(`detcheck.torch.batch_invariant()`)"
                 )
             else:
                 lines.append(
                     "  why: the kernel's reduction order depends on the batch's shape (how it is "
                     "tiled and split over threads); fix: pad every batch to one fixed size "
-                    "(`pad_to`), or use batch-invariant kernels"
+                    "(`pad_to`; on one thread), or the model run one sample at a time "
+                    "(`detcheck.torch.batch_invariant()`)"
                 )
         return "\n".join(lines)
 
@@ -375,6 +378,84 @@ def _operators(model, samples, label, occurrence, sample, size, forward, pad_to)
     batch = _slice(samples, start, stop)
     _inside(model, label, occurrence, mode, lambda: forward(model, _pad(batch, rows)), mode.holds)
     return mode.calls
+
+
+class batch_invariant(torch.utils._python_dispatch.TorchDispatchMode):  # noqa: N801
+    """``with detcheck.torch.batch_invariant(): model(batch)``: the operators whose arithmetic
+    follows the batch's shape, computed one sample at a time, so that a sample's result does
+    not depend on what else is in its batch, on any number of threads: ``aten.mm`` and
+    ``aten.addmm`` one row at a time, ``aten.bmm``, the CPU's attention kernel
+    (``_scaled_dot_product_flash_attention_for_cpu``) and ``aten.convolution`` one batch entry
+    at a time. Each piece is one call of the same kernel with the same shapes at every batch
+    size, so it is rounded the same way (the fix for shape dependence that needs no padding:
+    docs/causes.md; verified on the CPU by python/tests/test_batch.py, a tiny GPT-2 and
+    resnet18 at batch sizes 1, 4 and 8 on one and two threads).
+
+    Slow (a matrix-vector product a row): for tests and reference runs, not for serving.
+    Limits: other operators that reduce across the batch are left as they are; a row is the
+    first dimension of a matrix product's left operand, so a ``[B * T, D]`` view is split by
+    token (a finer split than the sample: still invariant)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # Inside this method the mode is off: `func` on a piece runs the kernel itself.
+        if func is _ATEN.mm.default and args[0].shape[0] > 0:
+            a, b = args
+            return torch.cat([func(_piece(a, i), b) for i in range(a.shape[0])])
+        if func is _ATEN.addmm.default and args[1].shape[0] > 0:
+            bias, a, b = args
+            m = a.shape[0]
+            rows = (
+                bias[i : i + 1] if bias.dim() == 2 and bias.shape[0] == m else bias
+                for i in range(m)
+            )
+            return torch.cat([func(c, _piece(a, i), b, **kwargs) for i, c in enumerate(rows)])
+        if func is _ATEN.bmm.default and args[0].shape[0] > 0:
+            a, b = args
+            return torch.stack(
+                [self.__torch_dispatch__(_ATEN.mm.default, types, (x, y)) for x, y in zip(a, b)]
+            )
+        if func in _PER_ENTRY and args[0].shape[0] > 1:
+            return _per_entry(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+_ATEN = torch.ops.aten
+
+#: Operators computed one batch entry at a time by ``batch_invariant``, with the positions of
+#: the arguments split with the batch (their dim 0: queries, keys and values; a convolution's
+#: input, not its weight) and the keyword arguments split where they have as many entries.
+_PER_ENTRY = {
+    _ATEN._scaled_dot_product_flash_attention_for_cpu.default: ((0, 1, 2), ("attn_mask",)),
+    _ATEN.convolution.default: ((0,), ()),
+}
+
+
+def _piece(t: torch.Tensor, i: int) -> torch.Tensor:
+    """Row ``i`` of a matrix as a ``1 x K`` matrix laid out as at batch 1 (contiguous)."""
+    return t[i : i + 1].contiguous()
+
+
+def _per_entry(func, args, kwargs):
+    """``func`` on each entry of its batch (``_PER_ENTRY``), the results joined along dim 0
+    (each of a tuple's)."""
+    n = args[0].shape[0]
+    positions, keywords = _PER_ENTRY[func]
+
+    def entry(x, j):
+        batched = isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == n
+        return x[j : j + 1].contiguous() if batched else x
+
+    outs = [
+        func(
+            *(entry(a, j) if p in positions else a for p, a in enumerate(args)),
+            **{k: entry(v, j) if k in keywords else v for k, v in kwargs.items()},
+        )
+        for j in range(n)
+    ]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat([o[k] for o in outs]) for k in range(len(outs[0])))
+    return torch.cat(outs)
 
 
 def batch_invariance(

@@ -22,7 +22,8 @@ torch 2.0 or later (optimizer step hooks).
 ``detcheck.torch.batch_invariance(model, samples, batch_sizes)`` checks that each sample's
 outputs do not depend on what else is in its batch, ``prefill_decode_parity(model, prompt)``
 that decoding with a KV cache computes what one forward over the sequence does
-(``detcheck._batch``).
+(``detcheck._batch``); ``with batch_invariant(): ...`` computes the operators whose rounding
+follows the batch's shape one sample at a time (the fix those checks verify).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._batch import (
     ParityRecord,
     PrefillDecodeParity,
     batch_invariance,
+    batch_invariant,
     prefill_decode_parity,
 )
 from ._contract import Removable
@@ -50,6 +52,7 @@ __all__ = [
     "watch",
     "WatchHandle",
     "batch_invariance",
+    "batch_invariant",
     "BatchInvariance",
     "BatchRecord",
     "prefill_decode_parity",

@@ -9,13 +9,16 @@ fails `batch_sizes` at sample 0 in the first attention projection (docs/checks.m
 `--pad-to 8` pads every batch to 8 rows (rows of the pad token whose attention mask is all zero,
 which the check knows as padding, no sample): each prompt is then computed in one shape at every
 batch size, the fix for shape dependence; on one thread (`--threads 1`) it passes, on two the
-threads still split the batch by position.
+threads still split the batch by position. `--batch-invariant` runs the decoding inside
+`detcheck.torch.batch_invariant()` (the operators whose rounding follows the batch's shape, one
+sample at a time): it passes unpadded, on one thread or two.
 
     python generate.py [--batch-size N] [--prompts N] [--tokens N] [--pad-to N] [--threads N]
-                       [--device cuda]
+                       [--batch-invariant] [--device cuda]
 """
 
 import argparse
+import contextlib
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -27,9 +30,15 @@ parser.add_argument("--tokens", type=int, default=4)
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--pad-to", type=int, default=0)
 parser.add_argument("--threads", type=int, default=0)
+parser.add_argument("--batch-invariant", action="store_true")
 args = parser.parse_args()
 if args.threads:
     torch.set_num_threads(args.threads)
+invariant = contextlib.nullcontext
+if args.batch_invariant:
+    import detcheck.torch
+
+    invariant = detcheck.torch.batch_invariant
 
 torch.manual_seed(0)
 config = GPT2Config(
@@ -43,13 +52,14 @@ for start in range(0, args.prompts, args.batch_size):
     if args.pad_to > len(batch):
         pad = torch.zeros(args.pad_to - len(batch), batch.shape[1], dtype=batch.dtype)
         batch, mask = torch.cat([batch, pad.to(batch.device)]), torch.cat([mask, pad.to(batch.device)])
-    out = model.generate(
-        batch,
-        attention_mask=mask,
-        max_new_tokens=args.tokens,
-        min_new_tokens=args.tokens,
-        do_sample=False,
-        pad_token_id=0,
-    )
+    with invariant():
+        out = model.generate(
+            batch,
+            attention_mask=mask,
+            max_new_tokens=args.tokens,
+            min_new_tokens=args.tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
     for row in out[: min(args.batch_size, args.prompts - start)]:
         print(" ".join(str(t) for t in row[6:].tolist()))
