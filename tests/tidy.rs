@@ -21,6 +21,46 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// The crates of `Cargo.lock` that may depend on `num-traits`: they enable its `std` feature,
+/// which switches every `num_traits::Float` user in the build from the `libm` crate to the
+/// platform's math library (docs/design.md). None is on a deterministic path: `plotters` draws
+/// the PNG pictures (its arithmetic places pixels, no recorded value), `proptest` is for tests.
+/// A crate that samples or reduces through `num-traits` (`rand_distr`) must not join them.
+const NUM_TRAITS_USERS: [&str; 2] = ["plotters", "proptest"];
+
+/// The packages of a `Cargo.lock` text that list `num-traits` among their dependencies.
+fn num_traits_users(lock: &str) -> BTreeSet<String> {
+    lock.split("[[package]]")
+        .filter(|block| {
+            block
+                .lines()
+                .any(|l| l.trim_start().starts_with("\"num-traits"))
+        })
+        .filter_map(|block| {
+            let line = block.lines().find(|l| l.starts_with("name = "))?;
+            Some(line["name = ".len()..].trim_matches('"').to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn only_crates_off_the_deterministic_path_use_num_traits() {
+    let lock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"))
+        .expect("Cargo.lock is committed");
+    let users = num_traits_users(&lock);
+    let allowed: BTreeSet<String> = NUM_TRAITS_USERS.iter().map(|s| (*s).to_owned()).collect();
+    let extra: Vec<&String> = users.difference(&allowed).collect();
+    assert!(
+        extra.is_empty(),
+        "crates that use num-traits: {extra:?} (NUM_TRAITS_USERS)"
+    );
+    let planted = "[[package]]\nname = \"rand_distr\"\ndependencies = [\n \"num-traits\",\n]\n";
+    assert_eq!(
+        num_traits_users(planted),
+        BTreeSet::from(["rand_distr".to_owned()])
+    );
+}
+
 /// The layers, bottom first. A new top-level module must be placed here (and in
 /// ARCHITECTURE.md's code map).
 const LAYERS: [&str; 14] = [

@@ -2,18 +2,23 @@
 //! with it (the divergence map in `compare/map.rs`, the loss-curve plot in `compare/curves.rs`).
 //!
 //! [`Figure`] holds rectangles, polylines and text in pixel coordinates. `to_svg` writes them as
-//! SVG elements; `to_png` rasterises them with a small built-in rasteriser (no anti-aliasing,
-//! lines stamped along their length, text from a 7×13 bitmap font generated from DejaVu Sans Mono
-//! by `scripts/gen_font.py`) and encodes the pixels with the `png` crate.
+//! SVG elements (the browser draws them); `to_png` has them drawn by a library made for it,
+//! `plotters` (its bitmap backend: filled rectangles, stroked paths, anti-aliased text through
+//! `ab_glyph`), in DejaVu Sans Mono embedded in the binary (`font/`, its licence beside it), and
+//! encodes the pixels with the `png` crate. Why plotters (docs/reports.md, "Pictures"): it is
+//! kept, pure Rust, draws into a buffer we own with a font we give it (no system font looked up,
+//! no C library), and its text is measured and anchored by the font's own metrics, where the
+//! bitmap font drawn here by hand before clipped a real report's title.
 //!
 //! Invariant (pictures are deterministic): no system fonts, fixed number formats; the same data
 //! gives the same PNG and SVG bytes.
 //!
 //! Determinism: both outputs are pure functions of the figure: no clock, no fonts looked up on
-//! the system, numbers printed with fixed precision, so the same data gives the same bytes.
-//! Limits: ASCII text only (other characters are drawn as `?`); no curves, only polylines.
-
-mod font;
+//! the system (the one font is compiled in), numbers printed with fixed precision, so the same
+//! data gives the same bytes. Limits: text in the font's glyphs (a character it lacks is drawn
+//! as its missing-glyph box); no curves, only polylines; layouts reserve [`Figure::text_width`]
+//! a text, 7 pixels a character, which the font's advance (6.6 pixels at 11 pixels an em) stays
+//! within.
 
 use crate::file::{write_atomically, DumpError};
 use std::fmt::Write as _;
@@ -140,9 +145,10 @@ impl Figure {
         })
     }
 
-    /// The width of `text` in pixels, in the PNG's font.
+    /// The width layouts reserve for `text`: 7 pixels a character, at least the PNG font's
+    /// advance (6.6 pixels) and the SVG's (the same font at 11 pixels an em).
     pub(crate) fn text_width(text: &str) -> f64 {
-        (text.chars().count() * font::GLYPH_W) as f64
+        (text.chars().count() * 7) as f64
     }
 
     pub(crate) fn to_svg(&self) -> String {
@@ -199,80 +205,71 @@ impl Figure {
         out
     }
 
-    /// The raster image, RGB, row-major.
+    /// The raster image, RGB, row-major, drawn by plotters' bitmap backend.
     fn rasterize(&self) -> Vec<u8> {
+        use plotters::prelude::{
+            BitMapBackend, IntoDrawingArea, IntoFont, PathElement, RGBColor, Rectangle, Text,
+        };
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        use plotters::style::{Color, TextStyle};
+        register_font();
         let (w, h) = (self.width as usize, self.height as usize);
         let mut px = vec![255u8; w * h * 3];
-        let mut put = |x: i64, y: i64, c: Rgb| {
-            if x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h {
-                let i = (y as usize * w + x as usize) * 3;
-                px[i..i + 3].copy_from_slice(&c);
-            }
-        };
-        for item in &self.items {
-            match item {
-                Item::Rect { x, y, w, h, fill } => {
-                    let (x0, y0) = (x.round() as i64, y.round() as i64);
-                    let (x1, y1) = ((x + w).round() as i64, (y + h).round() as i64);
-                    for yy in y0..y1 {
-                        for xx in x0..x1 {
-                            put(xx, yy, *fill);
+        let at = |x: f64, y: f64| (x.round() as i32, y.round() as i32);
+        let rgb = |c: Rgb| RGBColor(c[0], c[1], c[2]);
+        {
+            let area =
+                BitMapBackend::with_buffer(&mut px, (self.width, self.height)).into_drawing_area();
+            // Drawing into a buffer of the figure's size cannot fail once the font is known
+            // (`register_font`): a failure is a defect of this module, found by its tests.
+            let drawn = "a figure drawn into memory";
+            for item in &self.items {
+                match item {
+                    Item::Rect { x, y, w, h, fill } => {
+                        // plotters fills both corners' pixels: the far corner is one pixel in.
+                        let (x0, y0) = at(*x, *y);
+                        let (x1, y1) = at(x + w, y + h);
+                        if x1 > x0 && y1 > y0 {
+                            let corners = [(x0, y0), (x1 - 1, y1 - 1)];
+                            let rect = Rectangle::new(corners, rgb(*fill).filled());
+                            area.draw(&rect).expect(drawn);
                         }
                     }
-                }
-                Item::Line {
-                    points,
-                    color,
-                    width,
-                } => {
-                    let r = ((width - 1.0) / 2.0).max(0.0);
-                    for seg in points.windows(2) {
-                        let ((xa, ya), (xb, yb)) = (seg[0], seg[1]);
-                        let n =
-                            ((xb - xa).abs().max((yb - ya).abs()) * 2.0).ceil().max(1.0) as usize;
-                        for k in 0..=n {
-                            let t = k as f64 / n as f64;
-                            let (cx, cy) = (xa + (xb - xa) * t, ya + (yb - ya) * t);
-                            let (x0, x1) = ((cx - r).round() as i64, (cx + r).round() as i64);
-                            let (y0, y1) = ((cy - r).round() as i64, (cy + r).round() as i64);
-                            for yy in y0..=y1 {
-                                for xx in x0..=x1 {
-                                    put(xx, yy, *color);
-                                }
-                            }
-                        }
+                    Item::Line {
+                        points,
+                        color,
+                        width,
+                    } => {
+                        let points: Vec<(i32, i32)> =
+                            points.iter().map(|&(x, y)| at(x, y)).collect();
+                        let stroke = rgb(*color).stroke_width(width.round().max(1.0) as u32);
+                        area.draw(&PathElement::new(points, stroke)).expect(drawn);
                     }
-                }
-                Item::Text {
-                    x,
-                    y,
-                    text,
-                    color,
-                    anchor,
-                } => {
-                    let width = Figure::text_width(text);
-                    let left = match anchor {
-                        Anchor::Start => *x,
-                        Anchor::Middle => x - width / 2.0,
-                        Anchor::End => x - width,
-                    }
-                    .round() as i64;
-                    // The font's baseline is 3 rows above the bottom of its cell.
-                    let top = y.round() as i64 - (font::GLYPH_H as i64 - 3);
-                    for (i, ch) in text.chars().enumerate() {
-                        let code = if (' '..='~').contains(&ch) { ch } else { '?' };
-                        let glyph = &font::GLYPHS[code as usize - 32];
-                        for (row, bits) in glyph.iter().enumerate() {
-                            for col in 0..font::GLYPH_W {
-                                if bits >> (font::GLYPH_W - 1 - col) & 1 == 1 {
-                                    let gx = left + (i * font::GLYPH_W + col) as i64;
-                                    put(gx, top + row as i64, *color);
-                                }
-                            }
-                        }
+                    Item::Text {
+                        x,
+                        y,
+                        text,
+                        color,
+                        anchor,
+                    } => {
+                        let h = match anchor {
+                            Anchor::Start => HPos::Left,
+                            Anchor::Middle => HPos::Center,
+                            Anchor::End => HPos::Right,
+                        };
+                        // `y` is the baseline; plotters anchors the text's box by its bottom,
+                        // the font's descent below the baseline.
+                        let color = rgb(*color);
+                        let style = TextStyle::from((FONT, FONT_SIZE).into_font())
+                            .color(&color)
+                            .pos(Pos::new(h, VPos::Bottom));
+                        let (tx, ty) = at(*x, y + DESCENT);
+                        area.draw(&Text::new(text.as_str(), (tx, ty), style))
+                            .expect(drawn);
                     }
                 }
             }
+            area.present().expect(drawn);
         }
         px
     }
@@ -301,6 +298,30 @@ impl Figure {
     pub(crate) fn write_svg(&self, path: &Path) -> Result<(), DumpError> {
         write_atomically(path, self.to_svg().as_bytes())
     }
+}
+
+/// The name the embedded font is registered under with plotters.
+const FONT: &str = "detcheck-dejavu-sans-mono";
+
+/// plotters' font size for 11 pixels an em, as the SVG's `font-size="11"`: its size is the
+/// font's height from descent to ascent (2,384 of DejaVu's 2,048 units an em).
+const FONT_SIZE: f64 = 11.0 * 2384.0 / 2048.0;
+
+/// The font's descent below the baseline at [`FONT_SIZE`], in pixels (483 of 2,384 units).
+const DESCENT: f64 = FONT_SIZE * 483.0 / 2384.0;
+
+/// DejaVu Sans Mono, compiled in (`font/LICENSE`).
+static FONT_BYTES: &[u8] = include_bytes!("font/DejaVuSansMono.ttf");
+
+/// Registers the embedded font with plotters, once a process.
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // The bytes are a valid TrueType font compiled in: a failure is a defect of this
+        // module, found by its tests (they draw text).
+        plotters::style::register_font(FONT, plotters::style::FontStyle::Normal, FONT_BYTES)
+            .unwrap_or_else(|_| panic!("the embedded font parses"));
+    });
 }
 
 fn escape_xml(text: &str) -> String {
