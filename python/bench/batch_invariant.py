@@ -13,11 +13,17 @@ step).
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import detcheck.torch
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+
+# The tests' tiny GPT-2 (python/tests/support: transformers' GPT2Config, random init seeded
+# with 0), the model of examples/programs/python/batch/generate.py too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import tiny_gpt2  # noqa: E402
 
 
 def main():
@@ -27,18 +33,7 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_head=2,
-        n_embd=64,
-        vocab_size=128,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    model = GPT2LMHeadModel(config).eval()
-    prompts = torch.randint(1, 128, (8, 6))
+    model, prompts = tiny_gpt2()
     mask = torch.ones_like(prompts)
 
     def decode():
