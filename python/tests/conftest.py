@@ -5,7 +5,7 @@ import os
 import sys
 
 import pytest
-from support import detcheck_path
+from support import covers_without_a_ci_case, detcheck_path
 
 # Triton's interpreter (TRITON_INTERPRET=1) runs detcheck._device's kernels on CPU tensors where
 # there is no GPU. Triton reads the variable when it is first imported (its own library is
@@ -55,6 +55,11 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
+    # A full test's cover must have a case CI runs (test_layout.py checks the rest statically).
+    bad = covers_without_a_ci_case(items)
+    if bad:
+        raise pytest.UsageError("full tests whose cover CI never runs:\n" + "\n".join(bad))
+
     def rank(item):
         nodeid = item.nodeid.rsplit("/", 1)[-1]
         return next(

@@ -4,11 +4,15 @@ module (pytest's docs: conftest.py is not for importing, and a test module impor
 its top level twice); a test skips only through `support.requires`, which fails instead
 where a DETCHECK_REQUIRE_* variable is set; and a test of the full tier (`pytest.mark.full`,
 left out of CI: docs/testing.md) names the CI test that covers its capability, which exists and
-is not of the full tier itself."""
+is not of the full tier itself (and, checked by conftest at collection, has a case outside it:
+`support.covers_without_a_ci_case`, where a cover's every parameter is full)."""
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
+from support import covers_without_a_ci_case
 
 TESTS = Path(__file__).resolve().parent
 SUPPORT = TESTS / "support"
@@ -158,6 +162,37 @@ def test_every_full_test_names_the_ci_test_that_covers_it():
     }
     bad = {path: found for path, found in bad.items() if found}
     assert not bad, f"a full test names the CI test that covers it: {bad}"
+
+
+def test_a_cover_whose_every_case_is_full_is_found_at_collection():
+    """conftest's collection check (`covers_without_a_ci_case`), on pytest's own items' shape:
+    a cover with one case outside the full tier passes; one whose cases are all full, whether
+    marked as a whole or parameter by parameter, is named; a cover not collected is left alone."""
+
+    class Item:
+        def __init__(self, module, function, param=None, covered_by=None, full=False):
+            self.path, self.originalname = Path(module), function
+            self.name = function if param is None else f"{function}[{param}]"
+            self.nodeid = f"{module}::{self.name}"
+            marked = full or covered_by is not None
+            self.mark = pytest.mark.full(covered_by=covered_by).mark if marked else None
+
+        def get_closest_marker(self, name):
+            return self.mark if name == "full" else None
+
+    items = [
+        Item("test_a.py", "test_cover", "1"),
+        Item("test_a.py", "test_cover", "2", full=True),
+        Item("test_a.py", "test_all_full", "1", full=True),
+        Item("test_a.py", "test_all_full", "2", full=True),
+        Item("test_b.py", "test_fine", covered_by="test_a.py::test_cover"),
+        Item("test_b.py", "test_uncovered", covered_by="test_a.py::test_all_full"),
+        Item("test_b.py", "test_elsewhere", covered_by="test_c.py::test_x"),
+    ]
+    assert covers_without_a_ci_case(items) == [
+        "test_b.py::test_uncovered: its cover test_a.py::test_all_full has no case outside the "
+        "full tier"
+    ]
 
 
 def test_the_checks_find_what_they_look_for(tmp_path):

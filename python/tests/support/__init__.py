@@ -411,6 +411,25 @@ def requires(name):
 # --- models for the inference checks -------------------------------------------------------------
 
 
+def covers_without_a_ci_case(items):
+    """The `full` tests among pytest's collected ``items`` whose ``covered_by`` names a collected
+    test function every case of which is of the full tier too (each parameter marked `full`), so
+    that CI runs nothing of the cover: ``"nodeid: why"`` lines, sorted. A cover in a module not
+    collected here (another pytest run of .ci/run), or a Rust test, is test_layout.py's to check
+    statically (docs/testing.md)."""
+    cases = {}
+    for item in items:
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        cases.setdefault(name, []).append(item.get_closest_marker("full") is not None)
+    bad = set()
+    for item in items:
+        mark = item.get_closest_marker("full")
+        cover = mark.kwargs.get("covered_by") if mark is not None else None
+        if cover in cases and all(cases[cover]):
+            bad.add(f"{item.nodeid}: its cover {cover} has no case outside the full tier")
+    return sorted(bad)
+
+
 def tiny_gpt2(prompts=8):
     """A tiny GPT-2 (transformers' ``GPT2Config``, random init seeded with 0, no download) in
     eval mode, and ``prompts`` prompts of 6 tokens (test_batch.py, test_logprobs.py)."""
