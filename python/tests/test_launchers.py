@@ -2,7 +2,8 @@
 ranks started by a launcher detcheck does not drive (accelerate's `launch` and
 `notebook_launcher`, `python -m torch.distributed.run`), is checked as `detcheck check --
 <that command>`: each process that becomes a rank is recorded as that rank and stopped at
-`--steps`, and `replicas` compares them. DeepSpeed's `deepspeed` launcher is in
+`--steps`, and `replicas` compares them; `accelerate launch --cpu` of one process hands the rank
+to the program it runs. DeepSpeed's `deepspeed` launcher is in
 test_verdicts.py (its own CI section). Lightning's `devices=N` and `torch.multiprocessing.spawn`
 are in test_zoo.py."""
 
@@ -61,6 +62,23 @@ def _checked_at_two_ranks(detcheck_bin, tmp_path, *command):
 def test_a_launcher_that_starts_ranks_as_scripts(detcheck_bin, tmp_path, command):
     line = _checked_at_two_ranks(detcheck_bin, tmp_path, *command)
     assert line["scenario"]["name"] == "accelerate_loop", line["scenario"]
+
+
+def test_accelerate_launch_of_one_process_records_the_program_it_runs(detcheck_bin, tmp_path):
+    """`accelerate launch --cpu script.py` (accelerate's README's CPU run) runs the script as
+    one child process that joins no process group: before, detcheck's rank was the launcher,
+    which trains nothing, and the check ended in an error ("no module ran forward"). The
+    launcher now hands the rank to its child, whose training is recorded and compared."""
+    shutil.copy(LOOP, tmp_path / LOOP.name)
+    command = (str(BIN / "accelerate"), "launch", "--cpu", LOOP.name)
+    (line,) = check(
+        detcheck_bin, "--steps", "2", "--", *command, cwd=tmp_path, code=0
+    ).scenarios.values()
+    assert line["verdict"] == "ok", line
+    assert line["scenario"]["name"] == "accelerate_loop", line["scenario"]
+    repeat = line["checks"][0]
+    assert repeat["comparison"]["world_sizes"] == [1, 1], repeat
+    assert repeat["comparison"]["num_compared"] > 0, repeat
 
 
 def test_notebook_launcher_forking_its_ranks_under_an_elastic_agent(detcheck_bin, tmp_path):

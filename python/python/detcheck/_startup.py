@@ -33,6 +33,8 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    imports deepspeed (without them ``deepspeed.init_distributed`` looks for MPI); at several,
    makes each rank's first point-to-point send wait for its slot of the launch, so messages
    received from any source arrive in another order in each run (``detcheck._arrival``);
+   a launcher that runs the program as its one child (``accelerate launch --cpu``) hands the
+   rank to that child before starting it (``_hand_the_rank_to_the_one_child``);
 6. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
    no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
    prints when the rank's trace is missing).
@@ -311,10 +313,36 @@ def activate():
             sys.meta_path.insert(0, _AfterImport(callbacks))
         if _state.rows:
             _when_imported("transformers.generation.utils", _generate_is_a_batch)
+        _when_imported("accelerate.commands.launch", _hand_the_rank_to_the_one_child)
         atexit.register(_at_exit)
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
+
+
+def _hand_the_rank_to_the_one_child(module):
+    """``accelerate launch`` of one process (``--cpu``, one device: its ``simple_launcher``)
+    runs the program as one child process that joins no process group, so the child would
+    never become the rank (``_adopt`` follows a group) and the launcher, which claimed it,
+    trains nothing. Before it starts the child, the launcher hands the rank over: it gives up
+    its claim (``PID_VAR``, so the child claims the rank as the first interpreter of it, and
+    this process writes no trace, note or traceback), unless it recorded something already.
+    Its several-process launchers start ranks that join a group, adopted as they join."""
+    original = getattr(module, "simple_launcher", None)
+    if original is None or getattr(original, "_detcheck_hands_over", False):
+        return
+    import functools
+
+    @functools.wraps(original)
+    def simple_launcher(*args, **kwargs):
+        recorder = _state.recorder if _state is not None else None
+        mine = os.environ.get(PID_VAR) == str(os.getpid())
+        if mine and (recorder is None or not recorder.recorded):
+            del os.environ[PID_VAR]
+        return original(*args, **kwargs)
+
+    simple_launcher._detcheck_hands_over = True
+    module.simple_launcher = simple_launcher
 
 
 def _generate_is_a_batch(module):
