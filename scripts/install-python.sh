@@ -12,8 +12,9 @@
 # programs import, and requests==2.32.5, which nanoGPT's data/shakespeare_char/prepare.py imports
 # (it downloads nothing when its input.txt exists: examples/zoo/README.md). .ci/run passes it.
 #
-# --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0 and
-# lightning==2.6.6 (about 30 s; Python 3.11 or later), the versions
+# --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0,
+# lightning==2.6.6 and timm==1.0.31 (accelerate's cv_example.py in examples/zoo builds its model
+# with it; about 30 s; Python 3.11 or later), the versions
 # python/tests/test_wrapped_optimizers.py was last run with: its tests of detcheck.torch.watch
 # with the real optimizer wrappers (accelerate's, a Trainer callback's, Lightning's) run where
 # they are installed, and cannot skip when DETCHECK_REQUIRE_FRAMEWORKS is set. .ci/run does not
@@ -113,9 +114,10 @@ if [ "$mindspore" = 1 ]; then
 fi
 
 if [ "$frameworks" = 1 ]; then
-    echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6"
+    echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 timm==1.0.31"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
-        "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6"
+        "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6" \
+        "timm==1.0.31"
 fi
 
 if [ "$deepspeed" = 1 ]; then
