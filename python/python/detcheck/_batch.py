@@ -415,7 +415,7 @@ class batch_invariant(torch.utils._python_dispatch.TorchDispatchMode):  # noqa: 
             return torch.stack(
                 [self.__torch_dispatch__(_ATEN.mm.default, types, (x, y)) for x, y in zip(a, b)]
             )
-        if func in _PER_ENTRY and args[0].shape[0] > 1:
+        if func in _PER_ENTRY and args[0].shape[0] > 0:
             return _per_entry(func, args, kwargs)
         return func(*args, **kwargs)
 
