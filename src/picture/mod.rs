@@ -5,7 +5,7 @@
 //! SVG elements (the browser draws them); `to_png` has them drawn by a library made for it,
 //! `plotters` (its bitmap backend: filled rectangles, stroked paths, anti-aliased text through
 //! `ab_glyph`), in DejaVu Sans Mono embedded in the binary (`font/`, its licence beside it), and
-//! encodes the pixels with the `png` crate. Why plotters (docs/reports.md, "Pictures"): it is
+//! encodes the pixels with the `png` crate. Why plotters (docs/decisions.md, "Pictures"): it is
 //! kept, pure Rust, draws into a buffer we own with a font we give it (no system font looked up,
 //! no C library), and its text is measured and anchored by the font's own metrics, where the
 //! bitmap font drawn here by hand before clipped a real report's title.

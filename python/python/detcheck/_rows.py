@@ -299,11 +299,11 @@ class Inside:
         from ._batch import _bits, _OperatorRows, _rows
 
         row = samples[self._sample - first]
-        # Where the sample sits in this batch, and the threads that split it (the report's
-        # `SampleRows`: a split that follows the row's position).
-        # `before`: the samples at rows before it in this batch.
-        said = {"row": row, "of": rows, "before": self._sample - first}
-        for key, value in {**said, "threads": torch.get_num_threads()}.items():
+        # Where the sample sits in this batch (its row, the batch's rows, the samples before
+        # it) and the threads that split the batch: the report's `SampleRows`.
+        where = {"row": row, "of": rows, "before": self._sample - first}
+        where["threads"] = torch.get_num_threads()
+        for key, value in where.items():
             self._writer.add_environment(f"detcheck.rows.{key}", str(value))
         leaves = torch.utils._pytree.tree_leaves((args, kwargs))
         # The sample's rows of the module's inputs (`window/inN`): where they already differ,
