@@ -23,12 +23,12 @@ causes_only=${2:-}
 cargo build --release --quiet --bin detcheck
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CAUSE_RUNS="$runs" \
     DETCHECK_COMPILED_CAUSE_RUNS="$runs" DETCHECK_TWIN_RUNS="$runs" \
-    target/venv/bin/pytest python/tests/test_causes.py -q -rs -n 2 -k "planted or thread_counts"
+    target/venv/bin/pytest python/tests/test_causes.py -q -rfEs -n 2 -k "planted or thread_counts"
 [ "$causes_only" = --causes-only ] && exit 0
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_REQUIRE_MPI4PY=1 \
     DETCHECK_CONTROL_RUNS="$runs" DETCHECK_TORCH_CONTROL_RUNS="$runs" \
-    target/venv/bin/pytest python/tests/test_diagnosis.py python/tests/test_zero_change.py -q -rs \
+    target/venv/bin/pytest python/tests/test_diagnosis.py python/tests/test_zero_change.py -q -rfEs \
     -k "not zero_change or controls or reseed_control or dropout"
 DETCHECK_BIN=target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHECK_CORPUS_CONTROL_RUNS="$runs" \
-    target/venv/bin/pytest python/tests/test_real_scripts.py -q -rs -s \
+    target/venv/bin/pytest python/tests/test_real_scripts.py -q -rfEs -s \
     -k "corpus_passes or inside_a_sharded_module"

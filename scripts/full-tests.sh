@@ -17,7 +17,7 @@ export DETCHECK_BIN=$PWD/target/release/detcheck DETCHECK_REQUIRE_TORCH=1 DETCHE
 # pytest's exit 5: no test of the tier in the files given (not a failure here).
 tier() {
     local rc=0
-    "$@" -m full -q -rs || rc=$?
+    "$@" -m full -q -rfEs || rc=$?
     ((rc == 0 || rc == 5)) || exit "$rc"
 }
 

@@ -5,6 +5,8 @@
 #
 #   bash scripts/zoo.sh                  # all of it, then docs/zoo.md is rewritten
 #   bash scripts/zoo.sh --only NAME      # one program (the table is not written)
+#   bash scripts/zoo.sh --update NAME    # one program, its rows of docs/zoo.md replaced (the
+#                                        # others kept from the table's last run)
 #   bash scripts/zoo.sh --deterministic  # each planted bug with --deterministic: which setting
 #                                        # fixes it, in how many runs (docs/zoo-deterministic.md)
 #
@@ -17,4 +19,8 @@ cargo build --release --quiet --bin detcheck
 table=(--table docs/zoo.md)
 [ "$*" = --deterministic ] && table=(--table docs/zoo-deterministic.md)
 (($# == 0)) || [ "$*" = --deterministic ] || table=()
+if (($# == 2)) && [ "$1" = --update ]; then
+    set -- --only "$2"
+    table=(--table docs/zoo.md)
+fi
 exec target/venv/bin/python examples/zoo/zoo.py --detcheck target/release/detcheck "${table[@]}" "$@"

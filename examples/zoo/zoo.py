@@ -3,7 +3,8 @@ run beside its clean check, then each planted bug, and says whether every expect
 
     python examples/zoo/zoo.py [--detcheck BIN] [--ci] [--only NAME] [--table FILE]
 
-`scripts/zoo.sh` runs all of it and writes docs/zoo.md (`--table`); python/tests/test_zoo.py
+`scripts/zoo.sh` runs all of it and writes docs/zoo.md (`--table`; with `--only NAME`, that
+program's rows are replaced and the others' kept from the table's last run); python/tests/test_zoo.py
 runs the entries marked `ci` through the same functions. Each run gets a fresh copy of the
 program's folder in a temporary directory (the vendored files are never changed); a planted bug
 is applied to its copy with `git apply`.
@@ -271,9 +272,28 @@ def deterministic_table(rows):
     return "\n".join(out) + "\n"
 
 
-def table(programs, outcomes):
-    """docs/zoo.md's text."""
+def _rows_by_program(text, programs):
+    """The table rows of an earlier docs/zoo.md, by program name, as written (a row whose
+    program cell is `"` belongs to the program above it)."""
+    names = {f"{p['name']} (`{p['upstream']}`)": p["name"] for p in programs}
+    rows, current = {}, None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 9 or cells[0] in ("program", "---"):
+            continue
+        if cells[0] != '"':
+            current = names.get(cells[0])
+        if current is not None:
+            rows.setdefault(current, []).append(line)
+    return rows
+
+
+def table(programs, outcomes, earlier=None):
+    """docs/zoo.md's text. With `earlier` (the text of an earlier docs/zoo.md), the programs
+    that `outcomes` has no row of keep their earlier rows (`--only NAME --table`): the table
+    stays whole, each program's rows from its own last run."""
     idioms = {p["name"]: (p["idiom"], p["upstream"]) for p in programs}
+    kept = _rows_by_program(earlier, programs) if earlier else {}
     rows = [
         "# The zoo: real upstream programs, checked as their READMEs run them",
         "",
@@ -290,21 +310,32 @@ def table(programs, outcomes):
         "| program | launcher idiom | case | expected | found | records | time | x plain | held |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    shown = None
-    for o in outcomes:
-        idiom, upstream = idioms[o.program]
-        program = f"{o.program} (`{upstream}`)"
-        if o.program == shown:
-            program = idiom = '"'
-        shown = o.program
-        ratio = f"{o.seconds / o.plain_seconds:.2f}x" if o.plain_seconds else "-"
-        held = "yes" if o.held else "**no**: " + "; ".join(o.why)
-        rows.append(
-            f"| {program} | {idiom} | {o.case} | {o.expected} | {o.found} "
-            f"| {o.records} | {o.seconds:.0f} s | {ratio} | {held} |"
-        )
-    held = sum(o.held for o in outcomes)
-    rows += ["", f"{held} of {len(outcomes)} held."]
+    ran = {o.program for o in outcomes}
+    held = total = 0
+    for p in programs:
+        if p["name"] not in ran:
+            earlier_rows = kept.get(p["name"], [])
+            rows += earlier_rows
+            total += len(earlier_rows)
+            held += sum(r.rstrip().endswith("| yes |") for r in earlier_rows)
+            continue
+        shown = None
+        for o in (o for o in outcomes if o.program == p["name"]):
+            idiom, upstream = idioms[o.program]
+            program = f"{o.program} (`{upstream}`)"
+            if o.program == shown:
+                program = idiom = '"'
+            shown = o.program
+            ratio = f"{o.seconds / o.plain_seconds:.2f}x" if o.plain_seconds else "-"
+            rows.append(
+                f"| {program} | {idiom} | {o.case} | {o.expected} | {o.found} "
+                f"| {o.records} | {o.seconds:.0f} s | {ratio} | "
+                + ("yes" if o.held else "**no**: " + "; ".join(o.why))
+                + " |"
+            )
+            total += 1
+            held += o.held
+    rows += ["", f"{held} of {total} held."]
     return "\n".join(rows) + "\n"
 
 
@@ -361,7 +392,10 @@ def main():
             )
             outcomes.append(o)
     if args.table:
-        Path(args.table).write_text(table(programs, outcomes))
+        # With --only, the other programs keep their rows of the table's last run.
+        table_file = Path(args.table)
+        earlier = table_file.read_text() if args.only and table_file.exists() else None
+        table_file.write_text(table(programs, outcomes, earlier))
     sys.exit(0 if all(o.held for o in outcomes) else 1)
 
 

@@ -135,3 +135,27 @@ def test_a_zoo_program_as_its_readme_runs_it(detcheck_bin, tmp_path, program, pl
     else:
         found, why = zoo.judge(line, "FAIL", planted["class"], planted.get("line"))
     assert not why, (found, why, line.get("first_divergence"))
+
+
+def test_a_zoo_table_updated_for_one_program_keeps_the_others_rows():
+    # `scripts/zoo.sh --update NAME`: that program's rows are replaced, the others' kept as the
+    # table's last run wrote them, in the manifest's order, and the held rows recounted.
+    programs = zoo.load()
+    earlier = (ROOT / "docs" / "zoo.md").read_text()
+    assert zoo.table(programs, [], earlier) == earlier
+    kept = zoo._rows_by_program(earlier, programs)
+    name = programs[1]["name"]
+    again = zoo.Outcome(name, "clean", "ok", "FAIL", "repeat 1", 1.0, 1.0, False, ["planted"])
+    updated = zoo.table(programs, [again], earlier)
+    rows = zoo._rows_by_program(updated, programs)
+    assert len(rows[name]) == 1 and rows[name][0].endswith("| **no**: planted |")
+    assert {k: v for k, v in rows.items() if k != name} == {
+        k: v for k, v in kept.items() if k != name
+    }
+    order = [line for line in updated.splitlines() if line.startswith("| ") and "(`" in line]
+    assert [line.split(" (`")[0][2:] for line in order] == [
+        p["name"] for p in programs if p["name"] in rows
+    ]
+    held = sum(r.endswith("| yes |") for k, v in kept.items() if k != name for r in v)
+    others = sum(len(v) for k, v in kept.items() if k != name)
+    assert updated.splitlines()[-1] == f"{held} of {others + 1} held."
