@@ -175,10 +175,6 @@ FULL_TIER = {
     "set_order": pytest.mark.full(
         covered_by="test_diagnosis.py::test_numpy_set_order_names_its_element"
     ),
-    # data_order: the zoo's Lightning program (`random_split` above `seed_everything`)
-    "split_order": pytest.mark.full(
-        covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"
-    ),
     # initial_parameters, with the line that built the model: the zoo's word_language_model
     "init_before_seed": pytest.mark.full(
         covered_by="test_zoo.py::test_a_zoo_program_as_its_readme_runs_it"

@@ -2,10 +2,10 @@
 ranks started by a launcher detcheck does not drive (accelerate's `launch` and
 `notebook_launcher`, `python -m torch.distributed.run`), is checked as `detcheck check --
 <that command>`: each process that becomes a rank is recorded as that rank and stopped at
-`--steps`, and `replicas` compares them; `accelerate launch --cpu` of one process hands the rank
-to the program it runs. DeepSpeed's `deepspeed` launcher is in
-test_verdicts.py (its own CI section). Lightning's `devices=N` and `torch.multiprocessing.spawn`
-are in test_zoo.py."""
+`--steps`, and `replicas` compares them; a launcher of one process (`accelerate launch --cpu`,
+`fabric run --devices=1`) hands the rank to the program it runs. DeepSpeed's `deepspeed`
+launcher is in test_verdicts.py (its own CI section). Lightning's `devices=N` and
+`torch.multiprocessing.spawn` are in test_zoo.py."""
 
 import shutil
 import sys
@@ -64,18 +64,37 @@ def test_a_launcher_that_starts_ranks_as_scripts(detcheck_bin, tmp_path, command
     assert line["scenario"]["name"] == "accelerate_loop", line["scenario"]
 
 
-def test_accelerate_launch_of_one_process_records_the_program_it_runs(detcheck_bin, tmp_path):
-    """`accelerate launch --cpu script.py` (accelerate's README's CPU run) runs the script as
-    one child process that joins no process group: before, detcheck's rank was the launcher,
-    which trains nothing, and the check ended in an error ("no module ran forward"). The
-    launcher now hands the rank to its child, whose training is recorded and compared."""
-    shutil.copy(LOOP, tmp_path / LOOP.name)
-    command = (str(BIN / "accelerate"), "launch", "--cpu", LOOP.name)
+#: A plain training loop (no process group; seeded with `--fixed`).
+PLAIN = PROGRAMS / "causes" / "split_order.py"
+
+
+@pytest.mark.parametrize(
+    ("command", "script"),
+    [
+        ((str(BIN / "accelerate"), "launch", "--cpu"), (LOOP.name,)),
+        # torch elastic's agent of one worker, run in the launched process: Lightning Fabric's
+        # README's `fabric run` calls `torch.distributed.run.main` so (detcheck knows torchrun's
+        # own command as a launcher, whose agent is no rank). Any script may be run so; one that
+        # joins no group was never recorded.
+        ((str(BIN / "fabric"), "run", "--accelerator=cpu", "--devices=1"), (PLAIN.name, "--fixed")),
+    ],
+    ids=["accelerate launch --cpu", "fabric run --devices=1"],
+)
+def test_a_launcher_of_one_process_hands_the_rank_to_the_program_it_runs(
+    detcheck_bin, tmp_path, command, script
+):
+    """`accelerate launch --cpu script.py` (accelerate's README's CPU run) and torch elastic's
+    agent of one worker run the script as one child process that joins no process group:
+    before, detcheck's rank was the launcher, which trains nothing, and the check ended in an
+    error ("no module ran forward"). The launcher now hands the rank to its child, whose
+    training is recorded and compared."""
+    for path in (LOOP, PLAIN):
+        shutil.copy(path, tmp_path / path.name)
     (line,) = check(
-        detcheck_bin, "--steps", "2", "--", *command, cwd=tmp_path, code=0
+        detcheck_bin, "--steps", "2", "--", *command, *script, cwd=tmp_path, code=0
     ).scenarios.values()
     assert line["verdict"] == "ok", line
-    assert line["scenario"]["name"] == "accelerate_loop", line["scenario"]
+    assert line["scenario"]["name"] == script[0].removesuffix(".py"), line["scenario"]
     repeat = line["checks"][0]
     assert repeat["comparison"]["world_sizes"] == [1, 1], repeat
     assert repeat["comparison"]["num_compared"] > 0, repeat

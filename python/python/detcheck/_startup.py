@@ -33,8 +33,9 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    imports deepspeed (without them ``deepspeed.init_distributed`` looks for MPI); at several,
    makes each rank's first point-to-point send wait for its slot of the launch, so messages
    received from any source arrive in another order in each run (``detcheck._arrival``);
-   a launcher that runs the program as its one child (``accelerate launch --cpu``) hands the
-   rank to that child before starting it (``_hand_the_rank_to_the_one_child``);
+   a launcher that runs the program as its one child (``accelerate launch --cpu``, torch
+   elastic's agent of one worker under ``fabric run --devices=1``) hands the rank to that
+   child before starting it (``_hand_over_before``);
 6. at exit, finishes the recorder's trace, or, when nothing was recorded and the program opened
    no writer of its own, leaves a note saying why (``rank{R}.no-records.txt``, which detcheck
    prints when the rank's trace is missing).
@@ -314,35 +315,62 @@ def activate():
         if _state.rows:
             _when_imported("transformers.generation.utils", _generate_is_a_batch)
         _when_imported("accelerate.commands.launch", _hand_the_rank_to_the_one_child)
+        _when_imported("torch.distributed.launcher.api", _hand_the_rank_to_the_one_worker)
         atexit.register(_at_exit)
     except Exception as e:
         _state = None
         _say(f"the start-up hook cannot record this process: {e}")
 
 
-def _hand_the_rank_to_the_one_child(module):
-    """``accelerate launch`` of one process (``--cpu``, one device: its ``simple_launcher``)
-    runs the program as one child process that joins no process group, so the child would
-    never become the rank (``_adopt`` follows a group) and the launcher, which claimed it,
-    trains nothing. Before it starts the child, the launcher hands the rank over: it gives up
-    its claim (``PID_VAR``, so the child claims the rank as the first interpreter of it, and
-    this process writes no trace, note or traceback), unless it recorded something already.
-    Its several-process launchers start ranks that join a group, adopted as they join."""
-    original = getattr(module, "simple_launcher", None)
-    if original is None or getattr(original, "_detcheck_hands_over", False):
-        return
+def _hand_over_before(original, one_child):
+    """``original``, a launcher's function that starts the program, wrapped so that the rank is
+    handed to the child it starts when ``one_child(*args, **kwargs)`` says that child is the
+    launch's one process: a child that joins no process group would never become the rank
+    (``_adopt`` follows a group), and the launcher, which claimed it, trains nothing. Handing
+    over is giving up the claim (``PID_VAR``, so the child claims the rank as the first
+    interpreter of it, and this process writes no trace, note or traceback), unless this
+    process recorded something already. Several processes are never handed one rank: they join
+    a group and are adopted as they join."""
     import functools
 
     @functools.wraps(original)
-    def simple_launcher(*args, **kwargs):
-        recorder = _state.recorder if _state is not None else None
-        mine = os.environ.get(PID_VAR) == str(os.getpid())
-        if mine and (recorder is None or not recorder.recorded):
-            del os.environ[PID_VAR]
+    def launcher(*args, **kwargs):
+        try:
+            recorder = _state.recorder if _state is not None else None
+            mine = os.environ.get(PID_VAR) == str(os.getpid())
+            if mine and (recorder is None or not recorder.recorded) and one_child(*args, **kwargs):
+                del os.environ[PID_VAR]
+        except Exception as e:
+            _say(f"cannot hand the rank to the process this launcher starts: {e!r}")
         return original(*args, **kwargs)
 
-    simple_launcher._detcheck_hands_over = True
-    module.simple_launcher = simple_launcher
+    launcher._detcheck_hands_over = True
+    return launcher
+
+
+def _hand_the_rank_to_the_one_child(module):
+    """``accelerate launch`` of one process (``--cpu``, one device: its ``simple_launcher``)
+    runs the program as one child process that joins no process group: the rank is handed to
+    it (``_hand_over_before``)."""
+    original = getattr(module, "simple_launcher", None)
+    if original is not None and not getattr(original, "_detcheck_hands_over", False):
+        module.simple_launcher = _hand_over_before(original, lambda *args, **kwargs: True)
+
+
+def _hand_the_rank_to_the_one_worker(module):
+    """torch elastic's ``launch_agent`` of one worker on one node, run inside the rank's
+    process (``fabric run --devices=1``, ``torch.distributed.run.main`` called by a program):
+    its worker is the program, and joins no group when it trains alone (Fabric's single-device
+    strategy). The rank is handed to it (``_hand_over_before``); at several workers each joins
+    the group and is adopted."""
+    original = getattr(module, "launch_agent", None)
+    if original is None or getattr(original, "_detcheck_hands_over", False):
+        return
+
+    def one_worker(config, *args, **kwargs):
+        return config.nproc_per_node == 1 and config.max_nodes == 1
+
+    module.launch_agent = _hand_over_before(original, one_worker)
 
 
 def _generate_is_a_batch(module):
