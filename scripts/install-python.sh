@@ -3,7 +3,7 @@
 # numpy and pytest at pinned versions; used by .ci/run. Idempotent: a second run reuses the
 # environment and rebuilds the package incrementally.
 #
-#   bash scripts/install-python.sh [--torch] [--frameworks] [--deepspeed] [--mindspore] [--deps-only] [VENV]   # default target/venv
+#   bash scripts/install-python.sh [--torch] [--frameworks] [--trl] [--deepspeed] [--mindspore] [--deps-only] [VENV]   # default target/venv
 #   target/venv/bin/pytest python/tests                                               # then
 #
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
@@ -19,6 +19,10 @@
 # with the real optimizer wrappers (accelerate's, a Trainer callback's, Lightning's) run where
 # they are installed, and cannot skip when DETCHECK_REQUIRE_FRAMEWORKS is set. .ci/run does not
 # pass it.
+#
+# --trl (implies --frameworks) also installs trl==1.10.0 and datasets==5.2.0, which the zoo's
+# TRL SFT script runs on (examples/zoo: scripts/zoo.sh); CI does not install them (that zoo row
+# is of the full tier, and datasets installed changes what transformers finds).
 #
 # --deepspeed (implies --torch) also installs deepspeed==0.19.8 (its source distribution, no op
 # built ahead: DS_BUILD_OPS=0; on the CPU, DS_ACCELERATOR=cpu, its first run compiles its shared
@@ -49,15 +53,17 @@ torch=0
 frameworks=0
 mindspore=0
 deepspeed=0
+trl=0
 deps_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --torch) torch=1 ;;
         --frameworks) torch=1 frameworks=1 ;;
+        --trl) torch=1 frameworks=1 trl=1 ;;
         --deepspeed) torch=1 deepspeed=1 ;;
         --mindspore) mindspore=1 ;;
         --deps-only) deps_only=1 ;;
-        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --deepspeed, --mindspore, --deps-only)" >&2; exit 2 ;;
+        -*) echo "install-python.sh: unknown option $1 (--torch, --frameworks, --trl, --deepspeed, --mindspore, --deps-only)" >&2; exit 2 ;;
         *) break ;;
     esac
     shift
@@ -118,6 +124,12 @@ if [ "$frameworks" = 1 ]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6" \
         "timm==1.0.31"
+fi
+
+if [ "$trl" = 1 ]; then
+    echo "== pip install trl==1.10.0 datasets==5.2.0"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+        "torch==2.15.0" "transformers==5.24.0" "trl==1.10.0" "datasets==5.2.0"
 fi
 
 if [ "$deepspeed" = 1 ]; then

@@ -10,7 +10,7 @@
 #   bash scripts/zoo.sh --deterministic  # each planted bug with --deterministic: which setting
 #                                        # fixes it, in how many runs (docs/zoo-deterministic.md)
 #
-# after scripts/install-python.sh --frameworks, and --mindspore target/venv-ms (the zoo's mindcv).
+# after scripts/install-python.sh --trl (--frameworks and TRL), and --mindspore target/venv-ms (the zoo's mindcv).
 #
 # About 10 minutes on the 2-core VM (the compiled nanoGPT alone about one).
 set -euo pipefail

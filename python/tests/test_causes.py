@@ -42,6 +42,9 @@ PLANTED = {
     # outside any module: the line where the noisy batch enters torch (`data/outside`)
     "batch_noise": ("value_from_outside", "batch_noise.py:22", "entered torch at this line"),
     "worker_augment": ("unseeded_generator", "worker_augment.py:16", "made without a seed"),
+    # numpy's global generator drawn from before the program seeds it (TRL's SFT script with
+    # `dataset.shuffle()`: docs/zoo.md)
+    "global_draw": ("unseeded_generator", "global_draw.py:21", "before anything seeded it"),
     "worker_reseed": ("data_values", None, "fetched the same samples"),
     "cache_in_place": ("file_left_behind", None, "changed a file of its working directory"),
     # its snapshot at an absolute path outside the working directory (the test's folder)
@@ -140,6 +143,7 @@ FIXED_BY = {
     "arrival_order": None,  # the order messages arrive in: no setting orders them
     "loader_order": None,  # the loader's own generator, seeded with the pid: no setting reaches it
     "split_order": ["torch.manual_seed"],  # detcheck's seed comes before the split
+    "global_draw": ["numpy.random.seed"],  # detcheck's seed comes before the draw
     "clock_seed": None,  # the program seeds torch from the clock after detcheck's seed
     # Inductor's CPU kernel adds the tied embedding's gradient with atomics; with deterministic
     # algorithms it lowers that `index_put` to ATen's kernel (Inductor's own `deterministic`
@@ -342,6 +346,9 @@ FULL_SETTINGS = {
         covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it"
     ),
     "split_order": pytest.mark.full(
+        covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it"
+    ),
+    "global_draw": pytest.mark.full(
         covered_by="test_causes.py::test_deterministic_names_the_setting_that_fixes_it"
     ),
     "nanogpt_compiled": pytest.mark.full(

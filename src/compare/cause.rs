@@ -311,6 +311,15 @@ fn unseeded_evidence(site: &str) -> String {
     format!("`{UNSEEDED_GENERATOR_KEY}`: `np.random.default_rng()` without a seed at {site}")
 }
 
+/// The fact a Python rank records at the program's first draw from numpy's global generator
+/// (or read of its state, from which a library derives a seed: `datasets`' `shuffle()`) before
+/// anything seeded it (`detcheck._evidence`): the program's line.
+pub(crate) const UNSEEDED_GLOBAL_KEY: &str = "site:unseeded_global";
+
+fn unseeded_global_evidence(site: &str) -> String {
+    format!("`{UNSEEDED_GLOBAL_KEY}`: numpy's global generator drawn from at {site} before it was seeded")
+}
+
 /// The first `data/outside` record that differs at or before the divergence, with its line:
 /// values that entered torch from the program's line (`torch.tensor`, `torch.as_tensor`,
 /// `torch.from_numpy`) and differed between the runs.
@@ -796,6 +805,32 @@ fn value_from_outside_cause(
         }
         return Some(cause);
     }
+    // A draw from numpy's unseeded global generator explains the divergence when no value that
+    // differed entered torch elsewhere (a value that did, at another line, is the nearer cause).
+    let global = c
+        .fact(UNSEEDED_GLOBAL_KEY)
+        .filter(|site| outside.is_none_or(|(_, entered)| entered == *site));
+    if let Some(site) = global {
+        let mut cause = Cause::new(
+            CauseClass::UnseededGenerator,
+            "numpy's global generator was drawn from here before anything seeded it (it seeds \
+             itself from OS entropy when numpy is imported): what it gave, such as the order of \
+             a shuffle without a seed, differs in each run though the program seeds it later, \
+             and nothing else explains the divergence"
+                .to_owned(),
+        )
+        .at(Some(site))
+        .fix(
+            "seed before this line (`np.random.seed(0)`, or the framework's seed helper), or \
+             give the call a seed of its own (`dataset.shuffle(seed=0)`)",
+        )
+        .of("numpy");
+        cause.evidence.push(unseeded_global_evidence(site));
+        if let Some((e, site)) = outside {
+            cause.evidence.push(outside_evidence(e, site));
+        }
+        return Some(cause);
+    }
     if let Some((e, site)) = outside {
         let mut cause = Cause::new(
             CauseClass::ValueFromOutside,
@@ -810,6 +845,9 @@ fn value_from_outside_cause(
              process or a file that changes between runs",
         );
         cause.evidence.push(outside_evidence(e, site));
+        if let Some(drawn) = c.fact(UNSEEDED_GLOBAL_KEY) {
+            cause.evidence.push(unseeded_global_evidence(drawn));
+        }
         return Some(cause);
     }
     None
@@ -1178,6 +1216,52 @@ mod tests {
         // The data loader fetched other samples: that is the cause, the Generator is not.
         evidence(&mut c, 0, 2, "data/indices", None);
         assert_eq!(kind(&c, None), CauseClass::DataOrder);
+    }
+
+    #[test]
+    fn a_draw_from_numpys_global_generator_before_its_seed_is_named_at_its_line() {
+        // TRL's SFT script with `dataset.shuffle()` (no seed) above the Trainer, which seeds
+        // numpy later: the loader fetches the same indices of rows in another order.
+        let mut c = diverged_at(0, 31, "in/(model).input_ids");
+        evidence(&mut c, 1, 2, "rng/torch", None);
+        assert_eq!(kind(&c, None), CauseClass::DataValues);
+        c.sites.insert(
+            (0, UNSEEDED_GLOBAL_KEY.to_owned()),
+            "trl/scripts/sft.py:98".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("trl/scripts/sft.py:98"));
+        assert_eq!(cause.generator.as_deref(), Some("numpy"));
+        assert!(
+            cause.fix.as_deref().unwrap().contains("seed=0"),
+            "{cause:?}"
+        );
+        // A value that differed as it entered torch at another line is the nearer cause; at
+        // the same line, the draw explains it.
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("trl/scripts/sft.py:120"));
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::ValueFromOutside);
+        assert!(
+            cause.evidence.iter().any(|e| e.contains("sft.py:98")),
+            "{cause:?}"
+        );
+        let mut c = diverged_at(0, 31, "in/(model).input_ids");
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("trl/scripts/sft.py:98"));
+        c.sites.insert(
+            (0, UNSEEDED_GLOBAL_KEY.to_owned()),
+            "trl/scripts/sft.py:98".to_owned(),
+        );
+        assert_eq!(kind(&c, None), CauseClass::UnseededGenerator);
+        // A `Generator` made without a seed is the more particular fact, named first.
+        c.sites.insert(
+            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
+            "augment.py:16".to_owned(),
+        );
+        assert_eq!(
+            decide_cause(&c, None).unwrap().site.as_deref(),
+            Some("augment.py:16")
+        );
     }
 
     #[test]

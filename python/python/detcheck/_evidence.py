@@ -17,6 +17,8 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
 - facts, one value each, written to the trace's environment when the recording finishes
   (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
+  ``site:unseeded_global``, the line of the program's first draw from numpy's global generator
+  (or read of its state, from which a library derives a seed) before anything seeded it,
   ``site:any_source`` (``_arrival``), and in a rank a process started itself
   (``_startup._adopt``), ``site:parent_seeded``: where that process first seeded a generator
   (``SEEDED_VAR``, passed on in the environment), whose seed the rank does not inherit;
@@ -240,6 +242,11 @@ def note(name: str, array: Any, where: str | None) -> None:
         _waiting.append((name, array, where))
 
 
+#: The fact of the program's first draw from numpy's global generator before it was seeded
+#: (``_note_unseeded_global_draws``).
+UNSEEDED_GLOBAL_KEY = "site:unseeded_global"
+
+
 def fact(key: str, value: str) -> None:
     """Notes a fact about the run (``site:<what>`` → the program's line); the first value of a
     key is kept."""
@@ -437,7 +444,12 @@ def _array(state: bytes) -> Any:
     return np.frombuffer(state, dtype=np.uint8)
 
 
+#: The global generators some call has seeded in this process (whoever called it).
+_seeded_once: set[str] = set()
+
+
 def _seeded(name: str, frame: Any) -> None:
+    _seeded_once.add(name)
     state = _generators.get(name)
     if state is None:
         return
@@ -622,10 +634,14 @@ def install_python() -> None:
     track_seeding(random, "seed", "python")
 
 
+#: numpy's own ``get_state`` (``_note_unseeded_global_draws`` wraps the module's).
+_numpy_get_state: Any = None
+
+
 def _numpy_state() -> bytes:
     import numpy as np
 
-    state: Any = np.random.get_state(legacy=True)
+    state: Any = (_numpy_get_state or np.random.get_state)(legacy=True)
     _, keys, pos, has_gauss, _ = state
     return bytes(np.asarray(keys).tobytes()) + int(pos).to_bytes(8, "little") + bytes([has_gauss])
 
@@ -633,9 +649,59 @@ def _numpy_state() -> bytes:
 def install_numpy(numpy: Any) -> None:
     """Follows numpy's global generator (its state, and ``numpy.random.seed``), and notes the
     first ``numpy.random.default_rng()`` made without a seed."""
+    global _numpy_get_state
+    _numpy_get_state = _numpy_get_state or getattr(numpy.random, "get_state", None)
     add_generator("numpy", _numpy_state)
     _note_unseeded_default_rng(numpy.random)
+    _note_unseeded_global_draws(numpy.random)
     track_seeding(numpy.random, "seed", "numpy")
+
+
+#: numpy's global generator's functions that draw from it or read its state to derive a seed
+#: (`datasets`' ``shuffle()`` without a seed: ``np.random.get_state()``, then one draw).
+_NUMPY_DRAWS = (
+    "get_state",
+    "random",
+    "random_sample",
+    "rand",
+    "randn",
+    "randint",
+    "permutation",
+    "shuffle",
+    "choice",
+    "uniform",
+    "normal",
+)
+
+
+def _note_unseeded_global_draws(random: Any) -> None:
+    """Wraps numpy's global generator's draws (``_NUMPY_DRAWS``): the first one the program's
+    line makes, directly or through a library, before anything seeded that generator notes
+    ``site:unseeded_global`` (the generator seeds itself from OS entropy at import: what is drawn
+    then differs in each run, though the program seeds it later, as a Trainer does)."""
+    for name in _NUMPY_DRAWS:
+        original = getattr(random, name, None)
+        if original is not None and not getattr(original, "_detcheck_unseeded", False):
+            try:
+                setattr(random, name, _noting_unseeded(original))
+            except (AttributeError, TypeError):
+                pass
+
+
+def _noting_unseeded(original: Any) -> Any:
+    @functools.wraps(original)
+    def draw(*args: Any, **kwargs: Any) -> Any:
+        if "numpy" not in _seeded_once and UNSEEDED_GLOBAL_KEY not in _facts:
+            try:
+                where = site(sys._getframe(1))
+                if where is not None:
+                    fact(UNSEEDED_GLOBAL_KEY, where)
+            except Exception:
+                pass
+        return original(*args, **kwargs)
+
+    draw._detcheck_unseeded = True  # type: ignore[attr-defined]
+    return draw
 
 
 def _note_unseeded_default_rng(random: Any) -> None:

@@ -115,7 +115,12 @@ def _say(message):
 
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Calls ``callbacks[name](module)`` once module ``name`` has been imported (after its own
-    code ran), by wrapping the loader of its spec."""
+    code ran), by wrapping the loader of its spec.
+
+    A callback is spent when the module's code runs, not when its spec is found: a program (or
+    a library it imports first: datasets, transformers, trl) may ask
+    ``importlib.util.find_spec("torch")`` to learn whether torch is installed, which finds a
+    spec and imports nothing; the import that follows must still be followed."""
 
     def __init__(self, callbacks):
         self._callbacks = dict(callbacks)
@@ -131,10 +136,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             self._finding.discard(name)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _ThenCall(spec.loader, self._callbacks.pop(name))
+        spec.loader = _ThenCall(spec.loader, lambda module: self._imported(name, module))
+        return spec
+
+    def _imported(self, name, module):
+        callback = self._callbacks.pop(name, None)
         if not self._callbacks and self in sys.meta_path:
             sys.meta_path.remove(self)
-        return spec
+        if callback is not None:
+            callback(module)
 
 
 class _ThenCall(importlib.abc.Loader):
