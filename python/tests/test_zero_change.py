@@ -489,3 +489,43 @@ def test_the_docs_list_every_deterministic_setting():
         shown = statement if kind == "launch" else statement.replace("SEED", "seed")
         row = f"| `{shown}` |"
         assert row in text, f"docs/operators.md lacks the row of {name}: {row}"
+
+
+PROBED = """\
+import importlib.util
+
+import numpy as np
+
+assert importlib.util.find_spec("torch") is not None  # asked first, as datasets and trl do
+import torch  # noqa: E402
+
+rows = np.random.permutation(8)  # numpy's global generator, not seeded yet
+np.random.seed(0)  # as a Trainer seeds it
+np.random.permutation(8)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    optimizer.zero_grad()
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_torch_imported_after_a_probe_of_its_spec_is_recorded_and_an_unseeded_draw_noted(
+    tmp_path,
+):
+    """A program whose libraries ask `importlib.util.find_spec("torch")` before importing it
+    (datasets, transformers: TRL's SFT script, docs/zoo.md) is recorded: the probe used to spend
+    the start-up hook's import callback, and nothing was. numpy's global generator drawn from
+    before anything seeded it is noted at the drawing line (`site:unseeded_global`), a draw
+    after its seed is not."""
+    program = tmp_path / "probed.py"
+    program.write_text(PROBED)
+    done, trace = launched(tmp_path, [program])
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = {r["name"] for r in decode(trace / "rank0.dctrace")}
+    assert "fwd/(model)" in names and "grad/weight" in names, names
+    drawn = next(i for i, t in enumerate(PROBED.splitlines(), 1) if t.startswith("rows ="))
+    sites = environment(trace / "rank0.dctrace")
+    assert sites.get("site:unseeded_global") == f"probed.py:{drawn}", sites
