@@ -893,6 +893,11 @@ fn environment_cause(c: &Comparison) -> Option<Cause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fact of rank 0's trace (`site:<what>` → the program's line).
+    fn note_fact(c: &mut Comparison, key: &str, site: &str) {
+        c.sites.insert((0, key.to_owned()), site.to_owned());
+    }
     use crate::compare::{Difference, EnvDifference, InputSource, OperatorCall};
 
     fn diverged_at(step: u64, seq: u32, name: &str) -> Comparison {
@@ -1205,10 +1210,7 @@ mod tests {
     fn an_unseeded_numpy_generator_is_named_when_nothing_more_specific_is() {
         let mut c = diverged_at(0, 9, "in/(model).0");
         assert_eq!(kind(&c, None), CauseClass::DataValues);
-        c.sites.insert(
-            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
-            "augment.py:16".to_owned(),
-        );
+        note_fact(&mut c, UNSEEDED_GENERATOR_KEY, "augment.py:16");
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::UnseededGenerator);
         assert_eq!(cause.site.as_deref(), Some("augment.py:16"));
@@ -1225,10 +1227,7 @@ mod tests {
         let mut c = diverged_at(0, 31, "in/(model).input_ids");
         evidence(&mut c, 1, 2, "rng/torch", None);
         assert_eq!(kind(&c, None), CauseClass::DataValues);
-        c.sites.insert(
-            (0, UNSEEDED_GLOBAL_KEY.to_owned()),
-            "trl/scripts/sft.py:98".to_owned(),
-        );
+        note_fact(&mut c, UNSEEDED_GLOBAL_KEY, "trl/scripts/sft.py:98");
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::UnseededGenerator);
         assert_eq!(cause.site.as_deref(), Some("trl/scripts/sft.py:98"));
@@ -1248,16 +1247,10 @@ mod tests {
         );
         let mut c = diverged_at(0, 31, "in/(model).input_ids");
         evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("trl/scripts/sft.py:98"));
-        c.sites.insert(
-            (0, UNSEEDED_GLOBAL_KEY.to_owned()),
-            "trl/scripts/sft.py:98".to_owned(),
-        );
+        note_fact(&mut c, UNSEEDED_GLOBAL_KEY, "trl/scripts/sft.py:98");
         assert_eq!(kind(&c, None), CauseClass::UnseededGenerator);
         // A `Generator` made without a seed is the more particular fact, named first.
-        c.sites.insert(
-            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
-            "augment.py:16".to_owned(),
-        );
+        note_fact(&mut c, UNSEEDED_GENERATOR_KEY, "augment.py:16");
         assert_eq!(
             decide_cause(&c, None).unwrap().site.as_deref(),
             Some("augment.py:16")
@@ -1302,10 +1295,7 @@ mod tests {
         // A numpy Generator made without a seed outranks the line its values entered at.
         let mut c = diverged_at(0, 9, "in/(model).0");
         evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("train.py:31"));
-        c.sites.insert(
-            (0, UNSEEDED_GENERATOR_KEY.to_owned()),
-            "train.py:12".to_owned(),
-        );
+        note_fact(&mut c, UNSEEDED_GENERATOR_KEY, "train.py:12");
         let cause = decide_cause(&c, None).unwrap();
         assert_eq!(cause.kind, CauseClass::UnseededGenerator);
         assert_eq!(cause.site.as_deref(), Some("train.py:12"));
