@@ -88,6 +88,8 @@ def test_a_launcher_of_one_process_hands_the_rank_to_the_program_it_runs(
     before, detcheck's rank was the launcher, which trains nothing, and the check ended in an
     error ("no module ran forward"). The launcher now hands the rank to its child, whose
     training is recorded and compared."""
+    if Path(command[0]).name == "fabric":
+        requires("lightning")
     for path in (LOOP, PLAIN):
         shutil.copy(path, tmp_path / path.name)
     (line,) = check(
