@@ -12,7 +12,7 @@
 #
 # after scripts/install-python.sh --trl (--frameworks and TRL), and --mindspore target/venv-ms (the zoo's mindcv).
 #
-# About 10 minutes on the 2-core VM (the compiled nanoGPT alone about one).
+# About 40-60 minutes on the 2-core VM (accelerate's resnet50d rows alone about 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin detcheck
