@@ -327,11 +327,10 @@ def table(programs, outcomes, earlier=None):
                 program = idiom = '"'
             shown = o.program
             ratio = f"{o.seconds / o.plain_seconds:.2f}x" if o.plain_seconds else "-"
+            verdict = "yes" if o.held else "**no**: " + "; ".join(o.why)
             rows.append(
                 f"| {program} | {idiom} | {o.case} | {o.expected} | {o.found} "
-                f"| {o.records} | {o.seconds:.0f} s | {ratio} | "
-                + ("yes" if o.held else "**no**: " + "; ".join(o.why))
-                + " |"
+                f"| {o.records} | {o.seconds:.0f} s | {ratio} | {verdict} |"
             )
             total += 1
             held += o.held

@@ -634,14 +634,13 @@ def install_python() -> None:
     track_seeding(random, "seed", "python")
 
 
-#: numpy's own ``get_state`` (``_note_unseeded_global_draws`` wraps the module's).
-_numpy_get_state: Any = None
-
-
 def _numpy_state() -> bytes:
     import numpy as np
 
-    state: Any = (_numpy_get_state or np.random.get_state)(legacy=True)
+    # numpy's own `get_state`, past the wrapper that notes a draw before seeding: this read is
+    # detcheck's, never the program's.
+    get_state = np.random.get_state
+    state: Any = getattr(get_state, "__wrapped__", get_state)(legacy=True)
     _, keys, pos, has_gauss, _ = state
     return bytes(np.asarray(keys).tobytes()) + int(pos).to_bytes(8, "little") + bytes([has_gauss])
 
@@ -649,8 +648,6 @@ def _numpy_state() -> bytes:
 def install_numpy(numpy: Any) -> None:
     """Follows numpy's global generator (its state, and ``numpy.random.seed``), and notes the
     first ``numpy.random.default_rng()`` made without a seed."""
-    global _numpy_get_state
-    _numpy_get_state = _numpy_get_state or getattr(numpy.random, "get_state", None)
     add_generator("numpy", _numpy_state)
     _note_unseeded_default_rng(numpy.random)
     _note_unseeded_global_draws(numpy.random)
