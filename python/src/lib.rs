@@ -496,6 +496,17 @@ fn parse_mode(mode: &str) -> PyResult<DumpMode> {
 
 #[pymethods]
 impl PyTraceWriter {
+    /// What this writer takes beyond `record` and `record_replicated`, declared rather than
+    /// probed (`detcheck._contract.capabilities` reads it): `sharded` (`record_sharded`),
+    /// `digested` (`record_digested`, `_record_later`/`_fill`, `needs_tensor`), `lent`
+    /// (`_record_lent`) and `environment` (`add_environment`). A writer of the user's own
+    /// declares none unless it says so.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn CAPABILITIES() -> (&'static str, &'static str, &'static str, &'static str) {
+        ("digested", "environment", "lent", "sharded")
+    }
+
     /// Starts the trace of `rank` (of `world_size`) in `dir`, creating the folder if needed.
     #[new]
     #[pyo3(signature = (dir, rank, world_size, mode = "stats"))]

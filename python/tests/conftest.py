@@ -35,21 +35,25 @@ def detcheck_bin():
     return detcheck_path()
 
 
-#: The longest tests of CI's tier, longest first (`--durations` of .ci/run, 2026-11-29): started
-#: first, so that the two workers end together. pytest-xdist hands tests (and `xdist_group`s) out
-#: in collection order, and a 5-minute test handed out last kept one worker busy alone for its
-#: whole length (CI's time, issue 55). Any order of the tests is correct; this one is only faster.
+#: The longest tests of CI's tier, longest first (`--durations` of .ci/run's pytests,
+#: 2026-11-30): started first, so that the two workers end together. pytest-xdist hands tests
+#: (and `xdist_group`s) out in collection order, and a 5-minute test handed out last kept one
+#: worker busy alone for its whole length (CI's time, issue 55). Any order of the tests is
+#: correct; this one is only faster.
 LONGEST_FIRST = (
     "test_zero_change.py::test_an_unmodified_ddp_script_passes",
     "test_causes.py::test_a_planted_bug_is_named_by_its_cause[arrival_order]",
-    "test_tp_sizes.py::test_a_tensor_parallel_model_differs",
-    "test_zoo.py::test_a_zoo_program_as_its_readme_runs_it",
     "test_verdicts.py::test_a_result_that_recording_changes",
-    "test_verdicts.py::test_ranks_that_train_different_models",
     "test_zoo.py::test_lightning_starting_its_own_ranks",
+    "test_launchers.py::test_a_launcher_that_starts_ranks_as_scripts",
+    "test_launchers.py::test_a_launcher_of_one_process",
     "test_batch_sizes.py::test_a_tiny_gpt2",
-    "test_launchers.py::test_a_world_that_nobody_starts",
-    "test_causes.py::test_two_runs_with_other_thread_counts",
+    "test_tp_sizes.py::test_a_tensor_parallel_model_differs",
+    "test_causes.py::test_a_planted_bug_is_named_by_its_cause[batch_noise]",
+    "test_verdicts.py::test_ranks_that_train_different_models",
+    "test_causes.py::test_deterministic_names_the_setting_that_fixes_it",
+    "test_zoo.py::test_a_zoo_program_as_its_readme_runs_it",
+    "test_mindspore.py::test_an_unmodified_script",
     "test_align.py::",
 )
 

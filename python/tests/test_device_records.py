@@ -30,7 +30,10 @@ class Spy:
     """A writer that hands everything to ``writer`` and counts how ``watch``'s records came:
     ``held``, places held for a digest computed on the device (``_record_later``), and
     ``filled`` (``_fill``, the digests given later); ``from_host``, records given with their
-    values (``record``, ``record_replicated``)."""
+    values (``record``, ``record_replicated``). It takes what the writer it wraps takes, and
+    says so: a writer's capabilities are declared by its class, never probed."""
+
+    CAPABILITIES = detcheck.TraceWriter.CAPABILITIES
 
     def __init__(self, writer):
         self._writer = writer

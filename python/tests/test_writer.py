@@ -459,3 +459,36 @@ def test_a_shard_is_written_with_its_placement_and_position_digest(tmp_path):
         for k in (0, 8)
     )
     assert summed.hex() == position_digest(elements, 0)
+
+
+def test_the_writer_declares_what_it_takes_and_a_writer_of_ones_own_takes_records_alone(tmp_path):
+    """The native writer's capabilities are declared (its class's ``CAPABILITIES``), each with
+    the methods it names; a writer that declares nothing takes ``record`` and
+    ``record_replicated`` alone, whatever methods it has (issue 55: declared, not probed)."""
+    from detcheck._contract import capabilities
+
+    methods = {
+        "digested": ["record_digested", "_record_later", "_fill", "needs_tensor"],
+        "environment": ["add_environment"],
+        "lent": ["_record_lent"],
+        "sharded": ["record_sharded"],
+    }
+    assert set(detcheck.TraceWriter.CAPABILITIES) == set(methods)
+    with detcheck.TraceWriter(tmp_path, 0, 1) as writer:
+        assert capabilities(writer) == set(methods)
+        for capability, names in methods.items():
+            for name in names:
+                assert callable(getattr(writer, name)), (capability, name)
+
+    class OwnWriter:
+        def record(self, step, name, array):
+            pass
+
+        def record_replicated(self, step, name, array):
+            pass
+
+        def record_digested(self, *args):  # a method of that name declares nothing
+            pass
+
+    assert capabilities(OwnWriter()) == frozenset()
+    assert capabilities(None) == frozenset()

@@ -15,6 +15,9 @@ run time):
 
 Two rules both front ends share, as plain functions: ``named_leaves`` (the names of an output's
 tensors) and ``replicated_records`` (when ``grad/*`` and ``param/*`` are replicated records).
+And what a writer takes (``capabilities``): every writer takes ``record`` and
+``record_replicated``; more only where its class declares it (``CAPABILITIES``, the native
+``TraceWriter``'s), never found by probing the writer for a method.
 
 Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
 optimizer hooks, the zero-change recorder's global hooks, a framework callback).
@@ -32,6 +35,7 @@ __all__ = [
     "Removable",
     "RemovedOnce",
     "TensorSink",
+    "capabilities",
     "named_leaves",
     "replicated_records",
 ]
@@ -56,6 +60,15 @@ def named_leaves(
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from named_leaves(f"{name}.{key}", item, is_tensor, depth + 1)
+
+
+def capabilities(writer: Any) -> frozenset[str]:
+    """What ``writer`` takes beyond ``record`` and ``record_replicated``, as its class declares
+    it (``CAPABILITIES``): ``sharded`` (``record_sharded``), ``digested`` (``record_digested``
+    and the device records' ``_record_later``/``_fill``), ``lent`` (``_record_lent``),
+    ``environment`` (``add_environment``). ``None`` and a writer that declares nothing take
+    records alone."""
+    return frozenset(getattr(type(writer), "CAPABILITIES", ()))
 
 
 def replicated_records(held_alike: Any, world_size: int, world_of_one: bool = True) -> bool:

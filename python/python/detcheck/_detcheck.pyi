@@ -11,6 +11,7 @@ __version__: str
 class DetcheckError(RuntimeError): ...
 
 class TraceWriter:
+    CAPABILITIES: tuple[str, ...]
     def __init__(
         self, dir: str | PathLike[str], rank: int, world_size: int, mode: str = "stats"
     ) -> None: ...

@@ -40,7 +40,7 @@ import mindspore
 from mindspore import nn
 
 from . import _evidence
-from ._contract import ROOT, RemovedOnce, named_leaves
+from ._contract import ROOT, RemovedOnce, capabilities, named_leaves
 
 __all__ = [
     "MindSporeFrontEnd",
@@ -277,7 +277,7 @@ def root_label():
 def describe_run(writer, graph=False):
     """MindSpore's version and mode in the writer's environment snapshot, and the framework
     fact (``site:framework = mindspore``) that names MindSpore's settings in a report."""
-    if writer is None or not hasattr(writer, "add_environment"):
+    if "environment" not in capabilities(writer):
         return
     writer.add_environment("mindspore.version", str(getattr(mindspore, "__version__", "?")))
     writer.add_environment("mindspore.mode", "graph" if graph else "pynative")

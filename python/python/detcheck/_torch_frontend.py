@@ -20,6 +20,7 @@ import sys
 import torch
 
 from . import _evidence, _subclasses
+from ._contract import capabilities
 from ._tensors import (
     MODULE_HOOKS,
     PLAIN,
@@ -49,17 +50,19 @@ class TorchSink:
 
     def __init__(self, writer, device_digests, model=None):
         self._writer = writer
+        #: What the writer takes (``_contract.capabilities``: declared, never probed).
+        self._takes = capabilities(writer)
         #: ``True``, ``False`` or ``None`` (on for CUDA tensors where Triton runs).
         self._device_digests = device_digests
         #: The ``DeviceRecords`` once a tensor went to the device kernels.
         self._device = None
         self._noted = set()
         #: The writer's in-place path for lent tensors (``lendable``), where it has one.
-        self._record_lent = getattr(writer, "_record_lent", None)
+        self._record_lent = writer._record_lent if "lent" in self._takes else None
         self._model = model
         #: ``_subclasses.shard_holders`` of the model, once asked (``False`` before).
         self._shard_holders = False
-        if device_digests and not hasattr(writer, "record_digested"):
+        if device_digests and "digested" not in self._takes:
             raise TypeError(
                 "device_digests=True needs a detcheck.TraceWriter (record_digested), not a "
                 f"{type(writer).__name__}"
@@ -138,7 +141,7 @@ class TorchSink:
                 replicated = replicated_records(
                     found.replicated, getattr(self._writer, "world_size", 1)
                 )
-            if found.placement is not None and hasattr(self._writer, "record_sharded"):
+            if found.placement is not None and "sharded" in self._takes:
                 # A shard: never replicated, at world size 1 too.
                 return found.tensor, False, found.placement
             return found.tensor, replicated, None
@@ -195,7 +198,7 @@ class TorchSink:
             self._writer.record(step, name, host(tensor))
 
     def _start_device_records(self):
-        if self._device is not None or not hasattr(self._writer, "record_digested"):
+        if self._device is not None or "digested" not in self._takes:
             return
         try:
             from ._device_records import DeviceRecords
@@ -273,7 +276,7 @@ def describe_run(writer):
     available), so ``detcheck compare`` shows when two runs used different ones, and the
     backend of the default process group as ``site:collective`` (``gloo``, ``nccl``): the
     reduction the report's table shows for a program."""
-    if writer is None or not hasattr(writer, "add_environment"):
+    if "environment" not in capabilities(writer):
         return
     facts = {"torch.version": torch.__version__, "torch.cuda": torch.version.cuda}
     cudnn = getattr(torch.backends, "cudnn", None)
