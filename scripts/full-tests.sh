@@ -35,7 +35,7 @@ fi
 if [[ -x target/venv-msprobe/bin/python ]]; then
     echo "== msprobe (target/venv-msprobe)"
     DETCHECK_REQUIRE_MSPROBE=1 tier target/venv/bin/pytest python/tests/test_msprobe_align.py \
-        python/tests/test_msprobe_mindspore.py -n 2 --dist loadfile "$@"
+        python/tests/test_msprobe_mindspore.py -n 2 --dist loadgroup "$@"
 else
     echo "== msprobe: not installed (scripts/install-msprobe.sh), skipped"
 fi

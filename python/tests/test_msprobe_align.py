@@ -37,6 +37,10 @@ import pytest
 from support import PROGRAMS, MadeWhenRead, requires, run_detcheck
 
 MSPROBE_PYTHON = requires("msprobe")
+#: One worker makes the two-device program's dumps (`--dist loadgroup`, .ci/run's msprobe
+#: section); the replay's own dumps (`REPLAY`) are another worker's to make, beside them.
+pytestmark = pytest.mark.xdist_group("msprobe_align")
+REPLAY = pytest.mark.xdist_group("msprobe_replay")
 PROGRAM = PROGRAMS / "align" / "msprobe_two_devices.py"
 STEPS = ["--steps", "1"]
 
@@ -405,6 +409,7 @@ def replay(detcheck_bin, *args):
     return done.returncode, lines, done.stderr
 
 
+@REPLAY
 def test_replay_names_the_call_whose_error_is_its_own(replay_dumps, detcheck_bin, tmp_path):
     code, (line,), log = replay(
         detcheck_bin, replay_dumps["tanh"], replay_dumps["reference"], "--out", tmp_path / "r"
@@ -423,18 +428,19 @@ def test_replay_names_the_call_whose_error_is_its_own(replay_dumps, detcheck_bin
     assert direct["counts"][2] > 1, direct["counts"]  # the errors its successors inherit
 
 
+@REPLAY
 def test_replay_of_the_reference_on_itself_is_aligned(replay_dumps, detcheck_bin):
     code, (line,), log = replay(detcheck_bin, replay_dumps["reference"], replay_dumps["reference"])
     assert code == 0 and line["aligned"], log
 
 
-def test_replay_says_what_it_cannot_replay(dumps, replay_dumps, detcheck_bin, tmp_path):
+def test_replay_says_what_it_cannot_replay(dumps, detcheck_bin, tmp_path):
     # msprobe's statistics mode holds no tensors to call again with; a folder that is no dump.
     code, lines, log = replay(
         detcheck_bin, dumps["gelu", "statistics"], dumps["reference", "statistics"]
     )
     assert code == 2 and lines == [] and "task `statistics`" in log, log
-    code, lines, log = replay(detcheck_bin, tmp_path, replay_dumps["reference"])
+    code, lines, log = replay(detcheck_bin, tmp_path, dumps["reference", "tensor"])
     assert code == 2 and "no step<N>/rank<M>/dump.json" in log, log
     # Module calls are listed as not replayed, with why (the mix-level dumps of the GELU pair).
     code, lines, log = replay(detcheck_bin, dumps["gelu", "tensor"], dumps["reference", "tensor"])

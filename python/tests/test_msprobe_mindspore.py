@@ -22,6 +22,8 @@ import pytest
 from support import PROGRAMS, MadeWhenRead, requires, run_detcheck
 
 MSPROBE_PYTHON = requires("msprobe-mindspore")
+#: One worker makes this module's dumps (`--dist loadgroup`, .ci/run's msprobe section).
+pytestmark = pytest.mark.xdist_group("msprobe_mindspore")
 PROGRAM = PROGRAMS / "mindspore" / "msprobe_train.py"
 
 #: The runs: the reference, and the planted bugs in block 1.
