@@ -13,8 +13,8 @@
 //! Invariant (the Python package's layers): each module of `python/python/detcheck/` imports only
 //! the modules before it in `PYTHON_LAYERS` (relative imports, `detcheck.x` imports, and
 //! `import_module`/`sys.modules` by name), so the package has no import cycle. One recording
-//! engine (`_engine.Recording`) serves `watch`, the zero-change recorder and the callbacks,
-//! reaching a framework only through `_contract.FrontEnd`; one stand-down channel (the native
+//! engine (`_core.engine.Recording`) serves `watch`, the zero-change recorder and the callbacks,
+//! reaching a framework only through `_core.contract.FrontEnd`; one stand-down channel (the native
 //! `_program_records`); one dtype table (Rust's `DType::ALL`, `supported_dtypes()`); one
 //! operator-name grammar (`src/compare/operator.rs`, called by the tracer).
 
@@ -398,36 +398,44 @@ fn the_checker_finds_crate_paths() {
     );
 }
 
-/// The Python package's modules (python/python/detcheck/), bottom first: each may import only
-/// the modules before it (and the native `_detcheck`), so the package has no import cycle and
-/// reads from the bottom up (python/README.md, "Layout"). A new module must be placed here.
-const PYTHON_LAYERS: [&str; 32] = [
-    "_contract",
-    "_arrays",
-    "_settings",
-    "_evidence",
-    "_api",
-    "_subclasses",
-    "_tensors",
-    "_device",
-    "_device_records",
-    "_ops",
-    "_engine",
-    "_torch_frontend",
-    "_batch",
-    "_rows",
+/// The Python package's modules (python/python/detcheck/), by dotted name inside the package and
+/// bottom first: each may import only the modules before it (and the native `_detcheck`), so the
+/// package has no import cycle and reads from the bottom up (python/README.md, "Layout"). The
+/// folders are the roles: `_core` (the engine and its contract, no framework), one folder per
+/// framework front end (`FRONT_ENDS`), `_launch` (the start-up hook of a launched rank); the
+/// public modules and the integrations are at the top. A folder's `__init__.py` is named by the
+/// folder and comes before its modules. A new module must be placed here.
+const PYTHON_LAYERS: [&str; 36] = [
+    "_core",
+    "_core.contract",
+    "_core.arrays",
+    "_core.settings",
+    "_core.evidence",
+    "_core.api",
+    "_core.lifecycle",
+    "_core.engine",
+    "_torch",
+    "_torch.subclasses",
+    "_torch.tensors",
+    "_torch.device",
+    "_torch.device_records",
+    "_torch.ops",
+    "_torch.frontend",
+    "_torch.batch",
+    "_torch.rows",
+    "_torch.auto",
     "logprobs",
     "torch",
-    "_mindspore_ops",
-    "_mindspore_frontend",
+    "_mindspore",
+    "_mindspore.ops",
+    "_mindspore.frontend",
+    "_mindspore.auto",
     "mindspore",
     "_callbacks",
-    "_arrival",
-    "_lifecycle",
-    "_auto",
-    "_mindspore_auto",
-    "_single_rank",
-    "_startup",
+    "_launch",
+    "_launch.single_rank",
+    "_launch.arrival",
+    "_launch.startup",
     "hf",
     "lightning",
     "replay",
@@ -436,15 +444,47 @@ const PYTHON_LAYERS: [&str; 32] = [
     "__init__",
 ];
 
-/// The package's modules a Python file imports, however it reaches them: `from . import x, y`,
-/// `from .x import`, `import detcheck.x`, `from detcheck.x import`, and by name
-/// (`importlib.import_module("detcheck.x")`, `sys.modules.get("detcheck.x")`). Docstrings are
-/// skipped.
-fn python_imports(code: &str) -> BTreeSet<String> {
+/// The framework front ends, one folder each, plugins of one contract (`_core.contract`): none
+/// imports another's folder, so the next framework adds a folder, not copies.
+const FRONT_ENDS: [&str; 2] = ["_torch", "_mindspore"];
+
+/// The folder of a dotted module name (`_torch.ops` -> `_torch`), or `""` at the top.
+fn python_folder(module: &str) -> &str {
+    module.rsplit_once('.').map_or("", |(folder, _)| folder)
+}
+
+/// The package's modules a Python file of `folder` (`""` at the top) imports, by dotted name,
+/// however it reaches them: `from . import x, y`, `from .x import`, `from .. import x`,
+/// `from ..x import y` (`y` a module of `x` or a name in it), `import detcheck.x`,
+/// `from detcheck.x import`, and by name (`importlib.import_module("detcheck.x")`,
+/// `sys.modules.get("detcheck.x")`). Docstrings are skipped.
+fn python_imports(code: &str, folder: &str) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
             .collect()
+    };
+    let join = |a: &str, b: &str| -> String {
+        match (a.is_empty(), b.is_empty()) {
+            (true, _) => b.to_owned(),
+            (_, true) => a.to_owned(),
+            _ => format!("{a}.{b}"),
+        }
+    };
+    // `from TARGET import NAMES`: each name that is a module of TARGET, else TARGET itself.
+    let from_import = |found: &mut BTreeSet<String>, target: &str, names: &str| {
+        let names: Vec<String> = names.split(',').map(|n| ident(n.trim())).collect();
+        for name in names.iter().filter(|n| !n.is_empty()) {
+            let module = join(target, name);
+            if PYTHON_LAYERS.contains(&module.as_str()) || target.is_empty() {
+                found.insert(module);
+            } else {
+                found.insert(target.to_owned());
+            }
+        }
+        if names.iter().all(String::is_empty) && !target.is_empty() {
+            found.insert(target.to_owned()); // `from .x import (` over several lines
+        }
     };
     let mut found = BTreeSet::new();
     let mut in_docstring = false;
@@ -462,14 +502,27 @@ fn python_imports(code: &str) -> BTreeSet<String> {
             continue; // a one-line docstring
         }
         let code = line.split('#').next().unwrap_or("").trim();
-        if let Some(names) = code.strip_prefix("from . import ") {
-            found.extend(names.split(',').map(|n| ident(n.trim())));
-        } else if let Some(rest) = code.strip_prefix("from .") {
-            found.insert(ident(rest));
+        if let Some(rest) = code.strip_prefix("from .") {
+            // `from .x import`, `from ..x import`: one dot is the file's folder, two its parent.
+            let (base, rest) = match rest.strip_prefix('.') {
+                Some(rest) => ("", rest),
+                None => (folder, rest),
+            };
+            if let Some((module, names)) = rest.split_once(" import ") {
+                from_import(&mut found, &join(base, module.trim()), names);
+            }
         }
-        for prefix in ["import detcheck.", "from detcheck."] {
+        for prefix in ["import detcheck.", "from detcheck"] {
             if let Some(rest) = code.strip_prefix(prefix) {
-                found.insert(ident(rest));
+                match rest.split_once(" import ") {
+                    Some((module, names)) if prefix.starts_with("from") => {
+                        let module = module.trim().trim_start_matches('.');
+                        from_import(&mut found, module, names);
+                    }
+                    _ => {
+                        found.insert(ident(rest.trim_start_matches('.')));
+                    }
+                }
             }
         }
         // A module reached by its name: `import_module("detcheck.x")`, `sys.modules["detcheck.x"]`.
@@ -490,33 +543,75 @@ fn python_imports(code: &str) -> BTreeSet<String> {
     found
 }
 
-/// Imports that break the package's order: a module not in `PYTHON_LAYERS`, or one importing a
-/// module at or above its own place.
+/// The package's Python files under `package`, with their dotted module names
+/// (`_torch/ops.py` -> `_torch.ops`, `_torch/__init__.py` -> `_torch`), sorted by path.
+fn python_modules(package: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    let mut folders = vec![package.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "__pycache__") {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "py") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(package).unwrap().with_extension("");
+            let parts: Vec<&str> = rel.iter().map(|p| p.to_str().unwrap()).collect();
+            let module = match parts.as_slice() {
+                [folder, "__init__"] => (*folder).to_owned(),
+                _ => parts.join("."),
+            };
+            (file, module)
+        })
+        .collect()
+}
+
+/// Imports that break the package's order: a module not in `PYTHON_LAYERS`, one importing a
+/// module at or above its own place, or a front end importing another's folder.
 fn python_layer_violations(package: &Path) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(package)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
-    for file in files {
-        let module = file.file_stem().unwrap().to_str().unwrap().to_owned();
+    for (file, module) in python_modules(package) {
+        let shown = file.strip_prefix(package).unwrap().display().to_string();
         let Some(place) = PYTHON_LAYERS.iter().position(|&m| m == module) else {
-            bad.push(format!("{module}.py: not in tidy.rs's PYTHON_LAYERS"));
+            bad.push(format!("{shown}: not in tidy.rs's PYTHON_LAYERS"));
             continue;
         };
+        let own_folder = if module.contains('.') {
+            python_folder(&module)
+        } else {
+            module.as_str()
+        };
         let code = std::fs::read_to_string(&file).unwrap();
-        for used in python_imports(&code) {
+        let folder = if shown.contains('/') { own_folder } else { "" };
+        for used in python_imports(&code, folder) {
             if used == module {
                 continue;
             }
+            let used_folder = if used.contains('.') {
+                python_folder(&used)
+            } else {
+                used.as_str()
+            };
             match PYTHON_LAYERS.iter().position(|&m| m == used) {
+                Some(_)
+                    if FRONT_ENDS.contains(&own_folder)
+                        && FRONT_ENDS.contains(&used_folder)
+                        && own_folder != used_folder =>
+                {
+                    bad.push(format!(
+                        "{shown} imports {used}, another front end's (FRONT_ENDS)"
+                    ))
+                }
                 Some(at) if at < place => {}
-                Some(_) => bad.push(format!("{module}.py imports {used}, which comes after it")),
-                None => bad.push(format!(
-                    "{module}.py imports {used}, no module of the package"
-                )),
+                Some(_) => bad.push(format!("{shown} imports {used}, which comes after it")),
+                None => bad.push(format!("{shown} imports {used}, no module of the package")),
             }
         }
     }
@@ -533,26 +628,41 @@ fn the_python_package_imports_only_modules_below_each_module() {
 #[test]
 fn a_planted_python_import_cycle_is_caught() {
     let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, code: &str| std::fs::write(dir.path().join(name), code).unwrap();
+    let write = |name: &str, code: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, code).unwrap()
+    };
     write(
-        "_ops.py",
-        "\"\"\"Doc:\nfrom .torch import watch\n\"\"\"\nfrom ._tensors import host\n",
+        "_torch/ops.py",
+        "\"\"\"Doc:\nfrom ..torch import watch\n\"\"\"\nfrom .tensors import host\n",
     );
     write(
-        "_tensors.py",
-        "import torch\nfrom . import _ops, _subclasses  # a cycle\n",
+        "_torch/tensors.py",
+        "import torch\nfrom . import ops, subclasses  # a cycle\nfrom .._core import arrays\n",
+    );
+    write("_torch/__init__.py", "\"\"\"The folder.\"\"\"\n");
+    write(
+        "_mindspore/frontend.py",
+        "from .._torch import tensors as _tensors\nfrom .._core.contract import ROOT\n",
     );
     write(
         "torch.py",
-        "m = sys.modules.get(\"detcheck._auto\")\nfrom ._detcheck import cli\n",
+        "m = sys.modules.get(\"detcheck._launch.startup\")\nfrom ._detcheck import cli\n\
+         from ._torch.frontend import TORCH\nfrom detcheck._core import engine\n",
     );
     write("_new.py", "");
     assert_eq!(
         python_layer_violations(dir.path()),
         [
+            "_mindspore/frontend.py imports _torch.tensors, another front end's (FRONT_ENDS)",
             "_new.py: not in tidy.rs's PYTHON_LAYERS",
-            "_tensors.py imports _ops, which comes after it",
-            "torch.py imports _auto, which comes after it",
+            "_torch/tensors.py imports _torch.ops, which comes after it",
+            "torch.py imports _launch.startup, which comes after it",
         ]
+    );
+    assert_eq!(
+        python_imports("from .._core import evidence as _evidence, api\n", "_torch"),
+        BTreeSet::from(["_core.api".to_owned(), "_core.evidence".to_owned()])
     );
 }

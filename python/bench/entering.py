@@ -2,7 +2,7 @@
 """What the digest of values entering torch costs (docs/causes.md, ``data/outside``): the
 overhead.py MLP whose batch enters torch from numpy at every step (``torch.from_numpy`` for the
 inputs, ``torch.as_tensor`` for the labels), with torch's functions plain and wrapped
-(``_torch_frontend._follow_values_entering``), in one process.
+(``_torch.frontend._follow_values_entering``), in one process.
 
     python python/bench/entering.py [--blocks 40] [--steps 5]
 
@@ -35,7 +35,8 @@ def main():
     parser.add_argument("--optimizer", default="sgd")
     args = parser.parse_args()
     torch, model, optimizer, x, y = build(args)
-    from detcheck import _evidence, _torch_frontend
+    from detcheck._core import evidence as _evidence
+    from detcheck._torch import frontend as _torch_frontend
 
     names = ("tensor", "as_tensor", "from_numpy")
     plain = {n: getattr(torch, n) for n in names}

@@ -27,8 +27,8 @@ CPU time of rank 0's program thread a step (``time.thread_time``), over the same
 cost the program itself pays, the writer's hashing being on another thread.
 
 ``--lend-ab`` measures, inside one recorded process, what lending records to the writer saves
-(``detcheck._tensors.lendable``: a copy-on-write snapshot read in place instead of a copy): the
-steps alternate in blocks of 4 between lending and copying every record (``--state-only``: the
+(``detcheck._torch.tensors.lendable``: a copy-on-write snapshot read in place instead of a copy):
+the steps alternate in blocks of 4 between lending and copying every record (``--state-only``: the
 gradient and parameter shards alone, module outputs lent in both arms), and rank 0 prints each
 arm's median program-thread CPU time a step and their ratio. One process, so the
 machine's drift between trials does not enter the ratio.
@@ -143,7 +143,7 @@ def lend_ab(args, step, dist):
     """The steps alternate, 4 at a time, between lending and copying: module outputs and the
     step's gradients and parameters (``lendable``'s two rules), or with ``--state-only`` the
     gradients and parameters alone (module outputs lent in both arms)."""
-    import detcheck._tensors as tensors
+    import detcheck._torch.tensors as tensors
 
     switch = "_USE_COUNT" if args.state_only else "_LAZY_CLONE"
     lend = getattr(tensors, switch)
@@ -177,12 +177,12 @@ AB_BLOCK = 6
 
 class _HooksAside:
     """Every hook of detcheck's zero-change recorder out of the program's way, and back: the
-    model's module hooks (``_tensors._set_hooks_aside``), the optimizer's global step hooks and
-    the ``Tensor.backward`` replacement (``_torch_frontend.BackwardHook``). While aside, a step
+    model's module hooks (``_torch.tensors._set_hooks_aside``), the optimizer's global step hooks
+    and the ``Tensor.backward`` replacement (``_torch.frontend.BackwardHook``). While aside, a step
     runs no line of detcheck (the recorder does not see the step: its count stays)."""
 
     def __init__(self):
-        import detcheck._auto as auto
+        import detcheck._torch.auto as auto
 
         self.recorder = auto._recorder
         if self.recorder is None or self.recorder.status != "recording":
@@ -191,7 +191,7 @@ class _HooksAside:
 
     def __enter__(self):
         import torch
-        from detcheck._tensors import _set_hooks_aside
+        from detcheck._torch.tensors import _set_hooks_aside
 
         self.put_back = _set_hooks_aside(self.model)
         for hook in self.recorder._step_hooks:

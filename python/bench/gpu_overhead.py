@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Recording a GPU training step: step time with recording off, through the host (a copy per
-record), and with device digests (``detcheck._device``'s Triton kernels), side by side.
+record), and with device digests (``detcheck._torch.device``'s Triton kernels), side by side.
 
     python python/bench/gpu_overhead.py [--rounds 7] [--steps 10] [--warmup 3] [--json OUT]
 
@@ -143,7 +143,7 @@ def trial(contender, model, optimizer, tokens, state, steps, warmup):
 
 def throughput(device):
     import torch
-    from detcheck import _device
+    from detcheck._torch import device as _device
 
     rows = []
     for mib in (1, 16, 64, 256):

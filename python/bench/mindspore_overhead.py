@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Recording overhead on a MindSpore model: an unmodified PyNative training loop recorded by the
-start-up hook (zero-change recording, ``detcheck._mindspore_auto``) against the same loop
+start-up hook (zero-change recording, ``detcheck._mindspore.auto``) against the same loop
 unrecorded, step time side by side (docs/benchmarks.md, "MindSpore").
 
     target/venv-ms/bin/python python/bench/mindspore_overhead.py [--rounds 7] [--steps 20]
@@ -84,7 +84,7 @@ def run_trial(args, folder):
     for _ in range(args.warmup):
         step().asnumpy()
     if args.trial.startswith("auto-"):
-        writer = sys.modules["detcheck._mindspore_auto"]._recorder._writer
+        writer = sys.modules["detcheck._mindspore.auto"]._recorder._writer
     if writer is not None:
         writer.flush()
     before = writer.num_records if writer is not None else 0

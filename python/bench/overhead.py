@@ -18,7 +18,7 @@ comma-separated):
   parameter, every step;
 - ``auto-md5`` / ``auto-stats``: no detcheck code in the trial: the process is started with a
   launch's variables (``DETCHECK_TRACE_DIR`` and the rest), so the wheel's start-up hook records
-  the unmodified program (zero-change recording, ``detcheck._auto``): ``watch``'s records plus
+  the unmodified program (zero-change recording, ``detcheck._torch.auto``): ``watch``'s records plus
   the model's input, every step, and the evidence of causes (docs/causes.md);
   ``auto-md5-plain``: the same without that evidence (``DETCHECK_EVIDENCE=0``);
 - ``msprobe-L0-md5`` / ``msprobe-L1-md5`` / ``msprobe-mix-md5`` / ``msprobe-L0-stats``:
@@ -249,7 +249,7 @@ def run_trial(args, folder):
         step()
     if contender.startswith("auto-"):
         # The zero-change recorder's writer: the start-up hook opened it at the first forward.
-        writer = sys.modules["detcheck._auto"]._recorder._writer
+        writer = sys.modules["detcheck._torch.auto"]._recorder._writer
     if writer is not None and hasattr(writer, "flush"):
         writer.flush()
     records_before = writer.num_records if writer is not None else 0

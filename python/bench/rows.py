@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the `batch_sizes` check's recording costs: each sample's rows of a batch's records
-(`detcheck._rows.RowsSink`, `DETCHECK_RECORD=rows`) against the same tensors recorded whole,
+(`detcheck._torch.rows.RowsSink`, `DETCHECK_RECORD=rows`) against the same tensors recorded whole,
 into a real trace file (issue 56: per-row digests at >= 1 GB/s on one core).
 
     taskset -c 0 target/venv/bin/python python/bench/rows.py [--rounds 7]
@@ -20,8 +20,8 @@ import time
 
 import detcheck
 import torch
-from detcheck import _rows
-from detcheck._torch_frontend import TorchSink
+from detcheck._torch import rows as _rows
+from detcheck._torch.frontend import TorchSink
 
 ROWS, WIDTH, RECORDS, BATCHES = 64, 4096, 16, 4
 

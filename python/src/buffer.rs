@@ -7,8 +7,8 @@
 //! view is out). [`Buffer::bytes`] borrows that memory as `&[u8]` without copying it.
 //!
 //! [`Lent::of_snapshot`] holds a torch copy-on-write snapshot (`torch._lazy_clone`, made by
-//! `detcheck._tensors.lendable`) and the address of its memory (`const_data_ptr`, which does not
-//! materialize it): the writer's thread reads those bytes with no copy, while the program goes
+//! `detcheck._torch.tensors.lendable`) and the address of its memory (`const_data_ptr`, which does
+//! not materialize it): the writer's thread reads those bytes with no copy, while the program goes
 //! on. Torch never writes memory that a copy-on-write tensor shares: a write through the
 //! program's tensor first gives that tensor memory of its own (a copy then, on the program's
 //! thread), and nobody but detcheck holds the snapshot. What bypasses torch (a pointer or numpy

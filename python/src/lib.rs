@@ -5,13 +5,13 @@
 //! An array reaches the writer as a `TensorView` of its canonical bytes: read in place from the
 //! buffer protocol when the object gives a C-contiguous, little-endian buffer of a supported
 //! dtype (numpy arrays, `memoryview`, `bytes`); anything else (torch tensors, strided or
-//! big-endian arrays, `__array__` objects, Python scalars) goes through `detcheck/_arrays.py`,
+//! big-endian arrays, `__array__` objects, Python scalars) goes through `detcheck/_core/arrays.py`,
 //! which makes such a buffer (a copy only where one is needed). `record` checks it, copies its
 //! bytes (with the GIL released from 256 KiB up) and hands them, in batches, to the writer's own
-//! thread (`worker`), which computes the statistics and the md5 (several arrays at once in SIMD lanes,
-//! the library's `detcheck::value::Md5Lanes`) and writes the records in order, while the program goes on.
-//! `_record_lent` takes a torch copy-on-write snapshot instead, read in place by that thread
-//! with no copy at all (`buffer::Lent`).
+//! thread (`worker`), which computes the statistics and the md5 (several arrays at once in SIMD
+//! lanes, the library's `detcheck::value::Md5Lanes`) and writes the records in order, while the
+//! program goes on. `_record_lent` takes a torch copy-on-write snapshot instead, read in place by
+//! that thread with no copy at all (`buffer::Lent`).
 //!
 //! Determinism: a record's md5 and statistics are those of the Rust writer for the same dtype,
 //! shape and bytes (`hashlib.md5(arr.tobytes())` for a little-endian array), and the records,
@@ -117,7 +117,7 @@ fn python_dtype_name(dtype: DType) -> &'static str {
     }
 }
 
-/// The dtype `_arrays.normalize` names (`python_dtype_name`'s inverse).
+/// The dtype `_core.arrays.normalize` names (`python_dtype_name`'s inverse).
 fn dtype_named(name: &str) -> Option<DType> {
     DType::ALL
         .into_iter()
@@ -125,14 +125,14 @@ fn dtype_named(name: &str) -> Option<DType> {
 }
 
 /// The names of the dtypes detcheck records, as Python knows them (`float32`, `bfloat16` ...),
-/// in the trace format's order: the one table `_arrays`, the torch front end and the device
+/// in the trace format's order: the one table `_core.arrays`, the torch front end and the device
 /// kernels read.
 #[pyfunction]
 fn supported_dtypes() -> Vec<&'static str> {
     DType::ALL.into_iter().map(python_dtype_name).collect()
 }
 
-/// The name of one record of the operator trace (`detcheck/_ops.py`), by the grammar the
+/// The name of one record of the operator trace (`detcheck/_torch/ops.py`), by the grammar the
 /// drill-down reads (`detcheck::compare::operator_record_name`): `port` is `"in"` or `"out"`;
 /// an input's `source` is `None` (untraced), `("scalar", None, None)`, `("op", call, output)`,
 /// `("in", m, None)` or `("grad_out", m, None)`.
@@ -192,10 +192,10 @@ fn window_record_name(kind: &str, index: u32) -> PyResult<String> {
     })
 }
 
-/// `detcheck._arrays.normalize`, imported once.
+/// `detcheck._core.arrays.normalize`, imported once.
 fn normalize<'py>(py: Python<'py>) -> PyResult<&'py Bound<'py, PyAny>> {
     static NORMALIZE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    NORMALIZE.import(py, "detcheck._arrays", "normalize")
+    NORMALIZE.import(py, "detcheck._core.arrays", "normalize")
 }
 
 /// The Python exception of a detcheck error.
@@ -428,8 +428,8 @@ impl PyTraceWriter {
     }
 }
 
-/// What a GPU kernel sums for a record's statistics (`detcheck/_device.py`): max, min, sum and
-/// sum of squares of the finite values, and the counts of NaN, +Inf and -Inf.
+/// What a GPU kernel sums for a record's statistics (`detcheck/_torch/device.py`): max, min, sum
+/// and sum of squares of the finite values, and the counts of NaN, +Inf and -Inf.
 type TotalsTuple = (f64, f64, f64, f64, u64, u64, u64);
 
 /// The dtype a record names (as `record` names them: `float32`, `bfloat16` ...).
@@ -497,7 +497,7 @@ fn parse_mode(mode: &str) -> PyResult<DumpMode> {
 #[pymethods]
 impl PyTraceWriter {
     /// What this writer takes beyond `record` and `record_replicated`, declared rather than
-    /// probed (`detcheck._contract.capabilities` reads it): `sharded` (`record_sharded`),
+    /// probed (`detcheck._core.contract.capabilities` reads it): `sharded` (`record_sharded`),
     /// `digested` (`record_digested`, `_record_later`/`_fill`, `needs_tensor`), `lent`
     /// (`_record_lent`) and `environment` (`add_environment`). A writer of the user's own
     /// declares none unless it says so.
@@ -530,7 +530,7 @@ impl PyTraceWriter {
         Self::launch_writer(py)
     }
 
-    /// `from_env` for detcheck's zero-change recorder (`detcheck/_auto.py`): the same writer,
+    /// `from_env` for detcheck's zero-change recorder (`detcheck/_torch/auto.py`): the same writer,
     /// without telling the recorder that the program opened one.
     #[staticmethod]
     fn _for_recorder(py: Python<'_>) -> PyResult<Option<Self>> {
@@ -599,7 +599,7 @@ impl PyTraceWriter {
         self.record_any(step, name, array, false, Some(placement))
     }
 
-    /// Records a torch tensor's copy-on-write snapshot (`detcheck._tensors.lendable`: made by
+    /// Records a torch tensor's copy-on-write snapshot (`detcheck._torch.tensors.lendable`: made by
     /// `torch._lazy_clone`, contiguous, on the CPU, held by no one else) of `dtype` (as
     /// `record` names it) and `shape`, as `record` would record the tensor (as
     /// `record_replicated` with `replicated`, as `record_sharded` with `placement`, its
@@ -644,7 +644,7 @@ impl PyTraceWriter {
     }
 
     /// Records a tensor whose digest (and statistics) were computed elsewhere, on a GPU by
-    /// `detcheck/_device.py`: `dtype` as `record` names it (`float32`, `bfloat16` ...), the
+    /// `detcheck/_torch/device.py`: `dtype` as `record` names it (`float32`, `bfloat16` ...), the
     /// 16-byte tree digest of its canonical bytes, and `totals` = (max, min, sum, sum of squares
     /// of the finite values, NaN, +Inf and -Inf counts) or `None`. No bytes are read. A record
     /// that must come with its tensor (`needs_tensor`) is refused by the writer's thread.
@@ -678,7 +678,7 @@ impl PyTraceWriter {
 
     /// Holds the place of a record whose digest a device is still computing, and returns its
     /// token for `_fill`: records given after it are written after it, once it is filled
-    /// (`detcheck._device_records`). `flush` and `close` call the drains first, which fill
+    /// (`detcheck._torch.device_records`). `flush` and `close` call the drains first, which fill
     /// every place; a place never filled fails the file.
     #[pyo3(signature = (step, name, dtype, shape, replicated = false))]
     fn _record_later(
@@ -908,8 +908,8 @@ type LaunchInfo = (
 );
 
 /// The launch this process belongs to, as the zero-change recorder needs it: `(rank or None,
-/// world_size, seed, files)`, where `files` maps `note`, `error`, `pid`, `stacks` and `started` to the
-/// paths of the rank's files in the trace folder (`detcheck::launch::RankFiles`; `None` without
+/// world_size, seed, files)`, where `files` maps `note`, `error`, `pid`, `stacks` and `started` to
+/// the paths of the rank's files in the trace folder (`detcheck::launch::RankFiles`; `None` without
 /// a rank), or `None` outside detcheck.
 #[pyfunction]
 fn launch_info() -> PyResult<Option<LaunchInfo>> {
@@ -940,7 +940,7 @@ fn srun_rank_variables() -> PyResult<Vec<(&'static str, String)>> {
 /// The launch's variables that make this process rank `rank` of `world_size`
 /// (`DETCHECK_RANK`, `DETCHECK_WORLD_SIZE`): set by a process a rank started when it joins a
 /// process group as a rank of its own, and by a rank whose group is larger than the launch's
-/// world (`detcheck/_startup.py`).
+/// world (`detcheck/_launch/startup.py`).
 #[pyfunction]
 fn launch_variables(rank: u32, world_size: u32) -> Vec<(&'static str, String)> {
     use detcheck::launch::{RANK_VAR, WORLD_SIZE_VAR};
@@ -968,7 +968,8 @@ fn first_send_delay() -> PyResult<f64> {
 
 /// What the launch asks of the zero-change recorder (`detcheck::launch::RecorderPlan`):
 /// `(stop_after or None, the names of the deterministic settings to apply (none: an empty
-/// list), what it records: `"all"`, `"end"` (the end state only) or `"flow"` (with module inputs))`.
+/// list), what it records: `"all"`, `"end"` (the end state only) or `"flow"` (with module
+/// inputs))`.
 #[pyfunction]
 fn recorder_plan() -> PyResult<(Option<u64>, Vec<&'static str>, &'static str)> {
     let plan = RecorderPlan::from_env().map_err(dump_error)?;
@@ -1016,7 +1017,7 @@ type CaptureRequest = (u32, u64, u32, String, PathBuf);
 /// `DETCHECK_CAPTURE_DIR`, read by `detcheck::launch::Capture::from_env`): `(rank, step,
 /// occurrence, name, dir)`, or `None` when there is none or the value cannot be read (a capture
 /// is a diagnosis aid, never a reason to fail a program). `detcheck.torch.watch` reads it to
-/// trace the operators of the captured record (`detcheck/_ops.py`).
+/// trace the operators of the captured record (`detcheck/_torch/ops.py`).
 #[pyfunction]
 fn capture_request() -> PyResult<Option<CaptureRequest>> {
     Ok(Capture::from_env().map(|(capture, dir)| {
@@ -1066,7 +1067,7 @@ fn replay_inputs(folder: PathBuf, step: u64) -> PyResult<Vec<ReplayInput>> {
 
 /// The tree digest of `data`'s bytes (any object with a buffer: `bytes`, a numpy array): the
 /// digest every record carries (`detcheck::value::tree_digest`; plain md5 up to 4 KiB), which
-/// `detcheck/_device.py` computes on a GPU.
+/// `detcheck/_torch/device.py` computes on a GPU.
 #[pyfunction]
 fn tensor_digest(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     let buffer = Buffer::c_contiguous(data).ok_or_else(|| {

@@ -7,8 +7,8 @@ import sys
 import pytest
 from support import covers_without_a_ci_case, detcheck_path
 
-# Triton's interpreter (TRITON_INTERPRET=1) runs detcheck._device's kernels on CPU tensors where
-# there is no GPU. Triton reads the variable when it is first imported (its own library is
+# Triton's interpreter (TRITON_INTERPRET=1) runs detcheck._torch.device's kernels on CPU tensors
+# where there is no GPU. Triton reads the variable when it is first imported (its own library is
 # decorated then), so it is set here, before any test module can import it.
 if "triton" not in sys.modules:
     try:

@@ -94,7 +94,7 @@ class _Writer:
 
 def test_rows_are_written_sample_by_sample_and_shared_tensors_are_counted():
     import torch
-    from detcheck import _rows
+    from detcheck._torch import rows as _rows
 
     batches, inner = _rows.Batches(), _Collect()
     writer = _Writer(inner.records)

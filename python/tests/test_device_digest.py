@@ -1,4 +1,4 @@
-"""detcheck._device: the tree digest and statistics totals computed by Triton kernels.
+"""detcheck._torch.device: the tree digest and statistics totals computed by Triton kernels.
 
 On a machine with CUDA the kernels run on the GPU; elsewhere they run in Triton's interpreter
 on CPU tensors (TRITON_INTERPRET=1, set by conftest.py before triton is first imported: Triton 3.9
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 requires("triton")  # imported after conftest.py set TRITON_INTERPRET (on a machine without CUDA)
 
 import detcheck._detcheck as native  # noqa: E402
-from detcheck import _device  # noqa: E402
+from detcheck._torch import device as _device  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -76,8 +76,8 @@ def expected_digest(b: bytes) -> bytes:
 
 
 def reference_bytes(t) -> bytes:
-    """The canonical bytes of ``t`` computed apart from detcheck._device: numpy's C-order bytes,
-    through a same-size integer view for the dtypes numpy lacks."""
+    """The canonical bytes of ``t`` computed apart from detcheck._torch.device: numpy's C-order
+    bytes, through a same-size integer view for the dtypes numpy lacks."""
     t = t.detach().cpu().resolve_conj()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
@@ -138,7 +138,7 @@ def test_kernels_compile_for_h100():
         import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
-        from detcheck import _device as dv
+        from detcheck._torch import device as dv
 
         assert not dv.INTERPRETED
         h100 = GPUTarget("cuda", 90, 32)

@@ -1,6 +1,6 @@
 """``detcheck.torch.watch(..., device_digests=True)``: records whose digests come from the device
-kernels (``detcheck._device``) held in the writer's order and filled once a step
-(``detcheck._device_records``), against the host path record by record.
+kernels (``detcheck._torch.device``) held in the writer's order and filled once a step
+(``detcheck._torch.device_records``), against the host path record by record.
 
 On a machine without CUDA the kernels run in Triton's interpreter on CPU tensors
 (``TRITON_INTERPRET=1``, set by conftest.py before anything imports Triton); with CUDA the model
@@ -145,7 +145,7 @@ def test_md5_mode_digests_on_the_device_too(tmp_path, monkeypatch, batch_bytes):
     # One step: its digests are handed over when the writer closes (the stats traces above
     # also hand step 0's over when step 1 ends). Batches of a step (all its snapshots digested
     # when it ends) and of a record (a batch full at once: digested as it is recorded).
-    from detcheck import _device_records
+    from detcheck._torch import device_records as _device_records
 
     if batch_bytes == "record":
         monkeypatch.setattr(_device_records, "_BATCH_BYTES", 1)

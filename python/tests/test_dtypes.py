@@ -78,7 +78,7 @@ def test_big_endian_and_python_side_conversions(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# torch tensors: converted by detcheck._arrays
+# torch tensors: converted by detcheck._core.arrays
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,8 @@
 """MindSpore: unmodified MindSpore scripts (examples/programs/python/mindspore, which never import
-detcheck) recorded by the start-up hook (`detcheck._startup`, `detcheck._mindspore_auto`),
+detcheck) recorded by the start-up hook (`detcheck._launch.startup`, `detcheck._mindspore.auto`),
 `--deterministic` and `detcheck.seed_all` for MindSpore, `detcheck.mindspore.watch` and its
 `Model.train` callback, a data-parallel script at 2 ranks under `--launcher msrun`, the operator
-drill-down to a MindSpore primitive (`detcheck._mindspore_ops`), and the failures a user meets
+drill-down to a MindSpore primitive (`detcheck._mindspore.ops`), and the failures a user meets
 (docs/mindspore.md).
 
 The nondeterministic-operator control runs `DETCHECK_MS_OPERATOR_RUNS` times (3 by default; the

@@ -1,4 +1,4 @@
-"""The operator trace of detcheck.torch.watch (detcheck/_ops.py): a re-run asked to capture a
+"""The operator trace of detcheck.torch.watch (detcheck/_torch/ops.py): a re-run asked to capture a
 record of watch also writes `<DETCHECK_CAPTURE_DIR>/ops/rank0.dctrace`, the inputs and outputs of
 every operator inside that record's module. Needs torch (skipped without it, unless
 DETCHECK_REQUIRE_TORCH is set: CI sets it)."""
@@ -10,7 +10,7 @@ from support import decode, requires
 
 requires("torch")
 import detcheck  # noqa: E402
-import detcheck._ops  # noqa: E402
+import detcheck._torch.ops  # noqa: E402
 import detcheck.torch  # noqa: E402
 import torch  # noqa: E402
 from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
@@ -103,7 +103,7 @@ class Scaled(torch.nn.Module):
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch):
     """Each test as a process of its own: no window opened yet, no capture request."""
-    monkeypatch.setattr(detcheck._ops, "_opened", False)
+    monkeypatch.setattr(detcheck._torch.ops, "_opened", False)
     monkeypatch.delenv("DETCHECK_CAPTURE", raising=False)
     monkeypatch.delenv("DETCHECK_CAPTURE_DIR", raising=False)
 
@@ -115,7 +115,7 @@ def train(
     occurrence, name)` or None) into `out / "capture"`, as a new process (`fresh`: no window
     opened yet); returns the program's records, the handle and the model."""
     if fresh:
-        monkeypatch.setattr(detcheck._ops, "_opened", False)
+        monkeypatch.setattr(detcheck._torch.ops, "_opened", False)
     if request is not None:
         monkeypatch.setenv("DETCHECK_CAPTURE", ":".join(str(part) for part in request))
         monkeypatch.setenv("DETCHECK_CAPTURE_DIR", str(out / "capture"))
@@ -140,7 +140,7 @@ def train(
 def assert_unhooked(model):
     """Only watch's own hooks are left: a forward hook on every module, held by detcheck
     (``MODULE_HOOKS``), none in the modules themselves."""
-    from detcheck._tensors import MODULE_HOOKS
+    from detcheck._torch.tensors import MODULE_HOOKS
 
     for _, module in model.named_modules():
         assert not module._forward_hooks and not module._forward_pre_hooks

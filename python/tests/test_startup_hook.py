@@ -15,9 +15,10 @@ def _run_with_hook(tmp_path, broken, trace_dir):
     site_dir.mkdir(parents=True)
     (site_dir / "detcheck.pth").write_text(PTH.read_text())
     shadow = tmp_path / "shadow" / "detcheck"
-    shadow.mkdir(parents=True)
+    (shadow / "_launch").mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
-    (shadow / "_startup.py").write_text(
+    (shadow / "_launch" / "__init__.py").write_text("")
+    (shadow / "_launch" / "startup.py").write_text(
         "raise ImportError('a broken install')\n"
         if broken
         else "def activate():\n    print('activated')\n"

@@ -263,11 +263,11 @@ def _is_cow(tensor):
 @pytest.mark.parametrize("mode", ["md5", "stats"])
 def test_a_module_output_is_lent_and_may_change_at_once(tmp_path, mode):
     # A fresh result of autograd's operators is recorded with no copy: a copy-on-write
-    # snapshot the writer's thread reads (detcheck._tensors.lendable). The program may write
+    # snapshot the writer's thread reads (detcheck._torch.tensors.lendable). The program may write
     # into it as soon as `put` returns, and may drop it, and the record is still of the values
     # it had; writes through the tensor still reach its views. 80 MiB in all: beyond what the
     # writer holds in flight (64 MiB), so `put` waits for room too.
-    from detcheck._torch_frontend import TorchSink
+    from detcheck._torch.frontend import TorchSink
 
     assert getattr(torch, "_lazy_clone", None) is not None, "CI's torch has a copy-on-write clone"
     gen = torch.Generator().manual_seed(0)
@@ -301,7 +301,7 @@ def test_what_is_not_lent_is_copied(tmp_path):
     # recorded as they were. (A step's gradients and parameters, handed over together, have
     # a rule of their own: the test below.)
     import numpy as np
-    from detcheck._torch_frontend import TorchSink
+    from detcheck._torch.frontend import TorchSink
 
     layer = torch.nn.Linear(512, 512)
     layer(torch.randn(4, 512)).sum().backward()
@@ -335,11 +335,11 @@ def test_a_steps_gradients_and_parameters_are_lent_unless_something_else_holds_t
     tmp_path, monkeypatch
 ):
     # A step's gradients and parameters are lent (no copy) when every reference to their
-    # memory is a tensor the recorder sees (detcheck._tensors.lendable's second rule), and
+    # memory is a tensor the recorder sees (detcheck._torch.tensors.lendable's second rule), and
     # copied when a numpy array or a DLPack alias of it exists: those would stop following the
     # tensor if torch gave it memory of its own. Lent or copied, the records and the training
     # are the same as unrecorded.
-    import detcheck._tensors as tensors
+    import detcheck._torch.tensors as tensors
     import numpy as np
 
     assert tensors._USE_COUNT is not None, "CI's torch counts a storage's references"
@@ -422,7 +422,7 @@ def test_views_of_one_buffer_are_lent_only_with_all_their_siblings(tmp_path):
     # hold it together: lent when all of them are recorded together (their small ones too, so
     # that none is read through numpy, which would copy the whole buffer), copied when one of
     # them is not among the tensors seen: it is a holder the recorder cannot account for.
-    from detcheck._torch_frontend import TorchSink
+    from detcheck._torch.frontend import TorchSink
 
     flat = torch.randn(3 * 256 * 256 + 16)
     weights = [flat[i * 65536 : (i + 1) * 65536].view(256, 256) for i in range(3)]
@@ -450,8 +450,8 @@ def test_views_of_one_buffer_are_lent_only_with_all_their_siblings(tmp_path):
 def test_fsdp2_gradient_and_parameter_shards_are_lent(tmp_path, monkeypatch):
     # FSDP2's shards (DTensor parameters whose local tensors FSDP2 holds twice more, gradients
     # that are views of one reduce-scatter buffer): lent, counted with FSDP2's own holders
-    # (detcheck._subclasses.shard_holders); the records and the training are those of a copy.
-    import detcheck._tensors as tensors
+    # (detcheck._torch.subclasses.shard_holders); the records and the training are those of a copy.
+    import detcheck._torch.tensors as tensors
     import torch.distributed as dist
 
     try:
@@ -505,7 +505,7 @@ def test_fsdp2_gradient_and_parameter_shards_are_lent(tmp_path, monkeypatch):
 def test_an_aborted_writer_lets_its_lent_tensors_go(tmp_path):
     # Lent snapshots still in flight when the writer aborts (an exception in its `with`) are
     # let go with it: no file is left, and the program's tensors are still its own.
-    from detcheck._torch_frontend import TorchSink
+    from detcheck._torch.frontend import TorchSink
 
     x = torch.randn(512, 512, requires_grad=True)
     outs = []
@@ -541,7 +541,7 @@ def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
     # A CNN whose outputs are written in place right after they are recorded (ReLU(inplace)
     # after BatchNorm, an in-place residual): lent and copied, the traces are the same bytes'
     # records, and the training is the same as unrecorded.
-    import detcheck._tensors as tensors
+    import detcheck._torch.tensors as tensors
 
     assert tensors._LAZY_CLONE is not None, "CI's torch has a copy-on-write clone"
 

@@ -465,7 +465,7 @@ def test_the_writer_declares_what_it_takes_and_a_writer_of_ones_own_takes_record
     """The native writer's capabilities are declared (its class's ``CAPABILITIES``), each with
     the methods it names; a writer that declares nothing takes ``record`` and
     ``record_replicated`` alone, whatever methods it has (issue 55: declared, not probed)."""
-    from detcheck._contract import capabilities
+    from detcheck._core.contract import capabilities
 
     methods = {
         "digested": ["record_digested", "_record_later", "_fill", "needs_tensor"],

@@ -1,6 +1,7 @@
 """Zero-change recording: unmodified PyTorch scripts (examples/programs/python/unmodified, which
-never import detcheck) recorded by the wheel's start-up hook (`detcheck.pth`, `detcheck._startup`,
-`detcheck._auto`), `--deterministic` and `detcheck.seed_all`, and the failures a user meets.
+never import detcheck) recorded by the wheel's start-up hook (`detcheck.pth`,
+`detcheck._launch.startup`, `detcheck._torch.auto`), `--deterministic` and `detcheck.seed_all`, and
+the failures a user meets.
 
 The scripts run in fresh interpreters of this environment (the hook is the installed package's).
 Needs torch, and transformers for the Trainer script; CI installs both and none of these skips
@@ -436,7 +437,7 @@ def test_seed_all_applies_the_hint_tables_settings_and_says_what_it_cannot(tmp_p
         textwrap.dedent("""
         import json, random, warnings
         import numpy, torch, detcheck
-        from detcheck import _settings
+        from detcheck._core import settings as _settings
         from detcheck._detcheck import deterministic_settings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -755,7 +755,7 @@ struct RankWalk {
 }
 
 /// The environment key a dump's recorder sets when it records each module's input that no
-/// record before it holds (`in/<module>.N`, python/python/detcheck/_engine.py).
+/// record before it holds (`in/<module>.N`, python/python/detcheck/_core/engine.py).
 pub const FLOW_KEY: &str = "site:flow";
 
 /// Whether the dumps show the input of the record `name` (whose call's input records, when it

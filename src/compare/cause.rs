@@ -3,8 +3,8 @@
 //! evidence has one and the change that fixes it.
 //!
 //! The evidence is what the comparison already holds: the evidence records that differ
-//! (`seed/*`, `rng/*`, `data/indices`, `data/outside`: [`super::is_evidence`]) with their lines (A's
-//! `site:` entries), the first divergence's name (`init/*`: the parameters before the first
+//! (`seed/*`, `rng/*`, `data/indices`, `data/outside`: [`super::is_evidence`]) with their lines
+//! (A's `site:` entries), the first divergence's name (`init/*`: the parameters before the first
 //! step; `in/(model).N`: the model's input), its element (re-runs that reproduce each run's
 //! values: a function of the launch) and operator finding, and the environment differences.
 //! The rules are tried in a fixed order, most specific first; "unknown" is an answer, a wrong
@@ -235,7 +235,7 @@ pub fn decide_cause(c: &Comparison, repeats_with_one_hash_seed: Option<bool>) ->
 }
 
 /// The environment entry of the files a Python rank opened outside its launch's private folder
-/// (`detcheck._evidence`): `{"read": [...], "wrote": [...]}`, the paths it read before writing
+/// (`detcheck._core.evidence`): `{"read": [...], "wrote": [...]}`, the paths it read before writing
 /// them and those it wrote, sorted, at most 32 of each.
 pub(crate) const FILES_KEY: &str = "detcheck.files";
 
@@ -279,15 +279,15 @@ fn file_from_earlier_run(c: &Comparison) -> Option<(&'static str, String, &'stat
         .map(|path| ("run 1", path.clone(), "run 2"))
 }
 
-/// The fact a Python rank records at its first receive from any source (`detcheck._arrival`):
-/// the program's line.
+/// The fact a Python rank records at its first receive from any source
+/// (`detcheck._launch.arrival`): the program's line.
 pub(crate) const ANY_SOURCE_KEY: &str = "site:any_source";
 
-/// The fact a MindSpore rank records (`detcheck._mindspore_frontend`): `mindspore`. Without it
+/// The fact a MindSpore rank records (`detcheck._mindspore.frontend`): `mindspore`. Without it
 /// a program's seeds and fixes are PyTorch's.
 pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 
-/// The fact of the line that built the recorded model (python/python/detcheck/_evidence.py
+/// The fact of the line that built the recorded model (python/python/detcheck/_core/evidence.py
 /// `note_module_built`).
 pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
 
@@ -297,14 +297,14 @@ pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
 pub(crate) const PROCESS_STARTED_KEY: &str = "site:process_started";
 
 /// The fact of a rank that is a process the program started itself and that joined its
-/// process group at this line (python/python/detcheck/_startup.py `_adopt`).
+/// process group at this line (python/python/detcheck/_launch/startup.py `_adopt`).
 pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
 /// The fact of such a rank where the process that started it seeded a generator: where it first
-/// did (`_evidence.SEEDED_VAR`, passed on in the environment).
+/// did (`_core.evidence.SEEDED_VAR`, passed on in the environment).
 pub(crate) const PARENT_SEEDED_KEY: &str = "site:parent_seeded";
 
 /// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
-/// (`detcheck._evidence`): the program's line.
+/// (`detcheck._core.evidence`): the program's line.
 pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
 
 fn unseeded_evidence(site: &str) -> String {
@@ -313,7 +313,7 @@ fn unseeded_evidence(site: &str) -> String {
 
 /// The fact a Python rank records at the program's first draw from numpy's global generator
 /// (or read of its state, from which a library derives a seed: `datasets`' `shuffle()`) before
-/// anything seeded it (`detcheck._evidence`): the program's line.
+/// anything seeded it (`detcheck._core.evidence`): the program's line.
 pub(crate) const UNSEEDED_GLOBAL_KEY: &str = "site:unseeded_global";
 
 fn unseeded_global_evidence(site: &str) -> String {

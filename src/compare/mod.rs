@@ -269,7 +269,7 @@ pub(crate) fn fill_f64(t: &Tensor, start: usize, out: &mut [f64]) -> usize {
 /// sample indices a data loader fetched (`data/indices`), the indices a dataset was split into
 /// (`data/split`: `random_split`'s subsets, in order) and the digest of the values that
 /// entered torch at one of the program's lines (`data/outside`), which the Python recorder makes
-/// (python/detcheck/_evidence.py). The engine compares them but never counts them as
+/// (python/detcheck/_core/evidence.py). The engine compares them but never counts them as
 /// divergences: an unseeded generator that the program's results do not depend on is no
 /// failure. Their differences are listed in [`Comparison::evidence`].
 #[must_use]
@@ -286,7 +286,7 @@ pub fn is_evidence(name: &str) -> bool {
 pub(crate) const SPLIT_RECORD: &str = "data/split";
 
 /// The record of the values that entered torch at one of the program's lines
-/// (python/detcheck/_evidence.py): a digest of them, its line in the `site:` entry.
+/// (python/detcheck/_core/evidence.py): a digest of them, its line in the `site:` entry.
 pub(crate) const OUTSIDE_RECORD: &str = "data/outside";
 
 /// The most differing evidence records a comparison keeps.
@@ -478,8 +478,9 @@ pub struct Comparison {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<EvidenceDifference>,
     /// The program's lines, from A's environment snapshots: (rank, `site:<step>:<name>:<k>`)
-    /// -> `file:line` (python/detcheck/_evidence.py), its other `site:` facts, `detcheck.workdir`
-    /// and `detcheck.files` (kept though both runs agree on them). Never differences between the sides.
+    /// -> `file:line` (python/detcheck/_core/evidence.py), its other `site:` facts,
+    /// `detcheck.workdir` and `detcheck.files` (kept though both runs agree on them). Never
+    /// differences between the sides.
     #[serde(skip)]
     pub sites: BTreeMap<(u32, String), String>,
 }

@@ -4,7 +4,7 @@
 //! When a check's first divergence is a record of `detcheck.torch.watch` (`fwd/<module>`,
 //! `grad/<param>`, `param/<param>`), the re-runs that capture it (`crate::check`) also record,
 //! inside that record's module only, the inputs and outputs of every operator it runs (the
-//! package's `detcheck/_ops.py`, a `TorchDispatchMode`), into a trace file of their own.
+//! package's `detcheck/_torch/ops.py`, a `TorchDispatchMode`), into a trace file of their own.
 //! [`find_operator`] pairs the two sides' records in order and classifies the first operator
 //! whose output differs ([`OperatorFinding`]):
 //!

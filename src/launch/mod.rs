@@ -27,7 +27,7 @@
 //! | `DETCHECK_STOP_AFTER` | `N`: the zero-change recorder ends the program after its N-th optimizer step (unset: it runs to its end) |
 //! | `DETCHECK_DETERMINISTIC` | `1`: the start-up hook applies `hints::deterministic()`'s calls with the scenario's seed; or a comma-separated list of those settings' names: only those (what `--deterministic` tries to learn which setting fixes a divergence) |
 //! | `DETCHECK_RECORD` | `end`: an unperturbed run: the zero-change recorder reads nothing during the steps (no record, no evidence, no synchronisation) and records the end state once, after the last step: `param/*` of the last update; `flow` (`run --dump`): every record, and each module's tensor inputs that are no tensor recorded before them in the step (`in/<module>.N`: what code between modules made), so `compare --align` sees every module's input (unset or `all`: every record of every step); `rows` (the `batch_sizes` check): each sample's rows of every module output, at step = the sample's place in the stream of samples the program feeds its model |
-//! | `DETCHECK_ROWS_INSIDE` | with `DETCHECK_RECORD=rows`: `<sample>:<call>:<record name>`: the recorder also writes, at the sample's step, the sample's rows of each `aten` operator that reads the batch inside that call of that record's module (`op/NNNN/<module>/<operator>/out0`, the operator trace's grammar: docs/operators.md), with each one's input shapes and line in the environment (`detcheck.rows.op:N`, `site:rows:N`): the `batch_sizes` check's drill-down to the operator; read by `detcheck._rows` |
+//! | `DETCHECK_ROWS_INSIDE` | with `DETCHECK_RECORD=rows`: `<sample>:<call>:<record name>`: the recorder also writes, at the sample's step, the sample's rows of each `aten` operator that reads the batch inside that call of that record's module (`op/NNNN/<module>/<operator>/out0`, the operator trace's grammar: docs/operators.md), with each one's input shapes and line in the environment (`detcheck.rows.op:N`, `site:rows:N`): the `batch_sizes` check's drill-down to the operator; read by `detcheck._torch.rows` |
 //!
 //! `DETCHECK_STOP_AFTER`, `DETCHECK_DETERMINISTIC` and `DETCHECK_RECORD` are read by the Python
 //! package's start-up hook ([`RecorderPlan`]), which records
@@ -561,8 +561,8 @@ impl Launch {
     }
 
     /// How long rank `rank` waits before its first point-to-point send (the Python recorder's
-    /// `_arrival`): its slot times a longer slot length, so a receive from any source sees the
-    /// senders' first messages arrive in another order in every launch. Zero in a plain run.
+    /// `_launch.arrival`): its slot times a longer slot length, so a receive from any source sees
+    /// the senders' first messages arrive in another order in every launch. Zero in a plain run.
     #[must_use]
     pub fn first_send_delay(&self, rank: u32) -> Duration {
         self.slot(rank, MAX_SEND_SLOT)

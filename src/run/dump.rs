@@ -46,10 +46,10 @@ pub enum DumpRunError {
 ///
 /// Each rank writes its own file while it runs (`rank{R}.dctrace`, and in full mode its tensors
 /// under `rank{R}/`). `perturb_as_run` applies the perturbation of run 1 or 2 of a check
-/// ([`run_checks`](crate::check::run_checks)), so two dumps made with 1 and 2 see the arrival orders `repeat` sees;
-/// `None` is a plain run. The folder must not already hold a dump, so two runs are never mixed
-/// in one folder, and is claimed ([`FolderLock`]) for the whole run, as is `plan`'s checkpoint
-/// folder.
+/// ([`run_checks`](crate::check::run_checks)), so two dumps made with 1 and 2 see the arrival
+/// orders `repeat` sees; `None` is a plain run. The folder must not already hold a dump, so two
+/// runs are never mixed in one folder, and is claimed ([`FolderLock`]) for the whole run, as is
+/// `plan`'s checkpoint folder.
 ///
 /// # Errors
 /// [`DumpRunError::Dump`] when the folder cannot be created, already holds a dump, or is
@@ -99,7 +99,7 @@ pub fn dump_scenario(
 /// Runs a program (a `command` scenario) once and writes into `dir`, as its dump, the operator
 /// trace of one record's module (`detcheck run --dump DIR --inside NAME`): the window's inputs,
 /// every operator's inputs and outputs, and the window's outputs, every tensor kept (full
-/// mode), as the check's operator drill-down traces them (`detcheck/_ops.py`); with
+/// mode), as the check's operator drill-down traces them (`detcheck/_torch/ops.py`); with
 /// `inside.replay_from`, the module runs on the inputs that trace holds (`--replay`). The
 /// trace is a world of one rank (the captured rank's). The program's own records go to a
 /// scratch folder inside `dir`, removed afterwards; the trace's tensor files are moved into

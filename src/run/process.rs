@@ -1,10 +1,10 @@
 //! The runner of `command` scenarios: a user's program launched in fresh processes.
 //!
 //! [`ProcessRunner`] starts the program as its launcher says (`processes`: one child per rank;
-//! `mpirun`, `torchrun`, `msrun`, `srun`: one launcher process; `none`: one process for every rank), each launch
-//! with a fresh trace folder and the launch environment of `crate::launch`, waits for
-//! every process with the scenario's timeout, and reads the trace files back into a [`Trace`],
-//! which the checks compare as they compare a built-in kind's.
+//! `mpirun`, `torchrun`, `msrun`, `srun`: one launcher process; `none`: one process for every
+//! rank), each launch with a fresh trace folder and the launch environment of `crate::launch`,
+//! waits for every process with the scenario's timeout, and reads the trace files back into a
+//! [`Trace`], which the checks compare as they compare a built-in kind's.
 //!
 //! What a launch varies, so that `repeat` catches what a program must not depend on:
 //! `PYTHONHASHSEED` (a different value every launch, unless the scenario's `env` sets it: a
@@ -469,7 +469,7 @@ impl<'a> CommandLaunch<'a> {
         if self.runs_as_by_hand() {
             // `python train.py`, as its user runs it by hand: a script that picks DDP by the
             // presence of `RANK` takes its one-process path; one that creates a process group
-            // anyway gets a world of one from the start-up hook (`detcheck._single_rank`).
+            // anyway gets a world of one from the start-up hook (`detcheck._launch.single_rank`).
             for name in TORCH_RANK_VARIABLES {
                 cmd.env_remove(name);
             }
@@ -987,7 +987,7 @@ impl<'a> CommandLaunch<'a> {
     /// The ranks the launch had: its world, or more where the program started ranks of its
     /// own (`torch.multiprocessing.spawn`, Lightning's `devices=N`), each of which the Python
     /// start-up hook recorded as the rank its process group gave it and marked
-    /// (`RankFiles::started`; python/python/detcheck/_startup.py); at most `MAX_WORLD_SIZE`.
+    /// (`RankFiles::started`; python/python/detcheck/_launch/startup.py); at most `MAX_WORLD_SIZE`.
     /// Trace files of ranks beyond the world that no such process wrote (copied from another
     /// dump) leave the world as launched, and its traces then fail to load.
     fn ranks_found(&self) -> u32 {

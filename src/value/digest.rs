@@ -25,14 +25,14 @@
 //! those bytes (tested against `md-5`); the recorder digests a copy taken when the tensor is
 //! recorded (or, for a module's fresh output on the CPU, and for a gradient or parameter whose
 //! memory no one but the tensors the recorder sees holds, a torch copy-on-write snapshot that holds
-//! the same bytes: `python/src/buffer.rs`'s `Lent`, `_tensors.lendable`), in batches, and keeps the
-//! records in call order.
+//! the same bytes: `python/src/buffer.rs`'s `Lent`, `_torch.tensors.lendable`), in batches, and
+//! keeps the records in call order.
 //!
 //! Invariant (exact values stay exact on disk): stats serialize as `0x` + 16 hex digits of their
 //! bits in JSON (`ExactF64`), and as raw f64 bits in trace files (`file/format.rs`).
 //!
-//! Determinism: both are pure functions of the tensor's values; stats are summed in one fixed order.
-//! Golden tests pin the stats' bits and the md5 of each dtype.
+//! Determinism: both are pure functions of the tensor's values; stats are summed in one fixed
+//! order. Golden tests pin the stats' bits and the md5 of each dtype.
 //! Limits: stats are summaries for people, not proofs; equality of runs is decided by the md5.
 
 use crate::value::tensor::{DType, Tensor, TensorView, F8E4M3FN_VALUES, F8E5M2_VALUES};

@@ -12,7 +12,7 @@
 //! may be shorter, and `||` concatenates the 16-byte digests. A tensor of at most one chunk (1,024
 //! f32 values) is digested exactly as plain md5, as every record was before format version 3; a
 //! larger one goes through one level of chunk digests per factor of 256 in size (two levels up to
-//! 1 MiB, three up to 256 MiB). The Python package's Triton kernel (`detcheck/_device.py`)
+//! 1 MiB, three up to 256 MiB). The Python package's Triton kernel (`detcheck/_torch/device.py`)
 //! computes the same function on a GPU; golden vectors pin it on both sides.
 //!
 //! Main types: [`TreeLanes`], the streaming form (buffers in, digests out, chunks of every buffer
@@ -27,7 +27,7 @@
 //!
 //! Invariant (one record digest, on every device): a record carries the tree digest of its
 //! canonical bytes, whoever computes it (the recorder, the Python writer's thread, the Triton
-//! kernel of `detcheck/_device.py`, a program through `TraceWriter::record_digested`); golden
+//! kernel of `detcheck/_torch/device.py`, a program through `TraceWriter::record_digested`); golden
 //! vectors pin it on both sides. Records of traces with different digests compare only up to one
 //! chunk, where the kinds agree; beyond it the engine refuses (`DumpError::MixedDigests`), never
 //! reports "differs".

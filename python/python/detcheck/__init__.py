@@ -16,9 +16,9 @@ so the ``detcheck`` binary reads, compares and checks it like any other dump::
 gradients and parameters every step (imported on first use; torch is never imported otherwise).
 
 ``detcheck.seed_all(seed)`` seeds ``random``, numpy and torch and turns on deterministic
-algorithms (``detcheck._settings``). A program that never imports detcheck is recorded all the
+algorithms (``detcheck._core.settings``). A program that never imports detcheck is recorded all the
 same under ``detcheck check -- python train.py``: the wheel's start-up hook (``detcheck.pth``,
-``detcheck._startup``) records its PyTorch model and optimizer (``detcheck._auto``).
+``detcheck._launch.startup``) records its PyTorch model and optimizer (``detcheck._torch.auto``).
 
 ``detcheck.check(...)`` and ``detcheck.compare(a, b)`` run the ``detcheck`` command (this
 package's, ``python -m detcheck``) and return report objects; a pytest plugin adds the
@@ -28,9 +28,9 @@ See python/README.md for the API, the errors and the launch contract.
 
 from typing import TYPE_CHECKING
 
-from ._api import CheckReport, Comparison, ScenarioOutcome, check, compare
+from ._core.api import CheckReport, Comparison, ScenarioOutcome, check, compare
+from ._core.settings import Setting, seed_all
 from ._detcheck import DetcheckError, TraceWriter, __version__
-from ._settings import Setting, seed_all
 
 __all__ = [
     "CheckReport",

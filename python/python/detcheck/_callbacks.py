@@ -4,7 +4,7 @@
 Determinism: ``watch``'s; the callbacks only say when training starts and ends.
 """
 
-from ._tensors import host
+from ._torch.tensors import host
 from .torch import _watch
 
 __all__ = ["TrainingRecording"]

@@ -1,7 +1,7 @@
 """Recording a MindSpore model every step from inside the program:
 ``detcheck.mindspore.watch(cell, writer, optimizer)`` and ``DetcheckCallback`` for
 ``Model.train`` (docs/mindspore.md is the long form; the zero-change recorder,
-``detcheck._mindspore_auto``, records an unmodified script the same way).
+``detcheck._mindspore.auto``, records an unmodified script the same way).
 
 Per step (the handle's ``current_step``), PyTorch's names and order: ``fwd/<cell>`` for each
 cell's output as it runs (the model itself is ``fwd/(model)``; tuple, list and dict outputs give
@@ -27,10 +27,10 @@ from typing import Any
 import mindspore as _ms
 from mindspore.train import Callback as _Callback
 
-from ._contract import Removable
+from ._core.contract import Removable
+from ._core.engine import RECORDS, Handle, Recording
 from ._detcheck import TraceWriter, _program_records
-from ._engine import RECORDS, Handle, Recording
-from ._mindspore_frontend import MindSporeFrontEnd, describe_run, is_graph_mode, unwrap_cell
+from ._mindspore.frontend import MindSporeFrontEnd, describe_run, is_graph_mode, unwrap_cell
 
 __all__ = ["watch", "WatchHandle", "DetcheckCallback"]
 

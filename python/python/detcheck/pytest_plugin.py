@@ -30,7 +30,7 @@ Example (python/README.md)::
 
 import pytest
 
-from ._api import CheckReport, check
+from ._core.api import CheckReport, check
 
 #: The report of an item's ``detcheck`` marker, and the failure it gave (``None``: it held).
 _REPORT = pytest.StashKey[CheckReport]()

@@ -7,7 +7,7 @@ tensor, ``fwd/<module>.0`` or ``fwd/<module>.<key>``); ``grad/<param>`` when the
 ``param/<param>`` after the update (with an optimizer). A step ends at ``optimizer.step()``
 (gradients before it runs, parameters after; a closure's gradients when it first returns), or
 at ``handle.next_step()`` without an optimizer. Names are the model's own inside its wrappers
-(``_tensors.unwrap_model``).
+(``_torch.tensors.unwrap_model``).
 
 ``optimizer`` may be a framework's wrapper (accelerate, Lightning, Fabric, DeepSpeed): the
 ``torch.optim.Optimizer`` inside it whose ``step()`` does the update is hooked
@@ -22,7 +22,7 @@ torch 2.0 or later (optimizer step hooks).
 ``detcheck.torch.batch_invariance(model, samples, batch_sizes)`` checks that each sample's
 outputs do not depend on what else is in its batch, ``prefill_decode_parity(model, prompt)``
 that decoding with a KV cache computes what one forward over the sequence does
-(``detcheck._batch``); ``with batch_invariant(): ...`` computes the operators whose rounding
+(``detcheck._torch.batch``); ``with batch_invariant(): ...`` computes the operators whose rounding
 follows the batch's shape one sample at a time (the fix those checks verify).
 """
 
@@ -33,7 +33,10 @@ from typing import Any
 
 import torch as _torch
 
-from ._batch import (
+from ._core.contract import Removable
+from ._core.engine import RECORDS, Handle, Recording
+from ._detcheck import TraceWriter, _program_records
+from ._torch.batch import (
     BatchInvariance,
     BatchRecord,
     ParityRecord,
@@ -42,11 +45,8 @@ from ._batch import (
     batch_invariant,
     prefill_decode_parity,
 )
-from ._contract import Removable
-from ._detcheck import TraceWriter, _program_records
-from ._engine import RECORDS, Handle, Recording
-from ._tensors import Hook, replicated_records, unwrap_model
-from ._torch_frontend import TORCH, before_optimizer_step, describe_run
+from ._torch.frontend import TORCH, before_optimizer_step, describe_run
+from ._torch.tensors import Hook, replicated_records, unwrap_model
 
 __all__ = [
     "watch",

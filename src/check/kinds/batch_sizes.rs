@@ -224,9 +224,9 @@ impl Traced {
 /// The operator that breaks the sample's invariance, where the first divergence `d` is a module
 /// output (`fwd/*`) of the compared records `left` at `sizes` (first, other): both sizes run
 /// again, each recording the sample's rows of every operator that reads the batch inside that
-/// call of the module (`RunPlan::rows_inside`, `detcheck._rows`), and the first whose rows differ
-/// is named ([`OperatorFinding::BatchVariant`]): every operator before it gave equal rows, so
-/// its input rows were equal. Where the sample's rows of the module's inputs already differ
+/// call of the module (`RunPlan::rows_inside`, `detcheck._torch.rows`), and the first whose rows
+/// differ is named ([`OperatorFinding::BatchVariant`]): every operator before it gave equal rows,
+/// so its input rows were equal. Where the sample's rows of the module's inputs already differ
 /// (made outside any recorded module), the call of the module that encloses it is traced next,
 /// up to the model, until one names the operator; where none does, the innermost module's input
 /// is the finding ([`OperatorFinding::InputFromOutside`] from the window's input). `None` where
@@ -432,7 +432,7 @@ fn operator_inside(
 }
 
 /// Where the sample sat in each size's batch, as the drill-down re-runs' recorders said
-/// (`detcheck.rows.{row,of,before,threads}` of rank `rank`, python `detcheck/_rows.py`):
+/// (`detcheck.rows.{row,of,before,threads}` of rank `rank`, python `detcheck/_torch/rows.py`):
 /// `first`'s run, then `other`'s.
 fn sample_rows(first: &Trace, other: &Trace, rank: u32) -> Option<SampleRows> {
     let said = |t: &Trace, key: &str| -> Option<usize> {

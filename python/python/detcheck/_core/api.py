@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._detcheck import DetcheckError
+from .._detcheck import DetcheckError
 
 __all__ = ["check", "compare", "CheckReport", "ScenarioOutcome", "Comparison"]
 

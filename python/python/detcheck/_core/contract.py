@@ -1,5 +1,5 @@
 """The recorder contract: what a framework front end gives the recording engine
-(``detcheck._engine``), so that one engine records PyTorch today and MindSpore next.
+(``detcheck._core.engine``), so that one engine records PyTorch today and MindSpore next.
 
 Three small interfaces, as ``typing.Protocol`` classes (checked by the type checker, never at
 run time):

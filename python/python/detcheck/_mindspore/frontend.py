@@ -1,6 +1,6 @@
-"""The MindSpore front end of the recorder contract (``detcheck._contract``): what the recording
-engine (``detcheck._engine``) needs of an ``nn.Cell`` model, and ``MindSporeSink``, how a
-MindSpore tensor reaches the writer (``Tensor.asnumpy()``, a numpy array on the host).
+"""The MindSpore front end of the recorder contract (``detcheck._core.contract``): what the
+recording engine (``detcheck._core.engine``) needs of an ``nn.Cell`` model, and ``MindSporeSink``,
+how a MindSpore tensor reaches the writer (``Tensor.asnumpy()``, a numpy array on the host).
 
 ``MindSporeFrontEnd`` is made per recording, because a MindSpore gradient is no attribute of its
 parameter: it is what the optimizer is given (``opt(grads)``, after ``ms.value_and_grad``, inside
@@ -18,10 +18,10 @@ then looks ``p`` up among them. Other parts:
   the line that built each model (``Cell.insert_param_to_cell``, wrapped on the class);
 - ``data_parallel``, ``is_grad_reducer``: whether the ranks hold their parameters alike (the
   data-parallel mode, a ``DistributedGradReducer``), so ``grad/*`` and ``param/*`` are recorded
-  as replicated (``_contract.replicated_records``).
+  as replicated (``_core.contract.replicated_records``).
 
 ``operator_trace``: in a capture re-run, the primitives of the captured record's cell
-(``detcheck._mindspore_ops``), for the operator drill-down.
+(``detcheck._mindspore.ops``), for the operator drill-down.
 
 Graph mode (``GRAPH_MODE``, or a ``@jit`` step): the compiled graph runs no Python hooks, so the
 front end made with ``graph=True`` registers none; what reaches Python (the optimizer's call
@@ -39,8 +39,8 @@ import sys
 import mindspore
 from mindspore import nn
 
-from . import _evidence
-from ._contract import ROOT, RemovedOnce, capabilities, named_leaves
+from .._core import evidence as _evidence
+from .._core.contract import ROOT, RemovedOnce, capabilities, named_leaves
 
 __all__ = [
     "MindSporeFrontEnd",
@@ -180,7 +180,7 @@ class MindSporeSink:
 
 
 class MindSporeFrontEnd:
-    """The ``FrontEnd`` of MindSpore (``detcheck._contract``) for one recording (module doc).
+    """The ``FrontEnd`` of MindSpore (``detcheck._core.contract``) for one recording (module doc).
     ``graph``: hooks cannot run (graph mode); ``parameters``: the ``(name, Parameter)`` list to
     record when there is no model cell to take them from (graph mode: the optimizer's)."""
 
@@ -246,11 +246,11 @@ class MindSporeFrontEnd:
     def operator_trace(self, current_step, model, writer, updates):
         if self.graph:
             return None  # a compiled graph runs no primitive call in Python
-        from ._detcheck import capture_request
+        from .._detcheck import capture_request
 
         if capture_request() is None:
             return None
-        from . import _mindspore_ops  # wraps the primitives: only for a capture re-run
+        from . import ops as _mindspore_ops  # wraps the primitives: only for a capture re-run
 
         return _mindspore_ops.plan(current_step, model, writer, updates, host)
 
@@ -298,10 +298,10 @@ def install_evidence():
 
 
 def _note_where_models_are_built():
-    """The line that built each model (``_evidence.note_module_built``): MindSpore has no global
-    parameter registration hook, so ``Cell.insert_param_to_cell`` (what a Cell's ``__setattr__``
-    calls for each parameter it is given, while it is constructed) is wrapped, on the class,
-    once: nothing is attached to the program's Cells."""
+    """The line that built each model (``_core.evidence.note_module_built``): MindSpore has no
+    global parameter registration hook, so ``Cell.insert_param_to_cell`` (what a Cell's
+    ``__setattr__`` calls for each parameter it is given, while it is constructed) is wrapped, on
+    the class, once: nothing is attached to the program's Cells."""
     cell = mindspore.nn.Cell
     original = cell.insert_param_to_cell
     if getattr(original, "_detcheck_noted", False):

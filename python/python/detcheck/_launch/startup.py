@@ -19,20 +19,20 @@ in a program detcheck launched; everywhere else it costs one dictionary lookup. 
    launch's steps (``_adopt``); and a rank whose group is larger than the launch's world takes
    the group's size, so its trace and its new peers' agree;
 2. with ``--deterministic`` (``DETCHECK_DETERMINISTIC``), applies the hint table's start-up
-   calls (``detcheck._settings``): ``random.seed`` now, ``numpy.random.seed`` when numpy is
+   calls (``detcheck._core.settings``): ``random.seed`` now, ``numpy.random.seed`` when numpy is
    imported, the torch ones when torch is;
 3. when torch is imported (an import hook that runs after torch's own ``__init__``), starts
-   the recorder, ``detcheck._auto``, which hooks every module and optimizer; when mindspore is
-   imported instead, MindSpore's recorder, ``detcheck._mindspore_auto`` (the first of the two
+   the recorder, ``detcheck._torch.auto``, which hooks every module and optimizer; when mindspore is
+   imported instead, MindSpore's recorder, ``detcheck._mindspore.auto`` (the first of the two
    frameworks imported is the one recorded);
 4. keeps the rank's failures readable (``detcheck::launch::RankFiles``): its process id, the
    traceback of an exception that ends it (``sys.excepthook``), its Python stacks on ``SIGUSR2``
    (``faulthandler``, unless the program handles that signal);
 5. at one rank, gives a program that creates a process group a world of one
-   (``detcheck._single_rank``), and a DeepSpeed program its launcher's variables when it
+   (``detcheck._launch.single_rank``), and a DeepSpeed program its launcher's variables when it
    imports deepspeed (without them ``deepspeed.init_distributed`` looks for MPI); at several,
    makes each rank's first point-to-point send wait for its slot of the launch, so messages
-   received from any source arrive in another order in each run (``detcheck._arrival``);
+   received from any source arrive in another order in each run (``detcheck._launch.arrival``);
    a launcher that runs the program as its one child (``accelerate launch --cpu``, torch
    elastic's agent of one worker under ``fabric run --devices=1``) hands the rank to that
    child before starting it (``_hand_over_before``);
@@ -80,10 +80,10 @@ class _State:
         #: end state recorded once after the last.
         self.end_state_only = record == "end"
         #: A run of the ``batch_sizes`` check (``DETCHECK_RECORD=rows``): each sample's rows
-        #: of the model's records, at the sample's step (``detcheck._rows``).
+        #: of the model's records, at the sample's step (``detcheck._torch.rows``).
         self.rows = record == "rows"
-        #: The recorder, once torch (``detcheck._auto.Recorder``) or mindspore
-        #: (``detcheck._mindspore_auto.Recorder``) is imported.
+        #: The recorder, once torch (``detcheck._torch.auto.Recorder``) or mindspore
+        #: (``detcheck._mindspore.auto.Recorder``) is imported.
         self.recorder = None
         #: The framework whose recorder runs: ``"torch"``, ``"mindspore"`` or ``None``.
         self.framework = None
@@ -174,7 +174,7 @@ def _asked(rows):
 
 
 def _apply(stack):
-    from . import _settings
+    from .._core import settings as _settings
 
     _settings.apply(_asked(_settings.settings(stack)), _state.seed)
 
@@ -187,7 +187,7 @@ def _torch_imported(module):
         _apply("torch")
     if _evidence_wanted():
         try:
-            from . import _torch_frontend
+            from .._torch import frontend as _torch_frontend
 
             _torch_frontend.install_evidence()
         except Exception as e:
@@ -196,7 +196,7 @@ def _torch_imported(module):
     if _state.adopted:
         pass  # its process group exists already
     elif _state.world_size == 1:
-        from . import _single_rank
+        from . import single_rank as _single_rank
 
         _single_rank.install()
         # DeepSpeed looks for MPI (mpi4py) when its launcher's variables are missing: at one
@@ -204,13 +204,13 @@ def _torch_imported(module):
         _when_imported("deepspeed", lambda _module: _single_rank.fill())
     else:
         try:
-            from . import _arrival
-            from ._detcheck import first_send_delay
+            from .._detcheck import first_send_delay
+            from . import arrival as _arrival
 
             _arrival.install(module.distributed, first_send_delay())
         except Exception as e:
             _say(f"cannot vary the order in which point-to-point messages arrive: {e!r}")
-    from . import _auto
+    from .._torch import auto as _auto
 
     _state.recorder = _auto.start(_state)
 
@@ -223,12 +223,12 @@ def _mindspore_imported(module):
         _apply("mindspore")
     if _evidence_wanted():
         try:
-            from . import _mindspore_frontend
+            from .._mindspore import frontend as _mindspore_frontend
 
             _mindspore_frontend.install_evidence()
         except Exception as e:
             _say(f"cannot follow MindSpore's seed: {e!r}")
-    from . import _mindspore_auto
+    from .._mindspore import auto as _mindspore_auto
 
     _state.recorder = _mindspore_auto.start(_state)
 
@@ -259,7 +259,7 @@ def _keep_failures_readable():
         _state.stacks_file = open(files["stacks"], "w", encoding="utf-8")
         faulthandler.register(signal.SIGUSR2, file=_state.stacks_file, all_threads=True)
     if "error" in files:
-        from ._detcheck import error_file_magic
+        from .._detcheck import error_file_magic
 
         previous = sys.excepthook
         magic = error_file_magic()
@@ -286,7 +286,7 @@ def activate():
         return
     _activated = True
     try:
-        from ._detcheck import launch_info, recorder_plan, srun_rank_variables
+        from .._detcheck import launch_info, recorder_plan, srun_rank_variables
 
         # A task of detcheck's `srun` launcher: Slurm's SLURM_PROCID, SLURM_NTASKS, ... as
         # the variables torch.distributed and detcheck read, before the program's code runs.
@@ -385,9 +385,9 @@ def _hand_the_rank_to_the_one_worker(module):
 
 def _generate_is_a_batch(module):
     """In a run of the ``batch_sizes`` check: a call of Hugging Face's ``generate`` is one
-    batch (``detcheck._rows``)."""
+    batch (``detcheck._torch.rows``)."""
     try:
-        from . import _rows
+        from .._torch import rows as _rows
 
         _rows.wrap_generate(module)
     except Exception as e:
@@ -437,7 +437,7 @@ def _adopt_when_it_joins_a_group(torch_module):
 def _set_identity(rank, world_size):
     """The launch's variables of rank ``rank`` of ``world_size`` (what the writer and the rank's
     files read), and this process as the rank's recording process."""
-    from ._detcheck import launch_variables
+    from .._detcheck import launch_variables
 
     for name, value in launch_variables(rank, world_size):
         os.environ[name] = value
@@ -452,7 +452,7 @@ def _adopt(rank, world_size, frame, torch_module):
     global _state
     if _state is not None:
         return
-    from ._detcheck import launch_info, recorder_plan
+    from .._detcheck import launch_info, recorder_plan
 
     _set_identity(rank, world_size)
     info = launch_info()
@@ -466,7 +466,7 @@ def _adopt(rank, world_size, frame, torch_module):
         _keep_failures_readable()
     except Exception as e:
         _say(f"cannot keep this rank's failures readable: {e!r}")
-    from . import _evidence
+    from .._core import evidence as _evidence
 
     where = _evidence.site(frame)
     if _evidence_wanted():
@@ -605,9 +605,9 @@ def _evidence_wanted():
 
 
 def _follow_generators(callbacks):
-    """Follows Python's and numpy's generators for ``_evidence`` (after --deterministic's own
+    """Follows Python's and numpy's generators for ``_core.evidence`` (after --deterministic's own
     seeding, which is detcheck's and no evidence): Python's now, numpy's once imported."""
-    from . import _evidence
+    from .._core import evidence as _evidence
 
     _evidence.install_python()
     _evidence.install_file_audit()
@@ -626,7 +626,7 @@ def _follow_generators(callbacks):
 
 
 def _apply_python_now_and_numpy_later(callbacks):
-    from . import _settings
+    from .._core import settings as _settings
 
     rows = _asked(_settings.settings("python"))
     now = [r for r in rows if not r[1].startswith("numpy.")]
@@ -643,7 +643,7 @@ def _at_exit():
     if _state is None or os.environ.get(PID_VAR) != str(os.getpid()):
         return
     _state.forget_rank_files()
-    from ._detcheck import _program_records_itself
+    from .._detcheck import _program_records_itself
 
     recorder = _state.recorder
     if recorder is not None:

@@ -42,8 +42,8 @@ import os
 import torch
 from torch.utils import _python_dispatch
 
-from ._detcheck import operator_record_name, window_record_name
-from ._tensors import host
+from .._detcheck import operator_record_name, window_record_name
+from .tensors import host
 
 __all__ = ["BATCHES", "Batches", "Inside", "RowsSink", "batch_of", "rows_of", "wrap_generate"]
 
@@ -105,7 +105,7 @@ class Batches:
             self.sink.flush(self.rows, self.sample_rows())
 
 
-#: The batches of this process (one model is recorded: ``_auto``).
+#: The batches of this process (one model is recorded: ``_torch.auto``).
 BATCHES = Batches()
 
 
@@ -232,7 +232,7 @@ class Inside:
     """The ``batch_sizes`` check's drill-down to the operator (``DETCHECK_ROWS_INSIDE``): in
     call ``call`` (counted within the batch) of the module that made record ``name``, in the
     batch that holds ``sample``, every ``aten`` operator that reads the batch
-    (``_batch._OperatorRows``: the module's inputs or what such operators made), the sample's
+    (``_torch.batch._OperatorRows``: the module's inputs or what such operators made), the sample's
     rows of its outputs written at the sample's step as the operator trace names a call's
     first output (``operator_record_name``: ``op/NNNN/<module>/<operator>/out0``), after the
     sample's rows of the module's tensor inputs (``window/inN``, as the operator trace names a
@@ -258,7 +258,8 @@ class Inside:
     def install(cls, model, sink, writer, hooks):
         """From the launch's ``DETCHECK_ROWS_INSIDE``: the module found by its record's name
         (``fwd/<module>``, or ``fwd/<module>.N`` for a tuple's N-th tensor) in ``model``,
-        hooked through ``hooks`` (``_tensors.MODULE_HOOKS``); the hooks' handles, or ``[]``."""
+        hooked through ``hooks`` (``_torch.tensors.MODULE_HOOKS``); the hooks' handles, or
+        ``[]``."""
         asked = os.environ.get(INSIDE_VAR)
         if not asked:
             return []
@@ -296,7 +297,7 @@ class Inside:
         call, self._calls = self._calls, self._calls + 1
         if rows is None or not first <= self._sample < first + len(samples) or call != self._call:
             return
-        from ._batch import _bits, _OperatorRows, _rows
+        from .batch import _bits, _OperatorRows, _rows
 
         row = samples[self._sample - first]
         # Where the sample sits in this batch (its row, the batch's rows, the samples before

@@ -5,8 +5,8 @@ of a tensor that Triton can run on (a CUDA tensor; a CPU tensor under ``TRITON_I
 costs no host copy and no synchronisation. On a GPU, the hook takes a snapshot of the tensor on
 its own stream (a device copy, at memory bandwidth: nothing later on that stream can change the
 snapshot, in place or not). Snapshots are digested in batches: when the step ends, or sooner
-once a batch holds ``_BATCH_BYTES`` of snapshots, ``detcheck._device`` computes the batch's tree
-digests (one launch a level of the deepest tree, ``tree_digests_into``; in stats mode also each
+once a batch holds ``_BATCH_BYTES`` of snapshots, ``detcheck._torch.device`` computes the batch's
+tree digests (one launch a level of the deepest tree, ``tree_digests_into``; in stats mode also each
 snapshot's statistics' totals) on a digest stream of detcheck's that waits for the copies, into
 slots of a device buffer; a snapshot's memory goes back to PyTorch's allocator once the digest
 stream is done with it (``record_stream``). Why a second stream: md5 is a chain of 64-byte
@@ -31,7 +31,7 @@ The writer calls ``drain`` before its own ``flush`` and ``close`` (``TraceWriter
 a trace is never finished without the records still on a device (a place never filled fails the
 file rather than finishing it without the record); ``Recording.remove`` drains too.
 
-Determinism: digests are the host's, bit for bit (``detcheck._device``); statistics are summed
+Determinism: digests are the host's, bit for bit (``detcheck._torch.device``); statistics are summed
 on the device in a fixed order (deterministic there, not bit-equal to the host's: they are
 summaries, runs are compared by digest). Records, their order and steps are those of the host
 path.
@@ -47,7 +47,7 @@ next step writes the other set.
 
 import torch
 
-from . import _arrays
+from .._core import arrays as _arrays
 
 #: Slots per device buffer block (grown block by block as a step records more).
 _BLOCK = 256
@@ -109,7 +109,7 @@ class DeviceRecords:
     """The records of a writer whose digests are computed on the device (see the module)."""
 
     def __init__(self, writer, run_on_cpu=False):
-        from . import _device  # imports triton: only when device digests are asked for
+        from . import device as _device  # imports triton: only when device digests are asked for
 
         self._device = _device
         self._writer = writer

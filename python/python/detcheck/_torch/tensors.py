@@ -1,6 +1,6 @@
 """The PyTorch front end's leaf: how a tensor, a module's output and a wrapped model look to
 the recorder. Imports torch and nothing of detcheck's but the native module and
-``_subclasses``; every other torch module of the package builds on it.
+``_torch.subclasses``; every other torch module of the package builds on it.
 
 Main names: ``host`` (what the writer is handed for a tensor), ``lendable`` (a tensor the
 writer may read in place, with no copy) and ``visible_holders`` (its rule for a step's
@@ -24,10 +24,10 @@ import warnings
 
 import torch
 
-from ._arrays import TORCH_RAW, torch_dtype_name
-from ._contract import RemovedOnce, named_leaves, replicated_records
-from ._detcheck import supported_dtypes
-from ._subclasses import PLAIN_TYPES
+from .._core.arrays import TORCH_RAW, torch_dtype_name
+from .._core.contract import RemovedOnce, named_leaves, replicated_records
+from .._detcheck import supported_dtypes
+from .subclasses import PLAIN_TYPES
 
 __all__ = [
     "MODULE_HOOKS",
@@ -49,7 +49,7 @@ __all__ = [
 PLAIN = frozenset(PLAIN_TYPES)
 
 #: Dtypes whose CPU tensors the writer reads in place through numpy: the supported ones numpy
-#: has (bfloat16, uint16 and the 8-bit floats go through ``detcheck._arrays``, as tensors on
+#: has (bfloat16, uint16 and the 8-bit floats go through ``detcheck._core.arrays``, as tensors on
 #: other devices do).
 _NUMPY_VIEWABLE = frozenset(
     getattr(torch, name)
@@ -93,7 +93,7 @@ def visible_holders(tensors):
     """``{storage address: n}``: for the storage of each of ``tensors``, how many distinct
     tensors among them and their bases (``_base``) hold it. The second rule of ``lendable``:
     a step's gradients and parameters, seen together (``TorchSink.put_state``), with what
-    FSDP2 keeps of its shards (``_subclasses.shard_holders``). Left out: tensors with no
+    FSDP2 keeps of its shards (``_torch.subclasses.shard_holders``). Left out: tensors with no
     storage of their own, and (the time it takes to ask) small tensors that are no view,
     which ``lendable`` never lends on their own. A tensor left out can only make a count
     smaller than its storage's references: the tensors on that storage are then copied,

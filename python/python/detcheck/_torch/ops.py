@@ -48,7 +48,7 @@ Contract (detcheck's Rust side parses these names):
   ``SOURCE`` says where that very tensor object came from, when it came from this window:
   ``op{k}.out{m}`` (output ``m`` of the earlier operator ``k``; the latest such), ``in{m}`` or
   ``grad_out{m}`` (window input ``m``). A tensor subclass is recorded as ``watch`` records it
-  (``_subclasses.plain``): a ``DTensor`` (FSDP2's parameters, tensor parallel's weights and
+  (``_torch.subclasses.plain``): a ``DTensor`` (FSDP2's parameters, tensor parallel's weights and
   activations) as this rank's local shard, an ``AsyncCollectiveTensor`` as the tensor it waits
   for. Tensors the writer cannot record (unsupported dtypes, sparse or meta tensors, wrapper
   subclasses of other libraries) are skipped, their ``j`` kept; so are the outputs of operators
@@ -120,9 +120,9 @@ import torch as _torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _evidence, _subclasses
-from ._contract import ROOT
-from ._detcheck import (
+from .._core import evidence as _evidence
+from .._core.contract import ROOT
+from .._detcheck import (
     TraceWriter,
     capture_request,
     inside_request,
@@ -130,10 +130,11 @@ from ._detcheck import (
     replay_inputs,
     window_record_name,
 )
-from ._tensors import PLAIN as _PLAIN
-from ._tensors import Hook as _Hook
-from ._tensors import dense_with_values as _dense_with_values
-from ._tensors import host as _host
+from . import subclasses as _subclasses
+from .tensors import PLAIN as _PLAIN
+from .tensors import Hook as _Hook
+from .tensors import dense_with_values as _dense_with_values
+from .tensors import host as _host
 
 #: Operators that allocate without writing (``empty_like`` before dropout's ``bernoulli_``):
 #: their outputs hold whatever the memory held, so the tracer records neither them nor their use
@@ -365,7 +366,7 @@ def _owner(labels, param_name):
 
 
 def plan(current_step, model, writer, updates):
-    """The operator trace (``detcheck._contract.OperatorTrace``) the recording engine must
+    """The operator trace (``detcheck._core.contract.OperatorTrace``) the recording engine must
     take for the process's capture request, or ``None`` (no request, another rank's, or a name
     the engine does not make). ``current_step``: the engine's step getter; ``updates``: whether
     optimizer steps reach the engine (``param/*`` records exist)."""

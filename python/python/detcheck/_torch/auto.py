@@ -1,22 +1,22 @@
-"""Zero-change recording: the recorder the start-up hook (``detcheck._startup``) starts in a
+"""Zero-change recording: the recorder the start-up hook (``detcheck._launch.startup``) starts in a
 rank's process once torch is imported, which records a PyTorch program that never imports
 detcheck (python/README.md, "Zero-change recording", is the long form).
 
 ``Recorder`` works through torch's global hooks: the model is the first module with parameters
-whose forward runs at the top level (looked through its wrappers: ``_tensors.unwrap_model``);
-from then on an ``_engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
+whose forward runs at the top level (looked through its wrappers: ``_torch.tensors.unwrap_model``);
+from then on an ``_core.engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
 ``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global
 optimizer hooks; a step whose closure runs the model's first forward, LBFGS's, records that
 closure's gradients: ``_Begins``), or, in a loop that made no optimizer by its first backward,
 at the model's next forward after a backward (the rhythm; ``torch.func`` loops too: their
 ``functional_call`` runs the model's forward, ``grad`` its backward). In a run of the
 ``batch_sizes`` check (``DETCHECK_RECORD=rows``) each call of the model is a batch whose
-samples ``_rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` =
+samples ``_torch.rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` =
 N ends the process after the N-th step (``os._exit`` after a barrier). The trace is finished at
 interpreter exit and on SIGTERM. The recorder stands down when the program records itself (the
 native ``_program_records`` channel); forked and multiprocessing children never record. That
-life, the same for MindSpore's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module adds
-torch's hooks and how they find the model and the steps.
+life, the same for MindSpore's recorder, is ``_core.lifecycle.LifecycleRecorder``'s; this module
+adds torch's hooks and how they find the model and the steps.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program
 runs. Limits: eager modules (a compiled module's inner modules run no hooks), one model.
@@ -28,10 +28,11 @@ import torch
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
-from . import _rows
-from ._engine import Recording
-from ._lifecycle import LifecycleRecorder
-from ._tensors import (
+from .._core.engine import Recording
+from .._core.lifecycle import LifecycleRecorder
+from . import rows as _rows
+from .frontend import TORCH, before_optimizer_step, describe_run
+from .tensors import (
     MODULE_HOOKS,
     Hook,
     compiled_part,
@@ -40,7 +41,6 @@ from ._tensors import (
     replicated_records,
     unwrap_model,
 )
-from ._torch_frontend import TORCH, before_optimizer_step, describe_run
 
 __all__ = ["start", "Recorder"]
 
@@ -128,7 +128,7 @@ class Recorder(LifecycleRecorder):
         ]
         if self._state.rows:
             # The `batch_sizes` check: each call of the model is a batch (or of `generate`,
-            # `_startup`), whose samples `RowsSink` writes when it ends.
+            # `_launch.startup`), whose samples `RowsSink` writes when it ends.
             sink = recording.sink = _rows.RowsSink(recording.sink, self._writer)
             self._batch_hooks = [
                 MODULE_HOOKS.before(model, self._batch_begins, with_kwargs=True, first=True),
@@ -310,7 +310,7 @@ def _an_optimizer_exists():
 
 
 def start(state):
-    """Starts the recorder of this rank (``_startup`` calls it once torch is imported)."""
+    """Starts the recorder of this rank (``_launch.startup`` calls it once torch is imported)."""
     global _recorder
     # Before the program's `from torch.jit import script`: its hooks stay out of TorchScript.
     keep_hooks_out_of_torchscript()

@@ -1,7 +1,7 @@
 """The operator trace of a MindSpore recording: every primitive inside one record's cell, so that
 detcheck can name the first MindSpore operator where two runs part (docs/operators.md).
 
-The torch tracer's contract (``detcheck._ops``: the capture request, the file
+The torch tracer's contract (``detcheck._torch.ops``: the capture request, the file
 ``DIR/ops/rank0.dctrace``, the record names ``window/in{j}`` and
 ``op/{i:04d}/{cell}/{operator}/in{j}[<SOURCE]``, ``.../out{j}``, the ``site:op:{i}`` lines, one
 window per process), through what MindSpore lets Python see. In PyNative mode every operator a
@@ -18,8 +18,8 @@ arguments or results is traced:
   optimizer's window;
 - inputs are the ``mindspore.Tensor`` arguments (positional, then keyword), then the Python
   floats among them as float64 scalars (``<scalar``); outputs the tensors of the result
-  (``_contract.named_leaves``' order); a tensor's source is ``op{k}.out{m}`` or ``in{m}`` as for
-  torch.
+  (``_core.contract.named_leaves``' order); a tensor's source is ``op{k}.out{m}`` or ``in{m}`` as
+  for torch.
 
 Windows (step ``S``, occurrence ``k`` of the request):
 
@@ -46,9 +46,9 @@ import weakref
 import mindspore
 from mindspore.ops import Primitive
 
-from . import _evidence
-from ._contract import ROOT, named_leaves
-from ._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
+from .._core import evidence as _evidence
+from .._core.contract import ROOT, named_leaves
+from .._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
 
 __all__ = ["plan"]
 
@@ -110,7 +110,7 @@ class PrimitiveTracer:
 
     def __init__(self, step, label, to_host):
         self.writer = None
-        #: What the writer is handed for a tensor (``_mindspore_frontend.host``).
+        #: What the writer is handed for a tensor (``_mindspore.frontend.host``).
         self._host = to_host
         self.step = step
         self.label = label
@@ -230,7 +230,7 @@ def _say_unsupported(writer, why):
 
 
 def plan(current_step, model, writer, updates, to_host):
-    """The operator trace (``detcheck._contract.OperatorTrace``) of this process's capture
+    """The operator trace (``detcheck._core.contract.OperatorTrace``) of this process's capture
     request, or ``None`` (no request, another rank's, or a record with no window: module doc).
     ``current_step``: the engine's step getter; ``updates``: whether the optimizer's calls
     reach the engine; ``to_host``: a tensor as the writer takes it (the front end's ``host``)."""
@@ -259,7 +259,7 @@ def plan(current_step, model, writer, updates, to_host):
 
 
 class _Window:
-    """One window (``detcheck._ops._Window``'s life): its tracer, hooks and file."""
+    """One window (``detcheck._torch.ops._Window``'s life): its tracer, hooks and file."""
 
     def __init__(self, current_step, folder, step, to_host, label):
         self._current_step = current_step

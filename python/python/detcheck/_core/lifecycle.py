@@ -1,6 +1,6 @@
-"""The life of a zero-change recorder, whatever its framework: what ``detcheck._auto`` (PyTorch)
-and ``detcheck._mindspore_auto`` (MindSpore) share, so that both begin, end and stand down by
-the same rules (python/README.md, "Zero-change recording").
+"""The life of a zero-change recorder, whatever its framework: what ``detcheck._torch.auto``
+(PyTorch) and ``detcheck._mindspore.auto`` (MindSpore) share, so that both begin, end and stand down
+by the same rules (python/README.md, "Zero-change recording").
 
 ``LifecycleRecorder`` is their base class. It keeps the writer and the ``Recording`` once the
 model is found, the status (``waiting``, ``recording``, ``finished``, ``stood down``), the
@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 
-from ._detcheck import TraceWriter, _on_program_records, _program_records_itself
+from .._detcheck import TraceWriter, _on_program_records, _program_records_itself
 
 __all__ = ["LifecycleRecorder", "say"]
 
@@ -96,7 +96,7 @@ class LifecycleRecorder:
         import multiprocessing
 
         if multiprocessing.parent_process() is not None and not self._state.adopted:
-            # Unless it joined a process group as a rank (``_startup``: a
+            # Unless it joined a process group as a rank (``_launch.startup``: a
             # ``torch.multiprocessing.spawn`` worker).
             self.stand_down("a multiprocessing child is no rank")
             return None
@@ -114,7 +114,7 @@ class LifecycleRecorder:
         default), or in an unperturbed run (``DETCHECK_RECORD=end``) no record at all during the
         steps: ``finish`` records the end state; in a run of the ``batch_sizes`` check
         (``DETCHECK_RECORD=rows``) the model's inputs and its modules' outputs, which
-        ``_rows.RowsSink`` writes sample by sample."""
+        ``_torch.rows.RowsSink`` writes sample by sample."""
         if self._state.end_state_only:
             return {"records": (), "inputs": False, "loss": False}
         if self._state.rows:

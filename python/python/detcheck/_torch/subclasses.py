@@ -35,7 +35,7 @@ raises ``Unrecordable`` with the reason when there are no values to record. The 
   (``as_subclass``), noted with its class.
 
 ``shard_holders(model)`` finds the tensors FSDP2 keeps on its shards' memory besides the
-parameters (``_tensors.lendable``'s holders of a parameter's storage).
+parameters (``_torch.tensors.lendable``'s holders of a parameter's storage).
 
 ``transformed(tensor)`` says whether a tensor is one of ``torch.func``'s, and
 ``outside_transforms(tensor)`` is the context a recorder reads ``tensor`` in: the transforms

@@ -9,8 +9,8 @@ any source takes in the order they arrive (docs/causes.md, "a collective or redu
   ``src`` returns the senders) differs between the two runs every time, not by luck.
 - **The evidence.** The first receive from any source (``recv``/``irecv`` without ``src`` or
   ``group_src``) is noted with the program's line, as the fact ``site:any_source``
-  (``_evidence.fact``), which the recorder writes to the trace's environment, where the cause of
-  a divergence is decided.
+  (``_core.evidence.fact``), which the recorder writes to the trace's environment, where the cause
+  of a divergence is decided.
 
 Main type: none; one process-wide state (whether the rank has sent). Determinism: the wait is
 a function of the launch and the rank. Limits: only the first send of a run waits (later ones
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from . import _evidence
+from .._core import evidence as _evidence
 
 __all__ = ["install"]
 
@@ -35,7 +35,7 @@ _installed = False
 
 
 def _outside_compiled_graphs(fn: Any) -> Any:
-    from ._tensors import _outside_compiled_graphs as disable
+    from .._torch.tensors import _outside_compiled_graphs as disable
 
     return disable(fn)
 

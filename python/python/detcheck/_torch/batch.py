@@ -38,9 +38,9 @@ import torch
 import torch.utils._python_dispatch
 from torch.utils import _pytree as pytree
 
-from . import _evidence
-from ._contract import ROOT
-from ._torch_frontend import TORCH
+from .._core import evidence as _evidence
+from .._core.contract import ROOT
+from .frontend import TORCH
 
 __all__ = [
     "BatchInvariance",
@@ -296,7 +296,7 @@ def _shapes(tensors: list[torch.Tensor]) -> str:
 class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
     """Inside one call of one module: each ``aten`` operator that reads the batch (the
     module's inputs, or an output of such an operator), with the rows of one sample of its
-    outputs (``_rows``), in the order they run. Operators on parameters alone (a weight's
+    outputs (``_torch.rows``), in the order they run. Operators on parameters alone (a weight's
     transpose) are not the batch's and are left out."""
 
     def __init__(self, sample: int, size: int):
@@ -305,7 +305,7 @@ class _OperatorRows(torch.utils._python_dispatch.TorchDispatchMode):
         #: The tensors that hold the batch, by ``id`` (kept alive: no id is reused meanwhile).
         self.batch: dict[int, torch.Tensor] = {}
         self.calls: list[tuple[str, bytes, str]] = []
-        #: Each call's line in the program (``_evidence.call_site``), when a list is given.
+        #: Each call's line in the program (``_core.evidence.call_site``), when a list is given.
         self.sites: list[str | None] | None = None
 
     def holds(self, tensors) -> None:

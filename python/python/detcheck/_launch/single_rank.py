@@ -27,7 +27,7 @@ def _free_port():
 
 
 def fill():
-    """Sets the variables of a world of one that are not set (also what ``_startup`` gives a
+    """Sets the variables of a world of one that are not set (also what ``_launch.startup`` gives a
     DeepSpeed program at one rank, as DeepSpeed's launcher would)."""
     defaults = {
         "RANK": "0",

@@ -40,7 +40,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any, Callable, NamedTuple
 
-from ._detcheck import deterministic_settings
+from .._detcheck import deterministic_settings
 
 __all__ = ["seed_all", "Setting"]
 

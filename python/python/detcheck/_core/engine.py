@@ -1,6 +1,6 @@
 """The recording engine: one model's records, step by step, for every way of recording
-(``detcheck.torch.watch``, the zero-change recorder ``detcheck._auto``, the framework
-callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
+(``detcheck.torch.watch``, the zero-change recorder ``detcheck._torch.auto``, the framework
+callbacks), through a framework's front end (``detcheck._core.contract.FrontEnd``).
 
 ``Recording`` makes, per step:
 
@@ -22,9 +22,10 @@ callbacks), through a framework's front end (``detcheck._contract.FrontEnd``).
 - ``end/<param>`` when a zero-change recording ends (``record_end_state``: after the last step,
   or at exit); in an unperturbed run (``DETCHECK_RECORD=end``) nothing else: the recording
   is made with no record kind;
-- in a rank detcheck launched (``_evidence.installed()``), the evidence of a divergence's cause:
+- in a rank detcheck launched (``_core.evidence.installed()``), the evidence of a divergence's
+cause:
   ``init/<param>`` (the parameters when the recording starts), ``rng/*`` at
-  the model's first forward of each step, and what ``_evidence`` notes (``seed/*``,
+  the model's first forward of each step, and what ``_core.evidence`` notes (``seed/*``,
   ``data/indices``, each with its line) at the step it happens in (before the recording starts:
   at its first step); the ``data/outside`` digests of values that entered torch from the
   program's lines since its last record come before its next record (``_outside_first``).
@@ -44,12 +45,12 @@ reads a clock or a hash order.
 import weakref
 from typing import Any, Literal, TypeVar
 
-from . import _evidence
-from ._contract import ROOT, FrontEnd, Removable
+from . import evidence as _evidence
+from .contract import ROOT, FrontEnd, Removable
 
 __all__ = ["RECORDS", "Recording", "Handle"]
 
-#: The values that entered torch since the last record (``_evidence.OUTSIDE``, emptied in
+#: The values that entered torch since the last record (``_core.evidence.OUTSIDE``, emptied in
 #: place): a record's hook flushes them first when it is not empty.
 _OUTSIDE = _evidence.OUTSIDE
 
@@ -62,7 +63,7 @@ def _launch_asks_for_the_flow():
     """Whether this rank's launch asks for the data flow (``DETCHECK_RECORD=flow``, read by
     the launch contract's one reader, ``RecorderPlan``); a value it refuses records no flow
     (the zero-change recorder's start-up says why)."""
-    from ._detcheck import recorder_plan
+    from .._detcheck import recorder_plan
 
     try:
         return recorder_plan()[2] == "flow"
@@ -115,7 +116,7 @@ class Recording:
         self._stamped = None
         #: (step, name) -> records of evidence so far: the k of their ``site:`` keys.
         self._evidence_counts: dict[tuple[int, str], int] = {}
-        #: ``_evidence``'s sink while this recording takes the evidence, or ``None``.
+        #: ``_core.evidence``'s sink while this recording takes the evidence, or ``None``.
         self._evidence_sink = None
         #: With ``module_inputs``: the tensors recorded this step, by ``id``: (a reference
         #: that gives the tensor back while it lives, its version then).
@@ -219,7 +220,7 @@ class Recording:
 
     def _outside_first(self):
         """The values that entered torch since the last record: their ``data/outside``
-        records, before the next record (``_evidence.flush_outside``)."""
+        records, before the next record (``_core.evidence.flush_outside``)."""
         if self._evidence_sink is not None:
             _evidence.flush_outside()
 

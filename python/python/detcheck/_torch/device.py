@@ -62,7 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._detcheck import supported_dtypes
+from .._detcheck import supported_dtypes
 
 #: Bytes per chunk of the tree digest (fixed by the definition; never change it).
 CHUNK_BYTES = 4096
@@ -372,7 +372,7 @@ if INTERPRETED != _interpreted(tl.sum):
     # kernels when this module is: a kernel of one kind cannot call functions of the other.
     raise ImportError(
         "TRITON_INTERPRET changed between the first `import triton` and `import "
-        "detcheck._device`: set it (or not) before anything imports triton"
+        "detcheck._torch.device`: set it (or not) before anything imports triton"
     )
 
 

@@ -1,15 +1,15 @@
 """Zero-change recording of a MindSpore program: the recorder the start-up hook
-(``detcheck._startup``) starts in a rank's process once ``mindspore`` is imported, which records
-a MindSpore script that never imports detcheck (docs/mindspore.md is the long form).
+(``detcheck._launch.startup``) starts in a rank's process once ``mindspore`` is imported, which
+records a MindSpore script that never imports detcheck (docs/mindspore.md is the long form).
 
-``Recorder`` follows PyTorch's rules (``detcheck._auto``), through what MindSpore offers:
+``Recorder`` follows PyTorch's rules (``detcheck._torch.auto``), through what MindSpore offers:
 
 - **The model** is the first ``nn.Cell`` with trainable parameters whose call runs at the top
   level (not inside another cell's), looked through MindSpore's training wrappers
-  (``_mindspore_frontend.unwrap_cell``: ``TrainOneStepCell``, ``WithLossCell``...). It is found
+  (``_mindspore.frontend.unwrap_cell``: ``TrainOneStepCell``, ``WithLossCell``...). It is found
   by wrapping ``nn.Cell.__call__`` (the class's, for every cell), a wrapper removed again at the
-  end of the first step; from then on an ``_engine.Recording`` records it through the cells' own
-  forward hooks: ``in/(model).N``, ``fwd/<cell>``, ``grad/<param>``, ``param/<param>``.
+  end of the first step; from then on an ``_core.engine.Recording`` records it through the cells'
+  own forward hooks: ``in/(model).N``, ``fwd/<cell>``, ``grad/<param>``, ``param/<param>``.
 - **The loss** is the output of the first loss cell (``nn.LossBase``) that runs outside the
   model in the first step; a forward hook on it records ``loss`` every step.
 - **Steps.** Every call of an optimizer (``nn.Optimizer.__call__``, wrapped for the class) is
@@ -25,15 +25,15 @@ a MindSpore script that never imports detcheck (docs/mindspore.md is the long fo
   so (docs/mindspore.md).
 
 - **Ranks** (``--launcher msrun``): ``grad/*`` and ``param/*`` are replicated records when the
-  ranks hold them alike (``_contract.replicated_records``): MindSpore's data-parallel mode, or a
-  ``nn.DistributedGradReducer`` called before the first step's optimizer (the gradients it is
+  ranks hold them alike (``_core.contract.replicated_records``): MindSpore's data-parallel mode, or
+  a ``nn.DistributedGradReducer`` called before the first step's optimizer (the gradients it is
   given are then the allreduce's); the loss, inputs and forward outputs are each rank's own.
   After the ``DETCHECK_STOP_AFTER``-th step the rank leaves as at its end (``_before_exit``):
   msrun's scheduler waits for every worker to say goodbye.
 
 The trace is finished at interpreter exit and on SIGTERM; the recorder stands down when the
 program records itself (the native ``_program_records`` channel); forked children never record.
-That life, the same for torch's recorder, is ``_lifecycle.LifecycleRecorder``'s; this module
+That life, the same for torch's recorder, is ``_core.lifecycle.LifecycleRecorder``'s; this module
 adds MindSpore's wrappers and how they find the model and the steps. Nothing here raises into
 the program: a failure is one ``detcheck:`` line on stderr.
 
@@ -46,10 +46,10 @@ import os
 
 from mindspore import nn
 
-from ._contract import replicated_records
-from ._engine import Recording
-from ._lifecycle import LifecycleRecorder, say
-from ._mindspore_frontend import (
+from .._core.contract import replicated_records
+from .._core.engine import Recording
+from .._core.lifecycle import LifecycleRecorder, say
+from .frontend import (
     MindSporeFrontEnd,
     data_parallel,
     describe_run,
@@ -338,7 +338,8 @@ class Recorder(LifecycleRecorder):
 
 
 def start(state):
-    """Starts the recorder of this rank (``_startup`` calls it once mindspore is imported)."""
+    """Starts the recorder of this rank (``_launch.startup`` calls it once mindspore is
+    imported)."""
     global _recorder
     _recorder = Recorder(state)
     _recorder.install()

@@ -1,10 +1,10 @@
-"""The PyTorch front end of the recorder contract (``detcheck._contract``): ``TORCH``, what the
-engine (``detcheck._engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches the
-writer: plain tensors from the host (``_tensors.host``), or lent to it with no copy where
-``_tensors.lendable`` allows (a module's output; a step's gradients and parameters, seen
-together by ``put_state``), tensor subclasses through their data (``_subclasses``), CUDA
-tensors through the device kernels when device digests are on (``_device_records``), and the
-operator tracer of a capture re-run (``_ops``); and, in a rank detcheck launched, the evidence
+"""The PyTorch front end of the recorder contract (``detcheck._core.contract``): ``TORCH``, what the
+engine (``detcheck._core.engine``) needs of torch, and ``TorchSink``, how a torch tensor reaches the
+writer: plain tensors from the host (``_torch.tensors.host``), or lent to it with no copy where
+``_torch.tensors.lendable`` allows (a module's output; a step's gradients and parameters, seen
+together by ``put_state``), tensor subclasses through their data (``_torch.subclasses``), CUDA
+tensors through the device kernels when device digests are on (``_torch.device_records``), and the
+operator tracer of a capture re-run (``_torch.ops``); and, in a rank detcheck launched, the evidence
 of causes torch gives (``install_evidence``): its generators, their seeding calls, the sample
 indices data loaders fetch, and the values that enter torch from the program's lines
 (``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy``).
@@ -19,9 +19,10 @@ import sys
 
 import torch
 
-from . import _evidence, _subclasses
-from ._contract import capabilities
-from ._tensors import (
+from .._core import evidence as _evidence
+from .._core.contract import capabilities
+from . import subclasses as _subclasses
+from .tensors import (
     MODULE_HOOKS,
     PLAIN,
     Hook,
@@ -50,7 +51,7 @@ class TorchSink:
 
     def __init__(self, writer, device_digests, model=None):
         self._writer = writer
-        #: What the writer takes (``_contract.capabilities``: declared, never probed).
+        #: What the writer takes (``_core.contract.capabilities``: declared, never probed).
         self._takes = capabilities(writer)
         #: ``True``, ``False`` or ``None`` (on for CUDA tensors where Triton runs).
         self._device_digests = device_digests
@@ -60,7 +61,7 @@ class TorchSink:
         #: The writer's in-place path for lent tensors (``lendable``), where it has one.
         self._record_lent = writer._record_lent if "lent" in self._takes else None
         self._model = model
-        #: ``_subclasses.shard_holders`` of the model, once asked (``False`` before).
+        #: ``_torch.subclasses.shard_holders`` of the model, once asked (``False`` before).
         self._shard_holders = False
         if device_digests and "digested" not in self._takes:
             raise TypeError(
@@ -82,7 +83,7 @@ class TorchSink:
     def put_state(self, step, items, replicated):
         """Records one step's gradients or parameters (``(name, tensor)`` pairs, in their
         order) as ``put`` with ``state`` does, after looking at all of them: a tensor whose
-        storage no one holds but them, their bases and FSDP2 (``_tensors.visible_holders``) is
+        storage no one holds but them, their bases and FSDP2 (``_torch.tensors.visible_holders``) is
         lent to the writer rather than copied (``lendable``'s second rule)."""
         resolved = [
             (
@@ -104,7 +105,7 @@ class TorchSink:
                 self._guarded(name, tensor, self._record, step, name, found, holders)
 
     def _framework_holders(self):
-        """The tensors FSDP2 keeps on its shards' memory (``_subclasses.shard_holders``), or
+        """The tensors FSDP2 keeps on its shards' memory (``_torch.subclasses.shard_holders``), or
         none."""
         if self._shard_holders is False:
             model = self._model
@@ -127,7 +128,7 @@ class TorchSink:
 
     def _resolve(self, name, tensor, replicated, state):
         """``(tensor, replicated, placement)``: the plain tensor to record for ``tensor``
-        (``_subclasses.plain``, noted once where it is not the tensor itself), whether it is
+        (``_torch.subclasses.plain``, noted once where it is not the tensor itself), whether it is
         replicated, and its placement where it is a shard."""
         if (
             type(tensor) not in PLAIN
@@ -201,7 +202,7 @@ class TorchSink:
         if self._device is not None or "digested" not in self._takes:
             return
         try:
-            from ._device_records import DeviceRecords
+            from .device_records import DeviceRecords
 
             self._device = DeviceRecords(self._writer, run_on_cpu=bool(self._device_digests))
         except ImportError as e:  # no Triton: the host path, unless asked for explicitly
@@ -220,7 +221,7 @@ class TorchSink:
 
 
 class _TorchFrontEnd:
-    """The ``FrontEnd`` of PyTorch (``detcheck._contract``)."""
+    """The ``FrontEnd`` of PyTorch (``detcheck._core.contract``)."""
 
     name = "torch"
 
@@ -258,11 +259,11 @@ class _TorchFrontEnd:
         return TorchSink(writer, device_digests, model)
 
     def operator_trace(self, current_step, model, writer, updates):
-        from ._detcheck import capture_request
+        from .._detcheck import capture_request
 
         if capture_request() is None:
             return None
-        from . import _ops  # imports torch's dispatch machinery: only for a capture re-run
+        from . import ops as _ops  # imports torch's dispatch machinery: only for a capture re-run
 
         return _ops.plan(current_step, model, writer, updates)
 
@@ -305,11 +306,11 @@ def _closure_of(optimizer, args, kwargs):
 
 
 def before_optimizer_step(recording, optimizer, args, kwargs):
-    """What a torch optimizer's step pre-hook does for ``recording`` (an ``_engine.Recording``):
-    ends the backward (records ``grad/*``); or, when ``step()`` is given a closure (Lightning's
-    automatic optimization, LBFGS: forward and backward run inside the step), returns the
-    arguments with the closure wrapped so that the gradients are recorded when it first
-    returns."""
+    """What a torch optimizer's step pre-hook does for ``recording`` (an
+    ``_core.engine.Recording``): ends the backward (records ``grad/*``); or, when ``step()`` is
+    given a closure (Lightning's automatic optimization, LBFGS: forward and backward run inside the
+    step), returns the arguments with the closure wrapped so that the gradients are recorded when it
+    first returns."""
     where = _closure_of(optimizer, args, kwargs)
     if where is None:
         recording.end_backward()
@@ -337,7 +338,7 @@ def _cuda_state():
 
 
 #: Up to this many bytes, a value entering torch is digested whole; above, from
-#: ``_SAMPLES`` evenly spaced elements (``_evidence``'s module doc).
+#: ``_SAMPLES`` evenly spaced elements (``_core.evidence``'s module doc).
 _WHOLE = 1 << 16
 _SAMPLES = 1024
 
@@ -380,7 +381,7 @@ def _parts(result, data, numpy):
 
 def _entering(original, data_argument, numpy):
     """``original`` (``torch.tensor``, ...), wrapped to digest the values it takes in from the
-    program's own lines (``_evidence.entered``). It never changes the result, and does nothing
+    program's own lines (``_core.evidence.entered``). It never changes the result, and does nothing
     while torch compiles (Dynamo inlines the wrapper and sees only ``original``), under a
     dispatch mode (fake tensors, the operator tracer) or in a process that is no rank (a
     data-loader worker)."""
@@ -436,7 +437,7 @@ def _same_in_torchscript(original, wrapper):
 
 def _note_saved_files():
     """``torch.save`` to a path opens its file in C++, unseen by the audit hook of
-    ``_evidence.opened``: the path is noted here."""
+    ``_core.evidence.opened``: the path is noted here."""
     save = torch.save
     if getattr(save, "_detcheck_noted", False):
         return
@@ -455,7 +456,7 @@ def _note_saved_files():
 
 
 def _note_where_models_are_built():
-    """The line that built each model (``_evidence.note_module_built``), from torch's global
+    """The line that built each model (``_core.evidence.note_module_built``), from torch's global
     parameter registration hook: it runs while a module is constructed, never in a step."""
     from torch.nn.modules import module as module_py
 
@@ -517,7 +518,7 @@ def _note_splits():
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
-    lines, for ``_evidence`` (a rank detcheck launched)."""
+    lines, for ``_core.evidence`` (a rank detcheck launched)."""
     _evidence.add_generator("torch", lambda: torch.get_rng_state().numpy().tobytes())
     _evidence.add_generator("cuda", _cuda_state)
     for owner in (torch, torch.random):

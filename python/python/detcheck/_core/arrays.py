@@ -16,7 +16,7 @@ tensor's bytes are (real, imaginary) pairs, as numpy's complex64 and complex128.
 
 import sys
 
-from ._detcheck import supported_dtypes
+from .._detcheck import supported_dtypes
 
 #: The dtype names detcheck records (numpy's, and torch's and ml_dtypes' bfloat16 and 8-bit
 #: floats): the native module's one table.

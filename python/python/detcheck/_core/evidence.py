@@ -8,7 +8,7 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
 - ``rng/<generator>``: the generator's state at the start of a step, recorded only when the
   generator was drawn from since it was last looked at: an unseeded generator that nothing draws
   from is never recorded, so it is never named as a cause;
-- ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch_frontend``);
+- ``data/indices``: the sample indices a data loader fetches (the front end's, ``_torch.frontend``);
 - ``data/outside``: a digest of the values that entered torch at one line of the program
   (``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy`` called from the program's own
   files: the front end's wrappers call ``entered``), one record per line between two of the
@@ -19,8 +19,8 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
   ``site:unseeded_global``, the line of the program's first draw from numpy's global generator
   (or read of its state, from which a library derives a seed) before anything seeded it,
-  ``site:any_source`` (``_arrival``), and in a rank a process started itself
-  (``_startup._adopt``), ``site:parent_seeded``: where that process first seeded a generator
+  ``site:any_source`` (``_launch.arrival``), and in a rank a process started itself
+  (``_launch.startup._adopt``), ``site:parent_seeded``: where that process first seeded a generator
   (``SEEDED_VAR``, passed on in the environment), whose seed the rank does not inherit;
 - ``detcheck.files``: the files outside the launch's private folder that the program opened
   (``install_file_audit``: Python's ``open`` audit event, so ``open``, ``os.open``,
@@ -103,7 +103,7 @@ OUTSIDE: dict[tuple[str, int], list[int]] = {}
 #: The most lines whose values are digested between two records (the rest are not noted).
 _MAX_OUTSIDE_LINES = 64
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # detcheck/, above _core/
 
 
 def _prefixes(*keys: str) -> tuple[str, ...]:
