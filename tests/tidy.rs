@@ -405,7 +405,7 @@ fn the_checker_finds_crate_paths() {
 /// framework front end (`FRONT_ENDS`), `_launch` (the start-up hook of a launched rank); the
 /// public modules and the integrations are at the top. A folder's `__init__.py` is named by the
 /// folder and comes before its modules. A new module must be placed here.
-const PYTHON_LAYERS: [&str; 36] = [
+const PYTHON_LAYERS: [&str; 38] = [
     "_core",
     "_core.contract",
     "_core.arrays",
@@ -424,12 +424,14 @@ const PYTHON_LAYERS: [&str; 36] = [
     "_torch.batch",
     "_torch.rows",
     "_torch.auto",
+    "_torch.plugin",
     "logprobs",
     "torch",
     "_mindspore",
     "_mindspore.ops",
     "_mindspore.frontend",
     "_mindspore.auto",
+    "_mindspore.plugin",
     "mindspore",
     "_callbacks",
     "_launch",

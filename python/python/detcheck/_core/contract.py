@@ -19,6 +19,10 @@ And what a writer takes (``capabilities``): every writer takes ``record`` and
 ``record_replicated``; more only where its class declares it (``CAPABILITIES``, the native
 ``TraceWriter``'s), never found by probing the writer for a method.
 
+And how the start-up hook starts a front end in a launched rank (``Plugin``): each framework's
+folder declares one (``_torch/plugin.py``, ``_mindspore/plugin.py``), so the next framework
+adds a folder and one line in the hook's list (``detcheck._launch.startup``), not a copy of it.
+
 Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
 optimizer hooks, the zero-change recorder's global hooks, a framework callback).
 
@@ -26,12 +30,14 @@ Imports nothing: the contract holds for every framework.
 """
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
 __all__ = [
     "ROOT",
     "FrontEnd",
     "OperatorTrace",
+    "Plugin",
     "Removable",
     "RemovedOnce",
     "TensorSink",
@@ -42,6 +48,22 @@ __all__ = [
 
 #: The label of the model itself in record names (``fwd/(model)``, ``in/(model).0``).
 ROOT = "(model)"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A framework front end as the start-up hook starts it in a launched rank, once the program
+    imports ``framework`` (the first framework imported is the one recorded): the hint table's
+    ``framework`` rows under ``--deterministic``, then ``install_evidence()`` (a failure is said
+    as "cannot follow ``follows``"), then ``start(state)``, which returns the recorder. The
+    callables import the framework's modules when called, never before."""
+
+    #: The module whose import starts the front end; its name in the trace and the hint table.
+    framework: str
+    #: What its evidence follows, for the one line said when it cannot.
+    follows: str
+    install_evidence: Callable[[], None]
+    start: Callable[[Any], Any]
 
 
 def named_leaves(

@@ -51,10 +51,18 @@ becomes the rank its group gives it when it joins one, and the run has as many r
 """
 
 import atexit
+import functools
 import importlib.abc
 import importlib.util
 import os
 import sys
+
+from .._mindspore.plugin import PLUGIN as _MINDSPORE
+from .._torch.plugin import PLUGIN as _TORCH
+
+#: The framework front ends, a plugin each (``_core.contract.Plugin``; tests/tidy.rs's
+#: ``FRONT_ENDS``): the first one the program imports is recorded.
+_FRONT_ENDS = (_TORCH, _MINDSPORE)
 
 #: The variable that names the rank's recording process.
 PID_VAR = "DETCHECK_RECORDER_PID"
@@ -179,20 +187,28 @@ def _apply(stack):
     _settings.apply(_asked(_settings.settings(stack)), _state.seed)
 
 
-def _torch_imported(module):
+def _framework_imported(plugin, module):
+    """The program imported ``plugin``'s framework: its recorder starts, unless another
+    framework's runs (one framework per process)."""
     if _state.framework is not None:
-        return  # MindSpore's recorder runs: one framework per process
-    _state.framework = "torch"
+        return
+    _state.framework = plugin.framework
     if _state.deterministic:
-        _apply("torch")
+        _apply(plugin.framework)
     if _evidence_wanted():
         try:
-            from .._torch import frontend as _torch_frontend
-
-            _torch_frontend.install_evidence()
+            plugin.install_evidence()
         except Exception as e:
-            _say(f"cannot follow torch's generators and data loaders: {e!r}")
-    _follow_the_group(module)
+            _say(f"cannot follow {plugin.follows}: {e!r}")
+    if plugin.framework == "torch":
+        _join_the_launch(module)
+    _state.recorder = plugin.start(_state)
+
+
+def _join_the_launch(torch_module):
+    """What a torch program's process group needs of the launch: followed when it joins one
+    (``_follow_the_group``); at one rank, a world of one; at several, arrival order varied."""
+    _follow_the_group(torch_module)
     if _state.adopted:
         pass  # its process group exists already
     elif _state.world_size == 1:
@@ -207,30 +223,9 @@ def _torch_imported(module):
             from .._detcheck import first_send_delay
             from . import arrival as _arrival
 
-            _arrival.install(module.distributed, first_send_delay())
+            _arrival.install(torch_module.distributed, first_send_delay())
         except Exception as e:
             _say(f"cannot vary the order in which point-to-point messages arrive: {e!r}")
-    from .._torch import auto as _auto
-
-    _state.recorder = _auto.start(_state)
-
-
-def _mindspore_imported(module):
-    if _state.framework is not None:
-        return  # torch's recorder runs: one framework per process
-    _state.framework = "mindspore"
-    if _state.deterministic:
-        _apply("mindspore")
-    if _evidence_wanted():
-        try:
-            from .._mindspore import frontend as _mindspore_frontend
-
-            _mindspore_frontend.install_evidence()
-        except Exception as e:
-            _say(f"cannot follow MindSpore's seed: {e!r}")
-    from .._mindspore import auto as _mindspore_auto
-
-    _state.recorder = _mindspore_auto.start(_state)
 
 
 def _write_whole(path, text):
@@ -311,15 +306,15 @@ def activate():
             _keep_failures_readable()
         except Exception as e:
             _say(f"cannot keep this rank's failures readable: {e!r}")
-        callbacks = {"torch": _torch_imported, "mindspore": _mindspore_imported}
+        callbacks = {p.framework: functools.partial(_framework_imported, p) for p in _FRONT_ENDS}
         if deterministic:
             _apply_python_now_and_numpy_later(callbacks)
         if _evidence_wanted():
             _follow_generators(callbacks)
-        for name, imported in (("torch", _torch_imported), ("mindspore", _mindspore_imported)):
-            if name in sys.modules:  # imported by another .pth file
-                callbacks.pop(name)
-                imported(sys.modules[name])
+        for plugin in _FRONT_ENDS:
+            if plugin.framework in sys.modules:  # imported by another .pth file
+                callbacks.pop(plugin.framework)
+                _framework_imported(plugin, sys.modules[plugin.framework])
         if callbacks:
             sys.meta_path.insert(0, _AfterImport(callbacks))
         if _state.rows:
@@ -480,7 +475,7 @@ def _adopt(rank, world_size, frame, torch_module):
         # The mark that makes the launch count this rank (``detcheck::launch::RankFiles``).
         _write_whole(files["started"], f"{where or '?'}\n")
     atexit.register(_at_exit)
-    _torch_imported(torch_module)
+    _framework_imported(_TORCH, torch_module)
 
 
 def _adopt_forked(rank, world_size, frame, torch_module):

@@ -1,0 +1,20 @@
+"""MindSpore as a plugin of the start-up hook (``detcheck._core.contract.Plugin``): the recorder
+starts once the program imports ``mindspore``. Nothing of MindSpore is imported here: the front
+end's modules are imported when the hook calls them."""
+
+from .._core.contract import Plugin
+
+
+def _install_evidence() -> None:
+    from .frontend import install_evidence
+
+    install_evidence()
+
+
+def _start(state):
+    from .auto import start
+
+    return start(state)
+
+
+PLUGIN = Plugin("mindspore", "MindSpore's seed", _install_evidence, _start)
