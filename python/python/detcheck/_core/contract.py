@@ -41,6 +41,7 @@ __all__ = [
     "Removable",
     "RemovedOnce",
     "TensorSink",
+    "Window",
     "capabilities",
     "named_leaves",
     "replicated_records",
@@ -176,6 +177,43 @@ class OperatorTrace(Protocol):
 
     def remove(self) -> None:
         """Removes the tracer's hooks and closes its file."""
+
+
+class Window:
+    """What every framework's operator-trace window shares: its state (the step getter, the
+    trace's folder, the window's step, its tracer, the hooks it holds, whether it is over) and
+    ``OperatorTrace``'s answers where a window does nothing. A front end's window opens its
+    file, traces and ends (``remove``) its own way (``_torch/ops.py``, ``_mindspore/ops.py``)."""
+
+    def __init__(self, current_step: Callable[[], int], folder: Any, step: int, tracer: Any):
+        self._current_step = current_step
+        self._folder = folder
+        self._step = step
+        self.tracer = tracer
+        self._hooks: list[Any] = []
+        self._done = False
+
+    def _now(self) -> bool:
+        """Whether the program is in the window's step."""
+        return bool(self._current_step() == self._step)
+
+    def pause(self) -> None:
+        self.tracer.pause()
+
+    def resume(self) -> None:
+        self.tracer.resume()
+
+    def call_began(self, module: Any, args: Any, kwargs: Any) -> None:
+        """The model's call during which the recording began is under way."""
+
+    def step_ends(self) -> None:
+        """The step's forward and backward are over (before the gradients are recorded)."""
+
+    def before_update(self) -> None:
+        """The optimizer's update begins (after the gradients are recorded)."""
+
+    def after_update(self) -> None:
+        """The optimizer's update is done (before the parameters are recorded)."""
 
 
 class FrontEnd(Protocol):

@@ -57,6 +57,7 @@ import importlib.util
 import os
 import sys
 
+from .._core.lifecycle import say as _say
 from .._mindspore.plugin import PLUGIN as _MINDSPORE
 from .._torch.plugin import PLUGIN as _TORCH
 
@@ -111,14 +112,6 @@ class _State:
                     os.remove(path)
             except OSError:
                 pass
-
-
-def _say(message):
-    try:
-        sys.stderr.write(f"detcheck: {message}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -47,7 +47,7 @@ import mindspore
 from mindspore.ops import Primitive
 
 from .._core import evidence as _evidence
-from .._core.contract import ROOT, named_leaves
+from .._core.contract import ROOT, Window, named_leaves
 from .._detcheck import TraceWriter, capture_request, operator_record_name, window_record_name
 
 __all__ = ["plan"]
@@ -258,25 +258,12 @@ def plan(current_step, model, writer, updates, to_host):
     return None
 
 
-class _Window:
-    """One window (``detcheck._torch.ops._Window``'s life): its tracer, hooks and file."""
+class _Window(Window):
+    """One window: its tracer, its hooks, its file (``detcheck._torch.ops._Window``'s life;
+    here ``_open`` also wraps the primitives)."""
 
     def __init__(self, current_step, folder, step, to_host, label):
-        self._current_step = current_step
-        self._folder = folder
-        self._step = step
-        self.tracer = PrimitiveTracer(step, label, to_host)
-        self._hooks = []
-        self._done = False
-
-    def _now(self):
-        return self._current_step() == self._step
-
-    def pause(self):
-        self.tracer.pause()
-
-    def resume(self):
-        self.tracer.resume()
+        super().__init__(current_step, folder, step, PrimitiveTracer(step, label, to_host))
 
     def _open(self):
         """Creates the file and wraps the primitives; ``False`` when this process already
@@ -304,15 +291,6 @@ class _Window:
             except Exception:
                 pass
         self._hooks = []
-
-    def step_ends(self):
-        """The step's forward and backward are over."""
-
-    def before_update(self):
-        """The optimizer's call begins."""
-
-    def after_update(self):
-        """The optimizer's call is over."""
 
     def remove(self):
         if not self._done or self._hooks or self.tracer.writer is not None:

@@ -121,7 +121,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._core import evidence as _evidence
-from .._core.contract import ROOT
+from .._core.contract import ROOT, Window
 from .._detcheck import (
     TraceWriter,
     capture_request,
@@ -478,7 +478,7 @@ def _replayed(folder, step, call, writer):
         return None
 
 
-class _Window:
+class _Window(Window):
     """One window of a recording: its tracer, its hooks, its file; the engine's
     ``OperatorTrace``. The engine calls ``step_ends()`` before it records the gradients,
     ``before_update()`` after, ``after_update()`` before it records the parameters,
@@ -488,22 +488,8 @@ class _Window:
     _full = False
 
     def __init__(self, current_step, folder, step, label):
-        self._current_step = current_step
-        self._folder = folder
-        self._step = step
-        self.tracer = OpTracer(step, label)
-        self._hooks = []
+        super().__init__(current_step, folder, step, OpTracer(step, label))
         self._entered = False
-        self._done = False
-
-    def _now(self):
-        return self._current_step() == self._step
-
-    def pause(self):
-        self.tracer.pause()
-
-    def resume(self):
-        self.tracer.resume()
 
     def _open_file(self):
         """Creates the file; ``False`` when this process already opened its window."""
@@ -538,20 +524,6 @@ class _Window:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-
-    def call_began(self, module, args, kwargs):
-        """The model's call during which the recording began is under way (its pre-hooks,
-        ours among them, were collected before ours were added)."""
-
-    def step_ends(self):
-        """Called when a step ends, before ``watch`` records the gradients."""
-
-    def before_update(self):
-        """Called in ``optimizer.step()``'s pre-hook, after ``watch`` recorded the gradients."""
-
-    def after_update(self):
-        """Called in ``optimizer.step()``'s post-hook, before ``watch`` records the
-        parameters."""
 
     def remove(self):
         """Ends the window now (``watch``'s ``remove()``, or its step is over)."""
