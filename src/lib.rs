@@ -62,6 +62,7 @@ pub mod comm;
 pub mod compare;
 pub mod data;
 pub mod device;
+pub mod diagnose;
 pub mod file;
 pub mod launch;
 mod picture;

@@ -63,7 +63,7 @@ fn only_crates_off_the_deterministic_path_use_num_traits() {
 
 /// The layers, bottom first. A new top-level module must be placed here (and in
 /// ARCHITECTURE.md's code map).
-const LAYERS: [&str; 14] = [
+const LAYERS: [&str; 15] = [
     "value",
     "record",
     "file",
@@ -76,6 +76,7 @@ const LAYERS: [&str; 14] = [
     "checkpoint",
     "scenario",
     "run",
+    "diagnose",
     "check",
     "cli",
 ];

@@ -45,23 +45,21 @@
 //! the two runs' perturbations differ in every round, so an order-dependent reduction with three or
 //! more ranks is caught every time.
 
-mod element;
 mod kinds;
 mod session;
-mod settings;
 
+pub use crate::diagnose::SettingsFinding;
 pub use crate::run::{CheckOptions, RunError};
 pub use kinds::ONE_RANK_HAS_NO_REPLICAS;
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
 pub use session::{launcher_rank, launcher_size, mpi_skip_reason, Session, SessionError};
-pub use settings::SettingsFinding;
 
 use crate::compare::curves::Curve;
 use crate::compare::{
-    compare_traces, decide_cause, CauseClass, Comparison, Divergence, DivergenceMap, RecordSummary,
-    TraceView,
+    compare_traces, CauseClass, Comparison, Divergence, DivergenceMap, RecordSummary, TraceView,
 };
+use crate::diagnose::decide_cause;
 use crate::record::overflow::{first_overflow, Overflow};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, RunRequest, Runner, ThreadRunner};
@@ -355,7 +353,7 @@ fn describe_stats(s: &Stats) -> String {
     text
 }
 
-/// Names the cause of a program's `repeat` divergence (`compare::decide_cause`). The hash seed,
+/// Names the cause of a program's `repeat` divergence (`diagnose::decide_cause`). The hash seed,
 /// which detcheck changes from launch to launch on purpose, is left out of the environment
 /// differences unless it is the cause: shown there, it would be a false lead.
 /// `repeats_with_one_hash_seed`: whether a run with run 1's hash seed repeated run 1 (`None`:
@@ -725,7 +723,7 @@ fn deterministic_settings(
                         variant.program = Program::Command(Arc::new(changed));
                         kinds::run_of(runner, &variant, options, k)
                     };
-                    Some(settings::which_settings_fix(
+                    Some(crate::diagnose::settings::which_settings_fix(
                         &repeat.comparison,
                         scenario.spec.seed,
                         runs.first,

@@ -15,8 +15,9 @@ use detcheck::compare::curves::{
     compare_curves, load_curve, write_curve_plots, CurveComparison, Tolerance,
 };
 use detcheck::compare::{
-    compare_dumps, decide_cause, CauseClass, CompareOptions, Comparison, Divergence, RecordSummary,
+    compare_dumps, CauseClass, CompareOptions, Comparison, Divergence, RecordSummary,
 };
+use detcheck::diagnose::decide_cause;
 use detcheck::file::{write_atomically, DumpMode};
 use detcheck::launch::capture::read_window_inputs;
 use detcheck::launch::{Capture, InsideRequest};

@@ -43,24 +43,24 @@
 //! format.
 
 pub mod align;
-mod cause;
+pub(crate) mod cause;
 pub mod curves;
 mod element;
 mod map;
-mod operator;
+pub(crate) mod operator;
 mod shards;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use cause::FRAMEWORK_KEY;
-pub use cause::{decide_cause, Cause, CauseClass};
+pub use cause::{Cause, CauseClass};
 pub use element::{ElementDetail, NoElementDetail};
 pub use map::{DivergenceMap, MapCell};
-pub use operator::{
-    find_operator, operator_record_name, random_operator, traced_window, window_record_name,
-    InputSource, OperatorCall, OperatorFinding, Port, SampleRows,
-};
 pub(crate) use operator::{operator_call, window_input_index};
+pub use operator::{
+    operator_record_name, traced_window, window_record_name, InputSource, OperatorCall,
+    OperatorFinding, Port, SampleRows,
+};
 pub(crate) use shards::{is_sharded, put_together};
 
 use crate::file::format::Entry;

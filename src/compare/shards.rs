@@ -10,7 +10,7 @@
 //! (`value/position.rs`), equal to the digest of the whole tensor whatever the world size; two
 //! runs' groups are compared by dtype, global shape and that digest. [`put_together`] puts
 //! captured shards together into the global tensor (a check's re-runs capture each rank's
-//! shard: `check/element.rs`), so the first differing element is named by its global index.
+//! shard: `diagnose/element.rs`), so the first differing element is named by its global index.
 //!
 //! A group that cannot be put together (a shard missing, overlapping boxes, ranks that disagree
 //! on the global shape), or a sharded record whose other side is a whole record without a

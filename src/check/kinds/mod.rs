@@ -40,10 +40,10 @@ pub(crate) use backends::backends_applies;
 pub(crate) use devices::NO_GPU;
 pub use replicas::ONE_RANK_HAS_NO_REPLICAS;
 
-use crate::check::element::{self, Side};
 use crate::check::{CheckOutcome, CURVE_NAME};
 use crate::compare::curves::{curve_of_trace, Curve};
 use crate::compare::{Comparison, Difference, Divergence, ElementFinding, NoElementDetail};
+use crate::diagnose::element::{self, Side};
 use crate::record::Trace;
 use crate::run::{perturbation, runner_for, CheckOptions, RunError, RunRequest, Runner};
 use crate::scenario::{CheckKind, LoadedScenario, Program, RunPlan};

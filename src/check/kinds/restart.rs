@@ -17,8 +17,8 @@
 //! a program saves at the end of a run, not every N steps (ARCHITECTURE.md, known limits).
 
 use super::{curves_of, CheckUnit, Compared, Drill, Pair, Runs};
-use crate::check::element::Side;
 use crate::compare::{compare_traces, Divergence, TraceView};
+use crate::diagnose::element::Side;
 use crate::file::{DumpError, FolderLock};
 use crate::run::{perturbation, runner_for, RunError, RunRequest};
 use crate::scenario::RunPlan;

@@ -13,8 +13,8 @@
 
 use super::series::compare_series;
 use super::{run_of, CheckUnit, Compared, Drill, Pair, Runs};
-use crate::check::element::Side;
 use crate::compare::{compare_traces, is_evidence, is_sharded, Divergence, TraceView};
+use crate::diagnose::element::Side;
 use crate::record::{Record, Trace};
 use crate::run::{perturbation, runner_for, RunError, RunRequest};
 use crate::scenario::{LoadedScenario, RunPlan};

@@ -3,7 +3,7 @@
 //! do.
 //!
 //! When `repeat` holds with every setting, the program is run twice without them. Identical:
-//! none is needed. Otherwise the cause of that divergence (`compare::decide_cause`) names the
+//! none is needed. Otherwise the cause of that divergence (`diagnose::decide_cause`) names the
 //! settings that should fix it (a seed for an unseeded or differently seeded generator,
 //! deterministic algorithms for an operator), and the seeds of the generators whose states
 //! differ at any step; the hash seed where no evidence names a cause and the launches' hash
@@ -22,13 +22,12 @@
 //! settings from different halves is answered with the smallest set tried that works; a
 //! nondeterminism so rare that one run with a subset matched the check's run would be missed.
 
-use super::RunError;
-use crate::compare::{
-    compare_traces, decide_cause, Cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY,
-};
+use super::decide_cause;
+use crate::compare::{compare_traces, Cause, CauseClass, Comparison, TraceView, FRAMEWORK_KEY};
 use crate::launch::{all_settings, setting_names, settings_mask};
 use crate::record::hints;
 use crate::record::Trace;
+use crate::run::RunError;
 use serde::Serialize;
 
 /// What `--deterministic` learned (module doc).
