@@ -30,8 +30,7 @@ Imports nothing: the contract holds for every framework.
 """
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, NamedTuple, Optional, Protocol
 
 __all__ = [
     "ROOT",
@@ -51,8 +50,7 @@ __all__ = [
 ROOT = "(model)"
 
 
-@dataclass(frozen=True)
-class Plugin:
+class Plugin(NamedTuple):
     """A framework front end as the start-up hook starts it in a launched rank, once the program
     imports ``framework`` (the first framework imported is the one recorded): the hint table's
     ``framework`` rows under ``--deterministic``, then ``install_evidence()`` (a failure is said
