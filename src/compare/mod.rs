@@ -330,10 +330,10 @@ pub struct Divergence {
     /// check) from a re-run that captured this record; why not, when it could not be named.
     pub element: Option<ElementFinding>,
     /// The first operator whose output differs inside the divergent record's module, and why
-    /// (a check's divergence at a record of `detcheck.torch.watch`; `operator.rs`).
+    /// (a check's divergence at a record of `detcheck.torch.watch`; `crate::diagnose::operator`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorFinding>,
-    /// Why it diverged, in words (a `repeat` check's first divergence: `cause.rs`).
+    /// Why it diverged, in words (a `repeat` check's first divergence: `crate::diagnose::cause`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Cause>,
 }

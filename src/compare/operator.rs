@@ -1,12 +1,13 @@
-//! The operator drill-down's analysis: two operator traces of one module, one per side, give
-//! the first operator whose output differs, and why.
+//! The operator drill-down's data: the names of an operator trace (the grammar the tracer
+//! writes and `compare --align` reads) and the shape of its finding ([`OperatorFinding`]). The
+//! analysis that reads two traces for a finding is `crate::diagnose::operator`'s.
 //!
 //! When a check's first divergence is a record of `detcheck.torch.watch` (`fwd/<module>`,
 //! `grad/<param>`, `param/<param>`), the re-runs that capture it (`crate::check`) also record,
 //! inside that record's module only, the inputs and outputs of every operator it runs (the
 //! package's `detcheck/_torch/ops.py`, a `TorchDispatchMode`), into a trace file of their own.
-//! [`find_operator`] pairs the two sides' records in order and classifies the first operator
-//! whose output differs ([`OperatorFinding`]):
+//! `diagnose::find_operator` pairs the two sides' records in order and classifies the first
+//! operator whose output differs ([`OperatorFinding`]):
 //!
 //! - its traced inputs were bit-identical: the operator itself is nondeterministic (with the
 //!   advice of the one hint table, `crate::record::hints`, when it is a known one);
