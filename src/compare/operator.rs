@@ -3,7 +3,7 @@
 //! analysis that reads two traces for a finding is `crate::diagnose::operator`'s.
 //!
 //! When a check's first divergence is a record of `detcheck.torch.watch` (`fwd/<module>`,
-//! `grad/<param>`, `param/<param>`), the re-runs that capture it (`crate::check`) also record,
+//! `grad/<param>`, `param/<param>`), the re-runs that capture it (`crate::diagnose`) also record,
 //! inside that record's module only, the inputs and outputs of every operator it runs (the
 //! package's `detcheck/_torch/ops.py`, a `TorchDispatchMode`), into a trace file of their own.
 //! `diagnose::find_operator` pairs the two sides' records in order and classifies the first
