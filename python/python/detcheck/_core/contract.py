@@ -23,6 +23,9 @@ And how the start-up hook starts a front end in a launched rank (``Plugin``): ea
 folder declares one (``_torch/plugin.py``, ``_mindspore/plugin.py``), so the next framework
 adds a folder and one line in the hook's list (``detcheck._launch.startup``), not a copy of it.
 
+And what every operator-trace window shares (``Window``): its state and the answers where it
+does nothing; each front end's window opens, traces and ends its own way.
+
 Step boundaries are not the front end's: the caller of the engine drives them (``watch``'s
 optimizer hooks, the zero-change recorder's global hooks, a framework callback).
 

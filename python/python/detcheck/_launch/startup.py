@@ -193,8 +193,9 @@ def _framework_imported(plugin, module):
             plugin.install_evidence()
         except Exception as e:
             _say(f"cannot follow {plugin.follows}: {e!r}")
-    if plugin.framework == "torch":
-        _join_the_launch(module)
+    joins = _JOINS_THE_LAUNCH.get(plugin.framework)
+    if joins is not None:
+        joins(module)
     _state.recorder = plugin.start(_state)
 
 
@@ -219,6 +220,12 @@ def _join_the_launch(torch_module):
             _arrival.install(torch_module.distributed, first_send_delay())
         except Exception as e:
             _say(f"cannot vary the order in which point-to-point messages arrive: {e!r}")
+
+
+#: What a framework's process group needs of the launch, by framework: torch.distributed's
+#: (a program's own ranks adopted, a world of one, arrival order); MindSpore's ranks are
+#: msrun's own, started by the launch.
+_JOINS_THE_LAUNCH = {_TORCH.framework: _join_the_launch}
 
 
 def _write_whole(path, text):
