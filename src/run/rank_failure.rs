@@ -349,7 +349,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sleeper = |trace_dir: &Path| {
             let mut child = std::process::Command::new("sh")
-                .args(["-c", "echo ready; exec sleep 60"])
+                // The shell stays (no `exec`): its environment is readable from "ready" on,
+                // where an `exec` in progress can leave /proc/PID/environ empty for a moment.
+                .args(["-c", "echo ready; while :; do sleep 1; done"])
                 .env("DETCHECK_TRACE_DIR", trace_dir)
                 .stdout(std::process::Stdio::piped())
                 .spawn()
