@@ -189,6 +189,34 @@ fn a_program_that_writes_no_trace_fails_the_run() {
 }
 
 #[test]
+fn a_program_that_exits_before_training_is_told_with_what_it_printed() {
+    // pytorch/examples' FSDP2 example on a machine without 2 GPUs prints why and exits 0.
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(
+        dir.path(),
+        2,
+        &[
+            "sh",
+            "-c",
+            "echo starting; echo 'Unable to locate sufficient 2 gpus to run this example. Exiting.'",
+        ],
+        "",
+        "",
+    );
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(
+        all.contains(
+            "; the end of rank 0's stdout:\n    starting\n    Unable to locate sufficient 2 gpus"
+        ),
+        "{all}"
+    );
+    // Its stderr is empty: not shown.
+    assert!(!all.contains("rank 0's stderr"), "{all}");
+}
+
+#[test]
 fn a_missing_program_or_launcher_is_bad_input_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     write_scenario(dir.path(), 2, &["/nonexistent/program"], "", "");

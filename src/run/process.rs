@@ -829,6 +829,29 @@ impl<'a> CommandLaunch<'a> {
         format!("; detcheck's Python start-up hook recorded nothing:{notes}")
     }
 
+    /// What the first process printed last (the launcher's output, which carries its ranks',
+    /// or rank 0's), for a run that exited 0 having recorded nothing: a program often says
+    /// why it did not train ("Unable to locate sufficient 2 gpus ... Exiting."). Empty when it
+    /// printed nothing.
+    fn first_output(&self) -> String {
+        let tag = ["launcher", "rank0"]
+            .into_iter()
+            .find(|tag| self.folder.0.join(format!("{tag}.stdout")).exists())
+            .unwrap_or("rank0");
+        let whose = if tag == "launcher" {
+            "the launcher's"
+        } else {
+            "rank 0's"
+        };
+        ["stdout", "stderr"]
+            .into_iter()
+            .filter_map(|stream| {
+                let path = self.folder.0.join(format!("{tag}.{stream}"));
+                output_tail(&path, &format!("{whose} {stream}"))
+            })
+            .collect()
+    }
+
     /// Launches, waits, reads the traces. The processes run in a private copy of the working
     /// directory (`crate::run::workdir`), so that no launch sees another's files and the
     /// user's folder is not written; the user's files a launch changed anyway are named in
@@ -978,8 +1001,9 @@ impl<'a> CommandLaunch<'a> {
                 String::new()
             };
             self.failed(format!(
-                "every process exited 0, but the traces cannot be read: {e}{}{shared}",
-                self.why_no_trace()
+                "every process exited 0, but the traces cannot be read: {e}{}{shared}{}",
+                self.why_no_trace(),
+                self.first_output()
             ))
         })
     }
@@ -1064,27 +1088,34 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// The last lines of a stderr file, indented, or nothing when it is empty.
+/// The last lines of a stderr file, indented, or that it is empty (nothing when it is missing).
 fn stderr_tail(path: &Path) -> String {
-    let Ok(mut file) = File::open(path) else {
+    if !path.exists() {
         return String::new();
-    };
+    }
+    output_tail(path, "its stderr").unwrap_or_else(|| "; its stderr is empty".to_owned())
+}
+
+/// The last lines of a process's output file (`what` names it: "its stderr"), indented;
+/// `None` when the file is missing or holds nothing but blank lines.
+fn output_tail(path: &Path, what: &str) -> Option<String> {
+    let mut file = File::open(path).ok()?;
     let len = file.metadata().map_or(0, |m| m.len());
     let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
     let mut bytes = Vec::new();
     let _ = file.read_to_end(&mut bytes);
     let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.trim_end().lines().collect();
     let tail = &lines[lines.len().saturating_sub(STDERR_LINES)..];
-    if tail.is_empty() {
-        return "; its stderr is empty".to_owned();
+    if tail.iter().all(|line| line.trim().is_empty()) {
+        return None;
     }
-    let mut out = String::from("; the end of its stderr:");
+    let mut out = format!("; the end of {what}:");
     for line in tail {
         out.push_str("\n    ");
         out.push_str(line);
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]
