@@ -83,7 +83,8 @@ const PORT_STREAM: u64 = 0x504f_5254; // "PORT"
 const PORT_RANGE: (u16, u16) = (20_000, 32_000);
 /// How many drawn ports a launch tries before it takes any free one.
 const PORT_DRAWS: usize = 8;
-/// How many bytes of a failed process's stderr are shown, at most.
+/// How many bytes of a failed process's stderr (or of what a run that recorded nothing
+/// printed) are shown, at most.
 const STDERR_TAIL: u64 = 4096;
 /// How many lines of it.
 const STDERR_LINES: usize = 20;
