@@ -134,7 +134,7 @@ def test_a_zoo_program_as_its_readme_runs_it(detcheck_bin, tmp_path, program, pl
         )
     else:
         found, why = zoo.judge(line, "FAIL", planted["class"], planted.get("line"))
-    assert not why, (found, why, line.get("first_divergence"))
+    assert not why, (found, why, line.get("first_divergence"), line.get("error"))
 
 
 def test_a_zoo_table_updated_for_one_program_keeps_the_others_rows():
