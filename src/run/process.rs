@@ -494,7 +494,7 @@ impl<'a> CommandLaunch<'a> {
         self.recorder_env(&mut cmd, &values);
         let tag = rank.map_or_else(|| "launcher".to_owned(), |r| format!("rank{r}"));
         let log = |stream: &str| -> Result<(File, PathBuf), RunError> {
-            let path = self.folder.0.join(format!("{tag}.{stream}"));
+            let path = self.output_path(&tag, stream);
             let file = File::create(&path)
                 .map_err(|e| self.failed(format!("cannot create {}: {e}", path.display())))?;
             Ok((file, path))
@@ -837,7 +837,7 @@ impl<'a> CommandLaunch<'a> {
     fn first_output(&self) -> String {
         let tag = ["launcher", "rank0"]
             .into_iter()
-            .find(|tag| self.folder.0.join(format!("{tag}.stdout")).exists())
+            .find(|tag| self.output_path(tag, "stdout").exists())
             .unwrap_or("rank0");
         let whose = if tag == "launcher" {
             "the launcher's"
@@ -847,10 +847,15 @@ impl<'a> CommandLaunch<'a> {
         ["stdout", "stderr"]
             .into_iter()
             .filter_map(|stream| {
-                let path = self.folder.0.join(format!("{tag}.{stream}"));
-                output_tail(&path, &format!("{whose} {stream}"))
+                output_tail(&self.output_path(tag, stream), &format!("{whose} {stream}"))
             })
             .collect()
+    }
+
+    /// Where a process of the launch writes one output stream: `{tag}.{stream}` in the
+    /// launch's folder (`tag`: `launcher` or `rank{R}`; `stream`: `stdout` or `stderr`).
+    fn output_path(&self, tag: &str, stream: &str) -> PathBuf {
+        self.folder.0.join(format!("{tag}.{stream}"))
     }
 
     /// Launches, waits, reads the traces. The processes run in a private copy of the working
