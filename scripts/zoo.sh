@@ -10,7 +10,8 @@
 #   bash scripts/zoo.sh --deterministic  # each planted bug with --deterministic: which setting
 #                                        # fixes it, in how many runs (docs/zoo-deterministic.md)
 #
-# after scripts/install-python.sh --trl (--frameworks and TRL), and --mindspore target/venv-ms (the zoo's mindcv).
+# after scripts/install-python.sh --trl (--frameworks and TRL), --deepspeed (TRL's DeepSpeed rows), and
+# --mindspore target/venv-ms (the zoo's mindcv).
 #
 # About 40-60 minutes on the 2-core VM (accelerate's resnet50d rows alone about 20).
 set -euo pipefail

@@ -78,8 +78,14 @@ def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch
     whose folder is first on PATH). ``batch``: what ``{batch}`` in the command becomes (kept
     for the check, whose `batch_sizes` runs substitute it; a size for the plain run)."""
     root = Path(workdir) / program["folder"]
-    shutil.copytree(ZOO / program["folder"], root)
     python = interpreter(program, python)
+    for module in program.get("requires", ()):
+        probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({module!r}) is None)"
+        if subprocess.run([python, "-c", probe]).returncode != 0:
+            raise RuntimeError(
+                f"{program['name']} needs {module}: run scripts/install-python.sh --{module}"
+            )
+    shutil.copytree(ZOO / program["folder"], root)
     values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port(), "batch": batch}
     if planted and planted.get("patch"):
         subprocess.run(["git", "apply", str(ZOO / planted["patch"])], cwd=root, check=True)

@@ -110,6 +110,36 @@ class DeepSpeedWrapperLike(AcceleratedLike):
         pass
 
 
+class PartitionedZeroLike:
+    """DeepSpeed's ZeRO stage 1 and 2 optimizer (`DeepSpeedZeroOptimizer`): the torch optimizer
+    in `.optimizer` updates fp32 copies of the parameters (here the whole of each group: one
+    rank), stepped once a parameter group; then the copies are written into the model's
+    parameters (the all-gather of the partitions). `param_groups` is the inner optimizer's."""
+
+    def __init__(self, model):
+        self.params = list(model.parameters())
+        self.masters = [p.detach().clone() for p in self.params]
+        half = len(self.masters) // 2
+        groups = [{"params": self.masters[:half]}, {"params": self.masters[half:]}]
+        self.optimizer = torch.optim.SGD(groups, lr=0.1)
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def step(self, closure=None):
+        for master, p in zip(self.masters, self.params, strict=True):
+            master.grad = p.grad.detach().clone()
+        groups = self.optimizer.param_groups
+        for group in groups:
+            self.optimizer.param_groups = [group]
+            self.optimizer.step()
+        self.optimizer.param_groups = groups
+        with torch.no_grad():
+            for master, p in zip(self.masters, self.params, strict=True):
+                p.copy_(master)
+
+
 def make():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
@@ -224,6 +254,57 @@ def test_deepspeed_wrapper_steps_with_the_engine_and_overflow_skips(tmp_path):
     )
 
 
+@pytest.mark.parametrize("engine", [False, True])
+def test_a_zero_optimizer_that_steps_once_a_group_ends_one_step_after_its_copy(tmp_path, engine):
+    """The inner optimizer steps once a parameter group, and the model's parameters change only
+    after it, when the wrapper copies its partition in: one step per wrapper's step, and the
+    parameters recorded are the model's after that copy (before, an HF Trainer's two groups made
+    two steps of each, with the model's parameters not yet updated: `replicas` failed on TRL's
+    ZeRO-2 run at 2 ranks)."""
+    model, _ = make()
+    zero = PartitionedZeroLike(model)
+    stepper = EngineLike.__new__(EngineLike) if engine else zero
+    if engine:
+        stepper.optimizer, stepper.accumulation, stepper.micro_steps = zero, 1, 0
+    inner = zero.optimizer
+    params_after = []
+    with detcheck.TraceWriter(tmp_path, 0, 1) as w:
+        handle = detcheck.torch.watch(model, w, stepper)
+        for i in range(3):
+            model(batch(i)).pow(2).mean().backward()
+            stepper.step()
+            model.zero_grad()
+            inner.zero_grad()
+            params_after.append(snapshot(model))
+            assert handle.current_step == i + 1
+        handle.remove()
+    records = decode(tmp_path / "rank0.dctrace")
+    check_steps(records, model, 3, params_after)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_deepspeed_engine_replicates_below_stage_3_and_is_named_where_it_shards(stage):
+    """DeepSpeed's engine (an nn.Module holding the model in `.module`) replicates the parameters
+    at ZeRO stages 0-2; at stage 3 it partitions them, and the recorder says so in the trace's
+    environment (`detcheck.sharded`), which a `replicas` check with nothing to compare gives as
+    its reason (before: "nothing wraps the model for data parallelism")."""
+    from detcheck._torch.tensors import sharded_by, unwrap_model
+
+    class DeepSpeedEngine(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def zero_optimization_stage(self):
+            return stage
+
+    model, _ = make()
+    engine = DeepSpeedEngine(model)
+    assert unwrap_model(engine) == (model, stage < 3)
+    said = sharded_by(engine)
+    assert (said is None) if stage < 3 else ("ZeRO stage 3 partitions the parameters" in said)
+
+
 def test_step_with_a_closure_records_the_gradients_it_computes(tmp_path):
     # `step(closure)` runs forward and backward inside the step (Lightning's automatic
     # optimization): the gradients are recorded after the closure, not before it.
@@ -334,7 +415,7 @@ def test_nonsense_raises_a_type_error_naming_the_type(tmp_path, thing, named):
 def test_wrappers_nested_too_deep(tmp_path):
     _, inner = make()
     obj = inner
-    for _ in range(detcheck.torch._MAX_OPTIMIZER_WRAPPERS):
+    for _ in range(detcheck._torch.frontend.MAX_OPTIMIZER_WRAPPERS):
         obj = ZeroLike(obj)
     assert detcheck.torch._unwrap_optimizer(obj) is inner
     too_deep = r"ZeroLike, whose \.optimizer is a torch\.optim\.sgd\.SGD, \.\.\.; found no"

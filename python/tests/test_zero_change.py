@@ -326,6 +326,25 @@ def test_torchruns_agent_records_nothing(tmp_path):
     assert sorted(p.name for p in trace.iterdir()) == ["rank0.dctrace"]
 
 
+def test_an_optimizer_stepped_inside_another_ends_one_step_per_update(tmp_path):
+    """torch's ZeroRedundancyOptimizer steps its SGD inside its own step: both run torch's global
+    step hooks. One step per update, ending at the outer one's hook after its broadcast (before:
+    eight steps for four updates, every other one holding only `param/*`)."""
+    requires("gloo")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    program = PROGRAMS / "verdicts" / "zero_redundancy.py"
+    done, trace = launched(tmp_path, [program], MASTER_PORT=str(port))
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = decode(trace / "rank0.dctrace")
+    steps = sorted({r["step"] for r in records})
+    assert steps == [0, 1, 2, 3], steps
+    for step in steps:
+        names = [r["name"] for r in records if r["step"] == step]
+        assert names.count("param/weight") == 1 and names.count("grad/weight") == 1, names
+
+
 def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
     program = tmp_path / "own.py"
     program.write_text(

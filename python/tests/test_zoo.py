@@ -126,12 +126,17 @@ FULL_ZOO = pytest.mark.full(covered_by="test_zoo.py::test_a_zoo_program_as_its_r
 def test_a_zoo_program_as_its_readme_runs_it(detcheck_bin, tmp_path, program, planted):
     """Clean: the verdict the manifest expects, and no check that passed after comparing
     nothing. Planted: FAIL with the bug's cause class and line."""
+    for module in program.get("requires", ()):
+        requires(module)
     copy = zoo.prepare(program, tmp_path, planted)
     line, _ = zoo.check(detcheck_bin, program, copy)
     if planted is None:
-        found, why = zoo.judge(
-            line, program.get("verdict", "ok"), program.get("class"), program.get("line")
+        verdict, kind, where = (
+            program.get("verdict", "ok"),
+            program.get("class"),
+            program.get("line"),
         )
+        found, why = zoo.judge(line, verdict, kind, where, program.get("compared", ()))
     else:
         found, why = zoo.judge(line, "FAIL", planted["class"], planted.get("line"))
     assert not why, (found, why, line.get("first_divergence"), line.get("error"))

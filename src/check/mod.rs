@@ -512,6 +512,17 @@ fn nothing_compared(kind: CheckKind, first: &Trace) -> String {
             "compared nothing: the two sides ({left} and {right}) have no record in common"
         );
     }
+    let sharded = first.ranks.iter().find_map(|r| {
+        r.environment
+            .as_ref()
+            .and_then(|e| e.get(crate::launch::SHARDED_KEY))
+    });
+    if let Some(sharded) = sharded {
+        return format!(
+            "compared nothing: no record is replicated: {sharded} (`repeat` compares each \
+             rank with itself)"
+        );
+    }
     match different_models(first) {
         Some((rank, step, name)) => format!(
             "the ranks train different models: rank {rank}'s `{name}` differs from rank 0's at \
@@ -1011,6 +1022,20 @@ mod tests {
         // Same parameters on both ranks (only their data differs): no replicated record.
         let why = nothing_compared(CheckKind::Replicas, &trace([1.0, 0.0]));
         assert!(why.contains("no record is replicated"), "{why}");
+        // A wrapper that shards the parameters (DeepSpeed ZeRO-3) is named, not "nothing wraps
+        // the model", and its ranks' parts are not "different models".
+        let mut sharded = trace([1.0, 2.0]);
+        let mut environment = crate::record::Environment::new();
+        environment.set(
+            crate::launch::SHARDED_KEY,
+            "ZeRO stage 3 partitions the parameters",
+        );
+        sharded.ranks[1].environment = Some(environment);
+        let why = nothing_compared(CheckKind::Replicas, &sharded);
+        assert!(
+            why.contains("no record is replicated: ZeRO stage 3 partitions the parameters"),
+            "{why}"
+        );
         let empty = Trace {
             ranks: vec![Recorder::new(0, RecordLevel::Stats).finish()],
         };

@@ -109,6 +109,10 @@ pub const ROWS_INSIDE_VAR: &str = "DETCHECK_ROWS_INSIDE";
 /// traces hold none wrote no samples (a recorder without rows, a program that records itself),
 /// and the check is n/a.
 pub const ROWS_KEY: &str = "detcheck.rows";
+/// The environment entry a recorder writes when a wrapper shards the model's parameters over
+/// the ranks rather than replicating them (DeepSpeed's engine at ZeRO stage 3); its value says
+/// which, in words, and a `replicas` check that compared nothing gives them as its reason.
+pub const SHARDED_KEY: &str = "detcheck.sharded";
 
 /// What the zero-change recorder of the Python package is asked to do besides recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

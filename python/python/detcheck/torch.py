@@ -45,7 +45,16 @@ from ._torch.batch import (
     batch_invariant,
     prefill_decode_parity,
 )
-from ._torch.frontend import TORCH, before_optimizer_step, describe_run
+from ._torch.frontend import (
+    MAX_OPTIMIZER_WRAPPERS,
+    TORCH,
+    WRAPPED_OPTIMIZER_ATTRS,
+    after_optimizer_step,
+    before_optimizer_step,
+    describe_run,
+    own_step_hooks,
+    starts_update,
+)
 from ._torch.tensors import Hook, replicated_records, unwrap_model
 
 __all__ = [
@@ -61,28 +70,6 @@ __all__ = [
 ]
 
 
-#: How many wrappers ``_unwrap_optimizer`` looks through before it gives up.
-_MAX_OPTIMIZER_WRAPPERS = 8
-
-#: The attributes that hold the wrapped optimizer, in the order they are tried: Lightning's
-#: ``LightningOptimizer`` and Fabric's ``_FabricOptimizer`` (``_optimizer``), accelerate's
-#: ``AcceleratedOptimizer`` and DeepSpeed's engine and ZeRO/FP16/BF16 optimizers (``optimizer``).
-_WRAPPED_OPTIMIZER_ATTRS = ("_optimizer", "optimizer")
-
-
-def _own_step_hooks(obj: object) -> bool:
-    """Whether ``obj`` is a ``torch.optim.Optimizer`` whose step hooks are its own: its
-    ``Optimizer.__init__`` ran, which creates the hook dicts in its instance ``__dict__`` (not
-    reached through a forwarding ``__getattr__``, as Lightning's wrapper does) and makes its
-    class's ``step`` run them."""
-    if not isinstance(obj, _torch.optim.Optimizer):
-        return False
-    own = getattr(obj, "__dict__", {})
-    return isinstance(own.get("_optimizer_step_pre_hooks"), dict) and isinstance(
-        own.get("_optimizer_step_post_hooks"), dict
-    )
-
-
 def _qualname(obj: object) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -92,10 +79,10 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     """The ``torch.optim.Optimizer`` inside ``optimizer`` whose ``step()`` does the update, on
     which ``watch`` registers its step hooks.
 
-    ``optimizer`` itself when its step hooks are its own (``_own_step_hooks``: a torch optimizer,
+    ``optimizer`` itself when its step hooks are its own (``own_step_hooks``: a torch optimizer,
     or a subclass that ran ``Optimizer.__init__``); otherwise the wrapped object, found in
-    ``._optimizer`` then ``.optimizer`` (``_WRAPPED_OPTIMIZER_ATTRS``), checked the same way, at
-    most ``_MAX_OPTIMIZER_WRAPPERS`` levels deep. accelerate's ``AcceleratedOptimizer`` (an
+    ``._optimizer`` then ``.optimizer`` (``WRAPPED_OPTIMIZER_ATTRS``), checked the same way, at
+    most ``MAX_OPTIMIZER_WRAPPERS`` levels deep. accelerate's ``AcceleratedOptimizer`` (an
     ``Optimizer`` subclass that never runs ``__init__``), Lightning's ``LightningOptimizer``
     (a plain object that imitates the optimizer's class and forwards its attributes) and
     DeepSpeed's wrappers are such wrappers. Their ``step()`` calls the inner one's, where the
@@ -105,11 +92,11 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     """
     path = _qualname(optimizer)
     obj = optimizer
-    for _ in range(_MAX_OPTIMIZER_WRAPPERS + 1):
-        if _own_step_hooks(obj):
+    for _ in range(MAX_OPTIMIZER_WRAPPERS + 1):
+        if own_step_hooks(obj):
             return obj
         inner = None
-        for attr in _WRAPPED_OPTIMIZER_ATTRS:
+        for attr in WRAPPED_OPTIMIZER_ATTRS:
             try:
                 candidate = getattr(obj, attr, None)
             except Exception:  # a property or forwarding __getattr__ that fails: no wrapper there
@@ -131,7 +118,7 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     raise TypeError(
         f"detcheck.torch.watch cannot hook the optimizer: a {path}; found no torch.optim.Optimizer "
         f"with its own step hooks in it (following `._optimizer` or `.optimizer`, at most "
-        f"{_MAX_OPTIMIZER_WRAPPERS} wrappers deep). Pass the torch.optim.Optimizer whose step() "
+        f"{MAX_OPTIMIZER_WRAPPERS} wrappers deep). Pass the torch.optim.Optimizer whose step() "
         "updates the parameters, or no optimizer and call handle.next_step()"
     )
 
@@ -230,12 +217,18 @@ def _watch(
     if optimizer is not None and writer is not None:
         hooks.append(
             optimizer.register_step_pre_hook(
-                Hook(lambda opt, args, kwargs: before_optimizer_step(recording, opt, args, kwargs))
+                Hook(
+                    lambda opt, args, kwargs: (
+                        before_optimizer_step(recording, opt, args, kwargs)
+                        if starts_update(opt)
+                        else None
+                    )
+                )
             )
         )
         hooks.append(
             optimizer.register_step_post_hook(
-                Hook(lambda opt, args, kwargs: recording.after_update())
+                Hook(lambda opt, args, kwargs: after_optimizer_step(opt, recording.after_update))
             )
         )
     return WatchHandle(recording, hooks)

@@ -31,7 +31,13 @@ from torch.optim import optimizer as _optimizer
 from .._core.engine import Recording
 from .._core.lifecycle import LifecycleRecorder
 from . import rows as _rows
-from .frontend import TORCH, before_optimizer_step, describe_run
+from .frontend import (
+    TORCH,
+    after_optimizer_step,
+    before_optimizer_step,
+    describe_run,
+    starts_update,
+)
 from .tensors import (
     MODULE_HOOKS,
     Hook,
@@ -39,6 +45,7 @@ from .tensors import (
     keep_hooks_out_of_torchscript,
     leaves,
     replicated_records,
+    sharded_by,
     unwrap_model,
 )
 
@@ -106,6 +113,9 @@ class Recorder(LifecycleRecorder):
         if self._writer is None:
             return
         describe_run(self._writer)
+        sharded = sharded_by(root)
+        if sharded is not None:
+            self._writer.add_environment("detcheck.sharded", sharded)
         compiled = compiled_part(root)
         if compiled is not None:
             # The cause of a divergence inside it cannot be traced (src/compare/cause.rs).
@@ -155,6 +165,8 @@ class Recorder(LifecycleRecorder):
 
     def _before_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
+        if not starts_update(optimizer):
+            return None
         if self.status == "recording":
             return before_optimizer_step(self._handle, optimizer, args, kwargs)
         if self.status == "waiting":
@@ -236,6 +248,11 @@ class Recorder(LifecycleRecorder):
 
     def _after_step(self, optimizer, args, kwargs):
         self._optimizer_steps()
+        after_optimizer_step(optimizer, self._update_done)
+
+    def _update_done(self):
+        """The update is done (after the wrapper's step that encloses the optimizer's, if any:
+        ``frontend.after_optimizer_step``): the parameters are recorded, the step ends."""
         if self.status == "recording":
             self._record_update()
         self._count_step()

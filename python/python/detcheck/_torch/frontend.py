@@ -40,6 +40,8 @@ __all__ = [
     "TorchSink",
     "describe_run",
     "before_optimizer_step",
+    "after_optimizer_step",
+    "starts_update",
     "install_evidence",
 ]
 
@@ -328,6 +330,123 @@ def before_optimizer_step(recording, optimizer, args, kwargs):
     if kind == "kw":
         return args, {**kwargs, "closure": closure_then_record}
     return (*args[:index], closure_then_record, *args[index + 1 :]), kwargs
+
+
+#: How many wrappers deep an optimizer is looked for inside a framework's wrapper of it.
+MAX_OPTIMIZER_WRAPPERS = 8
+
+#: The attributes that hold the wrapped optimizer, in the order they are tried: Lightning's
+#: ``LightningOptimizer`` and Fabric's ``_FabricOptimizer`` (``_optimizer``), accelerate's
+#: ``AcceleratedOptimizer`` and DeepSpeed's engine and ZeRO/FP16/BF16 optimizers (``optimizer``).
+WRAPPED_OPTIMIZER_ATTRS = ("_optimizer", "optimizer")
+
+
+def own_step_hooks(obj):
+    """Whether ``obj`` is a ``torch.optim.Optimizer`` whose step hooks are its own: its
+    ``Optimizer.__init__`` ran, which creates the hook dicts in its instance ``__dict__`` (not
+    reached through a forwarding ``__getattr__``, as Lightning's wrapper does) and makes its
+    class's ``step`` run them."""
+    if not isinstance(obj, torch.optim.Optimizer):
+        return False
+    own = getattr(obj, "__dict__", {})
+    return isinstance(own.get("_optimizer_step_pre_hooks"), dict) and isinstance(
+        own.get("_optimizer_step_post_hooks"), dict
+    )
+
+
+def _wraps(obj, optimizer):
+    """Whether ``optimizer`` is inside ``obj``, through ``WRAPPED_OPTIMIZER_ATTRS``."""
+    for _ in range(MAX_OPTIMIZER_WRAPPERS):
+        inner = None
+        for attr in WRAPPED_OPTIMIZER_ATTRS:
+            try:
+                inner = getattr(obj, attr, None)
+            except Exception:  # a property or forwarding __getattr__ that fails
+                inner = None
+            if inner is not None and inner is not obj:
+                break
+            inner = None
+        if inner is None:
+            return False
+        if inner is optimizer:
+            return True
+        obj = inner
+    return False
+
+
+#: The frame of the wrapper's ``step`` whose return ends the step in progress (``_enclosing``),
+#: once a step post-hook has deferred the end of the step to it.
+_deferred_to = None
+
+
+def _enclosing(optimizer):
+    """Where the step of ``optimizer`` (a torch optimizer whose step hook runs) sits among the
+    calls on the stack: ``"outer"`` when no other optimizer's step encloses it; ``"inner"`` when
+    another torch optimizer with its own step hooks does (torch's ZeroRedundancyOptimizer steps
+    its local optimizer): that one's hooks begin and end the step; else ``("wrapped", frame)``,
+    the outermost ``step`` of a framework's wrapper of ``optimizer`` (an object with
+    ``param_groups`` that holds it, ``_wraps``), which does more after the inner step returns:
+    DeepSpeed's ZeRO optimizer steps the inner one once a parameter group, on its own partition
+    of the parameters, then copies the partition into the model and all-gathers the others'."""
+    outermost = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "step":
+            owner = frame.f_locals.get("self")
+            if owner is not None and owner is not optimizer:
+                if own_step_hooks(owner):
+                    return "inner"
+                if getattr(owner, "param_groups", None) is not None and _wraps(owner, optimizer):
+                    outermost = frame
+        frame = frame.f_back
+    return "outer" if outermost is None else ("wrapped", outermost)
+
+
+def starts_update(optimizer):
+    """Whether a step pre-hook of ``optimizer`` begins the update of a training step: not when
+    an enclosing optimizer's hooks begin it, nor when its wrapper's step already began it (a ZeRO
+    optimizer's second parameter group)."""
+    where = _enclosing(optimizer)
+    return where == "outer" or (where != "inner" and where[1] is not _deferred_to)
+
+
+def after_optimizer_step(optimizer, then):
+    """What a step post-hook of ``optimizer`` does: ``then()`` (the parameters are recorded, the
+    step ends) once the update is done. That is now, unless the step is enclosed (``_enclosing``):
+    by another torch optimizer's, whose own post-hook ends the step; or by a wrapper's ``step``,
+    at whose return ``then()`` runs (a profile function of this thread watches for it; where one
+    is already set, a profiler's, ``then()`` runs now). Never raises into the program: a failure
+    of ``then`` is written to stderr."""
+    global _deferred_to
+    where = _enclosing(optimizer)
+    if where == "inner":
+        return
+    if where != "outer":
+        frame = where[1]
+        if frame is _deferred_to:
+            return
+        if sys.getprofile() is None:
+
+            def at_return(f, event, arg):
+                global _deferred_to
+                if f is frame and event == "return":
+                    sys.setprofile(None)
+                    _deferred_to = None
+                    _then_safely(then)
+
+            _deferred_to = frame
+            sys.setprofile(at_return)
+            return
+    then()
+
+
+def _then_safely(then):
+    try:
+        then()
+    except Exception as e:
+        print(
+            f"detcheck: cannot end the step after the optimizer's wrapper: {e!r}", file=sys.stderr
+        )
 
 
 def _cuda_state():

@@ -41,6 +41,7 @@ __all__ = [
     "lendable",
     "model_loss",
     "replicated_records",
+    "sharded_by",
     "unwrap_model",
     "visible_holders",
 ]
@@ -492,6 +493,30 @@ def _holds_alike(wrapper, cls):
         except Exception:
             return False
     return False
+
+
+def sharded_by(model):
+    """What shards ``model``'s parameters over the ranks instead of replicating them, in words
+    (DeepSpeed's engine at ZeRO stage 3), or ``None``: written into the trace's environment
+    (``detcheck.sharded``), so that a ``replicas`` check with nothing to compare says so."""
+    for _ in range(8):
+        if type(model).__name__ == "DeepSpeedEngine" and not _holds_alike(model, "DeepSpeedEngine"):
+            try:
+                stage = int(model.zero_optimization_stage())
+            except Exception:
+                return None
+            return (
+                f"DeepSpeed ZeRO stage {stage} partitions the parameters over the ranks: each "
+                "rank holds and updates its own part"
+            )
+        for attr, cls in _WRAPPERS:
+            inner = getattr(model, attr, None) if type(model).__name__ == cls else None
+            if isinstance(inner, torch.nn.Module):
+                model = inner
+                break
+        else:
+            return None
+    return None
 
 
 def unwrap_model(model):
