@@ -2,21 +2,23 @@
 rank's process once torch is imported, which records a PyTorch program that never imports
 detcheck (python/README.md, "Zero-change recording", is the long form).
 
-``Recorder`` works through torch's global hooks: the model is the first module with parameters
-whose forward runs at the top level (looked through its wrappers: ``_torch.tensors.unwrap_model``);
-from then on an ``_core.engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
-``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global
-optimizer hooks; a step whose closure runs the model's first forward, LBFGS's, records that
-closure's gradients: ``_Begins``), or, in a loop that made no optimizer by its first backward,
-at the model's next forward after a backward (the rhythm; ``torch.func`` loops too: their
-``functional_call`` runs the model's forward, ``grad`` its backward). In a run of the
-``batch_sizes`` check (``DETCHECK_RECORD=rows``) each call of the model is a batch whose
-samples ``_torch.rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` =
-N ends the process after the N-th step (``os._exit`` after a barrier). The trace is finished at
-interpreter exit and on SIGTERM. The recorder stands down when the program records itself (the
-native ``_program_records`` channel); forked and multiprocessing children never record. That
-life, the same for MindSpore's recorder, is ``_core.lifecycle.LifecycleRecorder``'s; this module
-adds torch's hooks and how they find the model and the steps.
+``Recorder`` works through torch's global hooks: the model is the first module with parameters whose
+forward runs at the top level (looked through its wrappers: ``_torch.tensors.unwrap_model``); from
+then on an ``_core.engine.Recording`` records it, with ``in/(model).N`` and ``loss`` besides
+``watch``'s records. A step ends at every ``torch.optim.Optimizer.step()`` (torch's global optimizer
+hooks; a step whose closure runs the model's first forward, LBFGS's, records that closure's
+gradients: ``_Begins``), once, when the outermost step around it returns (a wrapper that steps it
+once a parameter group and then writes the model, DeepSpeed's ZeRO optimizer; another torch
+optimizer: ``_torch.frontend.after_optimizer_step``), or, in a loop that made no optimizer by its
+first backward, at the model's next forward after a backward (the rhythm; ``torch.func`` loops too:
+their ``functional_call`` runs the model's forward, ``grad`` its backward). In a run of the
+``batch_sizes`` check (``DETCHECK_RECORD=rows``) each call of the model is a batch whose samples
+``_torch.rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` = N ends the process after
+the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
+SIGTERM. The recorder stands down when the program records itself (the native ``_program_records``
+channel); forked and multiprocessing children never record. That life, the same for MindSpore's
+recorder, is ``_core.lifecycle.LifecycleRecorder``'s; this module adds torch's hooks and how they
+find the model and the steps.
 
 Determinism: the records are the engine's; what is recorded depends only on what the program
 runs. Limits: eager modules (a compiled module's inner modules run no hooks), one model.

@@ -4,10 +4,12 @@ writer: plain tensors from the host (``_torch.tensors.host``), or lent to it wit
 ``_torch.tensors.lendable`` allows (a module's output; a step's gradients and parameters, seen
 together by ``put_state``), tensor subclasses through their data (``_torch.subclasses``), CUDA
 tensors through the device kernels when device digests are on (``_torch.device_records``), and the
-operator tracer of a capture re-run (``_torch.ops``); and, in a rank detcheck launched, the evidence
-of causes torch gives (``install_evidence``): its generators, their seeding calls, the sample
-indices data loaders fetch, and the values that enter torch from the program's lines
-(``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy``).
+operator tracer of a capture re-run (``_torch.ops``); where a training step begins and ends around
+an optimizer's step (``starts_update``, ``after_optimizer_step``: the outermost step around it, a
+framework's wrapper or another optimizer); and, in a rank detcheck launched, the evidence of causes
+torch gives (``install_evidence``): its generators, their seeding calls, the sample indices data
+loaders fetch, and the values that enter torch from the program's lines (``torch.tensor``,
+``torch.as_tensor``, ``torch.from_numpy``).
 
 Determinism: records are made in the order the engine asks; a skipped record is noted once per
 name (``detcheck.skipped/<name>``), the same in every run of the same program.
