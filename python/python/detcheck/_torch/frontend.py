@@ -417,8 +417,8 @@ def after_optimizer_step(optimizer, then):
     step ends) once the update is done. That is now, unless the step is enclosed (``_enclosing``):
     by another torch optimizer's, whose own post-hook ends the step; or by a wrapper's ``step``,
     at whose return ``then()`` runs (a profile function of this thread watches for it; where one
-    is already set, a profiler's, ``then()`` runs now). Never raises into the program: a failure
-    of ``then`` is written to stderr."""
+    is already set, a profiler's, ``then()`` runs now). A deferred ``then`` never raises into
+    the program from the profile function: its failure is written to stderr."""
     global _deferred_to
     where = _enclosing(optimizer)
     if where == "inner":
