@@ -48,12 +48,12 @@ from ._torch.batch import (
 from ._torch.frontend import (
     MAX_OPTIMIZER_WRAPPERS,
     TORCH,
-    WRAPPED_OPTIMIZER_ATTRS,
     after_optimizer_step,
     before_optimizer_step,
     describe_run,
     own_step_hooks,
     starts_update,
+    wrapped_optimizer,
 )
 from ._torch.tensors import Hook, replicated_records, unwrap_model
 
@@ -81,7 +81,7 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
 
     ``optimizer`` itself when its step hooks are its own (``own_step_hooks``: a torch optimizer,
     or a subclass that ran ``Optimizer.__init__``); otherwise the wrapped object, found in
-    ``._optimizer`` then ``.optimizer`` (``WRAPPED_OPTIMIZER_ATTRS``), checked the same way, at
+    ``._optimizer`` then ``.optimizer`` (``wrapped_optimizer``), checked the same way, at
     most ``MAX_OPTIMIZER_WRAPPERS`` levels deep. accelerate's ``AcceleratedOptimizer`` (an
     ``Optimizer`` subclass that never runs ``__init__``), Lightning's ``LightningOptimizer``
     (a plain object that imitates the optimizer's class and forwards its attributes) and
@@ -95,19 +95,11 @@ def _unwrap_optimizer(optimizer: Any) -> _torch.optim.Optimizer:
     for _ in range(MAX_OPTIMIZER_WRAPPERS + 1):
         if own_step_hooks(obj):
             return obj
-        inner = None
-        for attr in WRAPPED_OPTIMIZER_ATTRS:
-            try:
-                candidate = getattr(obj, attr, None)
-            except Exception:  # a property or forwarding __getattr__ that fails: no wrapper there
-                candidate = None
-            if candidate is not None and candidate is not obj:
-                inner = candidate
-                path += f", whose .{attr} is a {_qualname(inner)}"
-                break
-        if inner is None:
+        found = wrapped_optimizer(obj)
+        if found is None:
             break
-        obj = inner
+        attr, obj = found
+        path += f", whose .{attr} is a {_qualname(obj)}"
     else:
         path += ", ..."
     if not hasattr(_torch.optim.Optimizer, "register_step_pre_hook"):

@@ -356,23 +356,29 @@ def own_step_hooks(obj):
     )
 
 
-def _wraps(obj, optimizer):
-    """Whether ``optimizer`` is inside ``obj``, through ``WRAPPED_OPTIMIZER_ATTRS``."""
-    for _ in range(MAX_OPTIMIZER_WRAPPERS):
-        inner = None
-        for attr in WRAPPED_OPTIMIZER_ATTRS:
-            try:
-                inner = getattr(obj, attr, None)
-            except Exception:  # a property or forwarding __getattr__ that fails
-                inner = None
-            if inner is not None and inner is not obj:
-                break
+def wrapped_optimizer(obj):
+    """What ``obj`` wraps, as (attribute, object): the first of ``WRAPPED_OPTIMIZER_ATTRS`` that
+    holds another object; ``None`` when none does (a property or forwarding ``__getattr__`` that
+    fails holds nothing)."""
+    for attr in WRAPPED_OPTIMIZER_ATTRS:
+        try:
+            inner = getattr(obj, attr, None)
+        except Exception:
             inner = None
-        if inner is None:
+        if inner is not None and inner is not obj:
+            return attr, inner
+    return None
+
+
+def _wraps(obj, optimizer):
+    """Whether ``optimizer`` is inside ``obj``, through ``wrapped_optimizer``."""
+    for _ in range(MAX_OPTIMIZER_WRAPPERS):
+        found = wrapped_optimizer(obj)
+        if found is None:
             return False
-        if inner is optimizer:
+        obj = found[1]
+        if obj is optimizer:
             return True
-        obj = inner
     return False
 
 

@@ -495,47 +495,47 @@ def _holds_alike(wrapper, cls):
     return False
 
 
+def _wrappers(model):
+    """The wrappers around ``model`` (``_WRAPPERS``, 8 deep at most), outermost first, as
+    (wrapper, class name); and the model inside them."""
+    chain = []
+    for _ in range(8):
+        for attr, cls in _WRAPPERS:
+            inner = getattr(model, attr, None) if type(model).__name__ == cls else None
+            if isinstance(inner, torch.nn.Module):
+                chain.append((model, cls))
+                model = inner
+                break
+        else:
+            break
+    return chain, model
+
+
 def sharded_by(model):
     """What shards ``model``'s parameters over the ranks instead of replicating them, in words
     (DeepSpeed's engine at ZeRO stage 3), or ``None``: written into the trace's environment
     (``detcheck.sharded``), so that a ``replicas`` check with nothing to compare says so."""
-    for _ in range(8):
-        if type(model).__name__ == "DeepSpeedEngine" and not _holds_alike(model, "DeepSpeedEngine"):
+    for wrapper, cls in _wrappers(model)[0]:
+        if cls == "DeepSpeedEngine" and not _holds_alike(wrapper, cls):
             try:
-                stage = int(model.zero_optimization_stage())
+                stage = int(wrapper.zero_optimization_stage())
             except Exception:
                 return None
             return (
                 f"DeepSpeed ZeRO stage {stage} partitions the parameters over the ranks: each "
                 "rank holds and updates its own part"
             )
-        for attr, cls in _WRAPPERS:
-            inner = getattr(model, attr, None) if type(model).__name__ == cls else None
-            if isinstance(inner, torch.nn.Module):
-                model = inner
-                break
-        else:
-            return None
     return None
 
 
 def unwrap_model(model):
     """The model inside ``model``'s wrappers (DistributedDataParallel, DataParallel, FSDP1's
     FullyShardedDataParallel, ``torch.compile``'s OptimizedModule, DeepSpeed's engine, Lightning
-    Fabric's ``_FabricModule``; 8 deep
-    at most), so that records are named after the model's own modules at every world size; and
-    whether one of them keeps the ranks' parameters alike (``_holds_alike``: replicated)."""
-    ddp = False
-    for _ in range(8):
-        for attr, cls in _WRAPPERS:
-            inner = getattr(model, attr, None) if type(model).__name__ == cls else None
-            if isinstance(inner, torch.nn.Module):
-                ddp = ddp or _holds_alike(model, cls)
-                model = inner
-                break
-        else:
-            return model, ddp
-    return model, ddp
+    Fabric's ``_FabricModule``; 8 deep at most: ``_wrappers``), so that records are named after
+    the model's own modules at every world size; and whether one of them keeps the ranks'
+    parameters alike (``_holds_alike``: replicated)."""
+    chain, inner = _wrappers(model)
+    return inner, any(_holds_alike(wrapper, cls) for wrapper, cls in chain)
 
 
 def compiled_part(root):
