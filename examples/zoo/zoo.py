@@ -72,12 +72,9 @@ def interpreter(program, python=sys.executable):
     return str(found)
 
 
-def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch}"):
-    """Copies the program's folder into ``workdir``, applies ``planted``'s patch, runs the
-    setup commands and returns the copy with its command (run by ``interpreter``'s Python,
-    whose folder is first on PATH). ``batch``: what ``{batch}`` in the command becomes (kept
-    for the check, whose `batch_sizes` runs substitute it; a size for the plain run)."""
-    root = Path(workdir) / program["folder"]
+def needs(program, python=sys.executable):
+    """Raises RuntimeError, naming the script that installs it, when the program's interpreter
+    lacks a module of its manifest's ``requires`` (test_zoo.py asks ``support.requires``)."""
     python = interpreter(program, python)
     for module in program.get("requires", ()):
         probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({module!r}) is None)"
@@ -85,6 +82,15 @@ def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch
             raise RuntimeError(
                 f"{program['name']} needs {module}: run scripts/install-python.sh --{module}"
             )
+
+
+def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch}"):
+    """Copies the program's folder into ``workdir``, applies ``planted``'s patch, runs the
+    setup commands and returns the copy with its command (run by ``interpreter``'s Python,
+    whose folder is first on PATH). ``batch``: what ``{batch}`` in the command becomes (kept
+    for the check, whose `batch_sizes` runs substitute it; a size for the plain run)."""
+    root = Path(workdir) / program["folder"]
+    python = interpreter(program, python)
     shutil.copytree(ZOO / program["folder"], root)
     values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port(), "batch": batch}
     if planted and planted.get("patch"):
@@ -205,6 +211,7 @@ def _plain(copy, timeout=600):
 def run_program(program, detcheck, python=sys.executable, ci_only=False, planted_too=True):
     """The program's clean check (beside a plain run, where it stops by itself) and its planted
     bugs: a list of Outcomes."""
+    needs(program, python)
     outcomes = []
     name = program["name"]
     if not ci_only or program.get("ci"):
@@ -242,6 +249,7 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
 def run_deterministic(program, detcheck, python=sys.executable):
     """Each planted bug checked with `--deterministic` (issue 54: which setting fixes it, and in
     how many runs besides the check's own): a list of (case, class, finding, seconds)."""
+    needs(program, python)
     rows = []
     for planted in program.get("planted", []):
         with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
