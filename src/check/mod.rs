@@ -454,12 +454,31 @@ fn hidden_by_recording(repeat: &mut CheckOutcome, mut comparison: Comparison, wh
 const END_STATE: &str = "end/";
 
 /// Whether a run holds an end state (its recorder is detcheck's zero-change recorder, which
-/// follows `DETCHECK_RECORD`; a program that records itself does not).
+/// follows `DETCHECK_RECORD`; a program that records itself does not) with values to compare.
 fn has_end_state(trace: &Trace) -> bool {
     trace
         .ranks
         .iter()
-        .any(|r| r.records.iter().any(|x| x.name.starts_with(END_STATE)))
+        .any(|r| r.records.iter().any(is_end_state))
+}
+
+/// An end-state record that holds values: an empty tensor (a parameter a framework released
+/// to a placeholder, as DeepSpeed ZeRO-3 does between forwards when its recorder could not read
+/// the rank's part) compares nothing, so it neither makes the unperturbed runs nor counts.
+fn is_end_state(record: &crate::record::Record) -> bool {
+    record.name.starts_with(END_STATE) && record.shape.iter().all(|&d| d > 0)
+}
+
+/// The end-state records of `first` that hold no values, when it has some and none with values:
+/// why no unperturbed run was made.
+fn empty_end_state(first: &Trace) -> Option<usize> {
+    let named = |r: &&crate::record::Record| r.name.starts_with(END_STATE);
+    let n = first
+        .ranks
+        .iter()
+        .flat_map(|r| r.records.iter().filter(named))
+        .count();
+    (n > 0 && !has_end_state(first)).then_some(n)
 }
 
 /// The end-state records of `trace` named as `end`'s (`end/*`, once a run), each moved to the step `end` holds it at: a recorded run writes its end state at the
@@ -472,7 +491,7 @@ fn end_state_of(trace: &Trace, end: &Trace) -> Trace {
         let steps: std::collections::BTreeMap<&str, u64> = of_end
             .records
             .iter()
-            .filter(|r| r.name.starts_with(END_STATE))
+            .filter(|r| is_end_state(r))
             .map(|r| (r.name.as_str(), r.step))
             .collect();
         rank.records
@@ -756,13 +775,18 @@ fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result
     let spec = &scenario.spec;
     let unperturbed = options.unperturbed
         && matches!(scenario.program, Program::Command(_))
-        && spec.expect == Expectation::Identical
-        && has_end_state(first);
-    if let Some(repeat) = outcomes
+        && spec.expect == Expectation::Identical;
+    let repeat = outcomes
         .iter_mut()
         .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
-        .filter(|_| unperturbed)
-    {
+        .filter(|_| unperturbed);
+    let mut repeat = repeat;
+    if let (Some(repeat), Some(n)) = (repeat.as_mut(), empty_end_state(first)) {
+        repeat.note = Some(format!(
+            "no unperturbed run: the end state's {n} records hold no values"
+        ));
+    }
+    if let Some(repeat) = repeat.filter(|_| has_end_state(first)) {
         let quiet = |k: usize| {
             let p = Some(perturbation(spec.seed, k, options));
             let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
@@ -981,6 +1005,34 @@ mod tests {
         assert!(!has_end_state(&Trace {
             ranks: vec![itself.finish()]
         }));
+    }
+
+    /// An end state of empty tensors (parameters released to placeholders, as DeepSpeed ZeRO-3's
+    /// were before the recorder read each rank's part) holds no values: it makes no unperturbed
+    /// run and counts as no record; beside one with values, only that one is compared.
+    #[test]
+    fn an_end_state_without_values_is_not_compared() {
+        use crate::record::{RecordLevel, Recorder};
+        use crate::value::tensor::Tensor;
+        let run = |with_values: bool| {
+            let mut r = Recorder::new(0, RecordLevel::Stats);
+            r.record(0, "end/placeholder", &Tensor::from_vec(Vec::<f32>::new()));
+            if with_values {
+                r.record(0, "end/w", &Tensor::from_vec(vec![1.0f32]));
+            }
+            Trace {
+                ranks: vec![r.finish()],
+            }
+        };
+        let empty = run(false);
+        assert!(!has_end_state(&empty));
+        assert_eq!(empty_end_state(&empty), Some(1));
+        let some = run(true);
+        assert!(has_end_state(&some) && empty_end_state(&some).is_none());
+        let end = compare_end_states(&some, |_| Ok(run(true)))
+            .unwrap()
+            .unwrap();
+        assert_eq!((end.differing, end.comparison.num_compared), (None, 2));
     }
 
     /// Ranks that hold a same-named parameter with other values, and no replicated record,

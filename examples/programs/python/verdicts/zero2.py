@@ -2,7 +2,9 @@
 `deepspeed.initialize` with a ZeRO stage, `engine.backward(loss)`, `engine.step()`; on the
 CPU its accelerator runs on gloo. Each rank draws other data; ZeRO stages 0-2 keep every
 parameter on every rank, updated alike, so `replicas` compares them (stage 2 partitions the
-gradients away from `.grad`: none is recorded); stage 3 partitions the parameters too.
+gradients away from `.grad`: none is recorded); stage 3 partitions the parameters too (every
+one here, as a large model's: DeepSpeed keeps parameters below its persistence threshold, 100k
+elements by default, whole on every rank), so each rank's records are its own partitions.
 
     DS_ACCELERATOR=cpu torchrun --nproc-per-node 2 zero2.py [--stage S]
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 zero2.py [--stage S]
@@ -28,6 +30,8 @@ config = {
     "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
     "zero_optimization": {"stage": args.stage},
 }
+if args.stage == 3:
+    config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
 engine, optimizer, _, _ = deepspeed.initialize(
     model=model, model_parameters=model.parameters(), config=config
 )

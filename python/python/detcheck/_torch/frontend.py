@@ -138,6 +138,7 @@ class TorchSink:
             type(tensor) not in PLAIN
             or not dense_with_values(tensor)
             or _subclasses.transformed(tensor)
+            or _subclasses.partitioned(tensor)
         ):
             found = _subclasses.plain(tensor)
             if found.note is not None:

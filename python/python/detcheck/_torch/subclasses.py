@@ -21,6 +21,11 @@ raises ``Unrecordable`` with the reason when there are no values to record. The 
 - FSDP1's ``FlatParameter``: this rank's shard, noted with the unsharded size; never
   replicated; its placement in the 1-D index space of the unpadded flat parameter (the shard
   starts at rank x shard size; its padding past the unpadded size is left out of the extent);
+- a parameter DeepSpeed ZeRO stage 3 has partitioned (``partitioned``: its ``data`` released to
+  an empty tensor between the forwards that gather it, its ``ds_tensor`` this rank's part): that
+  part, noted with the parameter's shape; never replicated; placed in the 1-D index space of the
+  flattened parameter as FSDP1's shard is (rank x partition size, padding left out). Recording
+  the empty ``data`` would compare nothing while counting as compared;
 - an ``AsyncCollectiveTensor`` (a functional collective's result, tensor parallel's module
   outputs): the tensor it waits for;
 - a tensor of ``torch.func``'s transforms (``grad``, ``vjp``, ``vmap``: a module's output in a
@@ -178,6 +183,48 @@ def _dtensor(tensor):
     return Plain(inner, note, replicated, placement)
 
 
+def partitioned(tensor):
+    """Whether ``tensor`` is a parameter DeepSpeed ZeRO stage 3 has partitioned: an empty tensor
+    with this rank's part beside it (``ds_tensor``) of a parameter of ``ds_numel`` elements."""
+    return (
+        tensor.numel() == 0
+        and isinstance(getattr(tensor, "ds_tensor", None), torch.Tensor)
+        and getattr(tensor, "ds_numel", 0) > 0
+    )
+
+
+def _zero3_partition(tensor):
+    """This rank's part of a ZeRO-3 partitioned parameter (``partitioned``), with its
+    placement in the flattened parameter (``None`` when the rank is not known)."""
+    part = tensor.ds_tensor
+    total = int(tensor.ds_numel)
+    shape = list(getattr(tensor, "ds_shape", [total]))
+    size = part.numel()
+    note = (
+        f"DeepSpeed ZeRO-3 partition: this rank's {size} elements of the {shape} parameter "
+        f"({total} elements, flattened)"
+    )
+    placement = None
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            rank = dist.get_rank(group=getattr(tensor, "ds_process_group", None))
+        except Exception:
+            rank = -1
+        if rank >= 0:
+            start = rank * size
+            extent = max(0, min(size, total - start))
+            placement = ([total], [min(start, total)], [extent])
+    data = part.detach()
+    return Plain(
+        data if type(data) is torch.Tensor else data.as_subclass(torch.Tensor),
+        note,
+        False,
+        placement,
+    )
+
+
 def _flat_parameter_placement(tensor):
     """``(global_shape, offset, extent)`` of FSDP1's flat parameter shard, or ``None``."""
     full = getattr(tensor, "_unpadded_unsharded_size", None)
@@ -276,6 +323,8 @@ def plain(tensor):
         except Exception:
             placement = None
         return Plain(tensor.as_subclass(torch.Tensor), note, False, placement)
+    if cls in PLAIN_TYPES and partitioned(tensor):
+        return _zero3_partition(tensor)
     if cls.__name__ == "AsyncCollectiveTensor" and hasattr(tensor, "wait"):
         # A collective's result still in flight (tensor parallel's outputs): waited for, as
         # the program's next use of it would.
