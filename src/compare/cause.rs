@@ -190,3 +190,12 @@ pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
 /// (or read of its state, from which a library derives a seed: `datasets`' `shuffle()`) before
 /// anything seeded it (`detcheck._core.evidence`): the program's line.
 pub(crate) const UNSEEDED_GLOBAL_KEY: &str = "site:unseeded_global";
+
+/// The same fact of Python's `random` (`random.shuffle`, `random.randint`, ... before
+/// `random.seed`).
+pub(crate) const UNSEEDED_PYTHON_KEY: &str = "site:unseeded_python";
+
+/// The fact a Python rank records when the program seeds a generator with a value it drew from
+/// a global generator before anything seeded that one (`seed = random.randint(1, 10000)`, then
+/// `torch.manual_seed(seed)`: pytorch/examples' dcgan without `--manualSeed`): the draw's line.
+pub(crate) const SEED_DRAWN_KEY: &str = "site:seed_drawn";

@@ -20,8 +20,8 @@
 use super::operator::is_collective;
 use crate::compare::cause::{
     Cause, CauseClass, ANY_SOURCE_KEY, FILES_KEY, FRAMEWORK_KEY, MODEL_BUILT_KEY,
-    PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, UNSEEDED_GENERATOR_KEY,
-    UNSEEDED_GLOBAL_KEY,
+    PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY,
+    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_PYTHON_KEY,
 };
 use crate::compare::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
@@ -141,6 +141,17 @@ fn unseeded_evidence(site: &str) -> String {
 
 fn unseeded_global_evidence(site: &str) -> String {
     format!("`{UNSEEDED_GLOBAL_KEY}`: numpy's global generator drawn from at {site} before it was seeded")
+}
+
+/// The global generator a program drew from before seeding it, by the facts of its first such
+/// draw (`site:unseeded_python`, `site:unseeded_global`) at `site`: its name and the fact's key.
+fn drawn_unseeded(c: &Comparison, site: &str) -> Option<(&'static str, &'static str)> {
+    [
+        ("python", UNSEEDED_PYTHON_KEY),
+        ("numpy", UNSEEDED_GLOBAL_KEY),
+    ]
+    .into_iter()
+    .find(|(_, key)| c.fact(key) == Some(site))
 }
 
 /// The first `data/outside` record that differs at or before the divergence, with its line:
@@ -299,6 +310,9 @@ fn seeded_differently_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
     if let Some(e) = seeded {
         let name = &e.name["seed/".len()..];
         let (words, call) = generator(name);
+        if let Some(cause) = seed_drawn_cause(c, e, words) {
+            return Some(cause);
+        }
         return Some(
             Cause::new(
                 CauseClass::SeededDifferently,
@@ -313,6 +327,42 @@ fn seeded_differently_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
         );
     }
     None
+}
+
+/// A seed that differs because the program drew it from a global generator before anything
+/// seeded that one (`SEED_DRAWN_KEY`): named at the draw, where a seed before it, or a constant
+/// in place of the draw, makes the runs identical; the seeding call's line only follows (seeding
+/// it with a constant there leaves the program's other seeding calls, given the same drawn
+/// value, differing).
+fn seed_drawn_cause(c: &Comparison, e: &EvidenceDifference, words: &str) -> Option<Cause> {
+    let drawn = c.fact(SEED_DRAWN_KEY)?;
+    let (name, key) = drawn_unseeded(c, drawn).unwrap_or(("", SEED_DRAWN_KEY));
+    let (from, call) = match generator(name) {
+        (_, "seed it with a constant") => ("a global generator", "seeding it with a constant"),
+        known => known,
+    };
+    let seeded = site_of(c, e).map_or(String::new(), |s| format!(" at {s}"));
+    let mut cause = Cause::new(
+        CauseClass::SeededDifferently,
+        format!(
+            "{words} was seeded{seeded} with a value the program drew here from {from} before \
+             anything seeded it (it seeds itself from OS entropy at start-up): the seed, and what \
+             it seeds, differ in each run"
+        ),
+    )
+    .at(Some(drawn))
+    .fix(format!(
+        "seed {from} with a constant before this line (`{call}`), or use a constant seed in \
+         place of the draw"
+    ))
+    .of(name);
+    cause.evidence.push(format!(
+        "`{key}`: {from} drawn from at {drawn} before it was seeded"
+    ));
+    cause.evidence.push(format!(
+        "`{SEED_DRAWN_KEY}`: the value drawn at {drawn} was then given to a seeding call"
+    ));
+    Some(cause)
 }
 
 /// The rule of an `init/*` divergence after the program started processes of its own that are
@@ -622,27 +672,53 @@ fn value_from_outside_cause(
         }
         return Some(cause);
     }
-    // A draw from numpy's unseeded global generator explains the divergence when no value that
-    // differed entered torch elsewhere (a value that did, at another line, is the nearer cause).
-    let global = c
-        .fact(UNSEEDED_GLOBAL_KEY)
-        .filter(|site| outside.is_none_or(|(_, entered)| entered == *site));
-    if let Some(site) = global {
+    // A draw from an unseeded global generator (numpy's, then Python's `random`) explains the
+    // divergence when no value that differed entered torch elsewhere (a value that did, at
+    // another line, is the nearer cause).
+    let global = [
+        (UNSEEDED_GLOBAL_KEY, "numpy"),
+        (UNSEEDED_PYTHON_KEY, "python"),
+    ]
+    .into_iter()
+    .find_map(|(key, name)| {
+        c.fact(key)
+            .filter(|site| outside.is_none_or(|(_, entered)| entered == *site))
+            .map(|site| (site, name))
+    });
+    if let Some((site, name)) = global {
+        let (words, call) = generator(name);
+        let (when, example, own) = if name == "numpy" {
+            (
+                "when numpy is imported",
+                "the order of a shuffle without a seed",
+                "`dataset.shuffle(seed=0)`",
+            )
+        } else {
+            (
+                "at start-up",
+                "the order of `random.shuffle`",
+                "`random.Random(0).shuffle(x)`",
+            )
+        };
         let mut cause = Cause::new(
             CauseClass::UnseededGenerator,
-            "numpy's global generator was drawn from here before anything seeded it (it seeds \
-             itself from OS entropy when numpy is imported): what it gave, such as the order of \
-             a shuffle without a seed, differs in each run though the program seeds it later, \
-             and nothing else explains the divergence"
-                .to_owned(),
+            format!(
+                "{words} was drawn from here before anything seeded it (it seeds itself from OS \
+                 entropy {when}): what it gave, such as {example}, differs in each run though \
+                 the program seeds it later, and nothing else explains the divergence"
+            ),
         )
         .at(Some(site))
-        .fix(
-            "seed before this line (`np.random.seed(0)`, or the framework's seed helper), or \
-             give the call a seed of its own (`dataset.shuffle(seed=0)`)",
-        )
-        .of("numpy");
-        cause.evidence.push(unseeded_global_evidence(site));
+        .fix(format!(
+            "seed before this line (`{call}`, or the framework's seed helper), or give the call \
+             a seed of its own ({own})"
+        ))
+        .of(name);
+        cause.evidence.push(if name == "numpy" {
+            unseeded_global_evidence(site)
+        } else {
+            format!("`{UNSEEDED_PYTHON_KEY}`: {words} drawn from at {site} before it was seeded")
+        });
         if let Some((e, site)) = outside {
             cause.evidence.push(outside_evidence(e, site));
         }
@@ -1071,6 +1147,62 @@ mod tests {
         assert_eq!(
             decide_cause(&c, None).unwrap().site.as_deref(),
             Some("augment.py:16")
+        );
+    }
+
+    #[test]
+    fn a_seed_drawn_from_an_unseeded_generator_is_named_at_the_draw() {
+        // pytorch/examples' dcgan without `--manualSeed`: `opt.manualSeed = random.randint(1,
+        // 10000)` at main.py:46, then `random.seed(opt.manualSeed)` and
+        // `torch.manual_seed(opt.manualSeed)`. A constant at main.py:48 would leave torch's seed
+        // drawn: the fix is before the draw.
+        let mut c = diverged_at(0, 8, "init/main.0.weight");
+        evidence(&mut c, 0, 0, "seed/python", Some("main.py:48"));
+        evidence(&mut c, 0, 1, "seed/torch", Some("main.py:49"));
+        let plain = decide_cause(&c, None).unwrap();
+        assert_eq!(plain.site.as_deref(), Some("main.py:48"));
+        note_fact(&mut c, UNSEEDED_PYTHON_KEY, "main.py:46");
+        note_fact(&mut c, SEED_DRAWN_KEY, "main.py:46");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::SeededDifferently);
+        assert_eq!(cause.site.as_deref(), Some("main.py:46"));
+        assert_eq!(cause.generator.as_deref(), Some("python"));
+        assert!(cause.summary.contains("seeded at main.py:48"), "{cause:?}");
+        let fix = cause.fix.unwrap();
+        assert!(fix.contains("before this line (`random.seed(0)`)"), "{fix}");
+        // A draw whose generator's first unseeded draw was elsewhere: named, in general words.
+        let mut c2 = diverged_at(0, 8, "init/main.0.weight");
+        evidence(&mut c2, 0, 1, "seed/torch", Some("main.py:49"));
+        note_fact(&mut c2, SEED_DRAWN_KEY, "main.py:46");
+        let cause = decide_cause(&c2, None).unwrap();
+        assert_eq!(cause.site.as_deref(), Some("main.py:46"));
+        assert!(
+            cause.summary.contains("from a global generator"),
+            "{cause:?}"
+        );
+    }
+
+    #[test]
+    fn a_draw_from_pythons_random_before_its_seed_is_named_at_its_line() {
+        // `random.shuffle(samples)` above `random.seed(0)`: the seed resets the state, so no
+        // `rng/python` difference is left to show.
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        assert_eq!(kind(&c, None), CauseClass::DataValues);
+        note_fact(&mut c, UNSEEDED_PYTHON_KEY, "train.py:12");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("train.py:12"));
+        assert_eq!(cause.generator.as_deref(), Some("python"));
+        assert!(
+            cause.summary.starts_with("Python's `random` was drawn"),
+            "{cause:?}"
+        );
+        assert!(cause.fix.unwrap().contains("`random.seed(0)`"));
+        // numpy's, where both were drawn from before their seeds, first (its rule is older).
+        note_fact(&mut c, UNSEEDED_GLOBAL_KEY, "train.py:20");
+        assert_eq!(
+            decide_cause(&c, None).unwrap().generator.as_deref(),
+            Some("numpy")
         );
     }
 

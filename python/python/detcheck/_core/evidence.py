@@ -18,7 +18,11 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
   ``site:unseeded_global``, the line of the program's first draw from numpy's global generator
-  (or read of its state, from which a library derives a seed) before anything seeded it,
+  (or read of its state, from which a library derives a seed) before anything seeded it, and
+  ``site:unseeded_python``, the same of Python's ``random``;
+  ``site:seed_drawn``, the line of such a draw whose value the program then seeded a generator
+  with (``opt.manualSeed = random.randint(1, 10000)``, then ``torch.manual_seed(opt.manualSeed)``:
+  pytorch/examples' dcgan), so the seed's cause is named at the draw, where a constant fixes it,
   ``site:any_source`` (``_launch.arrival``), and in a rank a process started itself
   (``_launch.startup._adopt``), ``site:parent_seeded``: where that process first seeded a generator
   (``SEEDED_VAR``, passed on in the environment), whose seed the rank does not inherit;
@@ -448,7 +452,7 @@ def _array(state: bytes) -> Any:
 _seeded_once: set[str] = set()
 
 
-def _seeded(name: str, frame: Any) -> None:
+def _seeded(name: str, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     _seeded_once.add(name)
     state = _generators.get(name)
     if state is None:
@@ -457,6 +461,7 @@ def _seeded(name: str, frame: Any) -> None:
     _last[name] = now
     if _libraries_own_seeding(frame):
         return
+    _seed_was_drawn(args, kwargs)
     where = call_site(frame)
     _pass_on_seeding(where)
     note(f"seed/{name}", _array(now), where)
@@ -592,7 +597,7 @@ def track_seeding(owner: Any, attribute: str, generator: str) -> None:
     def seeding(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         try:
-            _seeded(generator, sys._getframe(1))
+            _seeded(generator, sys._getframe(1), args, kwargs)
         except Exception:
             pass
         return result
@@ -627,10 +632,12 @@ def _python_state() -> bytes:
 
 
 def install_python() -> None:
-    """Follows Python's ``random``: its state, and ``random.seed``."""
+    """Follows Python's ``random``: its state, ``random.seed``, and the program's draws from it
+    before anything seeded it (``_note_unseeded_draws``)."""
     import random
 
     add_generator("python", _python_state)
+    _note_unseeded_draws(random, _PYTHON_DRAWS, "python")
     track_seeding(random, "seed", "python")
 
 
@@ -650,7 +657,7 @@ def install_numpy(numpy: Any) -> None:
     first ``numpy.random.default_rng()`` made without a seed."""
     add_generator("numpy", _numpy_state)
     _note_unseeded_default_rng(numpy.random)
-    _note_unseeded_global_draws(numpy.random)
+    _note_unseeded_draws(numpy.random, _NUMPY_DRAWS, "numpy")
     track_seeding(numpy.random, "seed", "numpy")
 
 
@@ -671,34 +678,84 @@ _NUMPY_DRAWS = (
 )
 
 
-def _note_unseeded_global_draws(random: Any) -> None:
-    """Wraps numpy's global generator's draws (``_NUMPY_DRAWS``): the first one the program's
-    line makes, directly or through a library, before anything seeded that generator notes
-    ``site:unseeded_global`` (the generator seeds itself from OS entropy at import: what is drawn
-    then differs in each run, though the program seeds it later, as a Trainer does)."""
-    for name in _NUMPY_DRAWS:
-        original = getattr(random, name, None)
+#: Python's ``random``'s functions that draw from its global generator (the module's functions
+#: are its hidden instance's methods: a program calls these).
+_PYTHON_DRAWS = (
+    "random",
+    "randint",
+    "randrange",
+    "getrandbits",
+    "uniform",
+    "choice",
+    "choices",
+    "sample",
+    "shuffle",
+    "gauss",
+    "normalvariate",
+)
+
+#: The fact of each global generator's first draw before it was seeded, by generator.
+UNSEEDED_KEYS = {"numpy": UNSEEDED_GLOBAL_KEY, "python": "site:unseeded_python"}
+
+#: The fact of a draw before seeding whose value a generator was then seeded with.
+SEED_DRAWN_KEY = "site:seed_drawn"
+
+#: The int values drawn from a global generator before it was seeded -> the draw's line (the
+#: first 64): a seed later given one of them was drawn, not chosen (``_seed_was_drawn``).
+_unseeded_values: dict[int, str] = {}
+
+
+def _note_unseeded_draws(module: Any, names: tuple[str, ...], generator: str) -> None:
+    """Wraps a global generator's draws (``names`` of ``module``): the first one the program's
+    line makes, directly or through a library, before anything seeded that generator notes its
+    ``UNSEEDED_KEYS`` fact (the generator seeds itself from OS entropy at import: what is drawn
+    then differs in each run, though the program seeds it later, as a Trainer does); an int it
+    returns then is kept for ``_seed_was_drawn``."""
+    for name in names:
+        original = getattr(module, name, None)
         if original is not None and not getattr(original, "_detcheck_unseeded", False):
             try:
-                setattr(random, name, _noting_unseeded(original))
+                setattr(module, name, _noting_unseeded(original, generator))
             except (AttributeError, TypeError):
                 pass
 
 
-def _noting_unseeded(original: Any) -> Any:
+def _noting_unseeded(original: Any, generator: str) -> Any:
+    key = UNSEEDED_KEYS[generator]
+
     @functools.wraps(original)
     def draw(*args: Any, **kwargs: Any) -> Any:
-        if "numpy" not in _seeded_once and UNSEEDED_GLOBAL_KEY not in _facts:
+        value = original(*args, **kwargs)
+        # The caller's line is looked for (a walk up the stack) at most 65 times a generator:
+        # once for the fact, then for the first 64 int values.
+        keep = type(value) is int and len(_unseeded_values) < 64
+        if generator not in _seeded_once and (keep or key not in _facts):
             try:
                 where = site(sys._getframe(1))
                 if where is not None:
-                    fact(UNSEEDED_GLOBAL_KEY, where)
+                    fact(key, where)
+                    if keep:
+                        _unseeded_values.setdefault(value, where)
             except Exception:
                 pass
-        return original(*args, **kwargs)
+        return value
 
     draw._detcheck_unseeded = True  # type: ignore[attr-defined]
     return draw
+
+
+def _seed_was_drawn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A seeding call given a value drawn before seeding (``_unseeded_values``) notes
+    ``SEED_DRAWN_KEY``: the draw's line."""
+    if not _unseeded_values:
+        return
+    seed = args[0] if args else next(iter(kwargs.values()), None)
+    try:
+        drawn = _unseeded_values.get(int(seed)) if seed is not None else None
+    except (TypeError, ValueError, OverflowError):
+        drawn = None
+    if drawn is not None:
+        fact(SEED_DRAWN_KEY, drawn)
 
 
 def _note_unseeded_default_rng(random: Any) -> None:
