@@ -195,7 +195,18 @@ pub(crate) const UNSEEDED_GLOBAL_KEY: &str = "site:unseeded_global";
 /// `random.seed`).
 pub(crate) const UNSEEDED_PYTHON_KEY: &str = "site:unseeded_python";
 
+/// The fact a Python rank records at the program's first call that seeds torch when torch's
+/// default generator had been drawn from before it (torch's draws are C calls, not followed one
+/// by one: the seeding call's line, before which the draws happened).
+pub(crate) const UNSEEDED_TORCH_KEY: &str = "site:unseeded_torch";
+
 /// The fact a Python rank records when the program seeds a generator with a value it drew from
 /// a global generator before anything seeded that one (`seed = random.randint(1, 10000)`, then
 /// `torch.manual_seed(seed)`: pytorch/examples' dcgan without `--manualSeed`): the draw's line.
 pub(crate) const SEED_DRAWN_KEY: &str = "site:seed_drawn";
+
+/// The fact a Python rank records, the model's line (`site:model_built`'s), when torch's
+/// generator was drawn from before that model was built and nothing had seeded it yet
+/// (pytorch/examples' regression draws its target function first): a seed above the model's
+/// line only would leave those draws differing.
+pub(crate) const DRAWN_BEFORE_MODEL_KEY: &str = "site:drawn_before_model";

@@ -19,9 +19,9 @@
 
 use super::operator::is_collective;
 use crate::compare::cause::{
-    Cause, CauseClass, ANY_SOURCE_KEY, FILES_KEY, FRAMEWORK_KEY, MODEL_BUILT_KEY,
-    PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY,
-    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_PYTHON_KEY,
+    Cause, CauseClass, ANY_SOURCE_KEY, DRAWN_BEFORE_MODEL_KEY, FILES_KEY, FRAMEWORK_KEY,
+    MODEL_BUILT_KEY, PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY,
+    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_PYTHON_KEY, UNSEEDED_TORCH_KEY,
 };
 use crate::compare::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
@@ -434,6 +434,13 @@ fn initial_parameters_cause(c: &Comparison, d: &Divergence, mindspore: bool) -> 
                          inherit its parent's seed (the parent seeded at {parent})"
                     ));
                 }
+                _ if c.fact(DRAWN_BEFORE_MODEL_KEY).is_some() => {
+                    cause = cause.fix(format!(
+                        "call `{call}(0)` at the start of the program, before its first draw: \
+                         the generator was drawn from before the model was built{built}, so a \
+                         seed just above that line would leave those draws differing"
+                    ));
+                }
                 _ => {
                     cause = cause.fix(format!("call `{call}(0)` before the model is built{built}"));
                 }
@@ -518,10 +525,16 @@ fn generator_state_cause(c: &Comparison, d: &Divergence, into_input: bool) -> Op
             "`{}` differs at step {} rank {}: it was drawn from before that step",
             e.name, e.step, e.rank
         ));
-        // Where its values entered torch, when they did through a line of the program.
+        // Where its values entered torch, when they did through a line of the program; else
+        // where the program first drew from it (numpy's and Python's global generators).
         if let Some((outside, site)) = outside_value(c, d).filter(|_| !seeded) {
             cause.site = Some(site.to_owned());
             cause.evidence.push(outside_evidence(outside, site));
+        } else if let Some((key, site)) = first_draw(c, name).filter(|_| !seeded) {
+            cause.site = Some(site.to_owned());
+            cause.evidence.push(format!(
+                "`{key}`: the program's first draw from it, at {site}"
+            ));
         }
         return Some(cause);
     }
@@ -672,57 +685,22 @@ fn value_from_outside_cause(
         }
         return Some(cause);
     }
-    // A draw from an unseeded global generator (numpy's, then Python's `random`) explains the
-    // divergence when no value that differed entered torch elsewhere (a value that did, at
-    // another line, is the nearer cause).
+    // A draw from an unseeded global generator (numpy's, then Python's `random`, then torch's)
+    // explains the divergence when no value that differed entered torch elsewhere (a value that
+    // did, at another line, is the nearer cause).
     let global = [
         (UNSEEDED_GLOBAL_KEY, "numpy"),
         (UNSEEDED_PYTHON_KEY, "python"),
+        (UNSEEDED_TORCH_KEY, "torch"),
     ]
     .into_iter()
     .find_map(|(key, name)| {
         c.fact(key)
             .filter(|site| outside.is_none_or(|(_, entered)| entered == *site))
-            .map(|site| (site, name))
+            .map(|site| (key, site, name))
     });
-    if let Some((site, name)) = global {
-        let (words, call) = generator(name);
-        let (when, example, own) = if name == "numpy" {
-            (
-                "when numpy is imported",
-                "the order of a shuffle without a seed",
-                "`dataset.shuffle(seed=0)`",
-            )
-        } else {
-            (
-                "at start-up",
-                "the order of `random.shuffle`",
-                "`random.Random(0).shuffle(x)`",
-            )
-        };
-        let mut cause = Cause::new(
-            CauseClass::UnseededGenerator,
-            format!(
-                "{words} was drawn from here before anything seeded it (it seeds itself from OS \
-                 entropy {when}): what it gave, such as {example}, differs in each run though \
-                 the program seeds it later, and nothing else explains the divergence"
-            ),
-        )
-        .at(Some(site))
-        .fix(format!(
-            "seed before this line (`{call}`, or the framework's seed helper), or give the call \
-             a seed of its own ({own})"
-        ))
-        .of(name);
-        cause.evidence.push(if name == "numpy" {
-            unseeded_global_evidence(site)
-        } else {
-            format!("`{UNSEEDED_PYTHON_KEY}`: {words} drawn from at {site} before it was seeded")
-        });
-        if let Some((e, site)) = outside {
-            cause.evidence.push(outside_evidence(e, site));
-        }
-        return Some(cause);
+    if let Some((key, site, name)) = global {
+        return Some(unseeded_global_cause(key, site, name, outside));
     }
     if let Some((e, site)) = outside {
         let mut cause = Cause::new(
@@ -744,6 +722,78 @@ fn value_from_outside_cause(
         return Some(cause);
     }
     None
+}
+
+/// The fact of the program's first draw from the global generator `name` before anything seeded
+/// it, where one is kept (numpy's and Python's `random`'s): the fact's key and the line.
+fn first_draw<'c>(c: &'c Comparison, name: &str) -> Option<(&'static str, &'c str)> {
+    let key = match name {
+        "numpy" => UNSEEDED_GLOBAL_KEY,
+        "python" => UNSEEDED_PYTHON_KEY,
+        _ => return None,
+    };
+    c.fact(key).map(|site| (key, site))
+}
+
+/// The cause of a draw from the global generator `name` before anything seeded it, noted as the
+/// fact `key` at `site`: for numpy and Python's `random`, the draw's line; for torch (whose
+/// draws are not followed one by one), the line of the call that first seeded it after them.
+fn unseeded_global_cause(
+    key: &str,
+    site: &str,
+    name: &str,
+    outside: Option<(&EvidenceDifference, &str)>,
+) -> Cause {
+    let (words, call) = generator(name);
+    let (summary, fix) = match name {
+        "torch" => (
+            format!(
+                "{words} was drawn from before the program seeded it here (each process starts \
+                 it from OS entropy): what it gave before this line, a tensor kept and used \
+                 later, differs in each run, and nothing else explains the divergence"
+            ),
+            format!("seed at the start of the program, before its first draw (`{call}`)"),
+        ),
+        _ => {
+            let (when, example, own) = if name == "numpy" {
+                (
+                    "when numpy is imported",
+                    "the order of a shuffle without a seed",
+                    "`dataset.shuffle(seed=0)`",
+                )
+            } else {
+                (
+                    "at start-up",
+                    "the order of `random.shuffle`",
+                    "`random.Random(0).shuffle(x)`",
+                )
+            };
+            (
+                format!(
+                    "{words} was drawn from here before anything seeded it (it seeds itself from \
+                     OS entropy {when}): what it gave, such as {example}, differs in each run \
+                     though the program seeds it later, and nothing else explains the divergence"
+                ),
+                format!(
+                    "seed before this line (`{call}`, or the framework's seed helper), or give \
+                     the call a seed of its own ({own})"
+                ),
+            )
+        }
+    };
+    let mut cause = Cause::new(CauseClass::UnseededGenerator, summary)
+        .at(Some(site))
+        .fix(fix)
+        .of(name);
+    cause.evidence.push(if name == "numpy" {
+        unseeded_global_evidence(site)
+    } else {
+        format!("`{key}`: {words} drawn from before it was seeded ({site})")
+    });
+    if let Some((e, site)) = outside {
+        cause.evidence.push(outside_evidence(e, site));
+    }
+    cause
 }
 
 /// The data values' cause: the model's input differs first, with no other evidence.
@@ -931,6 +981,15 @@ mod tests {
         assert!(
             fix.ends_with("before the model is built (at main.py:107)"),
             "{fix}"
+        ); // pytorch/examples' regression: torch's generator drew its target function before the
+           // model was built, and nothing seeded it: the seed goes before the first draw.
+        note_fact(&mut c, DRAWN_BEFORE_MODEL_KEY, "main.py:107");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.site.as_deref(), Some("main.py:107"));
+        let fix = cause.fix.unwrap();
+        assert!(
+            fix.contains("at the start of the program, before its first draw"),
+            "{fix}"
         );
     }
 
@@ -984,6 +1043,15 @@ mod tests {
         let mut c = diverged_at(0, 9, "in/(model).0");
         evidence(&mut c, 0, 3, "rng/numpy", None);
         assert_eq!(kind(&c, None), CauseClass::UnseededGenerator);
+        assert_eq!(decide_cause(&c, None).unwrap().site, None);
+        // Named at the program's first draw from it, where the recorder saw one (siamese_network's
+        // `random.randint` in its dataset's `__getitem__`).
+        let mut p = diverged_at(0, 9, "in/(model).0");
+        evidence(&mut p, 0, 3, "rng/python", None);
+        note_fact(&mut p, UNSEEDED_PYTHON_KEY, "main.py:134");
+        let cause = decide_cause(&p, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("main.py:134"));
         // Seeded alike, yet in another state: something else is the cause.
         c.sites.insert(
             (0, "site:0:seed/numpy:0".to_owned()),
@@ -1204,6 +1272,18 @@ mod tests {
             decide_cause(&c, None).unwrap().generator.as_deref(),
             Some("numpy")
         );
+        // torch's: pytorch/examples' regression with `torch.manual_seed(0)` only above its model
+        // (main.py:42): its target function, drawn at the top, differs; named at the seed.
+        let mut c = diverged_at(0, 7, "loss");
+        note_fact(&mut c, UNSEEDED_TORCH_KEY, "main.py:42");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("main.py:42"));
+        assert!(
+            cause.summary.contains("before the program seeded it here"),
+            "{cause:?}"
+        );
+        assert!(cause.fix.unwrap().contains("at the start of the program"));
     }
 
     #[test]

@@ -136,6 +136,8 @@ class Recording:
             built = _evidence.built_at(model)
             if built is not None:
                 _evidence.fact("site:model_built", built)
+                if _evidence.drawn_before(built):
+                    _evidence.fact(_evidence.DRAWN_BEFORE_MODEL_KEY, built)
             self.paused(self._record_initial_parameters)()
         if inputs or self._evidence_sink is not None:
             hook = self.paused(self.model_forward_begins)

@@ -19,7 +19,9 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
   ``site:unseeded_global``, the line of the program's first draw from numpy's global generator
   (or read of its state, from which a library derives a seed) before anything seeded it, and
-  ``site:unseeded_python``, the same of Python's ``random``;
+  ``site:unseeded_python``, the same of Python's ``random``; ``site:unseeded_torch``, the line
+  of the first call that seeded torch after its default generator had been drawn from;
+  ``site:drawn_before_model``, the model's line when that happened before the model was built;
   ``site:seed_drawn``, the line of such a draw whose value the program then seeded a generator
   with (``opt.manualSeed = random.randint(1, 10000)``, then ``torch.manual_seed(opt.manualSeed)``:
   pytorch/examples' dcgan), so the seed's cause is named at the draw, where a constant fixes it,
@@ -95,6 +97,8 @@ KINDS = ("seed", "rng", "data")
 _generators: dict[str, Callable[[], bytes]] = {}
 #: name -> the state's bytes when last looked at.
 _last: dict[str, bytes] = {}
+#: name -> the state's bytes when it began to be followed (``drawn_before``).
+_initial: dict[str, bytes] = {}
 #: Evidence made before a recording runs: (name, array, site).
 _waiting: list[tuple[str, Any, str | None]] = []
 #: The running recording's ``evidence`` method, or ``None``.
@@ -437,7 +441,7 @@ def add_generator(name: str, state: Callable[[], bytes]) -> None:
     now."""
     _generators[name] = state
     try:
-        _last[name] = state()
+        _last[name] = _initial[name] = state()
     except Exception:
         _generators.pop(name, None)
 
@@ -452,7 +456,11 @@ def _array(state: bytes) -> Any:
 _seeded_once: set[str] = set()
 
 
-def _seeded(name: str, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _seeded(
+    name: str, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any], drawn: bool
+) -> None:
+    """A call seeded the generator ``name`` (``drawn``: torch's, drawn from before it was first
+    seeded): notes ``seed/<name>`` with its line, unless the call is a library's own."""
     _seeded_once.add(name)
     state = _generators.get(name)
     if state is None:
@@ -463,6 +471,8 @@ def _seeded(name: str, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         return
     _seed_was_drawn(args, kwargs)
     where = call_site(frame)
+    if drawn and where is not None:
+        fact(UNSEEDED_TORCH_KEY, where)
     _pass_on_seeding(where)
     note(f"seed/{name}", _array(now), where)
 
@@ -519,6 +529,13 @@ _REGISTERS = ("register_parameter", "insert_param_to_cell")
 #: ``__init__``), noted as its parameters are registered (``note_module_built``); bounded.
 _BUILT: dict[int, str] = {}
 
+#: The lines of ``_BUILT`` whose model was built after torch's generator, never seeded yet, had
+#: been drawn from (``drawn_before``).
+_DRAWN_BEFORE: set[str] = set()
+
+#: The fact of the model's line when torch's generator was drawn from, unseeded, before it.
+DRAWN_BEFORE_MODEL_KEY = "site:drawn_before_model"
+
 
 def note_module_built(frame: Any) -> None:
     """A parameter is being registered (``frame``: inside some module's ``__init__``): notes
@@ -538,6 +555,26 @@ def note_module_built(frame: Any) -> None:
         where = call_site(init.f_back)
         if where is not None:
             _BUILT[id(owner)] = where
+            if _drawn_unseeded("torch"):
+                _DRAWN_BEFORE.add(where)
+
+
+def _drawn_unseeded(name: str) -> bool:
+    """Whether the followed generator ``name`` was drawn from before anything seeded it."""
+    state = _generators.get(name)
+    if state is None or name in _seeded_once:
+        return False
+    try:
+        return state() != _initial.get(name)
+    except Exception:
+        return False
+
+
+def drawn_before(built: str) -> bool:
+    """Whether the model built at the line ``built`` (``built_at``) was built after torch's
+    generator, not seeded yet, had been drawn from: a seed just above that line would leave
+    those draws differing (pytorch/examples' regression draws its target function first)."""
+    return built in _DRAWN_BEFORE
 
 
 def built_at(module: Any) -> str | None:
@@ -595,9 +632,10 @@ def track_seeding(owner: Any, attribute: str, generator: str) -> None:
 
     @functools.wraps(original)
     def seeding(*args: Any, **kwargs: Any) -> Any:
+        drawn = generator == "torch" and _drawn_unseeded(generator)
         result = original(*args, **kwargs)
         try:
-            _seeded(generator, sys._getframe(1), args, kwargs)
+            _seeded(generator, sys._getframe(1), args, kwargs, drawn)
         except Exception:
             pass
         return result
@@ -696,6 +734,11 @@ _PYTHON_DRAWS = (
 
 #: The fact of each global generator's first draw before it was seeded, by generator.
 UNSEEDED_KEYS = {"numpy": UNSEEDED_GLOBAL_KEY, "python": "site:unseeded_python"}
+
+#: The fact of torch's first seeding call after its default generator had been drawn from
+#: (torch's draws are C calls, not followed one by one: the seeding call's line, where the draws
+#: before it are known to have happened).
+UNSEEDED_TORCH_KEY = "site:unseeded_torch"
 
 #: The fact of a draw before seeding whose value a generator was then seeded with.
 SEED_DRAWN_KEY = "site:seed_drawn"
