@@ -769,22 +769,35 @@ def _noting_unseeded(original: Any, generator: str) -> Any:
     @functools.wraps(original)
     def draw(*args: Any, **kwargs: Any) -> Any:
         value = original(*args, **kwargs)
-        # The caller's line is looked for (a walk up the stack) at most 65 times a generator:
-        # once for the fact, then for the first 64 int values.
-        keep = type(value) is int and len(_unseeded_values) < 64
-        if generator not in _seeded_once and (keep or key not in _facts):
+        if generator in _seeded_once:
+            return value
+        # The caller's line is looked for (a walk up the stack) once for the fact, then for
+        # each int value while fewer than 64 are kept.
+        drawn = _an_int(value) if len(_unseeded_values) < 64 else None
+        if drawn is not None or key not in _facts:
             try:
                 where = site(sys._getframe(1))
                 if where is not None:
                     fact(key, where)
-                    if keep:
-                        _unseeded_values.setdefault(value, where)
+                    if drawn is not None:
+                        _unseeded_values.setdefault(drawn, where)
             except Exception:
                 pass
         return value
 
     draw._detcheck_unseeded = True  # type: ignore[attr-defined]
     return draw
+
+
+def _an_int(value: Any) -> int | None:
+    """``value`` as an int when it is one: Python's, or a numpy integer scalar
+    (``np.random.randint(10_000)``)."""
+    if type(value) is int:
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__.startswith(("int", "uint")):
+        return int(value)
+    return None
 
 
 def _seed_was_drawn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
