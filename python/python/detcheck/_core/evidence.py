@@ -540,23 +540,28 @@ DRAWN_BEFORE_MODEL_KEY = "site:drawn_before_model"
 def note_module_built(frame: Any) -> None:
     """A parameter is being registered (``frame``: inside some module's ``__init__``): notes
     the line that built the outermost module under construction, the frame just outside its
-    ``__init__``, the first time."""
-    outermost = None
+    ``__init__``, the first time, for it and for every module under construction inside it (a
+    layer kept in a plain list, which the outer module does not register, is a model of its
+    own: pytorch/examples' mnist_forward_forward)."""
+    owners = []
     while frame is not None:
         if frame.f_code.co_name == "__init__":
             owner = frame.f_locals.get("self")
             if owner is not None and any(hasattr(owner, a) for a in _REGISTERS):
-                outermost = (owner, frame)
+                owners.append((owner, frame))
         frame = frame.f_back
-    if outermost is None or len(_BUILT) >= 4096:
+    if not owners or len(_BUILT) >= 4096:
         return
-    owner, init = outermost
-    if id(owner) not in _BUILT:
-        where = call_site(init.f_back)
-        if where is not None:
-            _BUILT[id(owner)] = where
-            if _drawn_unseeded("torch"):
-                _DRAWN_BEFORE.add(where)
+    outermost, init = owners[-1]
+    if all(id(owner) in _BUILT for owner, _ in owners):
+        return
+    where = _BUILT.get(id(outermost)) or call_site(init.f_back)
+    if where is None:
+        return
+    if id(outermost) not in _BUILT and _drawn_unseeded("torch"):
+        _DRAWN_BEFORE.add(where)
+    for owner, _ in owners:
+        _BUILT.setdefault(id(owner), where)
 
 
 def _drawn_unseeded(name: str) -> bool:

@@ -11,7 +11,10 @@ gradients: ``_Begins``), once, when the outermost step around it returns (a wrap
 once a parameter group and then writes the model, DeepSpeed's ZeRO optimizer; another torch
 optimizer: ``_torch.frontend.after_optimizer_step``), or, in a loop that made no optimizer by its
 first backward, at the model's next forward after a backward (the rhythm; ``torch.func`` loops too:
-their ``functional_call`` runs the model's forward, ``grad`` its backward). In a run of the
+their ``functional_call`` runs the model's forward, ``grad`` its backward). A program that steps an
+optimizer (without a closure) before any module ran forward through its call (it calls
+``forward`` itself) is recorded from that step on, the model being the module around the step
+that holds the optimizer's parameters: gradients and parameters, no forward records. In a run of the
 ``batch_sizes`` check (``DETCHECK_RECORD=rows``) each call of the model is a batch whose samples
 ``_torch.rows.RowsSink`` writes, a sample a step. ``DETCHECK_STOP_AFTER`` = N ends the process after
 the N-th step (``os._exit`` after a barrier). The trace is finished at interpreter exit and on
@@ -81,6 +84,8 @@ class Recorder(LifecycleRecorder):
         self._callback_queued = False
         #: The hooks on the model that begin and end a batch (``DETCHECK_RECORD=rows``).
         self._batch_hooks = []
+        #: Whether a step with no model found yet looked for its optimizer's module.
+        self._owner_sought = False
 
     def _install_hooks(self):
         self._forward_hooks = [
@@ -109,6 +114,8 @@ class Recorder(LifecycleRecorder):
         return None
 
     def _start(self, root, args):
+        """The recording of ``root`` begins: in its first call (``args``, its positional
+        arguments), or at an optimizer's step (``None``: ``_module_stepped_by``)."""
         self._remove_forward_hooks()
         model, ddp = unwrap_model(root)
         self._writer = self._open_writer()
@@ -148,7 +155,7 @@ class Recorder(LifecycleRecorder):
                 # The drill-down's re-run: one module call's operators (DETCHECK_ROWS_INSIDE).
                 *_rows.Inside.install(model, sink, self._writer, MODULE_HOOKS),
             ]
-        if model is root:
+        if model is root and args is not None:
             # This call's pre-hooks were collected before the handle's was added: its evidence
             # and inputs are recorded here. A global pre-hook is not given the keyword
             # arguments; they are the calling `Module._call_impl`'s own `kwargs`.
@@ -171,6 +178,17 @@ class Recorder(LifecycleRecorder):
             return None
         if self.status == "recording":
             return before_optimizer_step(self._handle, optimizer, args, kwargs)
+        if self.status == "waiting" and not self._owner_sought and not _has_closure(args, kwargs):
+            # A step, without a closure, before any module with parameters ran forward through
+            # its call: the program calls `forward` itself (pytorch/examples'
+            # mnist_forward_forward), so no module hook ran. The model is the module around
+            # this call that holds the optimizer's parameters, looked for once.
+            self._owner_sought = True
+            owner = _module_stepped_by(optimizer)
+            if owner is not None:
+                self._start(owner, None)
+            if self.status == "recording":
+                return before_optimizer_step(self._handle, optimizer, args, kwargs)
         if self.status == "waiting":
             # A step before the model's first forward: with a closure (LBFGS), the recording
             # begins inside it, and the gradients it computes are the first step's.
@@ -318,6 +336,37 @@ class _Begins:
         self.pending_update = False
         if self._recorder.status == "recording":
             self._recorder._handle.end_backward()
+
+
+def _has_closure(args, kwargs):
+    """Whether an optimizer's ``step`` was given a closure (LBFGS's, which runs the forward)."""
+    closure = kwargs.get("closure", args[0] if args else None)
+    return callable(closure)
+
+
+#: How many calls around an optimizer's step ``_module_stepped_by`` looks through.
+_OWNER_DEPTH = 32
+
+
+def _module_stepped_by(optimizer):
+    """The module whose parameters ``optimizer`` updates, among the local variables of the calls
+    around its step (a layer's ``self`` that steps its own optimizer): the outermost that holds
+    all of them, or ``None``."""
+    try:
+        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        frame = sys._getframe(2)
+    except Exception:
+        return None
+    found = None
+    for _ in range(_OWNER_DEPTH):
+        if frame is None or not wanted:
+            break
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, torch.nn.Module) and value is not found:
+                if wanted <= {id(p) for p in value.parameters()}:
+                    found = value
+        frame = frame.f_back
+    return found
 
 
 def _an_optimizer_exists():
