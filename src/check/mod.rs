@@ -776,11 +776,10 @@ fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result
     let unperturbed = options.unperturbed
         && matches!(scenario.program, Program::Command(_))
         && spec.expect == Expectation::Identical;
-    let repeat = outcomes
+    let mut repeat = outcomes
         .iter_mut()
         .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
         .filter(|_| unperturbed);
-    let mut repeat = repeat;
     if let (Some(repeat), Some(n)) = (repeat.as_mut(), empty_end_state(first)) {
         repeat.note = Some(format!(
             "no unperturbed run: the end state's {n} records hold no values"
