@@ -345,6 +345,42 @@ def test_an_optimizer_stepped_inside_another_ends_one_step_per_update(tmp_path):
         assert names.count("param/weight") == 1 and names.count("grad/weight") == 1, names
 
 
+def test_a_layer_that_calls_its_own_forward_is_recorded_from_its_first_step(tmp_path):
+    """pytorch/examples' mnist_forward_forward: each layer calls `self.forward` (no module hook
+    runs) and steps its own optimizer. The model is the layer around the step holding the
+    optimizer's parameters, recorded from the first step (before: only from a later
+    `layer(x)`, its `init/*` the trained weights)."""
+    program = tmp_path / "own_forward.py"
+    program.write_text(
+        textwrap.dedent("""
+        import torch
+
+        class Layer(torch.nn.Linear):
+            def __init__(self):
+                super().__init__(4, 3)
+                self.opt = torch.optim.SGD(self.parameters(), lr=0.1)
+
+            def train_steps(self, x, n):
+                for _ in range(n):
+                    loss = self.forward(x).pow(2).mean()
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+
+        torch.manual_seed(0)
+        layers = [Layer()]                  # a plain list, as the example keeps them
+        layers[0].train_steps(torch.ones(2, 4), 3)
+        layers[0](torch.ones(2, 4))         # its first call through the module
+        """)
+    )
+    done, trace = launched(tmp_path, [program])
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = decode(trace / "rank0.dctrace")
+    first = {r["name"] for r in records if r["step"] == 0}
+    assert {"init/weight", "grad/weight", "param/weight"} <= first, sorted(first)
+    assert sorted({r["step"] for r in records if r["name"] == "param/weight"}) == [0, 1, 2]
+
+
 def test_a_program_that_records_itself_is_not_recorded_twice(tmp_path):
     program = tmp_path / "own.py"
     program.write_text(

@@ -143,15 +143,26 @@ fn unseeded_global_evidence(site: &str) -> String {
     format!("`{UNSEEDED_GLOBAL_KEY}`: numpy's global generator drawn from at {site} before it was seeded")
 }
 
-/// The global generator a program drew from before seeding it, by the facts of its first such
-/// draw (`site:unseeded_python`, `site:unseeded_global`) at `site`: its name and the fact's key.
+/// The global generators a program may draw from before seeding them, by name, with the fact
+/// the recorder notes of that (numpy's first: its rule is the older). numpy's and Python's
+/// `random`'s draws are followed one by one (`FOLLOWED`): the fact is the first draw's line;
+/// torch's are C calls: the fact is the line of the first call that seeded it after a draw.
+const DRAWN_BEFORE_SEEDING: [(&str, &str); 3] = [
+    ("numpy", UNSEEDED_GLOBAL_KEY),
+    ("python", UNSEEDED_PYTHON_KEY),
+    ("torch", UNSEEDED_TORCH_KEY),
+];
+
+/// The generators of `DRAWN_BEFORE_SEEDING` whose fact is the draw's own line.
+const FOLLOWED: &[(&str, &str)] = DRAWN_BEFORE_SEEDING.split_at(2).0;
+
+/// The followed generator the program drew from at `site` before seeding it: its name and the
+/// fact's key.
 fn drawn_unseeded(c: &Comparison, site: &str) -> Option<(&'static str, &'static str)> {
-    [
-        ("python", UNSEEDED_PYTHON_KEY),
-        ("numpy", UNSEEDED_GLOBAL_KEY),
-    ]
-    .into_iter()
-    .find(|(_, key)| c.fact(key) == Some(site))
+    FOLLOWED
+        .iter()
+        .find(|(_, key)| c.fact(key) == Some(site))
+        .copied()
 }
 
 /// The first `data/outside` record that differs at or before the divergence, with its line:
@@ -688,13 +699,7 @@ fn value_from_outside_cause(
     // A draw from an unseeded global generator (numpy's, then Python's `random`, then torch's)
     // explains the divergence when no value that differed entered torch elsewhere (a value that
     // did, at another line, is the nearer cause).
-    let global = [
-        (UNSEEDED_GLOBAL_KEY, "numpy"),
-        (UNSEEDED_PYTHON_KEY, "python"),
-        (UNSEEDED_TORCH_KEY, "torch"),
-    ]
-    .into_iter()
-    .find_map(|(key, name)| {
+    let global = DRAWN_BEFORE_SEEDING.into_iter().find_map(|(name, key)| {
         c.fact(key)
             .filter(|site| outside.is_none_or(|(_, entered)| entered == *site))
             .map(|site| (key, site, name))
@@ -725,13 +730,9 @@ fn value_from_outside_cause(
 }
 
 /// The fact of the program's first draw from the global generator `name` before anything seeded
-/// it, where one is kept (numpy's and Python's `random`'s): the fact's key and the line.
+/// it, where one is kept (`FOLLOWED`): the fact's key and the line.
 fn first_draw<'c>(c: &'c Comparison, name: &str) -> Option<(&'static str, &'c str)> {
-    let key = match name {
-        "numpy" => UNSEEDED_GLOBAL_KEY,
-        "python" => UNSEEDED_PYTHON_KEY,
-        _ => return None,
-    };
+    let &(_, key) = FOLLOWED.iter().find(|(followed, _)| *followed == name)?;
     c.fact(key).map(|site| (key, site))
 }
 

@@ -459,8 +459,9 @@ _seeded_once: set[str] = set()
 def _seeded(
     name: str, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any], drawn: bool
 ) -> None:
-    """A call seeded the generator ``name`` (``drawn``: torch's, drawn from before it was first
-    seeded): notes ``seed/<name>`` with its line, unless the call is a library's own."""
+    """A call seeded the generator ``name`` (``drawn``: drawn from before it was first seeded,
+    ``SEEDED_AFTER_DRAWS``): notes ``seed/<name>`` with its line, unless the call is a library's
+    own."""
     _seeded_once.add(name)
     state = _generators.get(name)
     if state is None:
@@ -472,7 +473,7 @@ def _seeded(
     _seed_was_drawn(args, kwargs)
     where = call_site(frame)
     if drawn and where is not None:
-        fact(UNSEEDED_TORCH_KEY, where)
+        fact(SEEDED_AFTER_DRAWS[name], where)
     _pass_on_seeding(where)
     note(f"seed/{name}", _array(now), where)
 
@@ -637,7 +638,7 @@ def track_seeding(owner: Any, attribute: str, generator: str) -> None:
 
     @functools.wraps(original)
     def seeding(*args: Any, **kwargs: Any) -> Any:
-        drawn = generator == "torch" and _drawn_unseeded(generator)
+        drawn = generator in SEEDED_AFTER_DRAWS and _drawn_unseeded(generator)
         result = original(*args, **kwargs)
         try:
             _seeded(generator, sys._getframe(1), args, kwargs, drawn)
@@ -744,6 +745,10 @@ UNSEEDED_KEYS = {"numpy": UNSEEDED_GLOBAL_KEY, "python": "site:unseeded_python"}
 #: (torch's draws are C calls, not followed one by one: the seeding call's line, where the draws
 #: before it are known to have happened).
 UNSEEDED_TORCH_KEY = "site:unseeded_torch"
+
+#: The generators whose draws are not followed one by one (C calls), by the fact of the first
+#: call that seeded one after it had been drawn from (``track_seeding``).
+SEEDED_AFTER_DRAWS = {"torch": UNSEEDED_TORCH_KEY}
 
 #: The fact of a draw before seeding whose value a generator was then seeded with.
 SEED_DRAWN_KEY = "site:seed_drawn"

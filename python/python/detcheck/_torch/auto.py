@@ -40,6 +40,7 @@ from .frontend import (
     TORCH,
     after_optimizer_step,
     before_optimizer_step,
+    closure_of,
     describe_run,
     starts_update,
 )
@@ -178,7 +179,8 @@ class Recorder(LifecycleRecorder):
             return None
         if self.status == "recording":
             return before_optimizer_step(self._handle, optimizer, args, kwargs)
-        if self.status == "waiting" and not self._owner_sought and not _has_closure(args, kwargs):
+        closure = closure_of(optimizer, args, kwargs)
+        if self.status == "waiting" and not self._owner_sought and closure is None:
             # A step, without a closure, before any module with parameters ran forward through
             # its call: the program calls `forward` itself (pytorch/examples'
             # mnist_forward_forward), so no module hook ran. The model is the module around
@@ -336,12 +338,6 @@ class _Begins:
         self.pending_update = False
         if self._recorder.status == "recording":
             self._recorder._handle.end_backward()
-
-
-def _has_closure(args, kwargs):
-    """Whether an optimizer's ``step`` was given a closure (LBFGS's, which runs the forward)."""
-    closure = kwargs.get("closure", args[0] if args else None)
-    return callable(closure)
 
 
 #: How many calls around an optimizer's step ``_module_stepped_by`` looks through.

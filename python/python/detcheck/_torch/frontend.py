@@ -42,6 +42,7 @@ __all__ = [
     "TorchSink",
     "describe_run",
     "before_optimizer_step",
+    "closure_of",
     "after_optimizer_step",
     "starts_update",
     "install_evidence",
@@ -299,7 +300,7 @@ def describe_run(writer):
             writer.add_environment(key, str(value))
 
 
-def _closure_of(optimizer, args, kwargs):
+def closure_of(optimizer, args, kwargs):
     """Where ``optimizer.step``'s closure is in a step pre-hook's ``(args, kwargs)`` (``args``
     starts with the optimizer itself): ``("kw", None)``, ``("arg", index)`` or ``None``."""
     if callable(kwargs.get("closure")):
@@ -316,7 +317,7 @@ def before_optimizer_step(recording, optimizer, args, kwargs):
     given a closure (Lightning's automatic optimization, LBFGS: forward and backward run inside the
     step), returns the arguments with the closure wrapped so that the gradients are recorded when it
     first returns."""
-    where = _closure_of(optimizer, args, kwargs)
+    where = closure_of(optimizer, args, kwargs)
     if where is None:
         recording.end_backward()
         return None
