@@ -9,8 +9,10 @@
 # --torch also installs PyTorch (torch==2.15.0 from the Python registry, ~5 GB with its CUDA
 # libraries, about 70 s; it runs on the CPU): the torch tests, the operator drill-down's controls
 # and its benchmark need it; and torchvision==0.29.2 (a few MB), which the zoo's pytorch/examples
-# programs import, and requests==2.32.5, which nanoGPT's data/shakespeare_char/prepare.py imports
-# (it downloads nothing when its input.txt exists: examples/zoo/README.md). .ci/run passes it.
+# programs import, requests==2.32.5, which nanoGPT's data/shakespeare_char/prepare.py imports
+# (it downloads nothing when its input.txt exists: examples/zoo/README.md), and
+# gymnasium==1.4.0 (pure Python, on numpy), whose CartPole the zoo's reinforcement-learning
+# programs train on. .ci/run passes it.
 #
 # --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0,
 # lightning==2.6.6 and timm==1.0.31 (accelerate's cv_example.py in examples/zoo builds its model
@@ -107,9 +109,9 @@ echo "== pip install maturin==1.16.0 numpy==$numpy pytest==8.4.2 pytest-xdist==3
     "maturin==1.16.0" "numpy==$numpy" "pytest==8.4.2" "pytest-xdist==3.8.0" "ruff==0.17.6" "mypy==2.4.1"
 
 if [ "$torch" = 1 ]; then
-    echo "== pip install torch==2.15.0 torchvision==0.29.2 requests==2.32.5 (CPU use; the registry's wheels)"
+    echo "== pip install torch==2.15.0 torchvision==0.29.2 requests==2.32.5 gymnasium==1.4.0 (CPU use; the registry's wheels)"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "torch==2.15.0" \
-        "torchvision==0.29.2" "requests==2.32.5"
+        "torchvision==0.29.2" "requests==2.32.5" "gymnasium==1.4.0"
 fi
 
 if [ "$mindspore" = 1 ]; then

@@ -4,11 +4,13 @@ draws before anything seeded it, and a seeding call given a value such a draw re
 `torch.manual_seed(opt.manualSeed)`). The launched checks of the zoo's dcgan and regression
 rows (test_zoo.py) prove the same end to end."""
 
+import sys
 import types
 
 import numpy as np
 import pytest
 from detcheck._core import evidence as ev
+from support import requires
 
 
 @pytest.fixture
@@ -47,3 +49,33 @@ def test_wrapping_twice_wraps_once(fresh):
     once = module.randint
     ev._note_unseeded_draws(module, ("randint",), "python")
     assert module.randint is once
+
+
+def test_a_generator_made_without_a_seed_is_noted_with_its_maker(fresh):
+    module = types.SimpleNamespace(np_random=lambda seed=None: ("generator", seed))
+    ev._note_unseeded_maker(module, "np_random", "gymnasium")
+    assert module.np_random(543) == ("generator", 543)
+    assert ev._facts == {}
+    module.np_random()
+    assert ev._facts == {
+        "site:unseeded_generator": "main.py:46",
+        "site:unseeded_maker": "gymnasium",
+    }
+
+
+def test_a_gymnasium_environment_reset_without_a_seed_is_noted(fresh, monkeypatch):
+    """pytorch/examples' reinforce.py without `env.reset(seed=...)` (the zoo's planted row):
+    gymnasium makes the environment's generator at its first reset, from OS entropy."""
+    gym = requires("gymnasium")
+    from gymnasium.utils import seeding
+
+    # The makers wrapped as the start-up hook wraps them, and put back afterwards.
+    monkeypatch.setattr(seeding, "np_random", seeding.np_random)
+    monkeypatch.setattr(np.random, "default_rng", np.random.default_rng)
+    ev.install_unseeded_makers(lambda name, then: then(sys.modules[name]))
+    env = gym.make("CartPole-v1")
+    env.reset(seed=543)
+    env.reset()  # later resets go on from the seeded generator
+    assert ev._facts == {}
+    gym.make("CartPole-v1").reset()
+    assert ev._facts["site:unseeded_maker"] == "gymnasium"

@@ -182,9 +182,12 @@ pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";
 /// did (`_core.evidence.SEEDED_VAR`, passed on in the environment).
 pub(crate) const PARENT_SEEDED_KEY: &str = "site:parent_seeded";
 
-/// The fact a Python rank records at its first `numpy.random.default_rng()` without a seed
-/// (`detcheck._core.evidence`): the program's line.
+/// The fact a Python rank records at its first call that made a generator without a seed, which
+/// seeds itself from OS entropy (`numpy.random.default_rng()`, a gymnasium environment's first
+/// `reset()` without `seed=`: `detcheck._core.evidence.UNSEEDED_MAKERS`): the program's line.
 pub(crate) const UNSEEDED_GENERATOR_KEY: &str = "site:unseeded_generator";
+/// The fact beside it naming its maker (`numpy`, `gymnasium`; absent: `numpy`, the first).
+pub(crate) const UNSEEDED_MAKER_KEY: &str = "site:unseeded_maker";
 
 /// The fact a Python rank records at the program's first draw from numpy's global generator
 /// (or read of its state, from which a library derives a seed: `datasets`' `shuffle()`) before

@@ -21,7 +21,8 @@ use super::operator::is_collective;
 use crate::compare::cause::{
     Cause, CauseClass, ANY_SOURCE_KEY, DRAWN_BEFORE_MODEL_KEY, FILES_KEY, FRAMEWORK_KEY,
     MODEL_BUILT_KEY, PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY,
-    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_PYTHON_KEY, UNSEEDED_TORCH_KEY,
+    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_MAKER_KEY, UNSEEDED_PYTHON_KEY,
+    UNSEEDED_TORCH_KEY,
 };
 use crate::compare::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
@@ -135,8 +136,49 @@ fn file_from_earlier_run(c: &Comparison) -> Option<(&'static str, String, &'stat
         .map(|path| ("run 1", path.clone(), "run 2"))
 }
 
-fn unseeded_evidence(site: &str) -> String {
-    format!("`{UNSEEDED_GENERATOR_KEY}`: `np.random.default_rng()` without a seed at {site}")
+/// A maker of generators that seed themselves from OS entropy when given no seed (the recorder's
+/// `UNSEEDED_MAKERS`): its name (`site:unseeded_maker`), the call, what happened in words, and
+/// the fix.
+struct UnseededMaker {
+    name: &'static str,
+    call: &'static str,
+    summary: &'static str,
+    fix: &'static str,
+}
+
+/// The makers, numpy's first: a trace without `site:unseeded_maker` is numpy's.
+const UNSEEDED_MAKERS: [UnseededMaker; 2] = [
+    UnseededMaker {
+        name: "numpy",
+        call: "`np.random.default_rng()` without a seed",
+        summary: "a numpy Generator made without a seed (`np.random.default_rng()` seeds itself \
+                  from OS entropy) draws other values in each run, and nothing else explains the \
+                  divergence",
+        fix: "give it a seed: `np.random.default_rng(0)`",
+    },
+    UnseededMaker {
+        name: "gymnasium",
+        call: "a gymnasium environment's (or space's) generator made without a seed",
+        summary: "a gymnasium environment reset without `seed=` (or a space sampled before \
+                  `space.seed(...)`) makes its generator from OS entropy: its start states and \
+                  draws differ in each run, and nothing else explains the divergence",
+        fix: "seed it once, at its first use: `env.reset(seed=0)` (a space: `space.seed(0)`); \
+              later resets without a seed go on from that generator",
+    },
+];
+
+/// The maker of the run's generator made without a seed (`site:unseeded_maker`).
+fn unseeded_maker(c: &Comparison) -> &'static UnseededMaker {
+    let name = c.fact(UNSEEDED_MAKER_KEY).unwrap_or("numpy");
+    UNSEEDED_MAKERS
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or(&UNSEEDED_MAKERS[0])
+}
+
+fn unseeded_evidence(c: &Comparison, site: &str) -> String {
+    let call = unseeded_maker(c).call;
+    format!("`{UNSEEDED_GENERATOR_KEY}`: {call} at {site}")
 }
 
 fn unseeded_global_evidence(site: &str) -> String {
@@ -675,22 +717,17 @@ fn value_from_outside_cause(
             cause.evidence.push(outside_evidence(e, site));
         }
         if let Some(site) = unseeded {
-            cause.evidence.push(unseeded_evidence(site));
+            cause.evidence.push(unseeded_evidence(c, site));
         }
         return Some(cause);
     }
     if let Some(site) = unseeded {
-        let mut cause = Cause::new(
-            CauseClass::UnseededGenerator,
-            "a numpy Generator made without a seed (`np.random.default_rng()` seeds itself from \
-             OS entropy) draws other values in each run, and nothing else explains the \
-             divergence"
-                .to_owned(),
-        )
-        .at(Some(site))
-        .fix("give it a seed: `np.random.default_rng(0)`")
-        .of("numpy");
-        cause.evidence.push(unseeded_evidence(site));
+        let maker = unseeded_maker(c);
+        let mut cause = Cause::new(CauseClass::UnseededGenerator, maker.summary.to_owned())
+            .at(Some(site))
+            .fix(maker.fix)
+            .of(maker.name);
+        cause.evidence.push(unseeded_evidence(c, site));
         if let Some((e, site)) = outside {
             cause.evidence.push(outside_evidence(e, site));
         }
@@ -1180,6 +1217,28 @@ mod tests {
         // The data loader fetched other samples: that is the cause, the Generator is not.
         evidence(&mut c, 0, 2, "data/indices", None);
         assert_eq!(kind(&c, None), CauseClass::DataOrder);
+    }
+
+    #[test]
+    fn an_environment_reset_without_a_seed_is_named_at_the_programs_reset() {
+        // pytorch/examples' reinforce.py without `env.reset(seed=args.seed)`: the start states
+        // entered torch at `torch.from_numpy(state)` (line 55) from an environment whose first
+        // `reset()` (line 85) made its generator from OS entropy.
+        let mut c = diverged_at(0, 8, "in/(model).0");
+        evidence(&mut c, 0, 4, OUTSIDE_RECORD, Some("reinforce.py:55"));
+        assert_eq!(kind(&c, None), CauseClass::ValueFromOutside);
+        note_fact(&mut c, UNSEEDED_GENERATOR_KEY, "reinforce.py:85");
+        note_fact(&mut c, UNSEEDED_MAKER_KEY, "gymnasium");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::UnseededGenerator);
+        assert_eq!(cause.site.as_deref(), Some("reinforce.py:85"));
+        assert_eq!(cause.generator.as_deref(), Some("gymnasium"));
+        assert!(cause.fix.as_deref().unwrap().contains("env.reset(seed=0)"));
+        assert!(
+            cause.evidence[0].contains("gymnasium environment"),
+            "{cause:?}"
+        );
+        assert!(cause.evidence[1].contains("reinforce.py:55"), "{cause:?}");
     }
 
     #[test]

@@ -321,6 +321,11 @@ _NEEDS = {
         _TORCH,
         "scripts/install-python.sh --torch installs it",
     ),
+    "gymnasium": (
+        _module("gymnasium"),
+        _TORCH,
+        "scripts/install-python.sh --torch installs it",
+    ),
     "deepspeed": (
         _deepspeed,
         ("DETCHECK_REQUIRE_DEEPSPEED",),
@@ -389,9 +394,9 @@ def requires(name):
     with mpirun, gloo, fork) when it is there. When it is missing, skips the test (or the whole
     module, called at its top level) with the reason; or, where ``required(name)``, fails it.
 
-    ``name``: torch, torchvision, deepspeed, triton, gloo (torch.distributed's), transformers,
-    accelerate, lightning, lightning.pytorch, mindspore, mpi4py (with mpirun on PATH), fork
-    (``os.fork``), slurm (``srun`` and a node that is up), msprobe or msprobe-mindspore
+    ``name``: torch, torchvision, gymnasium, deepspeed, triton, gloo (torch.distributed's),
+    transformers, accelerate, lightning, lightning.pytorch, mindspore, mpi4py (with mpirun on
+    PATH), fork (``os.fork``), slurm (``srun`` and a node that is up), msprobe or msprobe-mindspore
     (returns the path of a Python interpreter that imports msprobe with torch, or with
     MindSpore, which need not be this one)."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the test's line

@@ -15,8 +15,10 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   engine's records (``flush_outside``, which the engine calls before its next record), so that a
   value from numpy, a file or the clock that changes from run to run is named with its line;
 - facts, one value each, written to the trace's environment when the recording finishes
-  (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first
-  ``numpy.random.default_rng()`` without a seed (it seeds itself from OS entropy),
+  (``fact``/``facts``): ``site:unseeded_generator``, the line of the program's first call that
+  made a generator without a seed, which seeds itself from OS entropy (``UNSEEDED_MAKERS``:
+  ``numpy.random.default_rng()``, a gymnasium environment's first ``reset()`` without
+  ``seed=``), and ``site:unseeded_maker``, which of them,
   ``site:unseeded_global``, the line of the program's first draw from numpy's global generator
   (or read of its state, from which a library derives a seed) before anything seeded it, and
   ``site:unseeded_python``, the same of Python's ``random``; ``site:unseeded_torch``, the line
@@ -75,6 +77,7 @@ from typing import Any
 __all__ = [
     "install_python",
     "install_numpy",
+    "install_unseeded_makers",
     "add_generator",
     "track_seeding",
     "note",
@@ -697,10 +700,9 @@ def _numpy_state() -> bytes:
 
 
 def install_numpy(numpy: Any) -> None:
-    """Follows numpy's global generator (its state, and ``numpy.random.seed``), and notes the
-    first ``numpy.random.default_rng()`` made without a seed."""
+    """Follows numpy's global generator (its state, and ``numpy.random.seed``); a ``Generator``
+    made without a seed is ``install_unseeded_makers``'."""
     add_generator("numpy", _numpy_state)
-    _note_unseeded_default_rng(numpy.random)
     _note_unseeded_draws(numpy.random, _NUMPY_DRAWS, "numpy")
     track_seeding(numpy.random, "seed", "numpy")
 
@@ -824,25 +826,51 @@ def _seed_was_drawn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         fact(SEED_DRAWN_KEY, drawn)
 
 
-def _note_unseeded_default_rng(random: Any) -> None:
-    """Wraps ``numpy.random.default_rng`` (a function: wrapping it changes no ``isinstance``):
-    a call without a seed, or with ``None``, notes ``site:unseeded_generator``. A
-    ``Generator`` the program makes is not followed otherwise (module doc)."""
-    original = getattr(random, "default_rng", None)
+#: The functions that make a generator and seed it from OS entropy when given no seed:
+#: (module, function, maker). A call without a seed notes ``site:unseeded_generator`` at the
+#: program's line (the innermost frame outside installed packages: the program's own call that
+#: led there) and ``site:unseeded_maker``, the maker, whose words and fix the report takes from
+#: src/diagnose/cause.rs ``UNSEEDED_MAKERS``. numpy's ``default_rng()``; gymnasium's
+#: ``seeding.np_random()``, which an environment's first ``reset()`` without ``seed=`` calls, and
+#: a space's first ``sample()`` before ``space.seed(...)`` (pytorch/examples' reinforcement
+#: learning, whose environment's start states then differ from run to run).
+UNSEEDED_MAKERS = (
+    ("numpy.random", "default_rng", "numpy"),
+    ("gymnasium.utils.seeding", "np_random", "gymnasium"),
+)
+#: The fact naming the maker of ``site:unseeded_generator`` (src/compare/cause.rs).
+UNSEEDED_MAKER_KEY = "site:unseeded_maker"
+
+
+def install_unseeded_makers(when_imported: Callable[[str, Callable[[Any], None]], None]) -> None:
+    """Wraps each of ``UNSEEDED_MAKERS`` once its module is imported (``when_imported(name,
+    callback)``: now, when it already is)."""
+    for module, function, maker in UNSEEDED_MAKERS:
+        when_imported(
+            module, functools.partial(_note_unseeded_maker, function=function, maker=maker)
+        )
+
+
+def _note_unseeded_maker(module: Any, function: str, maker: str) -> None:
+    """Wraps ``module.function`` (a function: wrapping it changes no ``isinstance``): a call
+    without a seed (its first argument, or ``seed=``), or with ``None``, notes the maker's
+    facts. A generator the program makes is not followed otherwise (module doc)."""
+    original = getattr(module, function, None)
     if original is None or getattr(original, "_detcheck_unseeded", False):
         return
 
     @functools.wraps(original)
-    def default_rng(*args: Any, **kwargs: Any) -> Any:
+    def make(*args: Any, **kwargs: Any) -> Any:
         if (args[0] if args else kwargs.get("seed")) is None:
             try:
                 fact("site:unseeded_generator", site(sys._getframe(1)) or "?")
+                fact(UNSEEDED_MAKER_KEY, maker)
             except Exception:
                 pass
         return original(*args, **kwargs)
 
-    default_rng._detcheck_unseeded = True  # type: ignore[attr-defined]
+    make._detcheck_unseeded = True  # type: ignore[attr-defined]
     try:
-        random.default_rng = default_rng
+        setattr(module, function, make)
     except (AttributeError, TypeError):
         pass

@@ -607,6 +607,7 @@ def _follow_generators(callbacks):
     _evidence.install_python()
     _evidence.install_file_audit()
     _evidence.install_process_watch()
+    _evidence.install_unseeded_makers(_when_imported)
     if "numpy" in sys.modules:
         _evidence.install_numpy(sys.modules["numpy"])
         return
