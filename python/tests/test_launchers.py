@@ -138,3 +138,20 @@ def test_the_command_a_world_that_nobody_starts_is_told_to_run_passes(detcheck_b
     args = ("--ranks", "2", "--launcher", "torchrun", "--", sys.executable, script)
     (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=0).scenarios.values()
     assert line["verdict"] == "ok", line
+
+
+def test_processes_started_with_spawn_that_join_no_group_are_named_in_the_error(
+    detcheck_bin, tmp_path
+):
+    """A program whose training runs in processes it started with `torch.multiprocessing.spawn`
+    that join no process group (an RPC program's workers): no rank is recorded, and the error
+    says which processes, where they were started and what to do, not only that the launched
+    process ran no model."""
+    script = PROGRAMS / "verdicts" / "spawn_no_group.py"
+    shutil.copy(script, tmp_path / script.name)
+    args = ("--timeout", "120", "--", sys.executable, script.name)
+    (line,) = check(detcheck_bin, *args, cwd=tmp_path, code=3).scenarios.values()
+    error = line["error"]
+    said = "it started 2 processes with torch.multiprocessing (at spawn_no_group.py:21)"
+    assert said in error, error
+    assert "detcheck.TraceWriter" in error, error

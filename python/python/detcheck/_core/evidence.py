@@ -327,6 +327,13 @@ def install_file_audit() -> None:
     _audited = True
 
 
+#: The processes this one started through ``torch.multiprocessing`` (``spawn``,
+#: ``start_processes``): how many, and the program's line that started the first (or ``None``),
+#: for the note of a rank that recorded nothing (``_launch.startup``): its ranks may be there.
+STARTED_BY_TORCH: list[Any] = [0, None]
+_SPAWN = "/torch/multiprocessing/"
+
+
 def install_process_watch() -> None:
     """Notes ``site:process_started``, the program's first line that starts a
     ``multiprocessing`` process itself and hands it a model (``mp.Process(target=train,
@@ -348,6 +355,10 @@ def install_process_watch() -> None:
             given = [*getattr(self, "_args", ()), *getattr(self, "_kwargs", {}).values()]
             if whose == "program" and any(hasattr(a, "register_parameter") for a in given):
                 fact("site:process_started", _shown(full, frame.f_lineno))
+            if _SPAWN in frame.f_code.co_filename.replace(os.sep, "/"):
+                STARTED_BY_TORCH[0] += 1
+                if STARTED_BY_TORCH[1] is None:
+                    STARTED_BY_TORCH[1] = site(frame)
         except Exception:
             pass
         return original(self)

@@ -655,12 +655,33 @@ def _at_exit():
             "writes its own trace with detcheck.TraceWriter"
         )
     else:
-        why = recorder.why_nothing()
+        why = recorder.why_nothing() + _started_no_rank()
+    if os.path.exists(_state.note):
+        return  # the note of a process it started, which took this rank and recorded nothing
     try:
         with open(_state.note, "w", encoding="utf-8") as f:
             f.write(why + "\n")
     except OSError:
         pass
+
+
+def _started_no_rank():
+    """What to add to the note of a rank that recorded nothing when its process started others
+    through ``torch.multiprocessing`` (``spawn``) and none of them took a rank's trace (else the
+    note is not shown): they joined no process group (an RPC program: ``init_rpc`` only)."""
+    from .._core import evidence as _evidence
+
+    n, where = _evidence.STARTED_BY_TORCH
+    if n == 0:
+        return ""
+    return (
+        f"; it started {n} process{'es' if n != 1 else ''} with torch.multiprocessing (at "
+        f"{where or '?'}), and none recorded a rank: detcheck records a process the program "
+        "starts once it joins a process group (torch.distributed.init_process_group, as "
+        "mp.spawn's ranks do); one that only calls torch.distributed.rpc.init_rpc, or trains "
+        "without a group, is not recorded: write its records with detcheck.TraceWriter "
+        "(docs/programs.md)"
+    )
 
 
 def _program():
