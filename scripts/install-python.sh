@@ -15,7 +15,8 @@
 # programs train on. .ci/run passes it.
 #
 # --frameworks (implies --torch) also installs transformers==5.24.0, accelerate==1.15.0,
-# lightning==2.6.6 and timm==1.0.31 (accelerate's cv_example.py in examples/zoo builds its model
+# lightning==2.6.6, jsonargparse[signatures]==4.53.0 (LightningCLI's parser: the zoo's Lightning
+# autoencoder) and timm==1.0.31 (accelerate's cv_example.py in examples/zoo builds its model
 # with it; about 30 s; Python 3.11 or later), the versions
 # python/tests/test_wrapped_optimizers.py was last run with: its tests of detcheck.torch.watch
 # with the real optimizer wrappers (accelerate's, a Trainer callback's, Lightning's) run where
@@ -123,10 +124,10 @@ if [ "$mindspore" = 1 ]; then
 fi
 
 if [ "$frameworks" = 1 ]; then
-    echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 timm==1.0.31"
+    echo "== pip install transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 jsonargparse==4.53.0 timm==1.0.31"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         "torch==2.15.0" "transformers==5.24.0" "accelerate==1.15.0" "lightning==2.6.6" \
-        "timm==1.0.31"
+        "jsonargparse[signatures]==4.53.0" "timm==1.0.31"
 fi
 
 if [ "$trl" = 1 ]; then
