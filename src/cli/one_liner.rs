@@ -48,19 +48,26 @@ pub(super) fn shown(program: &[OsString]) -> String {
 }
 
 /// The scenario's default name: the file name, without extension, of the first argument that
-/// names a file (the script of `python train.py`), else of the program.
+/// names a file (the script of `python train.py`), else the last part of the module a `-m` runs
+/// (`python -m mypkg.train`: `train`), else of the program.
 fn default_name(program: &[String]) -> String {
     let stem = |a: &String| {
         Path::new(a)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
     };
+    let module = || {
+        let at = program.iter().skip(1).position(|a| a == "-m")?;
+        let name = program.get(at + 2)?;
+        name.rsplit('.').next().map(str::to_owned)
+    };
     program
         .iter()
         .skip(1)
         .find(|a| !a.starts_with('-') && Path::new(a).is_file())
-        .or(program.first())
         .and_then(stem)
+        .or_else(module)
+        .or_else(|| program.first().and_then(stem))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "program".to_owned())
 }
@@ -376,5 +383,12 @@ mod tests {
         let name = default_name(&["python3".into(), "-u".into(), here.into()]);
         assert_eq!(name, "one_liner");
         assert_eq!(default_name(&["./run.sh".into(), "--x".into()]), "run");
+        let module = [
+            "python".into(),
+            "-m".into(),
+            "mypkg.train".into(),
+            "--lr".into(),
+        ];
+        assert_eq!(default_name(&module), "train");
     }
 }
