@@ -583,3 +583,42 @@ def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
     assert len(records) == 3 * (6 + 8 + 8)  # a step: 6 outputs, 8 gradients, 8 parameters
     assert all(torch.equal(a, b) for a, b in zip(lent, unrecorded))
     assert all(torch.equal(a, b) for a, b in zip(copied, unrecorded))
+
+
+NO_SYNC_PROGRAM = DDP_PROGRAM.replace(
+    "        model(x).pow(2).mean().backward()\n        opt.step()\n",
+    "        if step == 0:  # LocalSGD's way: an update from the rank's own gradients\n"
+    "            with model.no_sync():\n"
+    "                model(x).pow(2).mean().backward()\n"
+    "                opt.step()\n"
+    "        else:\n"
+    "            model(x).pow(2).mean().backward()\n"
+    "            opt.step()\n",
+)
+
+
+def test_a_step_updated_inside_no_sync_records_its_gradients_as_the_ranks_own(tmp_path):
+    """DDP's `no_sync()` (accelerate's `LocalSGD` holds it for its whole loop and averages the
+    parameters every k steps): each rank's update is made from its own gradients, so that
+    step's gradients and parameters are no replicas (they were, and `replicas` failed a correct
+    program); the next synced step's are again."""
+    requires("gloo")
+    assert NO_SYNC_PROGRAM != DDP_PROGRAM
+    program = tmp_path / "ddp.py"
+    program.write_text(NO_SYNC_PROGRAM)
+    store, out = tmp_path / "store", tmp_path / "dump"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen([sys.executable, str(program), str(r), "2", str(store), str(out)], env=env)
+        for r in range(2)
+    ]
+    assert [p.wait(timeout=240) for p in procs] == [0, 0]
+    ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
+    state = [(r0, r1) for r0, r1 in zip(*ranks) if r0["name"].startswith(("grad/", "param/"))]
+    assert {r0["step"] for r0, _ in state} == {0, 1}, state
+    for r0, r1 in state:
+        if r0["step"] == 0:
+            assert not r0["replicated"] and not r1["replicated"], r0
+            assert r0["md5"] != r1["md5"], r0["name"]
+        else:
+            assert r0["replicated"] and r1["replicated"], r0

@@ -55,7 +55,7 @@ from ._torch.frontend import (
     starts_update,
     wrapped_optimizer,
 )
-from ._torch.tensors import Hook, replicated_records, unwrap_model
+from ._torch.tensors import Hook, gradient_sync, replicated_records, unwrap_model
 
 __all__ = [
     "watch",
@@ -149,7 +149,8 @@ def watch(
     ``TypeError`` when there is none, also when ``writer`` is ``None``.
 
     ``replicated``: ``None`` for the rule (a DistributedDataParallel model and more than one
-    rank), or ``True``/``False``.
+    rank; a step whose update ran inside its ``no_sync()``, as accelerate's ``LocalSGD`` runs
+    them, records its gradients and parameters as the rank's own), or ``True``/``False``.
 
     ``start_step``: the first step's number.
 
@@ -188,6 +189,9 @@ def _watch(
     _program_records("the program calls detcheck.torch.watch")
     inner, is_ddp = unwrap_model(model)
     describe_run(writer)
+    # The rule's replicas are also a step's own where its update ran inside DDP's `no_sync()`;
+    # a `replicated` given by the program is kept as given.
+    synced = gradient_sync(model) if replicated is None else None
     if replicated is None:
         replicated = replicated_records(
             is_ddp, getattr(writer, "world_size", 1), world_of_one=False
@@ -204,6 +208,7 @@ def _watch(
         device_digests=device_digests,
         records=records,
         loss=loss,
+        synced=synced,
     )
     hooks: list[Removable] = []
     if optimizer is not None and writer is not None:

@@ -89,6 +89,7 @@ class Recording:
         device_digests=None,
         records=RECORDS,
         module_inputs=None,
+        synced=None,
     ):
         unknown = set(records) - set(RECORDS)
         if unknown:
@@ -99,6 +100,11 @@ class Recording:
         self._records = frozenset(records)
         self._writer = writer
         self.replicated = bool(replicated)
+        #: A function telling whether the update about to run synced its gradients (``None``:
+        #: always), and its answer at the last update: a rank's update made from its own
+        #: gradients (DDP's ``no_sync()``) makes its gradients and parameters its own.
+        self._sync = synced
+        self._synced = True
         self._step = int(start)
         self._start = int(start)
         self._hooks = []
@@ -340,6 +346,12 @@ class Recording:
             return
         self.sink.put(self._step, "loss", tensor.detach(), False, False)
 
+    @property
+    def updated_alike(self):
+        """Whether this step's ``grad/*`` and ``param/*`` (and an end state after it) are
+        replicated: the recording's rule, unless the last update ran on unsynced gradients."""
+        return self.replicated and self._synced
+
     def _record_grads(self):
         if self.sink is None or "grad" not in self._records:
             return
@@ -348,13 +360,18 @@ class Recording:
         gradient = self._frontend.gradient
         grads = [(label, gradient(param)) for label, param in self._grad_labels]
         grads = [(label, grad) for label, grad in grads if grad is not None]
-        self.sink.put_state(self._step, grads, self.replicated)
+        self.sink.put_state(self._step, grads, self.updated_alike)
 
     def end_backward(self):
         """The step's forward and backward are over, its update is next: records ``grad/*``."""
         self.pending_update = False
         if self._ops is not None:
             self._ops.step_ends()
+        if self._sync is not None:
+            try:
+                self._synced = bool(self._sync())
+            except Exception:
+                self._synced = True
         self._record_grads()
         if self._ops is not None:
             self._ops.before_update()
@@ -386,7 +403,7 @@ class Recording:
         params = [
             (prefix + label[len("param/") :], param) for label, param in params if trainable(param)
         ]
-        self.sink.put_state(step, params, self.replicated)
+        self.sink.put_state(step, params, self.updated_alike)
 
     def record_end_state(self, step_open):
         """The end state, when the recording ends (after the last step, or at exit):

@@ -48,6 +48,7 @@ from .tensors import (
     MODULE_HOOKS,
     Hook,
     compiled_part,
+    gradient_sync,
     keep_hooks_out_of_torchscript,
     leaves,
     replicated_records,
@@ -139,6 +140,7 @@ class Recorder(LifecycleRecorder):
             replicated_records(ddp, self._writer.world_size),
             self._steps,
             updates=True,
+            synced=gradient_sync(root),
             **self._recording_kinds(inputs=True, loss=True),
         )
         self._begin(recording)

@@ -43,6 +43,7 @@ __all__ = [
     "replicated_records",
     "sharded_by",
     "unwrap_model",
+    "gradient_sync",
     "visible_holders",
 ]
 
@@ -536,6 +537,19 @@ def unwrap_model(model):
     parameters alike (``_holds_alike``: replicated)."""
     chain, inner = _wrappers(model)
     return inner, any(_holds_alike(wrapper, cls) for wrapper, cls in chain)
+
+
+def gradient_sync(model):
+    """A function telling whether ``model``'s data-parallel wrappers sync the gradients of the
+    backward that just ran: ``False`` inside DistributedDataParallel's ``no_sync()``, where each
+    rank keeps its own gradients and its update makes its parameters its own. accelerate's
+    ``LocalSGD`` holds ``no_sync()`` for its whole loop and averages the parameters every k
+    steps; gradient accumulation runs its last backward outside it, so its update syncs. Asked
+    at each update (``engine.Recording``); ``None`` where no wrapper has that switch."""
+    wrappers = [w for w, _ in _wrappers(model)[0] if hasattr(w, "require_backward_grad_sync")]
+    if not wrappers:
+        return None
+    return lambda: all(bool(w.require_backward_grad_sync) for w in wrappers)
 
 
 def compiled_part(root):
