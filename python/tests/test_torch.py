@@ -585,12 +585,16 @@ def test_lending_changes_no_record_and_no_training(tmp_path, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(copied, unrecorded))
 
 
-NO_SYNC_PROGRAM = DDP_PROGRAM.replace(
+NO_SYNC_PROGRAM = DDP_PROGRAM.replace("range(2)", "range(3)").replace(
     "        model(x).pow(2).mean().backward()\n        opt.step()\n",
     "        if step == 0:  # LocalSGD's way: an update from the rank's own gradients\n"
     "            with model.no_sync():\n"
     "                model(x).pow(2).mean().backward()\n"
     "                opt.step()\n"
+    "        elif step == 1:  # the same, the update after the block\n"
+    "            with model.no_sync():\n"
+    "                model(x).pow(2).mean().backward()\n"
+    "            opt.step()\n"
     "        else:\n"
     "            model(x).pow(2).mean().backward()\n"
     "            opt.step()\n",
@@ -601,7 +605,7 @@ def test_a_step_updated_inside_no_sync_records_its_gradients_as_the_ranks_own(tm
     """DDP's `no_sync()` (accelerate's `LocalSGD` holds it for its whole loop and averages the
     parameters every k steps): each rank's update is made from its own gradients, so that
     step's gradients and parameters are no replicas (they were, and `replicas` failed a correct
-    program); the next synced step's are again."""
+    program), also where the update runs after the block; the next synced step's are again."""
     requires("gloo")
     assert NO_SYNC_PROGRAM != DDP_PROGRAM
     program = tmp_path / "ddp.py"
@@ -615,9 +619,9 @@ def test_a_step_updated_inside_no_sync_records_its_gradients_as_the_ranks_own(tm
     assert [p.wait(timeout=240) for p in procs] == [0, 0]
     ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
     state = [(r0, r1) for r0, r1 in zip(*ranks) if r0["name"].startswith(("grad/", "param/"))]
-    assert {r0["step"] for r0, _ in state} == {0, 1}, state
+    assert {r0["step"] for r0, _ in state} == {0, 1, 2}, state
     for r0, r1 in state:
-        if r0["step"] == 0:
+        if r0["step"] < 2:
             assert not r0["replicated"] and not r1["replicated"], r0
             assert r0["md5"] != r1["md5"], r0["name"]
         else:

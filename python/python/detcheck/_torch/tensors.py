@@ -540,16 +540,23 @@ def unwrap_model(model):
 
 
 def gradient_sync(model):
-    """A function telling whether ``model``'s data-parallel wrappers sync the gradients of the
-    backward that just ran: ``False`` inside DistributedDataParallel's ``no_sync()``, where each
-    rank keeps its own gradients and its update makes its parameters its own. accelerate's
-    ``LocalSGD`` holds ``no_sync()`` for its whole loop and averages the parameters every k
-    steps; gradient accumulation runs its last backward outside it, so its update syncs. Asked
-    at each update (``engine.Recording``); ``None`` where no wrapper has that switch."""
+    """A function telling whether ``model``'s data-parallel wrappers synced the gradients of the
+    backward that just ran: not inside DistributedDataParallel's ``no_sync()`` now, nor at its
+    last forward (``require_forward_param_sync``, which DDP sets at each forward to whether its
+    backward syncs: a backward run inside ``no_sync()`` and an update after it). Where they did
+    not, each rank's update made its parameters its own. accelerate's ``LocalSGD`` holds
+    ``no_sync()`` for its whole loop and averages the parameters every k steps; gradient
+    accumulation runs its last backward outside it, so its update syncs. A forward under
+    ``no_grad`` between the backward and the update also reads as not synced: that step's
+    records are then left out of ``replicas``, never compared wrongly. Asked at each update
+    (``engine.Recording``); ``None`` where no wrapper has that switch."""
     wrappers = [w for w, _ in _wrappers(model)[0] if hasattr(w, "require_backward_grad_sync")]
     if not wrappers:
         return None
-    return lambda: all(bool(w.require_backward_grad_sync) for w in wrappers)
+    return lambda: all(
+        bool(w.require_backward_grad_sync) and bool(getattr(w, "require_forward_param_sync", True))
+        for w in wrappers
+    )
 
 
 def compiled_part(root):
