@@ -6,7 +6,8 @@ Main names: ``host`` (what the writer is handed for a tensor), ``lendable`` (a t
 writer may read in place, with no copy) and ``visible_holders`` (its rule for a step's
 gradients and parameters), ``leaves`` (the tensors of a
 module's output, named), ``unwrap_model`` and ``replicated_records`` (the one rule for wrappers
-and for replicated records), ``Hook`` (a hook that pickles to nothing and that TorchScript
+and for replicated records; ``gradient_sync``: a step updated from unsynced gradients, DDP's
+``no_sync()``, holds no replicas), ``Hook`` (a hook that pickles to nothing and that TorchScript
 never sees: ``keep_hooks_out_of_torchscript``).
 
 Determinism: pure functions of their arguments; ``leaves`` follows the output's own order.
