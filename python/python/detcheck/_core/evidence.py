@@ -849,7 +849,9 @@ UNSEEDED_MAKERS = (
     ("numpy.random", "default_rng", "numpy"),
     ("gymnasium.utils.seeding", "np_random", "gymnasium"),
 )
-#: The fact naming the maker of ``site:unseeded_generator`` (src/compare/cause.rs).
+#: The facts of the first generator made without a seed: the program's line, and its maker
+#: (src/compare/cause.rs).
+UNSEEDED_GENERATOR_KEY = "site:unseeded_generator"
 UNSEEDED_MAKER_KEY = "site:unseeded_maker"
 
 
@@ -874,7 +876,7 @@ def _note_unseeded_maker(module: Any, function: str, maker: str) -> None:
     def make(*args: Any, **kwargs: Any) -> Any:
         if (args[0] if args else kwargs.get("seed")) is None:
             try:
-                fact("site:unseeded_generator", site(sys._getframe(1)) or "?")
+                fact(UNSEEDED_GENERATOR_KEY, site(sys._getframe(1)) or "?")
                 fact(UNSEEDED_MAKER_KEY, maker)
             except Exception:
                 pass

@@ -465,7 +465,10 @@ def _adopt(rank, world_size, frame, torch_module):
 
     where = _evidence.site(frame)
     if _evidence_wanted():
-        _follow_generators({})
+        later = {}
+        _follow_generators(later)
+        if later:
+            sys.meta_path.insert(0, _AfterImport(later))
         if where is not None:
             _evidence.fact("site:rank_started", where)
         parent = _evidence.parent_seeded()
@@ -601,24 +604,29 @@ def _evidence_wanted():
 
 def _follow_generators(callbacks):
     """Follows Python's and numpy's generators for ``_core.evidence`` (after --deterministic's own
-    seeding, which is detcheck's and no evidence): Python's now, numpy's once imported."""
+    seeding, which is detcheck's and no evidence): Python's now, numpy's and the generator makers'
+    (``UNSEEDED_MAKERS``) once imported, through ``callbacks`` (start-up's one ``_AfterImport``)."""
     from .._core import evidence as _evidence
 
     _evidence.install_python()
     _evidence.install_file_audit()
     _evidence.install_process_watch()
-    _evidence.install_unseeded_makers(_when_imported)
-    if "numpy" in sys.modules:
-        _evidence.install_numpy(sys.modules["numpy"])
+    later = functools.partial(_when_in, callbacks)
+    _evidence.install_unseeded_makers(later)
+    later("numpy", _evidence.install_numpy)
+
+
+def _when_in(callbacks, name, then):
+    """Calls ``then(module)`` now when module ``name`` is imported, else puts it in
+    ``callbacks`` for when it is, after a callback of that name already there."""
+    if name in sys.modules:
+        then(sys.modules[name])
         return
-    earlier = callbacks.get("numpy")
-
-    def numpy_imported(module):
-        if earlier is not None:
-            earlier(module)
-        _evidence.install_numpy(module)
-
-    callbacks["numpy"] = numpy_imported
+    earlier = callbacks.get(name)
+    if earlier is None:
+        callbacks[name] = then
+    else:
+        callbacks[name] = lambda module: (earlier(module), then(module))
 
 
 def _apply_python_now_and_numpy_later(callbacks):
@@ -628,10 +636,7 @@ def _apply_python_now_and_numpy_later(callbacks):
     now = [r for r in rows if not r[1].startswith("numpy.")]
     later = [r for r in rows if r[1].startswith("numpy.")]
     _settings.apply(now, _state.seed)
-    if "numpy" in sys.modules:
-        _settings.apply(later, _state.seed)
-    else:
-        callbacks["numpy"] = lambda module: _settings.apply(later, _state.seed)
+    _when_in(callbacks, "numpy", lambda _module: _settings.apply(later, _state.seed))
 
 
 def _at_exit():
@@ -646,7 +651,8 @@ def _at_exit():
         recorder.finish("exit")
         if recorder.recorded:
             return
-    if _program_records_itself() or _state.note is None:
+    if _program_records_itself() or _state.note is None or os.path.exists(_state.note):
+        # (an existing note: a process it started took this rank and recorded nothing)
         return
     if recorder is None:
         why = (
@@ -656,8 +662,6 @@ def _at_exit():
         )
     else:
         why = recorder.why_nothing() + _started_no_rank()
-    if os.path.exists(_state.note):
-        return  # the note of a process it started, which took this rank and recorded nothing
     try:
         with open(_state.note, "w", encoding="utf-8") as f:
             f.write(why + "\n")
