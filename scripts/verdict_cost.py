@@ -1,9 +1,10 @@
 """What a passing `detcheck check` of a program costs against one plain run of it (issue 53:
-<= 3x with `repeat`'s unperturbed runs), measured side by side: pairs of (plain run, check),
-interleaved, wall time of the whole processes; prints each pair's ratio, the median and the
-range. docs/benchmarks.md keeps the figures.
+<= 3x), measured side by side: pairs of (plain run, check), interleaved, wall time of the whole
+processes; prints each pair's ratio, the median and the range. docs/benchmarks.md keeps the
+figures. The program is synchronous (one process on the CPU), so the check makes no unperturbed
+run unless `--unperturbed` (4 launches) is given; `--no-unperturbed` passes that flag instead.
 
-    target/venv/bin/python scripts/verdict_cost.py [--pairs N] [--no-unperturbed]
+    target/venv/bin/python scripts/verdict_cost.py [--pairs N] [--unperturbed | --no-unperturbed]
 
 The program is pytorch/examples' word_language_model (examples/zoo), run to its end (one
 epoch on a small corpus made here, its model saved and loaded back), as the check runs it
@@ -38,7 +39,9 @@ def timed(argv, cwd):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--no-unperturbed", action="store_true")
+    flags = parser.add_mutually_exclusive_group()
+    flags.add_argument("--no-unperturbed", action="store_true")
+    flags.add_argument("--unperturbed", action="store_true")
     args = parser.parse_args()
     detcheck = ROOT / "target" / "release" / "detcheck"
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,6 +80,8 @@ def main():
         check = [detcheck, "check", "--no-progress", "--run-to-end"]
         if args.no_unperturbed:
             check.append("--no-unperturbed")
+        if args.unperturbed:
+            check.append("--unperturbed")
         check += ["--", *program]
         timed(program, tmp)  # warm-up: the page cache, the first import of torch
         ratios = []

@@ -1,11 +1,16 @@
 """The evidence of a seed's cause, in process (`detcheck._core.evidence`): a global generator's
 draws before anything seeded it, and a seeding call given a value such a draw returned
 (pytorch/examples' dcgan: `opt.manualSeed = random.randint(1, 10000)`, then
-`torch.manual_seed(opt.manualSeed)`). The launched checks of the zoo's dcgan and regression
+`torch.manual_seed(opt.manualSeed)`); and the threads a program starts of its own (the evidence
+that recording can change what it computes). The launched checks of the zoo's dcgan and regression
 rows (test_zoo.py) prove the same end to end."""
 
+import os
 import sys
+import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import process
 
 import numpy as np
 import pytest
@@ -79,3 +84,27 @@ def test_a_gymnasium_environment_reset_without_a_seed_is_noted(fresh, monkeypatc
     assert ev._facts == {}
     gym.make("CartPole-v1").reset()
     assert ev._facts["site:unseeded_maker"] == "gymnasium"
+
+
+def test_a_thread_the_program_starts_is_noted_and_a_librarys_is_not(monkeypatch):
+    """`concurrent` (what makes `repeat` run a program unperturbed, docs/checks.md): nothing is
+    claimed before the watch runs; a thread an installed package starts for itself (a logger's
+    writer, a loader's pin-memory thread) is not the program's; one the program starts, itself
+    or through `concurrent.futures`, is, with its line."""
+    for owner in (threading.Thread, process.BaseProcess):
+        monkeypatch.setattr(owner, "start", owner.start)  # restored after the test
+    monkeypatch.setattr(ev, "_CONCURRENT", [None])
+    monkeypatch.setattr(ev, "_WATCHING", [False])
+    monkeypatch.setattr(ev, "STARTED_BY_TORCH", [0, None])
+    assert ev.concurrent() == "not watched"
+    ev.install_process_watch()
+    assert ev.concurrent() is None
+    library = os.path.join(ev._PACKAGES[0], "somelib", "writer.py")
+    thread = threading.Thread(target=lambda: None)
+    exec(compile("thread.start()", library, "exec"), {"thread": thread})
+    thread.join()
+    assert ev.concurrent() is None
+    with ThreadPoolExecutor(1) as pool:
+        line = sys._getframe().f_lineno + 1
+        pool.submit(lambda: None).result()
+    assert ev.concurrent().endswith(f"test_evidence.py:{line}"), ev.concurrent()

@@ -626,3 +626,39 @@ def test_a_step_updated_inside_no_sync_records_its_gradients_as_the_ranks_own(tm
             assert r0["md5"] != r1["md5"], r0["name"]
         else:
             assert r0["replicated"] and r1["replicated"], r0
+
+
+def test_a_collective_the_program_leaves_running_is_noted_and_a_librarys_is_not(
+    tmp_path, monkeypatch
+):
+    """A collective started with `async_op=True` runs on gloo's threads beside the program: a
+    tensor read before its `wait()` is a race that recording can hide, so the program's own such
+    call is noted (`site:async_collective`) and its run is not claimed synchronous (it keeps
+    `repeat`'s unperturbed runs, docs/checks.md); a waited call, or a library's own asynchronous
+    call (DDP's, FSDP's: they wait where they must), is not noted."""
+    requires("gloo")
+    import torch.distributed as dist
+    from detcheck._core import evidence as ev
+    from detcheck._torch import frontend
+
+    for name in frontend._MAY_RUN_BESIDE + frontend._ALWAYS_BESIDE:
+        if hasattr(dist, name):
+            monkeypatch.setattr(dist, name, getattr(dist, name))  # restored after the test
+    monkeypatch.setattr(ev, "_facts", {})
+    frontend._note_collectives_left_running()
+    store = f"file://{tmp_path / 'store'}"
+    dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+    try:
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        library = os.path.join(ev._PACKAGES[0], "somelib", "sync.py")
+        code = compile("dist.all_reduce(t, async_op=True).wait()", library, "exec")
+        exec(code, {"dist": dist, "t": t})
+        assert frontend.ASYNC_COLLECTIVE not in ev.facts(), ev.facts()
+        line = sys._getframe().f_lineno + 1
+        dist.all_reduce(t, async_op=True).wait()
+        noted = ev.facts()[frontend.ASYNC_COLLECTIVE]
+        assert noted.endswith(f"test_torch.py:{line}"), noted
+        assert frontend.synchronous() is None
+    finally:
+        dist.destroy_process_group()

@@ -1,10 +1,11 @@
 """No false verdict (issue 53): a pass is earned. A check that compared nothing is n/a with its
 reason, never a pass (`ranks_apart.py`: two ranks that train different models); what is checked
 is the program as it runs without detcheck (`observed.py`: a result that recording changes,
-caught by `repeat`'s unperturbed runs with the cause "timing"); nothing of detcheck's stays in
-what a program saves (pytorch/examples' word_language_model, vendored unmodified, saves its
-whole model with `torch.save` and loads it back with `weights_only` and its own allowlist; its
-data from examples/zoo/word_lm_data.py).
+caught by `repeat`'s unperturbed runs with the cause "timing"; `synchronous.py`: ranks whose
+recorded run shows that recording cannot change what they compute, which get none); nothing of
+detcheck's stays in what a program saves (pytorch/examples' word_language_model, vendored
+unmodified, saves its whole model with `torch.save` and loads it back with `weights_only` and its
+own allowlist; its data from examples/zoo/word_lm_data.py).
 Needs torch (CI installs it)."""
 
 import hashlib
@@ -36,6 +37,47 @@ def test_a_result_that_recording_changes_fails_repeat_with_the_cause_timing(detc
         detcheck_bin, "--no-unperturbed", "--", sys.executable, script, code=0
     ).scenarios.values()
     assert line["verdict"] == "ok", line
+
+
+def test_synchronous_ranks_get_no_unperturbed_run_and_say_why(detcheck_bin):
+    """Two DDP ranks over gloo, each one process on the CPU with no thread of its own (a data
+    loader's workers are the loader's, their batches in order): recording cannot change what
+    they compute, so `repeat` makes no unperturbed run (the cost of issue 53: 2 launches, not 4)
+    and its note says why. observed.py, above, starts a thread of its own and gets them; a
+    collective left running keeps them too (test_torch.py)."""
+    script = VERDICTS / "synchronous.py"
+    args = ("--ranks", "2", "--", sys.executable, script)
+    (line,) = check(detcheck_bin, *args, unperturbed=True, code=0).scenarios.values()
+    repeat, replicas = line["checks"]
+    assert repeat["status"] == "passed" and replicas["status"] == "passed", line
+    assert repeat["note"] == (
+        "no unperturbed run: 2 ranks, each one process on the CPU with no thread or process of "
+        "the program's own, joined by gloo's collectives, none left running beside it, so "
+        "recording cannot change what it computes"
+    ), repeat
+
+
+# The full tier (docs/testing.md): the ranks' note is checked in CI above (the same code at one
+# rank), and the unperturbed runs themselves by the timing test.
+@pytest.mark.full(
+    covered_by="test_verdicts.py::test_synchronous_ranks_get_no_unperturbed_run_and_say_why"
+)
+def test_one_synchronous_process_says_why_and_unperturbed_makes_its_runs(detcheck_bin):
+    script = VERDICTS / "synchronous.py"
+    (line,) = check(
+        detcheck_bin, "--", sys.executable, script, unperturbed=True, code=0
+    ).scenarios.values()
+    repeat = line["checks"][0]
+    assert repeat["status"] == "passed", repeat
+    assert repeat["note"] == (
+        "no unperturbed run: one process, on the CPU, with no thread or process of the "
+        "program's own, so recording cannot change what it computes"
+    ), repeat
+    (line,) = check(
+        detcheck_bin, "--unperturbed", "--", sys.executable, script, unperturbed=True, code=0
+    ).scenarios.values()
+    repeat = line["checks"][0]
+    assert repeat["note"].startswith("and the end states of 2 unperturbed runs"), repeat
 
 
 def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detcheck_bin):

@@ -34,7 +34,10 @@
 //! (`CheckOutcome::skipped`, `empty`), never a pass; a scenario whose every check is n/a has not
 //! passed. A launched program's passing `repeat` is also run unperturbed (`DETCHECK_RECORD=end`:
 //! nothing read during its steps) and its end state compared (`compare_end_states`): a difference
-//! hidden by recording fails with the cause `timing`.
+//! hidden by recording fails with the cause `timing`; unless its recorded run shows that
+//! recording cannot change what it computes (`synchronous`: each rank one process on the CPU,
+//! no thread or process of its own, ranks joined by gloo with no collective left running),
+//! where an unperturbed run would compute what the recorded runs did.
 //!
 //! Invariant (the perturbations of a check are seeded): a check gives the same verdict every time,
 //! and run 2's arrival order differs from run 1's in every collective. MPI ranks too: under a
@@ -49,7 +52,7 @@ mod kinds;
 mod session;
 
 pub use crate::diagnose::SettingsFinding;
-pub use crate::run::{CheckOptions, RunError};
+pub use crate::run::{CheckOptions, RunError, Unperturbed};
 pub use kinds::ONE_RANK_HAS_NO_REPLICAS;
 #[cfg(feature = "mpi")]
 pub use session::run_on_mpi_world;
@@ -769,11 +772,12 @@ fn deterministic_settings(
 
 /// A launched program whose two recorded runs agree is run twice more unperturbed (nothing
 /// read during its steps): the program as it runs without detcheck. Their end states are
-/// compared ([`compare_end_states`]) and added to its passing `repeat`.
+/// compared ([`compare_end_states`]) and added to its passing `repeat`. Not a program whose
+/// recorded run shows it synchronous ([`synchronous`]), unless [`Unperturbed::Always`].
 fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result<(), RunError> {
     let (runner, scenario, options, first) = (runs.runner, runs.scenario, runs.options, runs.first);
     let spec = &scenario.spec;
-    let unperturbed = options.unperturbed
+    let unperturbed = options.unperturbed != Unperturbed::Never
         && matches!(scenario.program, Program::Command(_))
         && spec.expect == Expectation::Identical;
     let mut repeat = outcomes
@@ -785,7 +789,16 @@ fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result
             "no unperturbed run: the end state's {n} records hold no values"
         ));
     }
-    if let Some(repeat) = repeat.filter(|_| has_end_state(first)) {
+    let mut repeat = repeat.filter(|_| has_end_state(first));
+    if let (Some(repeat), Some(words), Unperturbed::UnlessSynchronous) =
+        (repeat.as_mut(), synchronous(first), options.unperturbed)
+    {
+        repeat.note = Some(format!(
+            "no unperturbed run: {words}, so recording cannot change what it computes"
+        ));
+        return Ok(());
+    }
+    if let Some(repeat) = repeat {
         let quiet = |k: usize| {
             let p = Some(perturbation(spec.seed, k, options));
             let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
@@ -807,6 +820,24 @@ fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result
         }
     }
     Ok(())
+}
+
+/// The environment key a recorded run of the zero-change recorder writes when it shows that
+/// recording cannot change what the program computes (python/detcheck/_torch/frontend.py,
+/// `synchronous`), with that in words.
+const SYNCHRONOUS_KEY: &str = "detcheck.synchronous";
+
+/// The words (rank 0's) of a run whose every rank shows that recording cannot change what it
+/// computes: then `repeat`'s unperturbed runs would compute what its recorded runs did, and
+/// are not made (unless `--unperturbed`). The evidence must be positive, from each rank of the
+/// run itself: a run where one rank says nothing gets its unperturbed runs.
+fn synchronous(first: &Trace) -> Option<&str> {
+    let mut words = first
+        .ranks
+        .iter()
+        .map(|rank| rank.environment.as_ref()?.get(SYNCHRONOUS_KEY));
+    let zero = words.next()??;
+    words.all(|w| w.is_some()).then_some(zero)
 }
 
 /// The frameworks a run's environment snapshot shows (`torch.version`, `mindspore.version`
@@ -1004,6 +1035,32 @@ mod tests {
         assert!(!has_end_state(&Trace {
             ranks: vec![itself.finish()]
         }));
+    }
+
+    /// A run shows itself synchronous only by its recorder's words, at every rank: a run
+    /// where one rank says nothing gets its unperturbed runs.
+    #[test]
+    fn only_a_run_whose_every_rank_says_so_is_synchronous() {
+        use crate::record::environment::Environment;
+        use crate::record::{RecordLevel, Recorder};
+        let rank = |rank: u32, says: bool| {
+            let mut trace = Recorder::new(rank, RecordLevel::Stats).finish();
+            trace.environment = Some(Environment::from_iter(
+                says.then_some((SYNCHRONOUS_KEY, "one process")),
+            ));
+            trace
+        };
+        let one = |says| Trace {
+            ranks: vec![rank(0, says)],
+        };
+        assert_eq!(synchronous(&one(true)), Some("one process"));
+        assert_eq!(synchronous(&one(false)), None);
+        let two = |says| Trace {
+            ranks: vec![rank(0, true), rank(1, says)],
+        };
+        assert_eq!(synchronous(&two(true)), Some("one process"));
+        assert_eq!(synchronous(&two(false)), None);
+        assert_eq!(synchronous(&Trace { ranks: vec![] }), None);
     }
 
     /// An end state of empty tensors (parameters released to placeholders, as DeepSpeed ZeRO-3's

@@ -28,6 +28,7 @@ mod one_liner;
 mod report;
 
 use clap::{Parser, Subcommand};
+use detcheck::check::Unperturbed;
 use detcheck::comm::pin_settings_for;
 use detcheck::compare::curves::Tolerance;
 use detcheck::file::DumpMode;
@@ -90,8 +91,13 @@ struct CheckArgs {
     /// Skip `repeat`'s two unperturbed runs of a program (runs that read nothing during
     /// their steps, compared by their end states): faster, but a divergence that recording
     /// hides (one that depends on timing) goes unseen.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "unperturbed")]
     no_unperturbed: bool,
+    /// Make `repeat`'s two unperturbed runs even of a program whose recorded run shows that
+    /// recording cannot change what it computes (each rank one process on the CPU with no
+    /// thread or process of its own, ranks joined by gloo), which otherwise makes none.
+    #[arg(long)]
+    unperturbed: bool,
     #[command(flatten)]
     program: ProgramFlags,
 }
@@ -506,12 +512,17 @@ fn check_command(args: CheckArgs) -> u8 {
         junit,
         no_diagnosis,
         no_unperturbed,
+        unperturbed,
         program,
     } = args;
     let options = CheckOptions {
         deadline: Duration::from_secs(deadline),
         element_detail: !no_diagnosis,
-        unperturbed: !no_unperturbed,
+        unperturbed: match (no_unperturbed, unperturbed) {
+            (true, _) => Unperturbed::Never,
+            (false, true) => Unperturbed::Always,
+            (false, false) => Unperturbed::UnlessSynchronous,
+        },
         ..CheckOptions::default()
     };
     let session = match Session::from_env() {

@@ -62,10 +62,26 @@ pub struct CheckOptions {
     /// again, each capturing only that record (one more run per side, only when a check finds
     /// a divergence).
     pub element_detail: bool,
-    /// With `repeat` on a launched program whose two recorded runs agree: two more runs that
-    /// read nothing during their steps (`DETCHECK_RECORD=end`), their end states compared
-    /// with each other and with run 1's (a race that recording hides).
-    pub unperturbed: bool,
+    /// With `repeat` on a launched program whose two recorded runs agree: whether to make two
+    /// more runs that read nothing during their steps (`DETCHECK_RECORD=end`), their end
+    /// states compared with each other and with run 1's (a race that recording hides).
+    pub unperturbed: Unperturbed,
+}
+
+/// When `repeat` makes its two unperturbed runs of a launched program (docs/checks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Unperturbed {
+    /// Never (`--no-unperturbed`): a divergence that recording hides goes unseen.
+    Never,
+    /// Unless the recorded run shows that recording cannot change what the program computes
+    /// (`detcheck.synchronous` in its environment: one process on the CPU, torch only, no
+    /// thread or process of the program's own, no compiled graph), where an unperturbed run
+    /// would compute what the recorded runs did.
+    #[default]
+    UnlessSynchronous,
+    /// Always (`--unperturbed`).
+    Always,
 }
 
 impl Default for CheckOptions {
@@ -75,7 +91,7 @@ impl Default for CheckOptions {
             record_level: RecordLevel::Stats,
             max_delay: Duration::from_micros(100),
             element_detail: true,
-            unperturbed: true,
+            unperturbed: Unperturbed::default(),
         }
     }
 }

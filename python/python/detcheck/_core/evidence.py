@@ -89,6 +89,8 @@ __all__ = [
     "flush_outside",
     "OUTSIDE",
     "install_file_audit",
+    "install_process_watch",
+    "concurrent",
     "opened",
     "FILES_KEY",
 ]
@@ -334,15 +336,57 @@ STARTED_BY_TORCH: list[Any] = [0, None]
 _SPAWN = "/torch/multiprocessing/"
 
 
+#: The program's first line that started a thread or a process of its own (``concurrent``),
+#: or ``None``.
+_CONCURRENT: list[Any] = [None]
+#: Whether ``install_process_watch`` watches for them (``[False]`` until it runs).
+_WATCHING: list[bool] = [False]
+
+
+def concurrent() -> str | None:
+    """What runs beside the program's main thread by the program's own doing, as evidence that
+    recording can change its values (a race whose odds recording's reads change): the line
+    that started its first thread or process (``threading.Thread``, ``concurrent.futures``'
+    pools, ``multiprocessing``; not one a library starts for itself: a data loader's workers,
+    whose batches arrive in order, a logger's writer), or ``"torch.multiprocessing"`` for
+    processes started through it; ``"not watched"`` when ``install_process_watch`` did not run
+    (an unperturbed run, ``DETCHECK_EVIDENCE=0``): nothing is known, so nothing is claimed."""
+    if not _WATCHING[0]:
+        return "not watched"
+    if STARTED_BY_TORCH[0]:
+        return f"torch.multiprocessing (at {STARTED_BY_TORCH[1]})"
+    return _CONCURRENT[0]
+
+
+def _started_by_program(frame: Any) -> str | None:
+    """The program's line that started a thread or process whose ``start`` ``frame`` called,
+    looking past the standard library's frames (``threading``, ``concurrent.futures``,
+    ``multiprocessing.pool``); ``None`` when the first frame outside it is a package's or
+    detcheck's."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        whose, full = _whose(path, _NO_PACKAGE)
+        if whose == "program":
+            return _shown(full, frame.f_lineno)
+        if whose == "other" or full.startswith(_OURS):
+            return None
+        frame = frame.f_back
+    return None
+
+
 def install_process_watch() -> None:
-    """Notes ``site:process_started``, the program's first line that starts a
-    ``multiprocessing`` process itself and hands it a model (``mp.Process(target=train,
-    args=(rank, model)).start()``: a Hogwild trainer), not one a library starts (data-loader
-    workers, ``mp.spawn``'s ranks: their ``start`` is called from the library's own code) nor
-    one given no model (a logger). ``BaseProcess.start`` is wrapped: a method of a Python
-    class, so no ``isinstance`` changes."""
+    """Watches the threads and processes the program starts. Notes ``site:process_started``,
+    the program's first line that starts a ``multiprocessing`` process itself and hands it a
+    model (``mp.Process(target=train, args=(rank, model)).start()``: a Hogwild trainer), not one
+    a library starts (data-loader workers, ``mp.spawn``'s ranks: their ``start`` is called from
+    the library's own code) nor one given no model (a logger); counts ``STARTED_BY_TORCH``; and
+    keeps the first line that started any thread or process of the program's own
+    (``concurrent``). ``BaseProcess.start`` and ``threading.Thread.start`` are wrapped: methods
+    of Python classes, so no ``isinstance`` changes."""
+    import threading
     from multiprocessing import process
 
+    _WATCHING[0] = True
     original = process.BaseProcess.start
     if getattr(original, "_detcheck_started", False):
         return
@@ -359,12 +403,27 @@ def install_process_watch() -> None:
                 STARTED_BY_TORCH[0] += 1
                 if STARTED_BY_TORCH[1] is None:
                     STARTED_BY_TORCH[1] = site(frame)
+            if _CONCURRENT[0] is None:
+                _CONCURRENT[0] = _started_by_program(frame)
         except Exception:
             pass
         return original(self)
 
     start._detcheck_started = True  # type: ignore[attr-defined]
     process.BaseProcess.start = start  # type: ignore[method-assign]
+
+    original_thread = threading.Thread.start
+
+    @functools.wraps(original_thread)
+    def start_thread(self: Any) -> Any:
+        try:
+            if _CONCURRENT[0] is None:
+                _CONCURRENT[0] = _started_by_program(sys._getframe(1))
+        except Exception:
+            pass
+        return original_thread(self)
+
+    threading.Thread.start = start_thread  # type: ignore[method-assign]
 
 
 def _launch_folder(cwd: str) -> str | None:

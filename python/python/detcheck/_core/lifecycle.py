@@ -78,6 +78,12 @@ class LifecycleRecorder:
         """Why nothing was recorded, when the recorder did not stand down."""
         raise NotImplementedError
 
+    def _synchronous(self):
+        """``(key, words)`` when the run shows that recording cannot change what the program
+        computes (``repeat`` then makes no unperturbed run: docs/checks.md), else ``None``:
+        the framework's recorder decides; unless it does, nothing is claimed."""
+        return None
+
     # --- the beginning ----------------------------------------------------------------------
 
     def install(self):
@@ -171,6 +177,9 @@ class LifecycleRecorder:
             handle.record_end_state(open_step)  # an unperturbed run's one read
         except Exception as e:
             say(f"cannot record the end state: {e!r}")
+        synchronous = self._synchronous()
+        if synchronous is not None:
+            writer.add_environment(*synchronous)
         handle.remove()
         if why is not None and open_step:
             writer.add_environment(

@@ -37,12 +37,14 @@ from .._core.engine import Recording
 from .._core.lifecycle import LifecycleRecorder
 from . import rows as _rows
 from .frontend import (
+    SYNCHRONOUS_KEY,
     TORCH,
     after_optimizer_step,
     before_optimizer_step,
     closure_of,
     describe_run,
     starts_update,
+    synchronous,
 )
 from .tensors import (
     MODULE_HOOKS,
@@ -314,6 +316,10 @@ class Recorder(LifecycleRecorder):
         self._step_hooks = []
         self._model_hooks = []
         self._batch_hooks = []
+
+    def _synchronous(self):
+        words = synchronous()
+        return None if words is None else (SYNCHRONOUS_KEY, words)
 
     def _nothing_ran(self):
         if self._steps:

@@ -9,7 +9,8 @@ an optimizer's step (``starts_update``, ``after_optimizer_step``: the outermost 
 framework's wrapper or another optimizer); and, in a rank detcheck launched, the evidence of causes
 torch gives (``install_evidence``): its generators, their seeding calls, the sample indices data
 loaders fetch, and the values that enter torch from the program's lines (``torch.tensor``,
-``torch.as_tensor``, ``torch.from_numpy``).
+``torch.as_tensor``, ``torch.from_numpy``); and whether the run shows that recording cannot change
+what it computes (``synchronous``: one process on the CPU, no thread of the program's own).
 
 Determinism: records are made in the order the engine asks; a skipped record is noted once per
 name (``detcheck.skipped/<name>``), the same in every run of the same program.
@@ -46,6 +47,8 @@ __all__ = [
     "after_optimizer_step",
     "starts_update",
     "install_evidence",
+    "synchronous",
+    "SYNCHRONOUS_KEY",
 ]
 
 
@@ -289,15 +292,74 @@ def describe_run(writer):
     cudnn = getattr(torch.backends, "cudnn", None)
     if cudnn is not None and cudnn.is_available():
         facts["torch.cudnn"] = cudnn.version()
-    distributed = getattr(torch, "distributed", None)
     try:
-        if distributed is not None and distributed.is_available() and distributed.is_initialized():
-            facts["site:collective"] = distributed.get_backend()
+        _GROUP[0] = _group()
+        if _GROUP[0] is not None:
+            facts["site:collective"] = _GROUP[0][0]
     except Exception:
         pass  # a process group being torn down, or a backend that cannot name itself
     for key, value in facts.items():
         if value is not None:
             writer.add_environment(key, str(value))
+
+
+#: The environment key of ``synchronous``'s answer, read by ``repeat`` (src/check/mod.rs,
+#: ``SYNCHRONOUS_KEY``): present only when the run showed that recording cannot change what
+#: the program computes.
+SYNCHRONOUS_KEY = "detcheck.synchronous"
+
+
+def synchronous():
+    """Why recording cannot change the values this process computed, as words, or ``None``
+    when it can or nothing shows it cannot: torch never started a device (CUDA, XPU) and no
+    compiled graph ran (whose kernels may be chosen by timing), no other framework is loaded
+    (MindSpore, torch_npu: their operators run asynchronously; mpi4py: its messages), the
+    program started no thread or process of its own (``_core.evidence.concurrent``), and this
+    rank is the only one, or its ranks are joined by gloo (whose collectives give the same bits
+    whatever the timing) with no receive from any source, no collective or message the program
+    left running beside it (``ASYNC_COLLECTIVE``) and no RPC. Then its operators run one after
+    another on the CPU whatever the time between them, and ``repeat``'s runs unperturbed by
+    recording would compute what the recorded runs did."""
+    if _evidence.concurrent() is not None:
+        return None
+    if any(name in sys.modules for name in ("mindspore", "torch_npu", "mpi4py")):
+        return None
+    noted = _evidence.facts()
+    if "site:any_source" in noted or ASYNC_COLLECTIVE in noted:
+        return None
+    try:
+        for device in ("cuda", "xpu"):
+            module = getattr(torch, device, None)
+            if module is not None and module.is_initialized():
+                return None
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None and dynamo.utils.counters["stats"]["unique_graphs"]:
+            return None
+        backend, world = _GROUP[0] or _group() or ("none", int(os.environ.get("WORLD_SIZE", "1")))
+    except Exception:
+        return None  # a state that cannot be asked: nothing is claimed
+    if world == 1:
+        return "one process, on the CPU, with no thread or process of the program's own"
+    rpc = sys.modules.get("torch.distributed.rpc")
+    if backend != "gloo" or (rpc is not None and getattr(rpc, "_is_current_rpc_agent_set", bool)()):
+        return None
+    return (
+        f"{world} ranks, each one process on the CPU with no thread or process of the "
+        "program's own, joined by gloo's collectives, none left running beside it"
+    )
+
+
+#: ``(backend, world size)`` of the default process group when the recording began
+#: (``describe_run``; a program may destroy its group before the recording ends), or ``None``.
+_GROUP = [None]
+
+
+def _group():
+    """``(backend, world size)`` of the default process group now, or ``None``."""
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        return distributed.get_backend(), distributed.get_world_size()
+    return None
 
 
 def closure_of(optimizer, args, kwargs):
@@ -644,10 +706,77 @@ def _note_splits():
     data.random_split = random_split
 
 
+#: ``torch.distributed``'s calls that may run beside the program (with ``async_op=True``), and
+#: its point-to-point calls that always do.
+_MAY_RUN_BESIDE = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "gather",
+    "barrier",
+)
+_ALWAYS_BESIDE = ("isend", "irecv", "batch_isend_irecv")
+
+#: The fact of the program's first line that left a collective or a message running beside
+#: it (``async_op=True``, ``isend``, ``irecv``): its result, read before its ``wait()``, is a
+#: race; ``synchronous`` then claims nothing.
+ASYNC_COLLECTIVE = "site:async_collective"
+
+
+def _note_collectives_left_running():
+    """Wraps ``torch.distributed``'s collectives and point-to-point calls (module functions,
+    so no ``isinstance`` changes; the program's ``dist.all_reduce``, not a name it imported
+    before torch's evidence was installed): a call from the program's own line with
+    ``async_op=True``, or an ``isend``/``irecv``, notes ``ASYNC_COLLECTIVE`` (a library's own
+    calls, DDP's or FSDP's, wait where they must). While Dynamo traces, the wrapper is only a
+    call of the original, which Dynamo then handles as without detcheck (a compiled run is not
+    claimed synchronous anyway)."""
+    distributed = getattr(torch, "distributed", None)
+    if distributed is None or not distributed.is_available():
+        return
+    through = os.path.dirname(os.path.abspath(distributed.__file__)) + os.sep
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+    noted = [False]
+
+    def noting(original, always):
+        if getattr(original, "_detcheck_beside", False):
+            return original
+
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            if compiling():
+                return original(*args, **kwargs)
+            if (always or kwargs.get("async_op")) and not noted[0]:
+                try:
+                    if _evidence.program_caller(sys._getframe(1), through) is not None:
+                        noted[0] = True
+                        _evidence.fact(ASYNC_COLLECTIVE, _evidence.site(sys._getframe(1)) or "?")
+                except Exception:
+                    pass
+            return original(*args, **kwargs)
+
+        call._detcheck_beside = True
+        return call
+
+    for names, always in ((_MAY_RUN_BESIDE, False), (_ALWAYS_BESIDE, True)):
+        for name in names:
+            original = getattr(distributed, name, None)
+            if callable(original):
+                setattr(distributed, name, noting(original, always))
+
+
 def install_evidence():
     """Follows torch's generators (CPU and the current CUDA device), the calls that seed them,
     the sample indices data loaders fetch and the values that enter torch from the program's
-    lines, for ``_core.evidence`` (a rank detcheck launched)."""
+    lines, for ``_core.evidence`` (a rank detcheck launched); and notes a collective the program
+    leaves running beside it (``ASYNC_COLLECTIVE``)."""
     _evidence.add_generator("torch", lambda: torch.get_rng_state().numpy().tobytes())
     _evidence.add_generator("cuda", _cuda_state)
     for owner in (torch, torch.random):
@@ -659,6 +788,7 @@ def install_evidence():
     _note_saved_files()
     _note_where_models_are_built()
     _note_splits()
+    _note_collectives_left_running()
     import numpy
     from torch.utils.data import dataloader
 
