@@ -76,6 +76,14 @@ def test_one_synchronous_process_says_why_and_unperturbed_makes_its_runs(detchec
     ).scenarios.values()
     repeat = line["checks"][0]
     assert repeat["note"].startswith("and the end states of 2 unperturbed runs"), repeat
+    # A loader that hands over batches as its workers finish them: their order is timing, which
+    # is not synchronous, and which already differs between the recorded runs: data order at
+    # the loader's line.
+    args = ("--", sys.executable, script, "--out-of-order")
+    (line,) = check(detcheck_bin, *args, unperturbed=True, code=1).scenarios.values()
+    cause = line["first_divergence"]["cause"]
+    assert cause["kind"] == "data_order" and "`in_order=False`" in cause["summary"], cause
+    assert cause["site"].endswith("synchronous.py:33"), cause
 
 
 def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detcheck_bin):

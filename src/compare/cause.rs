@@ -175,6 +175,11 @@ pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
 /// by the Python recorder.
 pub(crate) const PROCESS_STARTED_KEY: &str = "site:process_started";
 
+/// The program's first line that made a data loader whose workers hand over their batches as
+/// they finish them (`in_order=False`), noted by the Python recorder: the batches' order is
+/// timing.
+pub(crate) const OUT_OF_ORDER_LOADER_KEY: &str = "site:out_of_order_loader";
+
 /// The fact of a rank that is a process the program started itself and that joined its
 /// process group at this line (python/python/detcheck/_launch/startup.py `_adopt`).
 pub(crate) const RANK_STARTED_KEY: &str = "site:rank_started";

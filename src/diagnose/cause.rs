@@ -20,9 +20,9 @@
 use super::operator::is_collective;
 use crate::compare::cause::{
     Cause, CauseClass, ANY_SOURCE_KEY, DRAWN_BEFORE_MODEL_KEY, FILES_KEY, FRAMEWORK_KEY,
-    MODEL_BUILT_KEY, PARENT_SEEDED_KEY, PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY,
-    UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY, UNSEEDED_MAKER_KEY, UNSEEDED_PYTHON_KEY,
-    UNSEEDED_TORCH_KEY,
+    MODEL_BUILT_KEY, OUT_OF_ORDER_LOADER_KEY, PARENT_SEEDED_KEY, PROCESS_STARTED_KEY,
+    RANK_STARTED_KEY, SEED_DRAWN_KEY, UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY,
+    UNSEEDED_MAKER_KEY, UNSEEDED_PYTHON_KEY, UNSEEDED_TORCH_KEY,
 };
 use crate::compare::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
@@ -542,6 +542,23 @@ fn data_order_cause(c: &Comparison, d: &Divergence) -> Option<Cause> {
         ));
         return Some(cause);
     }
+    // The loader fetched the same samples, but hands its batches over as its workers finish
+    // them: the model's input is another batch in each run.
+    if let (true, Some(at)) = (d.name.starts_with("in/"), c.fact(OUT_OF_ORDER_LOADER_KEY)) {
+        let mut cause = Cause::new(
+            CauseClass::DataOrder,
+            "the data loader hands over its batches in the order its workers finish them \
+             (`in_order=False`), which is timing: the model's input is another batch in each \
+             run, though the loader fetched the same samples"
+                .to_owned(),
+        )
+        .at(Some(at))
+        .fix("drop `in_order=False` from the DataLoader (the default, `True`, keeps the order)");
+        cause.evidence.push(format!(
+            "`{OUT_OF_ORDER_LOADER_KEY}`: a DataLoader with workers and `in_order=False` at {at}"
+        ));
+        return Some(cause);
+    }
     None
 }
 
@@ -968,6 +985,27 @@ mod tests {
         assert_eq!(cause.site.as_deref(), Some("transformer.py:46"));
         assert!(cause.summary.contains("`random_split`"), "{cause:?}");
         assert!(cause.fix.unwrap().starts_with("seed before the split"));
+    }
+
+    /// The loader fetched the same samples (its indices agree), but hands its batches over as
+    /// its workers finish them: data order at the loader's line, not data values.
+    #[test]
+    fn a_loader_handing_over_batches_as_they_finish_is_data_order_at_its_line() {
+        let mut c = diverged_at(0, 9, "in/(model).0");
+        c.sites.insert(
+            (0, "site:0:data/indices:0".to_owned()),
+            "train.py:31".to_owned(),
+        );
+        assert_eq!(decide_cause(&c, None).unwrap().kind, CauseClass::DataValues);
+        c.sites.insert(
+            (0, OUT_OF_ORDER_LOADER_KEY.to_owned()),
+            "train.py:30".to_owned(),
+        );
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::DataOrder);
+        assert_eq!(cause.site.as_deref(), Some("train.py:30"));
+        assert!(cause.summary.contains("`in_order=False`"), "{cause:?}");
+        assert!(cause.fix.unwrap().starts_with("drop `in_order=False`"));
     }
 
     #[test]

@@ -3,9 +3,11 @@ processes, under DistributedDataParallel over gloo when launched as several rank
 computes every value in one process, one operator after another, and gloo's collectives give
 the same bits whatever the timing, so recording cannot change what it computes (a loader's
 batches arrive in order). `detcheck check` passes it with no unperturbed run, and says why in
-`repeat`'s note; `--unperturbed` makes them (docs/checks.md).
+`repeat`'s note; `--unperturbed` makes them (docs/checks.md). With `--out-of-order` its loader
+hands over batches as its workers finish them (`in_order=False`): their order then depends on
+timing, and the check makes its unperturbed runs.
 
-    python synchronous.py [--steps N]
+    python synchronous.py [--steps N] [--out-of-order]
     torchrun --nproc_per_node 2 synchronous.py
 """
 
@@ -17,6 +19,7 @@ import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--out-of-order", action="store_true")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -28,7 +31,12 @@ if int(os.environ.get("WORLD_SIZE", "1")) > 1:
     model = torch.nn.parallel.DistributedDataParallel(model)
     sampler = torch.utils.data.DistributedSampler(data, seed=0)
 loader = torch.utils.data.DataLoader(
-    data, batch_size=8, shuffle=sampler is None, sampler=sampler, num_workers=2
+    data,
+    batch_size=8,
+    shuffle=sampler is None,
+    sampler=sampler,
+    num_workers=2,
+    in_order=not args.out_of_order,
 )
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step, (x, y) in zip(range(args.steps), loader):

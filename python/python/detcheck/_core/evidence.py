@@ -91,6 +91,7 @@ __all__ = [
     "install_file_audit",
     "install_process_watch",
     "concurrent",
+    "runs_beside",
     "opened",
     "FILES_KEY",
 ]
@@ -348,7 +349,8 @@ def concurrent() -> str | None:
     recording can change its values (a race whose odds recording's reads change): the line
     that started its first thread or process (``threading.Thread``, ``concurrent.futures``'
     pools, ``multiprocessing``; not one a library starts for itself: a data loader's workers,
-    whose batches arrive in order, a logger's writer), or ``"torch.multiprocessing"`` for
+    whose batches arrive in order unless it was made with ``in_order=False``, which
+    ``runs_beside`` notes; a logger's writer), or ``"torch.multiprocessing"`` for
     processes started through it; ``"not watched"`` when ``install_process_watch`` did not run
     (an unperturbed run, ``DETCHECK_EVIDENCE=0``): nothing is known, so nothing is claimed."""
     if not _WATCHING[0]:
@@ -356,6 +358,14 @@ def concurrent() -> str | None:
     if STARTED_BY_TORCH[0]:
         return f"torch.multiprocessing (at {STARTED_BY_TORCH[1]})"
     return _CONCURRENT[0]
+
+
+def runs_beside(where: str | None) -> None:
+    """Something the program made hands it values in the order they are ready, not in a fixed
+    one (a data loader's workers with ``in_order=False``): ``concurrent`` then names ``where``
+    (the program's line), as for a thread of its own."""
+    if _CONCURRENT[0] is None:
+        _CONCURRENT[0] = where or "?"
 
 
 def _started_by_program(frame: Any) -> str | None:

@@ -724,6 +724,11 @@ _MAY_RUN_BESIDE = (
 )
 _ALWAYS_BESIDE = ("isend", "irecv", "batch_isend_irecv")
 
+#: The fact of the program's first line that made a data loader whose workers hand over their
+#: batches as they finish them (``in_order=False``): the order of its batches is timing
+#: (src/diagnose/cause.rs, the data order rule).
+OUT_OF_ORDER_LOADER = "site:out_of_order_loader"
+
 #: The fact of the program's first line that left a collective or a message running beside
 #: it (``async_op=True``, ``isend``, ``irecv``): its result, read before its ``wait()``, is a
 #: race; ``synchronous`` then claims nothing.
@@ -806,6 +811,10 @@ def install_evidence():
         try:
             self._detcheck_site = _evidence.site()
             _note_loader_seed(getattr(self, "generator", None), sys._getframe(1))
+            if getattr(self, "in_order", True) is False and self.num_workers > 0:
+                # Batches in the order the workers finish them: timing, which recording changes.
+                _evidence.runs_beside(self._detcheck_site)
+                _evidence.fact(OUT_OF_ORDER_LOADER, self._detcheck_site or "?")
         except Exception:
             pass
 
