@@ -40,6 +40,11 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   the system's folders, installed packages, the frameworks' caches and fresh temporary names
   are left out.
 
+And ``concurrent``: the program's first line that started a thread or process of its own (or
+a loader that hands over batches as they are ready, ``runs_beside``), which a framework's
+recorder reads when it says whether recording can change what the program computes
+(``_torch.frontend.synchronous``, docs/checks.md).
+
 Each record's caller, the innermost frame outside detcheck, the frameworks and the standard
 library (``file:line``, the path relative to the working directory: ``site``), goes to the
 trace's environment as ``site:<step>:<name>:<k>`` (the k-th record of that name in the step);
