@@ -6,6 +6,7 @@ that recording can change what it computes). The launched checks of the zoo's dc
 rows (test_zoo.py) prove the same end to end."""
 
 import os
+import subprocess
 import sys
 import threading
 import types
@@ -89,10 +90,12 @@ def test_a_gymnasium_environment_reset_without_a_seed_is_noted(fresh, monkeypatc
 def test_a_thread_the_program_starts_is_noted_and_a_librarys_is_not(monkeypatch):
     """`concurrent` (what makes `repeat` run a program unperturbed, docs/checks.md): nothing is
     claimed before the watch runs; a thread an installed package starts for itself (a logger's
-    writer, a loader's pin-memory thread) is not the program's; one the program starts, itself
-    or through `concurrent.futures`, is, with its line."""
+    writer, a loader's pin-memory thread) is not the program's, nor a program `subprocess.run`
+    waits for; a thread the program starts, itself or through `concurrent.futures`, is, with its
+    line, and so is a program it starts with `subprocess.Popen`."""
     for owner in (threading.Thread, process.BaseProcess):
         monkeypatch.setattr(owner, "start", owner.start)  # restored after the test
+    monkeypatch.setattr(subprocess.Popen, "__init__", subprocess.Popen.__init__)
     monkeypatch.setattr(ev, "_CONCURRENT", [None])
     monkeypatch.setattr(ev, "_WATCHING", [False])
     monkeypatch.setattr(ev, "STARTED_BY_TORCH", [0, None])
@@ -104,7 +107,13 @@ def test_a_thread_the_program_starts_is_noted_and_a_librarys_is_not(monkeypatch)
     exec(compile("thread.start()", library, "exec"), {"thread": thread})
     thread.join()
     assert ev.concurrent() is None
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # waited for: not beside it
+    assert ev.concurrent() is None
     with ThreadPoolExecutor(1) as pool:
         line = sys._getframe().f_lineno + 1
         pool.submit(lambda: None).result()
+    assert ev.concurrent().endswith(f"test_evidence.py:{line}"), ev.concurrent()
+    monkeypatch.setattr(ev, "_CONCURRENT", [None])
+    line = sys._getframe().f_lineno + 1
+    subprocess.Popen([sys.executable, "-c", "pass"]).wait()
     assert ev.concurrent().endswith(f"test_evidence.py:{line}"), ev.concurrent()

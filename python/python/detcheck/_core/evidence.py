@@ -396,8 +396,11 @@ def install_process_watch() -> None:
     a library starts (data-loader workers, ``mp.spawn``'s ranks: their ``start`` is called from
     the library's own code) nor one given no model (a logger); counts ``STARTED_BY_TORCH``; and
     keeps the first line that started any thread or process of the program's own
-    (``concurrent``). ``BaseProcess.start`` and ``threading.Thread.start`` are wrapped: methods
-    of Python classes, so no ``isinstance`` changes."""
+    (``concurrent``), a program it starts with ``subprocess.Popen`` (or ``os.popen``) included,
+    not one ``subprocess.run``, ``call`` or ``check_output`` waits for. ``BaseProcess.start``,
+    ``threading.Thread.start`` and ``subprocess.Popen.__init__`` are wrapped: methods of Python
+    classes, so no ``isinstance`` changes."""
+    import subprocess
     import threading
     from multiprocessing import process
 
@@ -439,6 +442,24 @@ def install_process_watch() -> None:
         return original_thread(self)
 
     threading.Thread.start = start_thread  # type: ignore[method-assign]
+
+    original_popen = subprocess.Popen.__init__
+    # ``subprocess``'s own file: a ``Popen`` made there is one its ``run`` or ``call`` waits for.
+    own = os.path.abspath(subprocess.__file__)
+
+    @functools.wraps(original_popen)
+    def popen(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            frame = sys._getframe(1)
+            # `subprocess.run`, `call` and `check_output` wait for the program they start.
+            waited = os.path.abspath(frame.f_code.co_filename) == own
+            if _CONCURRENT[0] is None and not waited:
+                _CONCURRENT[0] = _started_by_program(frame)
+        except Exception:
+            pass
+        original_popen(self, *args, **kwargs)
+
+    subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
 
 
 def _launch_folder(cwd: str) -> str | None:
