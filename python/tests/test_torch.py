@@ -187,10 +187,11 @@ DDP_PROGRAM = textwrap.dedent(
 )
 
 
-def test_watch_ddp_records_replicated_gradients(tmp_path):
-    requires("gloo")
+def two_ranks(tmp_path, source):
+    """The decoded records of each of two processes running ``source`` as ranks 0 and 1 of a
+    gloo group (its arguments: rank, world size, store file, dump folder)."""
     program = tmp_path / "ddp.py"
-    program.write_text(DDP_PROGRAM)
+    program.write_text(source)
     store, out = tmp_path / "store", tmp_path / "dump"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     procs = [
@@ -198,7 +199,12 @@ def test_watch_ddp_records_replicated_gradients(tmp_path):
         for r in range(2)
     ]
     assert [p.wait(timeout=240) for p in procs] == [0, 0]
-    ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
+    return [decode(out / f"rank{r}.dctrace") for r in range(2)]
+
+
+def test_watch_ddp_records_replicated_gradients(tmp_path):
+    requires("gloo")
+    ranks = two_ranks(tmp_path, DDP_PROGRAM)
     # Both ranks recorded the same records, 2 steps of them: the loop below compares them all.
     names = [[(r["step"], r["name"]) for r in records] for records in ranks]
     assert names[0] == names[1], f"{len(names[0])} and {len(names[1])} records"
@@ -608,16 +614,7 @@ def test_a_step_updated_inside_no_sync_records_its_gradients_as_the_ranks_own(tm
     program), also where the update runs after the block; the next synced step's are again."""
     requires("gloo")
     assert NO_SYNC_PROGRAM != DDP_PROGRAM
-    program = tmp_path / "ddp.py"
-    program.write_text(NO_SYNC_PROGRAM)
-    store, out = tmp_path / "store", tmp_path / "dump"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [
-        subprocess.Popen([sys.executable, str(program), str(r), "2", str(store), str(out)], env=env)
-        for r in range(2)
-    ]
-    assert [p.wait(timeout=240) for p in procs] == [0, 0]
-    ranks = [decode(out / f"rank{r}.dctrace") for r in range(2)]
+    ranks = two_ranks(tmp_path, NO_SYNC_PROGRAM)
     state = [(r0, r1) for r0, r1 in zip(*ranks) if r0["name"].startswith(("grad/", "param/"))]
     assert {r0["step"] for r0, _ in state} == {0, 1, 2}, state
     for r0, r1 in state:

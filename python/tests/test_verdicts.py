@@ -76,14 +76,21 @@ def test_one_synchronous_process_says_why_and_unperturbed_makes_its_runs(detchec
     ).scenarios.values()
     repeat = line["checks"][0]
     assert repeat["note"].startswith("and the end states of 2 unperturbed runs"), repeat
-    # A loader that hands over batches as its workers finish them: their order is timing, which
-    # is not synchronous, and which already differs between the recorded runs: data order at
-    # the loader's line.
+    # A loader that hands over batches as its workers finish them: their order is timing, so
+    # the run is not synchronous and gets its unperturbed runs. The race goes either way: where
+    # the recorded runs differ, data order at the loader's line; where only the unperturbed runs
+    # do, timing; where every run happened to agree, a pass that made its unperturbed runs.
     args = ("--", sys.executable, script, "--out-of-order")
-    (line,) = check(detcheck_bin, *args, unperturbed=True, code=1).scenarios.values()
-    cause = line["first_divergence"]["cause"]
-    assert cause["kind"] == "data_order" and "`in_order=False`" in cause["summary"], cause
-    assert cause["site"].endswith("synchronous.py:33"), cause
+    (line,) = check(detcheck_bin, *args, unperturbed=True).scenarios.values()
+    if line["verdict"] == "ok":
+        repeat = line["checks"][0]
+        assert repeat["note"].startswith("and the end states of 2 unperturbed runs"), repeat
+    else:
+        cause = line["first_divergence"]["cause"]
+        assert cause["kind"] in ("data_order", "timing"), cause
+        if cause["kind"] == "data_order":
+            assert "`in_order=False`" in cause["summary"], cause
+            assert cause["site"].endswith("synchronous.py:33"), cause
 
 
 def test_ranks_that_train_different_models_get_replicas_na_with_the_reason(detcheck_bin):

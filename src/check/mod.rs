@@ -823,8 +823,9 @@ fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result
 }
 
 /// The environment key a recorded run of the zero-change recorder writes when it shows that
-/// recording cannot change what the program computes (python/detcheck/_torch/frontend.py,
-/// `synchronous`), with that in words.
+/// recording cannot change what the program computes (python/detcheck/_core/lifecycle.py,
+/// from the framework's `_synchronous`: torch's `_torch/frontend.py` `synchronous`), with that
+/// in words.
 const SYNCHRONOUS_KEY: &str = "detcheck.synchronous";
 
 /// The words (rank 0's) of a run whose every rank shows that recording cannot change what it

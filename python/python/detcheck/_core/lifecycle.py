@@ -27,6 +27,12 @@ from .._detcheck import TraceWriter, _on_program_records, _program_records_itsel
 __all__ = ["LifecycleRecorder", "say"]
 
 
+#: The environment key of a run that shows that recording cannot change what the program
+#: computes, with that in words (``_synchronous``); read by ``repeat`` (src/check/mod.rs,
+#: ``SYNCHRONOUS_KEY``).
+SYNCHRONOUS_KEY = "detcheck.synchronous"
+
+
 def say(message):
     """Writes ``detcheck: message`` on stderr (never raises)."""
     try:
@@ -79,9 +85,9 @@ class LifecycleRecorder:
         raise NotImplementedError
 
     def _synchronous(self):
-        """``(key, words)`` when the run shows that recording cannot change what the program
-        computes (``repeat`` then makes no unperturbed run: docs/checks.md), else ``None``:
-        the framework's recorder decides; unless it does, nothing is claimed."""
+        """Why the run shows that recording cannot change what the program computes, in words
+        (``repeat`` then makes no unperturbed run: docs/checks.md), else ``None``: the
+        framework's recorder decides; unless it does, nothing is claimed."""
         return None
 
     # --- the beginning ----------------------------------------------------------------------
@@ -179,7 +185,7 @@ class LifecycleRecorder:
             say(f"cannot record the end state: {e!r}")
         synchronous = self._synchronous()
         if synchronous is not None:
-            writer.add_environment(*synchronous)
+            writer.add_environment(SYNCHRONOUS_KEY, synchronous)
         handle.remove()
         if why is not None and open_step:
             writer.add_environment(

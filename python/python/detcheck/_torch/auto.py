@@ -37,7 +37,6 @@ from .._core.engine import Recording
 from .._core.lifecycle import LifecycleRecorder
 from . import rows as _rows
 from .frontend import (
-    SYNCHRONOUS_KEY,
     TORCH,
     after_optimizer_step,
     before_optimizer_step,
@@ -318,8 +317,7 @@ class Recorder(LifecycleRecorder):
         self._batch_hooks = []
 
     def _synchronous(self):
-        words = synchronous()
-        return None if words is None else (SYNCHRONOUS_KEY, words)
+        return synchronous()
 
     def _nothing_ran(self):
         if self._steps:

@@ -48,7 +48,6 @@ __all__ = [
     "starts_update",
     "install_evidence",
     "synchronous",
-    "SYNCHRONOUS_KEY",
 ]
 
 
@@ -303,14 +302,9 @@ def describe_run(writer):
             writer.add_environment(key, str(value))
 
 
-#: The environment key of ``synchronous``'s answer, read by ``repeat`` (src/check/mod.rs,
-#: ``SYNCHRONOUS_KEY``): present only when the run showed that recording cannot change what
-#: the program computes.
-SYNCHRONOUS_KEY = "detcheck.synchronous"
-
-
 def synchronous():
-    """Why recording cannot change the values this process computed, as words, or ``None``
+    """Why recording cannot change the values this process computed, as words (the zero-change
+    recorder writes them as ``_core.lifecycle.SYNCHRONOUS_KEY``), or ``None``
     when it can or nothing shows it cannot: torch never started a device (CUDA, XPU) and no
     compiled graph ran (whose kernels may be chosen by timing), no other framework is loaded
     (MindSpore, torch_npu: their operators run asynchronously; mpi4py: its messages), the
