@@ -19,11 +19,14 @@ Determinism: the rows are in the manifest's order; times are wall-clock and only
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +96,9 @@ def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch
     python = interpreter(program, python)
     shutil.copytree(ZOO / program["folder"], root)
     values = {"python": python, "zoo": ZOO, "copy": root, "port": _free_port(), "batch": batch}
-    if planted and planted.get("patch"):
-        subprocess.run(["git", "apply", str(ZOO / planted["patch"])], cwd=root, check=True)
+    for patch in (program.get("patch"), (planted or {}).get("patch")):
+        if patch:
+            subprocess.run(["git", "apply", str(ZOO / patch)], cwd=root, check=True)
     cwd = root / program["cwd"]
     env = dict(os.environ)
     env["PATH"] = str(Path(python).parent) + os.pathsep + env.get("PATH", "")
@@ -129,6 +133,7 @@ class Outcome:
 
 def check(detcheck, program, copy):
     argv = [detcheck, "check", "--no-progress", "--format", "json"]
+    argv += ["--ranks", str(program["ranks"])] if "ranks" in program else []
     argv += ["--steps", str(program["steps"]), *program.get("detcheck", []), "--", *copy.argv]
     start = time.monotonic()
     done = subprocess.run(argv, cwd=copy.cwd, env=copy.env, capture_output=True, text=True)
@@ -200,12 +205,79 @@ def judge(line, verdict, kind, where, compared=()):
     return found, why
 
 
-def _plain(copy, timeout=600):
+def _plain(program, copy, timeout=600):
+    """Seconds of one plain run: the program to its end; or, with ``plain_until``, until each of
+    its ``ranks`` processes (started with the variables detcheck's launcher gives its ranks)
+    printed a line matching it (the step the check stops at), when they are killed."""
+    until = program.get("plain_until")
+    ranks = program.get("ranks")
+    if until is None and ranks is None:
+        start = time.monotonic()
+        subprocess.run(
+            copy.argv, cwd=copy.cwd, env=copy.env, capture_output=True, timeout=timeout, check=True
+        )
+        return time.monotonic() - start
+    pattern = re.compile(until) if until else None
+    envs = [dict(copy.env, PYTHONUNBUFFERED="1")]
+    if ranks:
+        port = str(_free_port())
+        envs = [
+            dict(
+                envs[0],
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                WORLD_SIZE=str(ranks),
+                RANK=str(r),
+                LOCAL_RANK=str(r),
+                LOCAL_WORLD_SIZE=str(ranks),
+            )
+            for r in range(ranks)
+        ]
     start = time.monotonic()
-    subprocess.run(
-        copy.argv, cwd=copy.cwd, env=copy.env, capture_output=True, timeout=timeout, check=True
-    )
-    return time.monotonic() - start
+    procs = [
+        subprocess.Popen(
+            copy.argv,
+            cwd=copy.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for env in envs
+    ]
+    found = [pattern is None] * len(procs)
+    ends = []
+
+    def watch(index, proc):
+        for line in proc.stdout:
+            if not found[index] and pattern.search(line):
+                found[index] = True
+                ends.append(time.monotonic())
+                if all(found):
+                    for p in procs:
+                        os.killpg(p.pid, signal.SIGKILL)
+        proc.stdout.close()
+
+    watchers = [threading.Thread(target=watch, args=(i, p)) for i, p in enumerate(procs)]
+    for w in watchers:
+        w.start()
+    try:
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for w in watchers:
+            w.join()
+    if not all(found):
+        raise RuntimeError(f"plain run: no line matching {until!r} (plain_until) in its output")
+    if pattern is None:
+        if any(p.returncode != 0 for p in procs):
+            raise RuntimeError(f"plain run exited {[p.returncode for p in procs]}")
+        return time.monotonic() - start
+    return max(ends) - start
 
 
 def run_program(program, detcheck, python=sys.executable, ci_only=False, planted_too=True):
@@ -217,7 +289,7 @@ def run_program(program, detcheck, python=sys.executable, ci_only=False, planted
     if not ci_only or program.get("ci"):
         with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
             copy = prepare(program, tmp, python=python, batch=str(program.get("plain_batch")))
-            plain = _plain(copy) if program.get("timed", True) else None
+            plain = _plain(program, copy) if program.get("timed", True) else None
             copy = prepare(program, Path(tmp) / "check", python=python)
             line, seconds = check(detcheck, program, copy)
         verdict = program.get("verdict", "ok")
@@ -318,8 +390,9 @@ def table(programs, outcomes, earlier=None):
         "its site or its fix: `found` shows the site).",
         "`records` is what each check compared (`n/a`: not applicable, with its reason in the",
         "report); `x plain` is the check's time against one plain run of the same steps (one",
-        "run each on the 2-core VM, so a rough figure; `-` where the program cannot be told to",
-        "stop by its own flags).",
+        "run each on the 2-core VM, so a rough figure; the plain run stops by the program's own",
+        "flags, or at the line it prints at the step the check stops at; `-` where it has",
+        "neither).",
         "",
         "| program | launcher idiom | case | expected | found | records | time | x plain | held |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -355,7 +428,11 @@ def table(programs, outcomes, earlier=None):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detcheck", default=str(ROOT / "target" / "release" / "detcheck"))
-    parser.add_argument("--ci", action="store_true", help="only the entries marked ci (true or \"full\": test_zoo.py's, CI's and the full tier's)")
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="only the entries marked ci (true or \"full\": test_zoo.py's, CI's and the full tier's)",
+    )
     parser.add_argument("--only", help="only the program of this name")
     parser.add_argument("--table", help="write the table (markdown) to this file")
     parser.add_argument(
@@ -400,7 +477,9 @@ def main():
         for o in found:
             print(
                 f"{'held' if o.held else 'MISSED'}: {o.program}, {o.case}: {o.found} "
-                f"({o.records}; {o.seconds:.0f} s) {'; '.join(o.why)}",
+                f"({o.records}; {o.seconds:.0f} s"
+                + (f", plain {o.plain_seconds:.0f} s" if o.plain_seconds else "")
+                + f") {'; '.join(o.why)}",
                 flush=True,
             )
             outcomes.append(o)

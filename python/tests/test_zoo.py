@@ -7,6 +7,7 @@ folders above it too, `../data` was missing there and torchvision tried to downl
 3, no network). The data is made by examples/zoo/mnist_data.py (nothing is downloaded).
 Needs torch and torchvision (scripts/install-python.sh --torch)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -164,3 +165,24 @@ def test_a_zoo_table_updated_for_one_program_keeps_the_others_rows():
     held = sum(r.endswith("| yes |") for k, v in kept.items() if k != name for r in v)
     others = sum(len(v) for k, v in kept.items() if k != name)
     assert updated.splitlines()[-1] == f"{held} of {others + 1} held."
+
+
+def test_a_plain_run_ends_at_each_ranks_line_of_the_step_the_check_stops_at(tmp_path):
+    # `plain_until` and `ranks` (zoo.toml): the program's processes get the variables detcheck's
+    # launcher gives its ranks, and the plain run ends once each printed the step's line (the
+    # program would sleep on: a plain run that waited for its end would time out here).
+    script = tmp_path / "steps.py"
+    script.write_text(
+        "import os, time\n"
+        "for step in (1, 2, 3):\n"
+        "    print(f\"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: step {step}\")\n"
+        "time.sleep(600)\n"
+    )
+    copy = zoo.Copy(tmp_path, tmp_path, dict(os.environ), [sys.executable, str(script)])
+    program = {"plain_until": r"^rank [01] of 2: step 3$", "ranks": 2}
+    assert zoo._plain(program, copy, timeout=60) > 0
+    # A line never printed is an error naming the field, not a time.
+    program = {"plain_until": r"step 4", "ranks": 1}
+    script.write_text("print('step 1')\n")
+    with pytest.raises(RuntimeError, match="plain_until"):
+        zoo._plain(program, copy, timeout=60)
