@@ -205,34 +205,39 @@ def judge(line, verdict, kind, where, compared=()):
     return found, why
 
 
+def _kill(proc):
+    """Kills the session ``proc`` leads (its children too); one already gone is no error."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _plain(program, copy, timeout=600):
-    """Seconds of one plain run: the program to its end; or, with ``plain_until``, until each of
-    its ``ranks`` processes (started with the variables detcheck's launcher gives its ranks)
-    printed a line matching it (the step the check stops at), when they are killed."""
+    """Seconds of one plain run of the steps the check stops at: the program to its end (its
+    own flags stop it there); with ``plain_until``, until each of its processes printed a line
+    matching it, when they are killed; with ``plain_steps``, until torch's global optimizer-step
+    hook (plain_stop/sitecustomize.py, nothing else added) ended each at that step. ``ranks``:
+    that many processes, each with the variables detcheck's launcher gives a rank."""
     until = program.get("plain_until")
-    ranks = program.get("ranks")
-    if until is None and ranks is None:
-        start = time.monotonic()
-        subprocess.run(
-            copy.argv, cwd=copy.cwd, env=copy.env, capture_output=True, timeout=timeout, check=True
-        )
-        return time.monotonic() - start
     pattern = re.compile(until) if until else None
-    envs = [dict(copy.env, PYTHONUNBUFFERED="1")]
-    if ranks:
-        port = str(_free_port())
-        envs = [
-            dict(
-                envs[0],
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=port,
-                WORLD_SIZE=str(ranks),
-                RANK=str(r),
-                LOCAL_RANK=str(r),
-                LOCAL_WORLD_SIZE=str(ranks),
-            )
+    env = dict(copy.env, PYTHONUNBUFFERED="1")
+    if program.get("plain_steps"):
+        env["ZOO_PLAIN_STEPS"] = str(program["steps"])
+        env["PYTHONPATH"] = os.pathsep.join(
+            x for x in (str(ZOO / "plain_stop"), env.get("PYTHONPATH")) if x
+        )
+    ranks = program.get("ranks")
+    port = str(_free_port())
+    envs = (
+        [
+            dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(ranks))
+            | {"RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(ranks)}
             for r in range(ranks)
         ]
+        if ranks
+        else [env]
+    )
     start = time.monotonic()
     procs = [
         subprocess.Popen(
@@ -248,15 +253,17 @@ def _plain(program, copy, timeout=600):
     ]
     found = [pattern is None] * len(procs)
     ends = []
+    output = [[] for _ in procs]
 
     def watch(index, proc):
         for line in proc.stdout:
+            output[index] = [*output[index][-19:], line]
             if not found[index] and pattern.search(line):
                 found[index] = True
                 ends.append(time.monotonic())
                 if all(found):
                     for p in procs:
-                        os.killpg(p.pid, signal.SIGKILL)
+                        _kill(p)
         proc.stdout.close()
 
     watchers = [threading.Thread(target=watch, args=(i, p)) for i, p in enumerate(procs)]
@@ -265,19 +272,20 @@ def _plain(program, copy, timeout=600):
     try:
         for p in procs:
             p.wait(timeout=timeout)
+        ended = time.monotonic()
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+            _kill(p)  # what it started and left running
         for w in watchers:
             w.join()
-    if not all(found):
-        raise RuntimeError(f"plain run: no line matching {until!r} (plain_until) in its output")
-    if pattern is None:
-        if any(p.returncode != 0 for p in procs):
-            raise RuntimeError(f"plain run exited {[p.returncode for p in procs]}")
-        return time.monotonic() - start
-    return max(ends) - start
+    if pattern is not None:
+        if not all(found):
+            raise RuntimeError(f"plain run: no line matching {until!r} (plain_until) in its output")
+        return max(ends) - start
+    if any(p.returncode != 0 for p in procs):
+        tail = "".join(output[0])
+        raise RuntimeError(f"plain run exited {[p.returncode for p in procs]}:\n{tail}")
+    return ended - start
 
 
 def run_program(program, detcheck, python=sys.executable, ci_only=False, planted_too=True):
@@ -391,8 +399,9 @@ def table(programs, outcomes, earlier=None):
         "`records` is what each check compared (`n/a`: not applicable, with its reason in the",
         "report); `x plain` is the check's time against one plain run of the same steps (one",
         "run each on the 2-core VM, so a rough figure; the plain run stops by the program's own",
-        "flags, or at the line it prints at the step the check stops at; `-` where it has",
-        "neither).",
+        "flags, at the line it prints at the step the check stops at, or by torch's",
+        "optimizer-step hook there; `-` where none was taken: a planted bug, or a program",
+        "that fails as shipped and takes no flag that stops it).",
         "",
         "| program | launcher idiom | case | expected | found | records | time | x plain | held |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",

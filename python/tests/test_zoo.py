@@ -167,10 +167,10 @@ def test_a_zoo_table_updated_for_one_program_keeps_the_others_rows():
     assert updated.splitlines()[-1] == f"{held} of {others + 1} held."
 
 
-def test_a_plain_run_ends_at_each_ranks_line_of_the_step_the_check_stops_at(tmp_path):
+def test_a_plain_run_ends_at_the_step_the_check_stops_at(tmp_path):
     # `plain_until` and `ranks` (zoo.toml): the program's processes get the variables detcheck's
     # launcher gives its ranks, and the plain run ends once each printed the step's line (the
-    # program would sleep on: a plain run that waited for its end would time out here).
+    # programs here sleep on: a plain run that waited for their end would time out).
     script = tmp_path / "steps.py"
     script.write_text(
         "import os, time\n"
@@ -181,6 +181,20 @@ def test_a_plain_run_ends_at_each_ranks_line_of_the_step_the_check_stops_at(tmp_
     copy = zoo.Copy(tmp_path, tmp_path, dict(os.environ), [sys.executable, str(script)])
     program = {"plain_until": r"^rank [01] of 2: step 3$", "ranks": 2}
     assert zoo._plain(program, copy, timeout=60) > 0
+    # `plain_steps`: torch's optimizer-step hook ends it at the check's steps (2 here), with
+    # nothing else of the zoo's in the program: the third step never ran.
+    script.write_text(
+        "import pathlib, time, torch\n"
+        "p = torch.nn.Parameter(torch.ones(2))\n"
+        "optimizer = torch.optim.SGD([p], lr=0.1)\n"
+        "for step in (1, 2, 3):\n"
+        "    p.sum().backward()\n"
+        "    pathlib.Path(f'step{step}').write_text('')\n"
+        "    optimizer.step()\n"
+        "time.sleep(600)\n"
+    )
+    assert zoo._plain({"plain_steps": True, "steps": 2}, copy, timeout=60) > 0
+    assert sorted(p.name for p in tmp_path.glob("step[0-9]")) == ["step1", "step2"]
     # A line never printed is an error naming the field, not a time.
     program = {"plain_until": r"step 4", "ranks": 1}
     script.write_text("print('step 1')\n")
