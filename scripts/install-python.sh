@@ -25,8 +25,8 @@
 #
 # --trl (implies --frameworks) also installs trl==1.10.0 and datasets==5.2.0, which the zoo's
 # TRL SFT script runs on, tensorboard==2.21.0, which the zoo's Lightning PPO logs to, and
-# matplotlib==3.11.2, with which pytorch/examples' time_sequence_prediction plots (examples/zoo:
-# scripts/zoo.sh); CI does not install them (those zoo rows are of the full tier;
+# matplotlib==3.11.2, with which pytorch/examples' time_sequence_prediction plots, and six==1.17.0,
+# which pytorch/examples' super_resolution imports (examples/zoo: scripts/zoo.sh); CI does not install them (those zoo rows are of the full tier;
 # datasets installed changes what transformers finds, tensorboard Lightning's default logger).
 #
 # --deepspeed (implies --torch) also installs deepspeed==0.19.8 (its source distribution, no op
@@ -132,10 +132,10 @@ if [ "$frameworks" = 1 ]; then
 fi
 
 if [ "$trl" = 1 ]; then
-    echo "== pip install trl==1.10.0 datasets==5.2.0 tensorboard==2.21.0 matplotlib==3.11.2"
+    echo "== pip install trl==1.10.0 datasets==5.2.0 tensorboard==2.21.0 matplotlib==3.11.2 six==1.17.0"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         "torch==2.15.0" "transformers==5.24.0" "trl==1.10.0" "datasets==5.2.0" \
-        "tensorboard==2.21.0" "matplotlib==3.11.2"
+        "tensorboard==2.21.0" "matplotlib==3.11.2" "six==1.17.0"
 fi
 
 if [ "$deepspeed" = 1 ]; then

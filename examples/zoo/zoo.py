@@ -82,9 +82,8 @@ def needs(program, python=sys.executable):
     for module in program.get("requires", ()):
         probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({module!r}) is None)"
         if subprocess.run([python, "-c", probe]).returncode != 0:
-            raise RuntimeError(
-                f"{program['name']} needs {module}: run scripts/install-python.sh --{module}"
-            )
+            command = program.get("installed_by", f"bash scripts/install-python.sh --{module}")
+            raise RuntimeError(f"{program['name']} needs {module}: run {command}")
 
 
 def prepare(program, workdir, planted=None, python=sys.executable, batch="{batch}"):
