@@ -167,6 +167,8 @@ def judge(line, verdict, kind, where, compared=()):
     why = []
     if line["verdict"] != verdict:
         why.append(f"verdict {line['verdict']}, expected {verdict}")
+        if line.get("error"):
+            why.append(f"its error: {str(line['error'])[:2000]}")
     for c in line["checks"]:
         if c["status"] == "passed" and c.get("comparison", {}).get("num_compared", 0) == 0:
             why.append(f"{c['check']} passed after comparing nothing")

@@ -117,3 +117,29 @@ def test_a_thread_the_program_starts_is_noted_and_a_librarys_is_not(monkeypatch)
     line = sys._getframe().f_lineno + 1
     subprocess.Popen([sys.executable, "-c", "pass"]).wait()
     assert ev.concurrent().endswith(f"test_evidence.py:{line}"), ev.concurrent()
+
+
+def test_a_model_a_cli_builds_is_noted_with_its_builder(monkeypatch):
+    # LightningCLI builds the model from lightning/pytorch/cli.py (`instantiate_classes`): the
+    # program's line is the one that called the CLI (`call_site`), and the builder is noted with
+    # it, so that the report's fix is the CLI's own seed (src/diagnose/cause.rs MODEL_BUILDERS).
+    monkeypatch.setattr(ev, "_BUILT", {})
+    monkeypatch.setattr(ev, "_BUILT_BY", {})
+    monkeypatch.setattr(ev, "call_site", lambda frame: "imagenet.py:178")
+
+    class Model:
+        def register_parameter(self, *args):  # what only a model's class has
+            pass
+
+        def __init__(self):
+            ev.note_module_built(sys._getframe())
+
+    built = {}
+    cli = compile("model = Model()", "/venv/site-packages/lightning/pytorch/cli.py", "exec")
+    exec(cli, {"Model": Model}, built)
+    assert ev.built_at(types.SimpleNamespace(modules=lambda: [built["model"]])) == "imagenet.py:178"
+    assert ev.built_by("imagenet.py:178") == "LightningCLI"
+    # A model the program builds itself has no builder.
+    monkeypatch.setattr(ev, "call_site", lambda frame: "train.py:9")
+    Model()
+    assert ev.built_by("train.py:9") is None

@@ -169,6 +169,9 @@ pub(crate) const FRAMEWORK_KEY: &str = "site:framework";
 /// The fact of the line that built the recorded model (python/python/detcheck/_core/evidence.py
 /// `note_module_built`).
 pub(crate) const MODEL_BUILT_KEY: &str = "site:model_built";
+/// The fact beside it naming the framework helper that built the model from a configuration and
+/// seeds through an option of its own (`LightningCLI`: the recorder's `MODEL_BUILDERS`).
+pub(crate) const MODEL_BUILDER_KEY: &str = "site:model_builder";
 
 /// The program's first line that started a `multiprocessing` process itself and handed it a
 /// model (not a library's: data-loader workers, `torch.multiprocessing.spawn`'s ranks), noted

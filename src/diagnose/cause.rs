@@ -20,9 +20,9 @@
 use super::operator::is_collective;
 use crate::compare::cause::{
     Cause, CauseClass, ANY_SOURCE_KEY, DRAWN_BEFORE_MODEL_KEY, FILES_KEY, FRAMEWORK_KEY,
-    MODEL_BUILT_KEY, OUT_OF_ORDER_LOADER_KEY, PARENT_SEEDED_KEY, PROCESS_STARTED_KEY,
-    RANK_STARTED_KEY, SEED_DRAWN_KEY, UNSEEDED_GENERATOR_KEY, UNSEEDED_GLOBAL_KEY,
-    UNSEEDED_MAKER_KEY, UNSEEDED_PYTHON_KEY, UNSEEDED_TORCH_KEY,
+    MODEL_BUILDER_KEY, MODEL_BUILT_KEY, OUT_OF_ORDER_LOADER_KEY, PARENT_SEEDED_KEY,
+    PROCESS_STARTED_KEY, RANK_STARTED_KEY, SEED_DRAWN_KEY, UNSEEDED_GENERATOR_KEY,
+    UNSEEDED_GLOBAL_KEY, UNSEEDED_MAKER_KEY, UNSEEDED_PYTHON_KEY, UNSEEDED_TORCH_KEY,
 };
 use crate::compare::{
     Comparison, Divergence, EvidenceDifference, OperatorFinding, OUTSIDE_RECORD, SPLIT_RECORD,
@@ -166,6 +166,25 @@ const UNSEEDED_MAKERS: [UnseededMaker; 2] = [
               later resets without a seed go on from that generator",
     },
 ];
+
+/// A framework helper that builds the model from a configuration and seeds through an option of
+/// its own (the recorder's `MODEL_BUILDERS`, `site:model_builder`), and the fix that seeds it
+/// there, given the line that called it.
+struct ModelBuilder {
+    name: &'static str,
+    fix: fn(&str) -> String,
+}
+
+const MODEL_BUILDERS: [ModelBuilder; 1] = [ModelBuilder {
+    name: "LightningCLI",
+    fix: |at| {
+        format!(
+            "seed through the CLI, which seeds each process before it builds the model: \
+             `seed_everything_default=0` in `LightningCLI(...)` at {at}, or `--seed_everything 0` \
+             on the command line"
+        )
+    },
+}];
 
 /// The maker of the run's generator made without a seed (`site:unseeded_maker`).
 fn unseeded_maker(c: &Comparison) -> &'static UnseededMaker {
@@ -468,6 +487,11 @@ fn initial_parameters_cause(c: &Comparison, d: &Divergence, mindspore: bool) -> 
         let built = c
             .fact(MODEL_BUILT_KEY)
             .map_or_else(String::new, |at| format!(" (at {at})"));
+        // A model a `MODEL_BUILDERS` helper built, at the line that called it.
+        let builder = c.fact(MODEL_BUILDER_KEY).and_then(|name| {
+            let at = c.fact(MODEL_BUILT_KEY)?;
+            Some((MODEL_BUILDERS.iter().find(|b| b.name == name)?, at))
+        });
         match seeded {
             Some(site) => {
                 cause = cause.fix(format!(
@@ -475,11 +499,15 @@ fn initial_parameters_cause(c: &Comparison, d: &Divergence, mindspore: bool) -> 
                      or seed before building it"
                 ));
             }
-            // A rank the program started itself, whose parent seeded: the seed was not
-            // inherited. Where the parent seeded nothing either (`fabric run` of a script that
-            // never seeds), the plain fix.
-            None => match (c.fact(RANK_STARTED_KEY), c.fact(PARENT_SEEDED_KEY)) {
-                (Some(at), Some(parent)) => {
+            // A model a helper built that seeds through its own option: that option. A rank
+            // the program started itself, whose parent seeded: the seed was not inherited.
+            // Where the parent seeded nothing either (`fabric run` of a script that never
+            // seeds), the plain fix.
+            None => match (builder, c.fact(RANK_STARTED_KEY), c.fact(PARENT_SEEDED_KEY)) {
+                (Some((builder, at)), _, _) => {
+                    cause = cause.fix((builder.fix)(at));
+                }
+                (None, Some(at), Some(parent)) => {
                     cause = cause.fix(format!(
                         "call `{call}(0)` in the process that builds the model, before it \
                          builds it: this rank is a process the program started itself (it \
@@ -1065,6 +1093,36 @@ mod tests {
         let fix = cause.fix.unwrap();
         assert!(
             fix.contains("at the start of the program, before its first draw"),
+            "{fix}"
+        );
+    }
+
+    #[test]
+    fn a_model_lightning_cli_built_is_seeded_through_the_cli() {
+        // Lightning's examples/pytorch/domain_templates/imagenet.py with
+        // `seed_everything_default=False`: the model is built inside `LightningCLI(...)`, which
+        // seeds before it builds when told to; a `torch.manual_seed` the program adds is not its
+        // way.
+        let mut c = diverged_at(0, 2, "init/model.conv1.weight");
+        c.sites.insert(
+            (0, MODEL_BUILT_KEY.to_owned()),
+            "imagenet.py:178".to_owned(),
+        );
+        note_fact(&mut c, MODEL_BUILDER_KEY, "LightningCLI");
+        let cause = decide_cause(&c, None).unwrap();
+        assert_eq!(cause.kind, CauseClass::InitialParameters);
+        assert_eq!(cause.site.as_deref(), Some("imagenet.py:178"));
+        let fix = cause.fix.unwrap();
+        assert!(
+            fix.contains("`seed_everything_default=0` in `LightningCLI(...)` at imagenet.py:178"),
+            "{fix}"
+        );
+        assert!(fix.contains("`--seed_everything 0`"), "{fix}");
+        // A builder the report does not know gives the plain fix.
+        note_fact(&mut c, MODEL_BUILDER_KEY, "SomeOtherCLI");
+        let fix = decide_cause(&c, None).unwrap().fix.unwrap();
+        assert!(
+            fix.ends_with("before the model is built (at imagenet.py:178)"),
             "{fix}"
         );
     }

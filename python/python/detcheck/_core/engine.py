@@ -142,6 +142,9 @@ class Recording:
             built = _evidence.built_at(model)
             if built is not None:
                 _evidence.fact("site:model_built", built)
+                builder = _evidence.built_by(built)
+                if builder is not None:
+                    _evidence.fact(_evidence.MODEL_BUILDER_KEY, builder)
                 if _evidence.drawn_before(built):
                     _evidence.fact(_evidence.DRAWN_BEFORE_MODEL_KEY, built)
             self.paused(self._record_initial_parameters)()

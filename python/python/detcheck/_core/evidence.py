@@ -24,6 +24,8 @@ launched (docs/causes.md has the vocabulary and the rules that use it):
   ``site:unseeded_python``, the same of Python's ``random``; ``site:unseeded_torch``, the line
   of the first call that seeded torch after its default generator had been drawn from;
   ``site:drawn_before_model``, the model's line when that happened before the model was built;
+  ``site:model_builder``, the framework helper that built the model, where one of
+  ``MODEL_BUILDERS`` did (``LightningCLI``: it seeds through its own option);
   ``site:seed_drawn``, the line of such a draw whose value the program then seeded a generator
   with (``opt.manualSeed = random.randint(1, 10000)``, then ``torch.manual_seed(opt.manualSeed)``:
   pytorch/examples' dcgan), so the seed's cause is named at the draw, where a constant fixes it,
@@ -639,6 +641,21 @@ _REGISTERS = ("register_parameter", "insert_param_to_cell")
 #: ``__init__``), noted as its parameters are registered (``note_module_built``); bounded.
 _BUILT: dict[int, str] = {}
 
+#: The framework helpers that build a model from a configuration and seed through an option of
+#: their own, by a path their module's file ends with, and their name: a model built inside one
+#: (``note_module_built``) notes ``site:model_builder``, whose fix the report takes from
+#: src/diagnose/cause.rs ``MODEL_BUILDERS`` (``LightningCLI(..., seed_everything_default=False)``
+#: is seeded by ``--seed_everything 0``, not by a call the program adds).
+MODEL_BUILDERS = (
+    ("lightning/pytorch/cli.py", "LightningCLI"),
+    ("pytorch_lightning/cli.py", "LightningCLI"),
+)
+#: The fact of the builder that built the recorded model (src/compare/cause.rs).
+MODEL_BUILDER_KEY = "site:model_builder"
+
+#: ``_BUILT``'s lines whose model a ``MODEL_BUILDERS`` helper built, and its name.
+_BUILT_BY: dict[str, str] = {}
+
 #: The lines of ``_BUILT`` whose model was built after torch's generator, never seeded yet, had
 #: been drawn from (``drawn_before``).
 _DRAWN_BEFORE: set[str] = set()
@@ -668,8 +685,12 @@ def note_module_built(frame: Any) -> None:
     where = _BUILT.get(id(outermost)) or call_site(init.f_back)
     if where is None:
         return
-    if id(outermost) not in _BUILT and _drawn_unseeded("torch"):
-        _DRAWN_BEFORE.add(where)
+    if id(outermost) not in _BUILT:
+        if _drawn_unseeded("torch"):
+            _DRAWN_BEFORE.add(where)
+        builder = _builder(init.f_back)
+        if builder is not None:
+            _BUILT_BY.setdefault(where, builder)
     for owner, _ in owners:
         _BUILT.setdefault(id(owner), where)
 
@@ -690,6 +711,24 @@ def drawn_before(built: str) -> bool:
     generator, not seeded yet, had been drawn from: a seed just above that line would leave
     those draws differing (pytorch/examples' regression draws its target function first)."""
     return built in _DRAWN_BEFORE
+
+
+def _builder(frame: Any) -> str | None:
+    """The ``MODEL_BUILDERS`` helper among ``frame`` and its callers, if any."""
+    for _ in range(64):
+        if frame is None:
+            return None
+        path = frame.f_code.co_filename.replace(os.sep, "/")
+        for suffix, name in MODEL_BUILDERS:
+            if path.endswith(suffix):
+                return name
+        frame = frame.f_back
+    return None
+
+
+def built_by(where: str) -> str | None:
+    """The ``MODEL_BUILDERS`` helper that built the model of ``built_at``'s line, if one did."""
+    return _BUILT_BY.get(where)
 
 
 def built_at(module: Any) -> str | None:
