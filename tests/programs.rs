@@ -171,6 +171,32 @@ fn a_launch_past_its_timeout_is_killed_with_its_children() {
 }
 
 #[test]
+fn a_failed_launch_leaves_nothing_its_processes_started() {
+    // As Lightning's launcher does: the launched process starts a rank of its own (here a
+    // `sleep` standing for a rank waiting in `init_process_group` for it), then fails first.
+    // Its child must not outlive the launch.
+    let dir = tempfile::tempdir().unwrap();
+    write_scenario(
+        dir.path(),
+        1,
+        &["sh", "-c", "sleep 41.75 & echo launcher failed >&2; exit 5"],
+        "",
+        "",
+    );
+    let out = check(dir.path(), &[]);
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    let all = out.stdout + &out.stderr;
+    assert!(all.contains("exited with status 5"), "{all}");
+    std::thread::sleep(Duration::from_millis(200));
+    let left = Command::new("pgrep")
+        .args(["-f", "sleep 41.75"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(left.trim().is_empty(), "processes left behind: {left}");
+}
+
+#[test]
 fn a_program_that_writes_no_trace_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
     write_scenario(dir.path(), 2, &["true"], "", "");

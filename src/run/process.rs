@@ -147,23 +147,27 @@ struct Process {
 }
 
 impl Process {
-    /// Kills the process's whole group (it leads it), then reaps it.
+    /// Kills the process's whole group (it leads it), then reaps it. The group is killed even
+    /// when the process has ended: what it started and left running (a rank a launcher started,
+    /// whose launcher failed first, waiting for it in `init_process_group`) must not outlive the
+    /// launch. The kernel keeps a group's id from reuse while a member lives.
     fn kill(&mut self) {
-        if self.status.is_some() {
-            return;
-        }
-        if let Some(step) = &self.srun {
-            // First the job or step: its tasks run under slurmstepd, not under srun.
-            step.cancel();
-        }
         if let Ok(pid) = i32::try_from(self.child.id()) {
+            if self.status.is_none() {
+                if let Some(step) = &self.srun {
+                    // First the job or step: its tasks run under slurmstepd, not under srun.
+                    step.cancel();
+                }
+            }
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        let _ = self.child.kill();
-        self.status = self.child.wait().ok();
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
     }
 
     fn who(&self) -> String {
