@@ -161,9 +161,15 @@ fn a_launch_past_its_timeout_is_killed_with_its_children() {
         "{all}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
+    assert_nothing_left_running("sleep 37.25");
+}
+
+/// Fails when a process whose command line holds `pattern` still runs (after a moment for the
+/// kill to land).
+fn assert_nothing_left_running(pattern: &str) {
     std::thread::sleep(Duration::from_millis(200));
     let left = Command::new("pgrep")
-        .args(["-f", "sleep 37.25"])
+        .args(["-f", pattern])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
@@ -187,13 +193,7 @@ fn a_failed_launch_leaves_nothing_its_processes_started() {
     assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
     let all = out.stdout + &out.stderr;
     assert!(all.contains("exited with status 5"), "{all}");
-    std::thread::sleep(Duration::from_millis(200));
-    let left = Command::new("pgrep")
-        .args(["-f", "sleep 41.75"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(left.trim().is_empty(), "processes left behind: {left}");
+    assert_nothing_left_running("sleep 41.75");
 }
 
 #[test]

@@ -222,7 +222,9 @@ def _plain(program, copy, timeout=600):
     that many processes, each with the variables detcheck's launcher gives a rank."""
     until = program.get("plain_until")
     pattern = re.compile(until) if until else None
-    env = dict(copy.env, PYTHONUNBUFFERED="1")
+    env = dict(copy.env)
+    if pattern is not None:
+        env["PYTHONUNBUFFERED"] = "1"  # each line as it is printed
     if program.get("plain_steps"):
         env["ZOO_PLAIN_STEPS"] = str(program["steps"])
         env["PYTHONPATH"] = os.pathsep.join(

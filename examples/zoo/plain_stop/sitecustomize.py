@@ -6,8 +6,8 @@ on ``PYTHONPATH`` for the plain run only.
 What it adds to the program is torch's global optimizer-step post-hook, registered when
 ``torch.optim.optimizer`` is first imported (nothing is imported early): it counts the steps of
 every torch optimizer of the process and, at the last, exits at once with status 0, as detcheck
-ends a checked run at ``--steps``. A wrapper that is no torch optimizer (Fabric's, accelerate's)
-steps the torch optimizer it holds, which is counted once.
+ends a checked run at ``--steps``. A wrapper (Fabric's, accelerate's) steps the torch optimizer
+it holds, and each step is counted once (checked: 3 calls of the hook for 3 steps of each).
 """
 
 import importlib.abc
