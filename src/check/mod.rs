@@ -603,10 +603,11 @@ pub fn run_checks(
 /// Runs the scenario's checks with `runner` and reports each outcome. On MPI ranks, `backends`
 /// is added where it applies and compares run 1 with the same run on thread ranks.
 ///
-/// Run 1 (under `kinds::first_plan`), run 2 when `repeat` is asked, then each check's unit
+/// Run 1 (under `kinds::first_plan`); when `repeat` is asked, its unperturbed runs
+/// ([`unperturbed_runs`]) and run 2 unless they took its place; then each check's unit
 /// (`kinds/`) in the order of the checks, each making the runs of its own; then what follows
 /// from the outcomes: n/a for a check that compared nothing, the element detail, the cause of a
-/// program's `repeat`, `--deterministic`'s settings, the unperturbed runs.
+/// program's `repeat`, `--deterministic`'s settings, what the unperturbed runs found.
 pub(crate) fn run_checks_on(
     runner: &dyn Runner,
     scenario: &LoadedScenario,
@@ -621,7 +622,18 @@ pub(crate) fn run_checks_on(
     // Run k runs under perturbation k (rotation k − 1).
     let first_plan = kinds::first_plan(scenario, &checks);
     let first = kinds::run_planned(runner, scenario, options, 1, &first_plan)?;
-    let second = if checks.contains(&CheckKind::Repeat) {
+    let repeat = checks.contains(&CheckKind::Repeat);
+    let quiet = if repeat {
+        unperturbed_runs(runner, scenario, options, &first)?
+    } else {
+        Quiet::NotMade(None)
+    };
+    // Unperturbed runs that agree with run 1 take run 2's place (`unperturbed_runs`).
+    let in_place_of_second = match &quiet {
+        Quiet::Made(end) if end.differing.is_none() => Some(&end.comparison),
+        _ => None,
+    };
+    let second = if repeat && in_place_of_second.is_none() {
         Some(kinds::run_of(runner, scenario, options, 2)?)
     } else {
         None
@@ -633,6 +645,7 @@ pub(crate) fn run_checks_on(
         first: &first,
         first_plan,
         second: second.as_ref(),
+        unperturbed: in_place_of_second,
     };
     // Each kind's unit makes its own runs and compares, in the order of the checks; a kind
     // listed twice is asked once (`CheckUnit::listed_again`).
@@ -687,7 +700,7 @@ pub(crate) fn run_checks_on(
     }
     name_repeat_causes(&runs, &mut outcomes)?;
     let deterministic = deterministic_settings(&runs, &outcomes)?;
-    compare_unperturbed(&runs, &mut outcomes)?;
+    add_unperturbed(quiet, &mut outcomes);
     Ok(ScenarioReport {
         name: scenario.name.clone(),
         // The ranks the runs had: more than launched where the program started its own.
@@ -770,56 +783,83 @@ fn deterministic_settings(
     })
 }
 
-/// A launched program whose two recorded runs agree is run twice more unperturbed (nothing
-/// read during its steps): the program as it runs without detcheck. Their end states are
-/// compared ([`compare_end_states`]) and added to its passing `repeat`. Not a program whose
-/// recorded run shows it synchronous ([`synchronous`]), unless [`Unperturbed::Always`].
-fn compare_unperturbed(runs: &Runs<'_>, outcomes: &mut [CheckOutcome]) -> Result<(), RunError> {
-    let (runner, scenario, options, first) = (runs.runner, runs.scenario, runs.options, runs.first);
+/// What `repeat`'s unperturbed runs came to, decided once run 1 is made ([`unperturbed_runs`]).
+enum Quiet {
+    /// None were made: nothing to add, or why (`repeat`'s note when it passes).
+    NotMade(Option<String>),
+    /// They were made, before run 2: their end states against run 1's and each other's.
+    Made(Box<EndStates>),
+}
+
+/// A launched program's `repeat`, after run 1: unless run 1 shows the program synchronous
+/// ([`synchronous`]; [`Unperturbed::Always`] makes them anyway), it is run twice unperturbed
+/// (nothing read during its steps): the program as it runs without detcheck, compared by end
+/// states ([`compare_end_states`]). *Decision (issue 53's cost):* these runs take run 2's place
+/// where they agree with run 1, so a passing check of a program that can race costs three
+/// launches; run 2 is recorded only when they differ, to say where and why
+/// ([`add_unperturbed`]). A negative control, a scenario of rank programs and `--no-unperturbed`
+/// make none.
+fn unperturbed_runs(
+    runner: &dyn Runner,
+    scenario: &LoadedScenario,
+    options: &CheckOptions,
+    first: &Trace,
+) -> Result<Quiet, RunError> {
     let spec = &scenario.spec;
-    let unperturbed = options.unperturbed != Unperturbed::Never
+    let applies = options.unperturbed != Unperturbed::Never
         && matches!(scenario.program, Program::Command(_))
         && spec.expect == Expectation::Identical;
-    let mut repeat = outcomes
+    if !applies {
+        return Ok(Quiet::NotMade(None));
+    }
+    if let Some(n) = empty_end_state(first) {
+        return Ok(Quiet::NotMade(Some(format!(
+            "no unperturbed run: the end state's {n} records hold no values"
+        ))));
+    }
+    if !has_end_state(first) {
+        return Ok(Quiet::NotMade(None));
+    }
+    if let (Some(words), Unperturbed::UnlessSynchronous) = (synchronous(first), options.unperturbed)
+    {
+        return Ok(Quiet::NotMade(Some(format!(
+            "no unperturbed run: {words}, so recording cannot change what it computes"
+        ))));
+    }
+    let quiet = |k: usize| {
+        let p = Some(perturbation(spec.seed, k, options));
+        let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
+        runner.run(scenario, &request.unperturbed())
+    };
+    Ok(match compare_end_states(first, quiet)? {
+        Some(end) => Quiet::Made(Box::new(end)),
+        None => Quiet::NotMade(None),
+    })
+}
+
+/// Adds what the unperturbed runs found to a passing `repeat`: the reason none were made, or,
+/// where they differ while the two recorded runs agree, the failure with the cause "timing"
+/// ([`hidden_by_recording`]). Where they agreed, `repeat` compared their end states in run
+/// 2's place (`kinds/repeat.rs`); where the recorded runs differ too, that failure stands.
+fn add_unperturbed(quiet: Quiet, outcomes: &mut [CheckOutcome]) {
+    let Some(repeat) = outcomes
         .iter_mut()
         .find(|o| o.kind == CheckKind::Repeat && o.holds() && o.skipped.is_none())
-        .filter(|_| unperturbed);
-    if let (Some(repeat), Some(n)) = (repeat.as_mut(), empty_end_state(first)) {
-        repeat.note = Some(format!(
-            "no unperturbed run: the end state's {n} records hold no values"
-        ));
-    }
-    let mut repeat = repeat.filter(|_| has_end_state(first));
-    if let (Some(repeat), Some(words), Unperturbed::UnlessSynchronous) =
-        (repeat.as_mut(), synchronous(first), options.unperturbed)
-    {
-        repeat.note = Some(format!(
-            "no unperturbed run: {words}, so recording cannot change what it computes"
-        ));
-        return Ok(());
-    }
-    if let Some(repeat) = repeat {
-        let quiet = |k: usize| {
-            let p = Some(perturbation(spec.seed, k, options));
-            let request = RunRequest::new(scenario, options, p, k, &RunPlan::default());
-            runner.run(scenario, &request.unperturbed())
-        };
-        match compare_end_states(first, quiet)? {
-            Some(EndStates {
-                comparison,
-                differing: Some(what),
-            }) => hidden_by_recording(repeat, comparison, what),
-            Some(end) => {
-                let n = end.comparison.num_compared;
-                repeat.comparison.num_compared += n;
-                repeat.note = Some(format!(
-                    "and the end states of 2 unperturbed runs ({n} records)"
-                ));
+    else {
+        return;
+    };
+    match quiet {
+        Quiet::NotMade(note) => {
+            if note.is_some() {
+                repeat.note = note;
             }
-            None => {}
+        }
+        Quiet::Made(end) => {
+            if let Some(what) = end.differing {
+                hidden_by_recording(repeat, end.comparison, what);
+            }
         }
     }
-    Ok(())
 }
 
 /// The environment key a recorded run of the zero-change recorder writes when it shows that

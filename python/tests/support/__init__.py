@@ -160,12 +160,18 @@ def run_detcheck(detcheck_bin, *args, cwd=None, env=None, timeout=1800, code=Non
     return run
 
 
+#: How a passing `repeat`'s note begins where its unperturbed runs took run 2's place: a program
+#: that can race, compared by the end states of run 1 and two runs that read nothing during
+#: their steps (docs/checks.md).
+ALIKE = "by end states: run 1 and 2 unperturbed runs end alike"
+
+
 def check(detcheck_bin, *args, unperturbed=False, **kwargs):
     """`detcheck check --no-progress --format json ARGS` (``run_detcheck``'s options).
 
     Without ``unperturbed``, `--no-unperturbed` too: a test checks its own subject (a launcher, a
     wrapper, a planted bug), and `repeat`'s two unperturbed runs of a passing program would
-    double its cost (docs/checks.md). Tests whose subject is the verdict on a program as it runs
+    add to its cost (docs/checks.md). Tests whose subject is the verdict on a program as it runs
     without detcheck pass ``unperturbed=True`` (test_verdicts.py, test_zoo.py's manifest rows,
     one MindSpore and one DDP script: python/tests/README.md)."""
     flags = () if unperturbed or "--no-unperturbed" in args else ("--no-unperturbed",)

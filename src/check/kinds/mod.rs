@@ -227,8 +227,11 @@ pub(crate) struct Runs<'a> {
     pub(crate) first: &'a Trace,
     /// The plan run 1 was made under ([`first_plan`]).
     pub(crate) first_plan: RunPlan,
-    /// Run 2, when `repeat` is asked.
+    /// Run 2, when `repeat` is asked, unless `repeat`'s unperturbed runs took its place.
     pub(crate) second: Option<&'a Trace>,
+    /// The end states of run 1 and `repeat`'s two unperturbed runs, compared, when they agree
+    /// and so took run 2's place (`check/mod.rs`, `unperturbed_runs`).
+    pub(crate) unperturbed: Option<&'a Comparison>,
 }
 
 impl<'a> Runs<'a> {

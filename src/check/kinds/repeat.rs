@@ -2,8 +2,10 @@
 //! perturbations (seeded delays, a rotated arrival order), compared record by record.
 //!
 //! Main type: [`Repeat`], its unit. It runs nothing of its own: `run_checks_on` makes run 2
-//! whenever `repeat` is asked (`replicas` reads it too). What follows a program's `repeat`
-//! (its cause, `--deterministic`'s settings, the unperturbed runs) is `check/mod.rs`'s.
+//! whenever `repeat` is asked (`replicas` reads it too), except for a launched program that can
+//! race, whose two unperturbed runs take run 2's place where their end states agree with run
+//! 1's: `repeat` then compares those end states. What follows a program's `repeat` (its cause,
+//! `--deterministic`'s settings, the unperturbed runs) is `check/mod.rs`'s.
 //!
 //! Determinism: both runs' perturbations are derived from the scenario's seed and differ in every
 //! round (`check/mod.rs`, the perturbations of a check are seeded), so the verdict is the same
@@ -24,12 +26,20 @@ impl CheckUnit for Repeat {
     }
 
     fn compare(&self, runs: &Runs<'_>) -> Result<Compared, RunError> {
-        Ok(match runs.second {
-            Some(second) => Compared {
+        Ok(match (runs.second, runs.unperturbed) {
+            (Some(second), _) => Compared {
                 curves: curves_of(runs.first, second, self.sides()),
                 ..Compared::of(compare_traces(runs.first, second, TraceView::All))
             },
-            None => Compared::nothing(),
+            (None, Some(end)) => Compared {
+                note: Some(format!(
+                    "by end states: run 1 and 2 unperturbed runs end alike ({} records); run 2 \
+                     is recorded only where they differ",
+                    end.num_compared
+                )),
+                ..Compared::of(end.clone())
+            },
+            (None, None) => Compared::nothing(),
         })
     }
 
