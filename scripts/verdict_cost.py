@@ -2,7 +2,7 @@
 <= 3x), measured side by side: pairs of (plain run, check), interleaved, wall time of the whole
 processes; prints each pair's ratio, the median and the range. docs/benchmarks.md keeps the
 figures. The program is synchronous (one process on the CPU), so the check makes no unperturbed
-run unless `--unperturbed` (4 launches) is given; `--no-unperturbed` passes that flag instead.
+run unless `--unperturbed` (3 launches: run 1 and two unperturbed runs in run 2's place) is given; `--no-unperturbed` passes that flag instead.
 
     target/venv/bin/python scripts/verdict_cost.py [--pairs N] [--unperturbed | --no-unperturbed]
 
