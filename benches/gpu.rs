@@ -3,7 +3,8 @@
 //!
 //! - `reprosum`: the reproducible sum of one device buffer of f32 (`Gpu::reproducible_sum_f32`,
 //!   the CPU's bits) against a plain device sum (`Gpu::plain_sum_f32`: per-block partials and
-//!   float atomics, not deterministic), 1 to 256 MiB, interleaved.
+//!   float atomics, not deterministic), 1 to 256 MiB, interleaved; and 64 MiB of mixed scales
+//!   (one tile near 1, the rest 2^-30 below), which takes the pending path (three launches).
 //! - `allreduce`: a deterministic allreduce among 2, 4 and 8 thread ranks sharing the GPU
 //!   (`GpuThreadComm::allreduce_device`, ring, rank_ordered and reproducible) against one device
 //!   memcpy of the same bytes (a rank's buffer), 64 MiB per rank, interleaved.
@@ -38,12 +39,25 @@ mod on_gpu {
         Tensor::from_vec((0..len).map(|_| rng.normal_f32()).collect::<Vec<f32>>())
     }
 
+    /// `values(len)` with every term after the first tile 2^-30 smaller: a buffer of mixed
+    /// scales, whose far tiles the one-launch sum leaves to the fixup and finish kernels.
+    fn mixed_scales(len: usize) -> Tensor {
+        let tile = detcheck::device::REPROSUM_TILE_ELEMENTS as usize;
+        let mut terms = values(len).values::<f32>().unwrap().to_vec();
+        terms[tile..].iter_mut().for_each(|v| *v *= 2f32.powi(-30));
+        Tensor::from_vec(terms)
+    }
+
     fn reprosum(gpu: &Gpu) {
         println!(
             "reprosum: reproducible sum vs plain device sum, f32, median of {REPEATS} (range)"
         );
-        for mib in [1usize, 4, 16, 64, 256] {
-            let device = gpu.upload(&values(mib << 18)).unwrap();
+        let cases = [1usize, 4, 16, 64, 256]
+            .map(|mib| (mib, "", values(mib << 18)))
+            .into_iter()
+            .chain([(64, " mixed scales", mixed_scales(64 << 18))]);
+        for (mib, what, terms) in cases {
+            let device = gpu.upload(&terms).unwrap();
             // Warm up both (module load, allocator).
             gpu.reproducible_sum_f32(&device).unwrap();
             gpu.plain_sum_f32(&device).unwrap();
@@ -59,7 +73,7 @@ mod on_gpu {
             let (r, r_lo, r_hi) = summary(&mut repro);
             let (p, p_lo, p_hi) = summary(&mut plain);
             println!(
-                "  {mib:>4} MiB: reproducible {r:.3} ms ({r_lo:.3}-{r_hi:.3}), plain {p:.3} ms \
+                "  {mib:>4} MiB{what}: reproducible {r:.3} ms ({r_lo:.3}-{r_hi:.3}), plain {p:.3} ms \
                  ({p_lo:.3}-{p_hi:.3}), ratio {:.2}x",
                 r / p
             );

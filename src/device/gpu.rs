@@ -31,8 +31,8 @@
 use super::cuda::{compile_ptx, count_devices, locate_library, CudaError, CudaLibrary};
 use super::kernels::{reduce_kernel, KernelForm, PTX_ARCH, REDUCE_PROGRAM, REDUCE_SOURCE};
 use super::reprosum::{
-    reprosum_scratch_bytes, reprosum_tiles, REPROSUM_HEADER_BYTES, REPROSUM_PROGRAM,
-    REPROSUM_SOURCE, REPROSUM_TILE_THREADS,
+    reprosum_scratch_bytes, reprosum_tiles, REPROSUM_PENDING, REPROSUM_PROGRAM, REPROSUM_SOURCE,
+    REPROSUM_TILE_THREADS,
 };
 use crate::value::reduce::{ReduceOp, ReductionMode};
 use crate::value::tensor::{DType, Tensor, TensorView};
@@ -79,6 +79,19 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     modules: Mutex<BTreeMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<BTreeMap<(&'static str, String), CudaFunction>>,
+    /// The one-buffer sums' device memory, kept from sum to sum (`None` until the first, and
+    /// after a sum that failed part way: its header may not be zero).
+    sum_scratch: Mutex<Option<SumScratch>>,
+    /// The plain sum's result, kept like the one-buffer sum's memory (so the benchmark compares
+    /// kernels, not allocations).
+    plain_out: Mutex<Option<CudaSlice<f32>>>,
+}
+
+/// What a one-buffer sum writes on the device: the scratch array (its header zero between sums,
+/// `reprosum_scratch_bytes`) and the two result words (`detcheck_reprosum_f32`'s `out`).
+struct SumScratch {
+    scratch: CudaSlice<u8>,
+    out: CudaSlice<u32>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -208,6 +221,8 @@ impl Gpu {
             stream,
             modules: Mutex::new(BTreeMap::new()),
             functions: Mutex::new(BTreeMap::new()),
+            sum_scratch: Mutex::new(None),
+            plain_out: Mutex::new(None),
         }))
     }
 
@@ -402,9 +417,10 @@ impl Gpu {
     }
 
     /// The reproducible sum of an f32 device tensor, with the bits of the CPU's
-    /// `reproducible_sum_f32` (the tiles, fixup and finish kernels of `reprosum.rs`: the
-    /// buffer is read once, and again only for tiles far below the largest term). Waits for the
-    /// result.
+    /// `reproducible_sum_f32`: one launch of `detcheck_reprosum_f32` (`reprosum.rs`: the buffer
+    /// is read once, and the last block re-reads the few tiles far below the largest term), and
+    /// where it leaves the sum pending (many such tiles) the fixup and finish kernels. The
+    /// scratch array is kept for the next sum. Waits for the result.
     ///
     /// # Panics
     /// When `values` is not f32 (a caller's bug).
@@ -419,19 +435,27 @@ impl Gpu {
             values.dtype
         );
         let n = values.len() as u64;
-        let tiles = self.function(REPROSUM, "detcheck_reprosum_tiles_f32")?;
-        let fixup = self.function(REPROSUM, "detcheck_reprosum_fixup_f32")?;
-        let finish = self.function(REPROSUM, "detcheck_reprosum_finish_f32")?;
-        let mut scratch = self
-            .stream
-            .alloc_zeros::<u8>(reprosum_scratch_bytes(n) as usize)
-            .map_err(driver("cuMemAlloc"))?;
-        // The header is zero (alloc_zeros): the kernels' contract before every tiles launch.
-        debug_assert!(REPROSUM_HEADER_BYTES as usize <= scratch.len());
-        let mut out = self
-            .stream
-            .alloc_zeros::<f32>(1)
-            .map_err(driver("cuMemAlloc"))?;
+        let one_launch = self.function(REPROSUM, "detcheck_reprosum_f32")?;
+        // Held until the result is read: one sum at a time uses the scratch array.
+        let mut kept = self
+            .sum_scratch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Taken out while in use, so a sum that fails part way leaves none to reuse.
+        let mut memory = match kept.take() {
+            Some(memory) if memory.scratch.len() as u64 >= reprosum_scratch_bytes(n) => memory,
+            _ => SumScratch {
+                // Zeroed: the header's state between sums.
+                scratch: self
+                    .stream
+                    .alloc_zeros::<u8>(reprosum_scratch_bytes(n) as usize)
+                    .map_err(driver("cuMemAlloc"))?,
+                out: self
+                    .stream
+                    .alloc_zeros::<u32>(2)
+                    .map_err(driver("cuMemAlloc"))?,
+            },
+        };
         let terms = values.address(&self.stream, 0);
         let blocks = reprosum_tiles(n).clamp(1, 8 * u64::from(self.multiprocessors)) as u32;
         let per_tile = LaunchConfig {
@@ -439,32 +463,53 @@ impl Gpu {
             block_dim: (REPROSUM_TILE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        for kernel in [&tiles, &fixup] {
-            let mut launch = self.stream.launch_builder(kernel);
-            launch.arg(&mut scratch).arg(&terms).arg(&n);
-            // SAFETY: the tiles and fixup kernels take `(unsigned long long* scratch, const
-            // float* terms, unsigned long long n)`: `scratch` holds reprosum_scratch_bytes(n)
-            // bytes with a zeroed header, `terms` points at `values`' n f32 (borrowed until the
-            // launch is enqueued; its free is ordered after it on this stream), and the block
-            // size is REPROSUM_TILE_THREADS as the kernels require.
-            unsafe { launch.launch(per_tile) }.map_err(driver("cuLaunchKernel"))?;
-        }
-        let mut launch = self.stream.launch_builder(&finish);
-        launch.arg(&mut out).arg(&scratch).arg(&n);
-        let one_block = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (REPROSUM_TILE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `(float* out, const unsigned long long* scratch, unsigned long long n)`: one
-        // float, the scratch the two launches above filled (same stream, so after them), one
-        // block of REPROSUM_TILE_THREADS threads as the kernel requires.
-        unsafe { launch.launch(one_block) }.map_err(driver("cuLaunchKernel"))?;
-        let sum = self
+        let SumScratch { scratch, out } = &mut memory;
+        let mut launch = self.stream.launch_builder(&one_launch);
+        launch.arg(&mut *out).arg(&mut *scratch).arg(&terms).arg(&n);
+        // SAFETY: `(unsigned int* out, unsigned long long* scratch, const float* terms, unsigned
+        // long long n)`: `out` holds two u32; `scratch` at least reprosum_scratch_bytes(n) bytes
+        // with a zero header (zeroed when allocated, zeroed again by every sum that finished;
+        // one that failed is not kept); `terms` points at `values`' n f32 (borrowed until the
+        // launch is enqueued; its free is ordered after it on this stream); the block size is
+        // REPROSUM_TILE_THREADS as the kernel requires.
+        unsafe { launch.launch(per_tile) }.map_err(driver("cuLaunchKernel"))?;
+        let mut result = self
             .stream
-            .clone_dtoh(&out)
+            .clone_dtoh(&*out)
             .map_err(driver("cuMemcpyDtoH"))?;
-        Ok(sum[0])
+        if result[1] == REPROSUM_PENDING {
+            let fixup = self.function(REPROSUM, "detcheck_reprosum_fixup_f32")?;
+            let finish = self.function(REPROSUM, "detcheck_reprosum_finish_f32")?;
+            let mut launch = self.stream.launch_builder(&fixup);
+            launch.arg(&mut *scratch).arg(&terms).arg(&n);
+            // SAFETY: `(unsigned long long* scratch, const float* terms, unsigned long long n)`:
+            // the scratch the launch above filled and left pending, the same terms and n, blocks
+            // of REPROSUM_TILE_THREADS.
+            unsafe { launch.launch(per_tile) }.map_err(driver("cuLaunchKernel"))?;
+            let mut launch = self.stream.launch_builder(&finish);
+            launch.arg(&mut *out).arg(&mut *scratch).arg(&n);
+            let one_block = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (REPROSUM_TILE_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `(unsigned int* out, unsigned long long* scratch, unsigned long long n)`:
+            // two u32, the scratch the fixup kernel completed (same stream, so after it), one
+            // block of REPROSUM_TILE_THREADS threads as the kernel requires.
+            unsafe { launch.launch(one_block) }.map_err(driver("cuLaunchKernel"))?;
+            result = self
+                .stream
+                .clone_dtoh(&*out)
+                .map_err(driver("cuMemcpyDtoH"))?;
+        }
+        if result[1] != 0 {
+            return Err(CudaError::Driver {
+                call: "detcheck_reprosum_f32",
+                message: format!("the sum was not finished (status {})", result[1]),
+            });
+        }
+        *kept = Some(memory);
+        Ok(f32::from_bits(result[0]))
     }
 
     /// A plain device sum of an f32 tensor (per-block partials, one float atomic per block): the
@@ -485,10 +530,22 @@ impl Gpu {
         );
         let n = values.len() as u64;
         let function = self.function(REPROSUM, "detcheck_plain_sum_f32")?;
-        let mut out = self
-            .stream
-            .alloc_zeros::<f32>(1)
-            .map_err(driver("cuMemAlloc"))?;
+        let mut kept = self
+            .plain_out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = match kept.take() {
+            Some(mut out) => {
+                self.stream
+                    .memset_zeros(&mut out)
+                    .map_err(driver("cuMemsetD8"))?;
+                out
+            }
+            None => self
+                .stream
+                .alloc_zeros::<f32>(1)
+                .map_err(driver("cuMemAlloc"))?,
+        };
         let terms = values.address(&self.stream, 0);
         let blocks = n
             .div_ceil(u64::from(BLOCK_THREADS))
@@ -510,6 +567,7 @@ impl Gpu {
             .stream
             .clone_dtoh(&out)
             .map_err(driver("cuMemcpyDtoH"))?;
+        *kept = Some(out);
         Ok(sum[0])
     }
 
@@ -682,6 +740,8 @@ mod tests {
             (4097, 4),
             (1 << 20, 5),
             (5_000_001, 6),
+            // Smaller after larger: the kept scratch array serves it.
+            (4097, 7),
         ] {
             let tensor = seeded(DType::F32, len, seed);
             let mut values: Vec<f32> = tensor.values::<f32>().unwrap().to_vec();
@@ -709,6 +769,34 @@ mod tests {
                     );
                 }
             }
+        }
+        // Mixed scales: one tile of terms near 1 and 63 tiles 2^-30 below, more than the last
+        // block re-reads, so the fixup and finish kernels run; then again on the same scratch.
+        let tile = crate::device::REPROSUM_TILE_ELEMENTS as usize;
+        let tensor = seeded(DType::F32, 64 * tile, 8);
+        let values: Vec<f32> = tensor
+            .values::<f32>()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let v = if v.is_finite() {
+                    v.clamp(-4.0, 4.0)
+                } else {
+                    1.5
+                };
+                if i < tile {
+                    v
+                } else {
+                    v * 2f32.powi(-30)
+                }
+            })
+            .collect();
+        let device = gpu.upload(&Tensor::from_vec(values.clone())).unwrap();
+        let cpu = crate::value::reprosum::reproducible_sum_f32(&values);
+        for round in 0..2 {
+            let got = gpu.reproducible_sum_f32(&device).unwrap();
+            assert_eq!(got.to_bits(), cpu.to_bits(), "mixed scales, round {round}");
         }
     }
 

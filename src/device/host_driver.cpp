@@ -17,8 +17,10 @@
 //   1 columns f32: count, len, grid, block, seed, then count * len f32 (contribution-major)
 //                  -> len f32
 //   2 columns f64: the same with f64 -> len f64
-//   3 one-buffer sum: n, tiles grid, fixup grid, seed, then n f32
-//                  -> u64 result bits, tiles fixed up, all-zero tiles skipped, global level
+//   3 one-buffer sum: n, grid, fixup grid, seed, then n f32, summed twice on one scratch array
+//                  -> u64 result bits, tiles re-read, all-zero tiles, global level, 1 if the
+//                  fixup and finish kernels ran, the header's bits left after the sums, the
+//                  second sum's bits
 //   4 plain sum: n, grid, block, seed, then n f32 -> u64 result bits
 //   5 combine: op (0 sum, 1 max), dtype (0 f32, 1 f64, 2 i32, 3 i64, 4 u8), then as kind 1 with
 //                  elements of that dtype: count, len, grid, block, seed, count * len elements
@@ -132,36 +134,59 @@ template <typename T, typename Kernel> void columns(Kernel kernel) {
 
 #ifdef DETCHECK_HOST_REPROSUM
 void one_buffer_sum() {
-    unsigned long long n = read_u64(), tiles_grid = read_u64(), fixup_grid = read_u64(),
+    unsigned long long n = read_u64(), grid = read_u64(), fixup_grid = read_u64(),
                        seed = read_u64();
     std::vector<float> terms = read_values<float>(n);
     const unsigned long long tile = DETCHECK_REPROSUM_TILE;
     unsigned long long tiles = (n + tile - 1) / tile;
-    // Header (zeroed, as the host must) and one record per tile; the records start as garbage.
-    std::vector<unsigned long long> scratch(1 + tiles * DETCHECK_REPROSUM_RECORD,
-                                            0xdeadbeefdeadbeefULL);
+    // The header zeroed (as the host does once, when it allocates the array); the records start
+    // as garbage.
+    std::vector<unsigned long long> scratch(
+        DETCHECK_REPROSUM_HEADER_WORDS + tiles * DETCHECK_REPROSUM_RECORD, 0xdeadbeefdeadbeefULL);
     scratch[0] = 0;
-    float result = -1.0f;
-    launch(tiles_grid, DETCHECK_REPROSUM_THREADS, seed, [&] {
-        detcheck_reprosum_tiles_f32(scratch.data(), terms.data(), n);
-    });
-    unsigned int global_level = (unsigned int)(scratch[0] & 0xffffffffULL);
+    scratch[1] = 0;
+    // Twice on the same scratch array, in other block orders: the first sum must leave the header
+    // zero for the second.
+    unsigned long long bits[2] = {0, 0}, pending = 0, header_left = 0;
+    for (int round = 0; round < 2; ++round) {
+        unsigned int out[2] = {0xffffffffu, 0xffffffffu};
+        unsigned long long order = seed + 10 * (unsigned long long)round;
+        launch(grid, DETCHECK_REPROSUM_THREADS, order, [&] {
+            detcheck_reprosum_f32(out, scratch.data(), terms.data(), n);
+        });
+        if (out[1] == DETCHECK_REPROSUM_PENDING) {
+            pending = 1;
+            launch(fixup_grid, DETCHECK_REPROSUM_THREADS, order + 1, [&] {
+                detcheck_reprosum_fixup_f32(scratch.data(), terms.data(), n);
+            });
+            launch(1, DETCHECK_REPROSUM_THREADS, order + 2, [&] {
+                detcheck_reprosum_finish_f32(out, scratch.data(), n);
+            });
+        }
+        if (out[1] != DETCHECK_REPROSUM_DONE) fail("a one-buffer sum not done");
+        bits[round] = out[0];
+        header_left |= scratch[0] | scratch[1];
+    }
+    // What the records say: the global level (255 if a term is not finite), the tiles re-read
+    // (in the last block or by the fixup kernel) and the all-zero tiles.
+    unsigned int global_level = 0;
+    for (unsigned long long t = 0; t < tiles; ++t) {
+        unsigned long long largest = scratch[DETCHECK_REPROSUM_HEADER_WORDS +
+                                             t * DETCHECK_REPROSUM_RECORD +
+                                             DETCHECK_REPROSUM_CANDIDATES];
+        unsigned int level = (unsigned int)(largest >> 23);
+        if (level > global_level) global_level = level;
+    }
     unsigned long long fixed = 0, all_zero = 0;
     for (unsigned long long t = 0; t < tiles; ++t) {
-        unsigned long long largest =
-            scratch[1 + t * DETCHECK_REPROSUM_RECORD + DETCHECK_REPROSUM_CANDIDATES];
+        unsigned long long largest = scratch[DETCHECK_REPROSUM_HEADER_WORDS +
+                                             t * DETCHECK_REPROSUM_RECORD +
+                                             DETCHECK_REPROSUM_CANDIDATES];
         if (global_level != 255 && detcheck_reprosum_needs_fixup(largest, global_level)) ++fixed;
         if (largest == 0) ++all_zero;
     }
-    launch(fixup_grid, DETCHECK_REPROSUM_THREADS, seed + 1, [&] {
-        detcheck_reprosum_fixup_f32(scratch.data(), terms.data(), n);
-    });
-    launch(1, DETCHECK_REPROSUM_THREADS, seed + 2, [&] {
-        detcheck_reprosum_finish_f32(&result, scratch.data(), n);
-    });
-    unsigned int bits;
-    std::memcpy(&bits, &result, sizeof bits);
-    write_values(std::vector<unsigned long long>{bits, fixed, all_zero, global_level});
+    write_values(std::vector<unsigned long long>{bits[0], fixed, all_zero, global_level, pending,
+                                                 header_left, bits[1]});
 }
 
 void plain_sum() {

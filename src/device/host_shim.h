@@ -7,7 +7,8 @@
 // - `__shared__` is `static`: one copy, shared by the threads of the block that runs;
 // - `__syncthreads()` waits on the block's std::barrier;
 // - `threadIdx` and `blockIdx` are thread_local, `blockDim` and `gridDim` are set per launch;
-// - atomics are std::atomic_ref operations (sequentially consistent, as strong as CUDA's);
+// - atomics are std::atomic_ref operations (sequentially consistent, as strong as CUDA's), and
+//   __threadfence() a sequentially consistent fence;
 // - isnan is the C++ library's (<cmath>), as NVRTC's CUDA headers give it to device code.
 // This checks the kernels' arithmetic and that their bits do not depend on the order of blocks
 // and threads; that a GPU gives the same bits is for the tests scripts/gpu-selftest.sh runs on
@@ -41,6 +42,10 @@ inline thread_local std::barrier<>* detcheck_block_barrier = nullptr;
 
 inline void __syncthreads() { detcheck_block_barrier->arrive_and_wait(); }
 
+// CUDA's __threadfence(): this thread's writes are seen by every other thread before its later
+// ones. Blocks run one at a time here, so a sequentially consistent fence is more than enough.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
 // CUDA's __trap() stops the kernel with an error; here, the process.
 [[noreturn]] inline void __trap() { std::abort(); }
 
@@ -66,6 +71,10 @@ inline unsigned int atomicMax(unsigned int* address, unsigned int value) {
 
 inline unsigned int atomicOr(unsigned int* address, unsigned int value) {
     return std::atomic_ref<unsigned int>(*address).fetch_or(value);
+}
+
+inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
+    return std::atomic_ref<unsigned int>(*address).fetch_add(value);
 }
 
 inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {

@@ -8,16 +8,19 @@
 //! - columns (`detcheck_reprosum_columns_f32`, `_f64`): `out[i]` is the reproducible sum of
 //!   `inputs[0..count][i]`, the bits of `sum_columns_f32` and `sum_columns_f64`; one thread per
 //!   element, any launch configuration;
-//! - one buffer (`detcheck_reprosum_tiles_f32`, `_fixup_f32`, `_finish_f32`, in that order on one
-//!   stream): `reproducible_sum_f32` of a whole device buffer, reading it once in the common
-//!   case. Each block takes tiles of [`REPROSUM_TILE_ELEMENTS`] terms held in registers, finds
-//!   the tile's largest binade (a shared-memory block maximum), and sums the tile's grid steps
-//!   on the [`REPROSUM_CANDIDATES`] grids the global grid can be (the tile's own binade and the
-//!   next ones up) into a per-tile record of the scratch array; the global binade is an
-//!   `atomicMax` into the scratch header. The fixup kernel re-reads only the tiles whose binade
-//!   is too far below the global one for any candidate (and which are not all zero); the finish
-//!   kernel (one block) picks each tile's sum on the global grid and rounds once. The scratch
-//!   array's layout is in [`reprosum_scratch_bytes`]'s docs;
+//! - one buffer (`detcheck_reprosum_f32`, and where it says so `_fixup_f32` then `_finish_f32`
+//!   on the same stream): `reproducible_sum_f32` of a whole device buffer in one launch, reading
+//!   it once in the common case. Each block takes tiles of [`REPROSUM_TILE_ELEMENTS`] terms held
+//!   in registers, finds the tile's largest binade (a shared-memory block maximum), and sums the
+//!   tile's grid steps on the [`REPROSUM_CANDIDATES`] grids the global grid can be (the tile's own
+//!   binade and the next ones up) into a per-tile record of the scratch array; the global binade
+//!   is an `atomicMax` into the scratch header. Then the block counts itself in (an `atomicAdd`
+//!   after a `__threadfence`), and the last block to arrive finishes: it picks each tile's sum on
+//!   the global grid, re-reads the few tiles too far below the global binade for any candidate
+//!   (at most [`REPROSUM_LAST_BLOCK_REREADS`]), rounds once, and zeroes the header for the next
+//!   sum. With more such tiles (a buffer of mixed scales) it leaves the sum pending, and the
+//!   fixup kernel (every block) re-reads them and the finish kernel (one block) rounds. The
+//!   scratch array's layout is in [`reprosum_scratch_bytes`]'s docs;
 //! - `detcheck_plain_sum_f32`: the benchmark's baseline, a plain f32 sum that is
 //!   nondeterministic by design (float atomics).
 //!
@@ -44,7 +47,11 @@
 //! at most 2⁶⁰ terms (`value/reprosum.rs`). The one-buffer sum reads a tile twice when its terms
 //! are all more than [`REPROSUM_CANDIDATES`] − 1 binades below the buffer's largest: rare in
 //! gradients of one scale, but a buffer of mixed scales (two tensors 2⁴× apart, one tiny tile
-//! among large ones) pays for it, up to twice the reads when almost every tile is far below.
+//! among large ones) pays for it, up to twice the reads when almost every tile is far below, and
+//! two more launches and a wait when more than [`REPROSUM_LAST_BLOCK_REREADS`] tiles are. The
+//! last-block finish relies on CUDA's memory model as the CUDA samples' `threadFenceReduction`
+//! does (records written, `__threadfence`, then the arrival atomic; the last block reads the
+//! records through `volatile` loads).
 //! Its speed (the goal: at most 1.3× `detcheck_plain_sum_f32` on an H100) is measured on a GPU,
 //! not here. The launches themselves are written elsewhere (the crate's one `unsafe` module).
 
@@ -74,8 +81,17 @@ pub const REPROSUM_CANDIDATES: u32 = 4;
 /// largest magnitude.
 pub const REPROSUM_RECORD_WORDS: u64 = REPROSUM_CANDIDATES as u64 + 1;
 
-/// Bytes of the scratch header, which the host zeroes before every tile-kernel launch.
-pub const REPROSUM_HEADER_BYTES: u64 = 8;
+/// Bytes of the scratch header: zero before a one-buffer sum starts, and zero again when it is
+/// done (its last kernel zeroes it), so one scratch array serves sum after sum on one stream.
+pub const REPROSUM_HEADER_BYTES: u64 = 16;
+
+/// The most tiles the one-launch sum's last block re-reads itself; with more, the fixup and
+/// finish kernels must run (`out[1]` says so).
+pub const REPROSUM_LAST_BLOCK_REREADS: u32 = 8;
+
+/// `out[1]` after the one-launch sum (`detcheck_reprosum_f32`) when the fixup and finish kernels
+/// must run; 0 when `out[0]` holds the sum's bits.
+pub const REPROSUM_PENDING: u32 = 1;
 
 /// The number of tiles of an `n`-term buffer: `⌈n / REPROSUM_TILE_ELEMENTS⌉`.
 #[must_use]
@@ -84,14 +100,17 @@ pub const fn reprosum_tiles(n: u64) -> u64 {
 }
 
 /// The size in bytes of the one-buffer sum's scratch array (device memory, 8-byte aligned, as
-/// `cuMemAlloc` gives) for `n` terms: `8 + 40 · ⌈n / 4096⌉`, a quarter of a percent of the buffer.
+/// `cuMemAlloc` gives) for `n` terms: `16 + 40 · ⌈n / 4096⌉`, a quarter of a percent of the
+/// buffer. A scratch array for `n` terms serves any smaller sum too.
 ///
 /// Layout, in little-endian 64-bit words (`unsigned long long* scratch`):
-/// - word 0, the header: its low 32 bits are the largest binade over the buffer as a biased
-///   exponent, 0 to 255 (`atomicMax` of the tiles'; 255 when some term is not finite), its high
-///   32 bits the flags of non-finite terms (`atomicOr`: 1 NaN, 2 +∞, 4 −∞). The host must zero it
-///   (`cuMemsetD32Async(scratch, 0, 2)` on the kernels' stream) before launching the tile kernel;
-/// - then one record of [`REPROSUM_RECORD_WORDS`] words per tile `k`, at word `1 + 5k`: words 0
+/// - words 0 and 1, the header ([`REPROSUM_HEADER_BYTES`]): word 0's low 32 bits are the largest
+///   binade over the buffer as a biased exponent, 0 to 255 (`atomicMax` of the tiles'; 255 when
+///   some term is not finite), its high 32 bits the flags of non-finite terms (`atomicOr`: 1 NaN,
+///   2 +∞, 4 −∞); word 1's low 32 bits count the blocks that have written their records (the last
+///   one finishes). The host zeroes the header once, when it allocates the array; every sum
+///   leaves it zero;
+/// - then one record of [`REPROSUM_RECORD_WORDS`] words per tile `k`, at word `2 + 5k`: words 0
 ///   to 3 the wrap-around sums of the tile's grid steps on the grids of binades `level`,
 ///   `level + 1`, `level + 2`, `level + 3` (`level` = the tile's largest biased exponent; the
 ///   fixup kernel overwrites word 0 with the sum on the global grid when none of them is it),
@@ -350,7 +369,29 @@ extern "C" __global__ void detcheck_reprosum_columns_f64(
     }
 }
 
-// ---- 3. One buffer: `reproducible_sum_f32` in three kernels --------------------------------
+// ---- 3. One buffer: `reproducible_sum_f32` in one launch (three where many tiles are far) ----
+
+// The last block re-reads at most this many tiles itself; with more, the sum is left pending for
+// the fixup and finish kernels (many blocks re-read them, then one block finishes).
+#ifndef DETCHECK_REPROSUM_LAST_BLOCK_REREADS
+#define DETCHECK_REPROSUM_LAST_BLOCK_REREADS 8
+#endif
+static_assert(DETCHECK_REPROSUM_LAST_BLOCK_REREADS >= 0, "a count of tiles");
+
+// The scratch header's 64-bit words: word 0 the global level (low 32 bits) and the flags of
+// non-finite terms (high 32 bits), word 1 the blocks arrived (low 32 bits). Records follow.
+#define DETCHECK_REPROSUM_HEADER_WORDS 2
+
+// What `out[1]` says once a one-buffer sum's last kernel has run: `out[0]` is the sum's bits, or
+// the fixup and finish kernels must run.
+#define DETCHECK_REPROSUM_DONE 0u
+#define DETCHECK_REPROSUM_PENDING 1u
+
+// Tile `tile`'s record in the scratch array.
+__device__ __forceinline__ unsigned long long* detcheck_reprosum_record(
+    unsigned long long* scratch, unsigned long long tile) {
+    return scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
+}
 
 // The largest of every thread's `value`, in every thread. Shared memory and barriers only (no
 // warp shuffles), so the host emulation runs it as it is.
@@ -417,17 +458,32 @@ __device__ __forceinline__ bool detcheck_reprosum_needs_fixup(
     return largest != 0 && global_level - level >= DETCHECK_REPROSUM_CANDIDATES;
 }
 
-// Kernel 1 of 3. Per tile: the largest magnitude (block maximum, into the record and, as a
-// level, atomicMax'ed into the header) and, with the terms still in registers, the wrap-around
-// sums of their steps on the CANDIDATES grids of levels level, level + 1, ...: the global
-// level is at least the tile's. A tile with a non-finite term ORs its Specials flags into the
-// header instead. Blocks loop over tiles (tile = blockIdx.x, + gridDim.x, ...).
-extern "C" __global__ void detcheck_reprosum_tiles_f32(
-    unsigned long long* scratch, const float* terms, unsigned long long n) {
-    if (blockDim.x != DETCHECK_REPROSUM_THREADS) __trap();
-    __shared__ unsigned int largest_shared[DETCHECK_REPROSUM_THREADS];
-    __shared__ unsigned long long
-        sums_shared[DETCHECK_REPROSUM_CANDIDATES * DETCHECK_REPROSUM_THREADS];
+// A tile's sum on the grid of `magic` (the global one), read again from `terms`, in thread 0;
+// every thread of the block must call it (barriers).
+__device__ __forceinline__ unsigned long long detcheck_reprosum_tile_on_grid(
+    const float* terms, unsigned long long n, unsigned long long tile, double magic,
+    unsigned long long* sums_shared) {
+    float items[DETCHECK_REPROSUM_ITEMS];
+    detcheck_load_tile(items, terms, n, tile);
+    unsigned long long biased[1] = {0};
+#pragma unroll
+    for (int j = 0; j < DETCHECK_REPROSUM_ITEMS; ++j) {
+        biased[0] += detcheck_biased_steps(items[j], magic);
+    }
+    detcheck_block_sums(biased, sums_shared);
+    // Less bits(M) once per term of the tile, padding included.
+    return biased[0] - (unsigned long long)DETCHECK_REPROSUM_TILE *
+                           (unsigned long long)__double_as_longlong(magic);
+}
+
+// The records of this block's tiles (tile = blockIdx.x, + gridDim.x, ...). Per tile: the
+// largest magnitude (block maximum, into the record and, as a level, atomicMax'ed into the
+// header) and, with the terms still in registers, the wrap-around sums of their steps on the
+// CANDIDATES grids of levels level, level + 1, ...: the global level is at least the tile's. A
+// tile with a non-finite term ORs its Specials flags into the header instead.
+__device__ __forceinline__ void detcheck_reprosum_tile_records(
+    unsigned long long* scratch, const float* terms, unsigned long long n,
+    unsigned int* largest_shared, unsigned long long* sums_shared) {
     unsigned int* header = (unsigned int*)scratch;
     const int precision = detcheck_precision(n);
     const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
@@ -442,7 +498,7 @@ extern "C" __global__ void detcheck_reprosum_tiles_f32(
         }
         largest = detcheck_block_max(largest, largest_shared);
         const unsigned int level = largest >> 23;
-        unsigned long long* record = scratch + 1 + tile * DETCHECK_REPROSUM_RECORD;
+        unsigned long long* record = detcheck_reprosum_record(scratch, tile);
         if (level == 255) {
             // The sum is decided by the non-finite terms; the candidates are never read.
             unsigned int flags = 0;
@@ -484,9 +540,104 @@ extern "C" __global__ void detcheck_reprosum_tiles_f32(
     }
 }
 
-// Kernel 2 of 3 (after kernel 1 has finished). Per tile that `detcheck_reprosum_needs_fixup`
-// names: its terms read again and summed on the global grid, into its record's candidate 0.
-// Other tiles cost one read of their record. Blocks loop over tiles as in kernel 1.
+// The result and its status into out[0] and out[1], and the header zeroed for the next sum. Thread
+// 0 only, once every thread has read the header.
+__device__ __forceinline__ void detcheck_reprosum_done(
+    unsigned int* out, unsigned long long* scratch, float result) {
+    out[0] = __float_as_uint(result);
+    out[1] = DETCHECK_REPROSUM_DONE;
+    scratch[0] = 0;
+    scratch[1] = 0;
+}
+
+// The sum of every tile's record on the global grid, in thread 0: candidate global - level, or
+// nothing for an all-zero tile; a tile that needs a fixup adds its record's candidate 0 when
+// `fixed` (the fixup kernel wrote it there), and is otherwise counted in *pending and, while
+// there is room, listed in listed[0..DETCHECK_REPROSUM_LAST_BLOCK_REREADS]. *pending must be
+// zero on entry; the records are read through volatile pointers (other blocks wrote them).
+__device__ __forceinline__ unsigned long long detcheck_reprosum_gather(
+    const unsigned long long* scratch, unsigned long long n, unsigned int global_level,
+    bool fixed, unsigned int* pending, unsigned long long* listed,
+    unsigned long long* sums_shared) {
+    const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
+    unsigned long long sum[1] = {0};
+    for (unsigned long long tile = threadIdx.x; tile < tiles; tile += DETCHECK_REPROSUM_THREADS) {
+        const volatile unsigned long long* record =
+            scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
+        unsigned long long largest = record[DETCHECK_REPROSUM_CANDIDATES];
+        unsigned int distance = global_level - (unsigned int)(largest >> 23);
+        if (distance < DETCHECK_REPROSUM_CANDIDATES) {
+            sum[0] += record[distance];
+        } else if (detcheck_reprosum_needs_fixup(largest, global_level)) {
+            if (fixed) {
+                sum[0] += record[0];
+            } else {
+                unsigned int k = atomicAdd(pending, 1u);
+                if (k < DETCHECK_REPROSUM_LAST_BLOCK_REREADS) listed[k] = tile;
+            }
+        }
+    }
+    detcheck_block_sums(sum, sums_shared);
+    return sum[0];
+}
+
+// The one-buffer sum in one launch: every block writes its tiles' records, then counts itself
+// in (word 1 of the header); the last block to arrive finishes. It sums the records on the global
+// grid, re-reads the tiles too far below it (at most DETCHECK_REPROSUM_LAST_BLOCK_REREADS: with
+// more it leaves out[1] PENDING for the fixup and finish kernels), writes out[0], out[1] DONE,
+// and zeroes the header for the next sum. The header must be zero before the launch; any grid of
+// DETCHECK_REPROSUM_THREADS-thread blocks.
+extern "C" __global__ void detcheck_reprosum_f32(
+    unsigned int* out, unsigned long long* scratch, const float* terms, unsigned long long n) {
+    if (blockDim.x != DETCHECK_REPROSUM_THREADS) __trap();
+    __shared__ unsigned int largest_shared[DETCHECK_REPROSUM_THREADS];
+    __shared__ unsigned long long
+        sums_shared[DETCHECK_REPROSUM_CANDIDATES * DETCHECK_REPROSUM_THREADS];
+    __shared__ unsigned int last_shared;
+    __shared__ unsigned int pending_shared;
+    __shared__ unsigned long long listed_shared[DETCHECK_REPROSUM_LAST_BLOCK_REREADS + 1];
+    detcheck_reprosum_tile_records(scratch, terms, n, largest_shared, sums_shared);
+    // Every thread's record writes are visible to the whole device before the block counts in.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int arrived = atomicAdd((unsigned int*)(scratch + 1), 1u);
+        last_shared = arrived == gridDim.x - 1 ? 1u : 0u;
+        pending_shared = 0;
+    }
+    __syncthreads();
+    if (last_shared == 0) return;
+    __threadfence();
+    const volatile unsigned int* header = (const volatile unsigned int*)scratch;
+    const unsigned int global_level = header[0];
+    const unsigned int flags = header[1];
+    __syncthreads();  // every thread has read the header before thread 0 may zero it
+    if (global_level == 255) {
+        if (threadIdx.x == 0) {
+            detcheck_reprosum_done(out, scratch, detcheck_special_result_f32(flags));
+        }
+        return;
+    }
+    unsigned long long sum = detcheck_reprosum_gather(
+        scratch, n, global_level, false, &pending_shared, listed_shared, sums_shared);
+    const unsigned int pending = pending_shared;  // read after gather's barriers
+    if (pending > DETCHECK_REPROSUM_LAST_BLOCK_REREADS) {
+        if (threadIdx.x == 0) out[1] = DETCHECK_REPROSUM_PENDING;
+        return;
+    }
+    const double magic = detcheck_magic_of_level(global_level, detcheck_precision(n));
+    for (unsigned int k = 0; k < pending; ++k) {
+        sum += detcheck_reprosum_tile_on_grid(terms, n, listed_shared[k], magic, sums_shared);
+    }
+    if (threadIdx.x == 0) {
+        float result = detcheck_f32_from_grid((long long)sum, detcheck_grid_step(magic));
+        detcheck_reprosum_done(out, scratch, result);
+    }
+}
+
+// Where detcheck_reprosum_f32 left out[1] PENDING (after it, on its stream): each tile that
+// `detcheck_reprosum_needs_fixup` names is read again and summed on the global grid, into its
+// record's candidate 0. Other tiles cost one read of their record. Blocks loop over tiles.
 extern "C" __global__ void detcheck_reprosum_fixup_f32(
     unsigned long long* scratch, const float* terms, unsigned long long n) {
     if (blockDim.x != DETCHECK_REPROSUM_THREADS) __trap();
@@ -497,55 +648,37 @@ extern "C" __global__ void detcheck_reprosum_fixup_f32(
     const double magic = detcheck_magic_of_level(global_level, precision);
     const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
     for (unsigned long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        unsigned long long* record = scratch + 1 + tile * DETCHECK_REPROSUM_RECORD;
+        unsigned long long* record = detcheck_reprosum_record(scratch, tile);
         // The same decision in every thread of the block, so the barriers below are uniform.
         unsigned long long largest = record[DETCHECK_REPROSUM_CANDIDATES];
         if (!detcheck_reprosum_needs_fixup(largest, global_level)) continue;
-        float items[DETCHECK_REPROSUM_ITEMS];
-        detcheck_load_tile(items, terms, n, tile);
-        unsigned long long biased[1] = {0};
-#pragma unroll
-        for (int j = 0; j < DETCHECK_REPROSUM_ITEMS; ++j) {
-            biased[0] += detcheck_biased_steps(items[j], magic);
-        }
-        detcheck_block_sums(biased, sums_shared);
-        if (threadIdx.x == 0) {
-            record[0] = biased[0] - (unsigned long long)DETCHECK_REPROSUM_TILE *
-                                        (unsigned long long)__double_as_longlong(magic);
-        }
+        unsigned long long sum = detcheck_reprosum_tile_on_grid(terms, n, tile, magic, sums_shared);
+        if (threadIdx.x == 0) record[0] = sum;
     }
 }
 
-// Kernel 3 of 3 (after kernel 2 has finished), one block: the result into *out. The header's
-// level is the largest over the tiles (255: the flags decide, `Specials`); each tile adds its
-// record's sum on that level's grid (candidate global - level, or candidate 0 where kernel 2
-// wrote it, or nothing for an all-zero tile), with wrap-around; then `f32_from_grid`.
+// After the fixup kernel, one block: the result into out[0], out[1] DONE, the header zeroed. The
+// header's level is the largest over the tiles (255: the flags decide, `Specials`); each tile
+// adds its record's sum on that level's grid, with wrap-around; then `f32_from_grid`.
 extern "C" __global__ void detcheck_reprosum_finish_f32(
-    float* out, const unsigned long long* scratch, unsigned long long n) {
+    unsigned int* out, unsigned long long* scratch, unsigned long long n) {
     if (blockDim.x != DETCHECK_REPROSUM_THREADS) __trap();
     __shared__ unsigned long long sums_shared[DETCHECK_REPROSUM_THREADS];
     const unsigned int global_level = ((const unsigned int*)scratch)[0];
+    const unsigned int flags = ((const unsigned int*)scratch)[1];
+    __syncthreads();  // every thread has read the header before thread 0 may zero it
     if (global_level == 255) {
-        const unsigned int flags = ((const unsigned int*)scratch)[1];
-        if (threadIdx.x == 0) *out = detcheck_special_result_f32(flags);
+        if (threadIdx.x == 0) {
+            detcheck_reprosum_done(out, scratch, detcheck_special_result_f32(flags));
+        }
         return;
     }
-    const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
-    unsigned long long sum[1] = {0};
-    for (unsigned long long tile = threadIdx.x; tile < tiles; tile += DETCHECK_REPROSUM_THREADS) {
-        const unsigned long long* record = scratch + 1 + tile * DETCHECK_REPROSUM_RECORD;
-        unsigned long long largest = record[DETCHECK_REPROSUM_CANDIDATES];
-        unsigned int distance = global_level - (unsigned int)(largest >> 23);
-        if (distance < DETCHECK_REPROSUM_CANDIDATES) {
-            sum[0] += record[distance];
-        } else if (detcheck_reprosum_needs_fixup(largest, global_level)) {
-            sum[0] += record[0];
-        }
-    }
-    detcheck_block_sums(sum, sums_shared);
+    unsigned long long sum =
+        detcheck_reprosum_gather(scratch, n, global_level, true, nullptr, nullptr, sums_shared);
     if (threadIdx.x == 0) {
         double magic = detcheck_magic_of_level(global_level, detcheck_precision(n));
-        *out = detcheck_f32_from_grid((long long)sum[0], detcheck_grid_step(magic));
+        float result = detcheck_f32_from_grid((long long)sum, detcheck_grid_step(magic));
+        detcheck_reprosum_done(out, scratch, result);
     }
 }
 
@@ -665,20 +798,29 @@ const COLUMNS_F64_ARGUMENTS: [KernelArgument; 4] = [
 ];
 
 const SCRATCH_MEANING: &str =
-    "device array of `reprosum_scratch_bytes(n)` bytes (header zeroed before the tile kernel; \
-     layout: `reprosum_scratch_bytes`), the same for the three kernels of one sum";
+    "device array of at least `reprosum_scratch_bytes(n)` bytes, its header zero when a sum \
+     starts (layout: `reprosum_scratch_bytes`), the same for the kernels of one sum";
 const TERMS_MEANING: &str = "device array of the `n` f32 terms";
-const N_MEANING: &str = "the number of terms (at most 2^60), the same for the three kernels";
+const N_MEANING: &str = "the number of terms (at most 2^60), the same for the kernels of one sum";
+const OUT_MEANING: &str =
+    "device array of two u32: the sum's f32 bits, then 0 (done) or `REPROSUM_PENDING`";
 
-const TILES_ARGUMENTS: [KernelArgument; 3] = [
+const ONE_LAUNCH_ARGUMENTS: [KernelArgument; 4] = [
+    argument("unsigned int*", "out", OUT_MEANING),
+    argument("unsigned long long*", "scratch", SCRATCH_MEANING),
+    argument("const float*", "terms", TERMS_MEANING),
+    argument("unsigned long long", "n", N_MEANING),
+];
+
+const FIXUP_ARGUMENTS: [KernelArgument; 3] = [
     argument("unsigned long long*", "scratch", SCRATCH_MEANING),
     argument("const float*", "terms", TERMS_MEANING),
     argument("unsigned long long", "n", N_MEANING),
 ];
 
 const FINISH_ARGUMENTS: [KernelArgument; 3] = [
-    argument("float*", "out", "device pointer to one f32: the sum"),
-    argument("const unsigned long long*", "scratch", SCRATCH_MEANING),
+    argument("unsigned int*", "out", OUT_MEANING),
+    argument("unsigned long long*", "scratch", SCRATCH_MEANING),
     argument("unsigned long long", "n", N_MEANING),
 ];
 
@@ -694,9 +836,9 @@ const PLAIN_SUM_ARGUMENTS: [KernelArgument; 3] = [
 
 const TILE_THREADS: u32 = REPROSUM_TILE_THREADS;
 
-/// Every kernel of [`REPROSUM_SOURCE`]. The one-buffer sum is the three `*_tiles_f32`,
-/// `*_fixup_f32`, `*_finish_f32` launched in that order on one stream, after zeroing the scratch
-/// header; for `n = 0` they give +0.0 like the others.
+/// Every kernel of [`REPROSUM_SOURCE`]. The one-buffer sum is `detcheck_reprosum_f32`, then,
+/// when it leaves `out[1]` [`REPROSUM_PENDING`], `*_fixup_f32` and `*_finish_f32` on the same
+/// stream; for `n = 0` it gives +0.0 like the others.
 pub const REPROSUM_KERNELS: [ReprosumKernel; 6] = [
     ReprosumKernel {
         name: "detcheck_reprosum_columns_f32",
@@ -715,23 +857,28 @@ pub const REPROSUM_KERNELS: [ReprosumKernel; 6] = [
         role: "out[i] = the two-grid sum of inputs[0..count][i]",
     },
     ReprosumKernel {
-        name: "detcheck_reprosum_tiles_f32",
-        arguments: &TILES_ARGUMENTS,
+        name: "detcheck_reprosum_f32",
+        arguments: &ONE_LAUNCH_ARGUMENTS,
         launch: ReprosumLaunch::TileLoop,
-        // The block maximum's u32 per thread and the candidates' u64 sums per thread.
-        static_shared_bytes: TILE_THREADS * 4 + REPROSUM_CANDIDATES * TILE_THREADS * 8,
+        // The block maximum's u32 per thread, the candidates' u64 sums per thread, the last
+        // block's flag, count and list of tiles to re-read.
+        static_shared_bytes: TILE_THREADS * 4
+            + REPROSUM_CANDIDATES * TILE_THREADS * 8
+            + 8
+            + (REPROSUM_LAST_BLOCK_REREADS + 1) * 8,
         reference: Some("value::reprosum::reproducible_sum_f32"),
-        role: "one-buffer sum, 1 of 3: every tile's record and the header (which must be zeroed \
-               first)",
+        role: "one-buffer sum in one launch: every tile's record, then the last block to arrive \
+               finishes (out[1] 0), or leaves it to the fixup and finish kernels (out[1] \
+               REPROSUM_PENDING); the scratch header must be zero",
     },
     ReprosumKernel {
         name: "detcheck_reprosum_fixup_f32",
-        arguments: &TILES_ARGUMENTS,
+        arguments: &FIXUP_ARGUMENTS,
         launch: ReprosumLaunch::TileLoop,
         static_shared_bytes: TILE_THREADS * 8,
         reference: Some("value::reprosum::reproducible_sum_f32"),
-        role: "one-buffer sum, 2 of 3, after the tile kernel: re-sums the tiles too far below \
-               the global binade on its grid",
+        role: "one-buffer sum, pending: re-sums the tiles too far below the global binade on its \
+               grid",
     },
     ReprosumKernel {
         name: "detcheck_reprosum_finish_f32",
@@ -739,7 +886,8 @@ pub const REPROSUM_KERNELS: [ReprosumKernel; 6] = [
         launch: ReprosumLaunch::OneBlock,
         static_shared_bytes: TILE_THREADS * 8,
         reference: Some("value::reprosum::reproducible_sum_f32"),
-        role: "one-buffer sum, 3 of 3, after the fixup kernel: the result into *out",
+        role: "one-buffer sum, pending, after the fixup kernel: the result into out[0], out[1] \
+               0, the scratch header zeroed",
     },
     ReprosumKernel {
         name: "detcheck_plain_sum_f32",
@@ -831,9 +979,20 @@ pub(crate) mod tests {
             u64::from(REPROSUM_CANDIDATES)
         );
         assert!(REPROSUM_TILE_THREADS.is_power_of_two());
-        assert_eq!(reprosum_scratch_bytes(0), 8);
-        assert_eq!(reprosum_scratch_bytes(1), 8 + 40);
-        assert_eq!(reprosum_scratch_bytes(4096 * 3 + 1), 8 + 4 * 40);
+        assert_eq!(
+            defined("DETCHECK_REPROSUM_LAST_BLOCK_REREADS"),
+            u64::from(REPROSUM_LAST_BLOCK_REREADS)
+        );
+        assert!(REPROSUM_SOURCE.contains(&format!(
+            "#define DETCHECK_REPROSUM_PENDING {REPROSUM_PENDING}u\n"
+        )));
+        assert!(REPROSUM_SOURCE.contains(&format!(
+            "#define DETCHECK_REPROSUM_HEADER_WORDS {}\n",
+            REPROSUM_HEADER_BYTES / 8
+        )));
+        assert_eq!(reprosum_scratch_bytes(0), 16);
+        assert_eq!(reprosum_scratch_bytes(1), 16 + 40);
+        assert_eq!(reprosum_scratch_bytes(4096 * 3 + 1), 16 + 4 * 40);
         // The canonical NaNs are Rust's.
         assert!(REPROSUM_SOURCE.contains(&format!("{:#x}u", f32::NAN.to_bits())));
         assert!(REPROSUM_SOURCE.contains(&format!("{:#x}LL", f64::NAN.to_bits())));
@@ -856,24 +1015,28 @@ pub(crate) mod tests {
     // ---- The host emulation ---------------------------------------------------------------
 
     /// Tile sizes the host emulation compiles the source with: the real ones, or small ones
-    /// (32 threads × 4 items, 2 candidates) that make many tiles of few terms.
+    /// (32 threads × 4 items, 2 candidates, the last block re-reading at most 2 tiles) that make
+    /// many tiles of few terms and send many sums to the fixup and finish kernels.
     #[derive(Debug, Clone, Copy)]
     struct TileConfig {
         threads: u64,
         items: u64,
         candidates: u64,
+        rereads: u64,
     }
 
     const REAL_TILES: TileConfig = TileConfig {
         threads: REPROSUM_TILE_THREADS as u64,
         items: REPROSUM_TILE_ITEMS as u64,
         candidates: REPROSUM_CANDIDATES as u64,
+        rereads: REPROSUM_LAST_BLOCK_REREADS as u64,
     };
 
     const SMALL_TILES: TileConfig = TileConfig {
         threads: 32,
         items: 4,
         candidates: 2,
+        rereads: 2,
     };
 
     impl TileConfig {
@@ -898,6 +1061,7 @@ pub(crate) mod tests {
                 format!("DETCHECK_REPROSUM_THREADS={}", config.threads),
                 format!("DETCHECK_REPROSUM_ITEMS={}", config.items),
                 format!("DETCHECK_REPROSUM_CANDIDATES={}", config.candidates),
+                format!("DETCHECK_REPROSUM_LAST_BLOCK_REREADS={}", config.rereads),
             ],
             "run the reproducible-sum kernels on the CPU and compare their bits with \
              value/reprosum.rs",
@@ -908,7 +1072,7 @@ pub(crate) mod tests {
     trait ReprosumCases {
         fn columns_f32(&mut self, rows: &[Vec<f32>], len: usize, grid: u64, block: u64, seed: u64);
         fn columns_f64(&mut self, rows: &[Vec<f64>], len: usize, grid: u64, block: u64, seed: u64);
-        fn sum(&mut self, terms: &[f32], tiles_grid: u64, fixup_grid: u64, seed: u64);
+        fn sum(&mut self, terms: &[f32], grid: u64, fixup_grid: u64, seed: u64);
         fn plain_sum(&mut self, terms: &[f32], grid: u64, block: u64, seed: u64);
     }
 
@@ -923,8 +1087,8 @@ pub(crate) mod tests {
             rows.iter().for_each(|row| self.f64s(row));
         }
 
-        fn sum(&mut self, terms: &[f32], tiles_grid: u64, fixup_grid: u64, seed: u64) {
-            self.words(&[3, terms.len() as u64, tiles_grid, fixup_grid, seed]);
+        fn sum(&mut self, terms: &[f32], grid: u64, fixup_grid: u64, seed: u64) {
+            self.words(&[3, terms.len() as u64, grid, fixup_grid, seed]);
             self.f32s(terms);
         }
 
@@ -1125,45 +1289,76 @@ pub(crate) mod tests {
         }
     }
 
+    /// What the one-buffer cases of one configuration showed.
+    #[derive(Debug, Default)]
+    struct OneBufferRun {
+        /// Tiles re-read, over every case and launch.
+        fixed: u64,
+        /// Sums that the fixup and finish kernels finished.
+        pending: u64,
+        /// Sums that the one launch finished.
+        done: u64,
+    }
+
     /// Each case at several grids (one block for every tile, two, one per tile) and block
-    /// orders, against `reproducible_sum_f32`; returns the tiles fixed up over all cases, or
-    /// `None` without g++ (nothing ran).
-    fn check_one_buffer_sums(config: TileConfig, buffers: &[OneBuffer]) -> Option<u64> {
+    /// orders, twice on one scratch array, against `reproducible_sum_f32`; `None` without g++
+    /// (nothing ran).
+    fn check_one_buffer_sums(config: TileConfig, buffers: &[OneBuffer]) -> Option<OneBufferRun> {
         let kernels = host_kernels(config)?;
         let launches = |tiles: u64| [(1, 1, 11), (2, 3, 12), (tiles.max(1), 2, 13)];
         let mut cases = Cases::default();
         for buffer in buffers {
             let tiles = (buffer.terms.len() as u64).div_ceil(config.tile());
-            for (tiles_grid, fixup_grid, seed) in launches(tiles) {
-                cases.sum(&buffer.terms, tiles_grid, fixup_grid, seed);
+            for (grid, fixup_grid, seed) in launches(tiles) {
+                cases.sum(&buffer.terms, grid, fixup_grid, seed);
             }
         }
         let mut results = run(&kernels, &cases);
-        let mut fixed_total = 0;
+        let mut seen = OneBufferRun::default();
         for buffer in buffers {
             let expected = reproducible_sum_f32(&buffer.terms).to_bits();
-            for (tiles_grid, _, _) in launches(1) {
-                let [bits, fixed, all_zero, level] = results.words::<4>();
+            for (grid, _, _) in launches(1) {
+                let [bits, fixed, all_zero, level, pending, header_left, again] =
+                    results.words::<7>();
                 assert_eq!(
                     bits,
                     u64::from(expected),
-                    "{} ({config:?}, {tiles_grid} blocks): {:e} ({bits:#x}), cpu {:e} ({expected:#x}), \
-                     global level {level}, {fixed} tiles fixed up",
+                    "{} ({config:?}, {grid} blocks): {:e} ({bits:#x}), cpu {:e} ({expected:#x}), \
+                     global level {level}, {fixed} tiles re-read, pending {pending}",
                     buffer.name,
                     f32::from_bits(bits as u32),
                     f32::from_bits(expected)
                 );
+                assert_eq!(
+                    again, bits,
+                    "{}: the second sum on one scratch",
+                    buffer.name
+                );
+                assert_eq!(
+                    header_left, 0,
+                    "{}: the header left after a sum",
+                    buffer.name
+                );
+                // The last block re-reads up to `rereads` tiles; more go to the other kernels.
+                assert_eq!(
+                    pending,
+                    u64::from(fixed > config.rereads),
+                    "{}: {fixed} tiles re-read, pending {pending}",
+                    buffer.name
+                );
                 if let Some(want) = buffer.fixed {
-                    assert_eq!(fixed, want, "{}: tiles fixed up", buffer.name);
+                    assert_eq!(fixed, want, "{}: tiles re-read", buffer.name);
                 }
                 if let Some(want) = buffer.all_zero {
                     assert_eq!(all_zero, want, "{}: all-zero tiles", buffer.name);
                 }
-                fixed_total += fixed;
+                seen.fixed += fixed;
+                seen.pending += pending;
+                seen.done += 1 - pending;
             }
         }
         results.assert_done();
-        Some(fixed_total)
+        Some(seen)
     }
 
     /// `tiles` tiles of random terms, tile `k` scaled by `2^scales[k]` (`None`: all zeros, with
@@ -1223,6 +1418,12 @@ pub(crate) mod tests {
         far_below.fixed = Some(2);
         far_below.all_zero = Some(1);
         buffers.push(far_below);
+        // More far tiles than the last block re-reads: the fixup and finish kernels run.
+        let mut scales = vec![Some(far); 10];
+        scales[4] = Some(0);
+        let mut many_far = OneBuffer::new("ten tiles far below one", tiled(tile, &scales, 0, 13));
+        many_far.fixed = Some(9);
+        buffers.push(many_far);
         let mut all_zero = OneBuffer::new("all zeros", tiled(tile, &[None, None], 3, 7));
         let len = all_zero.terms.len();
         all_zero.terms[len - 3..].fill(-0.0);
@@ -1283,10 +1484,11 @@ pub(crate) mod tests {
     /// `reproducible_sum_f32` bit for bit, at three grids and block orders each.
     #[test]
     fn one_buffer_kernels_give_the_cpus_bits_on_the_host() {
-        let Some(fixed) = check_one_buffer_sums(REAL_TILES, &one_buffer_cases(REAL_TILES)) else {
+        let Some(seen) = check_one_buffer_sums(REAL_TILES, &one_buffer_cases(REAL_TILES)) else {
             return;
         };
-        println!("{fixed} tiles fixed up");
+        println!("{seen:?}");
+        assert!(seen.fixed > 0, "no tile re-read: {seen:?}");
     }
 
     /// The same with small tiles (32 threads × 4 terms, 2 candidates): many tiles, and buffers of
@@ -1310,11 +1512,14 @@ pub(crate) mod tests {
             let terms = tiled(tile, &scales, tail, 100 + case);
             buffers.push(OneBuffer::new(format!("random scales {case}"), terms));
         }
-        // Without g++ nothing ran (and nothing was fixed up).
-        let Some(fixed) = check_one_buffer_sums(SMALL_TILES, &buffers) else {
+        // Without g++ nothing ran (and nothing was re-read).
+        let Some(seen) = check_one_buffer_sums(SMALL_TILES, &buffers) else {
             return;
         };
-        assert!(fixed > 20, "only {fixed} tiles fixed up");
+        println!("{seen:?}");
+        assert!(seen.fixed > 20, "only {} tiles re-read", seen.fixed);
+        // Both ways of finishing, many times each.
+        assert!(seen.pending > 10 && seen.done > 10, "{seen:?}");
     }
 
     /// The baseline adds up (it is not compared bit for bit: its bits depend on the order of the
