@@ -152,14 +152,17 @@ def test_kernels_compile_for_h100():
         build(dv._md5_chunks_kernel,
               {"table_ptr": "*i64", "n_programs": "i32", "CHUNKS": "constexpr"},
               {"CHUNKS": dv.DIGEST_CHUNKS_PER_PROGRAM}, dv._DIGEST_NUM_WARPS)
-        for element in ("fp32", "bf16", "i64", "u8"):  # float, its widening, signed, unsigned
+        import torch
+        for element in (torch.float32, torch.bfloat16, torch.int64, torch.uint8):
+            # A float, its widening, signed, unsigned.
             build(dv._stats_partials_kernel,
-                  {"x_ptr": "*" + element, "partials_ptr": "*fp64", "n": "i64",
-                   "n_programs": "i32", "TILE": "constexpr", "TILES": "constexpr"},
-                  {"TILE": dv.STATS_TILE, "TILES": dv.STATS_TILES_PER_PROGRAM},
+                  {"table_ptr": "*i64", "partials_ptr": "*fp64", "n_programs": "i32",
+                   "DTYPE": "constexpr", "TILE": "constexpr", "TILES": "constexpr"},
+                  {"DTYPE": dv._triton_dtype(element), "TILE": dv.STATS_TILE,
+                   "TILES": dv.STATS_TILES_PER_PROGRAM},
                   dv._STATS_NUM_WARPS)
         build(dv._stats_finish_kernel,
-              {"partials_ptr": "*fp64", "out_ptr": "*fp64", "out_stride": "i32",
+              {"table_ptr": "*i64", "partials_ptr": "*fp64", "n_outs": "i32",
                "n_programs": "i32", "TILE": "constexpr"},
               {"TILE": dv.STATS_FINISH_TILE}, dv._STATS_NUM_WARPS)
         print("compiled")
@@ -395,6 +398,42 @@ def test_stats_partials_beyond_one_finishing_tile(monkeypatch):
     t[3] = math.nan
     t[5 * 8192 - 1] = -math.inf
     assert_stats(device_stats(t.to(DEVICE)), t)
+
+
+def test_one_batch_of_statistics_is_every_tensor_alone():
+    # stats_totals_batch_into: the partials of every tensor of a dtype in one launch, every
+    # finish in one: the bits of stats_totals alone, for mixed dtypes (bool and complex
+    # converted), empty tensors, several programs, a misaligned view, outs with a stride.
+    tensors = [
+        stats_values(torch.float32, n, seed=40 + n) for n in (0, 1, 1023, 8193, 3 * 8192 + 5)
+    ]
+    tensors += [
+        stats_values(torch.bfloat16, 20000, seed=3),
+        stats_values(torch.int64, 9000, seed=4),
+        stats_values(torch.float32, 300, seed=5)[1:],
+        torch.tensor([True, False, True]),
+        stats_values(torch.complex64, 700, seed=6),
+    ]
+    tensors[2][5] = math.nan
+    tensors[4][8192] = -math.inf
+    tensors = [t.to(DEVICE) for t in tensors]
+    alone = [device_stats(t) for t in tensors]
+    outs = torch.full((len(tensors) + 1, 14), 9.0, dtype=torch.float64, device=DEVICE)
+    if DEVICE == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        _device.stats_totals_batch_into(tensors, [row[::2] for row in outs[:-1]])
+    finally:
+        if DEVICE == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+    got = outs.cpu()
+    for i, t in enumerate(tensors):
+        assert torch.equal(got[i, ::2].view(torch.int64), alone[i].view(torch.int64)), (i, t.dtype)
+        assert (got[i, 1::2] == 9.0).all()
+    assert (got[-1] == 9.0).all()  # nothing written past the outs
+    _device.stats_totals_batch_into([], [])  # nothing to do
+    with pytest.raises(ValueError, match="2 tensors but 1 outs"):
+        _device.stats_totals_batch_into(tensors[:2], list(outs[:1, :7]))
 
 
 def test_stats_empty():

@@ -10,6 +10,10 @@ things a record holds:
 ``stats_totals_into(t, out)``
     float64 ``[max, min, sum, sum_sq, nan_count, pos_inf_count, neg_inf_count]``.
 
+Both have a batch form (``tree_digests_into``, ``stats_totals_batch_into``) that takes many
+tensors in a few launches (one a level of the deepest tree; two a dtype), with the bits each
+tensor would get alone: a recorded step's hundreds of records cost a few launches, not two each.
+
 Canonical bytes
     The elements in row-major order, little-endian, no header: for torch
     ``t.contiguous().reshape(-1).view(torch.uint8)``. bool is one byte (0 or 1), complex is
@@ -281,15 +285,21 @@ def _md5_chunks_kernel(table_ptr, n_programs, CHUNKS: tl.constexpr):
 # ---------------------------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["n_programs"])  # n is specialized: n % 16 == 0 allows vector loads
+@triton.jit(do_not_specialize=["n_programs"])
 def _stats_partials_kernel(
-    x_ptr, partials_ptr, n, n_programs, TILE: tl.constexpr, TILES: tl.constexpr
-):
-    """Partial totals of elements [TILE * TILES * pid, TILE * TILES * (pid + 1)) into
-    ``partials[field * n_programs + pid]`` (fields in STATS_FIELDS order)."""
+    table_ptr, partials_ptr, n_programs, DTYPE: tl.constexpr, TILE: tl.constexpr,
+    TILES: tl.constexpr,
+):  # fmt: skip
+    """Partial totals of the TILE * TILES elements (fewer at a tensor's end) of program ``pid``
+    into ``partials[field * n_programs + pid]`` (fields in STATS_FIELDS order). Program ``pid``
+    reads its row of ``table`` (int64, two columns of ``n_programs``): the address of its first
+    element (of type DTYPE) and the number of its tensor's elements from there on. One launch
+    takes every tensor of a batch of one DTYPE; a tensor's partials are those a launch of its own
+    would give (the same elements per program, lane by lane in the same order)."""
     pid = tl.program_id(0)
+    x_ptr = tl.load(table_ptr + pid).to(tl.pointer_type(DTYPE))
+    n = tl.load(table_ptr + n_programs + pid)
     lanes = tl.arange(0, TILE)
-    start = pid.to(tl.int64) * (TILE * TILES)
     top = tl.full([TILE], float("-inf"), tl.float64)
     bottom = tl.full([TILE], float("inf"), tl.float64)
     total = tl.zeros([TILE], tl.float64)
@@ -298,7 +308,7 @@ def _stats_partials_kernel(
     pos_infs = tl.zeros([TILE], tl.int32)
     neg_infs = tl.zeros([TILE], tl.int32)
     for tile in range(0, TILES):
-        offsets = start + tile * TILE + lanes
+        offsets = tile * TILE + lanes.to(tl.int64)
         present = offsets < n
         x = tl.load(x_ptr + offsets, mask=present, other=0).to(tl.float64)
         is_nan = present & (x != x)
@@ -323,12 +333,20 @@ def _stats_partials_kernel(
     tl.store(field + 6 * n_programs, tl.sum(neg_infs, axis=0).to(tl.float64))
 
 
-@triton.jit(do_not_specialize=["n_programs", "out_stride"])
-def _stats_finish_kernel(partials_ptr, out_ptr, out_stride, n_programs, TILE: tl.constexpr):
-    """out[field * out_stride] = the reduction of partials[field * n_programs + i] over i:
-    lane l takes partials l, l + TILE, l + 2 TILE, ... in order, then the lanes are reduced by
-    the fixed tree of tl.max / tl.min / tl.sum. One program, so no order depends on timing."""
-    lanes = tl.arange(0, TILE)
+@triton.jit(do_not_specialize=["n_outs", "n_programs"])
+def _stats_finish_kernel(table_ptr, partials_ptr, n_outs, n_programs, TILE: tl.constexpr):
+    """Program ``pid`` finishes one tensor: its row of ``table`` (int64, four columns of
+    ``n_outs``) gives its first partial, its number of partials ``count``, and the address and
+    stride (in float64 elements) of its ``out``; ``out[field * stride]`` = the reduction of
+    ``partials[field * n_programs + first + i]`` over ``i < count``: lane l takes partials l,
+    l + TILE, l + 2 TILE, ... in order, then the lanes are reduced by the fixed tree of tl.max /
+    tl.min / tl.sum. One program a tensor, so no order depends on timing."""
+    pid = tl.program_id(0)
+    first = tl.load(table_ptr + pid)
+    count = tl.load(table_ptr + n_outs + pid)
+    out_ptr = tl.load(table_ptr + 2 * n_outs + pid).to(tl.pointer_type(tl.float64))
+    out_stride = tl.load(table_ptr + 3 * n_outs + pid)
+    lanes = tl.arange(0, TILE).to(tl.int64)
     top = tl.full([TILE], float("-inf"), tl.float64)
     bottom = tl.full([TILE], float("inf"), tl.float64)
     total = tl.zeros([TILE], tl.float64)
@@ -336,10 +354,10 @@ def _stats_finish_kernel(partials_ptr, out_ptr, out_stride, n_programs, TILE: tl
     nans = tl.zeros([TILE], tl.float64)
     pos_infs = tl.zeros([TILE], tl.float64)
     neg_infs = tl.zeros([TILE], tl.float64)
-    for start in range(0, n_programs, TILE):
+    for start in range(0, count, TILE):
         index = start + lanes
-        present = index < n_programs
-        field = partials_ptr + index
+        present = index < count
+        field = partials_ptr + first + index
         top = tl.maximum(top, tl.load(field, mask=present, other=float("-inf")))
         bottom = tl.minimum(bottom, tl.load(field + n_programs, mask=present, other=float("inf")))
         total += tl.load(field + 2 * n_programs, mask=present, other=0.0)
@@ -425,6 +443,20 @@ def _on(device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
+def _triton_dtype(dtype):
+    """Triton's name for a dtype ``_stats_values`` gives (a float, a signed or an unsigned int)."""
+    return getattr(tl, str(dtype).removeprefix("torch."))
+
+
+def _device_table(columns, device):
+    """An int64 table (columns one after another) on ``device``, through pinned memory and the
+    current stream: no host synchronisation."""
+    table = torch.from_numpy(np.concatenate(columns).astype(np.int64))
+    if device.type == "cuda":
+        table = table.pin_memory().to(device, non_blocking=True)
+    return table
+
+
 #: Bytes of a buffer hashed by one program of the digest kernel.
 _PROGRAM_BYTES = CHUNK_BYTES * DIGEST_CHUNKS_PER_PROGRAM
 
@@ -491,9 +523,7 @@ def tree_digests_into(tensors, outs) -> None:
             np.array([o.data_ptr() for o in outs], dtype=np.int64),
             allocate,
         )
-        table = torch.from_numpy(np.concatenate([np.concatenate(level) for level in levels]))
-        if device.type == "cuda":
-            table = table.pin_memory().to(device, non_blocking=True)
+        table = _device_table([np.concatenate(level) for level in levels], device)
         offset = 0
         for src, _, _ in levels:
             _md5_chunks_kernel[(src.size,)](
@@ -545,33 +575,79 @@ def _stats_values(t):
     return t.contiguous().reshape(-1)
 
 
+def stats_totals_batch_into(tensors, outs) -> None:
+    """``stats_totals_into(t, out)`` for each tensor of ``tensors`` and the ``out`` beside it
+    (on the tensors' device, which must be one device), with the same bits, in two launches per
+    dtype of values in the batch (a GPT-2 step's records: two dtypes) rather than two a tensor:
+    the partials of every tensor of a dtype in one launch, then every tensor's finish in one."""
+    values = [_stats_values(t) for t in tensors]
+    if len(values) != len(outs):
+        raise ValueError(f"stats_totals_batch_into: {len(values)} tensors but {len(outs)} outs")
+    if not values:
+        return
+    device = values[0].device
+    finals = []
+    for v, out in zip(values, outs):
+        if v.device != device:
+            raise ValueError(f"stats_totals_batch_into: tensors on {device} and on {v.device}")
+        _check_out(out, torch.float64, 7, v, "stats_totals_into")
+        # The finish kernel stores with a stride: a 1-D `out` is written in place whatever its
+        # stride; another shape only when contiguous, or through a temporary.
+        if out.dim() == 1 or out.is_contiguous():
+            finals.append((out, out.stride(0) if out.dim() == 1 else 1))
+        else:
+            finals.append((torch.empty(7, dtype=torch.float64, device=device), 1))
+    per_program = STATS_TILE * STATS_TILES_PER_PROGRAM
+    groups = {}
+    for index, v in enumerate(values):
+        groups.setdefault(v.dtype, []).append(index)
+    # `values`, `partials` and the tables go back to the allocator when this returns: on the
+    # stream the kernels were queued on, so no later work reuses them before they are done.
+    keep = []
+    with _on(device):
+        for dtype, members in groups.items():
+            sizes = np.array([values[i].numel() for i in members], dtype=np.int64)
+            programs = np.maximum(1, -(-sizes // per_program))
+            n_programs = int(programs.sum())
+            owner = np.repeat(np.arange(len(members)), programs)
+            first = np.cumsum(programs) - programs
+            index = np.arange(n_programs) - first[owner]
+            starts = np.array([values[i].data_ptr() for i in members], dtype=np.int64)
+            element = values[members[0]].element_size()
+            rows = _device_table(
+                [starts[owner] + index * per_program * element, sizes[owner] - index * per_program],
+                device,
+            )
+            partials = torch.empty(7 * n_programs, dtype=torch.float64, device=device)
+            finish = _device_table(
+                [
+                    first,
+                    programs,
+                    np.array([finals[i][0].data_ptr() for i in members], dtype=np.int64),
+                    np.array([finals[i][1] for i in members], dtype=np.int64),
+                ],
+                device,
+            )
+            keep += [rows, partials, finish]
+            _stats_partials_kernel[(n_programs,)](
+                rows, partials, n_programs, DTYPE=_triton_dtype(dtype), TILE=STATS_TILE,
+                TILES=STATS_TILES_PER_PROGRAM, num_warps=_STATS_NUM_WARPS, enable_fp_fusion=False,
+            )  # fmt: skip
+            _stats_finish_kernel[(len(members),)](
+                finish, partials, len(members), n_programs, TILE=STATS_FINISH_TILE,
+                num_warps=_STATS_NUM_WARPS, enable_fp_fusion=False,
+            )  # fmt: skip
+    for (final, _), out in zip(finals, outs):
+        if final is not out:
+            out.copy_(final.view(out.shape))
+
+
 def stats_totals_into(t: torch.Tensor, out: torch.Tensor) -> None:
     """Write float64 ``[max, min, sum, sum_sq, nan_count, pos_inf_count, neg_inf_count]`` of
     ``t`` into ``out`` (float64, 7 elements, on ``t``'s device, any stride). max, min, sum and
     sum_sq are over the finite elements converted to float64 (max = -inf, min = +inf, sums 0.0
     when there is none). Fixed reduction order, no host synchronisation."""
-    values = _stats_values(t)
-    _check_out(out, torch.float64, 7, values, "stats_totals_into")
-    n = values.numel()
-    n_programs = max(1, triton.cdiv(n, STATS_TILE * STATS_TILES_PER_PROGRAM))
-    partials = torch.empty(7 * n_programs, dtype=torch.float64, device=values.device)
-    # The finish kernel stores with a stride: a 1-D `out` is written in place whatever its
-    # stride; another shape only when contiguous, or through a temporary.
-    if out.dim() == 1 or out.is_contiguous():
-        final, stride = out, (out.stride(0) if out.dim() == 1 else 1)
-    else:
-        final, stride = torch.empty(7, dtype=torch.float64, device=out.device), 1
-    with _on(values.device):
-        _stats_partials_kernel[(n_programs,)](
-            values, partials, n, n_programs, TILE=STATS_TILE, TILES=STATS_TILES_PER_PROGRAM,
-            num_warps=_STATS_NUM_WARPS, enable_fp_fusion=False,
-        )  # fmt: skip
-        _stats_finish_kernel[(1,)](
-            partials, final, stride, n_programs, TILE=STATS_FINISH_TILE,
-            num_warps=_STATS_NUM_WARPS, enable_fp_fusion=False,
-        )  # fmt: skip
-    if final is not out:
-        out.copy_(final.view(out.shape))
+    stats_totals_batch_into([t], [out])
 
 
 def stats_totals(t: torch.Tensor) -> torch.Tensor:

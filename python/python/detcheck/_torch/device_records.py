@@ -189,8 +189,7 @@ class DeviceRecords:
     def _digest(self, batch):
         self._device.tree_digests_into(batch.snapshots, batch.digests)
         if self._stats:
-            for snapshot, totals in zip(batch.snapshots, batch.totals):
-                self._device.stats_totals_into(snapshot, totals)
+            self._device.stats_totals_batch_into(batch.snapshots, batch.totals)
 
     def end_step(self):
         """The step's records are all given: starts their copies to the host, and fills the
