@@ -598,7 +598,7 @@ def stats_totals_batch_into(tensors, outs) -> None:
         else:
             finals.append((torch.empty(7, dtype=torch.float64, device=device), 1))
     per_program = STATS_TILE * STATS_TILES_PER_PROGRAM
-    groups = {}
+    groups: dict[torch.dtype, list[int]] = {}
     for index, v in enumerate(values):
         groups.setdefault(v.dtype, []).append(index)
     # `values`, `partials` and the tables go back to the allocator when this returns: on the
