@@ -22,20 +22,7 @@ for binary in detcheck detcheck-lib gpu-bench; do
 done
 carry=$(cd "$carry" && pwd)
 
-# NVRTC's and NCCL's folders in the machine's Python (pip's NVIDIA wheels: nvidia/<part>/lib).
-links=${TMPDIR:-/tmp}/detcheck-cuda-links
-mkdir -p "$links"
-mapfile -t folders < <(
-    python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null |
-    while read -r dir; do
-        [ -d "$dir/nvidia" ] && find "$dir/nvidia" -path '*/lib/*' \( -name 'libnvrtc.so*' -o -name 'libnccl.so*' \) -printf '%h\n'
-    done | sort -u
-)
-for folder in "${folders[@]}"; do
-    [ -e "$folder/libnccl.so.2" ] && ln -sf "$folder/libnccl.so.2" "$links/libnccl.so"
-done
-export LD_LIBRARY_PATH="$links:$(IFS=:; echo "${folders[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "CUDA library folders: $LD_LIBRARY_PATH"
+source scripts/gpu-libraries.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
 export DETCHECK_REQUIRE_GPU=1 DETCHECK_REQUIRE_NVRTC=1
 

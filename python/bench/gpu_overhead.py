@@ -23,6 +23,11 @@ round, in this one process (the model and optimizer are built once; each trial s
 same weights); a contender's ratio is its median step time over ``off``'s in the same round,
 reported as the median and min-max over rounds.
 
+With ``--profile DIR``, first one step each of ``off``, ``device-md5`` and ``device-stats``
+under ``torch.profiler`` (after the warmup): Chrome traces, ``key_averages`` tables and a
+summary per step (GPU busy time by category: detcheck's digest and statistics kernels, copies,
+the program's kernels; each stream's busy time; the GPU span; host launch calls; host waits).
+
 Then the throughputs: the tree digest of 1-256 MiB buffers on the device (GB/s) against a device
 copy of the same bytes (``torch.clone``: read + write), and the totals kernel likewise.
 
@@ -30,7 +35,9 @@ Nothing here runs without CUDA: the script says so and exits 2.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -111,34 +118,127 @@ def step(model, optimizer, tokens):
     optimizer.step()
 
 
-def trial(contender, model, optimizer, tokens, state, steps, warmup):
+@contextlib.contextmanager
+def recording(contender, model, optimizer, state):
+    """The model and optimizer back at ``state``, and recorded as ``contender`` says (``off*``:
+    not at all) until the block ends; yields the writer (``None`` when off)."""
     import detcheck
     import detcheck.torch as dt
-    import torch
 
     model.load_state_dict(state[0])
     optimizer.load_state_dict(state[1])
-    handle = writer = folder = None
-    if not contender.startswith("off"):
-        path, mode = contender.split("-")
-        folder = tempfile.TemporaryDirectory()
-        writer = detcheck.TraceWriter(folder.name, 0, 1, mode)
+    if contender.startswith("off"):
+        yield None
+        return
+    path, mode = contender.split("-")
+    with tempfile.TemporaryDirectory() as folder:
+        writer = detcheck.TraceWriter(folder, 0, 1, mode)
         handle = dt.watch(model, writer, optimizer, device_digests=(path == "device"))
-    times = []
-    for i in range(warmup + steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step(model, optimizer, tokens)
-        if i == warmup + steps - 1 and writer is not None:
-            writer.flush()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    if handle is not None:
-        handle.remove()
-        writer.close()
-        folder.cleanup()
+        try:
+            yield writer
+        finally:
+            handle.remove()
+            writer.close()
+
+
+def trial(contender, model, optimizer, tokens, state, steps, warmup):
+    import torch
+
+    with recording(contender, model, optimizer, state) as writer:
+        times = []
+        for i in range(warmup + steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step(model, optimizer, tokens)
+            if i == warmup + steps - 1 and writer is not None:
+                writer.flush()
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+#: What a GPU event of the trace is, by its name: detcheck's kernels, copies, the rest.
+CATEGORIES = (
+    ("digest kernels", ("_md5_chunks_kernel",)),
+    ("statistics kernels", ("_stats_partials_kernel", "_stats_finish_kernel")),
+    ("copies and fills", ("Memcpy", "Memset", "copy_kernel", "CatArrayBatchedCopy")),
+)
+
+
+def category(name):
+    for label, parts in CATEGORIES:
+        if any(part in name for part in parts):
+            return label
+    return "program's kernels"
+
+
+def summarize_trace(path):
+    """What one profiled step did, from its Chrome trace (Kineto's JSON): per category of GPU
+    event the count and busy time, each stream's busy time, the span from the first GPU event
+    to the last, the host's launch calls and the host's waits for the device."""
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    summary = {"categories": {}, "streams": {}, "launches": 0, "host_waits_ms": 0.0}
+    for e in gpu:
+        row = summary["categories"].setdefault(category(e["name"]), {"count": 0, "ms": 0.0})
+        row["count"] += 1
+        row["ms"] += e["dur"] / 1e3
+        stream = str(e.get("args", {}).get("stream", e.get("tid")))
+        summary["streams"][stream] = summary["streams"].get(stream, 0.0) + e["dur"] / 1e3
+    if gpu:
+        first = min(e["ts"] for e in gpu)
+        summary["gpu_span_ms"] = (max(e["ts"] + e["dur"] for e in gpu) - first) / 1e3
+    for e in events:
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
+            continue
+        if "LaunchKernel" in e["name"]:
+            summary["launches"] += 1
+        if "Synchronize" in e["name"]:
+            summary["host_waits_ms"] += e["dur"] / 1e3
+    return summary
+
+
+def profile(contenders, model, optimizer, tokens, state, warmup, directory):
+    """One step of each contender under torch.profiler after ``warmup`` steps: its Chrome trace
+    (``trace-CONTENDER.json``) and its summary (``summarize_trace``) in ``directory``; returns
+    the summaries by contender."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    os.makedirs(directory, exist_ok=True)
+    summaries = {}
+    for contender in contenders:
+        with recording(contender, model, optimizer, state) as writer:
+            for _ in range(warmup):
+                step(model, optimizer, tokens)
+            torch.cuda.synchronize()
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+            with torch_profile(activities=activities) as prof:
+                step(model, optimizer, tokens)
+                if writer is not None:
+                    writer.flush()
+                torch.cuda.synchronize()
+        trace = os.path.join(directory, f"trace-{contender}.json")
+        prof.export_chrome_trace(trace)
+        with open(os.path.join(directory, f"table-{contender}.txt"), "w") as f:
+            f.write(prof.key_averages().table(sort_by="self_device_time_total", row_limit=40))
+        summaries[contender] = summarize_trace(trace)
+        s = summaries[contender]
+        print(
+            f"profile {contender}: GPU span {s.get('gpu_span_ms', 0.0):.1f} ms, "
+            f"{s['launches']} launches, host waits {s['host_waits_ms']:.1f} ms; "
+            + "; ".join(
+                f"{label} {row['count']} x, {row['ms']:.1f} ms"
+                for label, row in sorted(s["categories"].items())
+            )
+            + "; streams "
+            + ", ".join(f"{k}: {v:.1f} ms" for k, v in sorted(s["streams"].items())),
+            flush=True,
+        )
+    return summaries
 
 
 def throughput(device):
@@ -176,6 +276,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="first profile one step of off, device-md5 and device-stats (torch.profiler): "
+        "Chrome traces, tables and summaries into DIR",
+    )
     args = parser.parse_args()
     import torch
 
@@ -184,6 +290,10 @@ def main():
         return 2
     contenders = args.contenders.split(",")
     model, optimizer, tokens, state = build("cuda")
+    profiles = None
+    if args.profile:
+        profiled = ["off", "device-md5", "device-stats"]
+        profiles = profile(profiled, model, optimizer, tokens, state, args.warmup, args.profile)
     rounds = []
     for r in range(args.rounds):
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
@@ -214,7 +324,8 @@ def main():
         print(f"{row['kernel']:>7} {row['mib']:4d} MiB: {row['gb_s']:8.1f} GB/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rounds": rounds, "summary": summary, "throughput": rows}, f, indent=1)
+            figures = {"rounds": rounds, "summary": summary, "throughput": rows}
+            json.dump(dict(figures, profiles=profiles), f, indent=1)
     return 0
 
 
