@@ -36,7 +36,8 @@ timeout 120 "$carry/gpu-bench" reprosum 2>&1 | tee "$out_dir/reprosum.txt"
 
 echo "== 2 a recorded GPT-2 step: profile, then step times"
 timeout 360 python python/bench/gpu_overhead.py --profile "$out_dir/profile" --rounds 3 \
-    --steps 5 --warmup 2 --contenders off,device-md5,device-stats,off2 \
+    --steps 5 --warmup 2 \
+    --contenders off,device-md5,device-stats,device-md5-grad+param,device-md5-param,off2 \
     --json "$out_dir/gpu_overhead.json" 2>&1 | grep -v '^USDT' | tee "$out_dir/gpu_overhead.txt"
 
 echo "== 3 batched statistics on CUDA"

@@ -12,7 +12,11 @@ Contenders (``--contenders``):
 - ``off`` and ``off2`` (the same again: the noise);
 - ``host-md5`` / ``host-stats``: ``detcheck.torch.watch(..., device_digests=False)``, the path
   before device digests: every record copied to the host and hashed there;
-- ``device-md5`` / ``device-stats``: ``watch(..., device_digests=True)``.
+- ``device-md5`` / ``device-stats``: ``watch(..., device_digests=True)``;
+- any of these with ``-RECORDS`` after it records only those kinds (``watch``'s ``records``,
+  joined by ``+``): ``device-md5-grad+param`` leaves out the module outputs, ``device-md5-param``
+  records the parameters alone. What recording every k-th step costs follows from a contender's
+  ratio r: about 1 + (r - 1) / k.
 
 Every watched step records every module's output, every gradient and every parameter
 (``records`` all) into a ``detcheck.TraceWriter`` in a fresh temporary folder. A trial runs
@@ -130,10 +134,13 @@ def recording(contender, model, optimizer, state):
     if contender.startswith("off"):
         yield None
         return
-    path, mode = contender.split("-")
+    path, mode, *which = contender.split("-")
+    records = which[0].split("+") if which else dt.RECORDS
     with tempfile.TemporaryDirectory() as folder:
         writer = detcheck.TraceWriter(folder, 0, 1, mode)
-        handle = dt.watch(model, writer, optimizer, device_digests=(path == "device"))
+        handle = dt.watch(
+            model, writer, optimizer, device_digests=(path == "device"), records=records
+        )
         try:
             yield writer
         finally:
