@@ -15,6 +15,8 @@
 # 3. The batched statistics on CUDA with host synchronisation an error.
 # 4. The pending proofs: the recording-perturbation check (`test_verdicts.py -k timing`) and
 #    the batch-size check on CUDA (generate.py, cuBLAS or attention kernels named).
+# 5. A planted CUDA nondeterminism (causes/index_add.py: `index_add_`'s float atomics) caught
+#    with its class, and `--deterministic` naming the setting that fixes it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=${1:?usage: $0 CARRY-FOLDER WHEEL}
@@ -51,4 +53,12 @@ item "4 a result recording changes: repeat fails with the cause timing (CUDA)" 0
 timeout 180 "$carry/detcheck" check --no-progress --batch-sizes 1,8 --run-to-end -- \
     python examples/programs/python/batch/generate.py --batch-size '{batch}' --device cuda \
     2>&1 | tail -30 | tee "$out_dir/batch-check.txt"
+
+echo "== 5 a CUDA kernel's atomics: caught with its class, the setting that fixes it found"
+# shellcheck disable=SC2016
+item "5 index_add_ on CUDA: a nondeterministic operator, fixed by torch.use_deterministic_algorithms" 0 \
+    bash -c 'timeout 300 "$DETCHECK_BIN" check --no-progress --deterministic --expect diverges -- \
+        python examples/programs/python/causes/index_add.py --device cuda >"$0/index_add.txt" 2>&1 &&
+        grep -q "use_deterministic_algorithms" "$0/index_add.txt"' "$out_dir"
+tail -20 "$out_dir/index_add.txt"
 exit $failed

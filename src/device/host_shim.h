@@ -46,6 +46,9 @@ inline void __syncthreads() { detcheck_block_barrier->arrive_and_wait(); }
 // ones. Blocks run one at a time here, so a sequentially consistent fence is more than enough.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
+// CUDA's __ldcg(p): a load cached in L2 only. One memory here.
+template <typename T> inline T __ldcg(const T* address) { return *address; }
+
 // CUDA's __trap() stops the kernel with an error; here, the process.
 [[noreturn]] inline void __trap() { std::abort(); }
 

@@ -51,7 +51,8 @@
 //! two more launches and a wait when more than [`REPROSUM_LAST_BLOCK_REREADS`] tiles are. The
 //! last-block finish relies on CUDA's memory model as the CUDA samples' `threadFenceReduction`
 //! does (records written, `__threadfence`, then the arrival atomic; the last block reads the
-//! records through `volatile` loads).
+//! records and the header with `__ldcg`, from L2, where the other blocks' writes and atomics
+//! are).
 //! Its speed (the goal: at most 1.3× `detcheck_plain_sum_f32` on an H100) is measured on a GPU,
 //! not here. The launches themselves are written elsewhere (the crate's one `unsafe` module).
 
@@ -554,7 +555,8 @@ __device__ __forceinline__ void detcheck_reprosum_done(
 // nothing for an all-zero tile; a tile that needs a fixup adds its record's candidate 0 when
 // `fixed` (the fixup kernel wrote it there), and is otherwise counted in *pending and, while
 // there is room, listed in listed[0..DETCHECK_REPROSUM_LAST_BLOCK_REREADS]. *pending must be
-// zero on entry; the records are read through volatile pointers (other blocks wrote them).
+// zero on entry. The records are read with __ldcg (cached in L2 only, where other blocks'
+// writes are, never in this SM's L1), as plain loads the compiler may issue several at a time.
 __device__ __forceinline__ unsigned long long detcheck_reprosum_gather(
     const unsigned long long* scratch, unsigned long long n, unsigned int global_level,
     bool fixed, unsigned int* pending, unsigned long long* listed,
@@ -562,15 +564,15 @@ __device__ __forceinline__ unsigned long long detcheck_reprosum_gather(
     const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
     unsigned long long sum[1] = {0};
     for (unsigned long long tile = threadIdx.x; tile < tiles; tile += DETCHECK_REPROSUM_THREADS) {
-        const volatile unsigned long long* record =
+        const unsigned long long* record =
             scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
-        unsigned long long largest = record[DETCHECK_REPROSUM_CANDIDATES];
+        unsigned long long largest = __ldcg(record + DETCHECK_REPROSUM_CANDIDATES);
         unsigned int distance = global_level - (unsigned int)(largest >> 23);
         if (distance < DETCHECK_REPROSUM_CANDIDATES) {
-            sum[0] += record[distance];
+            sum[0] += __ldcg(record + distance);
         } else if (detcheck_reprosum_needs_fixup(largest, global_level)) {
             if (fixed) {
-                sum[0] += record[0];
+                sum[0] += __ldcg(record);
             } else {
                 unsigned int k = atomicAdd(pending, 1u);
                 if (k < DETCHECK_REPROSUM_LAST_BLOCK_REREADS) listed[k] = tile;
@@ -608,9 +610,8 @@ extern "C" __global__ void detcheck_reprosum_f32(
     __syncthreads();
     if (last_shared == 0) return;
     __threadfence();
-    const volatile unsigned int* header = (const volatile unsigned int*)scratch;
-    const unsigned int global_level = header[0];
-    const unsigned int flags = header[1];
+    const unsigned int global_level = __ldcg((const unsigned int*)scratch);
+    const unsigned int flags = __ldcg((const unsigned int*)scratch + 1);
     __syncthreads();  // every thread has read the header before thread 0 may zero it
     if (global_level == 255) {
         if (threadIdx.x == 0) {
