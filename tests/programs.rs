@@ -625,3 +625,33 @@ fn batch_sizes_compare_each_sample_across_batch_sizes_and_catch_a_batch_split() 
         out.stdout
     );
 }
+
+/// Every launch of a check runs in a private copy of the working directory; the copy is kept
+/// from launch to launch and made like the user's folder again before each. A program that
+/// refuses to start where an earlier run left a file (as a script that resumes from its
+/// snapshot would resume) passes, the user's folder is never written, and nothing of detcheck's
+/// is left in the temporary folder when the check ends.
+#[test]
+fn each_launch_starts_from_the_users_folder_and_nothing_is_left_behind() {
+    let program = example("trace_ranks");
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = format!(
+        "if [ -e left.txt ]; then echo an earlier run left left.txt >&2; exit 9; fi; \
+         echo run > left.txt; mkdir -p out && echo x > out/ckpt; rm case.json; \
+         exec {} --seed {{seed}}",
+        program.display()
+    );
+    write_scenario(dir.path(), 1, &["sh", "-c", &script], "", "");
+    let out = check(dir.path(), &[("TMPDIR", tmp.path().to_str().unwrap())]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(dir.path().join("case.json").exists());
+    assert!(!dir.path().join("left.txt").exists() && !dir.path().join("out").exists());
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("detcheck-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -423,7 +423,7 @@ where
             return exit::command_line(&e).code();
         }
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Check(args) => check_command(args),
         Command::Run(args) => run_command(args),
         Command::Compare {
@@ -496,7 +496,10 @@ where
             ..
         } => env_check(&stacks),
         Command::Env { stacks, export, .. } => exit::report(env(&stacks, export)).code(),
-    }
+    };
+    // The private copies of working directories kept from launch to launch.
+    crate::run::remove_kept_workdirs();
+    code
 }
 
 /// `detcheck check`: the leader checks the scenarios, every

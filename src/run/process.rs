@@ -868,14 +868,17 @@ impl<'a> CommandLaunch<'a> {
     /// every rank's environment (`detcheck.workdir`).
     fn run(mut self) -> Result<Trace, RunError> {
         // Not the system's temporary folder or the root: too large to mirror, and not a
-        // project's folder.
+        // project's folder. The mirror goes beside the launch's folder (for srun, where every
+        // node sees it), and is kept for the next launch from the same folder.
+        let parent = self.folder.0.parent().map(Path::to_path_buf);
         let workdir = std::env::current_dir()
             .ok()
             .filter(|dir| dir.parent().is_some() && *dir != std::env::temp_dir())
-            .and_then(|dir| Workdir::mirror(&dir, &self.folder.0.join("cwd")).ok());
+            .zip(parent)
+            .and_then(|(dir, parent)| Workdir::lend(&dir, &parent).ok());
         self.cwd = workdir.as_ref().map(|w| w.path().to_path_buf());
         let mut trace = self.launch_and_wait()?;
-        if let Some(words) = workdir.and_then(|w| w.changed_originals()) {
+        if let Some(words) = workdir.as_ref().and_then(|w| w.changed_originals()) {
             for rank in &mut trace.ranks {
                 rank.environment
                     .get_or_insert_with(Default::default)

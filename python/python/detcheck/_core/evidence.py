@@ -329,8 +329,8 @@ def install_file_audit() -> None:
         places.append(os.path.abspath(trace_dir) + os.sep)
     launch = _launch_folder(os.getcwd())
     if launch is not None:
-        # The launch's own folder (src/run/process.rs): its private copy of the working
-        # directory, which no other run sees.
+        # The launch's private copy of the working directory (src/run/workdir.rs), which no
+        # other run sees: a later launch gets it back made like the user's folder again.
         places.append(launch + os.sep)
     _not_noted = tuple(sorted(set(places)))
     sys.addaudithook(_audit)
@@ -465,16 +465,17 @@ def install_process_watch() -> None:
 
 
 def _launch_folder(cwd: str) -> str | None:
-    """The launch's folder (``.../detcheck-launch-*``) when ``cwd`` is inside its private copy
-    (``<launch>/cwd``, the working directory itself or, where the folders above it are mirrored
-    too, a folder below: ``<launch>/cwd/lt/examples/basics``), else ``None``."""
+    """The folder of the launch's private copy of the working directory
+    (``.../detcheck-cwd-PID-N-HOST``, src/run/workdir.rs) when ``cwd`` is inside it (the folders
+    above the working directory are mirrored too: ``<copy>/home/me/lt/examples/basics``), else
+    ``None``."""
     here = cwd
     while True:
+        if os.path.basename(here).startswith("detcheck-cwd-"):
+            return here
         parent = os.path.dirname(here)
         if parent == here:
             return None
-        if os.path.basename(here) == "cwd" and os.path.basename(parent).startswith("detcheck-"):
-            return parent
         here = parent
 
 
