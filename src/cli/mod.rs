@@ -498,7 +498,7 @@ where
         Command::Env { stacks, export, .. } => exit::report(env(&stacks, export)).code(),
     };
     // The private copies of working directories kept from launch to launch.
-    crate::run::remove_kept_workdirs();
+    detcheck::run::remove_kept_workdirs();
     code
 }
 

@@ -31,7 +31,7 @@ mod workdir;
 pub use dump::{dump_inside, dump_scenario, DumpRunError};
 
 pub(crate) use crate::launch::WORKDIR_KEY;
-pub(crate) use workdir::remove_kept as remove_kept_workdirs;
+pub use workdir::remove_kept as remove_kept_workdirs;
 
 use crate::comm::{
     launch_threads, Communicator, LaunchConfig, LaunchError, Perturbation, RankError, ThreadComm,

@@ -215,8 +215,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Removes every mirror this process keeps (the command line does when a command ends).
-pub(crate) fn remove_kept() {
+/// Removes the private copies of working directories that this process keeps from launch to
+/// launch of `command` scenarios (`detcheck::run::remove_kept_workdirs`). The command line
+/// calls it when a command ends; a program that checks `command` scenarios through the library
+/// calls it when it is done with them (or leaves them to be removed by the next process that
+/// launches from the same temporary folder, once this one has ended).
+pub fn remove_kept() {
     for (_, workdir) in lock(&KEPT).drain(..) {
         let _ = std::fs::remove_dir_all(&workdir.base);
     }
