@@ -388,11 +388,18 @@ static_assert(DETCHECK_REPROSUM_LAST_BLOCK_REREADS >= 0, "a count of tiles");
 #define DETCHECK_REPROSUM_DONE 0u
 #define DETCHECK_REPROSUM_PENDING 1u
 
-// Tile `tile`'s record in the scratch array.
+// Tile `tile`'s record in the scratch array (and the same in a const one).
 __device__ __forceinline__ unsigned long long* detcheck_reprosum_record(
     unsigned long long* scratch, unsigned long long tile) {
     return scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
 }
+__device__ __forceinline__ const unsigned long long* detcheck_reprosum_record(
+    const unsigned long long* scratch, unsigned long long tile) {
+    return scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
+}
+
+// Tiles a thread of the finishing block looks at together (their loads overlap).
+#define DETCHECK_REPROSUM_GATHER 4
 
 // The largest of every thread's `value`, in every thread. Shared memory and barriers only (no
 // warp shuffles), so the host emulation runs it as it is.
@@ -562,20 +569,35 @@ __device__ __forceinline__ unsigned long long detcheck_reprosum_gather(
     bool fixed, unsigned int* pending, unsigned long long* listed,
     unsigned long long* sums_shared) {
     const unsigned long long tiles = (n + DETCHECK_REPROSUM_TILE - 1) / DETCHECK_REPROSUM_TILE;
+    const unsigned long long span = DETCHECK_REPROSUM_GATHER * DETCHECK_REPROSUM_THREADS;
     unsigned long long sum[1] = {0};
-    for (unsigned long long tile = threadIdx.x; tile < tiles; tile += DETCHECK_REPROSUM_THREADS) {
-        const unsigned long long* record =
-            scratch + DETCHECK_REPROSUM_HEADER_WORDS + tile * DETCHECK_REPROSUM_RECORD;
-        unsigned long long largest = __ldcg(record + DETCHECK_REPROSUM_CANDIDATES);
-        unsigned int distance = global_level - (unsigned int)(largest >> 23);
-        if (distance < DETCHECK_REPROSUM_CANDIDATES) {
-            sum[0] += __ldcg(record + distance);
-        } else if (detcheck_reprosum_needs_fixup(largest, global_level)) {
-            if (fixed) {
-                sum[0] += __ldcg(record);
-            } else {
-                unsigned int k = atomicAdd(pending, 1u);
-                if (k < DETCHECK_REPROSUM_LAST_BLOCK_REREADS) listed[k] = tile;
+    // Thread t takes tiles t, t + THREADS, t + 2 THREADS, ..., GATHER at a time: their largest
+    // magnitudes are loaded together, then their sums, so one thread waits for two loads per
+    // GATHER tiles rather than per tile.
+    for (unsigned long long first = threadIdx.x; first < tiles; first += span) {
+        unsigned long long largest[DETCHECK_REPROSUM_GATHER];
+#pragma unroll
+        for (int u = 0; u < DETCHECK_REPROSUM_GATHER; ++u) {
+            unsigned long long tile = first + (unsigned long long)u * DETCHECK_REPROSUM_THREADS;
+            largest[u] = tile < tiles ? __ldcg(detcheck_reprosum_record(scratch, tile) +
+                                               DETCHECK_REPROSUM_CANDIDATES)
+                                      : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < DETCHECK_REPROSUM_GATHER; ++u) {
+            unsigned long long tile = first + (unsigned long long)u * DETCHECK_REPROSUM_THREADS;
+            if (tile >= tiles) continue;
+            const unsigned long long* record = detcheck_reprosum_record(scratch, tile);
+            unsigned int distance = global_level - (unsigned int)(largest[u] >> 23);
+            if (distance < DETCHECK_REPROSUM_CANDIDATES) {
+                sum[0] += __ldcg(record + distance);
+            } else if (detcheck_reprosum_needs_fixup(largest[u], global_level)) {
+                if (fixed) {
+                    sum[0] += __ldcg(record);
+                } else {
+                    unsigned int k = atomicAdd(pending, 1u);
+                    if (k < DETCHECK_REPROSUM_LAST_BLOCK_REREADS) listed[k] = tile;
+                }
             }
         }
     }
@@ -1513,6 +1535,15 @@ pub(crate) mod tests {
             let terms = tiled(tile, &scales, tail, 100 + case);
             buffers.push(OneBuffer::new(format!("random scales {case}"), terms));
         }
+        // More tiles than the finishing block's threads look at in one round (32 threads, 4
+        // tiles each): its loop goes round three times; two tiles far below.
+        let mut scales = vec![Some(0); 300];
+        scales[7] = Some(-30);
+        scales[290] = Some(-25);
+        buffers.push(OneBuffer::new(
+            "300 tiles, two far",
+            tiled(tile, &scales, 9, 200),
+        ));
         // Without g++ nothing ran (and nothing was re-read).
         let Some(seen) = check_one_buffer_sums(SMALL_TILES, &buffers) else {
             return;
