@@ -204,6 +204,23 @@ def test_the_records_are_watchs_plus_inputs_and_loader_workers_write_nothing(tmp
     assert all(r["replicated"] == r["name"].startswith(replicated) for r in records)
 
 
+def test_a_rank_ended_at_its_step_shuts_its_loader_workers_down_as_at_its_end(
+    tmp_path, detcheck_bin
+):
+    # Ended at its 2nd step, mid-epoch: the loader's workers are shut down as the loader does
+    # when it is done, so they end with their exit handlers (multiprocessing removes its
+    # temporary folders, `pymp-*`) before the launch's process group is killed; killed, they
+    # left one for each worker in the temporary folder at every launch.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    check(
+        detcheck_bin, "--steps", "2", "--", "python3", DDP, "--workers", "2",
+        cwd=tmp_path, env={"TMPDIR": str(temporary)}, code=0,
+    )  # fmt: skip
+    left = sorted(p.name for p in temporary.iterdir() if p.name.startswith("pymp-"))
+    assert left == [], left
+
+
 #: A program that makes tensors from outside values every way it can: torch.tensor of lists and
 #: scalars with dtype, device and requires_grad, as_tensor, from_numpy (sharing memory), empty,
 #: large and complex values, inside torch.compile (eager and Inductor, whole graphs), in

@@ -19,6 +19,7 @@ once).
 """
 
 import os
+import shutil
 import signal
 import sys
 
@@ -164,6 +165,7 @@ class LifecycleRecorder:
                 pass
         self._before_exit()
         _return_to_elastic()
+        _remove_multiprocessing_folder()
         os._exit(0)
 
     # --- the end ----------------------------------------------------------------------------
@@ -254,3 +256,16 @@ def _return_to_elastic():
                     pass
             return
         frame = frame.f_back
+
+
+def _remove_multiprocessing_folder():
+    """Removes this process's temporary folder of multiprocessing (``pymp-*``: made on first use,
+    by a data loader's workers handing tensors over, a ``Manager``), which its exit handler
+    removes and ``os._exit`` skips."""
+    process = sys.modules.get("multiprocessing.process")
+    try:
+        folder = process.current_process()._config.get("tempdir") if process else None
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    except Exception:
+        pass

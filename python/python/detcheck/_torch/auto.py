@@ -42,6 +42,7 @@ from .frontend import (
     before_optimizer_step,
     closure_of,
     describe_run,
+    shut_down_loader_workers,
     starts_update,
     synchronous,
 )
@@ -283,6 +284,7 @@ class Recorder(LifecycleRecorder):
         self._count_step()
 
     def _before_exit(self):
+        shut_down_loader_workers()
         dist = getattr(torch, "distributed", None)
         try:
             if dist is not None and dist.is_available() and dist.is_initialized():

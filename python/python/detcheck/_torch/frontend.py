@@ -19,6 +19,8 @@ name (``detcheck.skipped/<name>``), the same in every run of the same program.
 import functools
 import os
 import sys
+import weakref
+from typing import Any
 
 import torch
 
@@ -816,6 +818,11 @@ def install_evidence():
     def iterates(self, loader, *args, **kwargs):
         iter_init(self, loader, *args, **kwargs)
         self._detcheck_site = getattr(loader, "_detcheck_site", None)
+        if hasattr(self, "_shutdown_workers"):
+            try:
+                LOADERS_WITH_WORKERS.add(self)
+            except TypeError:
+                pass
 
     @functools.wraps(next_index)
     def noted(self):
@@ -831,6 +838,23 @@ def install_evidence():
     dataloader.DataLoader.__init__ = made_here
     dataloader._BaseDataLoaderIter.__init__ = iterates
     dataloader._BaseDataLoaderIter._next_index = noted
+
+
+#: The live data-loader iterators with worker processes (weakly held), which a rank that ends at
+#: its N-th step shuts down first (``shut_down_loader_workers``).
+LOADERS_WITH_WORKERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def shut_down_loader_workers() -> None:
+    """Shuts down the workers of every live data-loader iterator as the iterator does when it is
+    done (``_shutdown_workers``: the workers are told to stop and joined), so that they end as
+    without detcheck, with their exit handlers (multiprocessing removes their temporary folders
+    then), rather than being killed with the rank that ends at its N-th step."""
+    for iterator in list(LOADERS_WITH_WORKERS):
+        try:
+            iterator._shutdown_workers()
+        except Exception:
+            pass
 
 
 class BackwardHook:
