@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -210,14 +211,15 @@ def test_a_rank_ended_at_its_step_shuts_its_loader_workers_down_as_at_its_end(
     # Ended at its 2nd step, mid-epoch: the loader's workers are shut down as the loader does
     # when it is done, so they end with their exit handlers (multiprocessing removes its
     # temporary folders, `pymp-*`) before the launch's process group is killed; killed, they
-    # left one for each worker in the temporary folder at every launch.
-    temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    check(
-        detcheck_bin, "--steps", "2", "--", "python3", DDP, "--workers", "2",
-        cwd=tmp_path, env={"TMPDIR": str(temporary)}, code=0,
-    )  # fmt: skip
-    left = sorted(p.name for p in temporary.iterdir() if p.name.startswith("pymp-"))
+    # left one for each worker in the temporary folder at every launch. A short temporary
+    # folder: the workers' sockets are made in it, and a socket's path has at most 107 bytes
+    # (pytest-xdist's tmp_path is longer than that leaves room for).
+    with tempfile.TemporaryDirectory(prefix="dc-", dir="/tmp") as temporary:
+        check(
+            detcheck_bin, "--steps", "2", "--", "python3", DDP, "--workers", "2",
+            cwd=tmp_path, env={"TMPDIR": temporary}, code=0,
+        )  # fmt: skip
+        left = sorted(p for p in os.listdir(temporary) if p.startswith("pymp-"))
     assert left == [], left
 
 
