@@ -133,9 +133,13 @@ fn links_to(at: &Path, target: &Path) -> bool {
     std::fs::read_link(at).is_ok_and(|t| t == target)
 }
 
-/// Whether `at` is a folder of its own (not a link to one).
-fn is_own_folder(at: &Path) -> bool {
-    std::fs::symlink_metadata(at).is_ok_and(|m| m.is_dir())
+/// A folder of its own at `at` (not a link to one), unless one is there already.
+fn ensure_folder(at: &Path) -> std::io::Result<()> {
+    if std::fs::symlink_metadata(at).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    remove(at)?;
+    std::fs::create_dir(at)
 }
 
 /// Removes whatever is at `at`: a link (not what it leads to), a file, a folder with its
@@ -178,11 +182,11 @@ fn parent_levels(root: &Path, base: &Path) -> (Vec<Level>, PathBuf) {
     (levels, at)
 }
 
-/// Mirrors kept for the next launch from the same folder, with the folder that holds them (the
-/// launches' folder): a check launches its program several times from one working directory,
+/// Mirrors kept for the next launch from the same folder (each in the launches' folder, its
+/// `base`'s parent): a check launches its program several times from one working directory,
 /// and making a mirror costs a file or a link per entry (on a slow disk, a second for a folder
 /// of a thousand entries), bringing one back costs a look at each.
-static KEPT: Mutex<Vec<(PathBuf, Workdir)>> = Mutex::new(Vec::new());
+static KEPT: Mutex<Vec<Workdir>> = Mutex::new(Vec::new());
 
 /// The launches' folders already swept of the kept mirrors of processes that have ended.
 static SWEPT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
@@ -190,7 +194,6 @@ static SWEPT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 /// A mirror lent to one launch; given back to be kept when dropped.
 #[derive(Debug)]
 pub(crate) struct Lent {
-    parent: PathBuf,
     workdir: Option<Workdir>,
 }
 
@@ -204,7 +207,7 @@ impl std::ops::Deref for Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         if let Some(workdir) = self.workdir.take() {
-            lock(&KEPT).push((std::mem::take(&mut self.parent), workdir));
+            lock(&KEPT).push(workdir);
         }
     }
 }
@@ -221,7 +224,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// calls it when it is done with them (or leaves them to be removed by the next process that
 /// launches from the same temporary folder, once this one has ended).
 pub fn remove_kept() {
-    for (_, workdir) in lock(&KEPT).drain(..) {
+    for workdir in lock(&KEPT).drain(..) {
         let _ = std::fs::remove_dir_all(&workdir.base);
     }
 }
@@ -265,14 +268,13 @@ impl Workdir {
             let mut kept = lock(&KEPT);
             let found = kept
                 .iter()
-                .position(|(p, w)| *p == parent && w.root == root);
-            found.map(|i| kept.swap_remove(i).1)
+                .position(|w| w.root == root && w.base.parent() == Some(parent.as_path()));
+            found.map(|i| kept.swap_remove(i))
         };
         if let Some(mut workdir) = kept {
             match workdir.sync() {
                 Ok(()) => {
                     return Ok(Lent {
-                        parent,
                         workdir: Some(workdir),
                     })
                 }
@@ -292,7 +294,6 @@ impl Workdir {
             let _ = std::fs::remove_dir_all(&base);
         })?;
         Ok(Lent {
-            parent,
             workdir: Some(workdir),
         })
     }
@@ -328,10 +329,7 @@ impl Workdir {
         for level in &self.levels {
             self.sync_level(level)?;
         }
-        if !is_own_folder(&self.mirror) {
-            remove(&self.mirror)?;
-            std::fs::create_dir(&self.mirror)?;
-        }
+        ensure_folder(&self.mirror)?;
         self.sync_tree()
     }
 
@@ -357,12 +355,7 @@ impl Workdir {
                 link(&target, &at)?;
             }
         }
-        let down = level.ours.join(&level.down);
-        if !is_own_folder(&down) {
-            remove(&down)?;
-            std::fs::create_dir(&down)?;
-        }
-        Ok(())
+        ensure_folder(&level.ours.join(&level.down))
     }
 
     /// The working directory's tree, sorted, breadth first: folders made, small files copied
@@ -412,10 +405,7 @@ impl Workdir {
                     if foreign || !budget || !readable {
                         self.ensure_link(&original, &copy)?;
                     } else {
-                        if !is_own_folder(&copy) {
-                            remove(&copy)?;
-                            std::fs::create_dir(&copy)?;
-                        }
+                        ensure_folder(&copy)?;
                         pending.push_back(rel);
                     }
                 } else if meta.is_file()

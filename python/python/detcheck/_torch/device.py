@@ -601,9 +601,9 @@ def stats_totals_batch_into(tensors, outs) -> None:
     groups: dict[torch.dtype, list[int]] = {}
     for index, v in enumerate(values):
         groups.setdefault(v.dtype, []).append(index)
-    # `values`, `partials` and the tables go back to the allocator when this returns: on the
-    # stream the kernels were queued on, so no later work reuses them before they are done.
-    keep = []
+    # `values`, each group's `partials` and tables go back to the allocator when they are
+    # dropped: on the stream the kernels were queued on, so no later work reuses them before
+    # the kernels are done.
     with _on(device):
         for dtype, members in groups.items():
             sizes = np.array([values[i].numel() for i in members], dtype=np.int64)
@@ -628,7 +628,6 @@ def stats_totals_batch_into(tensors, outs) -> None:
                 ],
                 device,
             )
-            keep += [rows, partials, finish]
             _stats_partials_kernel[(n_programs,)](
                 rows, partials, n_programs, DTYPE=_triton_dtype(dtype), TILE=STATS_TILE,
                 TILES=STATS_TILES_PER_PROGRAM, num_warps=_STATS_NUM_WARPS, enable_fp_fusion=False,
